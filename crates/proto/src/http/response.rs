@@ -1,0 +1,193 @@
+//! The fixed responses, rendered once a second per thread.
+//!
+//! Every 200 response is the same bytes for a whole second, so a thread renders the three
+//! connection variants (HTTP/1.1 keep-alive, HTTP/1.0 keep-alive, close) when the second
+//! changes and hands out reference-counted clones. A HEAD answer is a prefix of the same bytes.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::{HttpConfig, Status};
+
+/// How the connection continues after a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionMode {
+    /// HTTP/1.1 keep-alive: no `Connection` header.
+    KeepAlive11,
+    /// HTTP/1.0 keep-alive: `Connection: keep-alive`.
+    KeepAlive10,
+    Close,
+}
+
+const MODES: [ConnectionMode; 3] = [
+    ConnectionMode::KeepAlive11,
+    ConnectionMode::KeepAlive10,
+    ConnectionMode::Close,
+];
+
+#[derive(Debug, Clone)]
+struct Rendered {
+    /// Head and body.
+    full: Bytes,
+    head_len: usize,
+}
+
+/// The per-thread cache of rendered responses.
+#[derive(Debug)]
+pub struct Responses {
+    cfg: Arc<HttpConfig>,
+    rendered_second: u64,
+    date: String,
+    ok: [Rendered; 3],
+}
+
+impl Responses {
+    pub fn new(cfg: Arc<HttpConfig>, unix_secs: u64) -> Self {
+        let date = http_date(unix_secs);
+        let ok = MODES.map(|mode| render_ok(&cfg, &date, mode));
+        Responses {
+            cfg,
+            rendered_second: unix_secs,
+            date,
+            ok,
+        }
+    }
+
+    pub fn config(&self) -> &HttpConfig {
+        &self.cfg
+    }
+
+    /// Re-render if the second has changed.
+    pub fn tick(&mut self, unix_secs: u64) {
+        if unix_secs != self.rendered_second {
+            *self = Responses::new(self.cfg.clone(), unix_secs);
+        }
+    }
+
+    /// The 200 response; `head_only` for HEAD.
+    pub fn ok(&self, mode: ConnectionMode, head_only: bool) -> Bytes {
+        let rendered = &self.ok[mode as usize];
+        if head_only {
+            rendered.full.slice(..rendered.head_len)
+        } else {
+            rendered.full.clone()
+        }
+    }
+
+    /// An error response, always with `Connection: close`. Errors are rare, so these are
+    /// rendered on demand, but with the cached date.
+    pub fn error(&self, status: Status) -> Bytes {
+        let body = format!("{} {}\n", status.code(), status.reason());
+        let mut head = String::with_capacity(160);
+        // Writing to a String cannot fail.
+        let _ = write!(
+            head,
+            "HTTP/1.1 {} {}\r\nServer: {}\r\nDate: {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            status.code(),
+            status.reason(),
+            self.cfg.server,
+            self.date,
+            body.len()
+        );
+        head.push_str(&body);
+        Bytes::from(head)
+    }
+}
+
+/// `100 Continue`, sent before reading a body whose sender waits for it.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
+    let connection = match mode {
+        ConnectionMode::KeepAlive11 => "",
+        ConnectionMode::KeepAlive10 => "Connection: keep-alive\r\n",
+        ConnectionMode::Close => "Connection: close\r\n",
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nServer: {}\r\nDate: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
+        cfg.server,
+        date,
+        cfg.content_type,
+        cfg.body.len(),
+        connection
+    );
+    let mut full = BytesMut::with_capacity(head.len() + cfg.body.len());
+    full.put_slice(head.as_bytes());
+    full.put_slice(&cfg.body);
+    Rendered {
+        full: full.freeze(),
+        head_len: head.len(),
+    }
+}
+
+fn http_date(unix_secs: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(unix_secs))
+}
+
+/// Seconds since the Unix epoch now; for callers, since this crate itself reads no clock.
+pub fn unix_secs(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The default body: an HTML page of exactly `len` bytes, so the default response matches the
+/// 4 KiB page of the seed-003 benchmark.
+pub fn generated_page(len: usize) -> Bytes {
+    const HEAD: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sockscale</title></head>\n<body>\n<h1>sockscale</h1>\n";
+    const TAIL: &str = "</body></html>\n";
+    const LINE: &str =
+        "<p>A fixed response from sockscale, the scalable socket server toolkit.</p>\n";
+    let mut page = String::with_capacity(len);
+    page.push_str(HEAD);
+    while page.len() + LINE.len() + TAIL.len() <= len {
+        page.push_str(LINE);
+    }
+    // Pad the remainder inside an HTML comment so the page stays valid.
+    let room = len.saturating_sub(page.len() + TAIL.len());
+    if room >= 7 {
+        page.push_str("<!--");
+        page.extend(std::iter::repeat_n('.', room - 7));
+        page.push_str("-->");
+    } else {
+        page.extend(std::iter::repeat_n('\n', room));
+    }
+    page.push_str(TAIL);
+    let mut bytes = page.into_bytes();
+    bytes.truncate(len);
+    Bytes::from(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_page_has_exact_length_and_is_html() {
+        for len in [0, 10, 200, 4096, 4097, 65536] {
+            assert_eq!(generated_page(len).len(), len);
+        }
+        let page = generated_page(4096);
+        assert!(page.starts_with(b"<!DOCTYPE html>"));
+        assert!(page.ends_with(b"</body></html>\n"));
+    }
+
+    #[test]
+    fn date_changes_only_with_the_second() {
+        let cfg = Arc::new(HttpConfig::default());
+        let mut r = Responses::new(cfg, 1_700_000_000);
+        let first = r.ok(ConnectionMode::KeepAlive11, false);
+        r.tick(1_700_000_000);
+        assert!(std::ptr::eq(
+            first.as_ptr(),
+            r.ok(ConnectionMode::KeepAlive11, false).as_ptr()
+        ));
+        r.tick(1_700_000_001);
+        let second = r.ok(ConnectionMode::KeepAlive11, false);
+        assert_ne!(first, second);
+        assert!(
+            String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n")
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! One connection's state, and the write half of the path of a byte.
+//!
+//! Output from the protocol is written at once with one gathering `sendmsg`, straight from the
+//! receive buffer for echo and from the shared pre-rendered bytes for HTTP. Only what the
+//! socket refuses is kept, in the connection's [`OutQueue`]; its length is what the
+//! `--max-pending-send` and `--send-timeout` policies watch.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use sockscale_proto::{Output, Segment, Session};
+
+use crate::stats::CloseReason;
+use crate::sys;
+
+/// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
+/// are written in several calls.
+const IOV_BATCH: usize = 64;
+
+/// Output the socket has not taken yet.
+#[derive(Debug, Default)]
+pub struct OutQueue {
+    chunks: VecDeque<Bytes>,
+    len: usize,
+}
+
+/// What a write attempt achieved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: usize,
+    /// The socket refused more (EAGAIN or a short write): wait for writability.
+    pub blocked: bool,
+}
+
+impl OutQueue {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.chunks.push_back(bytes);
+        }
+    }
+
+    /// Write queued output until the queue is empty or the socket refuses more.
+    pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
+        let mut written = Written::default();
+        while !self.chunks.is_empty() {
+            let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+            let count = self.chunks.len().min(IOV_BATCH);
+            for (slot, chunk) in iov.iter_mut().zip(&self.chunks) {
+                *slot = IoSlice::new(chunk);
+            }
+            match sys::send_vectored(fd, &iov[..count]) {
+                Ok(n) => {
+                    written.bytes += n;
+                    self.consume(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    written.blocked = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if n >= front.len() {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// Write `output`, whose input segments refer to `input`, behind anything already queued.
+    /// Whatever the socket does not take is queued, copying input bytes (the receive buffer is
+    /// about to go back to the pool) and sharing the rest.
+    pub fn send(&mut self, fd: RawFd, output: &Output, input: &[u8]) -> io::Result<Written> {
+        let segments = output.segments();
+        if !self.is_empty() {
+            self.queue_from(segments, 0, 0, input);
+            return self.flush(fd);
+        }
+        let mut written = Written::default();
+        let mut next = 0;
+        while next < segments.len() {
+            let batch = &segments[next..segments.len().min(next + IOV_BATCH)];
+            let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+            let mut want = 0;
+            for (slot, segment) in iov.iter_mut().zip(batch) {
+                *slot = IoSlice::new(Output::slice(segment, input));
+                want += slot.len();
+            }
+            let n = loop {
+                match sys::send_vectored(fd, &iov[..batch.len()]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            };
+            written.bytes += n;
+            if n < want {
+                self.queue_from(segments, next, n, input);
+                // A short write means the socket buffer filled; confirm with the queue's own
+                // flush, which stops only at EAGAIN, so edge-triggered readiness is re-armed.
+                let more = self.flush(fd)?;
+                written.bytes += more.bytes;
+                written.blocked = more.blocked;
+                return Ok(written);
+            }
+            next += batch.len();
+        }
+        Ok(written)
+    }
+
+    /// Queue `segments[first..]` minus their first `skip` bytes, which the socket took.
+    fn queue_from(&mut self, segments: &[Segment], first: usize, mut skip: usize, input: &[u8]) {
+        for segment in &segments[first..] {
+            let len = Output::slice(segment, input).len();
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let bytes = match segment {
+                Segment::Input(range) => {
+                    Bytes::copy_from_slice(&input[range.start + skip..range.end])
+                }
+                Segment::Shared(shared) => shared.slice(skip..),
+            };
+            skip = 0;
+            self.push(bytes);
+        }
+    }
+}
+
+/// The readiness selectors' view of what a connection waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Interest {
+    pub read: bool,
+    pub write: bool,
+}
+
+impl Interest {
+    pub const NONE: Interest = Interest {
+        read: false,
+        write: false,
+    };
+    pub const READ: Interest = Interest {
+        read: true,
+        write: false,
+    };
+    pub const BOTH: Interest = Interest {
+        read: true,
+        write: true,
+    };
+}
+
+/// Everything the server keeps for one connection between events.
+#[derive(Debug)]
+pub struct Conn {
+    pub fd: std::os::fd::OwnedFd,
+    pub session: Session,
+    pub out: OutQueue,
+    /// Last time bytes moved either way.
+    pub last_activity: Instant,
+    /// When the pending output went over `--max-pending-send`.
+    pub over_since: Option<Instant>,
+    /// Since when output has been pending without the socket taking any of it.
+    pub stalled_since: Option<Instant>,
+    /// The connection's authoritative timer entry (see `timers`).
+    pub timer_at: Option<Instant>,
+    /// Close once the output is flushed.
+    pub closing: Option<CloseReason>,
+    /// Readiness as last reported and not yet consumed (edge-triggered selectors report it
+    /// once).
+    pub readable: bool,
+    pub writable: bool,
+    /// The peer sent FIN.
+    pub read_eof: bool,
+    /// What a level-triggered selector is currently watching for.
+    pub registered: Interest,
+    pub generation: u32,
+}
+
+impl Conn {
+    pub fn new(fd: std::os::fd::OwnedFd, session: Session, now: Instant, generation: u32) -> Self {
+        Conn {
+            fd,
+            session,
+            out: OutQueue::default(),
+            last_activity: now,
+            over_since: None,
+            stalled_since: None,
+            timer_at: None,
+            closing: None,
+            readable: true,
+            writable: true,
+            read_eof: false,
+            registered: Interest::NONE,
+            generation,
+        }
+    }
+
+    /// The next instant a policy may act on this connection, given the protocol's own deadline.
+    pub fn deadline(&self, idle: Duration, send: Duration, protocol: Option<Instant>) -> Instant {
+        let mut at = self.last_activity + idle;
+        for candidate in [
+            protocol,
+            self.over_since.map(|t| t + send),
+            self.stalled_since.map(|t| t + send),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            at = at.min(candidate);
+        }
+        at
+    }
+
+    /// Update the flood and stall clocks after I/O. `progressed` says whether the socket took
+    /// any output this time.
+    pub fn account_output(&mut self, now: Instant, max_pending: usize, progressed: bool) {
+        if self.out.is_empty() {
+            self.stalled_since = None;
+        } else if progressed || self.stalled_since.is_none() {
+            self.stalled_since = Some(now);
+        }
+        if self.out.len() > max_pending {
+            self.over_since.get_or_insert(now);
+        } else {
+            self.over_since = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn pair() -> (UnixStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    fn read_all(s: &mut UnixStream) -> Vec<u8> {
+        use std::io::Read;
+        let mut all = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn send_queues_exactly_what_the_socket_refused() {
+        let (a, mut b) = pair();
+        let input: Vec<u8> = (0..4 << 20).map(|i| (i % 251) as u8).collect();
+        let mut output = Output::default();
+        output.push_shared(Bytes::from_static(b"head:"));
+        output.push_input(0..input.len());
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &input).unwrap();
+        assert!(w.blocked, "4 MiB does not fit a unix socket buffer");
+        assert_eq!(w.bytes + queue.len(), 5 + input.len());
+        let mut received = read_all(&mut b);
+        while !queue.is_empty() {
+            queue.flush(a.as_raw_fd()).unwrap();
+            received.extend(read_all(&mut b));
+        }
+        assert_eq!(&received[..5], b"head:");
+        assert_eq!(&received[5..], &input[..]);
+    }
+
+    #[test]
+    fn many_segments_are_written_in_batches_in_order() {
+        let (a, mut b) = pair();
+        let mut output = Output::default();
+        for i in 0..200u8 {
+            output.push_shared(Bytes::from(vec![i; 3]));
+        }
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &[]).unwrap();
+        assert_eq!(
+            w,
+            Written {
+                bytes: 600,
+                blocked: false
+            }
+        );
+        let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
+        assert_eq!(read_all(&mut b), expected);
+    }
+
+    #[test]
+    fn flood_and_stall_clocks() {
+        let (a, _b) = pair();
+        let t0 = Instant::now();
+        let mut conn = Conn::new(a.into(), Session::Echo(Default::default()), t0, 0);
+        conn.out.push(Bytes::from(vec![0; 10]));
+        conn.account_output(t0, 5, false);
+        assert_eq!((conn.over_since, conn.stalled_since), (Some(t0), Some(t0)));
+        let t1 = t0 + Duration::from_secs(1);
+        conn.account_output(t1, 5, true);
+        assert_eq!(
+            (conn.over_since, conn.stalled_since),
+            (Some(t0), Some(t1)),
+            "progress restarts only the stall clock"
+        );
+        let d = conn.deadline(Duration::from_secs(60), Duration::from_secs(10), None);
+        assert_eq!(d, t0 + Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,318 @@
+//! Taking connections in: the accept policy of the seeds.
+//!
+//! - Up to `--accept-batch` accepts per wake-up (the AcceptEx low/high watermark, turned
+//!   around: instead of keeping N accepts posted, take up to N each time the listener is
+//!   ready); if the batch ran out before the queue did, the listener is driven again on the
+//!   next turn, after the connections already ready have had theirs.
+//! - Beyond `--max-conns`, a connection is accepted and closed at once, after the protocol's
+//!   refusal (HTTP 503), and counted as refused.
+//! - When accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
+//!   listener is taken out of the selector for a back-off that doubles up to one second, so the
+//!   loop never spins on a listener it cannot serve; it comes back early when one of this
+//!   worker's connections closes and frees a descriptor. The error is logged at most once a
+//!   second, with a count of what was suppressed.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use socket2::Socket;
+
+use super::{token, RegisterError, Selector, Worker, LISTENER};
+use crate::conn::{Conn, Interest};
+use crate::shutdown::Waker;
+use crate::sys;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A listener as one worker sees it.
+pub struct Acceptor {
+    socket: Arc<Socket>,
+    /// EPOLLEXCLUSIVE-style sharing with other workers.
+    exclusive: bool,
+    registered: bool,
+    paused_until: Option<Instant>,
+    backoff: Duration,
+    log: LogLimiter,
+}
+
+impl Acceptor {
+    pub fn new(socket: Arc<Socket>, exclusive: bool) -> Self {
+        Acceptor {
+            socket,
+            exclusive,
+            registered: false,
+            paused_until: None,
+            backoff: FIRST_BACKOFF,
+            log: LogLimiter::default(),
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    pub(super) fn register<S: Selector>(&mut self, selector: &mut S) -> io::Result<()> {
+        if !self.registered {
+            selector
+                .register(self.fd(), LISTENER, Interest::READ, self.exclusive)
+                .map_err(super::into_io)?;
+            self.registered = true;
+        }
+        Ok(())
+    }
+
+    pub(super) fn deregister<S: Selector>(&mut self, selector: &mut S) {
+        if self.registered {
+            let _ = selector.deregister(self.fd());
+            self.registered = false;
+        }
+    }
+}
+
+/// Connections accepted by another thread, waiting for a worker to take them. The acceptor
+/// has already counted them against `--max-conns`.
+#[derive(Debug)]
+pub struct Inbox {
+    queue: Mutex<VecDeque<OwnedFd>>,
+    waker: Waker,
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    pub fn new() -> io::Result<Self> {
+        Ok(Inbox {
+            queue: Mutex::new(VecDeque::new()),
+            waker: Waker::new()?,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Hand a connection over; gives it back if the worker has stopped taking connections.
+    pub fn push(&self, fd: OwnedFd) -> Result<(), OwnedFd> {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(fd);
+        }
+        queue.push_back(fd);
+        drop(queue);
+        self.waker.wake();
+        Ok(())
+    }
+
+    pub fn waker(&self) -> &Waker {
+        &self.waker
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Stop taking connections; returns those never taken.
+    pub fn close(&self) -> Vec<OwnedFd> {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, Ordering::Release);
+        queue.drain(..).collect()
+    }
+
+    fn take_all(&self) -> Vec<OwnedFd> {
+        self.waker.reset();
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+}
+
+/// Let a message through at most once a second, counting the ones held back.
+#[derive(Debug, Default)]
+pub struct LogLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// Some(suppressed since the last message) if a message may be logged now.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < Duration::from_secs(1) => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+impl<S: Selector> Worker<'_, S> {
+    pub(super) fn accept_ready(&mut self) {
+        let Some(super::Source::Listener(acceptor)) = &mut self.source else {
+            return;
+        };
+        if acceptor.paused_until.is_some() {
+            return;
+        }
+        let fd = acceptor.fd();
+        for _ in 0..self.cfg.accept_batch {
+            match sys::accept(fd) {
+                Ok(conn) => {
+                    if let Some(super::Source::Listener(acceptor)) = &mut self.source {
+                        acceptor.backoff = FIRST_BACKOFF;
+                    }
+                    self.on_accepted(conn, false);
+                }
+                Err(e) => {
+                    self.on_accept_error(e);
+                    return;
+                }
+            }
+        }
+        // The batch ran out first: more may be queued, and an edge-triggered listener will
+        // not say so again.
+        self.resume_accept = true;
+    }
+
+    fn on_accept_error(&mut self, err: io::Error) {
+        if err.kind() == io::ErrorKind::WouldBlock {
+            return;
+        }
+        // A connection that died in the queue, or a signal: try again on the next turn.
+        if matches!(
+            err.raw_os_error(),
+            Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
+        ) {
+            self.resume_accept = true;
+            return;
+        }
+        let now = self.now;
+        let Some(super::Source::Listener(acceptor)) = &mut self.source else {
+            return;
+        };
+        let backoff = acceptor.backoff;
+        acceptor.paused_until = Some(now + backoff);
+        acceptor.backoff = (backoff * 2).min(MAX_BACKOFF);
+        if let Some(suppressed) = acceptor.log.allow(now) {
+            let open = self.stats.current();
+            if sys::is_resource_exhaustion(&err) {
+                tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
+            } else {
+                tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+            }
+        }
+        acceptor.deregister(&mut self.selector);
+    }
+
+    pub(super) fn accept_resumes_at(&self) -> Option<Instant> {
+        match &self.source {
+            Some(super::Source::Listener(acceptor)) => acceptor.paused_until,
+            _ => None,
+        }
+    }
+
+    /// Put a paused listener back if its back-off is over.
+    pub(super) fn resume_accept_if_due(&mut self) {
+        if self.accept_resumes_at().is_some_and(|at| at <= self.now) {
+            self.resume_accepting();
+        }
+    }
+
+    /// A descriptor was freed, or the back-off ended: listen again and look at the queue.
+    pub(super) fn resume_accepting(&mut self) {
+        let Some(super::Source::Listener(acceptor)) = &mut self.source else {
+            return;
+        };
+        if acceptor.paused_until.take().is_none() {
+            return;
+        }
+        if let Err(e) = acceptor.register(&mut self.selector) {
+            tracing::error!(error = %e, "cannot watch the listener again");
+            acceptor.paused_until = Some(self.now + MAX_BACKOFF);
+            return;
+        }
+        self.resume_accept = true;
+    }
+
+    pub(super) fn take_inbox(&mut self) {
+        let Some(super::Source::Inbox(inbox)) = &self.source else {
+            return;
+        };
+        let inbox = inbox.clone();
+        for fd in inbox.take_all() {
+            self.on_accepted(fd, true);
+        }
+    }
+
+    /// Admit one accepted connection, or refuse it. `counted`: the max-conns slot was already
+    /// taken by whoever accepted it.
+    pub(super) fn on_accepted(&mut self, fd: OwnedFd, counted: bool) {
+        if !counted && !self.stats.try_open(self.cfg.max_conns) {
+            self.refuse(fd, "--max-conns reached");
+            return;
+        }
+        let entry = self.conns.vacant_entry();
+        let index = entry.key();
+        let generation = self.next_generation;
+        let tok = token(index, generation);
+        let interest = if self.edge {
+            Interest::BOTH
+        } else {
+            Interest::READ
+        };
+        match self.selector.register(fd.as_raw_fd(), tok, interest, false) {
+            Ok(()) => {}
+            Err(RegisterError::Full(reason)) => {
+                self.stats.close();
+                self.refuse(fd, &reason);
+                return;
+            }
+            Err(RegisterError::Io(e)) => {
+                self.stats.close();
+                self.counters.refused();
+                tracing::warn!(error = %e, "cannot watch an accepted connection; closing it");
+                return;
+            }
+        }
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let mut conn = Conn::new(fd, self.engine.new_session(), self.now, generation);
+        conn.registered = interest;
+        let deadline = conn.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, None);
+        self.timers.schedule(&mut conn.timer_at, deadline, tok);
+        entry.insert(conn);
+        self.counters.accepted();
+        // Data that arrived with the connection is read now rather than after another wait:
+        // epoll reports it anyway, but level-triggered selectors would need a full turn.
+        if !self.edge {
+            self.drive(tok);
+        }
+    }
+
+    /// Close a connection the server will not serve, after the protocol's refusal.
+    fn refuse(&mut self, fd: OwnedFd, why: &str) {
+        self.counters.refused();
+        if let Some(refusal) = self.engine.refusal() {
+            let raw = fd.as_raw_fd();
+            let _ = sys::send(raw, &refusal);
+            let _ = sys::shutdown_write(raw);
+            // Read what the client already sent: closing with unread data would reset the
+            // connection and could destroy the 503 before the client reads it.
+            let mut sink = [0u8; 2048];
+            let _ = sys::recv(raw, &mut sink);
+        }
+        drop(fd);
+        if let Some(suppressed) = self.refusal_log.allow(self.now) {
+            tracing::warn!(
+                open = self.stats.current(),
+                suppressed,
+                "refusing connections: {why}"
+            );
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The event loop every readiness model shares.
+//!
+//! select, poll, real-time signals and epoll differ only in how a thread learns that a socket
+//! is ready. That difference is the [`Selector`] trait (register, reregister, deregister,
+//! select), one file per mechanism under `models/`. Everything else — accepting under the
+//! accept policy, reading into pool buffers within the fairness budget, feeding the protocol,
+//! writing and queueing, timers, flood control, draining — is here, written once.
+//!
+//! Edge- and level-triggered selectors are both supported. The loop remembers readiness it
+//! has not consumed (`Conn::readable`/`writable`) and re-drives a connection whose read budget
+//! ran out from its own `resume` list, so an edge is never lost; for level-triggered selectors
+//! it keeps the registered interest minimal (no write interest without pending output, no read
+//! interest while a connection is paused) so that waiting never spins.
+
+mod accept;
+mod drive;
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use slab::Slab;
+use sockscale_proto::{Engine, Output, Protocol};
+
+use crate::config::Config;
+use crate::conn::Interest;
+use crate::pool::BufferPool;
+use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::stats::{Counters, Stats};
+use crate::timers::Timers;
+use crate::udp::UdpEcho;
+
+pub use accept::{Acceptor, Inbox};
+
+/// One readiness report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub token: u64,
+    pub readable: bool,
+    pub writable: bool,
+    /// Hang-up or error: reading will say which.
+    pub closed: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// The selector cannot watch this descriptor (select's FD_SETSIZE, a full group of 64).
+    #[error("{0}")]
+    Full(String),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// How a thread waits for readiness: one implementation per mechanism.
+pub trait Selector {
+    /// Edge-triggered selectors report a readiness change once; level-triggered ones report it
+    /// for as long as it lasts.
+    fn edge_triggered(&self) -> bool;
+    /// Start watching `fd`. `exclusive` asks, where the mechanism has it, that only one of the
+    /// threads watching a shared listener be woken per connection.
+    fn register(
+        &mut self,
+        fd: RawFd,
+        token: u64,
+        interest: Interest,
+        exclusive: bool,
+    ) -> Result<(), RegisterError>;
+    /// Change what `fd` is watched for. Edge-triggered selectors watch everything always and
+    /// are never asked.
+    fn reregister(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()>;
+    fn deregister(&mut self, fd: RawFd) -> io::Result<()>;
+    /// Wait up to `timeout` (None: forever) and append what is ready to `events`.
+    fn select(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+pub(crate) const WAKER: u64 = u64::MAX;
+pub(crate) const LISTENER: u64 = u64::MAX - 1;
+pub(crate) const UDP: u64 = u64::MAX - 2;
+pub(crate) const INBOX: u64 = u64::MAX - 3;
+
+fn token(index: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | index as u64
+}
+
+fn split(token: u64) -> (usize, u32) {
+    ((token & 0xffff_ffff) as usize, (token >> 32) as u32)
+}
+
+/// Where a worker's connections come from.
+pub enum Source {
+    /// It accepts from its own (or a shared) listener.
+    Listener(Acceptor),
+    /// Another thread accepts and hands connections over (poll64's acceptor).
+    Inbox(Arc<Inbox>),
+    /// It serves UDP datagrams instead.
+    Udp(Box<UdpEcho>),
+}
+
+/// What a model hands a worker.
+pub struct WorkerParts<'a> {
+    pub cfg: &'a Config,
+    pub protocol: Protocol,
+    pub stats: &'a Stats,
+    pub counters: &'a Counters,
+    pub pool: &'a BufferPool,
+    pub shutdown: Shutdown,
+    pub source: Source,
+}
+
+/// One thread's event loop over selector `S`.
+pub struct Worker<'a, S: Selector> {
+    selector: S,
+    cfg: &'a Config,
+    stats: &'a Stats,
+    counters: &'a Counters,
+    pool: &'a BufferPool,
+    shutdown: Shutdown,
+    waker: Arc<Waker>,
+    source: Option<Source>,
+    engine: Engine,
+    conns: Slab<crate::conn::Conn>,
+    next_generation: u32,
+    timers: Timers,
+    /// Connections (and the listener) to drive again without waiting for an event.
+    resume: Vec<u64>,
+    resume_accept: bool,
+    scratch: Output,
+    events: Vec<Event>,
+    now: Instant,
+    /// Set once draining: when to close whatever is left.
+    drain_deadline: Option<Instant>,
+    edge: bool,
+    refusal_log: accept::LogLimiter,
+}
+
+impl<'a, S: Selector> Worker<'a, S> {
+    pub fn new(mut selector: S, parts: WorkerParts<'a>) -> io::Result<Self> {
+        let waker = Arc::new(Waker::new()?);
+        selector
+            .register(waker.fd().as_raw_fd(), WAKER, Interest::READ, false)
+            .map_err(into_io)?;
+        let mut source = parts.source;
+        match &mut source {
+            Source::Listener(acceptor) => acceptor.register(&mut selector)?,
+            Source::Inbox(inbox) => selector
+                .register(inbox.waker().fd().as_raw_fd(), INBOX, Interest::READ, false)
+                .map_err(into_io)?,
+            Source::Udp(udp) => selector
+                .register(udp.fd(), UDP, Interest::READ, false)
+                .map_err(into_io)?,
+        }
+        parts.shutdown.register(waker.clone());
+        let edge = selector.edge_triggered();
+        let now = Instant::now();
+        Ok(Worker {
+            selector,
+            cfg: parts.cfg,
+            stats: parts.stats,
+            counters: parts.counters,
+            pool: parts.pool,
+            shutdown: parts.shutdown,
+            waker,
+            source: Some(source),
+            engine: parts.protocol.engine(unix_now()),
+            conns: Slab::new(),
+            next_generation: 0,
+            timers: Timers::default(),
+            resume: Vec::new(),
+            resume_accept: false,
+            scratch: Output::default(),
+            events: Vec::with_capacity(1024),
+            now,
+            drain_deadline: None,
+            edge,
+            refusal_log: accept::LogLimiter::default(),
+        })
+    }
+
+    /// Serve until shutdown has drained every connection.
+    pub fn run(mut self) -> io::Result<()> {
+        loop {
+            self.turn()?;
+            if let Some(deadline) = self.drain_deadline {
+                if self.conns.is_empty() {
+                    return Ok(());
+                }
+                if self.now >= deadline || self.shutdown.phase() == Phase::Forced {
+                    self.close_all();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// One wait and everything it made ready.
+    fn turn(&mut self) -> io::Result<()> {
+        let timeout = self.wait_timeout();
+        self.events.clear();
+        match self.selector.select(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        self.now = Instant::now();
+        self.engine.tick(unix_now());
+        let mut events = std::mem::take(&mut self.events);
+        for event in events.drain(..) {
+            self.dispatch(event);
+        }
+        self.events = events;
+        self.run_resumed();
+        self.fire_timers();
+        Ok(())
+    }
+
+    fn wait_timeout(&self) -> Option<Duration> {
+        if !self.resume.is_empty() || self.resume_accept {
+            return Some(Duration::ZERO);
+        }
+        let mut wake_at = self.timers.next();
+        for candidate in [self.drain_deadline, self.accept_resumes_at()]
+            .into_iter()
+            .flatten()
+        {
+            wake_at = Some(wake_at.map_or(candidate, |at| at.min(candidate)));
+        }
+        // Round up so a timer is never woken for a microsecond early and left unfired.
+        wake_at.map(|at| at.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event.token {
+            WAKER => {
+                self.waker.reset();
+                self.on_phase_change();
+            }
+            LISTENER => self.accept_ready(),
+            INBOX => self.take_inbox(),
+            UDP => self.udp_ready(),
+            token => {
+                let (index, generation) = split(token);
+                let Some(conn) = self.conns.get_mut(index) else {
+                    return;
+                };
+                if conn.generation != generation {
+                    return;
+                }
+                conn.readable |= event.readable || event.closed;
+                conn.writable |= event.writable || event.closed;
+                self.drive(token);
+            }
+        }
+    }
+
+    fn run_resumed(&mut self) {
+        if std::mem::take(&mut self.resume_accept) {
+            self.accept_ready();
+        }
+        let resumed = std::mem::take(&mut self.resume);
+        for token in resumed {
+            if token == UDP {
+                self.udp_ready();
+            } else {
+                self.drive(token);
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        self.resume_accept_if_due();
+        while let Some((at, token)) = self.timers.pop_due(self.now) {
+            let (index, generation) = split(token);
+            let Some(conn) = self.conns.get_mut(index) else {
+                continue;
+            };
+            if conn.generation != generation || conn.timer_at != Some(at) {
+                continue;
+            }
+            conn.timer_at = None;
+            self.on_deadline(token);
+        }
+    }
+
+    fn on_phase_change(&mut self) {
+        match self.shutdown.phase() {
+            Phase::Running => {}
+            Phase::Draining | Phase::Forced if self.drain_deadline.is_some() => {}
+            Phase::Draining | Phase::Forced => self.begin_drain(),
+        }
+    }
+
+    /// Stop taking connections and let each one end at its next request boundary.
+    fn begin_drain(&mut self) {
+        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        match self.source.take() {
+            Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
+            Some(Source::Inbox(inbox)) => {
+                let _ = self.selector.deregister(inbox.waker().fd().as_raw_fd());
+                // Connections handed over but not yet taken are closed with the inbox.
+                inbox.close();
+            }
+            Some(Source::Udp(udp)) => {
+                let _ = self.selector.deregister(udp.fd());
+            }
+            None => {}
+        }
+        let tokens: Vec<u64> = self
+            .conns
+            .iter()
+            .map(|(i, c)| token(i, c.generation))
+            .collect();
+        for t in tokens {
+            let (index, _) = split(t);
+            if let Some(conn) = self.conns.get_mut(index) {
+                conn.session.finish_current();
+            }
+            self.settle(t, false);
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.drain_deadline.is_some()
+    }
+}
+
+fn into_io(e: RegisterError) -> io::Error {
+    match e {
+        RegisterError::Io(e) => e,
+        RegisterError::Full(reason) => io::Error::other(reason),
+    }
+}
+
+fn unix_now() -> u64 {
+    sockscale_proto::http::unix_secs(SystemTime::now())
+}

@@ -1,0 +1,196 @@
+//! Binding the server's port.
+//!
+//! The first socket is bound before any model starts, so that a busy port or a bad address is
+//! reported at once, and so `--listen 127.0.0.1:0` has a real port to print. Models that want
+//! one listener per thread (or per process) bind more sockets to the same address with
+//! SO_REUSEPORT through [`Listen::bind_another`].
+//!
+//! SO_REUSEPORT would also let us share a port with an unrelated process of the same user, and
+//! then "address in use" would never be reported. So before binding, a probe socket without
+//! SO_REUSEPORT is bound to the address: if that fails with EADDRINUSE, the port is taken. The
+//! probe has SO_REUSEADDR (TCP), so connections of an earlier run in TIME_WAIT do not count.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::{Config, ListenerMode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("cannot listen on {addr}: address already in use")]
+    InUse { addr: SocketAddr },
+    #[error("cannot listen on {addr}: {source}")]
+    Other { addr: SocketAddr, source: io::Error },
+}
+
+impl BindError {
+    fn new(addr: SocketAddr, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            BindError::InUse { addr }
+        } else {
+            BindError::Other { addr, source }
+        }
+    }
+}
+
+/// The bound port, and how to bind more sockets to it.
+#[derive(Debug)]
+pub struct Listen {
+    first: Option<Arc<Socket>>,
+    addr: SocketAddr,
+    udp: bool,
+    reuseport: bool,
+    backlog: u32,
+    nodelay: bool,
+    sndbuf: Option<usize>,
+    rcvbuf: Option<usize>,
+}
+
+impl Listen {
+    /// Bind the first socket for `cfg`.
+    pub fn bind(cfg: &Config) -> Result<Listen, BindError> {
+        let udp = cfg.service.is_udp();
+        let reuseport =
+            udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.model.process_shared_port();
+        let mut listen = Listen {
+            first: None,
+            addr: cfg.listen,
+            udp,
+            reuseport,
+            backlog: cfg.backlog,
+            nodelay: cfg.nodelay,
+            sndbuf: cfg.sndbuf,
+            rcvbuf: cfg.rcvbuf,
+        };
+        if reuseport && cfg.listen.port() != 0 {
+            listen.probe().map_err(|e| BindError::new(cfg.listen, e))?;
+        }
+        let socket = listen
+            .open(cfg.listen)
+            .map_err(|e| BindError::new(cfg.listen, e))?;
+        listen.addr = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| {
+                BindError::new(cfg.listen, io::Error::other("bound socket has no address"))
+            })?;
+        listen.first = Some(Arc::new(socket));
+        Ok(listen)
+    }
+
+    /// The address actually bound, with the real port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn is_udp(&self) -> bool {
+        self.udp
+    }
+
+    /// The first socket. Every caller gets the same socket; models that share one listener
+    /// among threads use this.
+    pub fn shared(&self) -> Arc<Socket> {
+        match &self.first {
+            Some(socket) => socket.clone(),
+            None => unreachable!("Listen::bind always sets the first socket"),
+        }
+    }
+
+    /// Another socket bound to the same address with SO_REUSEPORT, for a model that wants one
+    /// listener per thread.
+    pub fn bind_another(&self) -> io::Result<Socket> {
+        if !self.reuseport {
+            return Err(io::Error::other(
+                "this listener was bound without SO_REUSEPORT",
+            ));
+        }
+        self.open(self.addr)
+    }
+
+    fn open(&self, addr: SocketAddr) -> io::Result<Socket> {
+        let (ty, protocol) = if self.udp {
+            (Type::DGRAM, Protocol::UDP)
+        } else {
+            (Type::STREAM, Protocol::TCP)
+        };
+        let socket = Socket::new(
+            Domain::for_address(addr),
+            ty.nonblocking().cloexec(),
+            Some(protocol),
+        )?;
+        if !self.udp {
+            socket.set_reuse_address(true)?;
+        }
+        if self.reuseport {
+            socket.set_reuse_port(true)?;
+        }
+        // Accepted sockets inherit these from the listener, which saves a setsockopt per
+        // connection (tests check the inheritance on a live connection).
+        if !self.udp {
+            socket.set_tcp_nodelay(self.nodelay)?;
+        }
+        if let Some(size) = self.sndbuf {
+            socket.set_send_buffer_size(size)?;
+        }
+        if let Some(size) = self.rcvbuf {
+            socket.set_recv_buffer_size(size)?;
+        }
+        socket.bind(&SockAddr::from(addr))?;
+        if !self.udp {
+            socket.listen(i32::try_from(self.backlog).unwrap_or(i32::MAX))?;
+        }
+        Ok(socket)
+    }
+
+    fn probe(&self) -> io::Result<()> {
+        let (ty, protocol) = if self.udp {
+            (Type::DGRAM, Protocol::UDP)
+        } else {
+            (Type::STREAM, Protocol::TCP)
+        };
+        let probe = Socket::new(Domain::for_address(self.addr), ty.cloexec(), Some(protocol))?;
+        if !self.udp {
+            probe.set_reuse_address(true)?;
+        }
+        probe.bind(&SockAddr::from(self.addr))
+    }
+}
+
+/// A raw descriptor of a socket, for selectors.
+pub fn raw(socket: &Socket) -> RawFd {
+    socket.as_raw_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_port_is_reported_even_with_reuseport() {
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Config::default()
+        };
+        let first = Listen::bind(&cfg).unwrap();
+        let again = Config {
+            listen: first.local_addr(),
+            ..cfg.clone()
+        };
+        let err = Listen::bind(&again).unwrap_err();
+        assert!(matches!(err, BindError::InUse { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot listen on {}: address already in use",
+                first.local_addr()
+            )
+        );
+        // Our own extra listeners still bind.
+        first.bind_another().unwrap();
+    }
+}

@@ -1,0 +1,114 @@
+//! Starting and stopping a server: the embeddable entry point.
+//!
+//! ```no_run
+//! use sockscale_server::{Config, Server};
+//! let server = Server::start(Config { listen: "127.0.0.1:0".parse().unwrap(), ..Config::default() })?;
+//! println!("listening on {}", server.local_addr());
+//! server.shutdown_handle().shutdown();
+//! let totals = server.wait()?;
+//! # Ok::<(), sockscale_server::ServerError>(())
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::config::Config;
+use crate::listener::Listen;
+use crate::metrics::MetricsServer;
+use crate::models::ModelCtx;
+use crate::shutdown::Shutdown;
+use crate::stats::{Snapshot, Stats};
+use crate::ServerError;
+
+pub struct Server {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    stats: Arc<Stats>,
+    model: JoinHandle<Result<(), ServerError>>,
+    metrics: Option<MetricsServer>,
+}
+
+impl Server {
+    /// Validate `cfg`, bind the port, start the model and return once it is serving.
+    pub fn start(cfg: Config) -> Result<Server, ServerError> {
+        cfg.validate()?;
+        if cfg.service.is_udp() && !cfg.model.serves_udp() {
+            return Err(ServerError::NoUdp {
+                model: cfg.model.name(),
+            });
+        }
+        let listen = Listen::bind(&cfg)?;
+        let addr = listen.local_addr();
+        let stats = Arc::new(Stats::new(cfg.threads.clamp(1, 64)));
+        let metrics = cfg
+            .metrics
+            .map(|at| MetricsServer::start(at, stats.clone()))
+            .transpose()?;
+        let shutdown = Shutdown::new();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let ctx = ModelCtx::new(
+            Arc::new(cfg.clone()),
+            listen,
+            stats.clone(),
+            shutdown.clone(),
+            ready_tx,
+        );
+        let model = cfg.model;
+        let thread = std::thread::Builder::new()
+            .name(format!("sockscale-{}", model.name()))
+            .spawn(move || model.run(ctx))
+            .map_err(|source| ServerError::Io {
+                model: model.name(),
+                source,
+            })?;
+        if ready_rx.recv().is_err() {
+            // The model returned without becoming ready: its error says why.
+            return Err(match thread.join() {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => ServerError::NotReady {
+                    model: model.name(),
+                },
+                Err(_) => ServerError::Panicked {
+                    model: model.name(),
+                },
+            });
+        }
+        Ok(Server {
+            addr,
+            shutdown,
+            stats,
+            model: thread,
+            metrics,
+        })
+    }
+
+    /// The address served, with the real port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::local_addr)
+    }
+
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Wait for the model to finish (after a shutdown) and return the final counters.
+    pub fn wait(self) -> Result<Snapshot, ServerError> {
+        let name = "model";
+        let outcome = self
+            .model
+            .join()
+            .unwrap_or(Err(ServerError::Panicked { model: name }));
+        drop(self.metrics);
+        outcome.map(|()| self.stats.snapshot())
+    }
+}

@@ -1,0 +1,122 @@
+//! Asking a running server to stop, from any thread.
+//!
+//! Stopping is two-staged, as for nginx: `shutdown` starts a graceful drain (stop accepting,
+//! finish in-flight responses, close the rest after the drain timeout); `force` ends the drain
+//! at once. Workers sleeping in a selector are woken through their registered wakers.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::sys;
+
+const RUNNING: u8 = 0;
+const DRAINING: u8 = 1;
+const FORCED: u8 = 2;
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: AtomicU8,
+    wakers: Mutex<Vec<Arc<Waker>>>,
+}
+
+/// Shared by the server's threads and whoever may stop it. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    inner: Arc<Inner>,
+}
+
+/// The phase a server is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    Draining,
+    Forced,
+}
+
+impl Shutdown {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start a graceful drain.
+    pub fn shutdown(&self) {
+        let _ = self.inner.state.compare_exchange(
+            RUNNING,
+            DRAINING,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        self.wake_all();
+    }
+
+    /// End the drain now: close every connection.
+    pub fn force(&self) {
+        self.inner.state.store(FORCED, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.inner.state.load(Ordering::SeqCst) {
+            RUNNING => Phase::Running,
+            DRAINING => Phase::Draining,
+            _ => Phase::Forced,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.phase() == Phase::Running
+    }
+
+    /// Register a waker to be signalled on every phase change.
+    pub fn register(&self, waker: Arc<Waker>) {
+        self.inner
+            .wakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(waker.clone());
+        // A phase change that raced with registration must not be missed.
+        if !self.is_running() {
+            waker.wake();
+        }
+    }
+
+    fn wake_all(&self) {
+        for waker in self
+            .inner
+            .wakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            waker.wake();
+        }
+    }
+}
+
+/// An eventfd a worker watches in its selector; `wake` makes it readable.
+#[derive(Debug)]
+pub struct Waker {
+    fd: OwnedFd,
+}
+
+impl Waker {
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Waker {
+            fd: sys::eventfd()?,
+        })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    pub fn wake(&self) {
+        sys::eventfd_signal(&self.fd);
+    }
+
+    /// Reset after waking, so a level-triggered selector stops reporting it.
+    pub fn reset(&self) {
+        sys::eventfd_drain(&self.fd);
+    }
+}

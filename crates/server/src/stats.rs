@@ -1,0 +1,324 @@
+//! Counters every model keeps, readable at any time from any thread.
+//!
+//! Counters are sharded: each worker increments its own cache line, so counting costs an
+//! uncontended relaxed add. Readers sum the shards. The current-connection count is the one
+//! global counter, because `--max-conns` must compare against the whole process.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use serde::Serialize;
+
+/// Why the server closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The peer closed or reset it.
+    Peer,
+    /// No traffic for the idle timeout.
+    Idle,
+    /// An HTTP request head did not complete within the header timeout.
+    HeaderTimeout,
+    /// Output waiting for the client stayed over `--max-pending-send` for the send timeout.
+    Flood,
+    /// The client's socket took none of its pending output for the send timeout.
+    SendTimeout,
+    /// The client sent a request the protocol rejected (answered with a 4xx first).
+    Protocol,
+    /// The exchange ended normally (`Connection: close`, HTTP/1.0).
+    Done,
+    /// The server was shutting down.
+    Shutdown,
+    /// A socket error.
+    Error,
+}
+
+impl CloseReason {
+    pub const ALL: [CloseReason; 9] = [
+        CloseReason::Peer,
+        CloseReason::Idle,
+        CloseReason::HeaderTimeout,
+        CloseReason::Flood,
+        CloseReason::SendTimeout,
+        CloseReason::Protocol,
+        CloseReason::Done,
+        CloseReason::Shutdown,
+        CloseReason::Error,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseReason::Peer => "peer",
+            CloseReason::Idle => "idle",
+            CloseReason::HeaderTimeout => "header_timeout",
+            CloseReason::Flood => "flood",
+            CloseReason::SendTimeout => "send_timeout",
+            CloseReason::Protocol => "protocol",
+            CloseReason::Done => "done",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::Error => "error",
+        }
+    }
+}
+
+/// One worker's counters, alone on its cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Counters {
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    datagrams_in: AtomicU64,
+    datagrams_out: AtomicU64,
+    datagrams_dropped: AtomicU64,
+    buffers_in_use: AtomicI64,
+}
+
+impl Counters {
+    pub fn accepted(&self) {
+        self.accepted.fetch_add(1, Relaxed);
+    }
+    pub fn refused(&self) {
+        self.refused.fetch_add(1, Relaxed);
+    }
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed[reason as usize].fetch_add(1, Relaxed);
+    }
+    pub fn bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Relaxed);
+    }
+    pub fn bytes_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Relaxed);
+    }
+    pub fn datagrams(&self, received: usize, sent: usize, dropped: usize) {
+        self.datagrams_in.fetch_add(received as u64, Relaxed);
+        self.datagrams_out.fetch_add(sent as u64, Relaxed);
+        self.datagrams_dropped.fetch_add(dropped as u64, Relaxed);
+    }
+    pub(crate) fn buffer_taken(&self) {
+        self.buffers_in_use.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn buffer_returned(&self) {
+        self.buffers_in_use.fetch_sub(1, Relaxed);
+    }
+}
+
+#[derive(Debug)]
+pub struct Stats {
+    shards: Box<[Counters]>,
+    current: AtomicUsize,
+}
+
+impl Stats {
+    pub fn new(shards: usize) -> Self {
+        Stats {
+            shards: (0..shards.max(1)).map(|_| Counters::default()).collect(),
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// The counters of shard `index` (wrapping), for a worker to keep.
+    pub fn shard(&self, index: usize) -> &Counters {
+        &self.shards[index % self.shards.len()]
+    }
+
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Count a new connection if that keeps the total within `max`; false means refuse it.
+    pub fn try_open(&self, max: usize) -> bool {
+        let before = self.current.fetch_add(1, Relaxed);
+        if before >= max {
+            self.current.fetch_sub(1, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// A connection counted by `try_open` has closed.
+    pub fn close(&self) {
+        self.current.fetch_sub(1, Relaxed);
+    }
+
+    pub fn current(&self) -> usize {
+        self.current.load(Relaxed)
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot {
+            connections: self.current() as u64,
+            ..Snapshot::default()
+        };
+        for c in self.shards.iter() {
+            s.accepted += c.accepted.load(Relaxed);
+            s.refused += c.refused.load(Relaxed);
+            for (total, count) in s.closed.iter_mut().zip(&c.closed) {
+                *total += count.load(Relaxed);
+            }
+            s.bytes_in += c.bytes_in.load(Relaxed);
+            s.bytes_out += c.bytes_out.load(Relaxed);
+            s.datagrams_in += c.datagrams_in.load(Relaxed);
+            s.datagrams_out += c.datagrams_out.load(Relaxed);
+            s.datagrams_dropped += c.datagrams_dropped.load(Relaxed);
+            s.buffers_in_use += c.buffers_in_use.load(Relaxed);
+        }
+        s
+    }
+}
+
+/// The counters at one moment, summed over shards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub accepted: u64,
+    pub refused: u64,
+    /// Indexed by `CloseReason as usize`.
+    pub closed: [u64; CloseReason::ALL.len()],
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub datagrams_dropped: u64,
+    pub connections: u64,
+    pub buffers_in_use: i64,
+}
+
+impl Snapshot {
+    pub fn closed(&self, reason: CloseReason) -> u64 {
+        self.closed[reason as usize]
+    }
+
+    pub fn closed_total(&self) -> u64 {
+        self.closed.iter().sum()
+    }
+
+    /// Prometheus text exposition format.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
+            out.push_str(&format!(
+                "# HELP sockscale_{name} {help}\n# TYPE sockscale_{name} {kind}\n"
+            ));
+            for (labels, value) in samples {
+                out.push_str(&format!("sockscale_{name}{labels} {value}\n"));
+            }
+        };
+        let one = |v: u64| vec![(String::new(), v.to_string())];
+        metric(
+            "accepted_total",
+            "counter",
+            "Connections accepted.",
+            &one(self.accepted),
+        );
+        metric(
+            "refused_total",
+            "counter",
+            "Connections refused because the server was full.",
+            &one(self.refused),
+        );
+        let closed: Vec<_> = CloseReason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    format!("{{reason=\"{}\"}}", r.name()),
+                    self.closed(*r).to_string(),
+                )
+            })
+            .collect();
+        metric(
+            "closed_total",
+            "counter",
+            "Connections closed, by reason.",
+            &closed,
+        );
+        metric(
+            "received_bytes_total",
+            "counter",
+            "Bytes received from clients.",
+            &one(self.bytes_in),
+        );
+        metric(
+            "sent_bytes_total",
+            "counter",
+            "Bytes sent to clients.",
+            &one(self.bytes_out),
+        );
+        metric(
+            "datagrams_received_total",
+            "counter",
+            "UDP datagrams received.",
+            &one(self.datagrams_in),
+        );
+        metric(
+            "datagrams_sent_total",
+            "counter",
+            "UDP datagrams sent.",
+            &one(self.datagrams_out),
+        );
+        metric(
+            "datagrams_dropped_total",
+            "counter",
+            "UDP replies dropped.",
+            &one(self.datagrams_dropped),
+        );
+        metric(
+            "connections",
+            "gauge",
+            "Connections open now.",
+            &one(self.connections),
+        );
+        metric(
+            "buffers_in_use",
+            "gauge",
+            "Receive buffers taken from the pool now.",
+            &[(String::new(), self.buffers_in_use.to_string())],
+        );
+        out
+    }
+}
+
+/// One line of `key=value` pairs, for periodic and final reports.
+impl fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "accepted={} refused={} connections={}",
+            self.accepted, self.refused, self.connections
+        )?;
+        for reason in CloseReason::ALL {
+            write!(f, " closed_{}={}", reason.name(), self.closed(reason))?;
+        }
+        write!(
+            f,
+            " bytes_in={} bytes_out={} datagrams_in={} datagrams_out={} datagrams_dropped={} buffers_in_use={}",
+            self.bytes_in, self.bytes_out, self.datagrams_in, self.datagrams_out, self.datagrams_dropped, self.buffers_in_use
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_sum_and_max_conns_is_enforced() {
+        let stats = Stats::new(2);
+        stats.shard(0).closed(CloseReason::Idle);
+        stats.shard(3).closed(CloseReason::Idle);
+        stats.shard(1).bytes_in(10);
+        assert!(stats.try_open(2));
+        assert!(stats.try_open(2));
+        assert!(!stats.try_open(2));
+        stats.close();
+        let s = stats.snapshot();
+        assert_eq!(s.closed(CloseReason::Idle), 2);
+        assert_eq!(s.bytes_in, 10);
+        assert_eq!(s.connections, 1);
+        assert!(s
+            .prometheus()
+            .contains("sockscale_closed_total{reason=\"idle\"} 2\n"));
+        assert!(s.to_string().contains("closed_idle=2"));
+    }
+}

@@ -1,0 +1,113 @@
+//! The one door to the kernel.
+//!
+//! Every raw system call in this crate goes through [`syscall!`], which turns the C convention
+//! (-1 and errno) into `io::Result`. The thin wrappers below are the calls the hot paths make;
+//! each `unsafe` block carries the reason it is sound.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Call a libc function, mapping -1 to the thread's errno.
+///
+/// The caller is responsible for the arguments meeting the function's contract, and says why
+/// in a `// SAFETY:` comment at the call site.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: the call site documents why these arguments satisfy the function's contract.
+        #[allow(unused_unsafe)]
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+pub(crate) use syscall;
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory arguments.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// Accept one connection as a non-blocking, close-on-exec socket.
+pub fn accept(listener: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: null address and length pointers are allowed: we do not want the peer address.
+    let fd = syscall!(accept4(
+        listener,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
+    ))?;
+    // SAFETY: accept4 just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// One `recv` into `buf`.
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes for the duration of the call.
+    let n = syscall!(recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0))?;
+    Ok(n as usize)
+}
+
+/// Gather-write `bufs` with `sendmsg(MSG_NOSIGNAL)`: a peer that has gone away yields EPIPE
+/// instead of a SIGPIPE that would kill an embedding process that did not ignore it.
+pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: zeroed msghdr is a valid "no address, no control data" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+    // SAFETY: msg points at bufs, which outlive the call and are only read by the kernel.
+    let n = syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL))?;
+    Ok(n as usize)
+}
+
+/// `send` of one buffer without SIGPIPE.
+pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for reads of buf.len() bytes.
+    let n = syscall!(send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL))?;
+    Ok(n as usize)
+}
+
+pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    syscall!(shutdown(fd, libc::SHUT_WR)).map(drop)
+}
+
+/// A non-blocking eventfd, used to wake a thread sleeping in its selector.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    let fd = syscall!(eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
+    // SAFETY: eventfd just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn eventfd_signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64. EAGAIN (counter saturated) still leaves it
+    // readable, which is all a wake-up needs, so the result is ignored.
+    let _ = syscall!(write(fd.as_raw_fd(), (&one as *const u64).cast(), 8));
+}
+
+pub fn eventfd_drain(fd: &OwnedFd) {
+    let mut value: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64; EAGAIN means it was already drained.
+    let _ = syscall!(read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8));
+}
+
+/// The soft limit of a resource, or None when unlimited.
+pub fn soft_limit(resource: libc::__rlimit_resource_t) -> io::Result<Option<u64>> {
+    // SAFETY: rlimit is plain old data.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: limit is a valid, writable rlimit.
+    syscall!(getrlimit(resource, &mut limit))?;
+    Ok((limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur))
+}
+
+/// Is this error one of "out of descriptors or memory", after which accepting must back off?
+pub fn is_resource_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}

@@ -1,0 +1,24 @@
+//! The command line: one module per subcommand, each turning flags into a library config.
+
+pub mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sockscale",
+    version,
+    about = "Scalable socket servers on every Linux I/O model, measured side by side",
+    long_about = "sockscale serves TCP echo, fixed-response HTTP/1.1 and UDP echo on the I/O models of the \
+                  classic Winsock server comparison, brought to Linux, with every resource policy of those texts as a flag."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a server: one protocol on one I/O model, with every resource policy as a flag
+    Serve(Box<serve::ServeArgs>),
+}

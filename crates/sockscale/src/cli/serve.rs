@@ -1,0 +1,263 @@
+//! `sockscale serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use sockscale_proto::http::HttpConfig;
+use sockscale_server::signals::TerminationSignals;
+use sockscale_server::{Config, ListenerMode, Model, Server, Service};
+
+use crate::units::{parse_duration, parse_size};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Proto {
+    /// TCP echo: every byte received is sent back
+    Echo,
+    /// HTTP/1.1 answering every request with one fixed response
+    Http,
+    /// UDP echo: every datagram is sent back to its sender
+    Udp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListenerArg {
+    /// One SO_REUSEPORT listener per worker thread
+    Reuseport,
+    /// One listener shared by all workers with EPOLLEXCLUSIVE
+    Exclusive,
+}
+
+#[derive(Debug, Args)]
+#[command(next_line_help = false)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port, printed on the first line
+    #[arg(long, default_value = "127.0.0.1:8080", help_heading = "Service")]
+    pub listen: SocketAddr,
+    /// Protocol to serve
+    #[arg(long, value_enum, default_value_t = Proto::Echo, help_heading = "Service")]
+    pub proto: Proto,
+    /// I/O model
+    #[arg(long, default_value = "epoll", help_heading = "Service")]
+    pub model: Model,
+    /// Worker threads [default: the number of CPUs]
+    #[arg(long, help_heading = "Service")]
+    pub threads: Option<usize>,
+    /// How the epoll workers share the port
+    #[arg(long, value_enum, default_value_t = ListenerArg::Reuseport, help_heading = "Service")]
+    pub listener: ListenerArg,
+
+    /// HTTP response body file [default: a generated 4096-byte HTML page]
+    #[arg(long, value_name = "FILE", help_heading = "HTTP")]
+    pub body: Option<PathBuf>,
+    /// Content-Type of the HTTP response
+    #[arg(
+        long,
+        default_value = "text/html; charset=utf-8",
+        help_heading = "HTTP"
+    )]
+    pub content_type: String,
+    /// Largest request head; longer gets 431 (414 if the request line alone is)
+    #[arg(long, default_value = "8KiB", value_parser = parse_size, help_heading = "HTTP")]
+    pub max_header_bytes: usize,
+    /// Largest request body; longer gets 413
+    #[arg(long, default_value = "8MiB", value_parser = parse_size, help_heading = "HTTP")]
+    pub max_body_bytes: usize,
+    /// A request head must be complete this long after its first byte (slowloris guard)
+    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = "HTTP")]
+    pub header_timeout: Duration,
+
+    /// Connections beyond this are accepted and closed at once (HTTP gets a 503), counted as refused
+    #[arg(long, default_value_t = 100_000, help_heading = "Connections")]
+    pub max_conns: usize,
+    /// listen(2) backlog (the kernel caps it at net.core.somaxconn)
+    #[arg(long, default_value_t = 4096, help_heading = "Connections")]
+    pub backlog: u32,
+    /// Accepts per listener wake-up: the analogue of the AcceptEx watermarks
+    #[arg(long, default_value_t = 64, help_heading = "Connections")]
+    pub accept_batch: usize,
+    /// Close a connection with no traffic for this long (idle and stale connections)
+    #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
+    pub idle_timeout: Duration,
+    /// Bytes read from one connection before yielding to the others (fairness)
+    #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Connections")]
+    pub read_budget: usize,
+    /// Output waiting for a client beyond this stops the server reading from it
+    #[arg(long, default_value = "1MiB", value_parser = parse_size, help_heading = "Connections")]
+    pub max_pending_send: usize,
+    /// Disconnect a client still over --max-pending-send, or taking none of its output, after this long
+    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
+    pub send_timeout: Duration,
+    /// Sends in flight per connection (completion models)
+    #[arg(long, default_value_t = 200, help_heading = "Connections")]
+    pub max_outstanding_sends: usize,
+
+    /// Size of each receive buffer; a multiple of the page size
+    #[arg(long, default_value = "16KiB", value_parser = parse_size, help_heading = "Memory")]
+    pub buffer_size: usize,
+    /// Receive buffers in the pool, shared out among workers; taken only while a socket is readable
+    #[arg(long, default_value_t = 256, help_heading = "Memory")]
+    pub pool_buffers: usize,
+    /// mlock the buffer pool (the VirtualLock analogue); fails clearly if RLIMIT_MEMLOCK forbids it
+    #[arg(long, help_heading = "Memory")]
+    pub lock_memory: bool,
+    /// Stack size of per-connection threads (blocking model)
+    #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Memory")]
+    pub stack_size: usize,
+
+    /// SO_SNDBUF of every connection [default: the kernel's]
+    #[arg(long, value_parser = parse_size, help_heading = "Sockets")]
+    pub sndbuf: Option<usize>,
+    /// SO_RCVBUF of every connection [default: the kernel's]
+    #[arg(long, value_parser = parse_size, help_heading = "Sockets")]
+    pub rcvbuf: Option<usize>,
+    /// Disable Nagle's algorithm (TCP_NODELAY) [default]
+    #[arg(long, overrides_with = "no_nodelay", help_heading = "Sockets")]
+    pub nodelay: bool,
+    /// Keep Nagle's algorithm on
+    #[arg(long, help_heading = "Sockets")]
+    pub no_nodelay: bool,
+
+    /// Print the counters every SECS seconds
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Observability")]
+    pub stats_interval: Option<Duration>,
+    /// Serve Prometheus metrics at http://ADDR/metrics
+    #[arg(long, value_name = "ADDR", help_heading = "Observability")]
+    pub metrics: Option<SocketAddr>,
+
+    /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest
+    #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS", help_heading = "Lifecycle")]
+    pub drain_timeout: Duration,
+}
+
+impl ServeArgs {
+    pub fn to_config(&self) -> Result<Config> {
+        let service = match self.proto {
+            Proto::Echo => Service::Echo,
+            Proto::Udp => Service::UdpEcho,
+            Proto::Http => {
+                let mut http = HttpConfig {
+                    content_type: self.content_type.clone(),
+                    max_header_bytes: self.max_header_bytes,
+                    max_body_bytes: self.max_body_bytes as u64,
+                    header_timeout: self.header_timeout,
+                    ..HttpConfig::default()
+                };
+                if let Some(path) = &self.body {
+                    let body = std::fs::read(path)
+                        .with_context(|| format!("cannot read --body {}", path.display()))?;
+                    http.body = Bytes::from(body);
+                }
+                Service::Http(Arc::new(http))
+            }
+        };
+        let defaults = Config::default();
+        Ok(Config {
+            listen: self.listen,
+            service,
+            model: self.model,
+            threads: self.threads.unwrap_or(defaults.threads),
+            listener_mode: match self.listener {
+                ListenerArg::Reuseport => ListenerMode::ReusePort,
+                ListenerArg::Exclusive => ListenerMode::Exclusive,
+            },
+            read_budget: self.read_budget,
+            max_conns: self.max_conns,
+            backlog: self.backlog,
+            accept_batch: self.accept_batch,
+            idle_timeout: self.idle_timeout,
+            max_pending_send: self.max_pending_send,
+            send_timeout: self.send_timeout,
+            buffer_size: self.buffer_size,
+            pool_buffers: self.pool_buffers,
+            lock_memory: self.lock_memory,
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            nodelay: !self.no_nodelay,
+            drain_timeout: self.drain_timeout,
+            metrics: self.metrics,
+            stack_size: self.stack_size,
+            max_outstanding_sends: self.max_outstanding_sends,
+        })
+    }
+}
+
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let cfg = args.to_config()?;
+    // Before any thread exists, so every thread inherits the blocked mask.
+    let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
+    let server = Server::start(cfg)?;
+    println!("listening on {}", server.local_addr());
+    if let Some(addr) = server.metrics_addr() {
+        tracing::info!("metrics at http://{addr}/metrics");
+    }
+    signals
+        .forward_to(server.shutdown_handle())
+        .context("cannot start the signal thread")?;
+    if let Some(every) = args.stats_interval {
+        let stats = server.stats();
+        let shutdown = server.shutdown_handle();
+        std::thread::Builder::new()
+            .name("sockscale-stats".into())
+            .spawn(move || {
+                while shutdown.is_running() {
+                    std::thread::sleep(every);
+                    println!("stats {}", stats.snapshot());
+                }
+            })?;
+    }
+    let totals = server.wait()?;
+    println!("final {totals}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn cli_defaults_are_the_library_defaults() {
+        let Cli {
+            command: Command::Serve(args),
+        } = Cli::parse_from(["sockscale", "serve"]);
+        let cfg = args.to_config().unwrap();
+        let lib = Config::default();
+        assert_eq!(cfg.listen, lib.listen);
+        assert_eq!(cfg.model, lib.model);
+        assert_eq!(cfg.threads, lib.threads);
+        assert_eq!(cfg.listener_mode, lib.listener_mode);
+        assert_eq!(cfg.read_budget, lib.read_budget);
+        assert_eq!(cfg.max_conns, lib.max_conns);
+        assert_eq!(cfg.backlog, lib.backlog);
+        assert_eq!(cfg.accept_batch, lib.accept_batch);
+        assert_eq!(cfg.idle_timeout, lib.idle_timeout);
+        assert_eq!(cfg.max_pending_send, lib.max_pending_send);
+        assert_eq!(cfg.send_timeout, lib.send_timeout);
+        assert_eq!(cfg.buffer_size, lib.buffer_size);
+        assert_eq!(cfg.pool_buffers, lib.pool_buffers);
+        assert_eq!(cfg.lock_memory, lib.lock_memory);
+        assert_eq!(cfg.nodelay, lib.nodelay);
+        assert_eq!(cfg.drain_timeout, lib.drain_timeout);
+        assert_eq!(cfg.stack_size, lib.stack_size);
+        assert_eq!(cfg.max_outstanding_sends, lib.max_outstanding_sends);
+
+        let Cli {
+            command: Command::Serve(args),
+        } = Cli::parse_from(["sockscale", "serve", "--proto", "http"]);
+        let Service::Http(http) = args.to_config().unwrap().service else {
+            panic!("http")
+        };
+        let lib = HttpConfig::default();
+        assert_eq!(http.body, lib.body);
+        assert_eq!(http.content_type, lib.content_type);
+        assert_eq!(http.max_header_bytes, lib.max_header_bytes);
+        assert_eq!(http.max_body_bytes, lib.max_body_bytes);
+        assert_eq!(http.header_timeout, lib.header_timeout);
+    }
+}
