@@ -20,7 +20,7 @@ pub mod timers;
 pub mod udp;
 
 pub use config::{Config, ConfigError, ListenerMode, Service};
-pub use models::Model;
+pub use models::{Model, Policy};
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
 pub use stats::{CloseReason, Snapshot, Stats};

@@ -59,11 +59,37 @@ impl Model {
         }
     }
 
+    /// Why this model cannot honour `policy`, or None when it can. The conformance suite skips
+    /// a case with this reason; each model's module docs say the same.
+    pub fn limitation(self, policy: Policy) -> Option<&'static str> {
+        match (self, policy) {
+            (Model::Epoll, _) => None,
+        }
+    }
+
     pub fn run(self, ctx: ModelCtx) -> Result<(), ServerError> {
         match self {
             Model::Epoll => epoll::run(ctx),
         }
     }
+}
+
+/// The policies of the core engine, as the conformance suite checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Close connections idle for `--idle-timeout`.
+    IdleTimeout,
+    /// Close HTTP connections whose head is not complete within `--header-timeout`.
+    HeaderTimeout,
+    /// Refuse connections beyond `--max-conns`.
+    MaxConns,
+    /// Stop reading from, then disconnect, a client that does not read (`--max-pending-send`,
+    /// `--send-timeout`).
+    FloodCutoff,
+    /// Drain on SIGTERM within `--drain-timeout`.
+    GracefulShutdown,
+    /// Serve `--proto udp`.
+    Udp,
 }
 
 impl FromStr for Model {

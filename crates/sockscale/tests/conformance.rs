@@ -1,0 +1,449 @@
+//! The conformance suite: the same cases, over real loopback sockets, against every I/O model.
+//!
+//! Adding a model is one line in the `conformance!` invocation at the bottom. A model that
+//! cannot honour a policy declares it (`Model::limitation`), and the case is skipped with that
+//! reason printed. No case asserts speed: timing bounds only check that a timeout happened
+//! neither before it was due nor long after.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::UdpSocket;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sockscale_server::{Model, Policy};
+use support::*;
+
+/// Skip (returning true) when `model` declares it cannot honour `policy`.
+fn skip(model: &str, policy: Policy) -> bool {
+    let parsed = Model::from_str(model).expect("a model the library knows");
+    match parsed.limitation(policy) {
+        Some(reason) => {
+            eprintln!("skipped: {model} cannot honour {policy:?}: {reason}");
+            true
+        }
+        None => false,
+    }
+}
+
+pub fn echo_1mib_on_200_connections(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "echo"]);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..200u64)
+            .map(|i| {
+                let stream = server.connect();
+                s.spawn(move || {
+                    let data = pattern(i + 1, 1 << 20);
+                    assert!(
+                        echo_roundtrip(stream, &data) == data,
+                        "connection {i}: echo differs"
+                    );
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("echo client");
+        }
+    });
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(done.counter("accepted"), 200);
+    assert_eq!(done.counter("bytes_in"), 200 << 20);
+    assert_eq!(done.counter("bytes_out"), 200 << 20);
+    assert_eq!(done.counter("buffers_in_use"), 0);
+}
+
+pub fn http_keep_alive_reuses_one_connection(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let mut client = HttpReader::new(server.connect());
+    for _ in 0..10 {
+        client.send(GET);
+        let r = client.response(false).expect("response");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), 4096);
+        assert!(r.body.starts_with(b"<!DOCTYPE html>"));
+        assert_eq!(r.header("Connection"), None);
+        for name in ["Date", "Server", "Content-Type", "Content-Length"] {
+            assert!(r.header(name).is_some(), "missing {name}");
+        }
+    }
+    drop(client);
+    let done = server.stop();
+    assert_eq!(done.counter("accepted"), 1);
+}
+
+pub fn http_16_pipelined_requests_in_one_write(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let mut client = HttpReader::new(server.connect());
+    // GETs and HEADs in a pattern, so the order of the answers is visible in their bodies.
+    let heads: Vec<bool> = (0..16).map(|i| i % 3 == 1).collect();
+    let batch: Vec<u8> = heads
+        .iter()
+        .flat_map(|&h| if h { HEAD } else { GET }.iter().copied())
+        .collect();
+    client.send(&batch);
+    for (i, &head) in heads.iter().enumerate() {
+        let r = client.response(head).expect("response");
+        assert_eq!(r.status, 200, "response {i}");
+        assert_eq!(r.header("Content-Length"), Some("4096"));
+        assert_eq!(r.body.len(), if head { 0 } else { 4096 }, "response {i}");
+    }
+    // Nothing more: a HEAD answered with a body would have left bytes behind.
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut extra = [0u8; 1];
+    assert!(
+        client.stream.read(&mut extra).is_err(),
+        "bytes after 16 responses"
+    );
+}
+
+pub fn http_10_head_and_connection_close(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+
+    let mut c = HttpReader::new(server.connect());
+    c.send(b"GET / HTTP/1.0\r\n\r\n");
+    let r = c.response(false).expect("HTTP/1.0 response");
+    assert_eq!((r.status, r.header("Connection")), (200, Some("close")));
+    assert!(c.closed(), "HTTP/1.0 without keep-alive is closed");
+
+    let mut c = HttpReader::new(server.connect());
+    c.send(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let r = c.response(false).expect("HTTP/1.0 keep-alive response");
+    assert_eq!(r.header("Connection"), Some("keep-alive"));
+    c.send(b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(c.response(false).expect("second").status, 200);
+    assert!(c.closed());
+
+    let mut c = HttpReader::new(server.connect());
+    c.send(HEAD);
+    let r = c.response(true).expect("HEAD response");
+    assert_eq!((r.status, r.header("Content-Length")), (200, Some("4096")));
+    c.send(GET);
+    assert_eq!(c.response(false).expect("GET after HEAD").body.len(), 4096);
+
+    let mut c = HttpReader::new(server.connect());
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let r = c.response(false).expect("close response");
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(c.closed(), "Connection: close is honoured");
+
+    let mut c = HttpReader::new(server.connect());
+    c.send(
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
+    assert_eq!(c.response(false).expect("chunked POST").status, 200);
+    c.send(b"PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(c.response(false).expect("PUT").status, 200);
+}
+
+pub fn http_errors_400_414_431(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let long_line = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(100_000));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(64 * 1024)
+    );
+    let cases: Vec<(&[u8], u16)> = vec![
+        (b"BLAH\x01\x02 nonsense\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: -3\r\n\r\n", 400),
+        (long_line.as_bytes(), 414),
+        (big_header.as_bytes(), 431),
+    ];
+    for (request, status) in cases {
+        let mut c = HttpReader::new(server.connect());
+        // The server may close before reading everything; a failed write is then expected.
+        let _ = c.stream.write_all(request);
+        let r = c
+            .response(false)
+            .unwrap_or_else(|| panic!("no answer for {status}"));
+        assert_eq!(r.status, status);
+        assert_eq!(r.header("Connection"), Some("close"));
+        assert!(c.closed(), "closed after {status}");
+    }
+    // Other clients are still served.
+    let mut c = HttpReader::new(server.connect());
+    c.send(GET);
+    assert_eq!(c.response(false).expect("after errors").status, 200);
+    let done = server.stop();
+    assert_eq!(done.counter("closed_protocol"), 6);
+}
+
+pub fn idle_timeout(model: &str) {
+    if skip(model, Policy::IdleTimeout) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "echo", "--idle-timeout", "1"]);
+    let mut idle = server.connect();
+    let mut busy = server.connect();
+    let started = Instant::now();
+    // The busy client keeps talking past the idle client's deadline and is not closed.
+    for i in 0..15u8 {
+        busy.write_all(&[i]).unwrap();
+        let mut b = [0u8; 1];
+        busy.read_exact(&mut b).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut buf = [0u8; 1];
+    let n = idle.read(&mut buf).unwrap_or(0);
+    let elapsed = started.elapsed();
+    assert_eq!(n, 0, "idle connection closed");
+    assert!(
+        elapsed >= Duration::from_millis(900),
+        "closed too early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "closed too late: {elapsed:?}"
+    );
+    busy.write_all(b"x").unwrap();
+    busy.read_exact(&mut buf).unwrap();
+    let done = server.stop();
+    assert_eq!(done.counter("closed_idle"), 1);
+}
+
+pub fn header_timeout(model: &str) {
+    if skip(model, Policy::HeaderTimeout) {
+        return;
+    }
+    let server = ServerProc::start(
+        model,
+        &[
+            "--proto",
+            "http",
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "30",
+        ],
+    );
+    let mut c = HttpReader::new(server.connect());
+    let started = Instant::now();
+    // Trickle a head one byte every 200 ms: activity, but never a complete head.
+    let head = b"GET / HTTP/1.1\r\nHost: slow\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for &byte in head.iter() {
+        if c.stream.write_all(&[byte]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if started.elapsed() > Duration::from_secs(4) {
+            break;
+        }
+    }
+    let r = c.response(false);
+    let elapsed = started.elapsed();
+    if let Some(r) = r {
+        assert_eq!(r.status, 408);
+    }
+    assert!(c.closed());
+    assert!(
+        elapsed >= Duration::from_millis(900),
+        "closed too early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "trickling kept it open: {elapsed:?}"
+    );
+    let done = server.stop();
+    assert_eq!(done.counter("closed_header_timeout"), 1);
+}
+
+pub fn max_conns_refuses_with_503(model: &str) {
+    if skip(model, Policy::MaxConns) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "http", "--max-conns", "5"]);
+    let mut held: Vec<HttpReader> = (0..5)
+        .map(|_| {
+            let mut c = HttpReader::new(server.connect());
+            c.send(GET);
+            assert_eq!(c.response(false).expect("admitted").status, 200);
+            c
+        })
+        .collect();
+    let mut extra = HttpReader::new(server.connect());
+    let _ = extra.stream.write_all(GET);
+    if let Some(r) = extra.response(false) {
+        assert_eq!(r.status, 503);
+    }
+    assert!(extra.closed(), "the sixth connection is closed");
+    for c in held.iter_mut() {
+        c.send(GET);
+        assert_eq!(
+            c.response(false)
+                .expect("held connections still served")
+                .status,
+            200
+        );
+    }
+    // Closing one admits another.
+    drop(held.pop());
+    std::thread::sleep(Duration::from_millis(100));
+    let mut again = HttpReader::new(server.connect());
+    again.send(GET);
+    assert_eq!(
+        again
+            .response(false)
+            .expect("admitted after a close")
+            .status,
+        200
+    );
+    let done = server.stop();
+    assert_eq!(done.counter("refused"), 1);
+}
+
+pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
+    if skip(model, Policy::FloodCutoff) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "echo", "--send-timeout", "2"]);
+    let mut normal = server.connect();
+    normal.write_all(b"warm").unwrap();
+    let mut warm = [0u8; 4];
+    normal.read_exact(&mut warm).unwrap();
+    let baseline = server.rss_kib();
+    let mut flooder = server.connect();
+    flooder
+        .set_write_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let chunk = pattern(7, 1 << 20);
+    let started = Instant::now();
+    let mut peak = baseline;
+    let mut sent = 0usize;
+    let mut cut_off = false;
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for _ in 0..64 {
+                match flooder.write_all(&chunk) {
+                    Ok(()) => sent += chunk.len(),
+                    Err(_) => return true,
+                }
+            }
+            false
+        });
+        while !writer.is_finished() {
+            peak = peak.max(server.rss_kib());
+            // The normal client is served throughout.
+            normal.write_all(b"ping").unwrap();
+            let mut pong = [0u8; 4];
+            normal.read_exact(&mut pong).unwrap();
+            assert_eq!(&pong, b"ping");
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "flooder never cut off"
+            );
+        }
+        cut_off = writer.join().unwrap();
+    });
+    if !cut_off {
+        // All 64 MiB went into buffers somewhere; the server must still close it unread.
+        let mut b = [0u8; 65536];
+        flooder
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = flooder.shutdown(std::net::Shutdown::Write);
+        assert!(sent == 64 << 20);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            match flooder.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => assert!(Instant::now() < until),
+            }
+        }
+    }
+    assert!(
+        peak < baseline + 64 * 1024,
+        "server RSS grew from {baseline} KiB to {peak} KiB"
+    );
+    let done = server.stop();
+    assert_eq!(
+        done.counter("closed_flood") + done.counter("closed_send_timeout"),
+        1,
+        "{:?}",
+        done.stdout
+    );
+}
+
+pub fn graceful_shutdown(model: &str) {
+    if skip(model, Policy::GracefulShutdown) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "http", "--drain-timeout", "3"]);
+    // Idle keep-alive connection: closed at once.
+    let mut idle = HttpReader::new(server.connect());
+    idle.send(GET);
+    assert_eq!(idle.response(false).expect("first").status, 200);
+    // A request in flight: half a head sent before the signal, the rest after.
+    let mut busy = HttpReader::new(server.connect());
+    busy.send(b"GET / HTTP/1.1\r\nHost:");
+    std::thread::sleep(Duration::from_millis(100));
+    server.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        idle.closed(),
+        "idle keep-alive connection closed by the drain"
+    );
+    busy.send(b" t\r\n\r\n");
+    let r = busy.response(false).expect("in-flight request answered");
+    assert_eq!((r.status, r.body.len()), (200, 4096));
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(busy.closed());
+    let done = server.stop_within(Duration::from_secs(5));
+    assert!(done.status.success(), "exit status {:?}", done.status);
+    assert!(
+        done.took < Duration::from_secs(3),
+        "drained in {:?}",
+        done.took
+    );
+    assert_eq!(done.counter("connections"), 0);
+}
+
+pub fn udp_echo(model: &str) {
+    if skip(model, Policy::Udp) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "udp"]);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    socket.connect(server.addr).unwrap();
+    let mut buf = vec![0u8; 65536];
+    for (i, size) in [0usize, 1, 512, 1472, 9000, 65507].into_iter().enumerate() {
+        let data = pattern(i as u64 + 100, size);
+        socket.send(&data).unwrap();
+        let n = socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &data[..], "datagram of {size} bytes");
+    }
+    let done = server.stop();
+    assert_eq!(done.counter("datagrams_in"), 6);
+    assert_eq!(done.counter("datagrams_out"), 6);
+}
+
+/// Instantiate every case for each listed model.
+macro_rules! conformance {
+    ($($model:ident),* $(,)?) => {$(
+        mod $model {
+            const MODEL: &str = stringify!($model);
+            #[test] fn echo_1mib_on_200_connections() { super::echo_1mib_on_200_connections(MODEL) }
+            #[test] fn http_keep_alive_reuses_one_connection() { super::http_keep_alive_reuses_one_connection(MODEL) }
+            #[test] fn http_16_pipelined_requests_in_one_write() { super::http_16_pipelined_requests_in_one_write(MODEL) }
+            #[test] fn http_10_head_and_connection_close() { super::http_10_head_and_connection_close(MODEL) }
+            #[test] fn http_errors_400_414_431() { super::http_errors_400_414_431(MODEL) }
+            #[test] fn idle_timeout() { super::idle_timeout(MODEL) }
+            #[test] fn header_timeout() { super::header_timeout(MODEL) }
+            #[test] fn max_conns_refuses_with_503() { super::max_conns_refuses_with_503(MODEL) }
+            #[test] fn flooding_client_is_disconnected_and_memory_stays_bounded() { super::flooding_client_is_disconnected_and_memory_stays_bounded(MODEL) }
+            #[test] fn graceful_shutdown() { super::graceful_shutdown(MODEL) }
+            #[test] fn udp_echo() { super::udp_echo(MODEL) }
+        }
+    )*};
+}
+
+conformance!(epoll);

@@ -1,0 +1,341 @@
+//! Test harness: a `sockscale serve` process on 127.0.0.1:0, and small blocking clients.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
+
+/// A running server process; killed if the test ends without stopping it.
+pub struct ServerProc {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    stdout: Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+/// What a stopped server printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<String>,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl Finished {
+    /// The counters of the `final` line.
+    pub fn counters(&self) -> HashMap<String, i64> {
+        let line = self
+            .stdout
+            .iter()
+            .find(|l| l.starts_with("final "))
+            .unwrap_or_else(|| panic!("no final line in {:?}\n{}", self.stdout, self.stderr));
+        line["final ".len()..]
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| {
+                (
+                    k.to_owned(),
+                    v.parse()
+                        .unwrap_or_else(|_| panic!("bad counter {kv}", kv = k)),
+                )
+            })
+            .collect()
+    }
+
+    pub fn counter(&self, name: &str) -> i64 {
+        *self
+            .counters()
+            .get(name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    }
+}
+
+impl ServerProc {
+    /// `sockscale serve --model MODEL --listen 127.0.0.1:0 ARGS...`
+    pub fn start(model: &str, args: &[&str]) -> ServerProc {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--model",
+                model,
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                "2",
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sockscale");
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let first = rx.recv_timeout(Duration::from_secs(10));
+        let addr = match first {
+            Ok(line) if line.starts_with("listening on ") => {
+                line["listening on ".len()..].parse().expect("address")
+            }
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "server did not start: {other:?}; stderr: {}",
+                    stderr.join().unwrap_or_default()
+                );
+            }
+        };
+        ServerProc {
+            child: Some(child),
+            addr,
+            stdout: rx,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill has no memory arguments; the pid is our live child.
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    /// Resident set size in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        proc_status_kib(self.pid(), "VmRSS:")
+    }
+
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
+    pub fn threads(&self) -> u64 {
+        proc_status_kib(self.pid(), "Threads:")
+    }
+
+    /// SIGTERM, then wait up to `limit` for exit.
+    pub fn stop_within(mut self, limit: Duration) -> Finished {
+        let started = Instant::now();
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("child");
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server did not exit within {limit:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = started.elapsed();
+        let stdout = self.stdout.iter().collect();
+        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
+            .join()
+            .unwrap_or_default();
+        Finished {
+            status,
+            stdout,
+            stderr,
+            took,
+        }
+    }
+
+    pub fn stop(self) -> Finished {
+        self.stop_within(Duration::from_secs(15))
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn proc_status_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), different per seed.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// One parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads responses off a stream, keeping bytes that belong to the next one.
+pub struct HttpReader {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl HttpReader {
+    pub fn new(stream: TcpStream) -> Self {
+        HttpReader {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write request");
+    }
+
+    /// Read one response; `head_only` for the answer to HEAD. None if the server closed first.
+    pub fn response(&mut self, head_only: bool) -> Option<Response> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut parsed = httparse::Response::new(&mut headers);
+            if let Ok(httparse::Status::Complete(head_len)) = parsed.parse(&self.buf) {
+                let status = parsed.code.expect("status");
+                let headers: Vec<(String, String)> = parsed
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_owned(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect();
+                let length: usize = if head_only || status == 100 {
+                    0
+                } else {
+                    headers
+                        .iter()
+                        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                        .map(|(_, v)| v.trim().parse().expect("content-length"))
+                        .unwrap_or(0)
+                };
+                while self.buf.len() < head_len + length {
+                    if !self.fill() {
+                        panic!("connection closed inside a response body");
+                    }
+                }
+                let body = self.buf[head_len..head_len + length].to_vec();
+                self.buf.drain(..head_len + length);
+                return Some(Response {
+                    status,
+                    headers,
+                    body,
+                });
+            }
+            if !self.fill() {
+                assert!(
+                    self.buf.is_empty(),
+                    "connection closed inside a response head: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+                return None;
+            }
+        }
+    }
+
+    /// True once the server has closed: reads return EOF or a reset, with no bytes.
+    pub fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        match self.stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ),
+        }
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 16384];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => false,
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+}
+
+pub const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
+pub const HEAD: &[u8] = b"HEAD / HTTP/1.1\r\nHost: test\r\n\r\n";
+
+/// Echo `data` on `stream`, writing from a second thread so neither side can stall the other.
+pub fn echo_roundtrip(stream: TcpStream, data: &[u8]) -> Vec<u8> {
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = stream;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for chunk in data.chunks(64 * 1024) {
+                writer.write_all(chunk).expect("echo write");
+            }
+        });
+        let mut got = vec![0u8; data.len()];
+        reader.read_exact(&mut got).expect("echo read");
+        got
+    })
+}
