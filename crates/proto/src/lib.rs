@@ -86,18 +86,10 @@ impl Engine {
     }
 
     /// Feed `input`, which arrived at `now`, to `session`, appending its answer to `out`.
-    pub fn on_input(
-        &mut self,
-        session: &mut Session,
-        input: &[u8],
-        now: Instant,
-        out: &mut Output,
-    ) -> Verdict {
+    pub fn on_input(&mut self, session: &mut Session, input: &[u8], now: Instant, out: &mut Output) -> Verdict {
         match (self, session) {
             (_, Session::Echo(echo)) => echo.on_input(input, out),
-            (Engine::Http(responses), Session::Http(http)) => {
-                http.on_input(input, now, responses, out)
-            }
+            (Engine::Http(responses), Session::Http(http)) => http.on_input(input, now, responses, out),
             (Engine::Echo, Session::Http(_)) => {
                 unreachable!("an HTTP session is only ever created by an HTTP engine")
             }
@@ -108,9 +100,7 @@ impl Engine {
     /// timeout), if any. The caller combines it with its own timers.
     pub fn deadline(&self, session: &Session) -> Option<Instant> {
         match (self, session) {
-            (Engine::Http(responses), Session::Http(http)) => {
-                http.deadline(responses.config().header_timeout)
-            }
+            (Engine::Http(responses), Session::Http(http)) => http.deadline(responses.config().header_timeout),
             _ => None,
         }
     }

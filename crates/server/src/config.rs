@@ -131,10 +131,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let page = sys::page_size();
         if self.buffer_size == 0 || self.buffer_size % page != 0 {
-            return Err(ConfigError::BufferSize {
-                size: self.buffer_size,
-                page,
-            });
+            return Err(ConfigError::BufferSize { size: self.buffer_size, page });
         }
         for (flag, value) in [
             ("threads", self.threads),
@@ -150,31 +147,21 @@ impl Config {
                 return Err(ConfigError::Zero { flag });
             }
         }
-        for (flag, value) in [
-            ("idle-timeout", self.idle_timeout),
-            ("send-timeout", self.send_timeout),
-        ] {
+        for (flag, value) in [("idle-timeout", self.idle_timeout), ("send-timeout", self.send_timeout)] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration { flag });
             }
         }
         if let Service::Http(http) = &self.service {
             if http.header_timeout.is_zero() {
-                return Err(ConfigError::ZeroDuration {
-                    flag: "header-timeout",
-                });
+                return Err(ConfigError::ZeroDuration { flag: "header-timeout" });
             }
             if http.max_header_bytes == 0 {
-                return Err(ConfigError::Zero {
-                    flag: "max-header-bytes",
-                });
+                return Err(ConfigError::Zero { flag: "max-header-bytes" });
             }
         }
         if self.model.fixed_threads() && self.pool_buffers < self.threads {
-            return Err(ConfigError::PoolTooSmall {
-                buffers: self.pool_buffers,
-                threads: self.threads,
-            });
+            return Err(ConfigError::PoolTooSmall { buffers: self.pool_buffers, threads: self.threads });
         }
         Ok(())
     }

@@ -143,9 +143,7 @@ impl OutQueue {
                 continue;
             }
             let bytes = match segment {
-                Segment::Input(range) => {
-                    Bytes::copy_from_slice(&input[range.start + skip..range.end])
-                }
+                Segment::Input(range) => Bytes::copy_from_slice(&input[range.start + skip..range.end]),
                 Segment::Shared(shared) => shared.slice(skip..),
             };
             skip = 0;
@@ -162,18 +160,9 @@ pub struct Interest {
 }
 
 impl Interest {
-    pub const NONE: Interest = Interest {
-        read: false,
-        write: false,
-    };
-    pub const READ: Interest = Interest {
-        read: true,
-        write: false,
-    };
-    pub const BOTH: Interest = Interest {
-        read: true,
-        write: true,
-    };
+    pub const NONE: Interest = Interest { read: false, write: false };
+    pub const READ: Interest = Interest { read: true, write: false };
+    pub const BOTH: Interest = Interest { read: true, write: true };
 }
 
 /// Everything the server keeps for one connection between events.
@@ -225,13 +214,8 @@ impl Conn {
     /// The next instant a policy may act on this connection, given the protocol's own deadline.
     pub fn deadline(&self, idle: Duration, send: Duration, protocol: Option<Instant>) -> Instant {
         let mut at = self.last_activity + idle;
-        for candidate in [
-            protocol,
-            self.over_since.map(|t| t + send),
-            self.stalled_since.map(|t| t + send),
-        ]
-        .into_iter()
-        .flatten()
+        for candidate in
+            [protocol, self.over_since.map(|t| t + send), self.stalled_since.map(|t| t + send)].into_iter().flatten()
         {
             at = at.min(candidate);
         }
@@ -310,13 +294,7 @@ mod tests {
         }
         let mut queue = OutQueue::default();
         let w = queue.send(a.as_raw_fd(), &output, &[]).unwrap();
-        assert_eq!(
-            w,
-            Written {
-                bytes: 600,
-                blocked: false
-            }
-        );
+        assert_eq!(w, Written { bytes: 600, blocked: false });
         let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
         assert_eq!(read_all(&mut b), expected);
     }

@@ -38,10 +38,7 @@ pub enum ServerError {
     #[error("the {model} model does not serve UDP")]
     NoUdp { model: &'static str },
     #[error("{model} model: {source}")]
-    Io {
-        model: &'static str,
-        source: std::io::Error,
-    },
+    Io { model: &'static str, source: std::io::Error },
     #[error("the {model} model is unavailable here: {reason}")]
     Unavailable { model: &'static str, reason: String },
     #[error("the {model} model stopped before it was ready")]

@@ -54,8 +54,7 @@ impl Listen {
     /// Bind the first socket for `cfg`.
     pub fn bind(cfg: &Config) -> Result<Listen, BindError> {
         let udp = cfg.service.is_udp();
-        let reuseport =
-            udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.model.process_shared_port();
+        let reuseport = udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.model.process_shared_port();
         let mut listen = Listen {
             first: None,
             addr: cfg.listen,
@@ -69,16 +68,12 @@ impl Listen {
         if reuseport && cfg.listen.port() != 0 {
             listen.probe().map_err(|e| BindError::new(cfg.listen, e))?;
         }
-        let socket = listen
-            .open(cfg.listen)
-            .map_err(|e| BindError::new(cfg.listen, e))?;
+        let socket = listen.open(cfg.listen).map_err(|e| BindError::new(cfg.listen, e))?;
         listen.addr = socket
             .local_addr()
             .ok()
             .and_then(|a| a.as_socket())
-            .ok_or_else(|| {
-                BindError::new(cfg.listen, io::Error::other("bound socket has no address"))
-            })?;
+            .ok_or_else(|| BindError::new(cfg.listen, io::Error::other("bound socket has no address")))?;
         listen.first = Some(Arc::new(socket));
         Ok(listen)
     }
@@ -105,24 +100,14 @@ impl Listen {
     /// listener per thread.
     pub fn bind_another(&self) -> io::Result<Socket> {
         if !self.reuseport {
-            return Err(io::Error::other(
-                "this listener was bound without SO_REUSEPORT",
-            ));
+            return Err(io::Error::other("this listener was bound without SO_REUSEPORT"));
         }
         self.open(self.addr)
     }
 
     fn open(&self, addr: SocketAddr) -> io::Result<Socket> {
-        let (ty, protocol) = if self.udp {
-            (Type::DGRAM, Protocol::UDP)
-        } else {
-            (Type::STREAM, Protocol::TCP)
-        };
-        let socket = Socket::new(
-            Domain::for_address(addr),
-            ty.nonblocking().cloexec(),
-            Some(protocol),
-        )?;
+        let (ty, protocol) = if self.udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
+        let socket = Socket::new(Domain::for_address(addr), ty.nonblocking().cloexec(), Some(protocol))?;
         if !self.udp {
             socket.set_reuse_address(true)?;
         }
@@ -148,11 +133,7 @@ impl Listen {
     }
 
     fn probe(&self) -> io::Result<()> {
-        let (ty, protocol) = if self.udp {
-            (Type::DGRAM, Protocol::UDP)
-        } else {
-            (Type::STREAM, Protocol::TCP)
-        };
+        let (ty, protocol) = if self.udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
         let probe = Socket::new(Domain::for_address(self.addr), ty.cloexec(), Some(protocol))?;
         if !self.udp {
             probe.set_reuse_address(true)?;
@@ -172,24 +153,12 @@ mod tests {
 
     #[test]
     fn busy_port_is_reported_even_with_reuseport() {
-        let cfg = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Config::default()
-        };
+        let cfg = Config { listen: "127.0.0.1:0".parse().unwrap(), ..Config::default() };
         let first = Listen::bind(&cfg).unwrap();
-        let again = Config {
-            listen: first.local_addr(),
-            ..cfg.clone()
-        };
+        let again = Config { listen: first.local_addr(), ..cfg.clone() };
         let err = Listen::bind(&again).unwrap_err();
         assert!(matches!(err, BindError::InUse { .. }), "{err}");
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "cannot listen on {}: address already in use",
-                first.local_addr()
-            )
-        );
+        assert_eq!(err.to_string(), format!("cannot listen on {}: address already in use", first.local_addr()));
         // Our own extra listeners still bind.
         first.bind_another().unwrap();
     }

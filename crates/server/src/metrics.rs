@@ -39,11 +39,7 @@ impl MetricsServer {
             .name("sockscale-metrics".into())
             .spawn(move || serve(listener, stats, thread_stop))
             .map_err(error)?;
-        Ok(MetricsServer {
-            addr: local,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(MetricsServer { addr: local, stop, thread: Some(thread) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -62,11 +58,7 @@ impl Drop for MetricsServer {
 
 fn serve(listener: TcpListener, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
-        let mut pollfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pollfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one live pollfd; the 200 ms timeout bounds how long a stop goes unnoticed.
         match syscall!(poll(&mut pollfd, 1, 200)) {
             Ok(0) => continue,
@@ -96,9 +88,7 @@ fn answer(mut stream: TcpStream, stats: &Stats) -> io::Result<()> {
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(&head) {
             Ok(httparse::Status::Complete(_)) => {
-                break (req.method == Some("GET"))
-                    .then(|| req.path.map(str::to_owned))
-                    .flatten()
+                break (req.method == Some("GET")).then(|| req.path.map(str::to_owned)).flatten()
             }
             Ok(httparse::Status::Partial) if head.len() < 8192 => continue,
             _ => break None,
@@ -106,10 +96,7 @@ fn answer(mut stream: TcpStream, stats: &Stats) -> io::Result<()> {
     };
     let (status, body) = match path.as_deref() {
         Some("/metrics") => ("200 OK", stats.snapshot().prometheus()),
-        _ => (
-            "404 Not Found",
-            "only GET /metrics is served here\n".to_owned(),
-        ),
+        _ => ("404 Not Found", "only GET /metrics is served here\n".to_owned()),
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -17,16 +17,9 @@ use crate::sys::{self, syscall};
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
     #[error("cannot map {bytes} bytes for the buffer pool: {source}")]
-    Map {
-        bytes: usize,
-        source: std::io::Error,
-    },
+    Map { bytes: usize, source: std::io::Error },
     #[error("--lock-memory: cannot lock {bytes} bytes of buffers ({source}); RLIMIT_MEMLOCK allows {limit}; raise it (ulimit -l) or lower --pool-buffers")]
-    Lock {
-        bytes: usize,
-        limit: String,
-        source: std::io::Error,
-    },
+    Lock { bytes: usize, limit: String, source: std::io::Error },
 }
 
 pub struct BufferPool {
@@ -45,10 +38,7 @@ unsafe impl Sync for BufferPool {}
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufferPool")
-            .field("buffer_size", &self.buffer_size)
-            .field("count", &self.count)
-            .finish()
+        f.debug_struct("BufferPool").field("buffer_size", &self.buffer_size).field("count", &self.count).finish()
     }
 }
 
@@ -69,15 +59,10 @@ impl BufferPool {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(PoolError::Map {
-                bytes,
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(PoolError::Map { bytes, source: std::io::Error::last_os_error() });
         }
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| PoolError::Map {
-            bytes,
-            source: std::io::Error::other("mmap returned null"),
-        })?;
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| PoolError::Map { bytes, source: std::io::Error::other("mmap returned null") })?;
         let pool = BufferPool {
             base,
             buffer_size,
@@ -92,11 +77,7 @@ impl BufferPool {
                     Ok(None) => "unlimited bytes".into(),
                     Err(_) => "an unknown amount".into(),
                 };
-                return Err(PoolError::Lock {
-                    bytes,
-                    limit,
-                    source,
-                });
+                return Err(PoolError::Lock { bytes, limit, source });
             }
         }
         Ok(pool)
@@ -114,18 +95,11 @@ impl BufferPool {
     pub fn take<'a>(&'a self, counters: &'a Counters) -> Option<PoolBuf<'a>> {
         let index = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
         counters.buffer_taken();
-        Some(PoolBuf {
-            pool: self,
-            counters,
-            index,
-        })
+        Some(PoolBuf { pool: self, counters, index })
     }
 
     fn give_back(&self, index: u32) {
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(index);
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(index);
     }
 }
 
@@ -133,10 +107,7 @@ impl Drop for BufferPool {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping made in new(); no PoolBuf outlives the pool because
         // each borrows it.
-        let _ = syscall!(munmap(
-            self.base.as_ptr().cast(),
-            self.buffer_size * self.count
-        ));
+        let _ = syscall!(munmap(self.base.as_ptr().cast(), self.buffer_size * self.count));
     }
 }
 
@@ -154,10 +125,7 @@ impl Deref for PoolBuf<'_> {
         // only holder of buffer `index` until it drops.
         unsafe {
             std::slice::from_raw_parts(
-                self.pool
-                    .base
-                    .as_ptr()
-                    .add(self.index as usize * self.pool.buffer_size),
+                self.pool.base.as_ptr().add(self.index as usize * self.pool.buffer_size),
                 self.pool.buffer_size,
             )
         }
@@ -169,10 +137,7 @@ impl DerefMut for PoolBuf<'_> {
         // SAFETY: as in deref; &mut self guarantees exclusive access through this PoolBuf.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.pool
-                    .base
-                    .as_ptr()
-                    .add(self.index as usize * self.pool.buffer_size),
+                self.pool.base.as_ptr().add(self.index as usize * self.pool.buffer_size),
                 self.pool.buffer_size,
             )
         }

@@ -35,53 +35,29 @@ impl Server {
     pub fn start(cfg: Config) -> Result<Server, ServerError> {
         cfg.validate()?;
         if cfg.service.is_udp() && !cfg.model.serves_udp() {
-            return Err(ServerError::NoUdp {
-                model: cfg.model.name(),
-            });
+            return Err(ServerError::NoUdp { model: cfg.model.name() });
         }
         let listen = Listen::bind(&cfg)?;
         let addr = listen.local_addr();
         let stats = Arc::new(Stats::new(cfg.threads.clamp(1, 64)));
-        let metrics = cfg
-            .metrics
-            .map(|at| MetricsServer::start(at, stats.clone()))
-            .transpose()?;
+        let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
         let shutdown = Shutdown::new();
         let (ready_tx, ready_rx) = mpsc::channel();
-        let ctx = ModelCtx::new(
-            Arc::new(cfg.clone()),
-            listen,
-            stats.clone(),
-            shutdown.clone(),
-            ready_tx,
-        );
+        let ctx = ModelCtx::new(Arc::new(cfg.clone()), listen, stats.clone(), shutdown.clone(), ready_tx);
         let model = cfg.model;
         let thread = std::thread::Builder::new()
             .name(format!("sockscale-{}", model.name()))
             .spawn(move || model.run(ctx))
-            .map_err(|source| ServerError::Io {
-                model: model.name(),
-                source,
-            })?;
+            .map_err(|source| ServerError::Io { model: model.name(), source })?;
         if ready_rx.recv().is_err() {
             // The model returned without becoming ready: its error says why.
             return Err(match thread.join() {
                 Ok(Err(e)) => e,
-                Ok(Ok(())) => ServerError::NotReady {
-                    model: model.name(),
-                },
-                Err(_) => ServerError::Panicked {
-                    model: model.name(),
-                },
+                Ok(Ok(())) => ServerError::NotReady { model: model.name() },
+                Err(_) => ServerError::Panicked { model: model.name() },
             });
         }
-        Ok(Server {
-            addr,
-            shutdown,
-            stats,
-            model: thread,
-            metrics,
-        })
+        Ok(Server { addr, shutdown, stats, model: thread, metrics })
     }
 
     /// The address served, with the real port.
@@ -104,10 +80,7 @@ impl Server {
     /// Wait for the model to finish (after a shutdown) and return the final counters.
     pub fn wait(self) -> Result<Snapshot, ServerError> {
         let name = "model";
-        let outcome = self
-            .model
-            .join()
-            .unwrap_or(Err(ServerError::Panicked { model: name }));
+        let outcome = self.model.join().unwrap_or(Err(ServerError::Panicked { model: name }));
         drop(self.metrics);
         outcome.map(|()| self.stats.snapshot())
     }

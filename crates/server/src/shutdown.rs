@@ -41,12 +41,7 @@ impl Shutdown {
 
     /// Start a graceful drain.
     pub fn shutdown(&self) {
-        let _ = self.inner.state.compare_exchange(
-            RUNNING,
-            DRAINING,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let _ = self.inner.state.compare_exchange(RUNNING, DRAINING, Ordering::SeqCst, Ordering::SeqCst);
         self.wake_all();
     }
 
@@ -70,11 +65,7 @@ impl Shutdown {
 
     /// Register a waker to be signalled on every phase change.
     pub fn register(&self, waker: Arc<Waker>) {
-        self.inner
-            .wakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(waker.clone());
+        self.inner.wakers.lock().unwrap_or_else(|e| e.into_inner()).push(waker.clone());
         // A phase change that raced with registration must not be missed.
         if !self.is_running() {
             waker.wake();
@@ -82,13 +73,7 @@ impl Shutdown {
     }
 
     fn wake_all(&self) {
-        for waker in self
-            .inner
-            .wakers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for waker in self.inner.wakers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             waker.wake();
         }
     }
@@ -102,9 +87,7 @@ pub struct Waker {
 
 impl Waker {
     pub fn new() -> std::io::Result<Self> {
-        Ok(Waker {
-            fd: sys::eventfd()?,
-        })
+        Ok(Waker { fd: sys::eventfd()? })
     }
 
     pub fn fd(&self) -> &OwnedFd {

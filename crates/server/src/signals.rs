@@ -46,23 +46,18 @@ impl TerminationSignals {
 
     /// Spawn a thread that drains `shutdown` on the first signal and forces it on the second.
     pub fn forward_to(self, shutdown: Shutdown) -> io::Result<()> {
-        std::thread::Builder::new()
-            .name("sockscale-signals".into())
-            .spawn(move || {
-                let mut seen = 0;
-                while let Ok(signal) = self.wait() {
-                    seen += 1;
-                    if seen == 1 {
-                        tracing::info!(
-                            signal,
-                            "draining connections; send the signal again to close them at once"
-                        );
-                        shutdown.shutdown();
-                    } else {
-                        shutdown.force();
-                    }
+        std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
+            let mut seen = 0;
+            while let Ok(signal) = self.wait() {
+                seen += 1;
+                if seen == 1 {
+                    tracing::info!(signal, "draining connections; send the signal again to close them at once");
+                    shutdown.shutdown();
+                } else {
+                    shutdown.force();
                 }
-            })?;
+            }
+        })?;
         Ok(())
     }
 }

@@ -113,10 +113,7 @@ pub struct Stats {
 
 impl Stats {
     pub fn new(shards: usize) -> Self {
-        Stats {
-            shards: (0..shards.max(1)).map(|_| Counters::default()).collect(),
-            current: AtomicUsize::new(0),
-        }
+        Stats { shards: (0..shards.max(1)).map(|_| Counters::default()).collect(), current: AtomicUsize::new(0) }
     }
 
     /// The counters of shard `index` (wrapping), for a worker to keep.
@@ -148,10 +145,7 @@ impl Stats {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let mut s = Snapshot {
-            connections: self.current() as u64,
-            ..Snapshot::default()
-        };
+        let mut s = Snapshot { connections: self.current() as u64, ..Snapshot::default() };
         for c in self.shards.iter() {
             s.accepted += c.accepted.load(Relaxed);
             s.refused += c.refused.load(Relaxed);
@@ -198,77 +192,25 @@ impl Snapshot {
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(2048);
         let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
-            out.push_str(&format!(
-                "# HELP sockscale_{name} {help}\n# TYPE sockscale_{name} {kind}\n"
-            ));
+            out.push_str(&format!("# HELP sockscale_{name} {help}\n# TYPE sockscale_{name} {kind}\n"));
             for (labels, value) in samples {
                 out.push_str(&format!("sockscale_{name}{labels} {value}\n"));
             }
         };
         let one = |v: u64| vec![(String::new(), v.to_string())];
-        metric(
-            "accepted_total",
-            "counter",
-            "Connections accepted.",
-            &one(self.accepted),
-        );
-        metric(
-            "refused_total",
-            "counter",
-            "Connections refused because the server was full.",
-            &one(self.refused),
-        );
+        metric("accepted_total", "counter", "Connections accepted.", &one(self.accepted));
+        metric("refused_total", "counter", "Connections refused because the server was full.", &one(self.refused));
         let closed: Vec<_> = CloseReason::ALL
             .iter()
-            .map(|r| {
-                (
-                    format!("{{reason=\"{}\"}}", r.name()),
-                    self.closed(*r).to_string(),
-                )
-            })
+            .map(|r| (format!("{{reason=\"{}\"}}", r.name()), self.closed(*r).to_string()))
             .collect();
-        metric(
-            "closed_total",
-            "counter",
-            "Connections closed, by reason.",
-            &closed,
-        );
-        metric(
-            "received_bytes_total",
-            "counter",
-            "Bytes received from clients.",
-            &one(self.bytes_in),
-        );
-        metric(
-            "sent_bytes_total",
-            "counter",
-            "Bytes sent to clients.",
-            &one(self.bytes_out),
-        );
-        metric(
-            "datagrams_received_total",
-            "counter",
-            "UDP datagrams received.",
-            &one(self.datagrams_in),
-        );
-        metric(
-            "datagrams_sent_total",
-            "counter",
-            "UDP datagrams sent.",
-            &one(self.datagrams_out),
-        );
-        metric(
-            "datagrams_dropped_total",
-            "counter",
-            "UDP replies dropped.",
-            &one(self.datagrams_dropped),
-        );
-        metric(
-            "connections",
-            "gauge",
-            "Connections open now.",
-            &one(self.connections),
-        );
+        metric("closed_total", "counter", "Connections closed, by reason.", &closed);
+        metric("received_bytes_total", "counter", "Bytes received from clients.", &one(self.bytes_in));
+        metric("sent_bytes_total", "counter", "Bytes sent to clients.", &one(self.bytes_out));
+        metric("datagrams_received_total", "counter", "UDP datagrams received.", &one(self.datagrams_in));
+        metric("datagrams_sent_total", "counter", "UDP datagrams sent.", &one(self.datagrams_out));
+        metric("datagrams_dropped_total", "counter", "UDP replies dropped.", &one(self.datagrams_dropped));
+        metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
             "gauge",
@@ -282,18 +224,19 @@ impl Snapshot {
 /// One line of `key=value` pairs, for periodic and final reports.
 impl fmt::Display for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "accepted={} refused={} connections={}",
-            self.accepted, self.refused, self.connections
-        )?;
+        write!(f, "accepted={} refused={} connections={}", self.accepted, self.refused, self.connections)?;
         for reason in CloseReason::ALL {
             write!(f, " closed_{}={}", reason.name(), self.closed(reason))?;
         }
         write!(
             f,
             " bytes_in={} bytes_out={} datagrams_in={} datagrams_out={} datagrams_dropped={} buffers_in_use={}",
-            self.bytes_in, self.bytes_out, self.datagrams_in, self.datagrams_out, self.datagrams_dropped, self.buffers_in_use
+            self.bytes_in,
+            self.bytes_out,
+            self.datagrams_in,
+            self.datagrams_out,
+            self.datagrams_dropped,
+            self.buffers_in_use
         )
     }
 }
@@ -316,9 +259,7 @@ mod tests {
         assert_eq!(s.closed(CloseReason::Idle), 2);
         assert_eq!(s.bytes_in, 10);
         assert_eq!(s.connections, 1);
-        assert!(s
-            .prometheus()
-            .contains("sockscale_closed_total{reason=\"idle\"} 2\n"));
+        assert!(s.prometheus().contains("sockscale_closed_total{reason=\"idle\"} 2\n"));
         assert!(s.to_string().contains("closed_idle=2"));
     }
 }

@@ -106,8 +106,5 @@ pub fn soft_limit(resource: libc::__rlimit_resource_t) -> io::Result<Option<u64>
 
 /// Is this error one of "out of descriptors or memory", after which accepting must back off?
 pub fn is_resource_exhaustion(err: &io::Error) -> bool {
-    matches!(
-        err.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
+    matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }

@@ -63,10 +63,7 @@ mod tests {
         timers.schedule(&mut timer_at, t0 + Duration::from_secs(10), 1);
         assert_eq!(timer_at, Some(t0 + Duration::from_secs(10)));
         assert_eq!(timers.pop_due(t0 + Duration::from_secs(9)), None);
-        assert_eq!(
-            timers.pop_due(t0 + Duration::from_secs(10)),
-            Some((t0 + Duration::from_secs(10), 1))
-        );
+        assert_eq!(timers.pop_due(t0 + Duration::from_secs(10)), Some((t0 + Duration::from_secs(10), 1)));
         // The superseded 60 s entry is still there; the owner skips it since timer_at differs.
         assert_eq!(timers.next(), Some(t0 + Duration::from_secs(60)));
     }

@@ -87,18 +87,12 @@ impl UdpEcho {
             msg.msg_hdr.msg_iov = &mut iovs[i];
             msg.msg_hdr.msg_iovlen = 1;
             msg.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            msg.msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            msg.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         }
         // SAFETY: every header points at a live iovec over its own 64 KiB slot and at its own
         // address storage, all of which outlive the call.
-        let n = syscall!(recvmmsg(
-            self.fd(),
-            msgs.as_mut_ptr(),
-            BATCH as u32,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut()
-        ))?;
+        let n =
+            syscall!(recvmmsg(self.fd(), msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()))?;
         let n = n as usize;
         for (i, msg) in msgs[..n].iter().enumerate() {
             self.lens[i] = msg.msg_len as usize;
@@ -112,10 +106,7 @@ impl UdpEcho {
         let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| {
             let datagram = &self.slots[i * SLOT..i * SLOT + self.lens[i]];
             let reply = sockscale_proto::udp::reply(datagram);
-            libc::iovec {
-                iov_base: reply.as_ptr() as *mut libc::c_void,
-                iov_len: reply.len(),
-            }
+            libc::iovec { iov_base: reply.as_ptr() as *mut libc::c_void, iov_len: reply.len() }
         });
         // SAFETY: as in receive.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };

@@ -24,10 +24,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line that names the flag; clap's usage block would bury it.
             let rendered = e.render().to_string();
-            eprintln!(
-                "{}",
-                rendered.lines().next().unwrap_or("error: bad arguments")
-            );
+            eprintln!("{}", rendered.lines().next().unwrap_or("error: bad arguments"));
             return ExitCode::from(2);
         }
     };

@@ -35,10 +35,7 @@ pub fn echo_1mib_on_200_connections(model: &str) {
                 let stream = server.connect();
                 s.spawn(move || {
                     let data = pattern(i + 1, 1 << 20);
-                    assert!(
-                        echo_roundtrip(stream, &data) == data,
-                        "connection {i}: echo differs"
-                    );
+                    assert!(echo_roundtrip(stream, &data) == data, "connection {i}: echo differs");
                 })
             })
             .collect();
@@ -78,10 +75,7 @@ pub fn http_16_pipelined_requests_in_one_write(model: &str) {
     let mut client = HttpReader::new(server.connect());
     // GETs and HEADs in a pattern, so the order of the answers is visible in their bodies.
     let heads: Vec<bool> = (0..16).map(|i| i % 3 == 1).collect();
-    let batch: Vec<u8> = heads
-        .iter()
-        .flat_map(|&h| if h { HEAD } else { GET }.iter().copied())
-        .collect();
+    let batch: Vec<u8> = heads.iter().flat_map(|&h| if h { HEAD } else { GET }.iter().copied()).collect();
     client.send(&batch);
     for (i, &head) in heads.iter().enumerate() {
         let r = client.response(head).expect("response");
@@ -90,15 +84,9 @@ pub fn http_16_pipelined_requests_in_one_write(model: &str) {
         assert_eq!(r.body.len(), if head { 0 } else { 4096 }, "response {i}");
     }
     // Nothing more: a HEAD answered with a body would have left bytes behind.
-    client
-        .stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    client.stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let mut extra = [0u8; 1];
-    assert!(
-        client.stream.read(&mut extra).is_err(),
-        "bytes after 16 responses"
-    );
+    assert!(client.stream.read(&mut extra).is_err(), "bytes after 16 responses");
 }
 
 pub fn http_10_head_and_connection_close(model: &str) {
@@ -132,9 +120,7 @@ pub fn http_10_head_and_connection_close(model: &str) {
     assert!(c.closed(), "Connection: close is honoured");
 
     let mut c = HttpReader::new(server.connect());
-    c.send(
-        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    );
+    c.send(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
     assert_eq!(c.response(false).expect("chunked POST").status, 200);
     c.send(b"PUT / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
     assert_eq!(c.response(false).expect("PUT").status, 200);
@@ -143,10 +129,7 @@ pub fn http_10_head_and_connection_close(model: &str) {
 pub fn http_errors_400_414_431(model: &str) {
     let server = ServerProc::start(model, &["--proto", "http"]);
     let long_line = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(100_000));
-    let big_header = format!(
-        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
-        "b".repeat(64 * 1024)
-    );
+    let big_header = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(64 * 1024));
     let cases: Vec<(&[u8], u16)> = vec![
         (b"BLAH\x01\x02 nonsense\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
@@ -159,9 +142,7 @@ pub fn http_errors_400_414_431(model: &str) {
         let mut c = HttpReader::new(server.connect());
         // The server may close before reading everything; a failed write is then expected.
         let _ = c.stream.write_all(request);
-        let r = c
-            .response(false)
-            .unwrap_or_else(|| panic!("no answer for {status}"));
+        let r = c.response(false).unwrap_or_else(|| panic!("no answer for {status}"));
         assert_eq!(r.status, status);
         assert_eq!(r.header("Connection"), Some("close"));
         assert!(c.closed(), "closed after {status}");
@@ -193,14 +174,8 @@ pub fn idle_timeout(model: &str) {
     let n = idle.read(&mut buf).unwrap_or(0);
     let elapsed = started.elapsed();
     assert_eq!(n, 0, "idle connection closed");
-    assert!(
-        elapsed >= Duration::from_millis(900),
-        "closed too early: {elapsed:?}"
-    );
-    assert!(
-        elapsed < Duration::from_secs(5),
-        "closed too late: {elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(900), "closed too early: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "closed too late: {elapsed:?}");
     busy.write_all(b"x").unwrap();
     busy.read_exact(&mut buf).unwrap();
     let done = server.stop();
@@ -211,17 +186,7 @@ pub fn header_timeout(model: &str) {
     if skip(model, Policy::HeaderTimeout) {
         return;
     }
-    let server = ServerProc::start(
-        model,
-        &[
-            "--proto",
-            "http",
-            "--header-timeout",
-            "1",
-            "--idle-timeout",
-            "30",
-        ],
-    );
+    let server = ServerProc::start(model, &["--proto", "http", "--header-timeout", "1", "--idle-timeout", "30"]);
     let mut c = HttpReader::new(server.connect());
     let started = Instant::now();
     // Trickle a head one byte every 200 ms: activity, but never a complete head.
@@ -241,14 +206,8 @@ pub fn header_timeout(model: &str) {
         assert_eq!(r.status, 408);
     }
     assert!(c.closed());
-    assert!(
-        elapsed >= Duration::from_millis(900),
-        "closed too early: {elapsed:?}"
-    );
-    assert!(
-        elapsed < Duration::from_secs(5),
-        "trickling kept it open: {elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(900), "closed too early: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "trickling kept it open: {elapsed:?}");
     let done = server.stop();
     assert_eq!(done.counter("closed_header_timeout"), 1);
 }
@@ -274,25 +233,14 @@ pub fn max_conns_refuses_with_503(model: &str) {
     assert!(extra.closed(), "the sixth connection is closed");
     for c in held.iter_mut() {
         c.send(GET);
-        assert_eq!(
-            c.response(false)
-                .expect("held connections still served")
-                .status,
-            200
-        );
+        assert_eq!(c.response(false).expect("held connections still served").status, 200);
     }
     // Closing one admits another.
     drop(held.pop());
     std::thread::sleep(Duration::from_millis(100));
     let mut again = HttpReader::new(server.connect());
     again.send(GET);
-    assert_eq!(
-        again
-            .response(false)
-            .expect("admitted after a close")
-            .status,
-        200
-    );
+    assert_eq!(again.response(false).expect("admitted after a close").status, 200);
     let done = server.stop();
     assert_eq!(done.counter("refused"), 1);
 }
@@ -308,9 +256,7 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
     normal.read_exact(&mut warm).unwrap();
     let baseline = server.rss_kib();
     let mut flooder = server.connect();
-    flooder
-        .set_write_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
+    flooder.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
     let chunk = pattern(7, 1 << 20);
     let started = Instant::now();
     let mut peak = baseline;
@@ -334,19 +280,14 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
             normal.read_exact(&mut pong).unwrap();
             assert_eq!(&pong, b"ping");
             std::thread::sleep(Duration::from_millis(50));
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "flooder never cut off"
-            );
+            assert!(started.elapsed() < Duration::from_secs(20), "flooder never cut off");
         }
         cut_off = writer.join().unwrap();
     });
     if !cut_off {
         // All 64 MiB went into buffers somewhere; the server must still close it unread.
         let mut b = [0u8; 65536];
-        flooder
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        flooder.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = flooder.shutdown(std::net::Shutdown::Write);
         assert!(sent == 64 << 20);
         let until = Instant::now() + Duration::from_secs(10);
@@ -357,17 +298,9 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
             }
         }
     }
-    assert!(
-        peak < baseline + 64 * 1024,
-        "server RSS grew from {baseline} KiB to {peak} KiB"
-    );
+    assert!(peak < baseline + 64 * 1024, "server RSS grew from {baseline} KiB to {peak} KiB");
     let done = server.stop();
-    assert_eq!(
-        done.counter("closed_flood") + done.counter("closed_send_timeout"),
-        1,
-        "{:?}",
-        done.stdout
-    );
+    assert_eq!(done.counter("closed_flood") + done.counter("closed_send_timeout"), 1, "{:?}", done.stdout);
 }
 
 pub fn graceful_shutdown(model: &str) {
@@ -385,10 +318,7 @@ pub fn graceful_shutdown(model: &str) {
     std::thread::sleep(Duration::from_millis(100));
     server.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        idle.closed(),
-        "idle keep-alive connection closed by the drain"
-    );
+    assert!(idle.closed(), "idle keep-alive connection closed by the drain");
     busy.send(b" t\r\n\r\n");
     let r = busy.response(false).expect("in-flight request answered");
     assert_eq!((r.status, r.body.len()), (200, 4096));
@@ -396,11 +326,7 @@ pub fn graceful_shutdown(model: &str) {
     assert!(busy.closed());
     let done = server.stop_within(Duration::from_secs(5));
     assert!(done.status.success(), "exit status {:?}", done.status);
-    assert!(
-        done.took < Duration::from_secs(3),
-        "drained in {:?}",
-        done.took
-    );
+    assert!(done.took < Duration::from_secs(3), "drained in {:?}", done.took);
     assert_eq!(done.counter("connections"), 0);
 }
 
@@ -410,9 +336,7 @@ pub fn udp_echo(model: &str) {
     }
     let server = ServerProc::start(model, &["--proto", "udp"]);
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     socket.connect(server.addr).unwrap();
     let mut buf = vec![0u8; 65536];
     for (i, size) in [0usize, 1, 512, 1472, 9000, 65507].into_iter().enumerate() {
@@ -424,6 +348,39 @@ pub fn udp_echo(model: &str) {
     let done = server.stop();
     assert_eq!(done.counter("datagrams_in"), 6);
     assert_eq!(done.counter("datagrams_out"), 6);
+}
+
+pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
+    if skip(model, Policy::AcceptBackoff) {
+        return;
+    }
+    let server = ServerProc::start_limited(model, &["--proto", "echo"], Some(48));
+    let ticks_per_sec = 100; // USER_HZ on Linux
+                             // Connect far more clients than the server has descriptors; the kernel completes the
+                             // handshakes into the backlog, the server accepts until EMFILE.
+    let mut clients: Vec<_> = (0..80).map(|_| server.connect()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = server.cpu_ticks();
+    // More connection attempts arrive while it is saturated.
+    let mut late: Vec<_> = (0..20).map(|_| server.connect()).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let used = server.cpu_ticks() - before;
+    assert!(used * 100 < 2 * ticks_per_sec * 10, "used {used} ticks in 2 s while out of descriptors");
+    // Free descriptors: every client, including the ones queued during the back-off, is served.
+    clients.truncate(5);
+    std::thread::sleep(Duration::from_millis(300));
+    for (i, c) in late.iter_mut().enumerate().take(10) {
+        c.write_all(&[i as u8]).unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap_or_else(|e| panic!("late client {i} not served after descriptors freed: {e}"));
+        assert_eq!(b[0], i as u8);
+    }
+    drop(clients);
+    drop(late);
+    let stderr = server.kill();
+    let warnings = stderr.lines().filter(|l| l.contains("accept failed")).count();
+    assert!(warnings >= 1, "EMFILE was never logged: {stderr}");
+    assert!(warnings <= 2 * 4, "logged {warnings} times in about 3 s with 2 workers: {stderr}");
 }
 
 /// Instantiate every case for each listed model.
@@ -442,6 +399,7 @@ macro_rules! conformance {
             #[test] fn flooding_client_is_disconnected_and_memory_stays_bounded() { super::flooding_client_is_disconnected_and_memory_stays_bounded(MODEL) }
             #[test] fn graceful_shutdown() { super::graceful_shutdown(MODEL) }
             #[test] fn udp_echo() { super::udp_echo(MODEL) }
+            #[test] fn accept_backs_off_when_out_of_descriptors() { super::accept_backs_off_when_out_of_descriptors(MODEL) }
         }
     )*};
 }

@@ -38,35 +38,21 @@ pub struct ChunkedDecoder {
 
 impl Default for ChunkedDecoder {
     fn default() -> Self {
-        ChunkedDecoder {
-            state: State::Size,
-            line: Vec::new(),
-            decoded: 0,
-            trailer_bytes: 0,
-        }
+        ChunkedDecoder { state: State::Size, line: Vec::new(), decoded: 0, trailer_bytes: 0 }
     }
 }
 
 impl ChunkedDecoder {
     /// Consume bytes of `data`; returns how many were consumed and whether the body ended.
     /// Bytes after the end of the body are not consumed: they belong to the next request.
-    pub fn feed(
-        &mut self,
-        data: &[u8],
-        max_body: u64,
-        max_trailer: usize,
-    ) -> Result<(usize, bool), ChunkError> {
+    pub fn feed(&mut self, data: &[u8], max_body: u64, max_trailer: usize) -> Result<(usize, bool), ChunkError> {
         let mut pos = 0;
         while pos < data.len() && self.state != State::Done {
             match self.state {
                 State::Data(remaining) => {
                     let take = remaining.min((data.len() - pos) as u64);
                     pos += take as usize;
-                    self.state = if take == remaining {
-                        State::DataEnd(0)
-                    } else {
-                        State::Data(remaining - take)
-                    };
+                    self.state = if take == remaining { State::DataEnd(0) } else { State::Data(remaining - take) };
                 }
                 State::DataEnd(seen) => {
                     // Checked byte by byte, so garbage after chunk data fails at once instead
@@ -76,11 +62,7 @@ impl ChunkedDecoder {
                         return Err(ChunkError::Malformed);
                     }
                     pos += 1;
-                    self.state = if seen == 1 {
-                        State::Size
-                    } else {
-                        State::DataEnd(1)
-                    };
+                    self.state = if seen == 1 { State::Size } else { State::DataEnd(1) };
                 }
                 State::Size | State::Trailer => {
                     let Some(line_len) = self.take_line(&data[pos..])? else {
@@ -186,12 +168,7 @@ mod tests {
             b"fffffffffffffffff\r\n",
             b"0\r\n folded\r\n\r\n",
         ] {
-            assert_eq!(
-                decode_all(bad),
-                Err(ChunkError::Malformed),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert_eq!(decode_all(bad), Err(ChunkError::Malformed), "{:?}", String::from_utf8_lossy(bad));
         }
         let long = vec![b'1'; MAX_LINE + 1];
         assert_eq!(decode_all(&long), Err(ChunkError::Malformed));

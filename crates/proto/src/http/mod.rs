@@ -99,10 +99,7 @@ enum State {
     #[default]
     Head,
     /// Discarding the body of `request`; its response goes out when the body ends.
-    Body {
-        request: RequestHead,
-        remaining: BodyLeft,
-    },
+    Body { request: RequestHead, remaining: BodyLeft },
     /// The connection is ending; further input is ignored.
     Closed,
 }
@@ -132,13 +129,7 @@ enum HeadStep {
 }
 
 impl HttpSession {
-    pub fn on_input(
-        &mut self,
-        input: &[u8],
-        now: Instant,
-        responses: &mut Responses,
-        out: &mut Output,
-    ) -> Verdict {
+    pub fn on_input(&mut self, input: &[u8], now: Instant, responses: &mut Responses, out: &mut Output) -> Verdict {
         let mut cursor = 0;
         while cursor < input.len() {
             match &mut self.state {
@@ -161,11 +152,7 @@ impl HttpSession {
                             Some(remaining) => {
                                 if let Framing::Length(n) = request.framing {
                                     if n > responses.config().max_body_bytes {
-                                        return self.reject(
-                                            Status::PayloadTooLarge,
-                                            responses,
-                                            out,
-                                        );
+                                        return self.reject(Status::PayloadTooLarge, responses, out);
                                     }
                                 }
                                 if request.expect_continue {
@@ -189,9 +176,7 @@ impl HttpSession {
                             let cfg = responses.config();
                             match decoder.feed(data, cfg.max_body_bytes, cfg.max_header_bytes) {
                                 Ok(progress) => progress,
-                                Err(ChunkError::Malformed) => {
-                                    return self.reject(Status::BadRequest, responses, out)
-                                }
+                                Err(ChunkError::Malformed) => return self.reject(Status::BadRequest, responses, out),
                                 Err(ChunkError::TooLarge) => {
                                     return self.reject(Status::PayloadTooLarge, responses, out)
                                 }
@@ -219,12 +204,7 @@ impl HttpSession {
         self.head_started.map(|started| started + header_timeout)
     }
 
-    pub fn on_timeout(
-        &mut self,
-        now: Instant,
-        responses: &mut Responses,
-        out: &mut Output,
-    ) -> Verdict {
+    pub fn on_timeout(&mut self, now: Instant, responses: &mut Responses, out: &mut Output) -> Verdict {
         match self.deadline(responses.config().header_timeout) {
             Some(deadline) if now >= deadline => {
                 self.reject(Status::RequestTimeout, responses, out);
@@ -244,13 +224,7 @@ impl HttpSession {
 
     /// Parse a head from `input[*cursor..]`, continuing a partial one if there is one. Only as
     /// much input as can still fit under the limit is copied into the partial buffer.
-    fn take_head(
-        &mut self,
-        input: &[u8],
-        cursor: &mut usize,
-        now: Instant,
-        cfg: &HttpConfig,
-    ) -> HeadStep {
+    fn take_head(&mut self, input: &[u8], cursor: &mut usize, now: Instant, cfg: &HttpConfig) -> HeadStep {
         let limit = cfg.max_header_bytes;
         if self.partial.is_empty() {
             let available = &input[*cursor..];
@@ -270,8 +244,7 @@ impl HttpSession {
         }
         let room = (limit + 1).saturating_sub(self.partial.len());
         let take = room.min(input.len() - *cursor);
-        self.partial
-            .extend_from_slice(&input[*cursor..*cursor + take]);
+        self.partial.extend_from_slice(&input[*cursor..*cursor + take]);
         match request::parse(&self.partial, limit) {
             Parsed::Complete(request, len) => {
                 // Bytes past the head came from this input; leave them there for the body or
@@ -291,12 +264,7 @@ impl HttpSession {
     }
 
     /// Queue the 200 for `request`. Returns the verdict if the connection must close after it.
-    fn respond(
-        &mut self,
-        request: RequestHead,
-        responses: &mut Responses,
-        out: &mut Output,
-    ) -> Option<Verdict> {
+    fn respond(&mut self, request: RequestHead, responses: &mut Responses, out: &mut Output) -> Option<Verdict> {
         let keep_alive = request.keep_alive && !self.finishing;
         let mode = match (keep_alive, request.http10) {
             (false, _) => ConnectionMode::Close,

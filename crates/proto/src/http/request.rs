@@ -60,9 +60,7 @@ pub fn parse(data: &[u8], max_head: usize) -> Parsed {
                 Err(status) => Parsed::Reject(status),
             }
         }
-        Ok(httparse::Status::Partial) if data.len() > max_head => {
-            Parsed::Reject(too_large(data, max_head))
-        }
+        Ok(httparse::Status::Partial) if data.len() > max_head => Parsed::Reject(too_large(data, max_head)),
         Ok(httparse::Status::Partial) => Parsed::Partial,
         Err(httparse::Error::TooManyHeaders) => Parsed::Reject(Status::HeaderFieldsTooLarge),
         Err(_) => Parsed::Reject(status_for_malformed(data, max_head)),
@@ -157,11 +155,7 @@ fn analyse(req: &httparse::Request<'_, '_>) -> Result<RequestHead, Status> {
     Ok(RequestHead {
         head_only: req.method == Some("HEAD"),
         http10,
-        keep_alive: if http10 {
-            keep_alive_token && !close
-        } else {
-            !close
-        },
+        keep_alive: if http10 { keep_alive_token && !close } else { !close },
         framing,
         expect_continue: expect_continue && !http10 && framing != Framing::None,
     })
@@ -176,9 +170,7 @@ fn parse_content_length(value: &[u8]) -> Option<u64> {
         if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let n = digits.iter().try_fold(0u64, |acc, &d| {
-            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })?;
+        let n = digits.iter().try_fold(0u64, |acc, &d| acc.checked_mul(10)?.checked_add(u64::from(d - b'0')))?;
         if result.is_some_and(|seen| seen != n) {
             return None;
         }
@@ -188,21 +180,12 @@ fn parse_content_length(value: &[u8]) -> Option<u64> {
 }
 
 fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|&b| b == b',')
-        .map(trim)
-        .filter(|t| !t.is_empty())
+    value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty())
 }
 
 fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |i| i + 1);
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |i| i + 1);
     &bytes[start..end]
 }
 
@@ -219,26 +202,9 @@ mod tests {
         assert_eq!(parse_content_length(b"0"), Some(0));
         assert_eq!(parse_content_length(b" 42 "), Some(42));
         assert_eq!(parse_content_length(b"7, 7"), Some(7));
-        assert_eq!(
-            parse_content_length(b"18446744073709551615"),
-            Some(u64::MAX)
-        );
-        for bad in [
-            &b""[..],
-            b"-1",
-            b"+1",
-            b"1 2",
-            b"0x10",
-            b"7, 8",
-            b"18446744073709551616",
-            b",",
-        ] {
-            assert_eq!(
-                parse_content_length(bad),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+        assert_eq!(parse_content_length(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"-1", b"+1", b"1 2", b"0x10", b"7, 8", b"18446744073709551616", b","] {
+            assert_eq!(parse_content_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -249,12 +215,8 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(ka(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!ka(
-            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
-        ));
-        assert!(!ka(
-            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n"
-        ));
+        assert!(!ka(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+        assert!(!ka(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n"));
         assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
         assert!(ka(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
     }
@@ -266,14 +228,9 @@ mod tests {
             Parsed::Reject(s) => Err(s),
             Parsed::Partial => panic!("partial"),
         };
+        assert_eq!(framing(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"), Ok(Framing::None));
         assert_eq!(
-            framing(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"),
-            Ok(Framing::None)
-        );
-        assert_eq!(
-            framing(
-                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"
-            ),
+            framing(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
             Ok(Framing::Length(5))
         );
         assert_eq!(
@@ -307,45 +264,20 @@ mod tests {
             b"GET / HTTP/2.0\r\nHost: a\r\n\r\n",
             b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
-            assert_eq!(
-                head(bad),
-                Parsed::Reject(Status::BadRequest),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert_eq!(head(bad), Parsed::Reject(Status::BadRequest), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
     #[test]
     fn size_limits() {
         let long_line = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
-        assert_eq!(
-            head(long_line.as_bytes()),
-            Parsed::Reject(Status::UriTooLong)
-        );
-        assert_eq!(
-            head(&long_line.as_bytes()[..8500]),
-            Parsed::Reject(Status::UriTooLong)
-        );
-        let big_header = format!(
-            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
-            "b".repeat(9000)
-        );
-        assert_eq!(
-            head(big_header.as_bytes()),
-            Parsed::Reject(Status::HeaderFieldsTooLarge)
-        );
-        assert_eq!(
-            head(&big_header.as_bytes()[..8500]),
-            Parsed::Reject(Status::HeaderFieldsTooLarge)
-        );
-        let many: String = (0..MAX_HEADERS + 1)
-            .map(|i| format!("X{i}: v\r\n"))
-            .collect();
+        assert_eq!(head(long_line.as_bytes()), Parsed::Reject(Status::UriTooLong));
+        assert_eq!(head(&long_line.as_bytes()[..8500]), Parsed::Reject(Status::UriTooLong));
+        let big_header = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(9000));
+        assert_eq!(head(big_header.as_bytes()), Parsed::Reject(Status::HeaderFieldsTooLarge));
+        assert_eq!(head(&big_header.as_bytes()[..8500]), Parsed::Reject(Status::HeaderFieldsTooLarge));
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X{i}: v\r\n")).collect();
         let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
-        assert_eq!(
-            head(many.as_bytes()),
-            Parsed::Reject(Status::HeaderFieldsTooLarge)
-        );
+        assert_eq!(head(many.as_bytes()), Parsed::Reject(Status::HeaderFieldsTooLarge));
     }
 }

@@ -22,11 +22,7 @@ pub enum ConnectionMode {
     Close,
 }
 
-const MODES: [ConnectionMode; 3] = [
-    ConnectionMode::KeepAlive11,
-    ConnectionMode::KeepAlive10,
-    ConnectionMode::Close,
-];
+const MODES: [ConnectionMode; 3] = [ConnectionMode::KeepAlive11, ConnectionMode::KeepAlive10, ConnectionMode::Close];
 
 #[derive(Debug, Clone)]
 struct Rendered {
@@ -48,12 +44,7 @@ impl Responses {
     pub fn new(cfg: Arc<HttpConfig>, unix_secs: u64) -> Self {
         let date = http_date(unix_secs);
         let ok = MODES.map(|mode| render_ok(&cfg, &date, mode));
-        Responses {
-            cfg,
-            rendered_second: unix_secs,
-            date,
-            ok,
-        }
+        Responses { cfg, rendered_second: unix_secs, date, ok }
     }
 
     pub fn config(&self) -> &HttpConfig {
@@ -117,10 +108,7 @@ fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
     let mut full = BytesMut::with_capacity(head.len() + cfg.body.len());
     full.put_slice(head.as_bytes());
     full.put_slice(&cfg.body);
-    Rendered {
-        full: full.freeze(),
-        head_len: head.len(),
-    }
+    Rendered { full: full.freeze(), head_len: head.len() }
 }
 
 fn http_date(unix_secs: u64) -> String {
@@ -137,8 +125,7 @@ pub fn unix_secs(now: SystemTime) -> u64 {
 pub fn generated_page(len: usize) -> Bytes {
     const HEAD: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sockscale</title></head>\n<body>\n<h1>sockscale</h1>\n";
     const TAIL: &str = "</body></html>\n";
-    const LINE: &str =
-        "<p>A fixed response from sockscale, the scalable socket server toolkit.</p>\n";
+    const LINE: &str = "<p>A fixed response from sockscale, the scalable socket server toolkit.</p>\n";
     let mut page = String::with_capacity(len);
     page.push_str(HEAD);
     while page.len() + LINE.len() + TAIL.len() <= len {
@@ -179,15 +166,10 @@ mod tests {
         let mut r = Responses::new(cfg, 1_700_000_000);
         let first = r.ok(ConnectionMode::KeepAlive11, false);
         r.tick(1_700_000_000);
-        assert!(std::ptr::eq(
-            first.as_ptr(),
-            r.ok(ConnectionMode::KeepAlive11, false).as_ptr()
-        ));
+        assert!(std::ptr::eq(first.as_ptr(), r.ok(ConnectionMode::KeepAlive11, false).as_ptr()));
         r.tick(1_700_000_001);
         let second = r.ok(ConnectionMode::KeepAlive11, false);
         assert_ne!(first, second);
-        assert!(
-            String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n")
-        );
+        assert!(String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n"));
     }
 }

@@ -10,10 +10,7 @@ use super::*;
 const T0: u64 = 1_700_000_000;
 
 fn config() -> Arc<HttpConfig> {
-    Arc::new(HttpConfig {
-        body: Bytes::from_static(b"0123456789"),
-        ..HttpConfig::default()
-    })
+    Arc::new(HttpConfig { body: Bytes::from_static(b"0123456789"), ..HttpConfig::default() })
 }
 
 /// Feed `chunks` one after another; collect all output and the last verdict.
@@ -41,9 +38,7 @@ fn run(input: &[u8]) -> (Vec<u8>, Verdict) {
 
 fn statuses(output: &[u8]) -> Vec<u16> {
     let text = String::from_utf8_lossy(output);
-    text.match_indices("HTTP/1.1 ")
-        .filter_map(|(i, _)| text[i + 9..i + 12].parse().ok())
-        .collect()
+    text.match_indices("HTTP/1.1 ").filter_map(|(i, _)| text[i + 9..i + 12].parse().ok()).collect()
 }
 
 fn ok_response(mode: ConnectionMode, head_only: bool) -> Vec<u8> {
@@ -81,8 +76,7 @@ fn http10_closes_unless_keep_alive_asked() {
     assert_eq!(out, ok_response(ConnectionMode::Close, false));
     assert_eq!(verdict, Verdict::Close(Closing::Done));
 
-    let (out, verdict) =
-        run(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n");
+    let (out, verdict) = run(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n");
     let mut expected = ok_response(ConnectionMode::KeepAlive10, false);
     expected.extend(ok_response(ConnectionMode::Close, false));
     assert_eq!(out, expected);
@@ -91,9 +85,8 @@ fn http10_closes_unless_keep_alive_asked() {
 
 #[test]
 fn connection_close_ends_and_ignores_what_follows() {
-    let (out, verdict) = run(
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    );
+    let (out, verdict) =
+        run(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(out, ok_response(ConnectionMode::Close, false));
     assert_eq!(verdict, Verdict::Close(Closing::Done));
 }
@@ -109,15 +102,8 @@ fn pipelined_requests_answered_in_order_in_one_output() {
     let mut responses = Responses::new(config(), T0);
     let mut session = HttpSession::default();
     let mut out = Output::default();
-    assert_eq!(
-        session.on_input(&input, Instant::now(), &mut responses, &mut out),
-        Verdict::Continue
-    );
-    assert_eq!(
-        out.segments().len(),
-        16,
-        "one segment per response, written together"
-    );
+    assert_eq!(session.on_input(&input, Instant::now(), &mut responses, &mut out), Verdict::Continue);
+    assert_eq!(out.segments().len(), 16, "one segment per response, written together");
     let mut expected = Vec::new();
     for i in 0..16 {
         expected.extend(ok_response(ConnectionMode::KeepAlive11, i % 4 == 3));
@@ -129,11 +115,7 @@ fn pipelined_requests_answered_in_order_in_one_output() {
 fn bodies_are_discarded_and_never_parsed_as_requests() {
     // The body holds a whole request; it must be skipped, not answered.
     let smuggled = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n";
-    let mut input = format!(
-        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        smuggled.len()
-    )
-    .into_bytes();
+    let mut input = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", smuggled.len()).into_bytes();
     input.extend_from_slice(smuggled);
     input.extend_from_slice(b"PUT / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
     input.extend_from_slice(format!("{:x}\r\n", smuggled.len()).as_bytes());
@@ -146,70 +128,29 @@ fn bodies_are_discarded_and_never_parsed_as_requests() {
 
 #[test]
 fn expect_continue_gets_100_before_the_body() {
-    let (out, _) =
-        run(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+    let (out, _) = run(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
     assert_eq!(out, CONTINUE);
-    let (out, _) =
-        run(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc");
+    let (out, _) = run(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc");
     assert_eq!(statuses(&out), vec![100, 200]);
 }
 
 #[test]
 fn errors_are_answered_then_closed() {
     let cases: Vec<(Vec<u8>, u16)> = vec![
-        (
-            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                .to_vec(),
-            400,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"
-                .to_vec(),
-            400,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_vec(),
-            400,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n"
-                .to_vec(),
-            400,
-        ),
-        (
-            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
-            400,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
-            400,
-        ),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(), 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n".to_vec(), 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n".to_vec(), 400),
+        (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(), 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(), 400),
         (b"\x00\x01\x02garbage\r\n\r\n".to_vec(), 400),
-        (
-            format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100_000)).into_bytes(),
-            414,
-        ),
-        (
-            format!(
-                "GET / HTTP/1.1\r\nHost: x\r\nBig: {}\r\n\r\n",
-                "a".repeat(64 * 1024)
-            )
-            .into_bytes(),
-            431,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9999999999\r\n\r\n".to_vec(),
-            413,
-        ),
+        (format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100_000)).into_bytes(), 414),
+        (format!("GET / HTTP/1.1\r\nHost: x\r\nBig: {}\r\n\r\n", "a".repeat(64 * 1024)).into_bytes(), 431),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9999999999\r\n\r\n".to_vec(), 413),
     ];
     for (input, status) in cases {
         let (out, verdict) = run(&input);
-        assert_eq!(
-            statuses(&out),
-            vec![status],
-            "{}",
-            String::from_utf8_lossy(&input[..input.len().min(80)])
-        );
+        assert_eq!(statuses(&out), vec![status], "{}", String::from_utf8_lossy(&input[..input.len().min(80)]));
         assert!(String::from_utf8_lossy(&out).contains("Connection: close\r\n"));
         assert_eq!(verdict, Verdict::Close(Closing::BadRequest));
     }
@@ -222,12 +163,7 @@ fn oversized_head_arriving_in_pieces_is_rejected_at_the_limit() {
     let mut out = Output::default();
     let now = Instant::now();
     assert_eq!(
-        session.on_input(
-            b"GET / HTTP/1.1\r\nHost: x\r\nBig: ",
-            now,
-            &mut responses,
-            &mut out
-        ),
+        session.on_input(b"GET / HTTP/1.1\r\nHost: x\r\nBig: ", now, &mut responses, &mut out),
         Verdict::Continue
     );
     let filler = vec![b'a'; 1024];
@@ -240,10 +176,7 @@ fn oversized_head_arriving_in_pieces_is_rejected_at_the_limit() {
     }
     assert_eq!(verdict, Verdict::Close(Closing::BadRequest));
     assert_eq!(statuses(&out.to_vec(&[])), vec![431]);
-    assert!(
-        session.partial.capacity() == 0,
-        "rejected session keeps no buffer"
-    );
+    assert!(session.partial.capacity() == 0, "rejected session keeps no buffer");
 }
 
 #[test]
@@ -253,33 +186,17 @@ fn header_timeout_counts_from_the_first_byte() {
     let mut out = Output::default();
     let start = Instant::now();
     let timeout = responses.config().header_timeout;
-    assert_eq!(
-        session.deadline(timeout),
-        None,
-        "no deadline before any byte"
-    );
+    assert_eq!(session.deadline(timeout), None, "no deadline before any byte");
     session.on_input(b"GET / HT", start, &mut responses, &mut out);
     assert_eq!(session.deadline(timeout), Some(start + timeout));
     // Trickling more bytes does not move the deadline.
-    session.on_input(
-        b"TP/1.1\r\n",
-        start + Duration::from_secs(5),
-        &mut responses,
-        &mut out,
-    );
+    session.on_input(b"TP/1.1\r\n", start + Duration::from_secs(5), &mut responses, &mut out);
     assert_eq!(session.deadline(timeout), Some(start + timeout));
     assert_eq!(
-        session.on_timeout(
-            start + timeout - Duration::from_millis(1),
-            &mut responses,
-            &mut out
-        ),
+        session.on_timeout(start + timeout - Duration::from_millis(1), &mut responses, &mut out),
         Verdict::Continue
     );
-    assert_eq!(
-        session.on_timeout(start + timeout, &mut responses, &mut out),
-        Verdict::Close(Closing::HeaderTimeout)
-    );
+    assert_eq!(session.on_timeout(start + timeout, &mut responses, &mut out), Verdict::Close(Closing::HeaderTimeout));
     assert_eq!(statuses(&out.to_vec(&[])), vec![408]);
 }
 
@@ -315,12 +232,9 @@ fn mixed_requests() -> Vec<u8> {
     let mut input = Vec::new();
     input.extend_from_slice(b"GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
     input.extend_from_slice(b"HEAD /b HTTP/1.1\r\nHost: x\r\n\r\n");
-    input
-        .extend_from_slice(b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
+    input.extend_from_slice(b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
     input.extend_from_slice(b"PUT /d HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nT: v\r\n\r\n");
-    input.extend_from_slice(
-        b"DELETE /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
-    );
+    input.extend_from_slice(b"DELETE /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok");
     input.extend_from_slice(b"GET /f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     input
 }

@@ -58,9 +58,7 @@ impl Acceptor {
 
     pub(super) fn register<S: Selector>(&mut self, selector: &mut S) -> io::Result<()> {
         if !self.registered {
-            selector
-                .register(self.fd(), LISTENER, Interest::READ, self.exclusive)
-                .map_err(super::into_io)?;
+            selector.register(self.fd(), LISTENER, Interest::READ, self.exclusive).map_err(super::into_io)?;
             self.registered = true;
         }
         Ok(())
@@ -85,11 +83,7 @@ pub struct Inbox {
 
 impl Inbox {
     pub fn new() -> io::Result<Self> {
-        Ok(Inbox {
-            queue: Mutex::new(VecDeque::new()),
-            waker: Waker::new()?,
-            closed: AtomicBool::new(false),
-        })
+        Ok(Inbox { queue: Mutex::new(VecDeque::new()), waker: Waker::new()?, closed: AtomicBool::new(false) })
     }
 
     /// Hand a connection over; gives it back if the worker has stopped taking connections.
@@ -121,11 +115,7 @@ impl Inbox {
 
     fn take_all(&self) -> Vec<OwnedFd> {
         self.waker.reset();
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect()
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect()
     }
 }
 
@@ -185,10 +175,7 @@ impl<S: Selector> Worker<'_, S> {
             return;
         }
         // A connection that died in the queue, or a signal: try again on the next turn.
-        if matches!(
-            err.raw_os_error(),
-            Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
-        ) {
+        if matches!(err.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) {
             self.resume_accept = true;
             return;
         }
@@ -261,11 +248,7 @@ impl<S: Selector> Worker<'_, S> {
         let index = entry.key();
         let generation = self.next_generation;
         let tok = token(index, generation);
-        let interest = if self.edge {
-            Interest::BOTH
-        } else {
-            Interest::READ
-        };
+        let interest = if self.edge { Interest::BOTH } else { Interest::READ };
         match self.selector.register(fd.as_raw_fd(), tok, interest, false) {
             Ok(()) => {}
             Err(RegisterError::Full(reason)) => {
@@ -308,11 +291,7 @@ impl<S: Selector> Worker<'_, S> {
         }
         drop(fd);
         if let Some(suppressed) = self.refusal_log.allow(self.now) {
-            tracing::warn!(
-                open = self.stats.current(),
-                suppressed,
-                "refusing connections: {why}"
-            );
+            tracing::warn!(open = self.stats.current(), suppressed, "refusing connections: {why}");
         }
     }
 }

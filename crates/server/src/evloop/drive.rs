@@ -64,12 +64,7 @@ impl<S: Selector> Worker<'_, S> {
                         budget -= n;
                         self.counters.bytes_in(n);
                         self.scratch.clear();
-                        let verdict = self.engine.on_input(
-                            &mut conn.session,
-                            &buf[..n],
-                            self.now,
-                            &mut self.scratch,
-                        );
+                        let verdict = self.engine.on_input(&mut conn.session, &buf[..n], self.now, &mut self.scratch);
                         if !self.scratch.is_empty() {
                             match conn.out.send(fd, &self.scratch, &buf[..n]) {
                                 Ok(w) => {
@@ -156,11 +151,7 @@ impl<S: Selector> Worker<'_, S> {
             self.resume.push(token);
         }
         let protocol_deadline = self.engine.deadline(&conn.session);
-        let deadline = conn.deadline(
-            self.cfg.idle_timeout,
-            self.cfg.send_timeout,
-            protocol_deadline,
-        );
+        let deadline = conn.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol_deadline);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
 
         if !self.edge {
@@ -188,20 +179,14 @@ impl<S: Selector> Worker<'_, S> {
         let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
-        let expired =
-            |since: Option<std::time::Instant>| since.is_some_and(|t| t + cfg.send_timeout <= now);
+        let expired = |since: Option<std::time::Instant>| since.is_some_and(|t| t + cfg.send_timeout <= now);
         let reason = if expired(conn.over_since) {
             Some(CloseReason::Flood)
         } else if expired(conn.stalled_since) {
             Some(CloseReason::SendTimeout)
-        } else if self
-            .engine
-            .deadline(&conn.session)
-            .is_some_and(|at| at <= now)
-        {
+        } else if self.engine.deadline(&conn.session).is_some_and(|at| at <= now) {
             self.scratch.clear();
-            self.engine
-                .on_timeout(&mut conn.session, now, &mut self.scratch);
+            self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
             // One attempt to tell the client why; the connection closes either way.
             let _ = conn.out.send(conn.fd.as_raw_fd(), &self.scratch, &[]);
             Some(CloseReason::HeaderTimeout)

@@ -59,13 +59,7 @@ pub trait Selector {
     fn edge_triggered(&self) -> bool;
     /// Start watching `fd`. `exclusive` asks, where the mechanism has it, that only one of the
     /// threads watching a shared listener be woken per connection.
-    fn register(
-        &mut self,
-        fd: RawFd,
-        token: u64,
-        interest: Interest,
-        exclusive: bool,
-    ) -> Result<(), RegisterError>;
+    fn register(&mut self, fd: RawFd, token: u64, interest: Interest, exclusive: bool) -> Result<(), RegisterError>;
     /// Change what `fd` is watched for. Edge-triggered selectors watch everything always and
     /// are never asked.
     fn reregister(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()>;
@@ -137,18 +131,14 @@ pub struct Worker<'a, S: Selector> {
 impl<'a, S: Selector> Worker<'a, S> {
     pub fn new(mut selector: S, parts: WorkerParts<'a>) -> io::Result<Self> {
         let waker = Arc::new(Waker::new()?);
-        selector
-            .register(waker.fd().as_raw_fd(), WAKER, Interest::READ, false)
-            .map_err(into_io)?;
+        selector.register(waker.fd().as_raw_fd(), WAKER, Interest::READ, false).map_err(into_io)?;
         let mut source = parts.source;
         match &mut source {
             Source::Listener(acceptor) => acceptor.register(&mut selector)?,
-            Source::Inbox(inbox) => selector
-                .register(inbox.waker().fd().as_raw_fd(), INBOX, Interest::READ, false)
-                .map_err(into_io)?,
-            Source::Udp(udp) => selector
-                .register(udp.fd(), UDP, Interest::READ, false)
-                .map_err(into_io)?,
+            Source::Inbox(inbox) => {
+                selector.register(inbox.waker().fd().as_raw_fd(), INBOX, Interest::READ, false).map_err(into_io)?
+            }
+            Source::Udp(udp) => selector.register(udp.fd(), UDP, Interest::READ, false).map_err(into_io)?,
         }
         parts.shutdown.register(waker.clone());
         let edge = selector.edge_triggered();
@@ -219,10 +209,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             return Some(Duration::ZERO);
         }
         let mut wake_at = self.timers.next();
-        for candidate in [self.drain_deadline, self.accept_resumes_at()]
-            .into_iter()
-            .flatten()
-        {
+        for candidate in [self.drain_deadline, self.accept_resumes_at()].into_iter().flatten() {
             wake_at = Some(wake_at.map_or(candidate, |at| at.min(candidate)));
         }
         // Round up so a timer is never woken for a microsecond early and left unfired.
@@ -305,11 +292,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             }
             None => {}
         }
-        let tokens: Vec<u64> = self
-            .conns
-            .iter()
-            .map(|(i, c)| token(i, c.generation))
-            .collect();
+        let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
             let (index, _) = split(t);
             if let Some(conn) = self.conns.get_mut(index) {

@@ -38,10 +38,7 @@ impl Epoll {
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Epoll {
-            fd,
-            ready: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS],
-        })
+        Ok(Epoll { fd, ready: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS] })
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
@@ -67,19 +64,10 @@ impl Selector for Epoll {
         true
     }
 
-    fn register(
-        &mut self,
-        fd: RawFd,
-        token: u64,
-        interest: Interest,
-        exclusive: bool,
-    ) -> Result<(), RegisterError> {
+    fn register(&mut self, fd: RawFd, token: u64, interest: Interest, exclusive: bool) -> Result<(), RegisterError> {
         // EPOLLEXCLUSIVE admits only EPOLLIN, EPOLLOUT, EPOLLET and EPOLLWAKEUP.
-        let events = if exclusive {
-            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32
-        } else {
-            flags(interest)
-        };
+        let events =
+            if exclusive { (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32 } else { flags(interest) };
         Ok(self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)?)
     }
 
@@ -94,12 +82,7 @@ impl Selector for Epoll {
     fn select(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
         let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
         // SAFETY: ready has MAX_EVENTS initialised slots the kernel may overwrite.
-        let n = syscall!(epoll_wait(
-            self.fd.as_raw_fd(),
-            self.ready.as_mut_ptr(),
-            MAX_EVENTS as i32,
-            timeout_ms
-        ))?;
+        let n = syscall!(epoll_wait(self.fd.as_raw_fd(), self.ready.as_mut_ptr(), MAX_EVENTS as i32, timeout_ms))?;
         for e in &self.ready[..n as usize] {
             let bits = e.events;
             events.push(Event {
@@ -120,26 +103,19 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let pools = (0..threads)
         .map(|_| BufferPool::new(cfg.buffer_size, per_worker, cfg.lock_memory))
         .collect::<Result<Vec<_>, _>>()?;
-    let io_err = |source| ServerError::Io {
-        model: "epoll",
-        source,
-    };
+    let io_err = |source| ServerError::Io { model: "epoll", source };
 
     let mut sources = Vec::with_capacity(threads);
     for i in 0..threads {
-        let socket =
-            if i == 0 || cfg.listener_mode == ListenerMode::Exclusive && !ctx.listen.is_udp() {
-                ctx.listen.shared()
-            } else {
-                Arc::new(ctx.listen.bind_another().map_err(io_err)?)
-            };
+        let socket = if i == 0 || cfg.listener_mode == ListenerMode::Exclusive && !ctx.listen.is_udp() {
+            ctx.listen.shared()
+        } else {
+            Arc::new(ctx.listen.bind_another().map_err(io_err)?)
+        };
         sources.push(if ctx.listen.is_udp() {
             Source::Udp(Box::new(UdpEcho::new(socket)))
         } else {
-            Source::Listener(Acceptor::new(
-                socket,
-                cfg.listener_mode == ListenerMode::Exclusive,
-            ))
+            Source::Listener(Acceptor::new(socket, cfg.listener_mode == ListenerMode::Exclusive))
         });
     }
 
@@ -171,9 +147,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         let mut result = Ok(());
         for handle in handles {
             let outcome = match handle {
-                Ok(handle) => handle
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("worker thread panicked"))),
+                Ok(handle) => handle.join().unwrap_or_else(|_| Err(io::Error::other("worker thread panicked"))),
                 Err(e) => Err(e),
             };
             if let Err(e) = outcome {

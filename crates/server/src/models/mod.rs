@@ -90,21 +90,17 @@ pub enum Policy {
     GracefulShutdown,
     /// Serve `--proto udp`.
     Udp,
+    /// Back off, without spinning, when accept runs out of descriptors.
+    AcceptBackoff,
 }
 
 impl FromStr for Model {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Model::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Model::ALL.iter().map(|m| m.name()).collect();
-                format!(
-                    "unknown model '{s}' (expected one of: {})",
-                    names.join(", ")
-                )
-            })
+        Model::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Model::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown model '{s}' (expected one of: {})", names.join(", "))
+        })
     }
 }
 
@@ -136,14 +132,7 @@ impl ModelCtx {
             Service::Http(http) => Protocol::Http(http.clone()),
             Service::Echo | Service::UdpEcho => Protocol::Echo,
         };
-        ModelCtx {
-            cfg,
-            listen,
-            protocol,
-            stats,
-            shutdown,
-            ready,
-        }
+        ModelCtx { cfg, listen, protocol, stats, shutdown, ready }
     }
 
     /// Tell the server the model is serving; `Server::start` returns when this is called.

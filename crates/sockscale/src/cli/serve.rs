@@ -55,11 +55,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", help_heading = "HTTP")]
     pub body: Option<PathBuf>,
     /// Content-Type of the HTTP response
-    #[arg(
-        long,
-        default_value = "text/html; charset=utf-8",
-        help_heading = "HTTP"
-    )]
+    #[arg(long, default_value = "text/html; charset=utf-8", help_heading = "HTTP")]
     pub content_type: String,
     /// Largest request head; longer gets 431 (414 if the request line alone is)
     #[arg(long, default_value = "8KiB", value_parser = parse_size, help_heading = "HTTP")]
@@ -148,8 +144,7 @@ impl ServeArgs {
                     ..HttpConfig::default()
                 };
                 if let Some(path) = &self.body {
-                    let body = std::fs::read(path)
-                        .with_context(|| format!("cannot read --body {}", path.display()))?;
+                    let body = std::fs::read(path).with_context(|| format!("cannot read --body {}", path.display()))?;
                     http.body = Bytes::from(body);
                 }
                 Service::Http(Arc::new(http))
@@ -195,20 +190,16 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if let Some(addr) = server.metrics_addr() {
         tracing::info!("metrics at http://{addr}/metrics");
     }
-    signals
-        .forward_to(server.shutdown_handle())
-        .context("cannot start the signal thread")?;
+    signals.forward_to(server.shutdown_handle()).context("cannot start the signal thread")?;
     if let Some(every) = args.stats_interval {
         let stats = server.stats();
         let shutdown = server.shutdown_handle();
-        std::thread::Builder::new()
-            .name("sockscale-stats".into())
-            .spawn(move || {
-                while shutdown.is_running() {
-                    std::thread::sleep(every);
-                    println!("stats {}", stats.snapshot());
-                }
-            })?;
+        std::thread::Builder::new().name("sockscale-stats".into()).spawn(move || {
+            while shutdown.is_running() {
+                std::thread::sleep(every);
+                println!("stats {}", stats.snapshot());
+            }
+        })?;
     }
     let totals = server.wait()?;
     println!("final {totals}");
@@ -223,9 +214,7 @@ mod tests {
 
     #[test]
     fn cli_defaults_are_the_library_defaults() {
-        let Cli {
-            command: Command::Serve(args),
-        } = Cli::parse_from(["sockscale", "serve"]);
+        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve"]);
         let cfg = args.to_config().unwrap();
         let lib = Config::default();
         assert_eq!(cfg.listen, lib.listen);
@@ -247,12 +236,8 @@ mod tests {
         assert_eq!(cfg.stack_size, lib.stack_size);
         assert_eq!(cfg.max_outstanding_sends, lib.max_outstanding_sends);
 
-        let Cli {
-            command: Command::Serve(args),
-        } = Cli::parse_from(["sockscale", "serve", "--proto", "http"]);
-        let Service::Http(http) = args.to_config().unwrap().service else {
-            panic!("http")
-        };
+        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve", "--proto", "http"]);
+        let Service::Http(http) = args.to_config().unwrap().service else { panic!("http") };
         let lib = HttpConfig::default();
         assert_eq!(http.body, lib.body);
         assert_eq!(http.content_type, lib.content_type);

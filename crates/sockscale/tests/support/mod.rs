@@ -38,44 +38,44 @@ impl Finished {
         line["final ".len()..]
             .split_whitespace()
             .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| {
-                (
-                    k.to_owned(),
-                    v.parse()
-                        .unwrap_or_else(|_| panic!("bad counter {kv}", kv = k)),
-                )
-            })
+            .map(|(k, v)| (k.to_owned(), v.parse().unwrap_or_else(|_| panic!("bad counter {kv}", kv = k))))
             .collect()
     }
 
     pub fn counter(&self, name: &str) -> i64 {
-        *self
-            .counters()
-            .get(name)
-            .unwrap_or_else(|| panic!("no counter {name}"))
+        *self.counters().get(name).unwrap_or_else(|| panic!("no counter {name}"))
     }
 }
 
 impl ServerProc {
     /// `sockscale serve --model MODEL --listen 127.0.0.1:0 ARGS...`
     pub fn start(model: &str, args: &[&str]) -> ServerProc {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--model",
-                model,
-                "--listen",
-                "127.0.0.1:0",
-                "--threads",
-                "2",
-            ])
+        Self::start_limited(model, args, None)
+    }
+
+    /// As `start`, with the server's open-files limit lowered to `nofile`.
+    pub fn start_limited(model: &str, args: &[&str], nofile: Option<u64>) -> ServerProc {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "2"])
             .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sockscale");
+            .stderr(Stdio::piped());
+        if let Some(limit) = nofile {
+            // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn sockscale");
         let (tx, rx) = mpsc::channel();
         let out = child.stdout.take().expect("stdout");
         std::thread::spawn(move || {
@@ -93,24 +93,14 @@ impl ServerProc {
         });
         let first = rx.recv_timeout(Duration::from_secs(10));
         let addr = match first {
-            Ok(line) if line.starts_with("listening on ") => {
-                line["listening on ".len()..].parse().expect("address")
-            }
+            Ok(line) if line.starts_with("listening on ") => line["listening on ".len()..].parse().expect("address"),
             other => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "server did not start: {other:?}; stderr: {}",
-                    stderr.join().unwrap_or_default()
-                );
+                panic!("server did not start: {other:?}; stderr: {}", stderr.join().unwrap_or_default());
             }
         };
-        ServerProc {
-            child: Some(child),
-            addr,
-            stdout: rx,
-            stderr,
-        }
+        ServerProc { child: Some(child), addr, stdout: rx, stderr }
     }
 
     pub fn pid(&self) -> i32 {
@@ -129,6 +119,16 @@ impl ServerProc {
 
     pub fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
+    /// User plus system CPU time, in clock ticks, from /proc/PID/stat.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
     }
 
     pub fn threads(&self) -> u64 {
@@ -153,15 +153,17 @@ impl ServerProc {
         };
         let took = started.elapsed();
         let stdout = self.stdout.iter().collect();
-        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new))
-            .join()
-            .unwrap_or_default();
-        Finished {
-            status,
-            stdout,
-            stderr,
-            took,
+        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new)).join().unwrap_or_default();
+        Finished { status, stdout, stderr, took }
+    }
+
+    /// Stop with SIGKILL, for tests that only need the process gone; returns its stderr.
+    pub fn kill(mut self) -> String {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        std::mem::replace(&mut self.stderr, std::thread::spawn(String::new)).join().unwrap_or_default()
     }
 
     pub fn stop(self) -> Finished {
@@ -219,10 +221,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -234,10 +233,7 @@ pub struct HttpReader {
 
 impl HttpReader {
     pub fn new(stream: TcpStream) -> Self {
-        HttpReader {
-            stream,
-            buf: Vec::new(),
-        }
+        HttpReader { stream, buf: Vec::new() }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -254,12 +250,7 @@ impl HttpReader {
                 let headers: Vec<(String, String)> = parsed
                     .headers
                     .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_owned(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
+                    .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
                     .collect();
                 let length: usize = if head_only || status == 100 {
                     0
@@ -277,11 +268,7 @@ impl HttpReader {
                 }
                 let body = self.buf[head_len..head_len + length].to_vec();
                 self.buf.drain(..head_len + length);
-                return Some(Response {
-                    status,
-                    headers,
-                    body,
-                });
+                return Some(Response { status, headers, body });
             }
             if !self.fill() {
                 assert!(
@@ -300,10 +287,7 @@ impl HttpReader {
         match self.stream.read(&mut byte) {
             Ok(0) => true,
             Ok(_) => false,
-            Err(e) => matches!(
-                e.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-            ),
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted),
         }
     }
 

@@ -1,0 +1,155 @@
+//! The command line as a user meets it: one clear line and a non-zero exit for every mistake,
+//! and the observability flags doing what they say.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+/// Run `sockscale ARGS`, expecting failure; returns (exit code, stderr).
+fn fails(args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).env("RUST_LOG", "off").output().expect("run sockscale");
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(out.stdout.is_empty(), "{args:?} printed to stdout: {}", String::from_utf8_lossy(&out.stdout));
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn one_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
+    lines[0]
+}
+
+#[test]
+fn bad_flags_get_one_line_naming_them() {
+    let (code, err) = fails(&["serve", "--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert!(one_line(&err).contains("--no-such-flag"), "{err}");
+    let (_, err) = fails(&["serve", "--threads", "many"]);
+    assert!(one_line(&err).contains("--threads"), "{err}");
+    let (_, err) = fails(&["serve", "--model", "carrier-pigeon"]);
+    assert!(one_line(&err).contains("carrier-pigeon") && err.contains("epoll"), "{err}");
+    let (_, err) = fails(&["serve", "--buffer-size", "5000"]);
+    assert!(one_line(&err).contains("--buffer-size 5000"), "{err}");
+    let (_, err) = fails(&["serve", "--max-pending-send", "lots"]);
+    assert!(one_line(&err).contains("--max-pending-send"), "{err}");
+    let (_, err) = fails(&["serve", "--threads", "0"]);
+    assert!(one_line(&err).contains("--threads"), "{err}");
+}
+
+#[test]
+fn busy_port_names_the_address() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = fails(&["serve", "--listen", &addr]);
+    assert_ne!(code, 0);
+    assert_eq!(one_line(&err), format!("error: cannot listen on {addr}: address already in use"));
+    let (_, err) = fails(&["serve", "--listen", "127.0.0.1:0", "--metrics", &addr]);
+    assert!(one_line(&err).contains(&format!("--metrics on {addr}")), "{err}");
+}
+
+#[test]
+fn unreadable_body_names_the_file() {
+    let (_, err) = fails(&["serve", "--proto", "http", "--body", "/nonexistent/page.html"]);
+    assert!(one_line(&err).contains("--body /nonexistent/page.html"), "{err}");
+}
+
+#[test]
+fn lock_memory_beyond_rlimit_says_so() {
+    // Root may lock any amount, so drop to nobody with a 64 KiB RLIMIT_MEMLOCK when we can.
+    let have = |tool: &str| {
+        Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+    };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 && !(have("setpriv") && have("prlimit")) {
+        eprintln!("skipped: running as root without setpriv/prlimit to drop the privilege to lock memory");
+        return;
+    }
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--memlock=65536:65536");
+    // SAFETY: as above.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
+    }
+    let out = cmd
+        .args([BIN, "serve", "--listen", "127.0.0.1:0", "--lock-memory", "--pool-buffers", "64", "--threads", "1"])
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = one_line(&err);
+    assert!(line.contains("--lock-memory") && line.contains("RLIMIT_MEMLOCK allows 65536 bytes"), "{line}");
+}
+
+#[test]
+fn help_documents_every_policy_flag() {
+    let out = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--model",
+        "--threads",
+        "--proto",
+        "--read-budget",
+        "--max-conns",
+        "--backlog",
+        "--accept-batch",
+        "--idle-timeout",
+        "--header-timeout",
+        "--max-pending-send",
+        "--send-timeout",
+        "--buffer-size",
+        "--lock-memory",
+        "--sndbuf",
+        "--rcvbuf",
+        "--nodelay",
+        "--stats-interval",
+        "--metrics",
+        "--drain-timeout",
+        "--body",
+        "--max-header-bytes",
+    ] {
+        assert!(help.contains(flag), "serve --help lacks {flag}");
+    }
+}
+
+#[test]
+fn metrics_and_stats_report_the_counters() {
+    let metrics_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let server = ServerProc::start(
+        "epoll",
+        &["--proto", "echo", "--metrics", &metrics_port.to_string(), "--stats-interval", "0.2"],
+    );
+    let mut c = server.connect();
+    c.write_all(b"hello").unwrap();
+    let mut b = [0u8; 5];
+    c.read_exact(&mut b).unwrap();
+
+    let mut scrape = std::net::TcpStream::connect(metrics_port).unwrap();
+    scrape.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    scrape.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
+    let mut text = String::new();
+    scrape.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("# TYPE sockscale_accepted_total counter\nsockscale_accepted_total 1\n"), "{text}");
+    assert!(text.contains("sockscale_connections 1\n"), "{text}");
+    assert!(text.contains("sockscale_received_bytes_total 5\n"), "{text}");
+    assert!(text.contains("sockscale_closed_total{reason=\"idle\"} 0\n"), "{text}");
+
+    let mut other = std::net::TcpStream::connect(metrics_port).unwrap();
+    other.write_all(b"GET /other HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
+    let mut text = String::new();
+    other.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+
+    std::thread::sleep(Duration::from_millis(500));
+    drop(c);
+    let done = server.stop();
+    assert!(done.stdout.iter().any(|l| l.starts_with("stats accepted=1 ")), "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_peer"), 1);
+}
