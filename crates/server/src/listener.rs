@@ -163,3 +163,38 @@ mod tests {
         first.bind_another().unwrap();
     }
 }
+
+#[cfg(test)]
+mod inheritance {
+    use super::*;
+
+    /// The server sets TCP_NODELAY and buffer sizes once, on the listener; this checks that
+    /// Linux hands them to every accepted socket, as the listener's comment claims.
+    #[test]
+    fn accepted_sockets_inherit_listener_options() {
+        for nodelay in [true, false] {
+            let cfg = Config {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                nodelay,
+                sndbuf: Some(96 << 10),
+                rcvbuf: Some(80 << 10),
+                ..Config::default()
+            };
+            let listen = Listen::bind(&cfg).unwrap();
+            let _client = std::net::TcpStream::connect(listen.local_addr()).unwrap();
+            let listener = listen.shared();
+            let fd = loop {
+                match crate::sys::accept(raw(&listener)) {
+                    Ok(fd) => break fd,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            let accepted = socket2::SockRef::from(&fd);
+            assert_eq!(accepted.tcp_nodelay().unwrap(), nodelay);
+            // The kernel doubles the requested sizes for its bookkeeping.
+            assert_eq!(accepted.send_buffer_size().unwrap(), 2 * (96 << 10));
+            assert_eq!(accepted.recv_buffer_size().unwrap(), 2 * (80 << 10));
+        }
+    }
+}

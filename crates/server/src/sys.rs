@@ -54,6 +54,11 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// Gather-write `bufs` with `sendmsg(MSG_NOSIGNAL)`: a peer that has gone away yields EPIPE
 /// instead of a SIGPIPE that would kill an embedding process that did not ignore it.
 pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // One buffer (a whole HTTP response, one echo) is the common case; plain send skips
+    // importing a msghdr and iovec array.
+    if let [only] = bufs {
+        return send(fd, only);
+    }
     // SAFETY: zeroed msghdr is a valid "no address, no control data" header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     // IoSlice is guaranteed ABI-compatible with iovec on Unix.

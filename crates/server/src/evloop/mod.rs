@@ -126,6 +126,8 @@ pub struct Worker<'a, S: Selector> {
     drain_deadline: Option<Instant>,
     edge: bool,
     refusal_log: accept::LogLimiter,
+    /// When to read the wall clock again (see `turn`).
+    next_wall_check: Instant,
 }
 
 impl<'a, S: Selector> Worker<'a, S> {
@@ -164,6 +166,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             drain_deadline: None,
             edge,
             refusal_log: accept::LogLimiter::default(),
+            next_wall_check: now,
         })
     }
 
@@ -193,7 +196,14 @@ impl<'a, S: Selector> Worker<'a, S> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        self.engine.tick(unix_now());
+        // The wall clock matters only for HTTP's Date, which changes once a second: read it
+        // when the monotonic clock says a second may have turned, not on every wake-up.
+        if self.now >= self.next_wall_check {
+            let wall = SystemTime::now();
+            let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            self.next_wall_check = self.now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
+            self.engine.tick(sockscale_proto::http::unix_secs(wall));
+        }
         let mut events = std::mem::take(&mut self.events);
         for event in events.drain(..) {
             self.dispatch(event);

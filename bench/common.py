@@ -1,0 +1,147 @@
+"""Shared helpers for the benchmark scripts in bench/.
+
+Every script measures side by side in one run: servers pinned to core 0, the load client to
+core 1, server CPU taken from /proc/PID/stat, and raw results written as JSON before any
+table is drawn from them.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target" / "release" / "sockscale"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVER_CPU = "0"
+CLIENT_CPU = "1"
+
+
+def ensure_debs(packages):
+    """Install Debian packages that are missing (benchmarks install their own peers)."""
+    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    if missing:
+        print(f"installing {' '.join(missing)}", file=sys.stderr)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+
+
+def build_sockscale():
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "sockscale"], cwd=ROOT, check=True)
+    return str(BIN)
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def wait_port(port, host="127.0.0.1", timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {host}:{port}")
+
+
+def start_sockscale(args, cpu=SERVER_CPU):
+    """Start `sockscale serve ARGS` pinned to `cpu`; returns (process, port)."""
+    proc = subprocess.Popen(
+        ["taskset", "-c", cpu, str(BIN), "serve", "--listen", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, RUST_LOG="error"),
+    )
+    line = proc.stdout.readline()
+    m = re.match(r"listening on .*:(\d+)$", line.strip())
+    if not m:
+        proc.kill()
+        raise RuntimeError(f"sockscale did not start: {line!r}")
+    return proc, int(m.group(1))
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def measure(pid, command):
+    """Run a load command pinned to the client core; returns (stdout, server CPU seconds, wall)."""
+    before = cpu_seconds(pid)
+    start = time.time()
+    out = subprocess.run(["taskset", "-c", CLIENT_CPU, *command], capture_output=True, text=True, check=True).stdout
+    wall = time.time() - start
+    return out, cpu_seconds(pid) - before, wall
+
+
+def parse_wrk(out):
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"requests": requests, "rps": rps, "socket_errors": errors, "non_2xx": int(non2xx.group(1)) if non2xx else 0}
+
+
+def parse_h2load(out):
+    m = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    return {"rps": float(m.group(2)), "requests": int(done.group(2)), "failed": int(done.group(3)) + int(done.group(4))}
+
+
+def results_dir(name):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = ROOT / "bench-results" / f"{name}-{stamp}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def machine():
+    def read(p):
+        try:
+            return Path(p).read_text().strip()
+        except OSError:
+            return None
+    cpu = next((l.split(":", 1)[1].strip() for l in (read("/proc/cpuinfo") or "").splitlines() if l.startswith("model name")), "?")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": os.uname().release,
+        "somaxconn": read("/proc/sys/net/core/somaxconn"),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def write_json(path, data):
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"raw results: {path}", file=sys.stderr)
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def have(tool):
+    return shutil.which(tool) is not None
