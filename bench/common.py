@@ -145,3 +145,54 @@ def markdown_table(header, rows):
 
 def have(tool):
     return shutil.which(tool) is not None
+
+
+def wrk_scenario(conns, duration, extra=()):
+    """A wrk -t1 run at `conns` connections; `extra` adds arguments such as a header."""
+    label = "wrk" + (" " + " ".join(extra) if extra else "")
+    return label, conns, lambda url: ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", *extra, url], parse_wrk
+
+
+def h2load_scenario(conns, duration, depth=16):
+    return (f"h2load -m{depth}", conns,
+            lambda url: ["h2load", "--h1", "-t1", f"-c{conns}", f"-m{depth}", f"-D{duration}", url], parse_h2load)
+
+
+def compare(servers, scenarios, repeat):
+    """Run every scenario `repeat` times against every server, interleaving the servers so
+    that the machine's drift hits them alike. `servers` maps a name to (process, port).
+    Returns one row per run."""
+    rows = []
+    for label, conns, command, parse in scenarios:
+        for run in range(repeat):
+            for name, (proc, port) in servers.items():
+                out, cpu, wall = measure(proc.pid, command(f"http://127.0.0.1:{port}/"))
+                r = parse(out)
+                r.update(server=name, tool=label, connections=conns, run=run, server_cpu_s=round(cpu, 3),
+                         wall_s=round(wall, 2), server_cpu_pct=round(100 * cpu / wall, 1),
+                         req_per_cpu_s=round(r["requests"] / cpu) if cpu else None)
+                rows.append(r)
+                print(f"{label:12} c={conns:5} run {run} {name:12} {r['rps']:>11.0f} req/s  "
+                      f"cpu {r['server_cpu_pct']:5.1f}%  {r['req_per_cpu_s']} req/cpu-s", flush=True)
+    return rows
+
+
+def ratio_table(rows, baseline, contender):
+    """Medians per scenario of each server's figures, and of contender/baseline within each pair."""
+    import statistics
+    med = statistics.median
+    table = []
+    for label, conns in dict.fromkeys((r["tool"], r["connections"]) for r in rows):
+        runs = [r for r in rows if r["tool"] == label and r["connections"] == conns]
+        b = [r for r in runs if r["server"] == baseline]
+        c = [r for r in runs if r["server"] == contender]
+        ratios = [y["req_per_cpu_s"] / x["req_per_cpu_s"] for x, y in zip(b, c)]
+        table.append([label, conns,
+                      f"{med(r['rps'] for r in b):.0f}", f"{med(r['server_cpu_pct'] for r in b)}%",
+                      f"{med(r['req_per_cpu_s'] for r in b):.0f}",
+                      f"{med(r['rps'] for r in c):.0f}", f"{med(r['server_cpu_pct'] for r in c)}%",
+                      f"{med(r['req_per_cpu_s'] for r in c):.0f}",
+                      f"{med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"])
+    header = ["client", "conns", f"{baseline} req/s", f"{baseline} CPU", f"{baseline} req/CPU-s",
+              f"{contender} req/s", f"{contender} CPU", f"{contender} req/CPU-s", "ratio, median (range)"]
+    return markdown_table(header, table)

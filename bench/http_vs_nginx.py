@@ -14,7 +14,6 @@ Usage: bench/http_vs_nginx.py [--duration SECS] [--repeat N]
 Writes bench-results/http_vs_nginx-<stamp>/results.json and prints a markdown table.
 """
 import argparse
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -81,52 +80,22 @@ def main():
     common.ensure_debs(["nginx", "wrk", "nghttp2-client"])
     common.build_sockscale()
     out_dir = common.results_dir("http_vs_nginx")
-    servers = {}
     sock, sock_port = common.start_sockscale(["--proto", "http", "--model", "epoll", "--threads", "1"])
-    servers["sockscale"] = (sock, sock_port)
     body = fetch_body(sock_port)
     with tempfile.TemporaryDirectory() as tmp:
         nginx, nginx_port = start_nginx(Path(tmp), body)
-        servers["nginx"] = (nginx, nginx_port)
+        servers = {"nginx": (nginx, nginx_port), "sockscale": (sock, sock_port)}
         assert fetch_body(nginx_port) == body, "nginx must serve the same body"
-        rows = []
         try:
-            scenarios = [("wrk", c) for c in (10, 100, 1000)] + [("h2load -m16", 100)]
-            for tool, conns in scenarios:
-                for run in range(args.repeat):
-                    for name, (proc, port) in servers.items():
-                        url = f"http://127.0.0.1:{port}/"
-                        if tool == "wrk":
-                            cmd = ["wrk", "-t1", f"-c{conns}", f"-d{args.duration}s", url]
-                            out, cpu, wall = common.measure(proc.pid, cmd)
-                            r = common.parse_wrk(out)
-                        else:
-                            cmd = ["h2load", "--h1", "-t1", f"-c{conns}", "-m16", f"-D{args.duration}", url]
-                            out, cpu, wall = common.measure(proc.pid, cmd)
-                            r = common.parse_h2load(out)
-                        r.update(server=name, tool=tool, connections=conns, run=run, server_cpu_s=round(cpu, 3),
-                                 wall_s=round(wall, 2), server_cpu_pct=round(100 * cpu / wall, 1),
-                                 req_per_cpu_s=round(r["requests"] / cpu) if cpu else None)
-                        rows.append(r)
-                        print(f"{tool:12} c={conns:5} run {run} {name:10} {r['rps']:>11.0f} req/s  "
-                              f"cpu {r['server_cpu_pct']:5.1f}%  {r['req_per_cpu_s']} req/cpu-s", flush=True)
+            scenarios = [common.wrk_scenario(c, args.duration) for c in (10, 100, 1000)]
+            scenarios.append(common.h2load_scenario(100, args.duration))
+            rows = common.compare(servers, scenarios, args.repeat)
         finally:
             for proc, _ in servers.values():
                 common.stop(proc)
-    common.write_json(out_dir / "results.json", {"machine": common.machine(), "duration_s": args.duration, "repeat": args.repeat, "rows": rows})
-    table = []
-    med = statistics.median
-    for tool, conns in sorted({(r["tool"], r["connections"]) for r in rows}, key=lambda k: (k[0] != "wrk", k[1])):
-        runs = [r for r in rows if r["tool"] == tool and r["connections"] == conns]
-        by = {name: [r for r in runs if r["server"] == name] for name in ("nginx", "sockscale")}
-        ratios = [s["req_per_cpu_s"] / n["req_per_cpu_s"] for n, s in zip(by["nginx"], by["sockscale"])]
-        n, s = by["nginx"], by["sockscale"]
-        table.append([tool, conns,
-                      f"{med(r['rps'] for r in n):.0f}", f"{med(r['server_cpu_pct'] for r in n)}%", f"{med(r['req_per_cpu_s'] for r in n):.0f}",
-                      f"{med(r['rps'] for r in s):.0f}", f"{med(r['server_cpu_pct'] for r in s)}%", f"{med(r['req_per_cpu_s'] for r in s):.0f}",
-                      f"{med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"])
-    print(common.markdown_table(["client", "conns", "nginx req/s", "nginx CPU", "nginx req/CPU-s", "sockscale req/s",
-                                 "sockscale CPU", "sockscale req/CPU-s", "ratio, median (range)"], table))
+    common.write_json(out_dir / "results.json",
+                      {"machine": common.machine(), "duration_s": args.duration, "repeat": args.repeat, "rows": rows})
+    print(common.ratio_table(rows, "nginx", "sockscale"))
 
 
 if __name__ == "__main__":

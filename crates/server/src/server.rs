@@ -46,7 +46,7 @@ impl Server {
         let ctx = ModelCtx::new(Arc::new(cfg.clone()), listen, stats.clone(), shutdown.clone(), ready_tx);
         let model = cfg.model;
         let thread = std::thread::Builder::new()
-            .name(format!("sockscale-{}", model.name()))
+            .name("sockscale-model".into())
             .spawn(move || model.run(ctx))
             .map_err(|source| ServerError::Io { model: model.name(), source })?;
         if ready_rx.recv().is_err() {

@@ -7,10 +7,12 @@
 //!
 //! Listeners: `--listener reuseport` (the default) gives every worker its own SO_REUSEPORT
 //! socket; `--listener exclusive` puts one shared socket in every epoll with EPOLLEXCLUSIVE.
-//! Measured side by side (docs/BENCHMARKS.md, "listener modes"), reuseport served more
-//! requests per CPU-second, because a worker never wakes for a connection another worker
-//! takes and the accept queue lock is not shared; its drawback, a connection hashed to a busy
-//! worker waits for that worker, does not arise when every worker runs the same loop.
+//! Measured side by side (`bench/listener_modes.py`, docs/BENCHMARKS.md): with a new connection
+//! per request, reuseport served 1.09x the requests per CPU-second; with keep-alive, exclusive
+//! did 1.11x better, but only because it piled connections onto one thread (CPU 248 vs 118
+//! ticks between the two workers), which batches well while both share one pinned core and
+//! caps throughput when they have a core each. reuseport spreads connections evenly (188 vs
+//! 184), so it is the default.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
