@@ -101,6 +101,10 @@ impl OutQueue {
             self.queue_from(segments, 0, 0, input);
             return self.flush(fd);
         }
+        if let [only] = segments {
+            // One response or one echo: no iovec array to build.
+            return self.send_one(fd, only, input);
+        }
         let mut written = Written::default();
         let mut next = 0;
         while next < segments.len() {
@@ -132,6 +136,24 @@ impl OutQueue {
             next += batch.len();
         }
         Ok(written)
+    }
+
+    fn send_one(&mut self, fd: RawFd, segment: &Segment, input: &[u8]) -> io::Result<Written> {
+        let bytes = Output::slice(segment, input);
+        let n = loop {
+            match sys::send(fd, bytes) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        if n == bytes.len() {
+            return Ok(Written { bytes: n, blocked: false });
+        }
+        self.queue_from(std::slice::from_ref(segment), 0, n, input);
+        let more = self.flush(fd)?;
+        Ok(Written { bytes: n + more.bytes, blocked: more.blocked })
     }
 
     /// Queue `segments[first..]` minus their first `skip` bytes, which the socket took.
@@ -283,6 +305,24 @@ mod tests {
         }
         assert_eq!(&received[..5], b"head:");
         assert_eq!(&received[5..], &input[..]);
+    }
+
+    #[test]
+    fn single_segment_short_write_queues_the_rest() {
+        let (a, mut b) = pair();
+        let input: Vec<u8> = (0..4 << 20).map(|i| (i % 253) as u8).collect();
+        let mut output = Output::default();
+        output.push_input(0..input.len());
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &input).unwrap();
+        assert!(w.blocked);
+        assert_eq!(w.bytes + queue.len(), input.len());
+        let mut received = read_all(&mut b);
+        while !queue.is_empty() {
+            queue.flush(a.as_raw_fd()).unwrap();
+            received.extend(read_all(&mut b));
+        }
+        assert_eq!(received, input);
     }
 
     #[test]
