@@ -84,6 +84,9 @@ pub struct Config {
     pub stack_size: usize,
     /// Sends in flight per connection, for the completion models.
     pub max_outstanding_sends: usize,
+    /// The port is shared with sibling server processes (`serve --procs`): bind with
+    /// SO_REUSEPORT and skip the busy-port probe, which the parent process has done.
+    pub shared_port: bool,
 }
 
 impl Default for Config {
@@ -111,6 +114,7 @@ impl Default for Config {
             metrics: None,
             stack_size: 64 << 10,
             max_outstanding_sends: 200,
+            shared_port: false,
         }
     }
 }

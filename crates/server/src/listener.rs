@@ -54,7 +54,7 @@ impl Listen {
     /// Bind the first socket for `cfg`.
     pub fn bind(cfg: &Config) -> Result<Listen, BindError> {
         let udp = cfg.service.is_udp();
-        let reuseport = udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.model.process_shared_port();
+        let reuseport = udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.shared_port;
         let mut listen = Listen {
             first: None,
             addr: cfg.listen,
@@ -65,7 +65,7 @@ impl Listen {
             sndbuf: cfg.sndbuf,
             rcvbuf: cfg.rcvbuf,
         };
-        if reuseport && cfg.listen.port() != 0 {
+        if reuseport && cfg.listen.port() != 0 && !cfg.shared_port {
             listen.probe().map_err(|e| BindError::new(cfg.listen, e))?;
         }
         let socket = listen.open(cfg.listen).map_err(|e| BindError::new(cfg.listen, e))?;
@@ -139,6 +139,40 @@ impl Listen {
             probe.set_reuse_address(true)?;
         }
         probe.bind(&SockAddr::from(self.addr))
+    }
+}
+
+/// The port of a `serve --procs` server, held by the parent: a bound, non-listening
+/// SO_REUSEPORT socket. Creating it fails if the port is taken (checked without SO_REUSEPORT,
+/// as for a single server); with port 0 it picks the port every worker then binds. Holding it
+/// keeps the port ours while a dead worker is replaced.
+pub struct Reservation {
+    _socket: Socket,
+    addr: SocketAddr,
+}
+
+impl Reservation {
+    pub fn new(addr: SocketAddr, udp: bool) -> Result<Reservation, BindError> {
+        let (ty, protocol) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
+        let open = |reuseport: bool| -> io::Result<Socket> {
+            let socket = Socket::new(Domain::for_address(addr), ty.cloexec(), Some(protocol))?;
+            if !udp {
+                socket.set_reuse_address(true)?;
+            }
+            socket.set_reuse_port(reuseport)?;
+            socket.bind(&SockAddr::from(addr))?;
+            Ok(socket)
+        };
+        if addr.port() != 0 {
+            open(false).map_err(|e| BindError::new(addr, e))?;
+        }
+        let socket = open(true).map_err(|e| BindError::new(addr, e))?;
+        let bound = socket.local_addr().ok().and_then(|a| a.as_socket()).unwrap_or(addr);
+        Ok(Reservation { _socket: socket, addr: bound })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
     }
 }
 

@@ -113,3 +113,34 @@ pub fn soft_limit(resource: libc::__rlimit_resource_t) -> io::Result<Option<u64>
 pub fn is_resource_exhaustion(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
+
+/// Let the kernel choose the source port at connect time rather than at bind, so one source
+/// address serves as many connections as there are distinct destinations (IP_BIND_ADDRESS_NO_PORT).
+pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: passes a live c_int and its size.
+    syscall!(setsockopt(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_BIND_ADDRESS_NO_PORT,
+        (&one as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))
+    .map(drop)
+}
+
+/// CPU time used by this process so far: (user, system).
+pub fn cpu_times() -> io::Result<(std::time::Duration, std::time::Duration)> {
+    // SAFETY: rusage is plain old data.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: usage is a live, writable rusage.
+    syscall!(getrusage(libc::RUSAGE_SELF, &mut usage))?;
+    let d = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    Ok((d(usage.ru_utime), d(usage.ru_stime)))
+}
+
+/// Send `signal` to process `pid` (a child this process started).
+pub fn signal_process(pid: u32, signal: i32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    syscall!(kill(pid, signal)).map(drop)
+}

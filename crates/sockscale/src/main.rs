@@ -1,6 +1,7 @@
 //! The `sockscale` command.
 
 mod cli;
+mod output;
 mod units;
 
 use std::process::ExitCode;
@@ -24,18 +25,20 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line that names the flag; clap's usage block would bury it.
             let rendered = e.render().to_string();
-            eprintln!("{}", rendered.lines().next().unwrap_or("error: bad arguments"));
+            output::note!("{}\n", rendered.lines().next().unwrap_or("error: bad arguments"));
             return ExitCode::from(2);
         }
     };
     init_logging();
+    let argv: Vec<String> = std::env::args().collect();
     let outcome = match &cli.command {
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(args, &argv),
+        Command::Load(command) => cli::load::run(command, &argv),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            output::note!("error: {e:#}\n");
             ExitCode::FAILURE
         }
     }

@@ -47,11 +47,6 @@ impl Model {
         }
     }
 
-    /// Whether the model's threads each bind their own SO_REUSEPORT socket to the port.
-    pub fn process_shared_port(self) -> bool {
-        false
-    }
-
     /// Whether the model can serve UDP.
     pub fn serves_udp(self) -> bool {
         match self {

@@ -1,5 +1,7 @@
 //! The command line: one module per subcommand, each turning flags into a library config.
 
+pub mod load;
+pub mod procs;
 pub mod serve;
 
 use clap::{Parser, Subcommand};
@@ -21,4 +23,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a server: one protocol on one I/O model, with every resource policy as a flag
     Serve(Box<serve::ServeArgs>),
+    /// Generate load: echo, HTTP or UDP, closed or open loop, with HDR latency
+    #[command(subcommand)]
+    Load(Box<load::LoadCommand>),
 }

@@ -1,5 +1,6 @@
 //! `sockscale serve`.
 
+use crate::output::say;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,6 +126,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", help_heading = "Observability")]
     pub metrics: Option<SocketAddr>,
 
+    /// Run this many server processes sharing the port with SO_REUSEPORT, as nginx runs
+    /// worker processes (past the per-process open-files limit); a worker that dies is
+    /// restarted. With --metrics, worker K serves it on the given port + K
+    #[arg(long, default_value_t = 1, help_heading = "Service")]
+    pub procs: usize,
+    /// Internal: this process is worker K of N of a --procs server
+    #[arg(long, hide = true, value_name = "K/N")]
+    pub proc_slot: Option<String>,
+
     /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest
     #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS", help_heading = "Lifecycle")]
     pub drain_timeout: Duration,
@@ -177,16 +187,36 @@ impl ServeArgs {
             metrics: self.metrics,
             stack_size: self.stack_size,
             max_outstanding_sends: self.max_outstanding_sends,
+            shared_port: self.proc_slot.is_some(),
         })
+    }
+
+    /// Worker number K of a `--procs` server.
+    fn slot(&self) -> Result<Option<u16>> {
+        let Some(slot) = &self.proc_slot else { return Ok(None) };
+        let k = slot
+            .split_once('/')
+            .and_then(|(k, _)| k.parse().ok())
+            .with_context(|| format!("bad --proc-slot '{slot}'"))?;
+        Ok(Some(k))
     }
 }
 
-pub fn run(args: &ServeArgs) -> Result<()> {
-    let cfg = args.to_config()?;
+pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
+    let mut cfg = args.to_config()?;
+    if args.procs > 1 && args.proc_slot.is_none() {
+        cfg.validate()?;
+        let reservation = sockscale_server::listener::Reservation::new(cfg.listen, cfg.service.is_udp())?;
+        let addr = reservation.local_addr();
+        return crate::cli::procs::run_serve_children(args.procs, argv, addr, reservation);
+    }
+    if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics.as_mut()) {
+        metrics.set_port(metrics.port() + k);
+    }
     // Before any thread exists, so every thread inherits the blocked mask.
     let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
     let server = Server::start(cfg)?;
-    println!("listening on {}", server.local_addr());
+    say!("listening on {}", server.local_addr());
     if let Some(addr) = server.metrics_addr() {
         tracing::info!("metrics at http://{addr}/metrics");
     }
@@ -197,12 +227,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         std::thread::Builder::new().name("sockscale-stats".into()).spawn(move || {
             while shutdown.is_running() {
                 std::thread::sleep(every);
-                println!("stats {}", stats.snapshot());
+                say!("stats {}", stats.snapshot());
             }
         })?;
     }
     let totals = server.wait()?;
-    println!("final {totals}");
+    say!("final {totals}");
     Ok(())
 }
 
@@ -214,7 +244,7 @@ mod tests {
 
     #[test]
     fn cli_defaults_are_the_library_defaults() {
-        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve"]);
+        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve"]) else { panic!("serve") };
         let cfg = args.to_config().unwrap();
         let lib = Config::default();
         assert_eq!(cfg.listen, lib.listen);
@@ -236,7 +266,9 @@ mod tests {
         assert_eq!(cfg.stack_size, lib.stack_size);
         assert_eq!(cfg.max_outstanding_sends, lib.max_outstanding_sends);
 
-        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve", "--proto", "http"]);
+        let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve", "--proto", "http"]) else {
+            panic!("serve")
+        };
         let Service::Http(http) = args.to_config().unwrap().service else { panic!("http") };
         let lib = HttpConfig::default();
         assert_eq!(http.body, lib.body);

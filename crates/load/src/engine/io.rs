@@ -1,0 +1,258 @@
+//! The byte path of one load connection: read and check what came back, then begin as many new
+//! exchanges as the depth, the schedule, the rate limit and the request budget allow, and
+//! write them in one `send`.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use sockscale_server::sys;
+
+use super::{Client, End, Engine};
+use crate::client::{Failure, Reply};
+use crate::config::Mode;
+use crate::rate::TokenBucket;
+
+impl Engine<'_> {
+    pub(super) fn drive(&mut self, token: u64) {
+        match self.receive(token) {
+            Some(End::Failed) => return self.end(token, End::Failed),
+            Some(End::Done) => return self.end(token, End::Done),
+            None => {}
+        }
+        if let Err(end) = self.pump(token) {
+            return self.end(token, end);
+        }
+        self.settle(token);
+    }
+
+    /// Read everything available. Some(end) if the connection is over.
+    fn receive(&mut self, token: u64) -> Option<End> {
+        let shared = self.shared;
+        let now_ns = self.now_ns;
+        let result = &mut self.result;
+        let rbuf = &mut self.rbuf;
+        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let conn = self.conns.get_mut(index).filter(|c| c.generation == generation)?;
+        let udp = matches!(conn.client, Client::Udp(_));
+        let fd = conn.socket.as_raw_fd();
+        let mut eof = false;
+        while conn.readable {
+            let n = match sys::recv(fd, rbuf) {
+                Ok(0) if !udp => {
+                    eof = true;
+                    conn.readable = false;
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    conn.readable = false;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if udp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    // ICMP port unreachable for an earlier datagram; the socket lives on.
+                    result.errors.connect_refused += 1;
+                    continue;
+                }
+                Err(e) => {
+                    match e.raw_os_error() {
+                        Some(libc::ECONNRESET | libc::EPIPE) => result.errors.reset += 1,
+                        _ => result.errors.other += 1,
+                    }
+                    return Some(End::Failed);
+                }
+            };
+            result.bytes_received += n as u64;
+            let data = &rbuf[..n];
+            let outcome = match &mut conn.client {
+                Client::Echo(c) => c.on_data(&shared.pattern, data, |stamp| {
+                    result.completed += 1;
+                    result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                }),
+                Client::Http(c) => {
+                    let closing = &mut conn.closing;
+                    c.on_data(data, |stamp, response| {
+                        result.completed += 1;
+                        result.statuses.count(response.status);
+                        result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                        *closing |= response.close;
+                    })
+                }
+                Client::Udp(c) => match c.on_datagram(&shared.pattern, data) {
+                    Ok(Reply::Answer(stamp)) => {
+                        result.completed += 1;
+                        result.udp.received += 1;
+                        result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                        Ok(())
+                    }
+                    Ok(Reply::Late) => {
+                        result.udp.late += 1;
+                        Ok(())
+                    }
+                    // A bad datagram spoils nothing else on a datagram socket: count, go on.
+                    Err(_) => {
+                        result.errors.verify_mismatch += 1;
+                        Ok(())
+                    }
+                },
+            };
+            if let Err(failure) = outcome {
+                match failure {
+                    Failure::Mismatch | Failure::Surplus => result.errors.verify_mismatch += 1,
+                    Failure::BadResponse(_) => result.errors.bad_response += 1,
+                }
+                return Some(End::Failed);
+            }
+            // A short TCP read emptied the socket; a datagram socket is read to EAGAIN.
+            if !udp && n < rbuf.len() {
+                conn.readable = false;
+            }
+        }
+        if eof {
+            if let Client::Http(c) = &mut conn.client {
+                let closing = &mut conn.closing;
+                let finished = c.on_eof(|stamp, response| {
+                    result.completed += 1;
+                    result.statuses.count(response.status);
+                    result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                    *closing |= response.close;
+                });
+                if finished.is_err() {
+                    result.errors.bad_response += 1;
+                    return Some(End::Failed);
+                }
+            }
+            if conn.client.outstanding() == 0 && conn.closing {
+                return Some(End::Done);
+            }
+            result.errors.closed_by_peer += 1;
+            return Some(End::Failed);
+        }
+        if conn.closing && conn.client.outstanding() == 0 {
+            return Some(End::Done);
+        }
+        None
+    }
+
+    /// Begin what may be begun and write what is unsent.
+    fn pump(&mut self, token: u64) -> Result<(), End> {
+        let shared = self.shared;
+        let cfg = &shared.cfg;
+        let stopping = self.stopping();
+        let now_ns = self.now_ns;
+        let depth = self.depth;
+        let interval = self.send_interval_ns;
+        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return Ok(()) };
+        if !conn.connected {
+            return Ok(());
+        }
+        let block = (conn.index / cfg.block as u64) as usize;
+        loop {
+            // Begin new exchanges while allowed.
+            while !stopping && !conn.closing && conn.client.outstanding() < depth && conn.wake_ns.is_none() {
+                let stamp = match interval {
+                    Some(_) if conn.late == 0 => break,
+                    Some(interval) => conn.next_send_ns.unwrap_or(now_ns).saturating_sub(conn.late * interval),
+                    None => now_ns,
+                };
+                let bytes = match &cfg.mode {
+                    Mode::Echo { msg_len } | Mode::Udp { msg_len } => *msg_len,
+                    Mode::Http(_) => shared.request_len,
+                };
+                if let Some(rate) = cfg.block_byte_rate {
+                    if self.buckets.len() <= block {
+                        self.buckets.resize(block + 1, None);
+                    }
+                    let share = block_share(cfg, self.thread, self.threads, self.mine, block);
+                    let bucket =
+                        self.buckets[block].get_or_insert_with(|| TokenBucket::new(rate * share, bytes, now_ns));
+                    if !bucket.take(bytes, now_ns) {
+                        conn.wake_ns = Some(bucket.ready_at(bytes, now_ns));
+                        break;
+                    }
+                }
+                if conn.prepaid > 0 {
+                    conn.prepaid -= 1;
+                } else if !shared.claim() {
+                    break;
+                }
+                if interval.is_some() {
+                    conn.late -= 1;
+                }
+                self.result.sent += 1;
+                match &mut conn.client {
+                    Client::Echo(c) => c.begin(stamp),
+                    Client::Http(c) => c.begin(stamp, shared.request_len, shared.head_requests),
+                    Client::Udp(c) => {
+                        let datagram = c.next_datagram(&shared.pattern, stamp, &mut self.dgram);
+                        match sys::send(conn.socket.as_raw_fd(), datagram) {
+                            Ok(n) => {
+                                self.result.bytes_sent += n as u64;
+                                self.result.udp.sent += 1;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                // The socket buffer is full: the datagram never left.
+                                c.cancel_last();
+                                self.result.sent -= 1;
+                                shared.unclaim(1);
+                                conn.writable = false;
+                                break;
+                            }
+                            Err(_) => {
+                                // e.g. ICMP-refused: counted when recv reports it.
+                                self.result.udp.sent += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            // Write what is unsent, all in one call.
+            let unsent: &[u8] = match &conn.client {
+                Client::Echo(c) if c.unsent > 0 => c.to_send(&shared.pattern),
+                Client::Http(c) if c.unsent > 0 => c.to_send(&shared.requests),
+                _ => return Ok(()),
+            };
+            if !conn.writable {
+                return Ok(());
+            }
+            let n = match sys::send(conn.socket.as_raw_fd(), unsent) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    match e.raw_os_error() {
+                        Some(libc::ECONNRESET | libc::EPIPE) => self.result.errors.reset += 1,
+                        _ => self.result.errors.other += 1,
+                    }
+                    return Err(End::Failed);
+                }
+            };
+            self.result.bytes_sent += n as u64;
+            match &mut conn.client {
+                Client::Echo(c) => c.sent(n),
+                Client::Http(c) => c.sent(n),
+                Client::Udp(_) => {}
+            }
+            if n < unsent.len() {
+                // The socket buffer is full; EPOLLOUT will say when there is room.
+                conn.writable = false;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The fraction of block `block`'s connections that belong to this thread, so the threads'
+/// buckets add up to the block's `-r`.
+fn block_share(cfg: &crate::config::LoadConfig, thread: usize, threads: usize, mine: u64, block: usize) -> f64 {
+    let b = cfg.block as u64;
+    let lo = block as u64 * b;
+    let hi = (lo + b).min(cfg.total_conns);
+    let block_len = hi.saturating_sub(lo).max(1);
+    // This thread's connections are first + thread + k * threads, for k < mine.
+    let base = cfg.first_conn + thread as u64;
+    let k_at = |x: u64| if x <= base { 0 } else { (x - base).div_ceil(threads as u64).min(mine) };
+    let count = k_at(hi).saturating_sub(k_at(lo));
+    count as f64 / block_len as f64
+}

@@ -1,0 +1,612 @@
+//! One load thread: an edge-triggered epoll loop over this thread's share of the connections.
+//!
+//! Sockets are registered once for EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET and never modified, so a
+//! request costs one `send` and one `recv` plus a share of an `epoll_wait` (wrk, by contrast,
+//! toggles write interest with two `epoll_ctl` calls per request). Deadlines (connect timeout,
+//! reply timeout, the open-loop schedule, the `-r` token bucket) share one lazy heap per
+//! thread, the same structure the server uses.
+//!
+//! Connection `i` of the run belongs to thread `i % threads`; its number fixes its echo
+//! pattern phase and its `-r` block (`i / block`).
+
+mod io;
+
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use slab::Slab;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use sockscale_server::conn::Interest;
+use sockscale_server::evloop::{Event, Selector};
+use sockscale_server::models::epoll::Epoll;
+use sockscale_server::timers::Timers;
+
+use crate::client::{EchoClient, HttpClient, UdpClient};
+use crate::config::{LoadConfig, Mode};
+use crate::pattern::Pattern;
+use crate::rate::TokenBucket;
+use crate::report::{new_histogram, Errors, Statuses, Udp};
+
+/// Connects in flight per thread: more would only overflow the server's backlog and turn
+/// into SYN retransmissions that look like slow connects.
+const MAX_PENDING_CONNECTS: usize = 512;
+/// Wait before reconnecting after a failure, so a dead server is not hammered.
+const RECONNECT_AFTER_FAILURE: Duration = Duration::from_millis(50);
+
+/// What all threads of a run share.
+pub struct Shared {
+    pub cfg: LoadConfig,
+    pub pattern: Pattern,
+    /// The HTTP request repeated `pipeline` times.
+    pub requests: Vec<u8>,
+    pub request_len: usize,
+    pub head_requests: bool,
+    pub start: Instant,
+    pub end: Option<Instant>,
+    /// Requests (messages) left to send with `-n`.
+    pub budget: Option<AtomicU64>,
+    pub stop: AtomicBool,
+    pub open: AtomicU64,
+    pub peak_open: AtomicU64,
+    pub live: Box<[Live]>,
+}
+
+impl Shared {
+    /// Claim one request from the `-n` budget.
+    fn claim(&self) -> bool {
+        match &self.budget {
+            None => true,
+            Some(left) => left.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok(),
+        }
+    }
+
+    /// Give back requests claimed but never sent (the socket refused them).
+    fn unclaim(&self, n: usize) {
+        if let Some(left) = &self.budget {
+            left.fetch_add(n as u64, Relaxed);
+        }
+    }
+
+    fn budget_spent(&self) -> bool {
+        self.budget.as_ref().is_some_and(|left| left.load(Relaxed) == 0)
+    }
+}
+
+/// One thread's running totals, published for the progress line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Live {
+    pub completed: AtomicU64,
+    pub errors: AtomicU64,
+    pub open: AtomicU64,
+}
+
+/// What one thread measured.
+#[derive(Debug)]
+pub struct ThreadResult {
+    pub attempted: u64,
+    pub connected: u64,
+    pub sent: u64,
+    pub completed: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub statuses: Statuses,
+    pub errors: Errors,
+    pub udp: Udp,
+    pub latency: Histogram<u64>,
+    pub connect_latency: Histogram<u64>,
+}
+
+impl Default for ThreadResult {
+    fn default() -> Self {
+        ThreadResult {
+            attempted: 0,
+            connected: 0,
+            sent: 0,
+            completed: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            statuses: Statuses::default(),
+            errors: Errors::default(),
+            udp: Udp::default(),
+            latency: new_histogram(),
+            connect_latency: new_histogram(),
+        }
+    }
+}
+
+enum Client {
+    Echo(EchoClient),
+    Http(HttpClient),
+    Udp(UdpClient),
+}
+
+impl Client {
+    fn outstanding(&self) -> usize {
+        match self {
+            Client::Echo(c) => c.outstanding(),
+            Client::Http(c) => c.outstanding(),
+            Client::Udp(c) => c.outstanding(),
+        }
+    }
+
+    fn oldest(&self) -> Option<u64> {
+        match self {
+            Client::Echo(c) => c.oldest(),
+            Client::Http(c) => c.oldest(),
+            Client::Udp(c) => c.oldest(),
+        }
+    }
+}
+
+struct Conn {
+    socket: Socket,
+    /// The connection's number in the run.
+    index: u64,
+    generation: u32,
+    connected: bool,
+    connect_started_ns: u64,
+    client: Client,
+    readable: bool,
+    writable: bool,
+    /// Open loop: when the next request is due.
+    next_send_ns: Option<u64>,
+    /// Open loop: requests due but not sent because the connection had no room.
+    late: u64,
+    /// `-r`: when the block's bucket will have room again.
+    wake_ns: Option<u64>,
+    /// The server will close after the responses in flight (HTTP `Connection: close`).
+    closing: bool,
+    /// Requests already claimed from `-n` for this connection before it connected.
+    prepaid: u32,
+    timer_at: Option<Instant>,
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Normally (HTTP `Connection: close`, one request per connection): reconnect at once.
+    Done,
+    /// After an error already counted: reconnect after a pause.
+    Failed,
+}
+
+pub struct Engine<'a> {
+    shared: &'a Shared,
+    thread: usize,
+    threads: usize,
+    epoll: Epoll,
+    events: Vec<Event>,
+    conns: Slab<Conn>,
+    next_generation: u32,
+    timers: Timers,
+    rbuf: Vec<u8>,
+    dgram: Vec<u8>,
+    now: Instant,
+    now_ns: u64,
+    /// Connections of this thread opened so far (first connects, not reconnects).
+    opened: u64,
+    mine: u64,
+    pending_connects: usize,
+    open_interval_ns: Option<u64>,
+    next_open_ns: u64,
+    /// Connections to make again: (when, connection number, request already claimed).
+    reconnects: VecDeque<(u64, u64, bool)>,
+    buckets: Vec<Option<TokenBucket>>,
+    /// Open loop: the interval between requests on each connection.
+    send_interval_ns: Option<u64>,
+    depth: usize,
+    /// Connections of this thread that are connected now.
+    open: u64,
+    result: ThreadResult,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(shared: &'a Shared, thread: usize, threads: usize) -> std::io::Result<Self> {
+        let cfg = &shared.cfg;
+        let conns = cfg.conns as u64;
+        let t = thread as u64;
+        let mine = if t < conns { (conns - t).div_ceil(threads as u64) } else { 0 };
+        let per_thread_rate = |rate: f64| rate / threads as f64;
+        let open_interval_ns = cfg.connect_rate.map(|r| (1e9 / per_thread_rate(r)) as u64);
+        let send_interval_ns = cfg.total_rate.filter(|_| mine > 0).map(|r| {
+            // Each connection of this thread gets an equal share of the thread's rate.
+            (1e9 * mine as f64 / (r * mine as f64 / conns as f64)).max(1.0) as u64
+        });
+        Ok(Engine {
+            shared,
+            thread,
+            threads,
+            epoll: Epoll::new()?,
+            events: Vec::with_capacity(1024),
+            conns: Slab::new(),
+            next_generation: 0,
+            timers: Timers::default(),
+            rbuf: vec![0; 64 << 10],
+            dgram: Vec::new(),
+            now: Instant::now(),
+            now_ns: 0,
+            opened: 0,
+            mine,
+            pending_connects: 0,
+            open_interval_ns,
+            next_open_ns: 0,
+            reconnects: VecDeque::new(),
+            buckets: Vec::new(),
+            send_interval_ns,
+            depth: cfg.per_conn_depth(),
+            open: 0,
+            result: ThreadResult::default(),
+        })
+    }
+
+    pub fn run(mut self) -> ThreadResult {
+        loop {
+            self.tick();
+            if self.finished() {
+                break;
+            }
+            self.open_due();
+            self.events.clear();
+            let timeout = self.wait_timeout();
+            if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "epoll_wait failed");
+                    break;
+                }
+            }
+            self.tick();
+            let events = std::mem::take(&mut self.events);
+            for event in &events {
+                self.on_event(*event);
+            }
+            self.events = events;
+            self.fire_timers();
+            self.publish();
+        }
+        self.close_all();
+        self.publish();
+        self.result
+    }
+
+    fn tick(&mut self) {
+        self.now = Instant::now();
+        self.now_ns = self.now.duration_since(self.shared.start).as_nanos() as u64;
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.stop.load(Relaxed) || self.shared.end.is_some_and(|end| self.now >= end)
+    }
+
+    fn finished(&self) -> bool {
+        if self.stopping() {
+            return true;
+        }
+        // With -n: done once the budget is spent and nothing of ours is still in flight.
+        self.shared.budget_spent() && self.conns.iter().all(|(_, c)| !c.connected || c.client.outstanding() == 0)
+    }
+
+    fn wait_timeout(&self) -> Duration {
+        let mut at = self.timers.next();
+        let mut consider = |ns: u64| {
+            let t = self.shared.start + Duration::from_nanos(ns);
+            at = Some(at.map_or(t, |a| a.min(t)));
+        };
+        if self.opened < self.mine && self.open_interval_ns.is_some() {
+            consider(self.next_open_ns);
+        }
+        if let Some(&(due, _, _)) = self.reconnects.front() {
+            consider(due);
+        }
+        if let Some(end) = self.shared.end {
+            at = Some(at.map_or(end, |a| a.min(end)));
+        }
+        // Wake at least every 100 ms to see a stop, a spent budget, or the progress clock.
+        let cap = Duration::from_millis(100);
+        at.map_or(cap, |a| a.saturating_duration_since(self.now).min(cap))
+    }
+
+    /// Open first connections that are due, and reconnect those waiting.
+    fn open_due(&mut self) {
+        if self.stopping() {
+            return;
+        }
+        while let Some(&(due, index, prepaid)) = self.reconnects.front() {
+            if due > self.now_ns || self.pending_connects >= MAX_PENDING_CONNECTS {
+                break;
+            }
+            self.reconnects.pop_front();
+            self.connect(index, prepaid);
+        }
+        while self.opened < self.mine && self.pending_connects < MAX_PENDING_CONNECTS {
+            if let Some(interval) = self.open_interval_ns {
+                if self.next_open_ns > self.now_ns {
+                    break;
+                }
+                self.next_open_ns += interval;
+            }
+            let prepaid = self.one_request_per_connection();
+            if prepaid && !self.shared.claim() {
+                // -n is spent: this connection would carry no request.
+                self.opened = self.mine;
+                break;
+            }
+            let index = self.shared.cfg.first_conn + self.thread as u64 + self.opened * self.threads as u64;
+            self.opened += 1;
+            self.connect(index, prepaid);
+        }
+    }
+
+    /// Without keep-alive each connection carries exactly one request; with -n the request is
+    /// claimed before connecting, so exactly N connections are made for N requests.
+    fn one_request_per_connection(&self) -> bool {
+        self.shared.budget.is_some() && matches!(&self.shared.cfg.mode, Mode::Http(h) if !h.keepalive)
+    }
+
+    fn connect(&mut self, index: u64, prepaid: bool) {
+        let cfg = &self.shared.cfg;
+        let udp = matches!(cfg.mode, Mode::Udp { .. });
+        self.result.attempted += 1;
+        let socket = match self.new_socket(index, udp) {
+            Ok(s) => s,
+            Err(e) => {
+                self.count_connect_error(&e);
+                self.refund(prepaid);
+                return self.schedule_reconnect(index, End::Failed);
+            }
+        };
+        let connected = match socket.connect(&SockAddr::from(cfg.addr)) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
+            Err(e) => {
+                self.count_connect_error(&e);
+                self.refund(prepaid);
+                return self.schedule_reconnect(index, End::Failed);
+            }
+        };
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let entry = self.conns.vacant_entry();
+        let token = (u64::from(generation) << 32) | entry.key() as u64;
+        if let Err(e) = self.epoll.register(socket.as_raw_fd(), token, Interest::BOTH, false) {
+            tracing::warn!(error = %e, "cannot watch a new connection");
+            self.result.errors.other += 1;
+            self.refund(prepaid);
+            return self.schedule_reconnect(index, End::Failed);
+        }
+        let client = match &cfg.mode {
+            Mode::Echo { msg_len } => Client::Echo(EchoClient::new(index, *msg_len)),
+            Mode::Http(_) => Client::Http(HttpClient::default()),
+            Mode::Udp { msg_len } => Client::Udp(UdpClient::new(index, *msg_len)),
+        };
+        entry.insert(Conn {
+            socket,
+            index,
+            generation,
+            connected: false,
+            connect_started_ns: self.now_ns,
+            client,
+            readable: false,
+            writable: true,
+            next_send_ns: None,
+            late: 0,
+            wake_ns: None,
+            closing: false,
+            prepaid: u32::from(prepaid),
+            timer_at: None,
+        });
+        self.pending_connects += 1;
+        if connected {
+            self.on_connected(token);
+        } else {
+            self.settle(token);
+        }
+    }
+
+    fn new_socket(&self, index: u64, udp: bool) -> std::io::Result<Socket> {
+        let cfg = &self.shared.cfg;
+        let (ty, proto) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
+        let socket = Socket::new(Domain::for_address(cfg.addr), ty.nonblocking().cloexec(), Some(proto))?;
+        if !udp {
+            socket.set_tcp_nodelay(cfg.nodelay)?;
+        }
+        if !cfg.sources.is_empty() {
+            let source = cfg.sources[(index % cfg.sources.len() as u64) as usize];
+            if !udp {
+                sockscale_server::sys::set_bind_address_no_port(socket.as_raw_fd())?;
+            }
+            socket.bind(&SockAddr::from(std::net::SocketAddr::new(source, 0)))?;
+        }
+        Ok(socket)
+    }
+
+    fn count_connect_error(&mut self, e: &std::io::Error) {
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => self.result.errors.connect_refused += 1,
+            Some(libc::ETIMEDOUT) => self.result.errors.connect_timeout += 1,
+            _ => {
+                self.result.errors.connect_other += 1;
+                tracing::debug!(error = %e, "connect failed");
+            }
+        }
+    }
+
+    /// A claimed request could not be sent because its connection never came up.
+    fn refund(&self, prepaid: bool) {
+        if prepaid {
+            self.shared.unclaim(1);
+        }
+    }
+
+    fn schedule_reconnect(&mut self, index: u64, end: End) {
+        if self.stopping() {
+            return;
+        }
+        let prepaid = self.one_request_per_connection();
+        if (prepaid && !self.shared.claim()) || (!prepaid && self.shared.budget_spent()) {
+            return;
+        }
+        let delay = if end == End::Failed { RECONNECT_AFTER_FAILURE.as_nanos() as u64 } else { 0 };
+        self.reconnects.push_back((self.now_ns + delay, index, prepaid));
+    }
+
+    fn on_event(&mut self, event: Event) {
+        let token = event.token;
+        let Some(conn) = self.conn_mut(token) else { return };
+        conn.readable |= event.readable || event.closed;
+        conn.writable |= event.writable || event.closed;
+        if !conn.connected {
+            match conn.socket.take_error() {
+                Ok(None) if event.writable => self.on_connected(token),
+                Ok(None) => {}
+                Ok(Some(e)) | Err(e) => {
+                    self.count_connect_error(&e);
+                    self.end(token, End::Failed);
+                }
+            }
+            return;
+        }
+        self.drive(token);
+    }
+
+    fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
+        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        self.conns.get_mut(index).filter(|c| c.generation == generation)
+    }
+
+    fn on_connected(&mut self, token: u64) {
+        let now_ns = self.now_ns;
+        let interval = self.send_interval_ns;
+        let mine = self.mine.max(1);
+        let threads = self.threads as u64;
+        let Some(conn) = self.conn_mut(token) else { return };
+        conn.connected = true;
+        let took = now_ns.saturating_sub(conn.connect_started_ns);
+        let index = conn.index;
+        if let Some(interval) = interval {
+            // Spread the connections' schedules evenly over one interval.
+            let slot = (index / threads) % mine;
+            conn.next_send_ns = Some(now_ns + interval * slot / mine);
+        }
+        self.pending_connects -= 1;
+        self.open += 1;
+        self.result.connected += 1;
+        self.result.connect_latency.saturating_record(took.max(1));
+        let open = self.shared.open.fetch_add(1, Relaxed) + 1;
+        self.shared.peak_open.fetch_max(open, Relaxed);
+        self.drive(token);
+    }
+
+    /// Close a connection; reconnect it unless the run is ending.
+    fn end(&mut self, token: u64, end: End) {
+        let (index, _) = ((token & 0xffff_ffff) as usize, ());
+        let Some(conn) = self.conns.try_remove(index) else { return };
+        if conn.connected {
+            self.open -= 1;
+            self.shared.open.fetch_sub(1, Relaxed);
+        } else {
+            self.pending_connects -= 1;
+        }
+        self.refund(conn.prepaid > 0);
+        // Requests in flight on a failed connection count toward -n as failures (as ab
+        // counts them), so a broken server ends a -n run instead of retrying forever.
+        if let Client::Udp(_) = conn.client {
+            self.result.udp.lost += conn.client.outstanding() as u64;
+        }
+        self.schedule_reconnect(conn.index, end);
+    }
+
+    fn close_all(&mut self) {
+        let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
+        for token in tokens {
+            let Some(conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
+            if conn.connected {
+                self.open -= 1;
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        while let Some((at, token)) = self.timers.pop_due(self.now) {
+            let Some(conn) = self.conn_mut(token) else { continue };
+            if conn.timer_at != Some(at) {
+                continue;
+            }
+            conn.timer_at = None;
+            self.on_deadline(token);
+        }
+    }
+
+    fn on_deadline(&mut self, token: u64) {
+        let cfg = &self.shared.cfg;
+        let now_ns = self.now_ns;
+        let connect_timeout = cfg.connect_timeout.as_nanos() as u64;
+        let reply_timeout = cfg.reply_timeout.as_nanos() as u64;
+        let interval = self.send_interval_ns;
+        let (slot, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get_mut(slot).filter(|c| c.generation == generation) else { return };
+        if !conn.connected {
+            if now_ns >= conn.connect_started_ns + connect_timeout {
+                self.result.errors.connect_timeout += 1;
+                return self.end(token, End::Failed);
+            }
+            return self.settle(token);
+        }
+        if let Client::Udp(udp) = &mut conn.client {
+            let lost = udp.expire(now_ns.saturating_sub(reply_timeout));
+            self.result.udp.lost += lost;
+        } else if conn.client.oldest().is_some_and(|stamp| now_ns >= stamp + reply_timeout) {
+            self.result.errors.reply_timeout += 1;
+            return self.end(token, End::Failed);
+        }
+        if let (Some(next), Some(interval)) = (conn.next_send_ns, interval) {
+            if next <= now_ns {
+                let due = (now_ns - next) / interval + 1;
+                conn.late += due;
+                conn.next_send_ns = Some(next + due * interval);
+            }
+        }
+        if conn.wake_ns.is_some_and(|w| w <= now_ns) {
+            conn.wake_ns = None;
+        }
+        self.drive(token);
+    }
+
+    /// Re-arm the connection's timer for its earliest deadline.
+    fn settle(&mut self, token: u64) {
+        let cfg = &self.shared.cfg;
+        let start = self.shared.start;
+        let connect_timeout = cfg.connect_timeout.as_nanos() as u64;
+        let reply_timeout = cfg.reply_timeout.as_nanos() as u64;
+        let Some(conn) = self.conns.get_mut((token & 0xffff_ffff) as usize) else { return };
+        let mut due: Option<u64> = None;
+        let mut consider = |ns: u64| due = Some(due.map_or(ns, |d| d.min(ns)));
+        if !conn.connected {
+            consider(conn.connect_started_ns + connect_timeout);
+        } else {
+            if let Some(oldest) = conn.client.oldest() {
+                consider(oldest + reply_timeout);
+            }
+            if let Some(next) = conn.next_send_ns {
+                consider(next);
+            }
+            if let Some(wake) = conn.wake_ns {
+                consider(wake);
+            }
+        }
+        if let Some(ns) = due {
+            self.timers.schedule(&mut conn.timer_at, start + Duration::from_nanos(ns), token);
+        }
+    }
+
+    fn publish(&self) {
+        let live = &self.shared.live[self.thread];
+        live.completed.store(self.result.completed, Relaxed);
+        live.errors.store(self.result.errors.total(), Relaxed);
+        live.open.store(self.open, Relaxed);
+    }
+}

@@ -1,0 +1,20 @@
+//! sockscale's load generator.
+//!
+//! Echo, HTTP and UDP load, closed or open loop, from one or several threads and processes,
+//! with latency in HDR histograms and every echoed byte verified. The protocol sides
+//! (`client`, `http`, `pattern`) are I/O-free; `engine` drives them over sockets, one event
+//! loop per thread; `run` starts the threads and assembles the [`report::Report`].
+
+pub mod client;
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod pattern;
+pub mod rate;
+pub mod report;
+pub mod run;
+pub mod source;
+
+pub use config::{HttpRequest, LoadConfig, Mode, Progress};
+pub use report::Report;
+pub use run::{run, LoadError};

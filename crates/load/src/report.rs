@@ -1,0 +1,490 @@
+//! What a load run measured, as one serializable report.
+//!
+//! Every figure goes into `--json` together with the latency histograms (HDR, V2 deflate
+//! encoding, base64), the client's own CPU use and the options used. Reports from several
+//! processes or machines merge into one by adding counters and histograms, which is how
+//! `--procs` and `sockscale load merge` work; rates are always recomputed from the merged
+//! totals, never averaged.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Latencies are recorded in nanoseconds, from 1 ns to one hour, to three significant digits.
+pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+pub fn new_histogram() -> Histogram<u64> {
+    // Bounds are constants within hdrhistogram's limits, so this cannot fail.
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).unwrap_or_else(|_| unreachable!("valid histogram bounds"))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not a sockscale load report: {reason}")]
+    Format { path: String, reason: String },
+    #[error("cannot merge reports of different modes ({0} and {1})")]
+    Mode(String, String),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Connections {
+    pub attempted: u64,
+    pub connected: u64,
+    /// Most connections open at once (summed over processes).
+    pub peak_open: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Requests {
+    /// Requests (HTTP), messages (echo) or datagrams (UDP) sent.
+    pub sent: u64,
+    /// Those answered completely (and, for echo, verified).
+    pub completed: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ByteCounts {
+    pub sent: u64,
+    pub received: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Statuses {
+    #[serde(rename = "1xx")]
+    pub s1xx: u64,
+    #[serde(rename = "2xx")]
+    pub s2xx: u64,
+    #[serde(rename = "3xx")]
+    pub s3xx: u64,
+    #[serde(rename = "4xx")]
+    pub s4xx: u64,
+    #[serde(rename = "5xx")]
+    pub s5xx: u64,
+    pub other: u64,
+}
+
+impl Statuses {
+    pub fn count(&mut self, status: u16) {
+        match status {
+            100..=199 => self.s1xx += 1,
+            200..=299 => self.s2xx += 1,
+            300..=399 => self.s3xx += 1,
+            400..=499 => self.s4xx += 1,
+            500..=599 => self.s5xx += 1,
+            _ => self.other += 1,
+        }
+    }
+}
+
+/// Every kind of failure, counted separately; none is dropped.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Errors {
+    pub connect_refused: u64,
+    pub connect_timeout: u64,
+    /// Any other failure to connect (no route, no local port left, ...).
+    pub connect_other: u64,
+    pub reset: u64,
+    pub reply_timeout: u64,
+    pub closed_by_peer: u64,
+    pub bad_response: u64,
+    pub verify_mismatch: u64,
+    /// Socket errors not in the classes above.
+    pub other: u64,
+}
+
+impl Errors {
+    pub fn total(&self) -> u64 {
+        self.connect_refused
+            + self.connect_timeout
+            + self.connect_other
+            + self.reset
+            + self.reply_timeout
+            + self.closed_by_peer
+            + self.bad_response
+            + self.verify_mismatch
+            + self.other
+    }
+
+    fn fields(&self) -> [(&'static str, u64); 9] {
+        [
+            ("connect refused", self.connect_refused),
+            ("connect timeout", self.connect_timeout),
+            ("connect failed", self.connect_other),
+            ("reset", self.reset),
+            ("reply timeout", self.reply_timeout),
+            ("closed by peer", self.closed_by_peer),
+            ("bad response", self.bad_response),
+            ("verification mismatch", self.verify_mismatch),
+            ("other", self.other),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Udp {
+    pub sent: u64,
+    pub received: u64,
+    /// Sent and not answered within the reply timeout. Datagrams still in flight when the
+    /// run ends are neither received nor lost.
+    pub lost: u64,
+    /// Answers that came after their datagram had been counted lost.
+    pub late: u64,
+}
+
+/// A latency histogram with its summary, in microseconds for people and the HDR encoding for
+/// machines.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    /// HDR histogram of nanoseconds, V2 deflate encoding, base64.
+    pub hdr: String,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mut encoded = Vec::new();
+        // Serializing into a Vec cannot fail for a valid histogram.
+        let _ = V2DeflateSerializer::new().serialize(h, &mut encoded);
+        Latency {
+            count: h.len(),
+            mean_us: if h.is_empty() { 0.0 } else { h.mean() / 1000.0 },
+            p50_us: us(h.value_at_quantile(0.5)),
+            p90_us: us(h.value_at_quantile(0.9)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            max_us: us(h.max()),
+            hdr: base64::engine::general_purpose::STANDARD.encode(encoded),
+        }
+    }
+
+    pub fn histogram(&self) -> Result<Histogram<u64>, String> {
+        if self.hdr.is_empty() {
+            return Ok(new_histogram());
+        }
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&self.hdr).map_err(|e| e.to_string())?;
+        let decoded: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).map_err(|e| format!("{e:?}"))?;
+        let mut h = new_histogram();
+        h.add(&decoded).map_err(|e| format!("{e:?}"))?;
+        Ok(h)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Cpu {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl Cpu {
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+/// Rates derived from the totals; recomputed after every merge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Rates {
+    pub requests_per_s: f64,
+    pub sent_bytes_per_s: f64,
+    pub received_bytes_per_s: f64,
+    /// Completed requests per second of the load generator's own CPU.
+    pub requests_per_cpu_s: f64,
+    /// The load generator's CPU use, as a percentage of one core.
+    pub cpu_percent: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub schema: u32,
+    /// echo, http or udp.
+    pub mode: String,
+    pub target: String,
+    /// The options used, as given.
+    pub options: serde_json::Value,
+    pub procs: u32,
+    pub threads: u32,
+    pub duration_s: f64,
+    pub connections: Connections,
+    pub requests: Requests,
+    pub bytes: ByteCounts,
+    pub statuses: Statuses,
+    pub errors: Errors,
+    pub udp: Udp,
+    pub latency: Latency,
+    pub connect_latency: Latency,
+    pub cpu: Cpu,
+    pub rates: Rates,
+}
+
+pub const SCHEMA: u32 = 1;
+
+impl Report {
+    pub fn compute_rates(&mut self) {
+        let d = self.duration_s.max(1e-9);
+        let cpu = self.cpu.total_s();
+        self.rates = Rates {
+            requests_per_s: self.requests.completed as f64 / d,
+            sent_bytes_per_s: self.bytes.sent as f64 / d,
+            received_bytes_per_s: self.bytes.received as f64 / d,
+            requests_per_cpu_s: if cpu > 0.0 { self.requests.completed as f64 / cpu } else { 0.0 },
+            cpu_percent: 100.0 * cpu / d,
+        };
+    }
+
+    pub fn load(path: &str) -> Result<Report, ReportError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.into(), source })?;
+        let report: Report = serde_json::from_str(&text)
+            .map_err(|e| ReportError::Format { path: path.into(), reason: e.to_string() })?;
+        if report.schema != SCHEMA {
+            return Err(ReportError::Format {
+                path: path.into(),
+                reason: format!("schema {} (expected {SCHEMA})", report.schema),
+            });
+        }
+        for latency in [&report.latency, &report.connect_latency] {
+            latency.histogram().map_err(|reason| ReportError::Format { path: path.into(), reason })?;
+        }
+        Ok(report)
+    }
+
+    /// Merge reports of runs that ran side by side (processes, machines): counters and
+    /// histograms add, the duration is the longest.
+    pub fn merge(reports: &[Report]) -> Result<Report, ReportError> {
+        let mut merged = reports.first().cloned().unwrap_or_default();
+        if reports.is_empty() {
+            return Ok(merged);
+        }
+        let mut latency =
+            merged.latency.histogram().map_err(|reason| ReportError::Format { path: "report 1".into(), reason })?;
+        let mut connect = merged
+            .connect_latency
+            .histogram()
+            .map_err(|reason| ReportError::Format { path: "report 1".into(), reason })?;
+        for (i, r) in reports.iter().enumerate().skip(1) {
+            if r.mode != merged.mode {
+                return Err(ReportError::Mode(merged.mode.clone(), r.mode.clone()));
+            }
+            let bad = |reason| ReportError::Format { path: format!("report {}", i + 1), reason };
+            latency.add(r.latency.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
+            connect.add(r.connect_latency.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
+            let m = &mut merged;
+            m.procs += r.procs;
+            m.threads += r.threads;
+            m.duration_s = m.duration_s.max(r.duration_s);
+            m.connections.attempted += r.connections.attempted;
+            m.connections.connected += r.connections.connected;
+            m.connections.peak_open += r.connections.peak_open;
+            m.requests.sent += r.requests.sent;
+            m.requests.completed += r.requests.completed;
+            m.bytes.sent += r.bytes.sent;
+            m.bytes.received += r.bytes.received;
+            let (s, o) = (&mut m.statuses, &r.statuses);
+            s.s1xx += o.s1xx;
+            s.s2xx += o.s2xx;
+            s.s3xx += o.s3xx;
+            s.s4xx += o.s4xx;
+            s.s5xx += o.s5xx;
+            s.other += o.other;
+            let (e, o) = (&mut m.errors, &r.errors);
+            e.connect_refused += o.connect_refused;
+            e.connect_timeout += o.connect_timeout;
+            e.connect_other += o.connect_other;
+            e.reset += o.reset;
+            e.reply_timeout += o.reply_timeout;
+            e.closed_by_peer += o.closed_by_peer;
+            e.bad_response += o.bad_response;
+            e.verify_mismatch += o.verify_mismatch;
+            e.other += o.other;
+            m.udp.sent += r.udp.sent;
+            m.udp.received += r.udp.received;
+            m.udp.lost += r.udp.lost;
+            m.udp.late += r.udp.late;
+            m.cpu.user_s += r.cpu.user_s;
+            m.cpu.system_s += r.cpu.system_s;
+        }
+        merged.latency = Latency::from_histogram(&latency);
+        merged.connect_latency = Latency::from_histogram(&connect);
+        merged.compute_rates();
+        Ok(merged)
+    }
+
+    /// The human-readable summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let what = match self.mode.as_str() {
+            "http" => "requests",
+            "udp" => "datagrams",
+            _ => "messages",
+        };
+        let _ = writeln!(
+            s,
+            "{} load on {}: {:.2} s, {} process(es), {} thread(s)",
+            self.mode, self.target, self.duration_s, self.procs, self.threads
+        );
+        let _ = writeln!(
+            s,
+            "  connections  {} attempted, {} connected, {} open at most",
+            self.connections.attempted, self.connections.connected, self.connections.peak_open
+        );
+        let _ = writeln!(
+            s,
+            "  {what:<12} {} sent, {} completed, {:.0}/s",
+            self.requests.sent, self.requests.completed, self.rates.requests_per_s
+        );
+        let _ = writeln!(
+            s,
+            "  bytes        {} sent ({}/s), {} received ({}/s)",
+            self.bytes.sent,
+            human_bytes(self.rates.sent_bytes_per_s),
+            self.bytes.received,
+            human_bytes(self.rates.received_bytes_per_s)
+        );
+        if self.mode == "http" {
+            let st = &self.statuses;
+            let _ = writeln!(
+                s,
+                "  statuses     1xx {} 2xx {} 3xx {} 4xx {} 5xx {} other {}",
+                st.s1xx, st.s2xx, st.s3xx, st.s4xx, st.s5xx, st.other
+            );
+        }
+        if self.mode == "udp" {
+            let u = &self.udp;
+            let lost_pct = if u.sent > 0 { 100.0 * u.lost as f64 / u.sent as f64 } else { 0.0 };
+            let _ = writeln!(
+                s,
+                "  datagrams    {:.0}/s sent, {:.0}/s received, {} lost ({lost_pct:.2}%), {} late",
+                u.sent as f64 / self.duration_s.max(1e-9),
+                u.received as f64 / self.duration_s.max(1e-9),
+                u.lost,
+                u.late
+            );
+        }
+        let l = &self.latency;
+        let _ = writeln!(
+            s,
+            "  latency      p50 {} p90 {} p99 {} p99.9 {} max {} (mean {}, {} samples)",
+            human_us(l.p50_us),
+            human_us(l.p90_us),
+            human_us(l.p99_us),
+            human_us(l.p999_us),
+            human_us(l.max_us),
+            human_us(l.mean_us),
+            l.count
+        );
+        let c = &self.connect_latency;
+        if c.count > 0 {
+            let _ = writeln!(
+                s,
+                "  connect      p50 {} p99 {} max {}",
+                human_us(c.p50_us),
+                human_us(c.p99_us),
+                human_us(c.max_us)
+            );
+        }
+        let total = self.errors.total();
+        if total == 0 {
+            let _ = writeln!(s, "  errors       none");
+        } else {
+            let listed: Vec<String> =
+                self.errors.fields().iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{name} {n}")).collect();
+            let _ = writeln!(s, "  errors       {total}: {}", listed.join(", "));
+        }
+        let _ = write!(
+            s,
+            "  client CPU   {:.2} s user, {:.2} s system ({:.0}% of a core), {:.0} {what} per CPU-second",
+            self.cpu.user_s, self.cpu.system_s, self.rates.cpu_percent, self.rates.requests_per_cpu_s
+        );
+        s
+    }
+}
+
+pub fn human_bytes(per_s: f64) -> String {
+    match per_s {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.2} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.2} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}
+
+pub fn human_us(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.2}s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.2}ms", us / 1e3)
+    } else {
+        format!("{us:.0}us")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report_with(latencies_ns: &[u64], completed: u64) -> Report {
+        let mut h = new_histogram();
+        for &v in latencies_ns {
+            h.record(v).unwrap();
+        }
+        let mut r = Report {
+            schema: SCHEMA,
+            mode: "http".into(),
+            procs: 1,
+            threads: 1,
+            duration_s: 2.0,
+            requests: Requests { sent: completed, completed },
+            latency: Latency::from_histogram(&h),
+            connect_latency: Latency::from_histogram(&new_histogram()),
+            cpu: Cpu { user_s: 0.5, system_s: 0.5 },
+            ..Report::default()
+        };
+        r.compute_rates();
+        r
+    }
+
+    #[test]
+    fn merge_adds_histograms_and_counters() {
+        let a = report_with(&[1_000; 90], 90);
+        let b = report_with(&[100_000; 10], 10);
+        let m = Report::merge(&[a, b]).unwrap();
+        assert_eq!(m.requests.completed, 100);
+        assert_eq!(m.latency.count, 100);
+        let h = m.latency.histogram().unwrap();
+        assert_eq!(h.count_at(1_000), 90);
+        assert_eq!(h.count_between(99_000, 101_000), 10);
+        assert!((m.latency.p50_us - 1.0).abs() < 0.01);
+        assert!((m.latency.p99_us - 100.0).abs() < 0.1);
+        assert_eq!(m.procs, 2);
+        assert!((m.rates.requests_per_s - 50.0).abs() < 1e-9, "rates come from merged totals");
+        assert!((m.rates.requests_per_cpu_s - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn json_round_trip_keeps_the_histogram() {
+        let r = report_with(&[5_000, 6_000, 7_000], 3);
+        let text = serde_json::to_string(&r).unwrap();
+        let back: Report = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.latency.histogram().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn merge_refuses_mixed_modes() {
+        let a = report_with(&[1], 1);
+        let mut b = a.clone();
+        b.mode = "echo".into();
+        assert!(matches!(Report::merge(&[a, b]), Err(ReportError::Mode(..))));
+    }
+}

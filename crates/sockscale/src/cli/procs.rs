@@ -1,0 +1,284 @@
+//! Several processes as one: `load --procs N` and `serve --procs N`.
+//!
+//! The per-process open-files limit (20,000 here) caps what one process can hold, so both the
+//! load generator and the server can run as N processes. The parent re-executes this binary
+//! with the same arguments plus a hidden `--proc-slot K/N`, puts each child in its own process
+//! group (so a terminal's Ctrl-C reaches only the parent, which then forwards exactly one
+//! SIGTERM), and combines what the children report: load reports are merged (counters and
+//! histograms add), server `final` counters are summed.
+
+use crate::output::{note, say};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use sockscale_load::{Progress, Report};
+use sockscale_server::signals::TerminationSignals;
+use sockscale_server::sys;
+
+/// The arguments after the program name, minus the flags the parent owns.
+fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for arg in argv.iter().skip(1) {
+        if skip_value {
+            skip_value = false;
+            continue;
+        }
+        if let Some(flag) = drop_flags.iter().find(|f| arg == *f || arg.starts_with(&format!("{f}="))) {
+            skip_value = arg == flag;
+            continue;
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
+fn spawn(args: &[String], extra: &[String]) -> Result<Child> {
+    let exe = std::env::current_exe().context("cannot find this program to start child processes")?;
+    Command::new(exe)
+        .args(args)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn()
+        .context("cannot start a child process")
+}
+
+/// Forward SIGINT/SIGTERM received by this process to the children as SIGTERM.
+fn forward_signals(pids: Arc<Mutex<Vec<u32>>>, stopping: Arc<AtomicBool>) -> Result<()> {
+    let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
+    std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
+        while signals.wait().is_ok() {
+            stopping.store(true, Ordering::SeqCst);
+            for &pid in pids.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                let _ = sys::signal_process(pid, libc::SIGTERM);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Run a load as `n` processes and merge their reports.
+pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Result<Report> {
+    let dir = std::env::temp_dir().join(format!(
+        "sockscale-load-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let args = child_args(argv, &["--procs", "--json"]);
+    let pids = Arc::new(Mutex::new(Vec::new()));
+    let stopping = Arc::new(AtomicBool::new(false));
+    forward_signals(pids.clone(), stopping)?;
+    let live = Arc::new(Mutex::new(vec![(0u64, 0u64, 0u64); n]));
+    let mut children = Vec::with_capacity(n);
+    let mut paths = Vec::with_capacity(n);
+    for k in 0..n {
+        let path = dir.join(format!("slot-{k}.json"));
+        let extra = ["--proc-slot".to_owned(), format!("{k}/{n}"), "--json".to_owned(), path.display().to_string()];
+        let mut child = spawn(&args, &extra)?;
+        pids.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
+        if let Some(out) = child.stdout.take() {
+            let live = live.clone();
+            std::thread::spawn(move || read_progress(k, out, &live));
+        }
+        children.push(child);
+        paths.push(path);
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let show = progress == Progress::Line && std::io::stderr().is_terminal();
+    let printer = {
+        let (live, done) = (live.clone(), done.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut last = (0u64, Instant::now());
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(1));
+                if !show || done.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let (open, completed, errors) = live
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .fold((0, 0, 0), |a, l| (a.0 + l.0, a.1 + l.1, a.2 + l.2));
+                let rate = (completed - last.0.min(completed)) as f64 / last.1.elapsed().as_secs_f64();
+                last = (completed, Instant::now());
+                note!(
+                    "\r[{:>4}s] {n} processes  connections {open:>7}  completed {completed:>11}  {rate:>10.0}/s  errors {errors:>6}   ",
+                    started.elapsed().as_secs()
+                );
+                let _ = std::io::stderr().flush();
+            }
+            if show {
+                note!("\n");
+            }
+        })
+    };
+    let mut failed = Vec::new();
+    for (k, child) in children.iter_mut().enumerate() {
+        let status = child.wait().context("cannot wait for a load process")?;
+        if !status.success() {
+            failed.push(format!("process {k} ({status})"));
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let _ = printer.join();
+    let reports: Vec<Report> = paths
+        .iter()
+        .filter(|p| p.exists())
+        .map(|p| Report::load(&p.display().to_string()))
+        .collect::<Result<_, _>>()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !failed.is_empty() {
+        bail!("load processes failed: {}", failed.join(", "));
+    }
+    Ok(Report::merge(&reports)?)
+}
+
+fn read_progress(k: usize, out: std::process::ChildStdout, live: &Mutex<Vec<(u64, u64, u64)>>) {
+    for line in BufReader::new(out).lines().map_while(Result::ok) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        let p = &v["progress"];
+        let get = |name: &str| p[name].as_u64().unwrap_or(0);
+        if let Some(slot) = live.lock().unwrap_or_else(|e| e.into_inner()).get_mut(k) {
+            *slot = (get("open"), get("completed"), get("errors"));
+        }
+    }
+}
+
+/// One line from a worker of `serve --procs`.
+enum WorkerLine {
+    Listening,
+    Final(String),
+    Other(usize, String),
+    Exited(usize, u32),
+}
+
+/// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT.
+pub fn run_serve_children(
+    n: usize,
+    argv: &[String],
+    addr: std::net::SocketAddr,
+    reservation: sockscale_server::listener::Reservation,
+) -> Result<()> {
+    let args = child_args(argv, &["--procs", "--listen"]);
+    let listen = ["--listen".to_owned(), addr.to_string()];
+    let pids = Arc::new(Mutex::new(vec![0u32; n]));
+    let stopping = Arc::new(AtomicBool::new(false));
+    forward_signals(pids.clone(), stopping.clone())?;
+    let (tx, rx) = mpsc::channel();
+    let start_worker = |k: usize| -> Result<u32> {
+        let extra = [listen[0].clone(), listen[1].clone(), "--proc-slot".to_owned(), format!("{k}/{n}")];
+        let mut child = spawn(&args, &extra)?;
+        let pid = child.id();
+        let out = child.stdout.take().context("worker stdout")?;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let msg = if line.starts_with("listening on ") {
+                    WorkerLine::Listening
+                } else if let Some(rest) = line.strip_prefix("final ") {
+                    WorkerLine::Final(rest.to_owned())
+                } else {
+                    WorkerLine::Other(k, line)
+                };
+                let _ = tx.send(msg);
+            }
+            let _ = child.wait();
+            let _ = tx.send(WorkerLine::Exited(k, pid));
+        });
+        Ok(pid)
+    };
+    for k in 0..n {
+        let pid = start_worker(k)?;
+        pids.lock().unwrap_or_else(|e| e.into_inner())[k] = pid;
+    }
+    let mut ready = 0;
+    let mut running = n;
+    let mut finals: Vec<String> = Vec::new();
+    let mut last_restart: HashMap<usize, Instant> = HashMap::new();
+    while running > 0 {
+        let Ok(msg) = rx.recv() else { break };
+        match msg {
+            WorkerLine::Listening => {
+                ready += 1;
+                if ready == n {
+                    say!("listening on {addr}");
+                }
+            }
+            WorkerLine::Final(counters) => finals.push(counters),
+            WorkerLine::Other(k, line) => say!("[worker {k}] {line}"),
+            WorkerLine::Exited(k, pid) => {
+                let current = pids.lock().unwrap_or_else(|e| e.into_inner())[k];
+                if current != pid {
+                    continue;
+                }
+                if stopping.load(Ordering::SeqCst) {
+                    running -= 1;
+                    continue;
+                }
+                // A worker died: start another in its slot, at most once a second.
+                let wait =
+                    last_restart.get(&k).map_or(Duration::ZERO, |t| Duration::from_secs(1).saturating_sub(t.elapsed()));
+                std::thread::sleep(wait);
+                tracing::warn!(worker = k, "worker {k} (pid {pid}) exited; starting a new one");
+                last_restart.insert(k, Instant::now());
+                match start_worker(k) {
+                    Ok(new_pid) => pids.lock().unwrap_or_else(|e| e.into_inner())[k] = new_pid,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot restart worker {k}");
+                        running -= 1;
+                    }
+                }
+            }
+        }
+    }
+    // Held until every worker is gone, so a restarted worker finds its port still ours.
+    drop(reservation);
+    say!("final {}", sum_counters(&finals));
+    Ok(())
+}
+
+/// Add up `key=value` counter lines.
+fn sum_counters(lines: &[String]) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut sums: HashMap<String, i64> = HashMap::new();
+    for line in lines {
+        for (k, v) in line.split_whitespace().filter_map(|kv| kv.split_once('=')) {
+            if !sums.contains_key(k) {
+                order.push(k.to_owned());
+            }
+            *sums.entry(k.to_owned()).or_default() += v.parse::<i64>().unwrap_or(0);
+        }
+    }
+    order.iter().map(|k| format!("{k}={}", sums[k])).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_args_drop_parent_flags() {
+        let argv: Vec<String> = ["sockscale", "load", "echo", "a:1", "--procs", "3", "--json=x", "-c", "9"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(child_args(&argv, &["--procs", "--json"]), ["load", "echo", "a:1", "-c", "9"]);
+    }
+
+    #[test]
+    fn counters_add_up() {
+        let lines = vec!["accepted=2 closed_peer=1".to_owned(), "accepted=3 closed_peer=0".to_owned()];
+        assert_eq!(sum_counters(&lines), "accepted=5 closed_peer=1");
+    }
+}

@@ -1,0 +1,249 @@
+//! `sockscale load` against servers started inside the test, on loopback. Counts and checks
+//! only; rate tests use generous bounds and never assert speed.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use support::*;
+
+/// Run `sockscale load ARGS --json FILE`; returns the parsed report.
+fn load(args: &[&str]) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("sockscale-test-{}-{}", std::process::id(), unique()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let out =
+        Command::new(BIN).arg("load").args(args).arg("--json").arg(&json).env("RUST_LOG", "warn").output().unwrap();
+    assert!(out.status.success(), "load {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+fn unique() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn n(v: &serde_json::Value, path: &str) -> u64 {
+    path.split('.').fold(v, |v, k| &v[k]).as_u64().unwrap_or_else(|| panic!("no {path} in report"))
+}
+
+#[test]
+fn exact_request_count() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let r = load(&["http", &url, "-c", "10", "-n", "1000", "-t", "2"]);
+    assert_eq!(n(&r, "requests.completed"), 1000);
+    assert_eq!(n(&r, "requests.sent"), 1000);
+    assert_eq!(n(&r, "statuses.2xx"), 1000);
+    assert_eq!(n(&r, "latency.count"), 1000);
+    assert_eq!(n(&r, "errors.bad_response"), 0);
+    let r = load(&["echo", &server.addr.to_string().replace("0.0.0.0", "127.0.0.1"), "-c", "1", "-n", "1", "-t", "1"]);
+    assert_eq!(n(&r, "errors.verify_mismatch"), 1, "an HTTP server is not an echo server");
+}
+
+/// An echo server that alters one byte in every `every` it echoes (0: never).
+fn corrupting_echo_server(every: usize) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                let mut total = 0usize;
+                while let Ok(len) = stream.read(&mut buf) {
+                    if len == 0 {
+                        break;
+                    }
+                    for (i, b) in buf[..len].iter_mut().enumerate() {
+                        if every > 0 && (total + i) % every == every - 1 {
+                            *b ^= 0x20;
+                        }
+                    }
+                    total += len;
+                    if stream.write_all(&buf[..len]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn verification_catches_a_corrupting_server() {
+    let honest = corrupting_echo_server(0).to_string();
+    let r = load(&["echo", &honest, "-c", "4", "-d", "1", "-l", "1000", "-t", "1"]);
+    assert!(n(&r, "requests.completed") > 0);
+    assert_eq!(n(&r, "errors.verify_mismatch"), 0);
+    let liar = corrupting_echo_server(5000).to_string();
+    let r = load(&["echo", &liar, "-c", "4", "-d", "1", "-l", "1000", "-t", "1"]);
+    assert!(n(&r, "errors.verify_mismatch") > 0, "corruption went unnoticed: {r}");
+}
+
+#[test]
+fn no_keepalive_opens_one_connection_per_request() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let r = load(&["http", &url, "-c", "4", "-n", "50", "--no-keepalive", "-t", "1"]);
+    assert_eq!(n(&r, "requests.completed"), 50);
+    assert_eq!(n(&r, "connections.connected"), 50);
+    let done = server.stop();
+    // One more: the reachability probe made before the run.
+    assert_eq!(done.counter("accepted"), 51);
+    assert_eq!(done.counter("closed_done"), 50, "the server closed each after its response");
+}
+
+/// An HTTP server that answers every request with a tiny response and records the most
+/// complete requests it found in one read.
+fn batch_counting_http_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let most = Arc::new(AtomicUsize::new(0));
+    let seen = most.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut pending = Vec::new();
+                let mut buf = [0u8; 65536];
+                while let Ok(len) = stream.read(&mut buf) {
+                    if len == 0 {
+                        break;
+                    }
+                    pending.extend_from_slice(&buf[..len]);
+                    let mut answers = 0;
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..end + 4);
+                        answers += 1;
+                    }
+                    seen.fetch_max(answers, Ordering::Relaxed);
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".repeat(answers);
+                    if stream.write_all(&reply).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr, most)
+}
+
+#[test]
+fn pipelining_sends_requests_together() {
+    let (addr, most) = batch_counting_http_server();
+    let url = format!("http://{addr}/");
+    let r = load(&["http", &url, "-c", "2", "-n", "800", "--pipeline", "8", "-t", "1"]);
+    assert_eq!(n(&r, "requests.completed"), 800);
+    let batch = most.load(Ordering::Relaxed);
+    assert!(batch >= 2, "the server never saw two requests in one read (most {batch})");
+    assert!(batch <= 8, "more in flight than the pipeline depth: {batch}");
+}
+
+#[test]
+fn rate_limits_hold_within_generous_bounds() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let addr = server.addr.to_string();
+    // -r: 100 kB/s for the one block of 20 connections, over 3 s.
+    let r = load(&["echo", &addr, "-c", "20", "-d", "3", "-l", "1000", "-r", "100000", "-t", "2"]);
+    let sent = n(&r, "bytes.sent");
+    assert!((150_000..=450_000).contains(&sent), "-r 100000 for 3 s sent {sent} bytes");
+    // -R: 500 messages per second in total, over 3 s.
+    let r = load(&["echo", &addr, "-c", "10", "-d", "3", "-R", "500", "-t", "2"]);
+    let done = n(&r, "requests.completed");
+    assert!((900..=2100).contains(&done), "-R 500 for 3 s completed {done}");
+}
+
+/// A UDP echo server that drops every datagram whose sequence number is odd.
+fn dropping_udp_server() -> std::net::SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+            let seq = u64::from_le_bytes(buf[..8].try_into().unwrap_or([0; 8]));
+            if seq % 2 == 0 {
+                let _ = socket.send_to(&buf[..len], from);
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn udp_loss_is_counted() {
+    let server = ServerProc::start("epoll", &["--proto", "udp"]);
+    let r = load(&["udp", &server.addr.to_string(), "-c", "4", "-d", "1", "-t", "1"]);
+    assert!(n(&r, "udp.received") > 0);
+    assert_eq!(n(&r, "udp.lost"), 0, "nothing is lost through a server that drops nothing");
+
+    let addr = dropping_udp_server().to_string();
+    let r = load(&["udp", &addr, "-c", "4", "-d", "2", "-t", "1", "--timeout", "0.1", "--depth", "4"]);
+    let (sent, received, lost) = (n(&r, "udp.sent"), n(&r, "udp.received"), n(&r, "udp.lost"));
+    assert!(lost > 0, "drops went uncounted: {r}");
+    // Every datagram is received, lost, or still in flight at the end (at most depth x sockets).
+    assert!(sent >= received + lost && sent - received - lost <= 16, "sent {sent} received {received} lost {lost}");
+    assert!(lost * 3 >= sent && lost * 3 <= 2 * sent, "half should be lost: sent {sent}, lost {lost}");
+}
+
+#[test]
+fn merge_adds_histograms() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let addr = server.addr.to_string();
+    let dir: PathBuf = std::env::temp_dir().join(format!("sockscale-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for (i, count) in ["300", "700"].iter().enumerate() {
+        let path = dir.join(format!("{i}.json"));
+        let out = Command::new(BIN)
+            .args(["load", "echo", &addr, "-c", "2", "-n", count, "-t", "1", "--json"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        files.push(path);
+    }
+    let merged = dir.join("merged.json");
+    let out = Command::new(BIN).args(["load", "merge"]).args(&files).arg("--json").arg(&merged).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1000 completed"));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    assert_eq!(n(&m, "requests.completed"), 1000);
+    assert_eq!(n(&m, "latency.count"), 1000);
+    assert_eq!(n(&m, "procs"), 2);
+    let parts: Vec<serde_json::Value> =
+        files.iter().map(|f| serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap()).collect();
+    let max_part = parts.iter().map(|p| p["latency"]["max_us"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert_eq!(m["latency"]["max_us"].as_f64().unwrap(), max_part, "the merged max is the larger max");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn errors_are_one_line_with_a_non_zero_exit() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    for args in [
+        vec!["load".to_owned(), "echo".into(), closed.to_string(), "-d".into(), "1".into()],
+        vec!["load".into(), "http".into(), "https://127.0.0.1/".into()],
+        vec!["load".into(), "echo".into(), "127.0.0.1:1".into(), "--bogus".into()],
+        vec!["load".into(), "udp".into(), "127.0.0.1:9".into(), "-l".into(), "4".into()],
+        vec!["load".into(), "merge".into(), "/nonexistent.json".into()],
+    ] {
+        let out = Command::new(BIN).args(&args).env("RUST_LOG", "off").output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error"), "{args:?}: {err}");
+    }
+    let out = Command::new(BIN).args(["load", "echo", &closed.to_string(), "-d", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&closed.to_string()) && err.contains("refused"), "{err}");
+}
