@@ -1,0 +1,147 @@
+//! Several processes as one: `serve --procs` and `load --procs`, and `--source`.
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn children(pid: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
+    let mut parent = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--procs", "3", "--threads", "1"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(parent.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr: std::net::SocketAddr = first.strip_prefix("listening on ").expect("listening line").parse().unwrap();
+    let workers = children(parent.id());
+    assert_eq!(workers.len(), 3, "three workers");
+    // Every worker shares the port: many connections all get served.
+    for i in 0..30u8 {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(&[i]).unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b[0], i);
+    }
+    // A worker that dies is replaced.
+    sockscale_server::sys::signal_process(workers[0], libc::SIGKILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let replaced = loop {
+        let now = children(parent.id());
+        if now.len() == 3 && !now.contains(&workers[0]) {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "worker not restarted: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SIGTERM to the parent reaches every worker; all exit, the parent with status 0.
+    sockscale_server::sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = parent.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    for pid in replaced {
+        assert!(!alive(pid), "worker {pid} still running");
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let last = rest.last().cloned().unwrap_or_default();
+    assert!(last.starts_with("final accepted="), "{rest:?}");
+}
+
+#[test]
+fn serve_procs_reports_a_busy_port() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(BIN).args(["serve", "--listen", &addr, "--procs", "2"]).output().unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!("error: cannot listen on {addr}: address already in use")
+    );
+}
+
+#[test]
+fn load_procs_merge_into_one_report() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let json = std::env::temp_dir().join(format!("sockscale-procs-{}.json", std::process::id()));
+    let out = Command::new(BIN)
+        .args([
+            "load",
+            "http",
+            &format!("http://{}/", server.addr),
+            "-c",
+            "6",
+            "-n",
+            "300",
+            "-t",
+            "1",
+            "--procs",
+            "3",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(r["procs"], 3);
+    assert_eq!(r["requests"]["completed"], 300, "-n is split exactly across processes");
+    assert_eq!(r["connections"]["connected"], 6);
+    assert_eq!(r["latency"]["count"], 300);
+}
+
+#[test]
+fn source_addresses_are_used() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::thread::spawn(move || {
+        let mut peers = HashSet::new();
+        // The probe and 8 connections.
+        for _ in 0..9 {
+            let (mut s, peer) = listener.accept().unwrap();
+            peers.insert(peer.ip());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        peers
+    });
+    let out = Command::new(BIN)
+        .args(["load", "echo", &addr.to_string(), "-c", "8", "-n", "16", "-t", "1", "--source", "127.0.0.2-127.0.0.4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let peers = seen.join().unwrap();
+    for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        assert!(peers.contains(&ip.parse::<IpAddr>().unwrap()), "no connection from {ip}: {peers:?}");
+    }
+}
