@@ -14,63 +14,10 @@ Usage: bench/http_vs_nginx.py [--duration SECS] [--repeat N]
 Writes bench-results/http_vs_nginx-<stamp>/results.json and prints a markdown table.
 """
 import argparse
-import subprocess
 import tempfile
 from pathlib import Path
 
 import common
-
-NGINX_CONF = """
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {dir}/error.log error;
-pid {dir}/nginx.pid;
-events {{ worker_connections 20000; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000000;
-    keepalive_timeout 75s;
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        location / {{
-            default_type "text/html; charset=utf-8";
-            root {dir};
-            try_files /page.html =404;
-        }}
-    }}
-    open_file_cache max=16 inactive=600s;
-    open_file_cache_valid 600s;
-    # Measured: for a 4 KiB body nginx spends less CPU per request copying than with sendfile.
-    sendfile off;
-    tcp_nodelay on;
-}}
-"""
-
-
-def start_nginx(workdir, body):
-    (workdir / "page.html").write_bytes(body)
-    with common.socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
-    proc = subprocess.Popen(["taskset", "-c", common.SERVER_CPU, "nginx", "-c", str(conf), "-p", str(workdir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    common.wait_port(port)
-    return proc, port
-
-
-def fetch_body(port):
-    with common.socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"GET / HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    assert b" 200 " in head.split(b"\r\n")[0] and len(body) == 4096, head
-    return body
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -81,11 +28,11 @@ def main():
     common.build_sockscale()
     out_dir = common.results_dir("http_vs_nginx")
     sock, sock_port = common.start_sockscale(["--proto", "http", "--model", "epoll", "--threads", "1"])
-    body = fetch_body(sock_port)
+    body = common.fetch_body(sock_port)
     with tempfile.TemporaryDirectory() as tmp:
-        nginx, nginx_port = start_nginx(Path(tmp), body)
+        nginx, nginx_port = common.start_nginx(Path(tmp), body)
         servers = {"nginx": (nginx, nginx_port), "sockscale": (sock, sock_port)}
-        assert fetch_body(nginx_port) == body, "nginx must serve the same body"
+        assert common.fetch_body(nginx_port) == body, "nginx must serve the same body"
         try:
             scenarios = [common.wrk_scenario(c, args.duration) for c in (10, 100, 1000)]
             scenarios.append(common.h2load_scenario(100, args.duration))
