@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::config::ListenerMode;
 use crate::conn::Interest;
 use crate::evloop::{Acceptor, Event, RegisterError, Selector, Source, Worker, WorkerParts};
-use crate::models::ModelCtx;
+use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
 use crate::sys::syscall;
 use crate::udp::UdpEcho;
@@ -127,6 +127,19 @@ impl Selector for Epoll {
         }
         Ok(())
     }
+}
+
+pub const FIXED_THREADS: bool = true;
+pub const SERVES_UDP: bool = true;
+
+/// epoll honours every policy.
+pub fn limitation(_policy: Policy) -> Option<&'static str> {
+    None
+}
+
+/// epoll is always there on Linux.
+pub fn unavailable() -> Option<String> {
+    None
 }
 
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {

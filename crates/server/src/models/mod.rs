@@ -10,7 +10,15 @@
 //! [`Model`] names the models; its `match` in [`Model::run`] is the only place that picks a
 //! file.
 
+pub mod blocking;
 pub mod epoll;
+pub mod poll64;
+pub mod select;
+pub mod signal;
+pub mod threadpool;
+pub mod tokio;
+pub mod uring;
+pub mod uring64;
 
 use std::str::FromStr;
 use std::sync::mpsc::Sender;
@@ -24,48 +32,104 @@ use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::ServerError;
 
+/// Every model, in the order of the seeds' comparison (then the modern additions).
+///
+/// Each model's file exports the same five items, so this enum only dispatches:
+/// `FIXED_THREADS` (does `--threads` fix the worker count?), `SERVES_UDP`,
+/// `limitation(Policy)` (why it cannot honour a policy, if it cannot), `unavailable()` (why it
+/// cannot run on this machine, if it cannot) and `run(ModelCtx)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Model {
-    /// Readiness, edge-triggered, one epoll instance per worker thread.
+    /// Two threads per connection on blocking sockets (the seeds' blocking server).
+    Blocking,
+    /// One accept thread, a bounded queue and a fixed pool of workers (seed 003).
+    Threadpool,
+    /// One thread waiting in select(2) (the seeds' non-blocking select server).
+    Select,
+    /// Groups of 64 connections, a thread per group waiting in poll(2) (WSAEventSelect).
+    Poll64,
+    /// Readiness as queued real-time signals read through signalfd (WSAAsyncSelect).
+    Signal,
+    /// Readiness, edge-triggered, one epoll instance per worker thread (the core engine).
     Epoll,
+    /// io_uring completions, one ring per worker thread (I/O completion ports).
+    Uring,
+    /// A ring and a thread per group of 64 connections (overlapped I/O with events).
+    Uring64,
+    /// The tokio multi-threaded runtime (boost::asio in seed 003).
+    Tokio,
+}
+
+macro_rules! dispatch {
+    ($self:expr, $($item:tt)+) => {
+        match $self {
+            Model::Blocking => blocking::$($item)+,
+            Model::Threadpool => threadpool::$($item)+,
+            Model::Select => select::$($item)+,
+            Model::Poll64 => poll64::$($item)+,
+            Model::Signal => signal::$($item)+,
+            Model::Epoll => epoll::$($item)+,
+            Model::Uring => uring::$($item)+,
+            Model::Uring64 => uring64::$($item)+,
+            Model::Tokio => tokio::$($item)+,
+        }
+    };
 }
 
 impl Model {
-    pub const ALL: [Model; 1] = [Model::Epoll];
+    pub const ALL: [Model; 9] = [
+        Model::Blocking,
+        Model::Threadpool,
+        Model::Select,
+        Model::Poll64,
+        Model::Signal,
+        Model::Epoll,
+        Model::Uring,
+        Model::Uring64,
+        Model::Tokio,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Model::Blocking => "blocking",
+            Model::Threadpool => "threadpool",
+            Model::Select => "select",
+            Model::Poll64 => "poll64",
+            Model::Signal => "signal",
             Model::Epoll => "epoll",
+            Model::Uring => "uring",
+            Model::Uring64 => "uring64",
+            Model::Tokio => "tokio",
         }
     }
 
     /// Whether `--threads` fixes the number of worker threads (as opposed to threads growing
-    /// with connections).
+    /// with connections, or a single thread).
     pub fn fixed_threads(self) -> bool {
-        match self {
-            Model::Epoll => true,
-        }
+        dispatch!(self, FIXED_THREADS)
     }
 
     /// Whether the model can serve UDP.
     pub fn serves_udp(self) -> bool {
-        match self {
-            Model::Epoll => true,
-        }
+        dispatch!(self, SERVES_UDP)
     }
 
     /// Why this model cannot honour `policy`, or None when it can. The conformance suite skips
     /// a case with this reason; each model's module docs say the same.
     pub fn limitation(self, policy: Policy) -> Option<&'static str> {
-        match (self, policy) {
-            (Model::Epoll, _) => None,
-        }
+        dispatch!(self, limitation(policy))
+    }
+
+    /// Why this model cannot run on this machine (io_uring disabled, say), or None.
+    pub fn unavailable(self) -> Option<String> {
+        dispatch!(self, unavailable())
     }
 
     pub fn run(self, ctx: ModelCtx) -> Result<(), ServerError> {
-        match self {
-            Model::Epoll => epoll::run(ctx),
+        if let Some(reason) = self.unavailable() {
+            return Err(ServerError::Unavailable { model: self.name(), reason });
         }
+        dispatch!(self, run(ctx))
     }
 }
 

@@ -1,0 +1,21 @@
+//! `--model signal`: readiness as queued real-time signals read through signalfd (WSAAsyncSelect).
+//!
+//! NOT BUILT YET: this model is being written; until then it reports itself unavailable.
+
+use crate::models::{ModelCtx, Policy};
+use crate::ServerError;
+
+pub const FIXED_THREADS: bool = false;
+pub const SERVES_UDP: bool = true;
+
+pub fn limitation(_policy: Policy) -> Option<&'static str> {
+    None
+}
+
+pub fn unavailable() -> Option<String> {
+    Some("this model is not built yet".into())
+}
+
+pub fn run(_ctx: ModelCtx) -> Result<(), ServerError> {
+    Err(ServerError::Unavailable { model: "signal", reason: "this model is not built yet".into() })
+}
