@@ -4,9 +4,11 @@
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
 //! docs of `evloop` and `models` describe the model contract.
 
+pub mod blocking_conn;
 pub mod config;
 pub mod conn;
 pub mod evloop;
+pub mod groups;
 pub mod listener;
 pub mod metrics;
 pub mod models;
@@ -18,6 +20,7 @@ pub mod stats;
 pub mod sys;
 pub mod timers;
 pub mod udp;
+pub mod uring;
 
 pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use models::{Model, Policy};

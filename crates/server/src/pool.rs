@@ -91,6 +91,14 @@ impl BufferPool {
         self.count
     }
 
+    /// The start of buffer `index`, for a model that lends buffers to the kernel itself (the
+    /// io_uring provided-buffer ring) instead of taking them with `take`. Such a model must not
+    /// also `take` from this pool.
+    pub(crate) fn buffer_ptr(&self, index: usize) -> *mut u8 {
+        debug_assert!(index < self.count);
+        self.base.as_ptr().wrapping_add(index * self.buffer_size)
+    }
+
     /// Take a buffer, or None when all are in use. `counters` tracks buffers in use.
     pub fn take<'a>(&'a self, counters: &'a Counters) -> Option<PoolBuf<'a>> {
         let index = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;

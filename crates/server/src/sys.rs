@@ -144,3 +144,52 @@ pub fn signal_process(pid: u32, signal: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
     syscall!(kill(pid, signal)).map(drop)
 }
+
+/// Wait in ppoll(2) until an entry of `fds` has events or `timeout` passes (None: forever);
+/// returns how many entries have events. ppoll rather than poll for its nanosecond timeout:
+/// poll's milliseconds would wake early and spin on sub-millisecond timers.
+pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> io::Result<usize> {
+    let spec = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let spec_ptr = spec.as_ref().map_or(std::ptr::null(), |s| s as *const libc::timespec);
+    // SAFETY: fds is a live, writable array of fds.len() pollfds for the duration of the call;
+    // spec_ptr is null (wait forever) or points at a live timespec; a null sigmask leaves the
+    // thread's mask unchanged.
+    let n = syscall!(ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, spec_ptr, std::ptr::null()))?;
+    Ok(n as usize)
+}
+
+/// shutdown(2) both directions: wakes every thread blocked in poll, recv or send on `fd`
+/// (they see a hang-up), while the descriptor itself stays open for its owner to close.
+pub fn shutdown_both(fd: RawFd) -> io::Result<()> {
+    syscall!(shutdown(fd, libc::SHUT_RDWR)).map(drop)
+}
+
+/// Clock ticks per second, the unit of CPU times in /proc/PID/stat.
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no memory arguments.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+/// Restrict the calling thread (and the threads and processes it creates from now on) to
+/// `cpus`. Meant for a child process between fork and exec, so all its threads inherit it.
+pub fn pin_to_cpus(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain old data; CPU_ZERO/CPU_SET only write inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu < libc::CPU_SETSIZE as usize {
+            // SAFETY: cpu is below CPU_SETSIZE, so the bit is inside `set`.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+    }
+    // SAFETY: set is a live cpu_set_t of the size passed; pid 0 is the calling thread.
+    syscall!(sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)).map(drop)
+}
+
+/// Send `signal` to every process in process group `group`.
+pub fn signal_process_group(group: i32, signal: i32) -> io::Result<()> {
+    syscall!(kill(-group, signal)).map(drop)
+}

@@ -34,6 +34,9 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Serve(args) => cli::serve::run(args, &argv),
         Command::Load(command) => cli::load::run(command, &argv),
+        Command::Bench(args) => cli::bench::bench(args),
+        Command::Report(args) => cli::bench::report(args),
+        Command::Plan(args) => cli::bench::plan(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

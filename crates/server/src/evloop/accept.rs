@@ -26,8 +26,9 @@ use crate::conn::{Conn, Interest};
 use crate::shutdown::Waker;
 use crate::sys;
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The accept back-off after EMFILE and the like, shared by every model's acceptor.
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -113,7 +114,7 @@ impl Inbox {
         queue.drain(..).collect()
     }
 
-    fn take_all(&self) -> Vec<OwnedFd> {
+    pub(crate) fn take_all(&self) -> Vec<OwnedFd> {
         self.waker.reset();
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect()
     }
@@ -279,19 +280,33 @@ impl<S: Selector> Worker<'_, S> {
 
     /// Close a connection the server will not serve, after the protocol's refusal.
     fn refuse(&mut self, fd: OwnedFd, why: &str) {
-        self.counters.refused();
-        if let Some(refusal) = self.engine.refusal() {
-            let raw = fd.as_raw_fd();
-            let _ = sys::send(raw, &refusal);
-            let _ = sys::shutdown_write(raw);
-            // Read what the client already sent: closing with unread data would reset the
-            // connection and could destroy the 503 before the client reads it.
-            let mut sink = [0u8; 2048];
-            let _ = sys::recv(raw, &mut sink);
-        }
-        drop(fd);
-        if let Some(suppressed) = self.refusal_log.allow(self.now) {
-            tracing::warn!(open = self.stats.current(), suppressed, "refusing connections: {why}");
-        }
+        refuse(fd, &mut self.engine, self.counters, self.stats, &mut self.refusal_log, self.now, why);
+    }
+}
+
+/// Close a connection the server will not serve: send the protocol's refusal (HTTP's 503),
+/// count it as refused, and log at most once a second. Every model refuses through this.
+pub(crate) fn refuse(
+    fd: OwnedFd,
+    engine: &mut sockscale_proto::Engine,
+    counters: &crate::stats::Counters,
+    stats: &crate::stats::Stats,
+    log: &mut LogLimiter,
+    now: Instant,
+    why: &str,
+) {
+    counters.refused();
+    if let Some(refusal) = engine.refusal() {
+        let raw = fd.as_raw_fd();
+        let _ = sys::send(raw, &refusal);
+        let _ = sys::shutdown_write(raw);
+        // Read what the client already sent: closing with unread data would reset the
+        // connection and could destroy the 503 before the client reads it.
+        let mut sink = [0u8; 2048];
+        let _ = sys::recv(raw, &mut sink);
+    }
+    drop(fd);
+    if let Some(suppressed) = log.allow(now) {
+        tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
     }
 }

@@ -31,7 +31,8 @@ use crate::stats::{Counters, Stats};
 use crate::timers::Timers;
 use crate::udp::UdpEcho;
 
-pub use accept::{Acceptor, Inbox};
+pub(crate) use accept::{refuse, FIRST_BACKOFF, MAX_BACKOFF};
+pub use accept::{Acceptor, Inbox, LogLimiter};
 
 /// One readiness report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,8 +295,13 @@ impl<'a, S: Selector> Worker<'a, S> {
             Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
             Some(Source::Inbox(inbox)) => {
                 let _ = self.selector.deregister(inbox.waker().fd().as_raw_fd());
-                // Connections handed over but not yet taken are closed with the inbox.
-                inbox.close();
+                // Connections handed over but not yet taken are closed with the inbox, giving
+                // back the --max-conns slots their acceptor took.
+                for fd in inbox.close() {
+                    drop(fd);
+                    self.stats.close();
+                    self.counters.refused();
+                }
             }
             Some(Source::Udp(udp)) => {
                 let _ = self.selector.deregister(udp.fd());

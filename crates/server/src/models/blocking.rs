@@ -1,21 +1,446 @@
-//! `--model blocking`: two threads per connection on blocking sockets (the seeds' blocking server).
+//! `--model blocking`: two threads per connection (the seeds' blocking server).
 //!
-//! NOT BUILT YET: this model is being written; until then it reports itself unavailable.
+//! Seed counterpart: the Winsock blocking server, where each connection has a receiving thread
+//! and a sending thread. Here, likewise:
+//!
+//! - **Threads**: one acceptor (waits in poll(2) on the listener, accepts, spawns), the model's
+//!   own thread as supervisor (shutdown and drain), and per connection a *receive* thread and a
+//!   *send* thread, both with `--stack-size` stacks (default 64 KiB). `--threads` is not used
+//!   for TCP; UDP is served by `--threads` threads blocked in poll(2), one SO_REUSEPORT socket
+//!   each.
+//! - **Receive thread** — it owns the connection and its policies. It blocks in ppoll(2) on the
+//!   socket (and, until it has seen one, the drain latch) with a timeout at the connection's
+//!   next deadline (idle, HTTP header, send stall); when the socket is readable it takes a pool
+//!   buffer, reads up to `--read-budget`, feeds the protocol and writes the answer at once,
+//!   straight from the buffer (`OutQueue::send`), then gives the buffer back. What the socket
+//!   refused stays queued in the connection's `OutQueue` for the send thread. While that queue
+//!   is over `--max-pending-send`, or the connection is closing, the receive thread stops reading
+//!   and waits on a condition variable for the send thread's progress, up to the send deadline
+//!   (`--send-timeout`: Flood while still over, SendTimeout when the socket took nothing).
+//! - **Send thread** — it sleeps on a condition variable while nothing is queued, and otherwise
+//!   blocks in ppoll(2) for room in the socket and flushes the queue, recording progress on the
+//!   flood and stall clocks. It has no policy of its own: when the receive thread ends the
+//!   connection with output still queued, it shuts the socket down (shutdown(2)), which wakes
+//!   the send thread; a send error is handed to the receive thread the same way.
+//! - **Refusals**: beyond `--max-conns` (HTTP gets a 503), and when a thread cannot be created
+//!   (EAGAIN from a threads or memory limit): the connection is closed, counted as refused and
+//!   logged at most once a second, and the server goes on serving.
+//! - **Shutdown**: the acceptor stops; a connection between requests closes at once; a request
+//!   in progress is answered with `Connection: close`; at `--drain-timeout` (or a second signal)
+//!   the supervisor shuts down every socket still open, and `run` returns once every connection
+//!   thread has exited (they are scoped threads).
+//!
+//! Known limits: a thread pair per connection costs two kernel tasks and two small stacks (two
+//! `--stack-size` mappings, of which a few KiB are touched), so connections are capped by the
+//! threads limits (RLIMIT_NPROC, kernel.threads-max, pids.max of the cgroup) and by address
+//! space, long before descriptors run out; past them connections are refused. Every wake-up is a
+//! context switch, so per byte this model costs more CPU than the readiness models.
 
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::Instant;
+
+use slab::Slab;
+
+use crate::blocking_conn::{
+    error_reason, expired, feed, finished, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
+    POOL_BACKOFF,
+};
+use crate::conn::Conn;
 use crate::models::{ModelCtx, Policy};
+use crate::pool::BufferPool;
+use crate::stats::{CloseReason, Counters};
+use crate::sys;
 use crate::ServerError;
 
 pub const FIXED_THREADS: bool = false;
 pub const SERVES_UDP: bool = true;
 
+const NAME: &str = "blocking";
+
+/// The blocking model honours every policy.
 pub fn limitation(_policy: Policy) -> Option<&'static str> {
     None
 }
 
+/// Threads and poll(2) are always there.
 pub fn unavailable() -> Option<String> {
-    Some("this model is not built yet".into())
+    None
 }
 
-pub fn run(_ctx: ModelCtx) -> Result<(), ServerError> {
-    Err(ServerError::Unavailable { model: "blocking", reason: "this model is not built yet".into() })
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model: NAME, source };
+    if ctx.listen.is_udp() {
+        return crate::blocking_conn::serve_udp(&ctx, NAME, ctx.cfg.threads);
+    }
+    let cfg = &*ctx.cfg;
+    let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
+    let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
+    let links = Links::default();
+    let listener = ctx.listen.shared();
+    std::thread::scope(|scope| {
+        let (hub, links, listener) = (&hub, &links, &listener);
+        let acceptor = std::thread::Builder::new()
+            .name("sockscale-accept".into())
+            .spawn_scoped(scope, move || {
+                let mut next = 0usize;
+                hub.accept_loop(listener, hub.stats.shard(0), |fd, admission| {
+                    next = next.wrapping_add(1);
+                    admit(scope, hub, links, fd, next, admission);
+                })
+            })
+            .map_err(io_err)?;
+        ctx.ready();
+        let outcome = hub.supervise(acceptor);
+        // Whatever is still open at the drain deadline (or a second signal) closes now; the
+        // scope then waits for every connection thread to exit.
+        links.abort_all();
+        outcome.map_err(io_err)
+    })
+}
+
+/// Start the two threads of a new connection, or refuse it.
+fn admit<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    hub: &'env Hub<'env>,
+    links: &'env Links,
+    fd: OwnedFd,
+    id: usize,
+    admission: &mut Admission<'_>,
+) {
+    if !hub.open() {
+        admission.refuse(hub, fd.as_raw_fd(), &"--max-conns reached");
+        return;
+    }
+    let counters = hub.stats.shard(id);
+    let link = Arc::new(Link::new(Conn::new(fd, admission.new_session(), Instant::now(), 0)));
+    let key = links.insert(link.clone());
+    let builder = || std::thread::Builder::new().stack_size(hub.cfg.stack_size);
+
+    let sending = link.clone();
+    let sender =
+        builder().name("sockscale-send".into()).spawn_scoped(scope, move || send_loop(hub, &sending, counters));
+    let spawned = sender.and_then(|sender| {
+        builder().name("sockscale-recv".into()).spawn_scoped(scope, move || {
+            let reason = receive(hub, &link, counters, sender);
+            links.remove(key);
+            // The last reference (the send thread has exited): this closes the descriptor
+            // before it is accounted for, so a paused acceptor woken by `closed` finds it free.
+            drop(link);
+            hub.closed(counters, reason);
+        })
+    });
+    match spawned {
+        Ok(_) => counters.accepted(),
+        Err(e) => {
+            // EAGAIN: a threads limit, or no memory for a stack. The send thread, if it started,
+            // exits; the descriptor closes when the last reference goes.
+            hub.unopen();
+            if let Some(link) = links.remove(key) {
+                link.end();
+                admission.refuse(hub, link.fd, &format_args!("cannot start a thread for a connection: {e}"));
+            }
+        }
+    }
+}
+
+/// Every open connection, so that a forced end of the drain can reach them.
+#[derive(Default)]
+struct Links {
+    all: Mutex<Slab<Arc<Link>>>,
+}
+
+impl Links {
+    fn lock(&self) -> MutexGuard<'_, Slab<Arc<Link>>> {
+        self.all.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self, link: Arc<Link>) -> usize {
+        self.lock().insert(link)
+    }
+
+    fn remove(&self, key: usize) -> Option<Arc<Link>> {
+        self.lock().try_remove(key)
+    }
+
+    /// Close every connection still open. The registry holds a reference to each, so each
+    /// descriptor is still open while it is shut down.
+    fn abort_all(&self) {
+        for (_, link) in self.lock().iter() {
+            link.abort();
+        }
+    }
+}
+
+/// One connection, shared by its two threads.
+struct Link {
+    /// `state.conn.fd`, for waiting without the lock; it stays open as long as the link lives.
+    fd: RawFd,
+    state: Mutex<LinkState>,
+    /// The send thread waits here for output.
+    to_sender: Condvar,
+    /// The receive thread waits here for the send thread's progress.
+    to_receiver: Condvar,
+}
+
+struct LinkState {
+    conn: Conn,
+    /// Bumped by every change the receive thread may be waiting for: send progress, a send
+    /// error, an abort.
+    version: u64,
+    sender_waiting: bool,
+    /// The send thread is (about to be) blocked in poll(2) for room in the socket.
+    sender_polling: bool,
+    receiver_waiting: bool,
+    /// The receive thread is done with the connection: the send thread exits.
+    ended: bool,
+    /// The send thread hit this socket error.
+    failed: Option<CloseReason>,
+    /// Closed from outside: the drain deadline, or a second signal.
+    aborted: bool,
+}
+
+impl Link {
+    fn new(conn: Conn) -> Self {
+        Link {
+            fd: conn.fd.as_raw_fd(),
+            state: Mutex::new(LinkState {
+                conn,
+                version: 0,
+                sender_waiting: false,
+                sender_polling: false,
+                receiver_waiting: false,
+                ended: false,
+                failed: None,
+                aborted: false,
+            }),
+            to_sender: Condvar::new(),
+            to_receiver: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LinkState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The receive thread is done: let the send thread go.
+    fn end(&self) {
+        let mut st = self.lock();
+        st.ended = true;
+        // The send thread may be blocked waiting for room that a client which does not read
+        // will never make: with output still queued, or even with none, if the receive thread's
+        // own write emptied the queue while the send thread waited.
+        let polling = st.sender_polling || !st.conn.out.is_empty();
+        self.to_sender.notify_one();
+        drop(st);
+        if polling {
+            let _ = sys::shutdown_both(self.fd);
+        }
+    }
+
+    fn abort(&self) {
+        let mut st = self.lock();
+        st.aborted = true;
+        st.version += 1;
+        self.to_receiver.notify_one();
+        drop(st);
+        // Wakes the receive thread from poll(2) and the send thread from waiting for room.
+        let _ = sys::shutdown_both(self.fd);
+    }
+}
+
+/// The receive thread: serves the connection until it ends, then stops the send thread.
+fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
+    let mut receiver = Receiver { hub, link, counters, draining: false, readable: false };
+    let reason = receiver.serve();
+    link.end();
+    let _ = sender.join();
+    reason
+}
+
+struct Receiver<'r, 'h> {
+    hub: &'r Hub<'h>,
+    link: &'r Link,
+    counters: &'r Counters,
+    /// This thread has seen the drain start (and stopped polling the drain latch).
+    draining: bool,
+    /// poll(2) said the socket is readable, and a read has not yet found it empty.
+    readable: bool,
+}
+
+/// What the receive thread does next.
+enum Step {
+    Close(CloseReason),
+    /// Decide again at once.
+    Again,
+    /// The pool is empty: wait briefly.
+    NoBuffer,
+    /// Wait for input until the deadline.
+    Poll(Instant),
+    /// Wait for the send thread (version changes) until the deadline.
+    Wait(Instant, u64),
+}
+
+impl Receiver<'_, '_> {
+    fn serve(&mut self) -> CloseReason {
+        loop {
+            // An engine is borrowed only while deciding and reading, never while waiting.
+            let mut kit = self.hub.take_kit();
+            let step = self.step(&mut kit);
+            self.hub.put_kit(kit);
+            match step {
+                Step::Close(reason) => return reason,
+                Step::Again => {}
+                Step::NoBuffer => std::thread::sleep(POOL_BACKOFF),
+                Step::Poll(deadline) => self.poll(deadline),
+                Step::Wait(deadline, version) => self.wait(deadline, version),
+            }
+        }
+    }
+
+    fn step(&mut self, kit: &mut Kit) -> Step {
+        let cfg = self.hub.cfg;
+        let mut st = self.link.lock();
+        if st.aborted {
+            return Step::Close(CloseReason::Shutdown);
+        }
+        if let Some(reason) = st.failed {
+            return Step::Close(reason);
+        }
+        if !self.draining && self.hub.is_draining() {
+            self.draining = true;
+            st.conn.session.finish_current();
+        }
+        if let Some(reason) = finished(&st.conn, self.draining) {
+            return Step::Close(reason);
+        }
+        // Input first, deadlines after, as drive.rs handles readiness before timers.
+        if self.readable && may_read(&st.conn, cfg, self.draining) {
+            drop(st);
+            let (link, counters) = (self.link, self.counters);
+            let end = read_round(link.fd, self.hub.pool, counters, cfg.read_budget, |input| {
+                let mut st = link.lock();
+                let go_on = feed(&mut st.conn, kit, input, Instant::now(), cfg, counters)?;
+                if !st.conn.out.is_empty() && st.sender_waiting {
+                    link.to_sender.notify_one();
+                }
+                Ok(go_on)
+            });
+            st = self.link.lock();
+            match end {
+                Ok(ReadEnd::NoBuffer) => return Step::NoBuffer,
+                Ok(ReadEnd::Eof) => {
+                    st.conn.read_eof = true;
+                    self.readable = false;
+                }
+                Ok(ReadEnd::Drained) => self.readable = false,
+                Ok(ReadEnd::BudgetSpent | ReadEnd::Stopped) => {}
+                Err(e) => return Step::Close(error_reason(&e)),
+            }
+            // A closing verdict or EOF whose output is all written: nothing to wait for.
+            if let Some(reason) = finished(&st.conn, self.draining) {
+                return Step::Close(reason);
+            }
+        }
+        if let Some(reason) = expired(&mut st.conn, kit, cfg, self.counters, Instant::now()) {
+            return Step::Close(reason);
+        }
+        if !may_read(&st.conn, cfg, self.draining) {
+            // Closing, or over --max-pending-send: wait for the send thread (the next step
+            // closes the connection once its output is written).
+            return Step::Wait(next_deadline(&st.conn, kit, cfg), st.version);
+        }
+        if self.readable {
+            // The read budget ran out with input left: decide again, with a fresh buffer.
+            return Step::Again;
+        }
+        Step::Poll(next_deadline(&st.conn, kit, cfg))
+    }
+
+    fn poll(&mut self, deadline: Instant) {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [pollfd(self.link.fd, libc::POLLIN | libc::POLLRDHUP), pollfd(self.hub.drain_fd(), libc::POLLIN)];
+        // Once the drain is seen, the latch (readable for good) would make every poll return.
+        let watched = if self.draining { 1 } else { 2 };
+        match sys::ppoll(&mut fds[..watched], Some(timeout)) {
+            Ok(_) => self.readable = fds[0].revents != 0,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Not expected with valid descriptors; do not spin on it.
+            Err(_) => std::thread::sleep(POOL_BACKOFF),
+        }
+    }
+
+    fn wait(&self, deadline: Instant, version: u64) {
+        let mut st = self.link.lock();
+        st.receiver_waiting = true;
+        while st.version == version {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = match self.link.to_receiver.wait_timeout(st, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        st.receiver_waiting = false;
+    }
+}
+
+/// The send thread: flush what the receive thread could not write, waiting for room.
+fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
+    loop {
+        {
+            let mut st = link.lock();
+            while st.conn.out.is_empty() && !st.ended {
+                st.sender_waiting = true;
+                st = link.to_sender.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.sender_waiting = false;
+            if st.ended {
+                return;
+            }
+            st.sender_polling = true;
+        }
+        // Wait for room without the lock, so the receive thread keeps reading meanwhile.
+        let mut fds = [pollfd(link.fd, libc::POLLOUT)];
+        if let Err(e) = sys::ppoll(&mut fds, None) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                std::thread::sleep(POOL_BACKOFF);
+            }
+            continue;
+        }
+        let mut st = link.lock();
+        st.sender_polling = false;
+        if st.ended {
+            return;
+        }
+        let now = Instant::now();
+        match st.conn.out.flush(link.fd) {
+            Ok(written) => {
+                let progressed = written.bytes > 0;
+                if progressed {
+                    counters.bytes_out(written.bytes);
+                    st.conn.last_activity = now;
+                }
+                st.conn.account_output(now, hub.cfg.max_pending_send, progressed);
+                if progressed {
+                    st.version += 1;
+                    if st.receiver_waiting {
+                        link.to_receiver.notify_one();
+                    }
+                }
+            }
+            Err(e) => {
+                st.failed = Some(error_reason(&e));
+                st.version += 1;
+                link.to_receiver.notify_one();
+                drop(st);
+                // Wake the receive thread if it is in poll(2).
+                let _ = sys::shutdown_both(link.fd);
+                return;
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, each turning flags into a library config.
 
+pub mod bench;
 pub mod load;
 pub mod procs;
 pub mod serve;
@@ -26,4 +27,10 @@ pub enum Command {
     /// Generate load: echo, HTTP or UDP, closed or open loop, with HDR latency
     #[command(subcommand)]
     Load(Box<load::LoadCommand>),
+    /// Reproduce the seeds' I/O-model table (Table 6-3) on this machine, for every model
+    Bench(bench::BenchArgs),
+    /// Draw charts and an HTML page from a bench results.json
+    Report(bench::ReportArgs),
+    /// Capacity arithmetic (seed 004's Tables 14-1 and 14-2), or predictions from measured results
+    Plan(bench::PlanArgs),
 }

@@ -1,0 +1,340 @@
+//! Running one model through the bench: a fresh `sockscale serve` process for every row,
+//! driven by `sockscale load` processes, watched through /proc.
+//!
+//! Every process the harness starts is registered, pinned (servers to the server cores, load
+//! to the others) and put in its own process group, so that a Ctrl-C reaches only the bench,
+//! which then kills them all and keeps the rows it has.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sockscale_load::Report;
+
+use crate::profile::Profile;
+use crate::results::{HttpPoint, Row, RowKind, UdpPoint};
+use crate::sampler::{tcp_pages, Sampler};
+
+/// The processes the bench has started and not yet reaped.
+#[derive(Debug, Clone, Default)]
+pub struct Children(Arc<Mutex<HashSet<u32>>>);
+
+impl Children {
+    fn add(&self, pid: u32) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(pid);
+    }
+    fn remove(&self, pid: u32) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
+    }
+    /// Kill every child (their process groups, so `--procs` grandchildren go too).
+    pub fn kill_all(&self) {
+        for &pid in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if let Ok(group) = i32::try_from(pid) {
+                let _ = sockscale_server::sys::signal_process_group(group, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+pub struct Harness<'a> {
+    pub exe: PathBuf,
+    pub profile: &'a Profile,
+    pub server_cpus: Vec<usize>,
+    pub client_cpus: Vec<usize>,
+    pub interrupted: &'a AtomicBool,
+    pub children: Children,
+    pub scratch: PathBuf,
+}
+
+/// A server process and its port.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Harness<'_> {
+    pub fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+    }
+
+    fn command(&self, program: &Path, args: &[String], cpus: &[usize]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdin(Stdio::null()).env("RUST_LOG", "error").process_group(0);
+        let cpus = cpus.to_vec();
+        // SAFETY: the closure runs in the child between fork and exec; sched_setaffinity is
+        // async-signal-safe and pin_to_cpus allocates nothing (the list was built before fork).
+        unsafe {
+            cmd.pre_exec(move || sockscale_server::sys::pin_to_cpus(&cpus));
+        }
+        cmd
+    }
+
+    /// Start `sockscale serve` for `model` and wait for its "listening on" line.
+    pub fn start_server(&self, model: &str, proto: &str, extra: &[&str]) -> Result<Server, String> {
+        let mut args: Vec<String> = ["serve", "--model", model, "--proto", proto, "--listen", "127.0.0.1:0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend([
+            "--threads".to_string(),
+            self.server_cpus.len().to_string(),
+            "--max-conns".into(),
+            "1000000".into(),
+            "--idle-timeout".into(),
+            "600".into(),
+            "--drain-timeout".into(),
+            "1".into(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = self
+            .command(&self.exe, &args, &self.server_cpus)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start the server: {e}"))?;
+        self.children.add(child.id());
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take();
+        std::thread::spawn(move || {
+            if let Some(out) = stdout {
+                let mut lines = BufReader::new(out).lines();
+                let _ = tx.send(lines.next());
+                // Keep reading so the server never blocks on a full pipe.
+                for _ in lines {}
+            }
+        });
+        let first = rx.recv_timeout(Duration::from_secs(15));
+        let port = match first {
+            Ok(Some(Ok(line))) => line.rsplit(':').next().and_then(|p| p.trim().parse::<u16>().ok()),
+            _ => None,
+        };
+        match port {
+            Some(port) => Ok(Server { child, port }),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.children.remove(child.id());
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                let reason = err.lines().last().unwrap_or("it exited without saying why").to_owned();
+                Err(format!("the server did not start: {reason}"))
+            }
+        }
+    }
+
+    /// SIGTERM, a moment to drain, then SIGKILL.
+    pub fn stop_server(&self, mut server: Server) {
+        let pid = server.child.id();
+        let _ = sockscale_server::sys::signal_process(pid, libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match server.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if Instant::now() >= deadline => {
+                    let _ = server.child.kill();
+                    let _ = server.child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        self.children.remove(pid);
+    }
+
+    /// Run `sockscale load ARGS` and read its JSON report.
+    pub fn load(&self, args: &[String]) -> Result<Report, String> {
+        let json = self.scratch.join(format!("load-{}-{}.json", std::process::id(), unique()));
+        let mut full: Vec<String> = vec!["load".into()];
+        full.extend(args.iter().cloned());
+        full.extend(["--json".into(), json.display().to_string()]);
+        let child = self
+            .command(&self.exe, &full, &self.client_cpus)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start the load: {e}"))?;
+        self.children.add(child.id());
+        let out = child.wait_with_output().map_err(|e| format!("load failed: {e}"))?;
+        let report = Report::load(&json.display().to_string());
+        let _ = std::fs::remove_file(&json);
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("load failed: {}", err.lines().last().unwrap_or("no message")));
+        }
+        report.map_err(|e| e.to_string())
+    }
+
+    fn client_threads(&self) -> String {
+        self.client_cpus.len().max(1).to_string()
+    }
+
+    /// Load processes and source addresses needed to hold `conns` connections here.
+    fn spread(&self, conns: u64) -> Vec<String> {
+        let limit = sockscale_server::sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(1024);
+        let per_process = limit.saturating_sub(200).max(100);
+        let procs = conns.div_ceil(per_process).max(1);
+        let sources = conns.div_ceil(25_000).max(1);
+        let mut args = Vec::new();
+        if procs > 1 {
+            args.extend(["--procs".to_string(), procs.to_string()]);
+        }
+        if sources > 1 {
+            args.extend(["--source".to_string(), format!("127.0.0.1-127.0.0.{sources}")]);
+        }
+        args
+    }
+
+    /// One row of the table: a fresh echo server, one load run, /proc samples.
+    pub fn row(&self, model: &str, kind: RowKind) -> Result<Row, String> {
+        let p = self.profile;
+        let server = self.start_server(model, "echo", &[])?;
+        let addr = format!("127.0.0.1:{}", server.port);
+        let mut args: Vec<String> =
+            vec!["echo".into(), addr, "-l".into(), p.msg_len.to_string(), "-t".into(), self.client_threads()];
+        let conns = match kind {
+            RowKind::Flood => p.flood_conns,
+            RowKind::RateLimited => p.rate_conns,
+            RowKind::Maximum => p.max_conns,
+        };
+        // Time to connect everything, then the measured time.
+        let connect_time = Duration::from_secs_f64(conns as f64 / 5_000.0);
+        let duration = match kind {
+            RowKind::Maximum => p.max_time,
+            _ => p.row_time + connect_time,
+        };
+        args.extend(["-c".into(), conns.to_string(), "-d".into(), format!("{:.3}", duration.as_secs_f64())]);
+        if kind != RowKind::Flood {
+            args.extend(["--block".into(), p.block.to_string(), "-r".into(), p.block_rate.to_string()]);
+        }
+        if kind == RowKind::Maximum {
+            args.extend(["--connect-rate".into(), p.ramp_rate.to_string(), "--connect-timeout".into(), "2".into()]);
+        }
+        args.extend(self.spread(conns));
+        let tcp_base = tcp_pages();
+        let interval = Duration::from_secs(1).min(duration / 4);
+        let sampler = Sampler::start(server.pid(), interval);
+        let report = self.load(&args);
+        let samples = sampler.finish();
+        self.stop_server(server);
+        let report = report?;
+        let (cpu_min, cpu_max) = samples.cpu_range();
+        let page_kib = sockscale_server::sys::page_size() as u64 / 1024;
+        let client_cores = self.client_cpus.len().max(1);
+        Ok(Row {
+            kind: Some(kind),
+            attempted: conns,
+            connected: report.connections.connected.min(conns),
+            held: report.connections.peak_open,
+            server_rss_kib: samples.rss_kib_max,
+            kernel_tcp_kib: samples.tcp_pages_max.saturating_sub(tcp_base) * page_kib,
+            cpu_min_pct: cpu_min,
+            cpu_max_pct: cpu_max,
+            threads: samples.threads_max,
+            sent_bytes_per_s: report.rates.sent_bytes_per_s,
+            received_bytes_per_s: report.rates.received_bytes_per_s,
+            p50_us: report.latency.p50_us,
+            p99_us: report.latency.p99_us,
+            errors: errors_of(&report),
+            client_cpu_pct: report.rates.cpu_percent,
+            client_cores,
+            client_bound: report.rates.cpu_percent >= 90.0 * client_cores as f64,
+            duration_s: report.duration_s,
+        })
+    }
+
+    /// The seed-003 sweep against a server already listening on `port`.
+    pub fn http_sweep(&self, port: u16, mut progress: impl FnMut()) -> Result<Vec<HttpPoint>, String> {
+        let p = self.profile;
+        let mut points = Vec::new();
+        for &c in &p.http_concurrency {
+            for keepalive in [true, false] {
+                if self.interrupted() {
+                    return Ok(points);
+                }
+                let mut args: Vec<String> = vec![
+                    "http".into(),
+                    format!("http://127.0.0.1:{port}/"),
+                    "-c".into(),
+                    c.to_string(),
+                    "-d".into(),
+                    format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
+                    "-t".into(),
+                    self.client_threads(),
+                ];
+                if !keepalive {
+                    args.push("--no-keepalive".into());
+                }
+                args.extend(self.spread(c));
+                let report = self.load(&args)?;
+                let rps = report.rates.requests_per_s;
+                points.push(HttpPoint {
+                    concurrency: c,
+                    keepalive,
+                    requests_per_s: rps,
+                    mean_ms: report.latency.mean_us / 1000.0,
+                    ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
+                    errors: report.errors.total(),
+                    client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
+                });
+                progress();
+            }
+        }
+        Ok(points)
+    }
+
+    pub fn udp(&self, model: &str) -> Result<UdpPoint, String> {
+        let server = self.start_server(model, "udp", &[])?;
+        let args: Vec<String> = vec![
+            "udp".into(),
+            format!("127.0.0.1:{}", server.port),
+            "-c".into(),
+            "8".into(),
+            "-l".into(),
+            "512".into(),
+            "--depth".into(),
+            "4".into(),
+            "-d".into(),
+            format!("{:.3}", self.profile.udp_time.as_secs_f64()),
+            "-t".into(),
+            self.client_threads(),
+            "--timeout".into(),
+            "0.2".into(),
+        ];
+        let report = self.load(&args);
+        self.stop_server(server);
+        let report = report?;
+        let d = report.duration_s.max(1e-9);
+        Ok(UdpPoint {
+            sent_per_s: report.udp.sent as f64 / d,
+            received_per_s: report.udp.received as f64 / d,
+            lost: report.udp.lost,
+        })
+    }
+}
+
+fn errors_of(report: &Report) -> BTreeMap<String, u64> {
+    let value = serde_json::to_value(&report.errors).unwrap_or_default();
+    value
+        .as_object()
+        .map(|o| o.iter().filter_map(|(k, v)| v.as_u64().filter(|&n| n > 0).map(|n| (k.clone(), n))).collect())
+        .unwrap_or_default()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

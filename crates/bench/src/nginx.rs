@@ -1,0 +1,78 @@
+//! nginx as an extra row of the HTTP sweep, when it is installed: one worker process, the same
+//! 4096-byte page, keep-alive without a request limit, pinned like the sockscale servers.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::Harness;
+use crate::results::ModelResult;
+
+pub fn sweep(h: &Harness<'_>, progress: impl FnMut()) -> ModelResult {
+    let mut result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
+    let Some(nginx) = find() else {
+        result.error = Some("skipped: nginx is not installed (apt-get install nginx)".into());
+        return result;
+    };
+    match run(h, &nginx, progress) {
+        Ok(points) => result.http = points,
+        Err(e) => result.error = Some(e),
+    }
+    result
+}
+
+fn find() -> Option<String> {
+    ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(str::to_owned)
+}
+
+fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate::results::HttpPoint>, String> {
+    let dir = h.scratch.join("nginx");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::write(dir.join("page.html"), sockscale_proto_page()).map_err(|e| e.to_string())?;
+    let port = free_port().ok_or("no free port for nginx")?;
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nworker_rlimit_nofile 20000;\nerror_log {dir}/error.log error;\npid {dir}/nginx.pid;\n\
+         events {{ worker_connections 19000; }}\n\
+         http {{ access_log off; keepalive_requests 1000000000; keepalive_timeout 75s; sendfile off; tcp_nodelay on;\n\
+         open_file_cache max=16 inactive=600s; open_file_cache_valid 600s;\n\
+         server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ default_type \"text/html; charset=utf-8\"; root {dir}; try_files /page.html =404; }} }} }}\n",
+        dir = dir.display()
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(nginx);
+    cmd.args(["-c", &dir.join("nginx.conf").display().to_string(), "-p", &dir.display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let cpus = h.server_cpus.clone();
+    // SAFETY: runs between fork and exec; sched_setaffinity is async-signal-safe and nothing
+    // is allocated.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || sockscale_server::sys::pin_to_cpus(&cpus));
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start nginx: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            return Err(format!("nginx did not start: {}", log.lines().last().unwrap_or("no log")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let points = h.http_sweep(port, progress);
+    let _ = child.kill();
+    let _ = child.wait();
+    points
+}
+
+fn sockscale_proto_page() -> Vec<u8> {
+    sockscale_proto::http::generated_page(sockscale_proto::http::DEFAULT_BODY_LEN).to_vec()
+}
+
+fn free_port() -> Option<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok().map(|a| a.port())
+}

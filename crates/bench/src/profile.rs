@@ -1,0 +1,86 @@
+//! The sizes of a bench run. The seed ran 7,000 flooding and 12,000 rate-limited connections
+//! and pushed to 50,000 on three client machines; `full` is that scale, `default` fits the
+//! five-minute budget on a 2-core machine, `tiny` takes seconds and is for tests.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Profile {
+    pub name: &'static str,
+    /// Echo message length.
+    pub msg_len: usize,
+    /// Flood row: connections, each sending as fast as its echoes come back.
+    pub flood_conns: u64,
+    /// Rate-limited row: connections in blocks of `block`, each block at `block_rate` B/s.
+    pub rate_conns: u64,
+    pub block: u64,
+    pub block_rate: u64,
+    /// Maximum row: connections added in blocks at `ramp_rate` per second, rate-limited, up to
+    /// `max_conns` or `max_time`, whichever comes first.
+    pub max_conns: u64,
+    pub ramp_rate: u64,
+    pub max_time: Duration,
+    /// How long each of the flood and rate-limited rows is measured, once connected.
+    pub row_time: Duration,
+    /// The seed-003 sweep.
+    pub http_concurrency: Vec<u64>,
+    pub http_time: Duration,
+    pub udp_time: Duration,
+}
+
+impl Profile {
+    pub fn named(name: &str) -> Option<Profile> {
+        match name {
+            "tiny" => Some(Profile {
+                name: "tiny",
+                msg_len: 512,
+                flood_conns: 20,
+                rate_conns: 40,
+                block: 20,
+                block_rate: 200_000,
+                max_conns: 120,
+                ramp_rate: 200,
+                max_time: Duration::from_millis(1500),
+                row_time: Duration::from_secs(1),
+                http_concurrency: vec![10, 50],
+                http_time: Duration::from_millis(500),
+                udp_time: Duration::from_millis(500),
+            }),
+            "default" => Some(Profile {
+                name: "default",
+                msg_len: 512,
+                flood_conns: 1_000,
+                rate_conns: 3_000,
+                block: 1_000,
+                block_rate: 200_000,
+                max_conns: 8_000,
+                ramp_rate: 4_000,
+                max_time: Duration::from_secs(4),
+                row_time: Duration::from_secs(2),
+                http_concurrency: vec![10, 100, 1_000, 10_000],
+                http_time: Duration::from_millis(1000),
+                udp_time: Duration::from_secs(1),
+            }),
+            "full" => Some(Profile {
+                name: "full",
+                msg_len: 512,
+                flood_conns: 7_000,
+                rate_conns: 12_000,
+                block: 1_000,
+                block_rate: 200_000,
+                max_conns: 50_000,
+                ramp_rate: 5_000,
+                max_time: Duration::from_secs(20),
+                row_time: Duration::from_secs(10),
+                http_concurrency: vec![10, 100, 1_000, 10_000],
+                http_time: Duration::from_secs(5),
+                udp_time: Duration::from_secs(5),
+            }),
+            _ => None,
+        }
+    }
+
+    pub const NAMES: [&'static str; 3] = ["tiny", "default", "full"];
+}

@@ -1,0 +1,597 @@
+//! Serving connections from threads that block: what the two thread models share.
+//!
+//! `--model blocking` (two threads per connection) and `--model threadpool` (an accept thread,
+//! a bounded queue, a fixed set of workers) wait differently, but every policy is the same as
+//! in the readiness event loop (`evloop/drive.rs`), and so is the code that applies it, here:
+//!
+//! - [`Hub`]: what every thread of the model shares — config, counters, the buffer pool, the
+//!   shutdown latches, the count of live connections, pooled protocol engines;
+//! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
+//!   drain latch, takes up to `--accept-batch` per wake-up, refuses beyond `--max-conns`, and on
+//!   EMFILE/ENFILE/ENOBUFS/ENOMEM pauses with the back-off of `evloop/accept.rs` (10 ms doubling
+//!   to 1 s, logged at most once a second, cut short when a connection closes);
+//! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
+//!   and returns when every connection has drained or the drain deadline (or a second signal)
+//!   says the rest must close now;
+//! - [`read_round`], [`feed`], [`expired`], [`finished`], [`may_read`]: one readable wake-up of
+//!   a connection (a pool buffer taken only once poll(2) said the socket is readable, at most
+//!   `--read-budget` bytes, the output written straight from the buffer by
+//!   [`OutQueue::send`](crate::conn::OutQueue::send)) and the policy decisions of `drive.rs`;
+//! - [`serve_udp`]: UDP echo on a few threads blocked in poll(2).
+//!
+//! Connection sockets stay non-blocking, as `sys::accept` makes them: a thread "blocks" in
+//! ppoll(2) on its one socket, plus a latch eventfd where it must hear about shutdown. A
+//! blocking socket with SO_RCVTIMEO/SO_SNDTIMEO would behave the same but could not be woken by
+//! a shutdown, and its timeouts would not follow deadlines that move (idle, header, send).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ScopedJoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use socket2::Socket;
+use sockscale_proto::{Closing, Engine, Output, Protocol, Session, Verdict};
+
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::evloop::LogLimiter;
+use crate::models::ModelCtx;
+use crate::pool::BufferPool;
+use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::stats::{CloseReason, Counters, Stats};
+use crate::sys;
+use crate::udp::UdpEcho;
+use crate::ServerError;
+
+/// The accept back-off of `evloop/accept.rs`: first pause, and the cap it doubles up to.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a thread waits before trying again when the shared buffer pool is empty.
+pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
+/// Idle protocol engines kept for reuse (see [`Hub::take_kit`]); more are dropped. Enough for
+/// the threads that may hold one at once (a thread preempted mid-read keeps its engine), at
+/// about 13 KiB each for HTTP.
+const KITS_KEPT: usize = 256;
+
+/// A pollfd asking for `events` on `fd`.
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd { fd, events, revents: 0 }
+}
+
+fn unix_now() -> u64 {
+    sockscale_proto::http::unix_secs(SystemTime::now())
+}
+
+/// A protocol engine and the output it writes into: what a thread needs while it has input.
+#[derive(Debug)]
+pub struct Kit {
+    pub engine: Engine,
+    pub scratch: Output,
+}
+
+impl Kit {
+    pub fn new(protocol: &Protocol) -> Self {
+        Kit { engine: protocol.engine(unix_now()), scratch: Output::default() }
+    }
+
+    /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
+    pub fn tick(&mut self) {
+        self.engine.tick(unix_now());
+    }
+}
+
+/// Everything the threads of a thread model share.
+pub struct Hub<'a> {
+    pub cfg: &'a Config,
+    pub protocol: Protocol,
+    pub stats: &'a Stats,
+    pub pool: &'a BufferPool,
+    pub shutdown: Shutdown,
+    /// Signalled on every phase change and never reset, so any number of threads can keep it in
+    /// their poll(2) sets and none can miss the start of a drain. A thread that has seen the
+    /// drain must stop polling it (it stays readable).
+    drain: Arc<Waker>,
+    /// Signalled once, never reset, when whatever is left must close now.
+    force: Waker,
+    forced: AtomicBool,
+    /// Wakes the supervisor: phase changes, and the last connection closing during a drain.
+    supervisor: Arc<Waker>,
+    /// Wakes an acceptor paused on EMFILE when a connection closes and frees a descriptor.
+    accept_resume: Waker,
+    accept_paused: AtomicBool,
+    /// Connections admitted and not yet closed.
+    live: AtomicUsize,
+    /// Engines lent to connection threads only while they have input (see `take_kit`).
+    kits: Mutex<Vec<Kit>>,
+}
+
+impl<'a> Hub<'a> {
+    pub fn new(
+        cfg: &'a Config,
+        protocol: Protocol,
+        stats: &'a Stats,
+        pool: &'a BufferPool,
+        shutdown: Shutdown,
+    ) -> io::Result<Self> {
+        let drain = Arc::new(Waker::new()?);
+        let supervisor = Arc::new(Waker::new()?);
+        shutdown.register(drain.clone());
+        shutdown.register(supervisor.clone());
+        Ok(Hub {
+            cfg,
+            protocol,
+            stats,
+            pool,
+            shutdown,
+            drain,
+            force: Waker::new()?,
+            forced: AtomicBool::new(false),
+            supervisor,
+            accept_resume: Waker::new()?,
+            accept_paused: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            kits: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.shutdown.phase() != Phase::Running
+    }
+
+    /// Whatever is left must close now: the drain deadline passed, or a second signal came.
+    pub fn is_forced(&self) -> bool {
+        self.forced.load(Ordering::Acquire)
+    }
+
+    /// The latch that is readable once a drain has started (never reset).
+    pub fn drain_fd(&self) -> RawFd {
+        self.drain.fd().as_raw_fd()
+    }
+
+    /// The latch that is readable once everything must close (never reset).
+    pub fn force_fd(&self) -> RawFd {
+        self.force.fd().as_raw_fd()
+    }
+
+    pub fn force_close(&self) {
+        self.forced.store(true, Ordering::Release);
+        self.force.wake();
+    }
+
+    /// Lend a protocol engine, brought to the current second. With a thread per connection,
+    /// an engine per thread would cost every connection its own rendered HTTP responses (three
+    /// 4 KiB pages) and a re-render every second it is active; lending them only while a thread
+    /// has input keeps as many engines as threads working at once, as the pool does for buffers.
+    pub fn take_kit(&self) -> Kit {
+        let kept = self.kits.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut kit = kept.unwrap_or_else(|| Kit::new(&self.protocol));
+        kit.tick();
+        kit
+    }
+
+    pub fn put_kit(&self, mut kit: Kit) {
+        kit.scratch.clear();
+        let mut kits = self.kits.lock().unwrap_or_else(|e| e.into_inner());
+        if kits.len() < KITS_KEPT {
+            kits.push(kit);
+        }
+    }
+
+    /// Take a `--max-conns` slot for a new connection; false means refuse it.
+    pub fn open(&self) -> bool {
+        if !self.stats.try_open(self.cfg.max_conns) {
+            return false;
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// Give back the slot of a connection that was opened but never served (refused after all).
+    pub fn unopen(&self) {
+        self.stats.close();
+        self.release();
+    }
+
+    /// Account for a connection whose descriptor has been closed.
+    pub fn closed(&self, counters: &Counters, reason: CloseReason) {
+        self.stats.close();
+        counters.closed(reason);
+        self.release();
+    }
+
+    /// Close `conn` (dropping it closes the descriptor) and account for it.
+    pub fn close(&self, conn: Conn, counters: &Counters, reason: CloseReason) {
+        drop(conn);
+        self.closed(counters, reason);
+    }
+
+    fn release(&self) {
+        let before = self.live.fetch_sub(1, Ordering::AcqRel);
+        if before == 1 && self.is_draining() {
+            self.supervisor.wake();
+        }
+        // A descriptor is free again: an acceptor paused on EMFILE may take one more.
+        if self.accept_paused.load(Ordering::Acquire) {
+            self.accept_resume.wake();
+        }
+    }
+
+    /// Accept until a drain starts, handing each connection to `admit` with a [`Admission`] for
+    /// connections it will not serve. Returns Err only if waiting itself fails; the server then
+    /// stops (forced) rather than limp along without an acceptor.
+    pub fn accept_loop(
+        &self,
+        listener: &Socket,
+        counters: &Counters,
+        admit: impl FnMut(OwnedFd, &mut Admission<'_>),
+    ) -> io::Result<()> {
+        let result = self.accept_until_drain(listener, counters, admit);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "the accept thread failed; stopping the server");
+            self.shutdown.force();
+        }
+        result
+    }
+
+    fn accept_until_drain(
+        &self,
+        listener: &Socket,
+        counters: &Counters,
+        mut admit: impl FnMut(OwnedFd, &mut Admission<'_>),
+    ) -> io::Result<()> {
+        let fd = listener.as_raw_fd();
+        let mut refuser = Admission { engine: Kit::new(&self.protocol).engine, log: LogLimiter::default(), counters };
+        let mut log = LogLimiter::default();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let mut fds = [pollfd(fd, libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
+            match sys::ppoll(&mut fds, None) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if fds[1].revents != 0 || self.is_draining() {
+                return Ok(());
+            }
+            for _ in 0..self.cfg.accept_batch {
+                match sys::accept(fd) {
+                    Ok(conn) => {
+                        backoff = FIRST_BACKOFF;
+                        admit(conn, &mut refuser);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // A connection that died in the queue, or a signal: go on.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) => {}
+                    Err(e) => {
+                        if let Some(suppressed) = log.allow(Instant::now()) {
+                            let open = self.stats.current();
+                            if sys::is_resource_exhaustion(&e) {
+                                tracing::warn!(error = %e, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
+                            } else {
+                                tracing::error!(error = %e, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+                            }
+                        }
+                        self.pause_accepting(backoff)?;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleep `pause` without touching the listener, waking early when a connection closes (a
+    /// descriptor is free) or a drain starts. The listener stays readable all the while, so
+    /// waiting on it would spin.
+    fn pause_accepting(&self, pause: Duration) -> io::Result<()> {
+        self.accept_paused.store(true, Ordering::Release);
+        let until = Instant::now() + pause;
+        let result = loop {
+            let now = Instant::now();
+            if now >= until {
+                break Ok(());
+            }
+            let mut fds =
+                [pollfd(self.accept_resume.fd().as_raw_fd(), libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
+            match sys::ppoll(&mut fds, Some(until - now)) {
+                Ok(0) => {}
+                Ok(_) => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.accept_paused.store(false, Ordering::Release);
+        self.accept_resume.reset();
+        result
+    }
+
+    /// Run on the model's own thread once it serves. Waits for a shutdown, joins the acceptor
+    /// (so nothing is admitted after), then waits until no connection is left or until the
+    /// drain deadline passes or a second signal forces the end; in those cases it marks the
+    /// hub forced, and the model closes whatever is left. Returns the acceptor's outcome.
+    pub fn supervise(&self, acceptor: ScopedJoinHandle<'_, io::Result<()>>) -> io::Result<()> {
+        while !self.is_draining() {
+            self.wait_supervisor(None)?;
+        }
+        let deadline = Instant::now() + self.cfg.drain_timeout;
+        let accepted = acceptor.join().unwrap_or_else(|_| Err(io::Error::other("the accept thread panicked")));
+        loop {
+            if self.live.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline || self.shutdown.phase() == Phase::Forced {
+                break;
+            }
+            self.wait_supervisor(Some(deadline - now))?;
+        }
+        // Also when nothing is left: threads still waiting for work learn that there is none.
+        self.force_close();
+        accepted
+    }
+
+    fn wait_supervisor(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let mut fds = [pollfd(self.supervisor.fd().as_raw_fd(), libc::POLLIN)];
+        match sys::ppoll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        self.supervisor.reset();
+        Ok(())
+    }
+}
+
+/// The acceptor's side of a connection's start: a session for each admitted connection, and
+/// refusals as `evloop/accept.rs` makes them (the protocol's refusal first, HTTP 503; counted
+/// as refused; logged at most once a second).
+pub struct Admission<'c> {
+    engine: Engine,
+    log: LogLimiter,
+    counters: &'c Counters,
+}
+
+impl Admission<'_> {
+    pub fn new_session(&self) -> Session {
+        self.engine.new_session()
+    }
+
+    /// Refuse the connection on `fd` (the caller closes it afterwards), saying `why` in the log.
+    pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: &dyn std::fmt::Display) {
+        self.counters.refused();
+        self.engine.tick(unix_now());
+        if let Some(refusal) = self.engine.refusal() {
+            let _ = sys::send(fd, &refusal);
+            let _ = sys::shutdown_write(fd);
+            // Read what the client already sent: closing with unread data would reset the
+            // connection and could destroy the 503 before the client reads it.
+            let mut sink = [0u8; 2048];
+            let _ = sys::recv(fd, &mut sink);
+        }
+        if let Some(suppressed) = self.log.allow(Instant::now()) {
+            tracing::warn!(open = hub.stats.current(), suppressed, "refusing connections: {why}");
+        }
+    }
+}
+
+/// How a read round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// The pool had no buffer: try again after [`POOL_BACKOFF`].
+    NoBuffer,
+    /// The peer sent FIN.
+    Eof,
+    /// The socket's queue is empty (a short read, or EAGAIN).
+    Drained,
+    /// `--read-budget` bytes were read; more may be waiting.
+    BudgetSpent,
+    /// `consume` asked to stop: the connection is closing or over `--max-pending-send`.
+    Stopped,
+}
+
+/// Read from a socket that poll(2) reported readable: take one pool buffer, read at most
+/// `budget` bytes into it, pass each piece to `consume` (which answers whether to read on), and
+/// give the buffer back before returning.
+pub fn read_round(
+    fd: RawFd,
+    pool: &BufferPool,
+    counters: &Counters,
+    budget: usize,
+    mut consume: impl FnMut(&[u8]) -> io::Result<bool>,
+) -> io::Result<ReadEnd> {
+    let Some(mut buf) = pool.take(counters) else {
+        return Ok(ReadEnd::NoBuffer);
+    };
+    let mut left = budget;
+    loop {
+        let want = left.min(buf.len());
+        match sys::recv(fd, &mut buf[..want]) {
+            Ok(0) => return Ok(ReadEnd::Eof),
+            Ok(n) => {
+                counters.bytes_in(n);
+                left -= n;
+                if !consume(&buf[..n])? {
+                    return Ok(ReadEnd::Stopped);
+                }
+                if left == 0 {
+                    return Ok(ReadEnd::BudgetSpent);
+                }
+                if n < want {
+                    // A short TCP read emptied the receive queue (see ARCHITECTURE.md).
+                    return Ok(ReadEnd::Drained);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Feed `input`, read at `now`, to the connection's session and write the answer at once,
+/// straight from the input; what the socket refuses is queued in `conn.out`. Updates the
+/// activity and flood clocks, and `conn.closing` on a closing verdict. Returns whether reading
+/// may go on (drive.rs: not closing, and not over `--max-pending-send`).
+pub fn feed(
+    conn: &mut Conn,
+    kit: &mut Kit,
+    input: &[u8],
+    now: Instant,
+    cfg: &Config,
+    counters: &Counters,
+) -> io::Result<bool> {
+    conn.last_activity = now;
+    kit.scratch.clear();
+    let verdict = kit.engine.on_input(&mut conn.session, input, now, &mut kit.scratch);
+    let mut progressed = false;
+    if !kit.scratch.is_empty() {
+        let written = conn.out.send(conn.fd.as_raw_fd(), &kit.scratch, input)?;
+        if written.bytes > 0 {
+            progressed = true;
+            counters.bytes_out(written.bytes);
+        }
+    }
+    if let Verdict::Close(closing) = verdict {
+        conn.closing = Some(match closing {
+            Closing::Done => CloseReason::Done,
+            Closing::BadRequest => CloseReason::Protocol,
+            Closing::HeaderTimeout => CloseReason::HeaderTimeout,
+        });
+    }
+    conn.account_output(now, cfg.max_pending_send, progressed);
+    Ok(conn.closing.is_none() && conn.out.len() <= cfg.max_pending_send)
+}
+
+/// May the connection read more input now (drive.rs `may_read`, readiness aside)?
+pub fn may_read(conn: &Conn, cfg: &Config, draining: bool) -> bool {
+    !conn.read_eof
+        && conn.closing.is_none()
+        && conn.out.len() <= cfg.max_pending_send
+        && !(draining && conn.session.is_between_requests())
+}
+
+/// With its output flushed, is the connection finished, and why (drive.rs `settle`)?
+pub fn finished(conn: &Conn, draining: bool) -> Option<CloseReason> {
+    if !conn.out.is_empty() {
+        return None;
+    }
+    conn.closing.or_else(|| {
+        if conn.read_eof {
+            Some(CloseReason::Peer)
+        } else if draining && conn.session.is_between_requests() {
+            Some(CloseReason::Shutdown)
+        } else {
+            None
+        }
+    })
+}
+
+/// The policy that ends the connection at `now`, if one has expired (drive.rs `on_deadline`,
+/// in the same order). A header timeout queues the protocol's 408 and gets one non-blocking
+/// attempt to send it; the connection closes either way.
+pub fn expired(conn: &mut Conn, kit: &mut Kit, cfg: &Config, counters: &Counters, now: Instant) -> Option<CloseReason> {
+    let due = |since: Option<Instant>| since.is_some_and(|t| t + cfg.send_timeout <= now);
+    if due(conn.over_since) {
+        return Some(CloseReason::Flood);
+    }
+    if due(conn.stalled_since) {
+        return Some(CloseReason::SendTimeout);
+    }
+    if kit.engine.deadline(&conn.session).is_some_and(|at| at <= now) {
+        kit.scratch.clear();
+        kit.engine.on_timeout(&mut conn.session, now, &mut kit.scratch);
+        if let Ok(written) = conn.out.send(conn.fd.as_raw_fd(), &kit.scratch, &[]) {
+            counters.bytes_out(written.bytes);
+        }
+        return Some(CloseReason::HeaderTimeout);
+    }
+    if conn.last_activity + cfg.idle_timeout <= now {
+        return Some(CloseReason::Idle);
+    }
+    None
+}
+
+/// When a policy may next act on the connection.
+pub fn next_deadline(conn: &Conn, kit: &Kit, cfg: &Config) -> Instant {
+    conn.deadline(cfg.idle_timeout, cfg.send_timeout, kit.engine.deadline(&conn.session))
+}
+
+/// The close reason for a socket error (drive.rs `close_on_error`).
+pub fn error_reason(err: &io::Error) -> CloseReason {
+    match err.raw_os_error() {
+        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => CloseReason::Peer,
+        _ => {
+            tracing::debug!(error = %err, "closing a connection after a socket error");
+            CloseReason::Error
+        }
+    }
+}
+
+/// Serve `--proto udp` on `threads` threads, each blocked in poll(2) on its own SO_REUSEPORT
+/// socket (the kernel spreads senders by hash, as for epoll's workers, so one datagram wakes one
+/// thread), until a drain starts. Calls `ctx.ready()` once they run.
+pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model, source };
+    let drain = Arc::new(Waker::new().map_err(io_err)?);
+    ctx.shutdown.register(drain.clone());
+    let mut sockets = vec![ctx.listen.shared()];
+    for _ in 1..threads.max(1) {
+        sockets.push(Arc::new(ctx.listen.bind_another().map_err(io_err)?));
+    }
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(sockets.len());
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let counters = ctx.stats.shard(i);
+            let drain = drain.fd().as_raw_fd();
+            let budget = ctx.cfg.read_budget;
+            let spawned = std::thread::Builder::new()
+                .name(format!("sockscale-udp-{i}"))
+                .spawn_scoped(scope, move || udp_thread(UdpEcho::new(socket), drain, budget, counters));
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    ctx.shutdown.force();
+                    return Err(io_err(e));
+                }
+            }
+        }
+        ctx.ready();
+        let mut result = Ok(());
+        for handle in handles {
+            let outcome = handle.join().unwrap_or_else(|_| Err(io::Error::other("a UDP thread panicked")));
+            if let Err(e) = outcome {
+                ctx.shutdown.force();
+                result = Err(io_err(e));
+            }
+        }
+        result
+    })
+}
+
+fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
+    let mut log = LogLimiter::default();
+    loop {
+        let mut fds = [pollfd(udp.fd(), libc::POLLIN), pollfd(drain, libc::POLLIN)];
+        match sys::ppoll(&mut fds, None) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if fds[1].revents != 0 {
+            return Ok(());
+        }
+        match udp.serve(budget, counters) {
+            // The budget ran out with datagrams left: poll says so at once.
+            Ok(_) => {}
+            Err(e) => {
+                if let Some(suppressed) = log.allow(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, "UDP receive failed");
+                }
+                // Do not spin on an error that persists.
+                std::thread::sleep(POOL_BACKOFF * 10);
+            }
+        }
+    }
+}

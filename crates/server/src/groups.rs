@@ -1,0 +1,321 @@
+//! Connections in groups of a fixed size, a thread per group, threads growing with connections:
+//! the shape of the seeds' WSAEventSelect and overlapped-with-events servers, whose threads
+//! could each wait on at most 64 events. `poll64` and `uring64` share it and differ only in what
+//! a group runs.
+//!
+//! The model's own thread is the acceptor: it waits in poll(2) on the listener and its shutdown
+//! waker, takes up to `--accept-batch` connections per wake-up, counts each against
+//! `--max-conns` (beyond it the connection is refused: closed at once, after a 503 for HTTP) and
+//! hands it to the first group with room through that group's `Inbox`. When every group is full
+//! it starts another. Empty groups stay: a parked group thread costs no CPU, and refilling the
+//! lowest-numbered groups first keeps the threads of the busiest moment instead of starting and
+//! stopping threads while the load oscillates around a multiple of the group size.
+//!
+//! When accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) the
+//! acceptor stops watching the listener for a back-off that doubles from 10 ms to 1 s, logging
+//! at most once a second; a group closing a connection wakes it to try again at once. A group
+//! that cannot be started (no thread, no eventfd) refuses the connection that needed it.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use socket2::Socket;
+use sockscale_proto::{Engine, Protocol};
+
+use crate::config::Config;
+use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::shutdown::{Shutdown, Waker};
+use crate::stats::{Counters, Stats};
+use crate::sys;
+
+/// What a group shares with the acceptor.
+#[derive(Debug)]
+pub struct GroupLoad {
+    /// Connections handed to the group and not yet closed: the acceptor adds one before handing
+    /// a connection over, the group takes it away when the connection closes.
+    connections: AtomicUsize,
+    acceptor: Arc<AcceptorWake>,
+}
+
+impl GroupLoad {
+    /// A connection of this group has closed (or is about to): its slot is free, and a
+    /// descriptor is free for an acceptor paused on EMFILE.
+    pub fn release(&self) {
+        self.connections.fetch_sub(1, Ordering::AcqRel);
+        if self.acceptor.paused.load(Ordering::Acquire) {
+            self.acceptor.waker.wake();
+        }
+    }
+
+    /// Connections handed to the group and not yet closed.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A group load without an acceptor thread, for the groups' own unit tests.
+    use super::*;
+
+    pub fn load() -> Arc<GroupLoad> {
+        let waker = Arc::new(Waker::new().unwrap_or_else(|e| panic!("eventfd: {e}")));
+        Arc::new(GroupLoad {
+            connections: AtomicUsize::new(0),
+            acceptor: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
+        })
+    }
+
+    /// As if the acceptor had handed over `n` connections.
+    pub fn hand_over(load: &GroupLoad, n: usize) {
+        load.connections.fetch_add(n, Ordering::AcqRel);
+    }
+
+    pub fn pause_acceptor(load: &GroupLoad) {
+        load.acceptor.paused.store(true, Ordering::Release);
+    }
+
+    pub fn acceptor_waker(load: &GroupLoad) -> RawFd {
+        load.acceptor.waker.fd().as_raw_fd()
+    }
+}
+
+/// How a group tells a paused acceptor that a descriptor was freed.
+#[derive(Debug)]
+struct AcceptorWake {
+    paused: AtomicBool,
+    waker: Arc<Waker>,
+}
+
+/// What a new group gets: its number, where its connections arrive, and the load it releases.
+pub struct NewGroup {
+    pub index: usize,
+    pub inbox: Arc<Inbox>,
+    pub load: Arc<GroupLoad>,
+}
+
+/// One group as the acceptor sees it.
+struct Group<'scope> {
+    inbox: Arc<Inbox>,
+    load: Arc<GroupLoad>,
+    thread: ScopedJoinHandle<'scope, io::Result<()>>,
+}
+
+/// The model's own thread: accepts, and hands connections to groups.
+pub struct GroupAcceptor<'scope, 'env> {
+    cfg: &'env Config,
+    stats: &'env Stats,
+    counters: &'env Counters,
+    shutdown: &'env Shutdown,
+    /// Only for the protocol's refusal (HTTP's 503).
+    engine: Engine,
+    listener: Arc<Socket>,
+    group_size: usize,
+    wake: Arc<AcceptorWake>,
+    groups: Vec<Group<'scope>>,
+    backoff: Duration,
+    /// Set while backing off after EMFILE and the like: the listener is not watched until then.
+    paused_until: Option<Instant>,
+    accept_log: LogLimiter,
+    refusal_log: LogLimiter,
+}
+
+impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
+    pub fn new(
+        cfg: &'env Config,
+        stats: &'env Stats,
+        shutdown: &'env Shutdown,
+        protocol: &Protocol,
+        listener: Arc<Socket>,
+        group_size: usize,
+    ) -> io::Result<Self> {
+        let waker = Arc::new(Waker::new()?);
+        shutdown.register(waker.clone());
+        Ok(GroupAcceptor {
+            cfg,
+            stats,
+            counters: stats.shard(0),
+            shutdown,
+            engine: protocol.engine(unix_secs()),
+            listener,
+            group_size,
+            wake: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
+            groups: Vec::new(),
+            backoff: FIRST_BACKOFF,
+            paused_until: None,
+            accept_log: LogLimiter::default(),
+            refusal_log: LogLimiter::default(),
+        })
+    }
+
+    /// Accept until shutdown, starting groups with `start`, then close the inboxes and wait for
+    /// every group to drain.
+    pub fn run<F>(mut self, scope: &'scope Scope<'scope, 'env>, mut start: F) -> io::Result<()>
+    where
+        F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
+    {
+        let mut result = self.accept_until_shutdown(scope, &mut start);
+        if result.is_err() {
+            // Without its acceptor the server would limp on deaf: stop everything.
+            self.shutdown.force();
+        }
+        let unclaimed: Vec<OwnedFd> = self.groups.iter().flat_map(|g| g.inbox.close()).collect();
+        for fd in unclaimed {
+            self.abandon(fd);
+        }
+        for (index, group) in self.groups.into_iter().enumerate() {
+            let outcome = group.thread.join().unwrap_or_else(|_| Err(io::Error::other("group thread panicked")));
+            if let Err(e) = outcome {
+                tracing::error!(group = index, error = %e, "connection group failed");
+                result = result.and(Err(e));
+            }
+        }
+        result
+    }
+
+    fn accept_until_shutdown<F>(&mut self, scope: &'scope Scope<'scope, 'env>, start: &mut F) -> io::Result<()>
+    where
+        F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
+    {
+        let listener = self.listener.as_raw_fd();
+        let mut fds = [
+            libc::pollfd { fd: self.wake.waker.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
+        ];
+        while self.shutdown.is_running() {
+            let now = Instant::now();
+            if self.paused_until.is_some_and(|at| at <= now) {
+                self.resume();
+            }
+            let watched = if self.paused_until.is_some() { 1 } else { 2 };
+            let timeout = self.paused_until.map(|at| at.saturating_duration_since(now));
+            match sys::ppoll(&mut fds[..watched], timeout) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if fds[0].revents != 0 {
+                // Shutdown (checked by the loop condition), or a group freed a descriptor.
+                self.wake.waker.reset();
+                if self.paused_until.is_some() {
+                    self.resume();
+                }
+            }
+            if watched == 2 && fds[1].revents != 0 {
+                self.accept_batch(scope, listener, start);
+            }
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self) {
+        self.paused_until = None;
+        self.wake.paused.store(false, Ordering::Release);
+    }
+
+    /// Up to `--accept-batch` connections; poll is level-triggered, so what the batch leaves is
+    /// reported again at once.
+    fn accept_batch<F>(&mut self, scope: &'scope Scope<'scope, 'env>, listener: RawFd, start: &mut F)
+    where
+        F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
+    {
+        for _ in 0..self.cfg.accept_batch {
+            match sys::accept(listener) {
+                Ok(fd) => {
+                    self.backoff = FIRST_BACKOFF;
+                    self.hand_over(scope, fd, start);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // A connection that died in the queue, or a signal: try the next one.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) => {}
+                Err(e) => return self.back_off(e),
+            }
+        }
+    }
+
+    fn back_off(&mut self, err: io::Error) {
+        let now = Instant::now();
+        let backoff = self.backoff;
+        self.paused_until = Some(now + backoff);
+        self.backoff = (backoff * 2).min(MAX_BACKOFF);
+        // Before any group can close a connection unseen.
+        self.wake.paused.store(true, Ordering::Release);
+        if let Some(suppressed) = self.accept_log.allow(now) {
+            let open = self.stats.current();
+            if sys::is_resource_exhaustion(&err) {
+                tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
+            } else {
+                tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+            }
+        }
+    }
+
+    fn hand_over<F>(&mut self, scope: &'scope Scope<'scope, 'env>, fd: OwnedFd, start: &mut F)
+    where
+        F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
+    {
+        if !self.stats.try_open(self.cfg.max_conns) {
+            return self.refuse(fd, "--max-conns reached");
+        }
+        let group = match self.group_with_room(scope, start) {
+            Ok(group) => group,
+            Err(e) => {
+                self.stats.close();
+                return self.refuse(fd, &format!("cannot start another connection group: {e}"));
+            }
+        };
+        let load = self.groups[group].load.clone();
+        load.connections.fetch_add(1, Ordering::AcqRel);
+        if let Err(fd) = self.groups[group].inbox.push(fd) {
+            // The group stopped taking connections: it is draining, or it failed.
+            load.connections.fetch_sub(1, Ordering::AcqRel);
+            self.stats.close();
+            self.refuse(fd, "the server is shutting down");
+        }
+    }
+
+    /// The first group with room, starting one if every group is full. Only this thread adds
+    /// to a group's load, so room seen here is still there when the connection is handed over.
+    fn group_with_room<F>(&mut self, scope: &'scope Scope<'scope, 'env>, start: &mut F) -> io::Result<usize>
+    where
+        F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
+    {
+        let size = self.group_size;
+        if let Some(index) = self.groups.iter().position(|g| g.load.connections.load(Ordering::Acquire) < size) {
+            return Ok(index);
+        }
+        let index = self.groups.len();
+        let inbox = Arc::new(Inbox::new()?);
+        let load = Arc::new(GroupLoad { connections: AtomicUsize::new(0), acceptor: self.wake.clone() });
+        let thread = start(scope, NewGroup { index, inbox: inbox.clone(), load: load.clone() })?;
+        self.groups.push(Group { inbox, load, thread });
+        Ok(index)
+    }
+
+    /// A connection counted against --max-conns that no group will serve.
+    fn abandon(&mut self, fd: OwnedFd) {
+        self.stats.close();
+        self.refuse(fd, "the server is shutting down");
+    }
+
+    fn refuse(&mut self, fd: OwnedFd, why: &str) {
+        self.engine.tick(unix_secs());
+        crate::evloop::refuse(
+            fd,
+            &mut self.engine,
+            self.counters,
+            self.stats,
+            &mut self.refusal_log,
+            Instant::now(),
+            why,
+        );
+    }
+}
+
+fn unix_secs() -> u64 {
+    sockscale_proto::http::unix_secs(SystemTime::now())
+}

@@ -1,0 +1,537 @@
+//! One io_uring worker: its ring, its buffer ring, its connections, and the loop that submits
+//! and reaps.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use slab::Slab;
+use socket2::Socket;
+use sockscale_proto::{Engine, Output, Protocol};
+
+use super::bufring::BufRing;
+use super::conn::UConn;
+use crate::config::Config;
+use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::groups::GroupLoad;
+use crate::pool::BufferPool;
+use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::stats::{CloseReason, Counters, Stats};
+use crate::timers::Timers;
+use crate::udp::UdpEcho;
+
+/// The buffer group of every worker's provided-buffer ring.
+pub(super) const BUFFER_GROUP: u16 = 0;
+
+/// What an operation's user data says it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Op {
+    Recv = 1,
+    Send = 2,
+    Cancel = 3,
+    Accept = 4,
+    Wake = 5,
+    Inbox = 6,
+    Udp = 7,
+}
+
+pub(super) fn pack(op: Op, index: usize, generation: u32) -> u64 {
+    ((op as u64) << 56) | ((u64::from(generation) & 0xff_ffff) << 32) | (index as u64 & 0xffff_ffff)
+}
+
+fn unpack(data: u64) -> (Option<Op>, usize, u32) {
+    let op = match (data >> 56) as u8 {
+        1 => Some(Op::Recv),
+        2 => Some(Op::Send),
+        3 => Some(Op::Cancel),
+        4 => Some(Op::Accept),
+        5 => Some(Op::Wake),
+        6 => Some(Op::Inbox),
+        7 => Some(Op::Udp),
+        _ => None,
+    };
+    (op, (data & 0xffff_ffff) as usize, ((data >> 32) & 0xff_ffff) as u32)
+}
+
+/// Where a worker's connections come from.
+pub enum UringSource {
+    /// Its own listener, with a multishot accept.
+    Listener(Arc<Socket>),
+    /// Another thread accepts and hands connections over (uring64's acceptor).
+    Inbox(Arc<Inbox>),
+    /// A UDP socket: readiness from a multishot poll, datagrams in recvmmsg batches.
+    Udp(Box<UdpEcho>),
+}
+
+/// What a model gives a worker thread to build its worker with.
+pub struct WorkerSetup<'a> {
+    pub cfg: &'a Config,
+    pub protocol: Protocol,
+    pub stats: &'a Stats,
+    pub counters: &'a Counters,
+    pub pool: &'a BufferPool,
+    pub shutdown: Shutdown,
+    pub source: UringSource,
+    /// Submission queue entries.
+    pub entries: u32,
+    /// The group this worker serves, when connections come in groups (uring64): a closed
+    /// connection gives its slot back.
+    pub group: Option<Arc<GroupLoad>>,
+}
+
+pub struct UringWorker<'a> {
+    // The ring is declared (and so dropped) before the buffer ring it uses.
+    pub(super) ring: IoUring,
+    pub(super) bufs: BufRing<'a>,
+    pub(super) cfg: &'a Config,
+    pub(super) stats: &'a Stats,
+    pub(super) counters: &'a Counters,
+    shutdown: Shutdown,
+    waker: Arc<Waker>,
+    wake_buf: Box<[u8; 8]>,
+    inbox_buf: Box<[u8; 8]>,
+    source: Option<UringSource>,
+    accept_armed: bool,
+    accept_paused_until: Option<Instant>,
+    backoff: Duration,
+    accept_log: LogLimiter,
+    pub(super) refusal_log: LogLimiter,
+    pub(super) group: Option<Arc<GroupLoad>>,
+    pub(super) engine: Engine,
+    pub(super) conns: Slab<UConn>,
+    next_generation: u32,
+    pub(super) timers: Timers,
+    pub(super) scratch: Output,
+    pub(super) now: Instant,
+    next_wall_check: Instant,
+    pub(super) drain_deadline: Option<Instant>,
+    /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
+    pub(super) held_buffers: usize,
+    /// Connections whose multishot receive stopped for lack of buffers.
+    pub(super) starved: Vec<(usize, u32)>,
+    /// Worker-level operations in flight (accept, wake and inbox reads, UDP poll, cancels).
+    worker_ops: usize,
+    /// Cancelling everything before exit: re-arm nothing.
+    tearing_down: bool,
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+impl<'a> UringWorker<'a> {
+    pub fn new(setup: WorkerSetup<'a>) -> io::Result<Self> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .setup_defer_taskrun()
+            .setup_cqsize(setup.entries * 4)
+            .build(setup.entries)?;
+        let bufs = BufRing::new(&ring.submitter(), setup.pool, BUFFER_GROUP)?;
+        let waker = Arc::new(Waker::new()?);
+        setup.shutdown.register(waker.clone());
+        let now = Instant::now();
+        let mut worker = UringWorker {
+            ring,
+            bufs,
+            cfg: setup.cfg,
+            stats: setup.stats,
+            counters: setup.counters,
+            shutdown: setup.shutdown,
+            waker,
+            wake_buf: Box::new([0; 8]),
+            inbox_buf: Box::new([0; 8]),
+            source: Some(setup.source),
+            accept_armed: false,
+            accept_paused_until: None,
+            backoff: FIRST_BACKOFF,
+            accept_log: LogLimiter::default(),
+            refusal_log: LogLimiter::default(),
+            group: setup.group,
+            engine: setup.protocol.engine(sockscale_proto::http::unix_secs(SystemTime::now())),
+            conns: Slab::new(),
+            next_generation: 0,
+            timers: Timers::default(),
+            scratch: Output::default(),
+            now,
+            next_wall_check: now,
+            drain_deadline: None,
+            held_buffers: 0,
+            starved: Vec::new(),
+            worker_ops: 0,
+            tearing_down: false,
+            cqes: Vec::with_capacity(1024),
+        };
+        worker.arm_wake();
+        worker.arm_source();
+        worker.ring.submit()?;
+        Ok(worker)
+    }
+
+    /// Serve until a shutdown has drained every connection.
+    pub fn run(mut self) -> io::Result<()> {
+        loop {
+            self.turn()?;
+            if let Some(deadline) = self.drain_deadline {
+                if self.conns.iter().all(|(_, c)| c.closed) {
+                    break;
+                }
+                if self.now >= deadline || self.shutdown.phase() == Phase::Forced {
+                    self.close_all(CloseReason::Shutdown);
+                    break;
+                }
+            }
+        }
+        self.teardown();
+        Ok(())
+    }
+
+    fn turn(&mut self) -> io::Result<()> {
+        let timeout = self.wait_timeout();
+        let ts = types::Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            Err(e) => return Err(e),
+        }
+        self.now = Instant::now();
+        if self.now >= self.next_wall_check {
+            let wall = SystemTime::now();
+            let into = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            self.next_wall_check = self.now + Duration::from_nanos(1_000_000_000 - u64::from(into));
+            self.engine.tick(sockscale_proto::http::unix_secs(wall));
+        }
+        self.reap();
+        self.fire_timers();
+        self.feed_starved();
+        self.resume_accept_if_due();
+        Ok(())
+    }
+
+    fn wait_timeout(&self) -> Duration {
+        let mut at = self.timers.next();
+        for candidate in [self.drain_deadline, self.accept_paused_until].into_iter().flatten() {
+            at = Some(at.map_or(candidate, |a| a.min(candidate)));
+        }
+        // Starved receives are retried soon; otherwise sleep until the next deadline (at most
+        // a second, so a missed wake-up cannot hang a worker).
+        let cap = if self.starved.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(1) };
+        at.map_or(cap, |a| a.saturating_duration_since(Instant::now()).min(cap))
+    }
+
+    /// Process every completion available, in batches.
+    fn reap(&mut self) {
+        loop {
+            self.cqes.clear();
+            self.cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            if self.cqes.is_empty() {
+                return;
+            }
+            let batch = std::mem::take(&mut self.cqes);
+            for &(data, result, flags) in &batch {
+                self.complete(data, result, flags);
+            }
+            self.cqes = batch;
+            // Flush what the completions queued, so the kernel works while we go on.
+            let _ = self.ring.submit();
+        }
+    }
+
+    fn complete(&mut self, data: u64, result: i32, flags: u32) {
+        let (op, index, generation) = unpack(data);
+        match op {
+            Some(Op::Recv) => self.on_recv(index, generation, result, flags),
+            Some(Op::Send) => self.on_send(index, generation, result),
+            Some(Op::Cancel) => self.on_cancel(index, generation),
+            Some(Op::Accept) => self.on_accept(result, flags),
+            Some(Op::Wake) => {
+                self.worker_ops -= 1;
+                self.on_phase_change();
+                // Keep listening for a second signal (forced stop) until teardown, which
+                // cancels this read and must not see it re-armed.
+                if !self.tearing_down {
+                    self.arm_wake();
+                }
+            }
+            Some(Op::Inbox) => {
+                self.worker_ops -= 1;
+                self.take_inbox();
+            }
+            Some(Op::Udp) => {
+                if !cqueue::more(flags) {
+                    self.worker_ops -= 1;
+                }
+                self.serve_udp(flags);
+            }
+            None => {}
+        }
+    }
+
+    /// Queue an operation, submitting first if the queue is full.
+    pub(super) fn push(&mut self, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: every entry built in this module refers only to memory owned by the
+            // worker or by a connection slot that stays allocated until its operations have
+            // completed (see `UConn::ops`), and to descriptors that stay open as long.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                return;
+            }
+            if let Err(e) = self.ring.submit() {
+                tracing::error!(error = %e, "io_uring submit failed");
+                return;
+            }
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        let entry = opcode::Read::new(types::Fd(self.waker.fd().as_raw_fd()), self.wake_buf.as_mut_ptr(), 8)
+            .build()
+            .user_data(pack(Op::Wake, 0, 0));
+        self.worker_ops += 1;
+        self.push(&entry);
+    }
+
+    fn arm_source(&mut self) {
+        match &self.source {
+            Some(UringSource::Listener(_)) => self.arm_accept(),
+            Some(UringSource::Inbox(inbox)) => {
+                let fd = inbox.waker().fd().as_raw_fd();
+                let entry = opcode::Read::new(types::Fd(fd), self.inbox_buf.as_mut_ptr(), 8).build().user_data(pack(
+                    Op::Inbox,
+                    0,
+                    0,
+                ));
+                self.worker_ops += 1;
+                self.push(&entry);
+            }
+            Some(UringSource::Udp(udp)) => {
+                let entry = opcode::PollAdd::new(types::Fd(udp.fd()), libc::POLLIN as u32)
+                    .multi(true)
+                    .build()
+                    .user_data(pack(Op::Udp, 0, 0));
+                self.worker_ops += 1;
+                self.push(&entry);
+            }
+            None => {}
+        }
+    }
+
+    fn listener_fd(&self) -> Option<RawFd> {
+        match &self.source {
+            Some(UringSource::Listener(socket)) => Some(socket.as_raw_fd()),
+            _ => None,
+        }
+    }
+
+    fn arm_accept(&mut self) {
+        let Some(fd) = self.listener_fd() else { return };
+        if self.accept_armed || self.accept_paused_until.is_some() {
+            return;
+        }
+        let entry = opcode::AcceptMulti::new(types::Fd(fd))
+            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(pack(Op::Accept, 0, 0));
+        self.accept_armed = true;
+        self.worker_ops += 1;
+        self.push(&entry);
+    }
+
+    fn on_accept(&mut self, result: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accept_armed = false;
+            self.worker_ops -= 1;
+        }
+        if result >= 0 {
+            // SAFETY: a successful accept completion's result is a new descriptor we own.
+            let fd = unsafe { OwnedFd::from_raw_fd(result) };
+            self.backoff = FIRST_BACKOFF;
+            if self.drain_deadline.is_some() {
+                return;
+            }
+            self.admit(fd, false);
+        } else {
+            let err = io::Error::from_raw_os_error(-result);
+            if matches!(-result, libc::ECANCELED | libc::EAGAIN | libc::EINTR | libc::ECONNABORTED) {
+                // Cancelled by a drain, or a connection that died in the queue.
+            } else {
+                let backoff = self.backoff;
+                self.accept_paused_until = Some(self.now + backoff);
+                self.backoff = (backoff * 2).min(MAX_BACKOFF);
+                if let Some(suppressed) = self.accept_log.allow(self.now) {
+                    let open = self.stats.current();
+                    tracing::warn!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+                }
+            }
+        }
+        if !self.accept_armed && self.drain_deadline.is_none() && !self.tearing_down {
+            self.arm_accept();
+        }
+    }
+
+    fn resume_accept_if_due(&mut self) {
+        if self.accept_paused_until.is_some_and(|at| at <= self.now) {
+            self.resume_accepting();
+        }
+    }
+
+    /// A descriptor was freed or the back-off ended: accept again.
+    pub(super) fn resume_accepting(&mut self) {
+        if self.accept_paused_until.take().is_some() && self.drain_deadline.is_none() {
+            self.arm_accept();
+        }
+    }
+
+    fn take_inbox(&mut self) {
+        let Some(UringSource::Inbox(inbox)) = &self.source else { return };
+        let inbox = inbox.clone();
+        for fd in inbox.take_all() {
+            self.admit(fd, true);
+        }
+        if self.drain_deadline.is_none() && !self.tearing_down {
+            self.arm_source();
+        }
+    }
+
+    fn serve_udp(&mut self, flags: u32) {
+        let Some(UringSource::Udp(udp)) = &mut self.source else { return };
+        // Drain the socket in batches; the multishot poll reports the next arrival.
+        loop {
+            match udp.serve(self.cfg.read_budget, self.counters) {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "UDP receive failed");
+                    break;
+                }
+            }
+        }
+        if !cqueue::more(flags) && self.drain_deadline.is_none() && !self.tearing_down {
+            self.arm_source();
+        }
+    }
+
+    fn on_phase_change(&mut self) {
+        if self.shutdown.phase() != Phase::Running && self.drain_deadline.is_none() {
+            self.begin_drain();
+        }
+    }
+
+    fn begin_drain(&mut self) {
+        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        if self.accept_armed {
+            let entry = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
+                Op::Cancel,
+                usize::MAX >> 32,
+                0,
+            ));
+            self.worker_ops += 1;
+            self.push(&entry);
+        }
+        match self.source.take() {
+            Some(UringSource::Inbox(inbox)) => {
+                // Connections handed over but never taken give back their --max-conns slot.
+                for fd in inbox.close() {
+                    drop(fd);
+                    self.stats.close();
+                    self.counters.refused();
+                }
+            }
+            Some(UringSource::Udp(udp)) => {
+                let entry = opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(
+                    Op::Cancel,
+                    usize::MAX >> 32,
+                    0,
+                ));
+                self.worker_ops += 1;
+                self.push(&entry);
+                // The socket must outlive the poll; it is dropped with the worker.
+                self.source = Some(UringSource::Udp(udp));
+            }
+            Some(UringSource::Listener(socket)) => self.source = Some(UringSource::Listener(socket)),
+            None => {}
+        }
+        let live: Vec<(usize, u32)> =
+            self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
+        for (index, generation) in live {
+            if let Some(conn) = self.conns.get_mut(index) {
+                conn.session.finish_current();
+            }
+            self.settle(index, generation, false);
+        }
+    }
+
+    pub(super) fn next_generation(&mut self) -> u32 {
+        let g = self.next_generation;
+        self.next_generation = (self.next_generation + 1) & 0xff_ffff;
+        g
+    }
+
+    pub(super) fn is_draining(&self) -> bool {
+        self.drain_deadline.is_some()
+    }
+
+    fn fire_timers(&mut self) {
+        while let Some((at, token)) = self.timers.pop_due(self.now) {
+            let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+            let Some(conn) = self.conns.get_mut(index) else { continue };
+            if conn.generation != generation || conn.closed || conn.timer_at != Some(at) {
+                continue;
+            }
+            conn.timer_at = None;
+            self.on_deadline(index, generation);
+        }
+    }
+
+    fn feed_starved(&mut self) {
+        if self.starved.is_empty() || self.bufs.available() == 0 {
+            return;
+        }
+        for (index, generation) in std::mem::take(&mut self.starved) {
+            self.settle(index, generation, false);
+        }
+    }
+
+    fn close_all(&mut self, reason: CloseReason) {
+        let live: Vec<usize> = self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, _)| i).collect();
+        for index in live {
+            self.close(index, reason);
+        }
+    }
+
+    /// Cancel whatever is still in flight and wait (boundedly) for it, so no operation can
+    /// touch memory after the worker is gone.
+    fn teardown(&mut self) {
+        self.tearing_down = true;
+        self.close_all(CloseReason::Shutdown);
+        let _ = self.ring.submitter().register_sync_cancel(None, types::CancelBuilder::any().all());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while (self.worker_ops > 0 || !self.conns.is_empty()) && Instant::now() < deadline {
+            let ts = types::Timespec::new().nsec(10_000_000);
+            let _ = self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
+            self.reap();
+            self.now = Instant::now();
+            if self.worker_ops > 0 {
+                let _ = self.ring.submitter().register_sync_cancel(None, types::CancelBuilder::any().all());
+            }
+        }
+    }
+
+    pub(super) fn on_cancel(&mut self, index: usize, generation: u32) {
+        if index == usize::MAX >> 32 {
+            self.worker_ops -= 1;
+            return;
+        }
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if conn.generation != generation {
+            return;
+        }
+        conn.ops -= 1;
+        self.reclaim(index);
+    }
+
+    pub(super) fn refuse(&mut self, fd: OwnedFd, why: &str) {
+        crate::evloop::refuse(fd, &mut self.engine, self.counters, self.stats, &mut self.refusal_log, self.now, why);
+    }
+}

@@ -1,0 +1,126 @@
+//! `sockscale bench`, `sockscale report` and `sockscale plan`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sockscale_bench::harness::Children;
+use sockscale_bench::run::BenchConfig;
+use sockscale_bench::{plan, report, Profile, Results};
+use sockscale_server::signals::TerminationSignals;
+use sockscale_server::Model;
+
+use crate::output::say;
+use crate::units::parse_size;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// tiny (seconds, for tests), default (under 5 minutes on 2 cores) or full (the seed's scale)
+    #[arg(long, default_value = "default", value_parser = ["tiny", "default", "full"])]
+    pub profile: String,
+    /// Models to run, comma-separated [default: all]
+    #[arg(long, value_delimiter = ',', value_name = "MODELS")]
+    pub models: Vec<String>,
+    /// Where to write results.json, the CSVs, table.md, the charts and report.html
+    /// [default: bench-results/<timestamp>]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A results.json written by sockscale bench
+    pub results: PathBuf,
+    /// Where to write the charts and report.html [default: beside RESULTS]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Connection counts to tabulate
+    #[arg(long, value_delimiter = ',', default_value = "10,1000,50000")]
+    pub connections: Vec<u64>,
+    /// Operations outstanding per connection
+    #[arg(long, value_delimiter = ',', default_value = "10,2")]
+    pub ops: Vec<u64>,
+    /// Buffer per operation
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub buffer_size: usize,
+    /// Context per operation, in bytes (the seed's 200)
+    #[arg(long, default_value_t = 200)]
+    pub context: u64,
+    /// Link speeds in megabits per second, for bandwidth per connection
+    #[arg(long, value_delimiter = ',', default_value = "10,100")]
+    pub link: Vec<f64>,
+    /// Connection counts sharing the link
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,50000")]
+    pub link_connections: Vec<u64>,
+    /// Predict from measured results instead (a results.json from sockscale bench)
+    #[arg(long, value_name = "RESULTS")]
+    pub from: Option<PathBuf>,
+    /// With --from: the connection count to predict for
+    #[arg(long, default_value_t = 50_000)]
+    pub target: u64,
+}
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let profile = Profile::named(&args.profile).with_context(|| format!("unknown --profile {}", args.profile))?;
+    let models = if args.models.is_empty() {
+        Model::ALL.to_vec()
+    } else {
+        args.models.iter().map(|m| m.parse::<Model>().map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?
+    };
+    let out_dir =
+        args.out.clone().unwrap_or_else(|| PathBuf::from("bench-results").join(sockscale_bench::run::stamp()));
+    let exe = std::env::current_exe().context("cannot find this program to start servers and load")?;
+    let (server_cpus, client_cpus) = BenchConfig::split_cores();
+    let cfg = BenchConfig { exe, profile, models, out_dir: out_dir.clone(), server_cpus, client_cpus, progress: true };
+
+    // Ctrl-C (or SIGTERM) stops the run: every process started is killed, the rows measured
+    // so far are kept and reported.
+    let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let children = Children::default();
+    {
+        let (flag, children) = (interrupted.clone(), children.clone());
+        std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
+            while signals.wait().is_ok() {
+                flag.store(true, Ordering::SeqCst);
+                children.kill_all();
+            }
+        })?;
+    }
+    let results = sockscale_bench::run::run(&cfg, &interrupted, children)
+        .with_context(|| format!("cannot write results to {}", out_dir.display()))?;
+    let files = report::render(&results, &out_dir)?;
+    say!("{}", sockscale_bench::run::tables_markdown(&results));
+    say!("results: {}", out_dir.join("results.json").display());
+    say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
+    if results.interrupted {
+        bail!("interrupted; the rows measured before are in {}", out_dir.display());
+    }
+    Ok(())
+}
+
+pub fn report(args: &ReportArgs) -> Result<()> {
+    let results = Results::load(&args.results.display().to_string())?;
+    let dir = args.out.clone().unwrap_or_else(|| args.results.parent().map(PathBuf::from).unwrap_or_default());
+    for file in report::render(&results, &dir)? {
+        say!("{}", file.display());
+    }
+    Ok(())
+}
+
+pub fn plan(args: &PlanArgs) -> Result<()> {
+    if let Some(from) = &args.from {
+        let results = Results::load(&from.display().to_string())?;
+        say!("{}", plan::predict(&results, args.target));
+        return Ok(());
+    }
+    say!("{}", plan::memory_table(&args.connections, &args.ops, args.buffer_size as u64, args.context));
+    say!("{}", plan::bandwidth_table(&args.link_connections, &args.link));
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `sockscale bench --profile tiny` end to end on two models, then `report` and `plan`.
+
+mod support;
+
+use std::process::Command;
+
+use support::BIN;
+
+#[test]
+fn tiny_bench_writes_plausible_results_and_a_report() {
+    let dir = std::env::temp_dir().join(format!("sockscale-bench-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(BIN)
+        .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run bench");
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| I/O model | Attempted/Connected |"), "{stdout}");
+
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(r["schema"], 1);
+    assert_eq!(r["profile"], "tiny");
+    assert_eq!(r["interrupted"], false);
+    for key in ["cpu_model", "cores", "kernel", "somaxconn", "tcp_mem_pages", "open_files_limit"] {
+        assert!(!r["machine"][key].is_null(), "machine.{key} missing");
+    }
+    let models = r["models"].as_array().expect("models");
+    assert_eq!(models.len(), 2);
+    for m in models {
+        let name = m["model"].as_str().unwrap_or("?");
+        let rows = m["rows"].as_array().expect("rows");
+        if !m["error"].is_null() {
+            // A model that is not built or not available says so; its row stays in the table.
+            assert!(rows.is_empty() || rows.len() < 3, "{name}: error with all rows: {}", m["error"]);
+            continue;
+        }
+        assert_eq!(rows.len(), 3, "{name}: flood, rate-limited, maximum");
+        let kinds: Vec<&str> = rows.iter().map(|row| row["kind"].as_str().unwrap_or("")).collect();
+        assert_eq!(kinds, ["flood", "rate_limited", "maximum"]);
+        for row in rows {
+            let n = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{name}: {k} missing in {row}"));
+            assert!(n("connected") <= n("attempted"), "{name}: connected > attempted");
+            assert!(n("attempted") > 0.0);
+            assert!(n("connected") > 0.0, "{name}: nothing connected");
+            assert!(n("server_rss_kib") > 0.0);
+            assert!(n("threads") >= 1.0);
+            assert!(
+                (0.0..=200.0).contains(&n("cpu_min_pct")) && n("cpu_min_pct") <= n("cpu_max_pct"),
+                "{name}: cpu {row}"
+            );
+            assert!((0.0..=200.0).contains(&n("cpu_max_pct")), "{name}: cpu {row}");
+            assert!(n("sent_bytes_per_s") > 0.0 && n("received_bytes_per_s") > 0.0, "{name}: no throughput");
+            assert!(n("p50_us") > 0.0 && n("p50_us") <= n("p99_us"));
+            assert!(n("client_cpu_pct") >= 0.0);
+            assert!(row["errors"].is_object());
+            assert!(row["client_bound"].is_boolean());
+        }
+        let http = m["http"].as_array().expect("http");
+        assert_eq!(http.len(), 4, "{name}: 2 concurrencies x keep-alive on/off");
+        for p in http {
+            assert!(p["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: {p}");
+        }
+        assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
+    }
+    assert!(!r["nginx"].is_null(), "nginx is measured or skipped with a note");
+    for file in [
+        "rows.csv",
+        "http.csv",
+        "table.md",
+        "report.html",
+        "throughput.svg",
+        "throughput.png",
+        "cpu.png",
+        "memory_per_connection.png",
+        "threads.png",
+        "http.png",
+    ] {
+        let meta = std::fs::metadata(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(meta.len() > 0, "{file} is empty");
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("<table>"), "the page inlines charts and tables");
+    assert!(
+        !html.contains("http://") && !html.contains("https://") || html.matches("xmlns").count() > 0,
+        "no network resources"
+    );
+    let png = std::fs::read(dir.join("http.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+
+    // report redraws from the JSON alone, elsewhere.
+    let again = dir.join("again");
+    let out = Command::new(BIN).arg("report").arg(dir.join("results.json")).arg("--out").arg(&again).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(again.join("report.html").exists() && again.join("cpu.svg").exists());
+
+    // plan predicts from the same results.
+    let out = Command::new(BIN)
+        .arg("plan")
+        .arg("--from")
+        .arg(dir.join("results.json"))
+        .args(["--target", "50000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| epoll |"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plan_prints_the_seed_tables() {
+    let out = Command::new(BIN).arg("plan").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Table 14-1 and 14-2 of seed 004, figure for figure.
+    for line in [
+        "| 10 | 10 | 1,658,400 |",
+        "| 1,000 | 10 | 165,840,000 |",
+        "| 50,000 | 10 | 8,292,000,000 |",
+        "| 10 | 2 | 331,680 |",
+        "| 1,000 | 2 | 33,168,000 |",
+        "| 50,000 | 2 | 1,658,400,000 |",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    for line in ["| 100 | 10 | 12,500 |", "| 50,000 | 10 | 25 |", "| 1,000 | 100 | 12,500 |", "| 50,000 | 100 | 250 |"]
+    {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+}
+
+#[test]
+fn bench_rejects_bad_input_in_one_line() {
+    for args in [
+        vec!["bench", "--profile", "huge"],
+        vec!["bench", "--models", "epoll,nonesuch"],
+        vec!["report", "/nonexistent/results.json"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
