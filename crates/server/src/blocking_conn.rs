@@ -442,7 +442,7 @@ pub fn feed(
     cfg: &Config,
     counters: &Counters,
 ) -> io::Result<bool> {
-    conn.last_activity = now;
+    conn.clocks.touch(now);
     kit.scratch.clear();
     let verdict = kit.engine.on_input(&mut conn.session, input, now, &mut kit.scratch);
     let mut progressed = false;
@@ -492,30 +492,21 @@ pub fn finished(conn: &Conn, draining: bool) -> Option<CloseReason> {
 /// in the same order). A header timeout queues the protocol's 408 and gets one non-blocking
 /// attempt to send it; the connection closes either way.
 pub fn expired(conn: &mut Conn, kit: &mut Kit, cfg: &Config, counters: &Counters, now: Instant) -> Option<CloseReason> {
-    let due = |since: Option<Instant>| since.is_some_and(|t| t + cfg.send_timeout <= now);
-    if due(conn.over_since) {
-        return Some(CloseReason::Flood);
-    }
-    if due(conn.stalled_since) {
-        return Some(CloseReason::SendTimeout);
-    }
-    if kit.engine.deadline(&conn.session).is_some_and(|at| at <= now) {
+    let protocol_due = kit.engine.deadline(&conn.session).is_some_and(|at| at <= now);
+    let reason = conn.clocks.expired(now, cfg.idle_timeout, cfg.send_timeout, protocol_due);
+    if reason == Some(CloseReason::HeaderTimeout) {
         kit.scratch.clear();
         kit.engine.on_timeout(&mut conn.session, now, &mut kit.scratch);
         if let Ok(written) = conn.out.send(conn.fd.as_raw_fd(), &kit.scratch, &[]) {
             counters.bytes_out(written.bytes);
         }
-        return Some(CloseReason::HeaderTimeout);
     }
-    if conn.last_activity + cfg.idle_timeout <= now {
-        return Some(CloseReason::Idle);
-    }
-    None
+    reason
 }
 
 /// When a policy may next act on the connection.
 pub fn next_deadline(conn: &Conn, kit: &Kit, cfg: &Config) -> Instant {
-    conn.deadline(cfg.idle_timeout, cfg.send_timeout, kit.engine.deadline(&conn.session))
+    conn.clocks.deadline(cfg.idle_timeout, cfg.send_timeout, kit.engine.deadline(&conn.session))
 }
 
 /// The close reason for a socket error (drive.rs `close_on_error`).

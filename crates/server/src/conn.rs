@@ -187,18 +187,92 @@ impl Interest {
     pub const BOTH: Interest = Interest { read: true, write: true };
 }
 
+/// `t + d`, capped far in the future instead of overflowing: a user may well ask for an idle
+/// timeout of a century.
+pub fn after(t: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    t.checked_add(d.min(CENTURY)).unwrap_or(t)
+}
+
+/// The clocks of the per-connection policies, which every model keeps for every connection:
+/// idle (`--idle-timeout` without traffic either way), flood (output over a cap for
+/// `--send-timeout`) and stall (output the socket takes none of for `--send-timeout`). Models
+/// differ in how they wait and write, never in these rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clocks {
+    /// Last time bytes moved either way.
+    last_activity: Instant,
+    /// When the pending output went over its cap.
+    over_since: Option<Instant>,
+    /// Since when output has been pending without the socket taking any of it.
+    stalled_since: Option<Instant>,
+}
+
+impl Clocks {
+    pub fn new(now: Instant) -> Self {
+        Clocks { last_activity: now, over_since: None, stalled_since: None }
+    }
+
+    /// Bytes moved.
+    pub fn touch(&mut self, now: Instant) {
+        self.last_activity = now;
+    }
+
+    /// After I/O: `pending` bytes wait for the client, `over` says they are past a cap (stop
+    /// reading), `progressed` that the socket took some output this time.
+    pub fn account(&mut self, now: Instant, pending: usize, over: bool, progressed: bool) {
+        if pending == 0 {
+            self.stalled_since = None;
+        } else if progressed || self.stalled_since.is_none() {
+            self.stalled_since = Some(now);
+        }
+        if over {
+            self.over_since.get_or_insert(now);
+        } else {
+            self.over_since = None;
+        }
+    }
+
+    /// Output is over its cap: the connection must not be read.
+    pub fn is_over(&self) -> bool {
+        self.over_since.is_some()
+    }
+
+    /// The next instant a policy may act, given the protocol's own deadline (HTTP's header
+    /// timeout).
+    pub fn deadline(&self, idle: Duration, send: Duration, protocol: Option<Instant>) -> Instant {
+        [protocol, self.over_since.map(|t| after(t, send)), self.stalled_since.map(|t| after(t, send))]
+            .into_iter()
+            .flatten()
+            .fold(after(self.last_activity, idle), Instant::min)
+    }
+
+    /// The policy that has expired at `now`, if any, in the order every model applies them:
+    /// flood, stall, the protocol's deadline (`protocol_due`), idle. A HeaderTimeout verdict
+    /// leaves the 408 to the caller, which knows how to write.
+    pub fn expired(&self, now: Instant, idle: Duration, send: Duration, protocol_due: bool) -> Option<CloseReason> {
+        let due = |since: Option<Instant>| since.is_some_and(|t| after(t, send) <= now);
+        if due(self.over_since) {
+            Some(CloseReason::Flood)
+        } else if due(self.stalled_since) {
+            Some(CloseReason::SendTimeout)
+        } else if protocol_due {
+            Some(CloseReason::HeaderTimeout)
+        } else if after(self.last_activity, idle) <= now {
+            Some(CloseReason::Idle)
+        } else {
+            None
+        }
+    }
+}
+
 /// Everything the server keeps for one connection between events.
 #[derive(Debug)]
 pub struct Conn {
     pub fd: std::os::fd::OwnedFd,
     pub session: Session,
     pub out: OutQueue,
-    /// Last time bytes moved either way.
-    pub last_activity: Instant,
-    /// When the pending output went over `--max-pending-send`.
-    pub over_since: Option<Instant>,
-    /// Since when output has been pending without the socket taking any of it.
-    pub stalled_since: Option<Instant>,
+    pub clocks: Clocks,
     /// The connection's authoritative timer entry (see `timers`).
     pub timer_at: Option<Instant>,
     /// Close once the output is flushed.
@@ -220,9 +294,7 @@ impl Conn {
             fd,
             session,
             out: OutQueue::default(),
-            last_activity: now,
-            over_since: None,
-            stalled_since: None,
+            clocks: Clocks::new(now),
             timer_at: None,
             closing: None,
             readable: true,
@@ -233,30 +305,9 @@ impl Conn {
         }
     }
 
-    /// The next instant a policy may act on this connection, given the protocol's own deadline.
-    pub fn deadline(&self, idle: Duration, send: Duration, protocol: Option<Instant>) -> Instant {
-        let mut at = self.last_activity + idle;
-        for candidate in
-            [protocol, self.over_since.map(|t| t + send), self.stalled_since.map(|t| t + send)].into_iter().flatten()
-        {
-            at = at.min(candidate);
-        }
-        at
-    }
-
-    /// Update the flood and stall clocks after I/O. `progressed` says whether the socket took
-    /// any output this time.
+    /// Update the clocks after I/O, with `--max-pending-send` as the cap.
     pub fn account_output(&mut self, now: Instant, max_pending: usize, progressed: bool) {
-        if self.out.is_empty() {
-            self.stalled_since = None;
-        } else if progressed || self.stalled_since.is_none() {
-            self.stalled_since = Some(now);
-        }
-        if self.out.len() > max_pending {
-            self.over_since.get_or_insert(now);
-        } else {
-            self.over_since = None;
-        }
+        self.clocks.account(now, self.out.len(), self.out.len() > max_pending, progressed);
     }
 }
 
@@ -341,21 +392,29 @@ mod tests {
 
     #[test]
     fn flood_and_stall_clocks() {
-        let (a, _b) = pair();
         let t0 = Instant::now();
-        let mut conn = Conn::new(a.into(), Session::Echo(Default::default()), t0, 0);
-        conn.out.push(Bytes::from(vec![0; 10]));
-        conn.account_output(t0, 5, false);
-        assert_eq!((conn.over_since, conn.stalled_since), (Some(t0), Some(t0)));
+        let mut clocks = Clocks::new(t0);
+        clocks.account(t0, 10, true, false);
+        assert!(clocks.is_over());
         let t1 = t0 + Duration::from_secs(1);
-        conn.account_output(t1, 5, true);
-        assert_eq!(
-            (conn.over_since, conn.stalled_since),
-            (Some(t0), Some(t1)),
-            "progress restarts only the stall clock"
-        );
-        let d = conn.deadline(Duration::from_secs(60), Duration::from_secs(10), None);
-        assert_eq!(d, t0 + Duration::from_secs(10));
+        clocks.account(t1, 10, true, true);
+        let (idle, send) = (Duration::from_secs(60), Duration::from_secs(10));
+        assert_eq!(clocks.deadline(idle, send, None), t0 + send, "flood counts from t0; progress moved only the stall");
+        assert_eq!(clocks.expired(t0 + send, idle, send, false), Some(CloseReason::Flood));
+        clocks.account(t1, 10, false, false);
+        assert_eq!(clocks.expired(t1 + send, idle, send, false), Some(CloseReason::SendTimeout));
+        assert_eq!(clocks.expired(t1, idle, send, true), Some(CloseReason::HeaderTimeout));
+        clocks.account(t1, 0, false, false);
+        assert_eq!(clocks.expired(t0 + idle, idle, send, false), Some(CloseReason::Idle));
+        assert_eq!(clocks.expired(t1, idle, send, false), None);
+    }
+
+    #[test]
+    fn huge_timeouts_do_not_overflow() {
+        let clocks = Clocks::new(Instant::now());
+        let forever = Duration::from_secs(u64::MAX);
+        assert!(clocks.deadline(forever, forever, None) > Instant::now() + Duration::from_secs(3600));
+        assert_eq!(clocks.expired(Instant::now(), forever, forever, false), None);
     }
 }
 

@@ -267,7 +267,7 @@ impl<S: Selector> Worker<'_, S> {
         self.next_generation = self.next_generation.wrapping_add(1);
         let mut conn = Conn::new(fd, self.engine.new_session(), self.now, generation);
         conn.registered = interest;
-        let deadline = conn.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, None);
+        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, None);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
         entry.insert(conn);
         self.counters.accepted();

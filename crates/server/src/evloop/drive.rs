@@ -30,7 +30,7 @@ impl<S: Selector> Worker<'_, S> {
                     conn.writable = !w.blocked;
                     if w.bytes > 0 {
                         progressed = true;
-                        conn.last_activity = self.now;
+                        conn.clocks.touch(self.now);
                         self.counters.bytes_out(w.bytes);
                     }
                 }
@@ -60,7 +60,7 @@ impl<S: Selector> Worker<'_, S> {
                         break;
                     }
                     Ok(n) => {
-                        conn.last_activity = self.now;
+                        conn.clocks.touch(self.now);
                         budget -= n;
                         self.counters.bytes_in(n);
                         self.scratch.clear();
@@ -143,15 +143,15 @@ impl<S: Selector> Worker<'_, S> {
                 return self.close(index, reason);
             }
         }
-        let was_over = conn.over_since.is_some();
+        let was_over = conn.clocks.is_over();
         conn.account_output(self.now, self.cfg.max_pending_send, progressed);
-        if was_over && conn.over_since.is_none() && conn.readable {
+        if was_over && !conn.clocks.is_over() && conn.readable {
             // Back under the limit with input waiting: read it without waiting for an edge
             // that already happened.
             self.resume.push(token);
         }
         let protocol_deadline = self.engine.deadline(&conn.session);
-        let deadline = conn.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol_deadline);
+        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol_deadline);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
 
         if !self.edge {
@@ -179,22 +179,16 @@ impl<S: Selector> Worker<'_, S> {
         let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
-        let expired = |since: Option<std::time::Instant>| since.is_some_and(|t| t + cfg.send_timeout <= now);
-        let reason = if expired(conn.over_since) {
-            Some(CloseReason::Flood)
-        } else if expired(conn.stalled_since) {
-            Some(CloseReason::SendTimeout)
-        } else if self.engine.deadline(&conn.session).is_some_and(|at| at <= now) {
+        let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
+        let reason = conn.clocks.expired(now, cfg.idle_timeout, cfg.send_timeout, protocol_due);
+        if reason == Some(CloseReason::HeaderTimeout) {
             self.scratch.clear();
             self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
-            // One attempt to tell the client why; the connection closes either way.
-            let _ = conn.out.send(conn.fd.as_raw_fd(), &self.scratch, &[]);
-            Some(CloseReason::HeaderTimeout)
-        } else if conn.last_activity + cfg.idle_timeout <= now {
-            Some(CloseReason::Idle)
-        } else {
-            None
-        };
+            // One attempt to tell the client why (the 408); the connection closes either way.
+            if let Ok(written) = conn.out.send(conn.fd.as_raw_fd(), &self.scratch, &[]) {
+                self.counters.bytes_out(written.bytes);
+            }
+        }
         match reason {
             Some(reason) => self.close(index, reason),
             None => self.settle(token, false),

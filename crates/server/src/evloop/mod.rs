@@ -290,7 +290,7 @@ impl<'a, S: Selector> Worker<'a, S> {
 
     /// Stop taking connections and let each one end at its next request boundary.
     fn begin_drain(&mut self) {
-        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
         match self.source.take() {
             Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
             Some(Source::Inbox(inbox)) => {

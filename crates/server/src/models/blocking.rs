@@ -422,7 +422,7 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
                 let progressed = written.bytes > 0;
                 if progressed {
                     counters.bytes_out(written.bytes);
-                    st.conn.last_activity = now;
+                    st.conn.clocks.touch(now);
                 }
                 st.conn.account_output(now, hub.cfg.max_pending_send, progressed);
                 if progressed {

@@ -330,18 +330,13 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
     let fd = conn.fd.as_raw_fd();
     while !conn.out.is_empty() {
         let now = Instant::now();
-        let due = |since: Option<Instant>| since.map(|t| t + cfg.send_timeout);
-        let flood = due(conn.over_since);
-        let stall = due(conn.stalled_since);
-        if flood.is_some_and(|at| at <= now) {
-            return Err(CloseReason::Flood);
+        // Only the send policies apply while writing: the idle clock restarts on every write,
+        // so it is given as "never" here, and the stall clock always runs while output waits.
+        let never = Duration::MAX;
+        if let Some(reason) = conn.clocks.expired(now, never, cfg.send_timeout, false) {
+            return Err(reason);
         }
-        if stall.is_some_and(|at| at <= now) {
-            return Err(CloseReason::SendTimeout);
-        }
-        // The stall clock always runs while output is pending; the idle deadline cannot come
-        // first, since it restarts on every write.
-        let until = [flood, stall].into_iter().flatten().min().unwrap_or(now + cfg.send_timeout);
+        let until = conn.clocks.deadline(never, cfg.send_timeout, None);
         let mut fds = [pollfd(fd, libc::POLLOUT), pollfd(hub.force_fd(), libc::POLLIN)];
         match sys::ppoll(&mut fds, Some(until - now)) {
             Ok(_) => {}
@@ -358,7 +353,7 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
         let now = Instant::now();
         if written.bytes > 0 {
             counters.bytes_out(written.bytes);
-            conn.last_activity = now;
+            conn.clocks.touch(now);
         }
         conn.account_output(now, cfg.max_pending_send, written.bytes > 0);
     }

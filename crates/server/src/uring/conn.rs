@@ -18,6 +18,7 @@ use io_uring::{cqueue, opcode, types};
 use sockscale_proto::{Closing, Segment, Session, Verdict};
 
 use super::worker::{pack, Op, UringWorker, BUFFER_GROUP};
+use crate::conn::Clocks;
 use crate::stats::CloseReason;
 use crate::sys;
 
@@ -44,9 +45,7 @@ pub(super) struct UConn {
     recv_cancelling: bool,
     /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
     pub(super) ops: u32,
-    last_activity: Instant,
-    over_since: Option<Instant>,
-    stalled_since: Option<Instant>,
+    clocks: Clocks,
     pub(super) timer_at: Option<Instant>,
     closing: Option<CloseReason>,
     /// Closed as far as the policies are concerned; waiting for its operations to finish.
@@ -81,9 +80,7 @@ impl UringWorker<'_> {
             recv_armed: false,
             recv_cancelling: false,
             ops: 0,
-            last_activity: self.now,
-            over_since: None,
-            stalled_since: None,
+            clocks: Clocks::new(self.now),
             timer_at: None,
             closing: None,
             closed: false,
@@ -157,7 +154,7 @@ impl UringWorker<'_> {
             return self.settle(index, generation, false);
         };
         let n = result as usize;
-        conn.last_activity = self.now;
+        conn.clocks.touch(self.now);
         self.counters.bytes_in(n);
         if conn.closing.is_some() {
             // The protocol has ended the exchange; a multishot receive may still deliver what
@@ -260,7 +257,7 @@ impl UringWorker<'_> {
         let Some(sent) = conn.sending.take() else { return };
         let written = usize::try_from(result).unwrap_or(0);
         if result > 0 {
-            conn.last_activity = self.now;
+            conn.clocks.touch(self.now);
             self.counters.bytes_out(written);
         }
         // Whatever the socket did not take goes back to the front of the queue, in order.
@@ -325,33 +322,13 @@ impl UringWorker<'_> {
             if let Some(reason) = finished {
                 return self.close(index, reason);
             }
-            conn.stalled_since = None;
-        } else if progressed || conn.stalled_since.is_none() {
-            conn.stalled_since = Some(self.now);
         }
         let flooded = pending > max_pending || conn.queued.len() > max_sends;
-        if flooded {
-            conn.over_since.get_or_insert(self.now);
-        } else {
-            conn.over_since = None;
-        }
+        conn.clocks.account(self.now, pending, flooded, progressed);
         let want_recv =
             !(conn.read_eof || conn.closing.is_some() || flooded || draining && conn.session.is_between_requests());
-        let deadline = {
-            let mut at = conn.last_activity + self.cfg.idle_timeout;
-            let send = self.cfg.send_timeout;
-            for candidate in [
-                self.engine.deadline(&conn.session),
-                conn.over_since.map(|t| t + send),
-                conn.stalled_since.map(|t| t + send),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                at = at.min(candidate);
-            }
-            at
-        };
+        let protocol = self.engine.deadline(&conn.session);
+        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol);
         let token = (u64::from(generation) << 32) | index as u64;
         self.timers.schedule(&mut conn.timer_at, deadline, token);
         let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
@@ -371,24 +348,18 @@ impl UringWorker<'_> {
         let send = self.cfg.send_timeout;
         let idle = self.cfg.idle_timeout;
         let Some(conn) = self.conns.get_mut(index) else { return };
-        let expired = |since: Option<Instant>| since.is_some_and(|t| t + send <= now);
-        let reason = if expired(conn.over_since) {
-            Some(CloseReason::Flood)
-        } else if expired(conn.stalled_since) {
-            Some(CloseReason::SendTimeout)
-        } else if self.engine.deadline(&conn.session).is_some_and(|at| at <= now) {
+        let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
+        let reason = conn.clocks.expired(now, idle, send, protocol_due);
+        if reason == Some(CloseReason::HeaderTimeout) {
             self.scratch.clear();
             self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
             // One attempt to tell the client why, outside the ring: the connection closes now.
             if let Some(Segment::Shared(bytes)) = self.scratch.segments().first() {
-                let _ = sys::send(conn.fd.as_raw_fd(), bytes);
+                if let Ok(n) = sys::send(conn.fd.as_raw_fd(), bytes) {
+                    self.counters.bytes_out(n);
+                }
             }
-            Some(CloseReason::HeaderTimeout)
-        } else if conn.last_activity + idle <= now {
-            Some(CloseReason::Idle)
-        } else {
-            None
-        };
+        }
         match reason {
             Some(reason) => self.close(index, reason),
             None => self.settle(index, generation, false),

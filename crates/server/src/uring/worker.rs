@@ -419,7 +419,7 @@ impl<'a> UringWorker<'a> {
     }
 
     fn begin_drain(&mut self) {
-        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
         if self.accept_armed {
             let entry = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
                 Op::Cancel,
