@@ -224,6 +224,9 @@ impl Harness<'_> {
         }
         args.extend(self.spread(conns));
         let tcp_base = tcp_pages();
+        // Descriptors of an idle server (listeners, epoll, eventfds, stdio): what is above it
+        // during the run is connections.
+        let fd_base = crate::sampler::open_fds(server.pid());
         let interval = Duration::from_secs(1).min(duration / 4);
         let sampler = Sampler::start(server.pid(), interval);
         let report = self.load(&args);
@@ -236,8 +239,9 @@ impl Harness<'_> {
         Ok(Row {
             kind: Some(kind),
             attempted: conns,
-            connected: report.connections.connected.min(conns),
-            held: report.connections.peak_open,
+            connected: samples.fds_max.saturating_sub(fd_base).min(conns),
+            held: samples.fds_max.saturating_sub(fd_base),
+            client_peak_open: report.connections.peak_open,
             server_rss_kib: samples.rss_kib_max,
             kernel_tcp_kib: samples.tcp_pages_max.saturating_sub(tcp_base) * page_kib,
             cpu_min_pct: cpu_min,
