@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,10 +51,11 @@ pub struct Harness<'a> {
     pub scratch: PathBuf,
 }
 
-/// A server process and its port.
+/// A server process, its port, and the most connections its own counters have reported open.
 pub struct Server {
     child: Child,
     pub port: u16,
+    peak_connections: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -95,6 +96,9 @@ impl Harness<'_> {
             "600".into(),
             "--drain-timeout".into(),
             "1".into(),
+            // The server's own count of open connections, ten times a second.
+            "--stats-interval".into(),
+            "0.1".into(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = self
@@ -106,12 +110,19 @@ impl Harness<'_> {
         self.children.add(child.id());
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take();
+        let peak = Arc::new(AtomicU64::new(0));
+        let peak_seen = peak.clone();
         std::thread::spawn(move || {
             if let Some(out) = stdout {
                 let mut lines = BufReader::new(out).lines();
                 let _ = tx.send(lines.next());
-                // Keep reading so the server never blocks on a full pipe.
-                for _ in lines {}
+                // Keep reading, so the server never blocks on a full pipe, and keep the peak of
+                // its `connections=` gauge.
+                for line in lines.map_while(Result::ok) {
+                    if let Some(open) = gauge(&line, "connections") {
+                        peak_seen.fetch_max(open, Ordering::Relaxed);
+                    }
+                }
             }
         });
         let first = rx.recv_timeout(Duration::from_secs(15));
@@ -120,7 +131,7 @@ impl Harness<'_> {
             _ => None,
         };
         match port {
-            Some(port) => Ok(Server { child, port }),
+            Some(port) => Ok(Server { child, port, peak_connections: peak }),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -224,13 +235,13 @@ impl Harness<'_> {
         }
         args.extend(self.spread(conns));
         let tcp_base = tcp_pages();
-        // Descriptors of an idle server (listeners, epoll, eventfds, stdio): what is above it
-        // during the run is connections.
-        let fd_base = crate::sampler::open_fds(server.pid());
         let interval = Duration::from_secs(1).min(duration / 4);
         let sampler = Sampler::start(server.pid(), interval);
         let report = self.load(&args);
         let samples = sampler.finish();
+        // Let the last stats line (100 ms) in before reading the peak.
+        std::thread::sleep(Duration::from_millis(150));
+        let held = server.peak_connections.load(Ordering::Relaxed);
         self.stop_server(server);
         let report = report?;
         let (cpu_min, cpu_max) = samples.cpu_range();
@@ -239,8 +250,7 @@ impl Harness<'_> {
         Ok(Row {
             kind: Some(kind),
             attempted: conns,
-            connected: samples.fds_max.saturating_sub(fd_base).min(conns),
-            held: samples.fds_max.saturating_sub(fd_base),
+            connected: held.min(conns),
             client_peak_open: report.connections.peak_open,
             server_rss_kib: samples.rss_kib_max,
             kernel_tcp_kib: samples.tcp_pages_max.saturating_sub(tcp_base) * page_kib,
@@ -335,6 +345,12 @@ fn errors_of(report: &Report) -> BTreeMap<String, u64> {
         .as_object()
         .map(|o| o.iter().filter_map(|(k, v)| v.as_u64().filter(|&n| n > 0).map(|n| (k.clone(), n))).collect())
         .unwrap_or_default()
+}
+
+/// The value of `name=N` in a `stats key=value ...` line.
+fn gauge(line: &str, name: &str) -> Option<u64> {
+    let rest = line.strip_prefix("stats ")?;
+    rest.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
 fn unique() -> u64 {

@@ -99,10 +99,10 @@ pub struct PerConnection {
 /// (so fixed costs cancel out), or the ratio when only one row was measured.
 pub fn per_connection(results: &Results, model: &str) -> Option<PerConnection> {
     let m = results.models.iter().find(|m| m.model == model)?;
-    let mut rows: Vec<_> = m.rows.iter().filter(|r| r.held.max(r.connected) > 0).collect();
-    rows.sort_by_key(|r| r.held.max(r.connected));
+    let mut rows: Vec<_> = m.rows.iter().filter(|r| r.connected > 0).collect();
+    rows.sort_by_key(|r| r.connected);
     let (first, last) = (*rows.first()?, *rows.last()?);
-    let n = |r: &crate::results::Row| r.held.max(r.connected) as f64;
+    let n = |r: &crate::results::Row| r.connected as f64;
     let slope = |a: f64, b: f64| if n(last) > n(first) { (b - a) / (n(last) - n(first)) } else { b / n(last) };
     let rate = m.rows.iter().find(|r| r.kind == Some(RowKind::RateLimited)).unwrap_or(last);
     Some(PerConnection {

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -29,6 +30,7 @@ struct Chart {
     x_label: &'static str,
     y_label: &'static str,
     log_x: bool,
+    log_y: bool,
     series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
@@ -43,7 +45,7 @@ fn charts(results: &Results) -> Vec<Chart> {
                     .rows
                     .iter()
                     .filter_map(|r| {
-                        let n = r.held.max(r.connected) as f64;
+                        let n = r.connected as f64;
                         (n > 0.0).then(|| f(r, n).map(|y| (n, y))).flatten()
                     })
                     .collect();
@@ -69,6 +71,7 @@ fn charts(results: &Results) -> Vec<Chart> {
             x_label: "connections",
             y_label: "bytes/s",
             log_x: false,
+            log_y: false,
             series: rows_series(&|r, _| Some(r.received_bytes_per_s)),
         },
         Chart {
@@ -77,6 +80,7 @@ fn charts(results: &Results) -> Vec<Chart> {
             x_label: "connections",
             y_label: "% of one core",
             log_x: false,
+            log_y: false,
             series: rows_series(&|r, _| Some(r.cpu_max_pct)),
         },
         Chart {
@@ -85,14 +89,16 @@ fn charts(results: &Results) -> Vec<Chart> {
             x_label: "connections",
             y_label: "KiB per connection",
             log_x: false,
+            log_y: false,
             series: rows_series(&|r, n| Some(r.server_rss_kib as f64 / n)),
         },
         Chart {
             file: "threads",
             title: "Server threads",
             x_label: "connections",
-            y_label: "threads",
+            y_label: "threads (log scale)",
             log_x: false,
+            log_y: true,
             series: rows_series(&|r, _| Some(r.threads as f64)),
         },
         Chart {
@@ -101,6 +107,7 @@ fn charts(results: &Results) -> Vec<Chart> {
             x_label: "concurrent connections",
             y_label: "responses/s",
             log_x: true,
+            log_y: false,
             series: http,
         },
     ]
@@ -115,74 +122,76 @@ fn register_font() {
 }
 
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), String> {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
-    root.fill(&WHITE).map_err(err)?;
+    root.fill(&WHITE).map_err(|e| format!("{e:?}"))?;
     let points = chart.series.iter().flat_map(|(_, p)| p.iter());
-    let (mut x_max, mut y_max) = (1.0f64, 1.0f64);
-    let mut x_min = f64::INFINITY;
+    let (mut x_min, mut x_max, mut y_min, mut y_max) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1.0f64);
     for &(x, y) in points {
-        x_max = x_max.max(x);
-        y_max = y_max.max(y);
         x_min = x_min.min(x);
-    }
-    if !x_min.is_finite() {
-        x_min = 1.0;
+        x_max = x_max.max(x);
+        y_min = y_min.min(y);
+        y_max = y_max.max(y);
     }
     let mut builder = ChartBuilder::on(&root);
     builder.caption(chart.title, ("sans-serif", 22)).margin(16).x_label_area_size(48).y_label_area_size(90);
-    let palette = |i: usize| Palette99::pick(i).to_rgba();
-    if chart.log_x {
-        let mut ctx = builder
-            .build_cartesian_2d((x_min.max(1.0) * 0.8..x_max * 1.25).log_scale(), 0.0..y_max * 1.1)
-            .map_err(err)?;
-        ctx.configure_mesh()
-            .x_desc(chart.x_label)
-            .y_desc(chart.y_label)
-            .x_label_formatter(&|x| short(*x))
-            .y_label_formatter(&|y| short(*y))
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
-        for (i, (name, pts)) in chart.series.iter().enumerate() {
-            let color = palette(i);
-            ctx.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+    // Log axes start a little below the smallest value (never at zero); linear ones at zero.
+    let log_floor = |min: f64| if min.is_finite() { (min * 0.8).max(0.5) } else { 1.0 };
+    let err = |e: String| e;
+    match (chart.log_x, chart.log_y) {
+        (false, false) => plot(builder.build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max * 1.1), chart).map_err(err)?,
+        (true, false) => {
+            plot(builder.build_cartesian_2d((log_floor(x_min)..x_max * 1.25).log_scale(), 0.0..y_max * 1.1), chart)
                 .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
         }
-        ctx.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
-    } else {
-        let mut ctx = builder.build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max * 1.1).map_err(err)?;
-        ctx.configure_mesh()
-            .x_desc(chart.x_label)
-            .y_desc(chart.y_label)
-            .x_label_formatter(&|x| short(*x))
-            .y_label_formatter(&|y| short(*y))
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
-        for (i, (name, pts)) in chart.series.iter().enumerate() {
-            let color = palette(i);
-            ctx.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+        (false, true) => {
+            plot(builder.build_cartesian_2d(0.0..x_max * 1.05, (log_floor(y_min)..y_max * 2.0).log_scale()), chart)
                 .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
         }
-        ctx.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
+        (true, true) => plot(
+            builder.build_cartesian_2d(
+                (log_floor(x_min)..x_max * 1.25).log_scale(),
+                (log_floor(y_min)..y_max * 2.0).log_scale(),
+            ),
+            chart,
+        )
+        .map_err(err)?,
     }
-    root.present().map_err(err)
+    root.present().map_err(|e| format!("{e:?}"))
+}
+
+/// Draw `chart`'s series into a built coordinate system of any kind (linear or log axes).
+fn plot<'a, DB, X, Y>(
+    built: Result<ChartContext<'a, DB, Cartesian2d<X, Y>>, DrawingAreaErrorKind<DB::ErrorType>>,
+    chart: &Chart,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let mut ctx = built.map_err(err)?;
+    ctx.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .x_label_formatter(&|x| short(*x))
+        .y_label_formatter(&|y| short(*y))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in chart.series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        ctx.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+    }
+    ctx.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)
 }
 
 /// Write every chart as SVG and PNG and the HTML page into `dir`; returns the files written.

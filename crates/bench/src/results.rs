@@ -47,13 +47,10 @@ impl RowKind {
 pub struct Row {
     pub kind: Option<RowKind>,
     pub attempted: u64,
-    /// Connections the server held at once: its open descriptors above its idle count, at
-    /// their peak. Connections refused after the handshake are not counted, however often
+    /// Connections the server held at once, at the peak of its own `connections` gauge
+    /// (sampled ten times a second). Connections it refused are not counted, however often
     /// the client reconnected.
     pub connected: u64,
-    /// The same peak without the cap at `attempted` (connections briefly open while being
-    /// refused can exceed it).
-    pub held: u64,
     /// Most connections the client had open at once, from its side (it counts connections
     /// still waiting in the server's accept queue).
     pub client_peak_open: u64,
@@ -252,7 +249,7 @@ impl Results {
 
     pub fn rows_csv(&self) -> String {
         let mut s = String::from(
-            "model,row,attempted,connected,held,server_rss_kib,kernel_tcp_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,error\n",
+            "model,row,attempted,connected,server_rss_kib,kernel_tcp_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,error\n",
         );
         for m in &self.models {
             if m.rows.is_empty() {
@@ -266,12 +263,11 @@ impl Results {
             for r in &m.rows {
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{},{},{:.1},{:.1},{},{:.0},{:.0},{:.1},{:.1},{},{:.1},{},",
+                    "{},{},{},{},{},{},{:.1},{:.1},{},{:.0},{:.0},{:.1},{:.1},{},{:.1},{},",
                     m.model,
                     r.kind.map_or("", RowKind::label),
                     r.attempted,
                     r.connected,
-                    r.held,
                     r.server_rss_kib,
                     r.kernel_tcp_kib,
                     r.cpu_min_pct,
@@ -366,13 +362,7 @@ mod tests {
                         threads: 2,
                         ..Row::default()
                     },
-                    Row {
-                        kind: Some(RowKind::Maximum),
-                        attempted: 50000,
-                        connected: 49997,
-                        held: 49997,
-                        ..Row::default()
-                    },
+                    Row { kind: Some(RowKind::Maximum), attempted: 50000, connected: 49997, ..Row::default() },
                 ],
                 ..ModelResult::default()
             }],

@@ -15,8 +15,6 @@ pub struct Samples {
     pub rss_kib_max: u64,
     pub threads_max: u64,
     pub tcp_pages_max: u64,
-    /// Most descriptors the process had open at once (sampled every 100 ms).
-    pub fds_max: u64,
 }
 
 impl Samples {
@@ -46,18 +44,12 @@ impl Sampler {
         let handle = std::thread::spawn(move || {
             let ticks = sockscale_server::sys::clock_ticks_per_second() as f64;
             let mut samples = Samples::default();
-            let mut next_fd_count = Instant::now();
             let mut last = (Instant::now(), cpu_ticks(pid));
             let mut next = last.0 + interval;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(interval));
                 sample_levels(pid, &mut samples);
                 let now = Instant::now();
-                // Listing thousands of descriptors costs more than the other samples.
-                if now >= next_fd_count {
-                    samples.fds_max = samples.fds_max.max(open_fds(pid));
-                    next_fd_count = now + Duration::from_millis(100);
-                }
                 if now >= next {
                     let t = cpu_ticks(pid);
                     let used = t.saturating_sub(last.1) as f64 / ticks;
@@ -89,11 +81,6 @@ fn sample_levels(pid: u32, samples: &mut Samples) {
         }
     }
     samples.tcp_pages_max = samples.tcp_pages_max.max(tcp_pages());
-}
-
-/// Descriptors a process has open.
-pub fn open_fds(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
 /// User plus system CPU ticks of a process, all threads.
