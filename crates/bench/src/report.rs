@@ -158,11 +158,12 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
     root.present().map_err(|e| format!("{e:?}"))
 }
 
+/// A chart's coordinate system as `ChartBuilder` builds it, linear or logarithmic.
+type Built<'a, DB, X, Y> =
+    Result<ChartContext<'a, DB, Cartesian2d<X, Y>>, DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
 /// Draw `chart`'s series into a built coordinate system of any kind (linear or log axes).
-fn plot<'a, DB, X, Y>(
-    built: Result<ChartContext<'a, DB, Cartesian2d<X, Y>>, DrawingAreaErrorKind<DB::ErrorType>>,
-    chart: &Chart,
-) -> Result<(), String>
+fn plot<'a, DB, X, Y>(built: Built<'a, DB, X, Y>, chart: &Chart) -> Result<(), String>
 where
     DB: DrawingBackend + 'a,
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
