@@ -144,3 +144,64 @@ fn bench_rejects_bad_input_in_one_line() {
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// Every process under `pid`, recursively.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let text = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for child in text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+            all.push(child);
+            queue.push(child);
+        }
+    }
+    all
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
+    let dir = std::env::temp_dir().join(format!("sockscale-bench-int-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut bench = Command::new(BIN)
+        .args(["bench", "--profile", "tiny", "--models", "epoll,poll64,select,signal", "--out"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first model is written, then interrupt while later ones run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut started = Vec::new();
+    loop {
+        let done = std::fs::read_to_string(dir.join("results.json")).unwrap_or_default();
+        started.extend(descendants(bench.id()));
+        if done.contains("\"model\": \"epoll\"") && !descendants(bench.id()).is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "bench never got past its first model");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let running = descendants(bench.id());
+    assert!(!running.is_empty(), "the bench has a server or a load running");
+    sockscale_server::sys::signal_process(bench.id(), libc::SIGINT).unwrap();
+    let status = bench.wait().unwrap();
+    assert!(!status.success(), "an interrupted bench exits non-zero");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for pid in running {
+        assert!(!alive(pid), "process {pid} started by the bench is still running");
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(r["interrupted"], true);
+    let epoll = &r["models"][0];
+    assert_eq!(epoll["model"], "epoll");
+    assert_eq!(epoll["rows"].as_array().map(Vec::len), Some(3), "the rows measured before are kept");
+    assert!(r["models"].as_array().map_or(0, Vec::len) < 4, "the run stopped early");
+    assert!(dir.join("report.html").exists(), "the report is drawn from what was measured");
+    let _ = std::fs::remove_dir_all(&dir);
+}
