@@ -198,9 +198,19 @@ pub fn run_serve_children(
         });
         Ok(pid)
     };
-    for k in 0..n {
+    // Spawning and recording a worker happen under the lock the signal forwarder takes, and a
+    // worker started after a stop began is told at once: no worker can miss the SIGTERM.
+    let launch = |k: usize| -> Result<()> {
+        let mut table = pids.lock().unwrap_or_else(|e| e.into_inner());
         let pid = start_worker(k)?;
-        pids.lock().unwrap_or_else(|e| e.into_inner())[k] = pid;
+        table[k] = pid;
+        if stopping.load(Ordering::SeqCst) {
+            let _ = sys::signal_process(pid, libc::SIGTERM);
+        }
+        Ok(())
+    };
+    for k in 0..n {
+        launch(k)?;
     }
     let mut ready = 0;
     let mut running = n;
@@ -232,8 +242,8 @@ pub fn run_serve_children(
                 std::thread::sleep(wait);
                 tracing::warn!(worker = k, "worker {k} (pid {pid}) exited; starting a new one");
                 last_restart.insert(k, Instant::now());
-                match start_worker(k) {
-                    Ok(new_pid) => pids.lock().unwrap_or_else(|e| e.into_inner())[k] = new_pid,
+                match launch(k) {
+                    Ok(()) => {}
                     Err(e) => {
                         tracing::error!(error = %e, "cannot restart worker {k}");
                         running -= 1;
