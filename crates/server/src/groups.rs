@@ -14,7 +14,7 @@
 //! When accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) the
 //! acceptor stops watching the listener for a back-off that doubles from 10 ms to 1 s, logging
 //! at most once a second; a group closing a connection wakes it to try again at once. A group
-//! that cannot be started (no thread, no eventfd) refuses the connection that needed it.
+//! that cannot be started (no thread, no eventfd, no ring) refuses the connection that needed it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
@@ -58,7 +58,7 @@ fn corrupting_echo_server(every: usize) -> std::net::SocketAddr {
                 let mut stream = stream;
                 let mut buf = [0u8; 4096];
                 let mut total = 0usize;
-                while let Ok(len) = stream.read(&mut buf) {
+                while let Ok(len) = read_some(&mut stream, &mut buf) {
                     if len == 0 {
                         break;
                     }
@@ -94,7 +94,7 @@ fn no_keepalive_opens_one_connection_per_request() {
     let server = ServerProc::start("epoll", &["--proto", "http"]);
     let url = format!("http://{}/", server.addr);
     let r = load(&["http", &url, "-c", "4", "-n", "50", "--no-keepalive", "-t", "1"]);
-    assert_eq!(n(&r, "requests.completed"), 50);
+    assert_eq!(n(&r, "requests.completed"), 50, "errors: {}", r["errors"]);
     assert_eq!(n(&r, "connections.connected"), 50);
     let done = server.stop();
     // One more: the reachability probe made before the run.
@@ -116,7 +116,7 @@ fn batch_counting_http_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
                 let mut stream = stream;
                 let mut pending = Vec::new();
                 let mut buf = [0u8; 65536];
-                while let Ok(len) = stream.read(&mut buf) {
+                while let Ok(len) = read_some(&mut stream, &mut buf) {
                     if len == 0 {
                         break;
                     }

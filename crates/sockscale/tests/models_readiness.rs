@@ -43,7 +43,7 @@ fn select_refuses_connections_beyond_fd_setsize_and_keeps_serving() {
     let mut last = clients.pop().expect("clients");
     last.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut byte = [0u8; 1];
-    match last.read(&mut byte) {
+    match read_some(&mut last, &mut byte) {
         Ok(0) => {}
         Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
         other => panic!("a connection beyond FD_SETSIZE was not closed: {other:?}"),
@@ -52,7 +52,7 @@ fn select_refuses_connections_beyond_fd_setsize_and_keeps_serving() {
     let mut admitted = Vec::new();
     for (i, client) in clients.iter_mut().enumerate() {
         client.set_nonblocking(true).unwrap();
-        match client.read(&mut byte) {
+        match read_some(client, &mut byte) {
             Ok(0) => refused_seen += 1,
             Err(e) if e.kind() == ErrorKind::ConnectionReset => refused_seen += 1,
             Err(e) if e.kind() == ErrorKind::WouldBlock => admitted.push(i),

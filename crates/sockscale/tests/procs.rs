@@ -126,7 +126,7 @@ fn source_addresses_are_used() {
             peers.insert(peer.ip());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
-                while let Ok(n) = s.read(&mut buf) {
+                while let Ok(n) = read_some(&mut s, &mut buf) {
                     if n == 0 || s.write_all(&buf[..n]).is_err() {
                         break;
                     }

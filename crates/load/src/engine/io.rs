@@ -174,6 +174,7 @@ impl Engine<'_> {
                 }
                 if conn.prepaid > 0 {
                     conn.prepaid -= 1;
+                    self.prepaid_pending -= 1;
                 } else if !shared.claim() {
                     break;
                 }

@@ -201,6 +201,9 @@ pub struct Engine<'a> {
     depth: usize,
     /// Connections of this thread that are connected now.
     open: u64,
+    /// Requests claimed from `-n` for connections not yet made or not yet sending: the run is
+    /// not over while any is pending.
+    prepaid_pending: u64,
     result: ThreadResult,
 }
 
@@ -239,6 +242,7 @@ impl<'a> Engine<'a> {
             send_interval_ns,
             depth: cfg.per_conn_depth(),
             open: 0,
+            prepaid_pending: 0,
             result: ThreadResult::default(),
         })
     }
@@ -285,8 +289,11 @@ impl<'a> Engine<'a> {
         if self.stopping() {
             return true;
         }
-        // With -n: done once the budget is spent and nothing of ours is still in flight.
-        self.shared.budget_spent() && self.conns.iter().all(|(_, c)| !c.connected || c.client.outstanding() == 0)
+        // With -n: done once the budget is spent and nothing of ours is still in flight or
+        // claimed for a connection still to be made.
+        self.shared.budget_spent()
+            && self.prepaid_pending == 0
+            && self.conns.iter().all(|(_, c)| !c.connected || c.client.outstanding() == 0)
     }
 
     fn wait_timeout(&self) -> Duration {
@@ -329,10 +336,13 @@ impl<'a> Engine<'a> {
                 self.next_open_ns += interval;
             }
             let prepaid = self.one_request_per_connection();
-            if prepaid && !self.shared.claim() {
-                // -n is spent: this connection would carry no request.
-                self.opened = self.mine;
-                break;
+            if prepaid {
+                if !self.shared.claim() {
+                    // -n is spent: this connection would carry no request.
+                    self.opened = self.mine;
+                    break;
+                }
+                self.prepaid_pending += 1;
             }
             let index = self.shared.cfg.first_conn + self.thread as u64 + self.opened * self.threads as u64;
             self.opened += 1;
@@ -435,9 +445,10 @@ impl<'a> Engine<'a> {
     }
 
     /// A claimed request could not be sent because its connection never came up.
-    fn refund(&self, prepaid: bool) {
+    fn refund(&mut self, prepaid: bool) {
         if prepaid {
             self.shared.unclaim(1);
+            self.prepaid_pending -= 1;
         }
     }
 
@@ -448,6 +459,9 @@ impl<'a> Engine<'a> {
         let prepaid = self.one_request_per_connection();
         if (prepaid && !self.shared.claim()) || (!prepaid && self.shared.budget_spent()) {
             return;
+        }
+        if prepaid {
+            self.prepaid_pending += 1;
         }
         let delay = if end == End::Failed { RECONNECT_AFTER_FAILURE.as_nanos() as u64 } else { 0 };
         self.reconnects.push_back((self.now_ns + delay, index, prepaid));

@@ -60,25 +60,50 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             let shutdown = shutdown.clone();
             let protocol = protocol.clone();
             let (index, inbox, load) = (group.index, group.inbox, group.load);
-            std::thread::Builder::new().name(format!("sockscale-u64-{index}")).spawn_scoped(scope, move || {
-                let setup = WorkerSetup {
-                    cfg,
-                    protocol,
-                    stats,
-                    counters: stats.shard(index),
-                    pool: &pool,
-                    shutdown: shutdown.clone(),
-                    source: UringSource::Inbox(inbox),
-                    entries: 256,
-                    group: Some(load),
-                };
-                let outcome = UringWorker::new(setup).and_then(UringWorker::run);
-                if outcome.is_err() {
-                    // One group failing stops the server, as one epoll worker failing does.
-                    shutdown.force();
+            // The ring is built on the group's own thread (a single-issuer ring belongs to the
+            // thread that made it), but the acceptor waits for it: a group that cannot get its
+            // ring, say for EMFILE while the acceptor has taken every descriptor, refuses the
+            // connection that needed it instead of stopping the server.
+            let (built_tx, built_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
+            let thread =
+                std::thread::Builder::new().name(format!("sockscale-u64-{index}")).spawn_scoped(scope, move || {
+                    let setup = WorkerSetup {
+                        cfg,
+                        protocol,
+                        stats,
+                        counters: stats.shard(index),
+                        pool: &pool,
+                        shutdown: shutdown.clone(),
+                        source: UringSource::Inbox(inbox),
+                        entries: 256,
+                        group: Some(load),
+                    };
+                    let worker = match UringWorker::new(setup) {
+                        Ok(worker) => worker,
+                        Err(e) => {
+                            let _ = built_tx.send(Err(e));
+                            return Ok(());
+                        }
+                    };
+                    let _ = built_tx.send(Ok(()));
+                    let outcome = worker.run();
+                    if outcome.is_err() {
+                        // One group failing stops the server, as one epoll worker failing does.
+                        shutdown.force();
+                    }
+                    outcome
+                })?;
+            match built_rx.recv() {
+                Ok(Ok(())) => Ok(thread),
+                Ok(Err(e)) => {
+                    let _ = thread.join();
+                    Err(e)
                 }
-                outcome
-            })
+                Err(_) => {
+                    let _ = thread.join();
+                    Err(std::io::Error::other("connection group thread panicked while building its ring"))
+                }
+            }
         })
     })
     .map_err(io_err)

@@ -284,7 +284,7 @@ impl HttpReader {
     /// True once the server has closed: reads return EOF or a reset, with no bytes.
     pub fn closed(&mut self) -> bool {
         let mut byte = [0u8; 1];
-        match self.stream.read(&mut byte) {
+        match read_some(&mut self.stream, &mut byte) {
             Ok(0) => true,
             Ok(_) => false,
             Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted),
@@ -293,7 +293,7 @@ impl HttpReader {
 
     fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 16384];
-        match self.stream.read(&mut chunk) {
+        match read_some(&mut self.stream, &mut chunk) {
             Ok(0) => false,
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
@@ -301,6 +301,18 @@ impl HttpReader {
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => false,
             Err(e) => panic!("read failed: {e}"),
+        }
+    }
+}
+
+/// One `read`, retried when a signal interrupts it. The test process itself probes io_uring
+/// (`Model::unavailable`), and ring teardown can deliver task work that wakes a blocking read
+/// with EINTR; that is not the timeout or close a test is waiting for.
+pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
         }
     }
 }
