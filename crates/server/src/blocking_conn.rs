@@ -242,8 +242,8 @@ impl<'a> Hub<'a> {
         mut admit: impl FnMut(OwnedFd, &mut Admission<'_>),
     ) -> io::Result<()> {
         let fd = listener.as_raw_fd();
-        let mut refuser = Admission { engine: Kit::new(&self.protocol).engine, log: LogLimiter::default(), counters };
-        let mut log = LogLimiter::default();
+        let mut refuser = Admission { engine: Kit::new(&self.protocol).engine, log: LogLimiter::refusals(), counters };
+        let mut log = LogLimiter::accept_errors();
         let mut backoff = FIRST_BACKOFF;
         loop {
             let mut fds = [pollfd(fd, libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
@@ -562,7 +562,7 @@ pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<
 }
 
 fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
-    let mut log = LogLimiter::default();
+    let mut log = LogLimiter::udp_errors();
     loop {
         let mut fds = [pollfd(udp.fd(), libc::POLLIN), pollfd(drain, libc::POLLIN)];
         match sys::ppoll(&mut fds, None) {

@@ -84,6 +84,9 @@ pub struct Config {
     pub stack_size: usize,
     /// Sends in flight per connection, for the completion models.
     pub max_outstanding_sends: usize,
+    /// Thread pool: connections that may wait for a worker, per worker, before new ones are
+    /// refused.
+    pub queue_depth: usize,
     /// The port is shared with sibling server processes (`serve --procs`): bind with
     /// SO_REUSEPORT and skip the busy-port probe, which the parent process has done.
     pub shared_port: bool,
@@ -114,6 +117,7 @@ impl Default for Config {
             metrics: None,
             stack_size: 64 << 10,
             max_outstanding_sends: 200,
+            queue_depth: 128,
             shared_port: false,
         }
     }
@@ -146,6 +150,7 @@ impl Config {
             ("max-pending-send", self.max_pending_send),
             ("pool-buffers", self.pool_buffers),
             ("max-outstanding-sends", self.max_outstanding_sends),
+            ("queue-depth", self.queue_depth),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { flag });

@@ -283,6 +283,11 @@ pub struct Conn {
     pub writable: bool,
     /// The peer sent FIN.
     pub read_eof: bool,
+    /// The selector reported an error or a hang-up (RST, FIN). An edge-triggered selector will
+    /// not report it again, and a reset or FIN that arrived together with data is only seen
+    /// after the data is read, so from now on a short read is not taken to mean the socket is
+    /// drained: reading goes on until EOF, an error or EAGAIN.
+    pub hangup: bool,
     /// What a level-triggered selector is currently watching for.
     pub registered: Interest,
     pub generation: u32,
@@ -300,6 +305,7 @@ impl Conn {
             readable: true,
             writable: true,
             read_eof: false,
+            hangup: false,
             registered: Interest::NONE,
             generation,
         }

@@ -147,8 +147,8 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             groups: Vec::new(),
             backoff: FIRST_BACKOFF,
             paused_until: None,
-            accept_log: LogLimiter::default(),
-            refusal_log: LogLimiter::default(),
+            accept_log: LogLimiter::accept_errors(),
+            refusal_log: LogLimiter::refusals(),
         })
     }
 

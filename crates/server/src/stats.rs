@@ -73,6 +73,7 @@ pub struct Counters {
     datagrams_in: AtomicU64,
     datagrams_out: AtomicU64,
     datagrams_dropped: AtomicU64,
+    datagrams_overflowed: AtomicU64,
     buffers_in_use: AtomicI64,
 }
 
@@ -96,6 +97,10 @@ impl Counters {
         self.datagrams_in.fetch_add(received as u64, Relaxed);
         self.datagrams_out.fetch_add(sent as u64, Relaxed);
         self.datagrams_dropped.fetch_add(dropped as u64, Relaxed);
+    }
+    /// Datagrams the kernel dropped before the server saw them (receive queue full).
+    pub fn datagrams_overflowed(&self, n: u64) {
+        self.datagrams_overflowed.fetch_add(n, Relaxed);
     }
     pub(crate) fn buffer_taken(&self) {
         self.buffers_in_use.fetch_add(1, Relaxed);
@@ -157,6 +162,7 @@ impl Stats {
             s.datagrams_in += c.datagrams_in.load(Relaxed);
             s.datagrams_out += c.datagrams_out.load(Relaxed);
             s.datagrams_dropped += c.datagrams_dropped.load(Relaxed);
+            s.datagrams_overflowed += c.datagrams_overflowed.load(Relaxed);
             s.buffers_in_use += c.buffers_in_use.load(Relaxed);
         }
         s
@@ -175,6 +181,8 @@ pub struct Snapshot {
     pub datagrams_in: u64,
     pub datagrams_out: u64,
     pub datagrams_dropped: u64,
+    /// Datagrams the kernel dropped because the socket's receive queue was full (SO_RXQ_OVFL).
+    pub datagrams_overflowed: u64,
     pub connections: u64,
     pub buffers_in_use: i64,
 }
@@ -210,6 +218,12 @@ impl Snapshot {
         metric("datagrams_received_total", "counter", "UDP datagrams received.", &one(self.datagrams_in));
         metric("datagrams_sent_total", "counter", "UDP datagrams sent.", &one(self.datagrams_out));
         metric("datagrams_dropped_total", "counter", "UDP replies dropped.", &one(self.datagrams_dropped));
+        metric(
+            "datagrams_overflowed_total",
+            "counter",
+            "UDP datagrams the kernel dropped because the receive queue was full.",
+            &one(self.datagrams_overflowed),
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -230,12 +244,13 @@ impl fmt::Display for Snapshot {
         }
         write!(
             f,
-            " bytes_in={} bytes_out={} datagrams_in={} datagrams_out={} datagrams_dropped={} buffers_in_use={}",
+            " bytes_in={} bytes_out={} datagrams_in={} datagrams_out={} datagrams_dropped={} datagrams_overflowed={} buffers_in_use={}",
             self.bytes_in,
             self.bytes_out,
             self.datagrams_in,
             self.datagrams_out,
             self.datagrams_dropped,
+            self.datagrams_overflowed,
             self.buffers_in_use
         )
     }

@@ -4,6 +4,12 @@
 //! A UDP server never queues: a reply the socket will not take now (EAGAIN) is dropped and
 //! counted, as the network itself would drop it. Slots are 64 KiB, so even a 65,507-byte
 //! datagram is echoed whole; untouched slot pages cost no RSS.
+//!
+//! Datagrams the kernel drops because the receive queue is full never reach us, so a flood
+//! would otherwise be invisible: SO_RXQ_OVFL makes the kernel attach the socket's running drop
+//! count to each datagram, and the growth of that count is reported as `datagrams_overflowed`.
+//! Zero-length datagrams are echoed as zero-length datagrams, and ICMP errors caused by earlier
+//! replies (the peer's port closed) concern that peer only and are skipped.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -16,6 +22,8 @@ use crate::sys::syscall;
 
 pub const BATCH: usize = 32;
 const SLOT: usize = 64 << 10;
+/// Room for one SO_RXQ_OVFL control message (CMSG_SPACE of a u32 is 16 on 64-bit Linux).
+const CONTROL: usize = 32;
 
 pub struct UdpEcho {
     socket: Arc<Socket>,
@@ -23,10 +31,27 @@ pub struct UdpEcho {
     addrs: Vec<libc::sockaddr_storage>,
     lens: [usize; BATCH],
     addr_lens: [libc::socklen_t; BATCH],
+    control: [[u64; CONTROL / 8]; BATCH],
+    /// The kernel's drop count as last seen, when SO_RXQ_OVFL is on.
+    overflow_seen: Option<u32>,
+    /// The drop count carried by the newest datagram of the last batch, if any carried one.
+    overflow_newest: Option<u32>,
 }
 
 impl UdpEcho {
     pub fn new(socket: Arc<Socket>) -> Self {
+        let on: libc::c_int = 1;
+        // SAFETY: the option value is a live c_int of the size passed.
+        let overflow_counted = syscall!(setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RXQ_OVFL,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t
+        ));
+        if let Err(e) = &overflow_counted {
+            tracing::warn!(error = %e, "SO_RXQ_OVFL unavailable: kernel drops of UDP datagrams will not be counted");
+        }
         UdpEcho {
             socket,
             slots: vec![0; BATCH * SLOT],
@@ -34,6 +59,10 @@ impl UdpEcho {
             addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
             lens: [0; BATCH],
             addr_lens: [0; BATCH],
+            control: [[0; CONTROL / 8]; BATCH],
+            // The count starts at zero for a new socket; None until the option is known on.
+            overflow_seen: overflow_counted.ok().map(|_| 0),
+            overflow_newest: None,
         }
     }
 
@@ -67,6 +96,7 @@ impl UdpEcho {
             let (sent, sent_bytes) = self.reply(received);
             counters.bytes_out(sent_bytes);
             counters.datagrams(received, sent, received - sent);
+            self.count_overflows(counters);
             if received < BATCH {
                 return Ok(false);
             }
@@ -88,17 +118,34 @@ impl UdpEcho {
             msg.msg_hdr.msg_iovlen = 1;
             msg.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             msg.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            if self.overflow_seen.is_some() {
+                msg.msg_hdr.msg_control = self.control[i].as_mut_ptr().cast();
+                msg.msg_hdr.msg_controllen = CONTROL;
+            }
         }
-        // SAFETY: every header points at a live iovec over its own 64 KiB slot and at its own
-        // address storage, all of which outlive the call.
+        // SAFETY: every header points at a live iovec over its own 64 KiB slot, at its own
+        // address storage and at its own control buffer, all of which outlive the call.
         let n =
             syscall!(recvmmsg(self.fd(), msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()))?;
         let n = n as usize;
+        self.overflow_newest = None;
         for (i, msg) in msgs[..n].iter().enumerate() {
             self.lens[i] = msg.msg_len as usize;
             self.addr_lens[i] = msg.msg_hdr.msg_namelen;
+            if msg.msg_hdr.msg_controllen > 0 {
+                self.overflow_newest = read_overflow(&msg.msg_hdr).or(self.overflow_newest);
+            }
         }
         Ok(n)
+    }
+
+    /// Count the drops the kernel reported since the last batch (the count is cumulative per
+    /// socket and wraps at 2^32).
+    fn count_overflows(&mut self, counters: &Counters) {
+        if let (Some(seen), Some(newest)) = (self.overflow_seen, self.overflow_newest) {
+            counters.datagrams_overflowed(u64::from(newest.wrapping_sub(seen)));
+            self.overflow_seen = Some(newest);
+        }
     }
 
     /// Send the replies to the first `count` datagrams; returns (sent, bytes sent).
@@ -140,4 +187,22 @@ impl UdpEcho {
         }
         (sent, sent_bytes)
     }
+}
+
+/// The SO_RXQ_OVFL drop count carried by one received message. The kernel attaches it only
+/// once the socket has dropped something.
+fn read_overflow(hdr: &libc::msghdr) -> Option<u32> {
+    // SAFETY: `hdr` was filled by recvmmsg, so its control pointer and length describe the
+    // control messages the kernel wrote into our buffer; CMSG_FIRSTHDR/NXTHDR stay within it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
+                let data = libc::CMSG_DATA(cmsg).cast::<u32>();
+                return Some(data.read_unaligned());
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    None
 }

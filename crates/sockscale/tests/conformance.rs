@@ -9,35 +9,10 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::UdpSocket;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use sockscale_server::{Model, Policy};
+use sockscale_server::Policy;
 use support::*;
-
-/// Skip (returning true) when `model` cannot run on this machine, saying why.
-fn unavailable(model: &str) -> bool {
-    let parsed = Model::from_str(model).expect("a model the library knows");
-    match parsed.unavailable() {
-        Some(reason) => {
-            eprintln!("skipped: the {model} model is unavailable here: {reason}");
-            true
-        }
-        None => false,
-    }
-}
-
-/// Skip (returning true) when `model` declares it cannot honour `policy`.
-fn skip(model: &str, policy: Policy) -> bool {
-    let parsed = Model::from_str(model).expect("a model the library knows");
-    match parsed.limitation(policy) {
-        Some(reason) => {
-            eprintln!("skipped: {model} cannot honour {policy:?}: {reason}");
-            true
-        }
-        None => false,
-    }
-}
 
 pub fn echo_1mib_on_200_connections(model: &str) {
     let server = ServerProc::start(model, &["--proto", "echo"]);
@@ -264,7 +239,9 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
     if skip(model, Policy::FloodCutoff) {
         return;
     }
-    let server = ServerProc::start(model, &["--proto", "echo", "--send-timeout", "2"]);
+    let (max_pending_send_kib, pool_kib) = (1024, 64 * 16);
+    let args = ["--send-timeout", "2", "--max-pending-send", "1MiB", "--pool-buffers", "64", "--buffer-size", "16KiB"];
+    let server = ServerProc::start(model, &[&["--proto", "echo"][..], &args].concat());
     let mut normal = server.connect();
     normal.write_all(b"warm").unwrap();
     let mut warm = [0u8; 4];
@@ -278,8 +255,9 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
     let mut sent = 0usize;
     let mut cut_off = false;
     std::thread::scope(|s| {
+        // Up to 1 GiB, never reading an echo.
         let writer = s.spawn(|| {
-            for _ in 0..64 {
+            for _ in 0..1024 {
                 match flooder.write_all(&chunk) {
                     Ok(()) => sent += chunk.len(),
                     Err(_) => return true,
@@ -295,25 +273,18 @@ pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
             normal.read_exact(&mut pong).unwrap();
             assert_eq!(&pong, b"ping");
             std::thread::sleep(Duration::from_millis(50));
-            assert!(started.elapsed() < Duration::from_secs(20), "flooder never cut off");
+            assert!(started.elapsed() < Duration::from_secs(30), "flooder never cut off");
         }
         cut_off = writer.join().unwrap();
     });
-    if !cut_off {
-        // All 64 MiB went into buffers somewhere; the server must still close it unread.
-        let mut b = [0u8; 65536];
-        flooder.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let _ = flooder.shutdown(std::net::Shutdown::Write);
-        assert!(sent == 64 << 20);
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            match read_some(&mut flooder, &mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => assert!(Instant::now() < until),
-            }
-        }
-    }
-    assert!(peak < baseline + 64 * 1024, "server RSS grew from {baseline} KiB to {peak} KiB");
+    assert!(cut_off, "the server took {} MiB from a client that never read, without disconnecting it", sent >> 20);
+    eprintln!("{model}: flooder cut off after {} KiB; RSS {baseline} KiB, peak {peak} KiB", sent >> 10);
+    // What the configuration lets a flood cost: echoes waiting for the flooder stop the server
+    // reading past --max-pending-send, and one read (a --read-budget) can overshoot it, so twice
+    // the cap; plus the receive buffer pool, whose pages are touched as the flood uses them
+    // (io_uring's provided-buffer ring cycles through all of them); plus 1 MiB of allocator slack.
+    let bound = baseline + 2 * max_pending_send_kib + pool_kib + 1024;
+    assert!(peak < bound, "server RSS grew from {baseline} KiB to {peak} KiB (bound {bound} KiB)");
     let done = server.stop();
     assert_eq!(done.counter("closed_flood") + done.counter("closed_send_timeout"), 1, "{:?}", done.stdout);
 }
@@ -371,16 +342,23 @@ pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
     }
     let server = ServerProc::start_limited(model, &["--proto", "echo"], Some(48));
     let ticks_per_sec = 100; // USER_HZ on Linux
-                             // Connect far more clients than the server has descriptors; the kernel completes the
-                             // handshakes into the backlog, the server accepts until EMFILE.
+    let started = Instant::now();
+    // Connect far more clients than the server has descriptors; the kernel completes the
+    // handshakes into the backlog, the server accepts until EMFILE.
     let mut clients: Vec<_> = (0..80).map(|_| server.connect()).collect();
     std::thread::sleep(Duration::from_millis(500));
     let before = server.cpu_ticks();
+    let window = Instant::now();
     // More connection attempts arrive while it is saturated.
     let mut late: Vec<_> = (0..20).map(|_| server.connect()).collect();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
     let used = server.cpu_ticks() - before;
-    assert!(used * 100 < 2 * ticks_per_sec * 10, "used {used} ticks in 2 s while out of descriptors");
+    let seconds = window.elapsed().as_secs_f64();
+    // Under 5% of one core while saturated.
+    assert!(
+        (used as f64) < 0.05 * ticks_per_sec as f64 * seconds,
+        "used {used} ticks in {seconds:.1} s while out of descriptors"
+    );
     // Free descriptors: every client, including the ones queued during the back-off, is served.
     clients.truncate(5);
     std::thread::sleep(Duration::from_millis(300));
@@ -393,9 +371,11 @@ pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
     drop(clients);
     drop(late);
     let stderr = server.kill();
+    let seconds = started.elapsed().as_secs_f64();
     let warnings = stderr.lines().filter(|l| l.contains("accept failed")).count();
     assert!(warnings >= 1, "EMFILE was never logged: {stderr}");
-    assert!(warnings <= 2 * 4, "logged {warnings} times in about 3 s with 2 workers: {stderr}");
+    // At most once a second for the whole process, however many workers hit EMFILE.
+    assert!(warnings as f64 <= seconds.ceil() + 1.0, "logged {warnings} times in {seconds:.1} s: {stderr}");
 }
 
 /// Instantiate every case for each listed model.

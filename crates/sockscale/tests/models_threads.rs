@@ -231,7 +231,7 @@ fn threadpool_keeps_a_fixed_number_of_threads() {
 
 #[test]
 fn threadpool_refuses_new_connections_when_its_queue_is_full() {
-    // The harness runs two workers, so the queue holds 256 (QUEUE_PER_WORKER each). A small
+    // The harness runs two workers, so the queue holds 256 (--queue-depth 128 each). A small
     // send buffer, so a client that does not read stalls a worker in its blocking send within
     // a few responses.
     let server = ServerProc::start("threadpool", &["--proto", "http", "--sndbuf", "64KiB", "--send-timeout", "5"]);

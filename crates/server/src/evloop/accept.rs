@@ -10,7 +10,7 @@
 //!   listener is taken out of the selector for a back-off that doubles up to one second, so the
 //!   loop never spins on a listener it cannot serve; it comes back early when one of this
 //!   worker's connections closes and frees a descriptor. The error is logged at most once a
-//!   second, with a count of what was suppressed.
+//!   second per process, with a count of what was suppressed.
 
 use std::collections::VecDeque;
 use std::io;
@@ -49,7 +49,7 @@ impl Acceptor {
             registered: false,
             paused_until: None,
             backoff: FIRST_BACKOFF,
-            log: LogLimiter::default(),
+            log: LogLimiter::accept_errors(),
         }
     }
 
@@ -120,24 +120,64 @@ impl Inbox {
     }
 }
 
-/// Let a message through at most once a second, counting the ones held back.
-#[derive(Debug, Default)]
+/// Let a kind of message through at most once a second per process, counting the ones held
+/// back. A handle is cheap and every worker holds its own, but all handles of one kind share
+/// one window: with N workers out of descriptors at once, the log still gets one line a
+/// second, not N (a flood of identical warnings is itself a resource a client could exhaust).
+#[derive(Debug, Clone, Copy)]
 pub struct LogLimiter {
-    last: Option<Instant>,
-    suppressed: u64,
+    window: &'static LogWindow,
 }
 
+/// The shared state of one kind of message: when one was last let through, and how many
+/// were held back since. Only contended when messages are, so a mutex is cheap enough.
+#[derive(Debug)]
+pub struct LogWindow(Mutex<(Option<Instant>, u64)>);
+
+impl LogWindow {
+    const fn new() -> Self {
+        LogWindow(Mutex::new((None, 0)))
+    }
+}
+
+static ACCEPT_ERRORS: LogWindow = LogWindow::new();
+static REFUSALS: LogWindow = LogWindow::new();
+static UDP_ERRORS: LogWindow = LogWindow::new();
+static SIGNAL_OVERFLOWS: LogWindow = LogWindow::new();
+
 impl LogLimiter {
+    /// accept(2) failures (EMFILE and the like).
+    pub fn accept_errors() -> Self {
+        LogLimiter { window: &ACCEPT_ERRORS }
+    }
+
+    /// Connections refused at `--max-conns` or for want of a slot.
+    pub fn refusals() -> Self {
+        LogLimiter { window: &REFUSALS }
+    }
+
+    /// Failed UDP receives.
+    pub fn udp_errors() -> Self {
+        LogLimiter { window: &UDP_ERRORS }
+    }
+
+    /// Real-time signal queue overflows.
+    pub fn signal_overflows() -> Self {
+        LogLimiter { window: &SIGNAL_OVERFLOWS }
+    }
+
     /// Some(suppressed since the last message) if a message may be logged now.
     pub fn allow(&mut self, now: Instant) -> Option<u64> {
-        match self.last {
-            Some(last) if now.duration_since(last) < Duration::from_secs(1) => {
-                self.suppressed += 1;
+        let mut window = self.window.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (last, suppressed) = &mut *window;
+        match *last {
+            Some(at) if now.saturating_duration_since(at) < Duration::from_secs(1) => {
+                *suppressed += 1;
                 None
             }
             _ => {
-                self.last = Some(now);
-                Some(std::mem::take(&mut self.suppressed))
+                *last = Some(now);
+                Some(std::mem::take(suppressed))
             }
         }
     }
@@ -308,5 +348,23 @@ pub(crate) fn refuse(
     drop(fd);
     if let Some(suppressed) = log.allow(now) {
         tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_of_one_kind_share_one_window_a_second() {
+        let window: &'static LogWindow = Box::leak(Box::new(LogWindow::new()));
+        let (mut first, mut second) = (LogLimiter { window }, LogLimiter { window });
+        let start = Instant::now();
+        assert_eq!(first.allow(start), Some(0));
+        // Another worker, a moment later: held back, and counted.
+        assert_eq!(second.allow(start + Duration::from_millis(10)), None);
+        assert_eq!(first.allow(start + Duration::from_millis(999)), None);
+        assert_eq!(second.allow(start + Duration::from_millis(1000)), Some(2));
+        assert_eq!(first.allow(start + Duration::from_millis(1500)), None);
     }
 }

@@ -96,9 +96,11 @@ impl<S: Selector> Worker<'_, S> {
                             self.resume.push(token);
                             break;
                         }
-                        if n < want {
+                        if n < want && !conn.hangup {
                             // A short read emptied the socket's queue; any byte arriving later
-                            // raises a new event, so there is no need to wait for EAGAIN.
+                            // raises a new event, so there is no need to wait for EAGAIN. Not
+                            // after a hang-up: its FIN or reset sits behind the data just read
+                            // and raises no new event (see `Conn::hangup`).
                             conn.readable = false;
                             break;
                         }

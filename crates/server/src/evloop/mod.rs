@@ -166,7 +166,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             now,
             drain_deadline: None,
             edge,
-            refusal_log: accept::LogLimiter::default(),
+            refusal_log: accept::LogLimiter::refusals(),
             next_wall_check: now,
         })
     }
@@ -246,6 +246,7 @@ impl<'a, S: Selector> Worker<'a, S> {
                 }
                 conn.readable |= event.readable || event.closed;
                 conn.writable |= event.writable || event.closed;
+                conn.hangup |= event.closed;
                 self.drive(token);
             }
         }

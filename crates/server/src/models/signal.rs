@@ -13,8 +13,9 @@
 //!
 //! A signal reports a change, so the selector is edge-triggered, and the loop keeps readiness it
 //! has not consumed. Three cases raise no signal, and each is covered:
-//! - A descriptor already readable when it is armed: each new registration is reported ready
-//!   once, on the next wait.
+//! - Whatever happened to a descriptor before it was armed (data, or a reset or FIN that already
+//!   ended the connection): each new registration is polled once, on the next wait, and
+//!   reported with what poll(2) says.
 //! - A full real-time signal queue (RLIMIT_SIGPENDING, counted per user): the kernel sends SIGIO
 //!   instead, once. On SIGIO the selector drains the signalfd and polls every registered
 //!   descriptor with poll(2), reporting whatever is ready, as the C10K literature prescribes.
@@ -129,7 +130,7 @@ impl SignalSelector {
             scan: Vec::new(),
             stamp: 0,
             overflows: 0,
-            overflow_log: LogLimiter::default(),
+            overflow_log: LogLimiter::signal_overflows(),
         })
     }
 
@@ -193,6 +194,36 @@ impl SignalSelector {
                     suppressed,
                     "real-time signal queue overflowed (RLIMIT_SIGPENDING); polled every descriptor instead"
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// Report what descriptors registered since the last wait are ready for. What happened to
+    /// them before O_ASYNC was set raised no signal (data, or a reset that already closed the
+    /// connection), so ask poll(2) once; everything after raises one.
+    fn report_fresh(&mut self, events: &mut Vec<Event>) -> io::Result<()> {
+        if self.fresh.is_empty() {
+            return Ok(());
+        }
+        self.scan.clear();
+        // POLLRDHUP: a FIN that came with the data must be reported, or the loop would stop at
+        // the short read of that data and never learn of the FIN.
+        let interest = libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
+        self.scan.extend(self.fresh.drain(..).map(|fd| libc::pollfd { fd, events: interest, revents: 0 }));
+        loop {
+            match sys::ppoll(&mut self.scan, Some(Duration::ZERO)) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        for i in 0..self.scan.len() {
+            let p = self.scan[i];
+            let has = |bits: libc::c_short| p.revents & bits != 0;
+            if p.revents != 0 && !has(libc::POLLNVAL) {
+                let closed = has(libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP);
+                self.report(events, p.fd, has(libc::POLLIN), has(libc::POLLOUT), closed);
             }
         }
         Ok(())
@@ -294,9 +325,7 @@ impl Selector for SignalSelector {
 
     fn select(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
         self.stamp += 1;
-        for fd in std::mem::take(&mut self.fresh) {
-            self.report(events, fd, true, true, false);
-        }
+        self.report_fresh(events)?;
         self.wait.clear();
         self.wait.push(libc::pollfd { fd: self.signalfd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
         self.wait.extend(self.direct.iter().map(|&(fd, _)| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }));

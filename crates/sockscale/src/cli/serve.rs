@@ -92,6 +92,9 @@ pub struct ServeArgs {
     /// Sends in flight per connection (completion models)
     #[arg(long, default_value_t = 200, help_heading = "Connections")]
     pub max_outstanding_sends: usize,
+    /// Thread pool: connections waiting for a worker, per worker, beyond which new ones are refused (HTTP gets a 503)
+    #[arg(long, default_value_t = 128, help_heading = "Connections")]
+    pub queue_depth: usize,
 
     /// Size of each receive buffer; a multiple of the page size
     #[arg(long, default_value = "16KiB", value_parser = parse_size, help_heading = "Memory")]
@@ -187,6 +190,7 @@ impl ServeArgs {
             metrics: self.metrics,
             stack_size: self.stack_size,
             max_outstanding_sends: self.max_outstanding_sends,
+            queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
         })
     }

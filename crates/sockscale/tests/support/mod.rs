@@ -5,10 +5,48 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::str::FromStr;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
+
+/// Skip (returning true) when `model` cannot run on this machine, saying why.
+pub fn unavailable(model: &str) -> bool {
+    let parsed = sockscale_server::Model::from_str(model).expect("a model the library knows");
+    match parsed.unavailable() {
+        Some(reason) => {
+            eprintln!("skipped: the {model} model is unavailable here: {reason}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// Skip (returning true) when `model` declares it cannot honour `policy`.
+pub fn skip(model: &str, policy: sockscale_server::Policy) -> bool {
+    let parsed = sockscale_server::Model::from_str(model).expect("a model the library knows");
+    match parsed.limitation(policy) {
+        Some(reason) => {
+            eprintln!("skipped: {model} cannot honour {policy:?}: {reason}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// Raise this process's open-files soft limit to the hard limit, for tests that hold
+/// thousands of client sockets.
+pub fn raise_nofile() {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the rlimit we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
 
 /// A running server process; killed if the test ends without stopping it.
 pub struct ServerProc {
@@ -119,6 +157,32 @@ impl ServerProc {
 
     pub fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
+    /// Connections waiting in the accept queues of the listeners on the server's port, from the
+    /// rx_queue column of /proc/net/tcp's LISTEN rows.
+    pub fn accept_queue(&self) -> usize {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let port = format!(":{:04X}", self.addr.port());
+        table
+            .lines()
+            .skip(1)
+            .filter_map(|row| {
+                let fields: Vec<&str> = row.split_whitespace().collect();
+                let listening =
+                    fields.get(1).is_some_and(|local| local.ends_with(&port)) && fields.get(3) == Some(&"0A");
+                let queues = fields.get(4).filter(|_| listening)?;
+                usize::from_str_radix(queues.split_once(':')?.1, 16).ok()
+            })
+            .sum()
+    }
+
+    /// Open descriptors that are sockets (listeners and connections), from /proc/PID/fd.
+    pub fn open_sockets(&self) -> usize {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else { return 0 };
+        dir.filter_map(Result::ok)
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
+            .count()
     }
 
     /// User plus system CPU time, in clock ticks, from /proc/PID/stat.

@@ -313,7 +313,7 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
     if *stage.borrow_and_update() != Stage::Running {
         return;
     }
-    let mut errors = LogLimiter::default();
+    let mut errors = LogLimiter::udp_errors();
     loop {
         let mut guard = ::tokio::select! {
             biased;
@@ -359,8 +359,8 @@ async fn accept_loop(
         return;
     }
     let mut backoff = FIRST_BACKOFF;
-    let mut error_log = LogLimiter::default();
-    let mut refusal_log = LogLimiter::default();
+    let mut error_log = LogLimiter::accept_errors();
+    let mut refusal_log = LogLimiter::refusals();
     let mut in_a_row = 0;
     loop {
         let accepted = ::tokio::select! {
