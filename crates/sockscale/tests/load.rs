@@ -163,6 +163,20 @@ fn rate_limits_hold_within_generous_bounds() {
     assert!((900..=2100).contains(&done), "-R 500 for 3 s completed {done}");
 }
 
+#[test]
+fn the_rate_holds_with_a_connection_per_request() {
+    // Each request on a new connection: the reconnect keeps the schedule of the connection it
+    // replaces, rather than sending at once.
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let r = load(&["http", &url, "-c", "8", "-d", "2", "-R", "150", "--no-keepalive", "-t", "2"]);
+    let done = n(&r, "requests.completed");
+    assert!((150..=450).contains(&done), "-R 150 for 2 s completed {done} requests");
+    // One connection per request, and at the end each of the 8 may be open, waiting its turn.
+    let (connected, sent) = (n(&r, "connections.connected"), n(&r, "requests.sent"));
+    assert!((sent..=sent + 8).contains(&connected), "{connected} connections for {sent} requests");
+}
+
 /// A UDP echo server that drops every datagram whose sequence number is odd.
 fn dropping_udp_server() -> std::net::SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -198,6 +198,10 @@ pub struct Engine<'a> {
     buckets: Vec<Option<TokenBucket>>,
     /// Open loop: the interval between requests on each connection.
     send_interval_ns: Option<u64>,
+    /// Open loop: the schedule (next send, sends due) of connections that ended, by connection
+    /// number, taken up by the reconnect. Without it a new connection would start a schedule of
+    /// its own, and one request per connection (`--no-keepalive`) would ignore the rate.
+    carried_schedules: std::collections::HashMap<u64, (Option<u64>, u64)>,
     depth: usize,
     /// Connections of this thread that are connected now.
     open: u64,
@@ -240,6 +244,7 @@ impl<'a> Engine<'a> {
             reconnects: VecDeque::new(),
             buckets: Vec::new(),
             send_interval_ns,
+            carried_schedules: std::collections::HashMap::new(),
             depth: cfg.per_conn_depth(),
             open: 0,
             prepaid_pending: 0,
@@ -496,14 +501,21 @@ impl<'a> Engine<'a> {
         let interval = self.send_interval_ns;
         let mine = self.mine.max(1);
         let threads = self.threads as u64;
+        let carried = self.conn_mut(token).map(|c| c.index).and_then(|i| self.carried_schedules.remove(&i));
         let Some(conn) = self.conn_mut(token) else { return };
         conn.connected = true;
         let took = now_ns.saturating_sub(conn.connect_started_ns);
         let index = conn.index;
         if let Some(interval) = interval {
-            // Spread the connections' schedules evenly over one interval.
-            let slot = (index / threads) % mine;
-            conn.next_send_ns = Some(now_ns + interval * slot / mine);
+            if let Some((next_send_ns, late)) = carried {
+                // A reconnect keeps the schedule of the connection it replaces.
+                conn.next_send_ns = next_send_ns;
+                conn.late = late;
+            } else {
+                // Spread the connections' schedules evenly over one interval.
+                let slot = (index / threads) % mine;
+                conn.next_send_ns = Some(now_ns + interval * slot / mine);
+            }
         }
         self.pending_connects -= 1;
         self.open += 1;
@@ -521,6 +533,9 @@ impl<'a> Engine<'a> {
         if conn.connected {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
+            if self.send_interval_ns.is_some() {
+                self.carried_schedules.insert(conn.index, (conn.next_send_ns, conn.late));
+            }
         } else {
             self.pending_connects -= 1;
         }
