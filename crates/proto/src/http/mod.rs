@@ -223,17 +223,21 @@ impl HttpSession {
     }
 
     /// Parse a head from `input[*cursor..]`, continuing a partial one if there is one. Only as
-    /// much input as can still fit under the limit is copied into the partial buffer.
+    /// much input as can still fit under the limit is copied into the partial buffer, and no
+    /// more than that is parsed when the head starts in this input either, so a head gets the
+    /// same answer however it is split into reads.
     fn take_head(&mut self, input: &[u8], cursor: &mut usize, now: Instant, cfg: &HttpConfig) -> HeadStep {
         let limit = cfg.max_header_bytes;
         if self.partial.is_empty() {
             let available = &input[*cursor..];
+            let available = &available[..available.len().min(limit + 1)];
             return match request::parse(available, limit) {
                 Parsed::Complete(request, len) => {
                     *cursor += len;
                     HeadStep::Request(request)
                 }
                 Parsed::Partial => {
+                    // Partial only when all of the input fits under the limit.
                     self.partial.extend_from_slice(available);
                     self.head_started = Some(now);
                     *cursor = input.len();

@@ -77,14 +77,23 @@ pub fn too_large(data: &[u8], max_head: usize) -> Status {
     }
 }
 
-/// httparse stops at the first bad byte; a request line that is already past the limit when
-/// that happens is still reported as too long, so a huge line gets 414 whatever it contains.
+/// httparse stops at the first bad byte; a head that is already past the limit when that
+/// happens is still reported as too long (414 for the request line, else 431), so a huge line
+/// gets 414 whatever it contains past the limit. Whether it is past the limit is judged by where
+/// the bad byte is, not by how much had arrived: a session fed the head in pieces would have
+/// rejected it as too long before the bad byte arrived.
 fn status_for_malformed(data: &[u8], max_head: usize) -> Status {
-    if data.len() > max_head && memchr::memchr(b'\n', &data[..max_head]).is_none() {
-        Status::UriTooLong
+    if data.len() > max_head && !is_malformed(&data[..max_head]) {
+        too_large(data, max_head)
     } else {
         Status::BadRequest
     }
+}
+
+/// httparse finds an error within `data`.
+fn is_malformed(data: &[u8]) -> bool {
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    httparse::Request::new(&mut []).parse_with_uninit_headers(data, &mut headers).is_err()
 }
 
 /// httparse accepts a bare `\n` as a line end; RFC 9112 lets a server reject it, and a proxy

@@ -294,3 +294,36 @@ proptest! {
         prop_assert!(session.partial.len() <= responses.config().max_header_bytes + 1);
     }
 }
+
+/// Found by the `http_request` fuzz target: the answer to a bad head depended on how much of it
+/// had arrived when httparse met the bad byte. In one read, 10 000 bytes of garbage got 414 (more
+/// than the limit had arrived, with no line end) but 400 when the first byte came alone; a bad byte
+/// past the limit in a header got 400 in one read but 431 in pieces (the head was too long before
+/// the bad byte arrived).
+#[test]
+fn rejection_does_not_depend_on_read_sizes() {
+    let mut past_limit_in_header = b"GET / HTTP/1.1\r\nHost: x\r\nBig: ".to_vec();
+    past_limit_in_header.extend(vec![b'a'; 9000]);
+    past_limit_in_header.extend_from_slice(b"\x00\r\n\r\n");
+    let mut past_limit_in_line = b"GET /".to_vec();
+    past_limit_in_line.extend(vec![b'a'; 9000]);
+    past_limit_in_line.extend_from_slice(b"\x00 HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut at_limit_in_line = b"GET /".to_vec();
+    at_limit_in_line.extend(vec![b'a'; 8192 - 5]);
+    at_limit_in_line.extend_from_slice(b"\x00 HTTP/1.1\r\nHost: x\r\n\r\n");
+    let cases: [(Vec<u8>, u16); 5] = [
+        (vec![0xFF; 10_000], 400),
+        (past_limit_in_header, 431),
+        (past_limit_in_line, 414),
+        (at_limit_in_line, 414),
+        (b"GET /\x00 HTTP/1.1\r\n".repeat(1000), 400),
+    ];
+    for (input, status) in cases {
+        let whole = run(&input);
+        assert_eq!(statuses(&whole.0), vec![status], "{:?}", String::from_utf8_lossy(&input[..40]));
+        for split in [1, 5, 100, 8191, 8192, 8193, input.len() - 1] {
+            let (a, b) = input.split_at(split);
+            assert_eq!(run_chunks(&[a, b]), whole, "split at {split}");
+        }
+    }
+}
