@@ -17,19 +17,17 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sockscale_server::{Model, Policy};
-use support::{pattern, read_some, skip, unavailable, Finished, BIN};
+use support::{pattern, read_some, skip, unavailable, ServerProc, BIN};
 
 /// The impairment asked of netem, on both ends of the link.
 const NETEM: &[&str] = &["netem", "delay", "50ms", "10ms", "loss", "2%", "reorder", "25%", "50%"];
@@ -228,94 +226,16 @@ fn emulate(dev: &str, ns: Option<&str>) -> Result<(), String> {
 
 /// `sockscale serve` inside a namespace, started with `ip netns exec` (which execs, so the
 /// child is the server itself); killed if the test ends without stopping it.
-struct NsServer {
-    child: Option<Child>,
-    addr: SocketAddr,
-    stdout: Receiver<String>,
-    stderr: Option<JoinHandle<String>>,
-}
-
-impl NsServer {
-    fn start(link: &Link, model: &str, args: &[&str]) -> NsServer {
-        let listen = format!("{}:0", link.ns_ip);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &link.ns, BIN, "serve", "--model", model, "--listen", &listen, "--threads", "2"])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ip netns exec sockscale");
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().expect("stderr");
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(line) if line.starts_with("listening on ") => line["listening on ".len()..].parse().expect("address"),
-            other => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("server did not start in {}: {other:?}; stderr: {}", link.ns, stderr.join().unwrap_or_default());
-            }
-        };
-        let server = NsServer { child: Some(child), addr, stdout: rx, stderr: Some(stderr) };
-        let comm = std::fs::read_to_string(format!("/proc/{}/comm", server.pid())).unwrap_or_default();
-        assert_eq!(comm.trim(), "sockscale", "`ip netns exec` did not exec the server in place");
-        server
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
-    }
-
-    /// Still running: not exited, not a zombie.
-    fn alive(&mut self) -> Result<(), String> {
-        let pid = self.pid();
-        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            return Err(format!("exited: {status:?}"));
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("/proc/{pid}: {e}"))?;
-        let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("?");
-        if state == "Z" || state == "X" {
-            return Err(format!("state {state}"));
-        }
-        Ok(())
-    }
-
-    /// SIGTERM, then wait up to `limit` for the exit.
-    fn stop_within(mut self, limit: Duration) -> Finished {
-        let started = Instant::now();
-        // SAFETY: kill has no memory arguments; the pid is our live child.
-        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
-        let mut child = self.child.take().expect("child");
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break status;
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("server did not exit within {limit:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let took = started.elapsed();
-        let stdout = self.stdout.iter().collect();
-        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-        Finished { status, stdout, stderr, took }
-    }
+fn start_in_namespace(link: &Link, model: &str, args: &[&str]) -> ServerProc {
+    let listen = format!("{}:0", link.ns_ip);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &link.ns, BIN, "serve", "--model", model, "--listen", &listen, "--threads", "2"])
+        .args(args)
+        .env("RUST_LOG", "warn");
+    let server = ServerProc::spawn(cmd);
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", server.pid())).unwrap_or_default();
+    assert_eq!(comm.trim(), "sockscale", "`ip netns exec` did not exec the server in place");
+    server
 }
 
 /// A client connection with generous timeouts.
@@ -324,15 +244,6 @@ fn connect(addr: SocketAddr) -> TcpStream {
     s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
     s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
     s
-}
-
-impl Drop for NsServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// The response body file; removed on drop.
@@ -608,10 +519,10 @@ fn faults(model: &str) {
     std::fs::write(&body_file.0, &body).expect("write the body file");
     let json = tmp.join(format!("ssf-{}-{model}.json", std::process::id()));
 
-    let mut echo = NsServer::start(&link, model, &["--proto", "echo"]);
+    let mut echo = start_in_namespace(&link, model, &["--proto", "echo"]);
     let body_arg = body_file.0.to_str().expect("a UTF-8 temp path");
     // A small send buffer keeps most of each response in the server while the client resets.
-    let mut http = NsServer::start(&link, model, &["--proto", "http", "--body", body_arg, "--sndbuf", "32768"]);
+    let mut http = start_in_namespace(&link, model, &["--proto", "http", "--body", body_arg, "--sndbuf", "32768"]);
 
     // Cases 1 to 3 side by side: the link's delay, not the CPU, sets their pace.
     let (completed, bystander) = std::thread::scope(|s| {

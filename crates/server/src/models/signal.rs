@@ -54,6 +54,11 @@ struct OwnerEx {
     pid: libc::pid_t,
 }
 
+/// What a poll(2) scan asks of each descriptor. POLLRDHUP: a FIN that came with data must be
+/// reported as a hang-up, or the loop would stop at the short read of that data and never learn
+/// of the FIN (see `Conn::hangup`).
+const SCAN_INTEREST: libc::c_short = libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
+
 /// siginfo records read from the signalfd per read(2).
 const BATCH: usize = 64;
 
@@ -203,30 +208,9 @@ impl SignalSelector {
     /// them before O_ASYNC was set raised no signal (data, or a reset that already closed the
     /// connection), so ask poll(2) once; everything after raises one.
     fn report_fresh(&mut self, events: &mut Vec<Event>) -> io::Result<()> {
-        if self.fresh.is_empty() {
-            return Ok(());
-        }
         self.scan.clear();
-        // POLLRDHUP: a FIN that came with the data must be reported, or the loop would stop at
-        // the short read of that data and never learn of the FIN.
-        let interest = libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
-        self.scan.extend(self.fresh.drain(..).map(|fd| libc::pollfd { fd, events: interest, revents: 0 }));
-        loop {
-            match sys::ppoll(&mut self.scan, Some(Duration::ZERO)) {
-                Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        for i in 0..self.scan.len() {
-            let p = self.scan[i];
-            let has = |bits: libc::c_short| p.revents & bits != 0;
-            if p.revents != 0 && !has(libc::POLLNVAL) {
-                let closed = has(libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP);
-                self.report(events, p.fd, has(libc::POLLIN), has(libc::POLLOUT), closed);
-            }
-        }
-        Ok(())
+        self.scan.extend(self.fresh.drain(..).map(|fd| libc::pollfd { fd, events: SCAN_INTEREST, revents: 0 }));
+        self.poll_scan(events)
     }
 
     /// Poll every registered descriptor and report what is ready: the fallback when signals
@@ -235,9 +219,14 @@ impl SignalSelector {
         self.scan.clear();
         for (fd, watched) in self.table.iter().enumerate() {
             if watched.is_some() {
-                self.scan.push(libc::pollfd { fd: fd as RawFd, events: libc::POLLIN | libc::POLLOUT, revents: 0 });
+                self.scan.push(libc::pollfd { fd: fd as RawFd, events: SCAN_INTEREST, revents: 0 });
             }
         }
+        self.poll_scan(events)
+    }
+
+    /// Poll the descriptors in `scan` once, without waiting, and report what each is ready for.
+    fn poll_scan(&mut self, events: &mut Vec<Event>) -> io::Result<()> {
         if self.scan.is_empty() {
             return Ok(());
         }
@@ -250,12 +239,15 @@ impl SignalSelector {
         }
         for i in 0..self.scan.len() {
             let p = self.scan[i];
-            if p.revents & libc::POLLNVAL != 0 {
+            let has = |bits: libc::c_short| p.revents & bits != 0;
+            if has(libc::POLLNVAL) {
                 // A connection the loop closed without deregistering: forget it.
-                self.table[p.fd as usize] = None;
+                if let Some(entry) = self.table.get_mut(p.fd as usize) {
+                    *entry = None;
+                }
             } else if p.revents != 0 {
-                let has = |bits: libc::c_short| p.revents & bits != 0;
-                self.report(events, p.fd, has(libc::POLLIN), has(libc::POLLOUT), has(libc::POLLERR | libc::POLLHUP));
+                let closed = has(libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP);
+                self.report(events, p.fd, has(libc::POLLIN), has(libc::POLLOUT), closed);
             }
         }
         Ok(())

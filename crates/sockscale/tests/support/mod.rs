@@ -97,10 +97,7 @@ impl ServerProc {
         let mut cmd = Command::new(BIN);
         cmd.args(["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "2"])
             .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .env("RUST_LOG", "warn");
         if let Some(limit) = nofile {
             // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
             unsafe {
@@ -113,7 +110,14 @@ impl ServerProc {
                 });
             }
         }
-        let mut child = cmd.spawn().expect("spawn sockscale");
+        Self::spawn(cmd)
+    }
+
+    /// Run `cmd`, a `sockscale serve` (or a wrapper that execs one in place, such as `ip netns
+    /// exec`), with piped output, and wait for its `listening on` line.
+    pub fn spawn(mut cmd: Command) -> ServerProc {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         let (tx, rx) = mpsc::channel();
         let out = child.stdout.take().expect("stdout");
         std::thread::spawn(move || {
@@ -197,6 +201,20 @@ impl ServerProc {
 
     pub fn threads(&self) -> u64 {
         proc_status_kib(self.pid(), "Threads:")
+    }
+
+    /// Still running: not exited, not a zombie.
+    pub fn alive(&mut self) -> Result<(), String> {
+        let pid = self.pid();
+        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            return Err(format!("exited: {status:?}"));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("/proc/{pid}: {e}"))?;
+        let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("?");
+        if state == "Z" || state == "X" {
+            return Err(format!("state {state}"));
+        }
+        Ok(())
     }
 
     /// SIGTERM, then wait up to `limit` for exit.
