@@ -12,9 +12,10 @@
 # Needs: root (network namespaces, veth, tc) and iproute2 (`ip`, `tc`). Without them each test
 # prints "skipped: <why>" and passes. When `ip` is missing and apt-get exists, this script
 # installs iproute2 first. On a kernel without the netem qdisc (CONFIG_NET_SCH_NETEM unset) the
-# faults are emulated with qdiscs that are built in more often (a classic-BPF classifier: 2%
-# random loss; HTB: 25% of packets through a slow class, so reordered), without the fixed delay;
-# the test says so, and checks that segments were really retransmitted.
+# test emulates netem in user space: two TUN devices replace the veth pair and a forwarder thread
+# applies the same delay, jitter, loss and reordering to every packet between them (no TUN,
+# /dev/net/tun missing: the tests skip). Either way each test checks that the delay is real
+# (echo round trips) and that segments were really retransmitted.
 #
 # Usage: bench/faults.sh [TEST-FILTER...]     e.g. bench/faults.sh epoll uring
 # Environment:

@@ -9,12 +9,18 @@
 //!
 //! The test needs root and iproute2 (`ip`, `tc`); without them each test prints why and passes
 //! without running. A kernel built without the netem qdisc (CONFIG_NET_SCH_NETEM unset, as on
-//! the machines this project is developed on) gets an emulation from qdiscs that are built in
-//! more often: a classic-BPF classifier drops 2% of the packets at random and sends another 25%
-//! through a slow HTB class, which reorders them. There is no fixed delay then, and the test
-//! says so; `SOCKSCALE_FAULTS_EMULATE=0` skips instead. Traffic only ever goes to the test's own
-//! namespaces. Everything is removed when a test ends, passes or panics.
+//! the machines this project is developed on) gets netem emulated in user space instead
+//! (`support/impair.rs`): two TUN devices take the veth pair's place, and a thread of the test
+//! forwards every packet between them with the same delay (uniform 40 to 60 ms each way), loss
+//! and reordering (netem's correlated `reorder 25% 50%` sends about 7% undelayed). The test says
+//! which it uses; `SOCKSCALE_FAULTS_EMULATE=0` skips instead, and so does a machine without
+//! `/dev/net/tun`. Either way the test checks that the delay is real (small echo round trips: a
+//! median of 40 ms at least, the slowest 80 ms at least) and that the server's namespace
+//! retransmitted segments. Traffic only ever goes to the test's own namespaces. Everything is
+//! removed when a test ends, passes or panics.
 
+#[path = "support/impair.rs"]
+mod impair;
 mod support;
 
 use std::io::{Read, Write};
@@ -35,6 +41,10 @@ const NETEM: &[&str] = &["netem", "delay", "50ms", "10ms", "loss", "2%", "reorde
 const BODY_LEN: usize = 200 * 1024;
 /// Client read and write timeout: far beyond any retransmission this link causes.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
+/// Small echo round trips timed to check the delay: their median must be at least one
+/// direction's least delay (40 ms; only round trips that netem's reordering sends undelayed both
+/// ways, fewer than 1 in 16, are faster), and the slowest at least both directions' (80 ms).
+const RTT_SAMPLES: usize = 11;
 
 /// Run a command; its stderr (or why it could not start) on failure.
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
@@ -104,13 +114,15 @@ fn remove_stale_namespaces() {
     }
 }
 
-/// A namespace joined to the root namespace by an impaired veth pair; removed on drop.
+/// A namespace joined to the root namespace by an impaired link; removed on drop.
 struct Link {
     ns: String,
     host_if: String,
     /// The server's address, inside the namespace.
     ns_ip: String,
     impairment: &'static str,
+    /// The user-space netem between two TUN devices, when the kernel has none.
+    emulator: Option<impair::Forwarder>,
 }
 
 impl Link {
@@ -125,61 +137,81 @@ impl Link {
         let _ = run("ip", &["link", "del", &host_if]);
         run("ip", &["netns", "add", &ns]).map_err(|e| format!("cannot create a network namespace: {e}"))?;
         // From here on the guard removes whatever was made.
-        let mut link = Link { ns, host_if, ns_ip: String::new(), impairment: "netem" };
-        run("ip", &["link", "add", &link.host_if, "type", "veth", "peer", "name", &ns_if])
-            .map_err(|e| format!("cannot create a veth pair: {e}"))?;
-        run("ip", &["link", "set", &ns_if, "netns", &link.ns]).map_err(|e| format!("cannot move veth: {e}"))?;
+        let mut link = Link { ns, host_if, ns_ip: String::new(), impairment: "netem", emulator: None };
         let (host_ip, ns_ip) = free_subnet(pid, index)?;
         link.ns_ip = ns_ip.clone();
-        let host_cidr = format!("{host_ip}/30");
-        let ns_cidr = format!("{ns_ip}/30");
-        let ns = link.ns.clone();
-        let setup: [(&str, Vec<&str>); 5] = [
-            ("ip", vec!["addr", "add", &host_cidr, "dev", &link.host_if]),
-            ("ip", vec!["link", "set", &link.host_if, "up"]),
-            ("ip", vec!["-n", &ns, "addr", "add", &ns_cidr, "dev", &ns_if]),
-            ("ip", vec!["-n", &ns, "link", "set", &ns_if, "up"]),
-            ("ip", vec!["-n", &ns, "link", "set", "lo", "up"]),
-        ];
-        for (program, args) in setup {
-            run(program, &args).unwrap_or_else(|e| panic!("setting up the link: {e}"));
+        let Err(e) = link.veth_netem(&ns_if, &host_ip) else { return Ok(link) };
+        let _ = run("ip", &["link", "del", &link.host_if]);
+        if std::env::var_os("SOCKSCALE_FAULTS_EMULATE").is_some_and(|v| v == "0") {
+            return Err(format!(
+                "cannot add the netem qdisc, and SOCKSCALE_FAULTS_EMULATE=0 forbids emulating it: {e}"
+            ));
         }
+        eprintln!(
+            "[{model}] no netem qdisc in this kernel ({}); emulating it in user space over TUN: {}",
+            e.trim(),
+            NETEM[1..].join(" ")
+        );
+        let host_tun = impair::open_tun(&link.host_if);
+        let ns_tun = host_tun.and_then(|h| Ok((h, impair::open_tun(&ns_if)?)));
+        let (host_tun, ns_tun) =
+            ns_tun.map_err(|e2| format!("cannot add the netem qdisc ({e}), nor emulate it ({e2})"))?;
+        run("ip", &["link", "set", &ns_if, "netns", &link.ns])
+            .map_err(|e| format!("cannot move the TUN device: {e}"))?;
+        link.address(&ns_if, &host_ip);
+        link.emulator = Some(impair::Forwarder::start(host_tun, ns_tun, impair::FAULTS, 0xFA17 + index as u64)?);
+        link.impairment = "netem emulated in user space over TUN";
+        Ok(link)
+    }
+
+    /// A veth pair with netem on both ends.
+    fn veth_netem(&self, ns_if: &str, host_ip: &str) -> Result<(), String> {
+        run("ip", &["link", "add", &self.host_if, "type", "veth", "peer", "name", ns_if])
+            .map_err(|e| format!("cannot create a veth pair: {e}"))?;
+        run("ip", &["link", "set", ns_if, "netns", &self.ns]).map_err(|e| format!("cannot move veth: {e}"))?;
+        self.address(ns_if, host_ip);
         // One MSS per packet, so loss and reordering act on segments rather than on 64 KiB
         // offload bursts. Best effort: older kernels cannot change it.
-        let _ = run("ip", &["link", "set", "dev", &link.host_if, "gso_max_size", "1500"]);
-        let _ = run("ip", &["-n", &ns, "link", "set", "dev", &ns_if, "gso_max_size", "1500"]);
-        let netem = |dev: &str, in_ns: bool| {
+        let _ = run("ip", &["link", "set", "dev", &self.host_if, "gso_max_size", "1500"]);
+        let _ = run("ip", &["-n", &self.ns, "link", "set", "dev", ns_if, "gso_max_size", "1500"]);
+        for ns in [None, Some(self.ns.as_str())] {
             let mut args: Vec<&str> = Vec::new();
-            if in_ns {
-                args.extend(["-n", ns.as_str()]);
+            if let Some(ns) = ns {
+                args.extend(["-n", ns]);
             }
-            args.extend(["qdisc", "add", "dev", dev, "root"]);
+            args.extend(["qdisc", "add", "dev", if ns.is_some() { ns_if } else { &self.host_if }, "root"]);
             args.extend(NETEM);
-            run("tc", &args)
-        };
-        if let Err(e) = netem(&link.host_if, false).and_then(|()| netem(&ns_if, true)) {
-            if std::env::var_os("SOCKSCALE_FAULTS_EMULATE").is_some_and(|v| v == "0") {
-                return Err(format!(
-                    "cannot add the netem qdisc, and SOCKSCALE_FAULTS_EMULATE=0 forbids emulating it: {e}"
-                ));
-            }
-            eprintln!(
-                "no netem qdisc in this kernel ({}); emulating 2% loss and reordering, without the 50 ms delay",
-                e.trim()
-            );
-            let _ = run("tc", &["qdisc", "del", "dev", &link.host_if, "root"]);
-            emulate(&link.host_if, None)
-                .and_then(|()| emulate(&ns_if, Some(&ns)))
-                .map_err(|e2| format!("cannot add the netem qdisc ({e}), nor emulate it with htb and bpf ({e2})"))?;
-            link.impairment = "emulated (bpf loss 2%, htb reorder 25%, no fixed delay)";
+            run("tc", &args)?;
         }
-        Ok(link)
+        Ok(())
+    }
+
+    /// Addresses both ends of the link (`ns_if` already in the namespace) and brings it up.
+    fn address(&self, ns_if: &str, host_ip: &str) {
+        let (host_cidr, ns_cidr, ns) = (format!("{host_ip}/30"), format!("{}/30", self.ns_ip), self.ns.as_str());
+        let setup: [Vec<&str>; 5] = [
+            vec!["addr", "add", &host_cidr, "dev", &self.host_if],
+            vec!["link", "set", &self.host_if, "up"],
+            vec!["-n", ns, "addr", "add", &ns_cidr, "dev", ns_if],
+            vec!["-n", ns, "link", "set", ns_if, "up"],
+            vec!["-n", ns, "link", "set", "lo", "up"],
+        ];
+        for args in setup {
+            run("ip", &args).unwrap_or_else(|e| panic!("setting up the link: {e}"));
+        }
     }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        // Deleting either end removes both; the namespace takes its end with it anyway.
+        // Closing the TUN devices removes them.
+        if let Some(stats) = self.emulator.as_mut().map(impair::Forwarder::finish) {
+            eprintln!(
+                "[{}] user-space netem: {} packets forwarded ({} without delay), {} dropped",
+                self.ns, stats.forwarded, stats.undelayed, stats.dropped
+            );
+        }
+        // Deleting either end of a veth removes both; the namespace takes its end with it anyway.
         let _ = run("ip", &["link", "del", &self.host_if]);
         let _ = run("ip", &["netns", "del", &self.ns]);
     }
@@ -198,30 +230,6 @@ fn free_subnet(pid: u32, index: usize) -> Result<(String, String), String> {
         }
     }
     Err("no free /30 in 10.77.0.0/16".into())
-}
-
-/// Without netem: drop 2% of the packets with a classic-BPF classifier and send 25% through a
-/// slow HTB class, so they fall behind the others.
-fn emulate(dev: &str, ns: Option<&str>) -> Result<(), String> {
-    // ld rand; jge #threshold, 1st ret, 2nd ret (thresholds out of 2^32).
-    const DROP_2_PERCENT: &str = "4,32 0 0 4294963256,53 0 1 85899346,6 0 0 4294967295,6 0 0 2";
-    const SLOW_25_PERCENT: &str = "4,32 0 0 4294963256,53 0 1 1073741824,6 0 0 0,6 0 0 65568";
-    let commands: [Vec<&str>; 5] = [
-        vec!["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10", "r2q", "1000"],
-        vec!["class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
-        vec!["class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", "20mbit"],
-        vec!["filter", "add", "dev", dev, "parent", "1:", "prio", "1", "bpf", "da", "bytecode", DROP_2_PERCENT],
-        vec!["filter", "add", "dev", dev, "parent", "1:", "prio", "2", "bpf", "bytecode", SLOW_25_PERCENT],
-    ];
-    for args in commands {
-        let mut full: Vec<&str> = Vec::new();
-        if let Some(ns) = ns {
-            full.extend(["-n", ns]);
-        }
-        full.extend(args);
-        run("tc", &full)?;
-    }
-    Ok(())
 }
 
 /// `sockscale serve` inside a namespace, started with `ip netns exec` (which execs, so the
@@ -357,6 +365,25 @@ fn reset(stream: TcpStream) {
 /// Join, re-raising a thread's panic with its own message.
 fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// Round trips of a small message through the echo server, sorted: the link's delay made real.
+fn round_trips(model: &str, addr: SocketAddr) -> Vec<Duration> {
+    let mut stream = connect(addr);
+    stream.set_nodelay(true).unwrap();
+    let mut times: Vec<Duration> = (0..RTT_SAMPLES)
+        .map(|i| {
+            let ping = [i as u8; 32];
+            let mut pong = [0u8; 32];
+            let began = Instant::now();
+            stream.write_all(&ping).unwrap_or_else(|e| panic!("[{model}] round trip {i}: write: {e}"));
+            stream.read_exact(&mut pong).unwrap_or_else(|e| panic!("[{model}] round trip {i}: read: {e}"));
+            assert_eq!(pong, ping, "[{model}] round trip {i}: the echo differs");
+            began.elapsed()
+        })
+        .collect();
+    times.sort();
+    times
 }
 
 /// Case 1: `sockscale load echo` through the link, every byte verified by the load generator.
@@ -523,6 +550,16 @@ fn faults(model: &str) {
     let body_arg = body_file.0.to_str().expect("a UTF-8 temp path");
     // A small send buffer keeps most of each response in the server while the client resets.
     let mut http = start_in_namespace(&link, model, &["--proto", "http", "--body", body_arg, "--sndbuf", "32768"]);
+
+    // Case 0: the delay is there.
+    let rtts = round_trips(model, echo.addr);
+    let (median, slowest) = (rtts[RTT_SAMPLES / 2], rtts[RTT_SAMPLES - 1]);
+    eprintln!("[{model}] echo round trips: median {median:.1?}, slowest {slowest:.1?}, all {rtts:.1?}");
+    assert!(
+        median >= Duration::from_millis(40) && slowest >= Duration::from_millis(80),
+        "[{model}] the link does not delay by 50 ms each way: round trips {rtts:?} ({})",
+        link.impairment
+    );
 
     // Cases 1 to 3 side by side: the link's delay, not the CPU, sets their pace.
     let (completed, bystander) = std::thread::scope(|s| {
