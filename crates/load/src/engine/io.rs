@@ -103,8 +103,9 @@ impl Engine<'_> {
                 }
                 return Some(End::Failed);
             }
-            // A short TCP read emptied the socket; a datagram socket is read to EAGAIN.
-            if !udp && n < rbuf.len() {
+            // A short TCP read emptied the socket (unless a hang-up waits behind the data); a
+            // datagram socket is read to EAGAIN.
+            if !udp && n < rbuf.len() && !conn.hangup {
                 conn.readable = false;
             }
         }

@@ -152,6 +152,9 @@ struct Conn {
     client: Client,
     readable: bool,
     writable: bool,
+    /// epoll reported an error or hang-up. A FIN or reset that came with data is seen only
+    /// after that data is read and raises no new edge, so a short read no longer means drained.
+    hangup: bool,
     /// Open loop: when the next request is due.
     next_send_ns: Option<u64>,
     /// Open loop: requests due but not sent because the connection had no room.
@@ -406,6 +409,7 @@ impl<'a> Engine<'a> {
             client,
             readable: false,
             writable: true,
+            hangup: false,
             next_send_ns: None,
             late: 0,
             wake_ns: None,
@@ -477,6 +481,7 @@ impl<'a> Engine<'a> {
         let Some(conn) = self.conn_mut(token) else { return };
         conn.readable |= event.readable || event.closed;
         conn.writable |= event.writable || event.closed;
+        conn.hangup |= event.closed;
         if !conn.connected {
             match conn.socket.take_error() {
                 Ok(None) if event.writable => self.on_connected(token),
