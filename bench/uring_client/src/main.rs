@@ -27,43 +27,12 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use sockscale_load::pattern::{Pattern, TABLE};
 
-const TABLE: usize = 64 << 10;
 const BUF_GROUP: u16 = 7;
 
 const OP_SEND: u64 = 1;
 const OP_RECV: u64 = 2;
-
-struct Pattern {
-    bytes: Box<[u8]>,
-}
-
-impl Pattern {
-    /// The same generator, seed and phases as crates/load/src/pattern.rs.
-    fn new(seed: u64) -> Self {
-        let mut x = seed | 1;
-        let mut bytes = vec![0u8; 2 * TABLE];
-        for chunk in bytes[..TABLE].chunks_mut(8) {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let v = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-        let (a, b) = bytes.split_at_mut(TABLE);
-        b.copy_from_slice(a);
-        Pattern { bytes: bytes.into_boxed_slice() }
-    }
-
-    fn phase(index: u64) -> u32 {
-        (index.wrapping_mul(40_503) % TABLE as u64) as u32
-    }
-
-    fn slice(&self, phase: u32, offset: u64, len: usize) -> &[u8] {
-        let start = ((u64::from(phase) + offset) % TABLE as u64) as usize;
-        &self.bytes[start..start + len.min(TABLE)]
-    }
-}
 
 /// Log-linear latency histogram in nanoseconds: 16 sub-buckets per power of two.
 struct Hist {

@@ -13,7 +13,7 @@
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
 //!   and returns when every connection has drained or the drain deadline (or a second signal)
 //!   says the rest must close now;
-//! - [`read_round`], [`feed`], [`expired`], [`finished`], [`may_read`]: one readable wake-up of
+//! - [`read_round`], [`feed`], [`expired`], [`may_read`]: one readable wake-up of
 //!   a connection (a pool buffer taken only once poll(2) said the socket is readable, at most
 //!   `--read-budget` bytes, the output written straight from the buffer by
 //!   [`OutQueue::send`](crate::conn::OutQueue::send)) and the policy decisions of `drive.rs`;
@@ -363,12 +363,7 @@ impl Admission<'_> {
         self.counters.refused();
         self.engine.tick(unix_now());
         if let Some(refusal) = self.engine.refusal() {
-            let _ = sys::send(fd, &refusal);
-            let _ = sys::shutdown_write(fd);
-            // Read what the client already sent: closing with unread data would reset the
-            // connection and could destroy the 503 before the client reads it.
-            let mut sink = [0u8; 2048];
-            let _ = sys::recv(fd, &mut sink);
+            crate::evloop::send_refusal(fd, &refusal);
         }
         if let Some(suppressed) = self.log.allow(Instant::now()) {
             tracing::warn!(open = hub.stats.current(), suppressed, "refusing connections: {why}");
@@ -470,22 +465,6 @@ pub fn may_read(conn: &Conn, cfg: &Config, draining: bool) -> bool {
         && conn.closing.is_none()
         && conn.out.len() <= cfg.max_pending_send
         && !(draining && conn.session.is_between_requests())
-}
-
-/// With its output flushed, is the connection finished, and why (drive.rs `settle`)?
-pub fn finished(conn: &Conn, draining: bool) -> Option<CloseReason> {
-    if !conn.out.is_empty() {
-        return None;
-    }
-    conn.closing.or_else(|| {
-        if conn.read_eof {
-            Some(CloseReason::Peer)
-        } else if draining && conn.session.is_between_requests() {
-            Some(CloseReason::Shutdown)
-        } else {
-            None
-        }
-    })
 }
 
 /// The policy that ends the connection at `now`, if one has expired (drive.rs `on_deadline`,

@@ -293,7 +293,33 @@ pub struct Conn {
     pub generation: u32,
 }
 
+/// With its output flushed, is a connection finished, and why? The protocol ended it
+/// (`closing`), the peer sent FIN, or a drain found it between requests. Every model decides by
+/// this one rule.
+pub fn finished_reason(
+    closing: Option<CloseReason>,
+    read_eof: bool,
+    draining: bool,
+    between_requests: bool,
+) -> Option<CloseReason> {
+    closing.or(if read_eof {
+        Some(CloseReason::Peer)
+    } else if draining && between_requests {
+        Some(CloseReason::Shutdown)
+    } else {
+        None
+    })
+}
+
 impl Conn {
+    /// Finished, and why: [`finished_reason`] once all output is flushed.
+    pub fn finished(&self, draining: bool) -> Option<CloseReason> {
+        if !self.out.is_empty() {
+            return None;
+        }
+        finished_reason(self.closing, self.read_eof, draining, self.session.is_between_requests())
+    }
+
     pub fn new(fd: std::os::fd::OwnedFd, session: Session, now: Instant, generation: u32) -> Self {
         Conn {
             fd,

@@ -292,18 +292,11 @@ pub fn slow_reader_is_closed_by_the_send_timeout(model: &str) {
 }
 
 /// Wait until the server holds `want` sockets with no connection waiting to be accepted (one
-/// still queued would become a socket a moment later); returns how long that took.
-fn wait_for_sockets(server: &ServerProc, want: usize, limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let queued = server.accept_queue();
-        let now = server.open_sockets();
-        if now == want && queued == 0 {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < limit, "server holds {now} sockets, expected {want} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// still queued would become a socket a moment later).
+fn wait_for_sockets(server: &ServerProc, want: usize, limit: Duration) {
+    let settled = eventually(limit, || server.accept_queue() == 0 && server.open_sockets() == want);
+    let (now, queued) = (server.open_sockets(), server.accept_queue());
+    assert!(settled, "server holds {now} sockets ({queued} queued to accept), expected {want} within {limit:?}");
 }
 
 pub fn pipelining_without_reading_is_disconnected(model: &str) {

@@ -4,32 +4,11 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::*;
-
-/// Poll `done` every 20 ms until it holds or `limit` passes; whether it held.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn ping(stream: &mut TcpStream, byte: u8) {
-    stream.write_all(&[byte]).expect("ping");
-    let mut back = [0u8; 1];
-    stream.read_exact(&mut back).expect("pong");
-    assert_eq!(back[0], byte);
-}
 
 /// Past FD_SETSIZE, select cannot watch a connection's descriptor: the server closes that
 /// connection, counts it as refused, logs why, and keeps serving everyone admitted.
@@ -64,7 +43,7 @@ fn select_refuses_connections_beyond_fd_setsize_and_keeps_serving() {
     // Admitted clients, the first and the last among them, are still served.
     for &i in [admitted[0], admitted[admitted.len() / 2], admitted[admitted.len() - 1]].iter() {
         clients[i].set_nonblocking(false).unwrap();
-        ping(&mut clients[i], i as u8);
+        echo_byte(&mut clients[i], i as u8);
     }
     drop(clients);
     let done = server.stop();
@@ -90,7 +69,7 @@ fn poll64_threads_grow_with_connections_and_empty_groups_are_reused() {
     let mut clients: Vec<TcpStream> = (0..CLIENTS).map(|_| server.connect()).collect();
     // Every connection is served, the last ones by the newest group.
     for (i, c) in clients.iter_mut().enumerate().rev().take(3) {
-        ping(c, i as u8);
+        echo_byte(c, i as u8);
     }
     let grown = server.threads();
     assert!(grown >= idle_threads + groups, "{idle_threads} threads idle, {grown} at {CLIENTS} connections");
@@ -101,7 +80,7 @@ fn poll64_threads_grow_with_connections_and_empty_groups_are_reused() {
     assert!(settled, "descriptors not closed: {} open", server.open_fds());
     let mut again: Vec<TcpStream> = (0..CLIENTS).map(|_| server.connect()).collect();
     for (i, c) in again.iter_mut().enumerate().rev().take(3) {
-        ping(c, i as u8);
+        echo_byte(c, i as u8);
     }
     assert_eq!(server.threads(), grown, "empty groups were not reused");
     drop(again);

@@ -13,28 +13,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-/// Wait up to `limit` for `done`, checking every 50 ms.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn echo_one(stream: &mut TcpStream, byte: u8) {
-    use std::io::Read;
-    stream.write_all(&[byte]).expect("echo write");
-    let mut back = [0u8; 1];
-    stream.read_exact(&mut back).expect("echo read");
-    assert_eq!(back[0], byte);
-}
-
 #[test]
 fn blocking_serves_each_connection_with_two_threads() {
     let server = ServerProc::start("blocking", &["--proto", "echo"]);
@@ -42,7 +20,7 @@ fn blocking_serves_each_connection_with_two_threads() {
     // An answered echo means both of the connection's threads were started (the send thread
     // first).
     for (i, stream) in held.iter_mut().enumerate() {
-        echo_one(stream, i as u8);
+        echo_byte(stream, i as u8);
     }
     let with = server.threads();
     assert!(with >= 100, "{with} threads for 50 connections");
@@ -216,7 +194,7 @@ fn threadpool_keeps_a_fixed_number_of_threads() {
     let mut held: Vec<TcpStream> = (0..100).map(|_| server.connect()).collect();
     for round in 0..3u8 {
         for stream in held.iter_mut() {
-            echo_one(stream, round);
+            echo_byte(stream, round);
         }
     }
     // The CLI starts its signal thread just after printing the address, so the count taken at

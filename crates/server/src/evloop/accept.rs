@@ -337,18 +337,23 @@ pub(crate) fn refuse(
 ) {
     counters.refused();
     if let Some(refusal) = engine.refusal() {
-        let raw = fd.as_raw_fd();
-        let _ = sys::send(raw, &refusal);
-        let _ = sys::shutdown_write(raw);
-        // Read what the client already sent: closing with unread data would reset the
-        // connection and could destroy the 503 before the client reads it.
-        let mut sink = [0u8; 2048];
-        let _ = sys::recv(raw, &mut sink);
+        send_refusal(fd.as_raw_fd(), &refusal);
     }
     drop(fd);
     if let Some(suppressed) = log.allow(now) {
         tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
     }
+}
+
+/// Send the protocol's refusal on a connection about to be closed, with raw non-blocking calls
+/// (a runtime that has not yet seen the socket writable would not try).
+pub(crate) fn send_refusal(fd: RawFd, refusal: &[u8]) {
+    let _ = sys::send(fd, refusal);
+    let _ = sys::shutdown_write(fd);
+    // Read what the client already sent: closing with unread data would reset the connection
+    // and could destroy the 503 before the client reads it.
+    let mut sink = [0u8; 2048];
+    let _ = sys::recv(fd, &mut sink);
 }
 
 #[cfg(test)]

@@ -131,19 +131,8 @@ impl<S: Selector> Worker<'_, S> {
             return;
         }
         let draining = self.drain_deadline.is_some();
-        if conn.out.is_empty() {
-            let finished = conn.closing.or_else(|| {
-                if conn.read_eof {
-                    Some(CloseReason::Peer)
-                } else if draining && conn.session.is_between_requests() {
-                    Some(CloseReason::Shutdown)
-                } else {
-                    None
-                }
-            });
-            if let Some(reason) = finished {
-                return self.close(index, reason);
-            }
+        if let Some(reason) = conn.finished(draining) {
+            return self.close(index, reason);
         }
         let was_over = conn.clocks.is_over();
         conn.account_output(self.now, self.cfg.max_pending_send, progressed);

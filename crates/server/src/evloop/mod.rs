@@ -31,7 +31,7 @@ use crate::stats::{Counters, Stats};
 use crate::timers::Timers;
 use crate::udp::UdpEcho;
 
-pub(crate) use accept::{refuse, FIRST_BACKOFF, MAX_BACKOFF};
+pub(crate) use accept::{refuse, send_refusal, FIRST_BACKOFF, MAX_BACKOFF};
 pub use accept::{Acceptor, Inbox, LogLimiter};
 
 /// One readiness report.

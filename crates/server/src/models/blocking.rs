@@ -44,7 +44,7 @@ use std::time::Instant;
 use slab::Slab;
 
 use crate::blocking_conn::{
-    error_reason, expired, feed, finished, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
+    error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
     POOL_BACKOFF,
 };
 use crate::conn::Conn;
@@ -312,7 +312,7 @@ impl Receiver<'_, '_> {
             self.draining = true;
             st.conn.session.finish_current();
         }
-        if let Some(reason) = finished(&st.conn, self.draining) {
+        if let Some(reason) = st.conn.finished(self.draining) {
             return Step::Close(reason);
         }
         // Input first, deadlines after, as drive.rs handles readiness before timers.
@@ -339,7 +339,7 @@ impl Receiver<'_, '_> {
                 Err(e) => return Step::Close(error_reason(&e)),
             }
             // A closing verdict or EOF whose output is all written: nothing to wait for.
-            if let Some(reason) = finished(&st.conn, self.draining) {
+            if let Some(reason) = st.conn.finished(self.draining) {
                 return Step::Close(reason);
             }
         }

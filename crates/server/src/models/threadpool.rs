@@ -53,7 +53,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::blocking_conn::{
-    error_reason, expired, feed, finished, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
+    error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
     POOL_BACKOFF,
 };
 use crate::conn::{Conn, Interest};
@@ -306,7 +306,7 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
     if let Err(reason) = write_pending(hub, conn, counters) {
         return Next::Close(reason);
     }
-    if let Some(reason) = finished(conn, draining) {
+    if let Some(reason) = conn.finished(draining) {
         return Next::Close(reason);
     }
     // The poller keeps the deadlines of idle connections; this covers one that waited in the
@@ -527,7 +527,7 @@ impl<'w, 'h> Watch<'w, 'h> {
     fn add(&mut self, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
             conn.session.finish_current();
-            if let Some(reason) = finished(&conn, true) {
+            if let Some(reason) = conn.finished(true) {
                 return self.hub.close(*conn, self.counters, reason);
             }
         }
@@ -566,7 +566,7 @@ impl<'w, 'h> Watch<'w, 'h> {
         for id in ids {
             let Some(conn) = self.conns.get_mut(&id) else { continue };
             conn.session.finish_current();
-            if let Some(reason) = finished(conn, true) {
+            if let Some(reason) = conn.finished(true) {
                 if let Some(conn) = self.conns.remove(&id) {
                     self.hub.close(*conn, self.counters, reason);
                 }

@@ -18,7 +18,7 @@ use io_uring::{cqueue, opcode, types};
 use sockscale_proto::{Closing, Segment, Session, Verdict};
 
 use super::worker::{pack, Op, UringWorker, BUFFER_GROUP};
-use crate::conn::Clocks;
+use crate::conn::{finished_reason, Clocks};
 use crate::stats::CloseReason;
 use crate::sys;
 
@@ -312,13 +312,8 @@ impl UringWorker<'_> {
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else { return };
         let pending = conn.pending();
         if pending == 0 {
-            let finished = conn.closing.or(if conn.read_eof {
-                Some(CloseReason::Peer)
-            } else if draining && conn.session.is_between_requests() {
-                Some(CloseReason::Shutdown)
-            } else {
-                None
-            });
+            let between_requests = conn.session.is_between_requests();
+            let finished = finished_reason(conn.closing, conn.read_eof, draining, between_requests);
             if let Some(reason) = finished {
                 return self.close(index, reason);
             }

@@ -399,6 +399,28 @@ pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usiz
     }
 }
 
+/// Poll `done` every 20 ms until it holds or `limit` passes; whether it held.
+pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Send one byte on an echo connection and check it comes back.
+pub fn echo_byte(stream: &mut TcpStream, byte: u8) {
+    stream.write_all(&[byte]).expect("echo write");
+    let mut back = [0u8; 1];
+    stream.read_exact(&mut back).expect("echo read");
+    assert_eq!(back[0], byte);
+}
+
 pub const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
 pub const HEAD: &[u8] = b"HEAD / HTTP/1.1\r\nHost: test\r\n\r\n";
 

@@ -443,15 +443,7 @@ fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter) {
     let now = Instant::now();
     counters(shared).refused();
     if let Some(refusal) = with_local(shared, now, |local| local.engine.refusal()) {
-        // Raw non-blocking calls rather than tokio's: tokio has not yet seen this socket
-        // writable and would refuse to try.
-        let fd = stream.as_raw_fd();
-        let _ = sys::send(fd, &refusal);
-        let _ = sys::shutdown_write(fd);
-        // Read what the client already sent: closing with unread data would reset the
-        // connection and could destroy the 503 before the client reads it.
-        let mut sink = [0u8; 2048];
-        let _ = sys::recv(fd, &mut sink);
+        crate::evloop::send_refusal(stream.as_raw_fd(), &refusal);
     }
     drop(stream);
     if let Some(suppressed) = log.allow(now) {
