@@ -28,8 +28,11 @@ fn find() -> Option<String> {
 }
 
 fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate::results::HttpPoint>, String> {
-    let dir = h.scratch.join("nginx");
+    // Absolute: nginx reads a relative -c path as relative to its -p prefix, so with the
+    // default relative output directory it would look for its configuration in the wrong place.
+    let dir = std::path::absolute(h.scratch.join("nginx")).map_err(|e| format!("scratch directory: {e}"))?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let stderr = std::fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("page.html"), sockscale_proto_page()).map_err(|e| e.to_string())?;
     let port = free_port().ok_or("no free port for nginx")?;
     let conf = format!(
@@ -45,7 +48,8 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
     cmd.args(["-c", &dir.join("nginx.conf").display().to_string(), "-p", &dir.display().to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        // What nginx says before its error_log is open (a bad configuration, say).
+        .stderr(stderr);
     let cpus = h.server_cpus.clone();
     // SAFETY: runs between fork and exec; sched_setaffinity is async-signal-safe and nothing
     // is allocated.
@@ -58,8 +62,10 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
         if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
             let _ = child.kill();
             let _ = child.wait();
-            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-            return Err(format!("nginx did not start: {}", log.lines().last().unwrap_or("no log")));
+            let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            let (log, stderr) = (read("error.log"), read("stderr.log"));
+            let said = log.lines().chain(stderr.lines()).last().unwrap_or("no log");
+            return Err(format!("nginx did not start: {said}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

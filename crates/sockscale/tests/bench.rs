@@ -8,11 +8,14 @@ use support::BIN;
 
 #[test]
 fn tiny_bench_writes_plausible_results_and_a_report() {
-    let dir = std::env::temp_dir().join(format!("sockscale-bench-test-{}", std::process::id()));
+    let name = format!("sockscale-bench-test-{}", std::process::id());
+    let dir = std::env::temp_dir().join(&name);
     let _ = std::fs::remove_dir_all(&dir);
+    // A relative --out, as the default is: every path bench hands to a child must still work.
     let out = Command::new(BIN)
+        .current_dir(std::env::temp_dir())
         .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
-        .arg(&dir)
+        .arg(&name)
         .output()
         .expect("run bench");
     assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -66,6 +69,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
     }
     assert!(!r["nginx"].is_null(), "nginx is measured or skipped with a note");
+    let nginx_installed = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
+    if nginx_installed {
+        assert!(r["nginx"]["error"].is_null(), "nginx is installed but was not measured: {}", r["nginx"]);
+        assert_eq!(r["nginx"]["http"].as_array().map_or(0, Vec::len), 4, "{}", r["nginx"]);
+    }
     for file in [
         "rows.csv",
         "http.csv",
