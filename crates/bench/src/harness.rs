@@ -35,7 +35,7 @@ impl Children {
     pub fn kill_all(&self) {
         for &pid in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             if let Ok(group) = i32::try_from(pid) {
-                let _ = sockscale_server::sys::signal_process_group(group, libc::SIGKILL);
+                let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
             }
         }
     }
@@ -76,7 +76,7 @@ impl Harness<'_> {
         // SAFETY: the closure runs in the child between fork and exec; sched_setaffinity is
         // async-signal-safe and pin_to_cpus allocates nothing (the list was built before fork).
         unsafe {
-            cmd.pre_exec(move || sockscale_server::sys::pin_to_cpus(&cpus));
+            cmd.pre_exec(move || sockscale_sys::pin_to_cpus(&cpus));
         }
         cmd
     }
@@ -149,7 +149,7 @@ impl Harness<'_> {
     /// SIGTERM, a moment to drain, then SIGKILL.
     pub fn stop_server(&self, mut server: Server) {
         let pid = server.child.id();
-        let _ = sockscale_server::sys::signal_process(pid, libc::SIGTERM);
+        let _ = sockscale_sys::signal_process(pid, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match server.child.try_wait() {
@@ -194,7 +194,7 @@ impl Harness<'_> {
 
     /// Load processes and source addresses needed to hold `conns` connections here.
     fn spread(&self, conns: u64) -> Vec<String> {
-        let limit = sockscale_server::sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(1024);
+        let limit = sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(1024);
         let per_process = limit.saturating_sub(200).max(100);
         let procs = conns.div_ceil(per_process).max(1);
         let sources = conns.div_ceil(25_000).max(1);
@@ -245,7 +245,7 @@ impl Harness<'_> {
         self.stop_server(server);
         let report = report?;
         let (cpu_min, cpu_max) = samples.cpu_range();
-        let page_kib = sockscale_server::sys::page_size() as u64 / 1024;
+        let page_kib = sockscale_sys::page_size() as u64 / 1024;
         let client_cores = self.client_cpus.len().max(1);
         Ok(Row {
             kind: Some(kind),

@@ -26,7 +26,7 @@ pub fn describe() -> Machine {
         kernel: read("/proc/sys/kernel/osrelease"),
         somaxconn: read("/proc/sys/net/core/somaxconn"),
         tcp_mem_pages: read("/proc/sys/net/ipv4/tcp_mem").split_whitespace().collect::<Vec<_>>().join(" "),
-        open_files_limit: sockscale_server::sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(0),
-        io_uring: sockscale_server::uring::unavailable().unwrap_or_else(|| "available".into()),
+        open_files_limit: sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(0),
+        io_uring: sockscale_server::io_uring_unavailable().unwrap_or_else(|| "available".into()),
     }
 }

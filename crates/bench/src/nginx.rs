@@ -54,7 +54,7 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
     // SAFETY: runs between fork and exec; sched_setaffinity is async-signal-safe and nothing
     // is allocated.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || sockscale_server::sys::pin_to_cpus(&cpus));
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || sockscale_sys::pin_to_cpus(&cpus));
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start nginx: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(5);

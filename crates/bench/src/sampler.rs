@@ -42,7 +42,7 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
-            let ticks = sockscale_server::sys::clock_ticks_per_second() as f64;
+            let ticks = sockscale_sys::clock_ticks_per_second() as f64;
             let mut samples = Samples::default();
             let mut last = (Instant::now(), cpu_ticks(pid));
             let mut next = last.0 + interval;

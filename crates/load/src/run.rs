@@ -34,7 +34,7 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
         _ => (Vec::new(), 0, false),
     };
     let threads = cfg.threads.min(cfg.conns).max(1);
-    let cpu_before = sockscale_server::sys::cpu_times().unwrap_or_default();
+    let cpu_before = sockscale_sys::cpu_times().unwrap_or_default();
     let start = Instant::now();
     let shared = Shared {
         pattern: Pattern::default(),
@@ -69,7 +69,7 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
         })
     })?;
     let elapsed = start.elapsed();
-    let cpu_after = sockscale_server::sys::cpu_times().unwrap_or_default();
+    let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
     Ok(assemble(&shared, threads, results, elapsed, cpu_before, cpu_after))
 }
 

@@ -33,15 +33,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use socket2::Socket;
 use sockscale_proto::{Closing, Engine, Output, Protocol, Session, Verdict};
+use sockscale_sys::{self as sys, Waker};
 
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::evloop::LogLimiter;
 use crate::models::ModelCtx;
 use crate::pool::BufferPool;
-use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
-use crate::sys;
 use crate::udp::UdpEcho;
 use crate::ServerError;
 

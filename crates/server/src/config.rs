@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sockscale_proto::http::HttpConfig;
+use sockscale_sys as sys;
 
 use crate::models::Model;
-use crate::sys;
 
 /// What the server speaks.
 #[derive(Debug, Clone)]

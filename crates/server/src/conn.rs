@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use sockscale_proto::{Output, Segment, Session};
+use sockscale_sys::{self as sys, Interest};
 
 use crate::stats::CloseReason;
-use crate::sys;
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
 /// are written in several calls.
@@ -172,19 +172,6 @@ impl OutQueue {
             self.push(bytes);
         }
     }
-}
-
-/// The readiness selectors' view of what a connection waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Interest {
-    pub read: bool,
-    pub write: bool,
-}
-
-impl Interest {
-    pub const NONE: Interest = Interest { read: false, write: false };
-    pub const READ: Interest = Interest { read: true, write: false };
-    pub const BOTH: Interest = Interest { read: true, write: true };
 }
 
 /// `t + d`, capped far in the future instead of overflowing: a user may well ask for an idle

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use socket2::Socket;
 use sockscale_proto::{Engine, Protocol};
+use sockscale_sys::{self as sys, Waker};
 
 use crate::config::Config;
 use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
-use crate::shutdown::{Shutdown, Waker};
+use crate::shutdown::Shutdown;
 use crate::stats::{Counters, Stats};
-use crate::sys;
 
 /// What a group shares with the acceptor.
 #[derive(Debug)]
@@ -51,7 +51,8 @@ impl GroupLoad {
         }
     }
 
-    /// Connections handed to the group and not yet closed.
+    /// Connections handed to the group and not yet closed (read by the groups' unit tests).
+    #[cfg(test)]
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::Acquire)
     }

@@ -4,29 +4,32 @@
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
 //! docs of `evloop` and `models` describe the model contract.
 
-pub mod blocking_conn;
-pub mod config;
-pub mod conn;
-pub mod evloop;
-pub mod groups;
-pub mod listener;
-pub mod metrics;
-pub mod models;
-pub mod pool;
-pub mod server;
-pub mod shutdown;
-pub mod signals;
-pub mod stats;
-pub mod sys;
-pub mod timers;
-pub mod udp;
-pub mod uring;
+mod blocking_conn;
+mod config;
+mod conn;
+mod evloop;
+mod groups;
+mod listener;
+mod metrics;
+mod models;
+mod pool;
+mod server;
+mod shutdown;
+mod signals;
+mod stats;
+mod udp;
+mod uring;
 
 pub use config::{Config, ConfigError, ListenerMode, Service};
+pub use listener::{BindError, Reservation};
+pub use metrics::MetricsError;
 pub use models::{Model, Policy};
+pub use pool::PoolError;
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
+pub use signals::TerminationSignals;
 pub use stats::{CloseReason, Snapshot, Stats};
+pub use uring::unavailable as io_uring_unavailable;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -12,7 +12,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -176,11 +175,6 @@ impl Reservation {
     }
 }
 
-/// A raw descriptor of a socket, for selectors.
-pub fn raw(socket: &Socket) -> RawFd {
-    socket.as_raw_fd()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +195,7 @@ mod tests {
 #[cfg(test)]
 mod inheritance {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     /// The server sets TCP_NODELAY and buffer sizes once, on the listener; this checks that
     /// Linux hands them to every accepted socket, as the listener's comment claims.
@@ -218,7 +213,7 @@ mod inheritance {
             let _client = std::net::TcpStream::connect(listen.local_addr()).unwrap();
             let listener = listen.shared();
             let fd = loop {
-                match crate::sys::accept(raw(&listener)) {
+                match sockscale_sys::accept(listener.as_raw_fd()) {
                     Ok(fd) => break fd,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
                     Err(e) => panic!("{e}"),

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use sockscale_sys::syscall;
+
 use crate::stats::Stats;
-use crate::sys::syscall;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot serve --metrics on {addr}: {source}")]

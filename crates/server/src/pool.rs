@@ -11,8 +11,9 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
+use sockscale_sys::{self as sys, syscall};
+
 use crate::stats::Counters;
-use crate::sys::{self, syscall};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {

@@ -4,11 +4,10 @@
 //! finish in-flight responses, close the rest after the drain timeout); `force` ends the drain
 //! at once. Workers sleeping in a selector are woken through their registered wakers.
 
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::sys;
+use sockscale_sys::Waker;
 
 const RUNNING: u8 = 0;
 const DRAINING: u8 = 1;
@@ -76,30 +75,5 @@ impl Shutdown {
         for waker in self.inner.wakers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             waker.wake();
         }
-    }
-}
-
-/// An eventfd a worker watches in its selector; `wake` makes it readable.
-#[derive(Debug)]
-pub struct Waker {
-    fd: OwnedFd,
-}
-
-impl Waker {
-    pub fn new() -> std::io::Result<Self> {
-        Ok(Waker { fd: sys::eventfd()? })
-    }
-
-    pub fn fd(&self) -> &OwnedFd {
-        &self.fd
-    }
-
-    pub fn wake(&self) {
-        sys::eventfd_signal(&self.fd);
-    }
-
-    /// Reset after waking, so a level-triggered selector stops reporting it.
-    pub fn reset(&self) {
-        sys::eventfd_drain(&self.fd);
     }
 }

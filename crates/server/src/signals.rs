@@ -7,8 +7,9 @@
 
 use std::io;
 
+use sockscale_sys::syscall;
+
 use crate::shutdown::Shutdown;
-use crate::sys::syscall;
 
 pub struct TerminationSignals {
     set: libc::sigset_t,

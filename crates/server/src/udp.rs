@@ -16,9 +16,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use socket2::Socket;
+use sockscale_sys::syscall;
 
 use crate::stats::Counters;
-use crate::sys::syscall;
 
 pub const BATCH: usize = 32;
 const SLOT: usize = 64 << 10;

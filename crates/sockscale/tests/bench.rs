@@ -196,7 +196,7 @@ fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
     }
     let running = descendants(bench.id());
     assert!(!running.is_empty(), "the bench has a server or a load running");
-    sockscale_server::sys::signal_process(bench.id(), libc::SIGINT).unwrap();
+    sockscale_sys::signal_process(bench.id(), libc::SIGINT).unwrap();
     let status = bench.wait().unwrap();
     assert!(!status.success(), "an interrupted bench exits non-zero");
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -42,7 +42,7 @@ fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
         assert_eq!(b[0], i);
     }
     // A worker that dies is replaced.
-    sockscale_server::sys::signal_process(workers[0], libc::SIGKILL).unwrap();
+    sockscale_sys::signal_process(workers[0], libc::SIGKILL).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let replaced = loop {
         let now = children(parent.id());
@@ -53,7 +53,7 @@ fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     // SIGTERM to the parent reaches every worker; all exit, the parent with status 0.
-    sockscale_server::sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(status) = parent.try_wait().unwrap() {

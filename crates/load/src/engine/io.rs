@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use sockscale_server::sys;
+use sockscale_sys as sys;
 
 use super::{Client, End, Engine};
 use crate::client::{Failure, Reply};

@@ -19,10 +19,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use slab::Slab;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use sockscale_server::conn::Interest;
-use sockscale_server::evloop::{Event, Selector};
-use sockscale_server::models::epoll::Epoll;
-use sockscale_server::timers::Timers;
+use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
 use crate::client::{EchoClient, HttpClient, UdpClient};
 use crate::config::{LoadConfig, Mode};
@@ -435,7 +432,7 @@ impl<'a> Engine<'a> {
         if !cfg.sources.is_empty() {
             let source = cfg.sources[(index % cfg.sources.len() as u64) as usize];
             if !udp {
-                sockscale_server::sys::set_bind_address_no_port(socket.as_raw_fd())?;
+                sockscale_sys::set_bind_address_no_port(socket.as_raw_fd())?;
             }
             socket.bind(&SockAddr::from(std::net::SocketAddr::new(source, 0)))?;
         }

@@ -20,11 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
+use sockscale_sys::{self as sys, Interest, RegisterError, Selector, Waker};
 
-use super::{token, RegisterError, Selector, Worker, LISTENER};
-use crate::conn::{Conn, Interest};
-use crate::shutdown::Waker;
-use crate::sys;
+use super::{token, Worker, LISTENER};
+use crate::conn::Conn;
 
 /// The accept back-off after EMFILE and the like, shared by every model's acceptor.
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -101,10 +100,6 @@ impl Inbox {
 
     pub fn waker(&self) -> &Waker {
         &self.waker
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
     }
 
     /// Stop taking connections; returns those never taken.

@@ -5,11 +5,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 use sockscale_proto::{Closing, Verdict};
+use sockscale_sys::{self as sys, Interest, Selector};
 
-use super::{split, Selector, Worker};
-use crate::conn::Interest;
+use super::{split, Worker};
 use crate::stats::CloseReason;
-use crate::sys;
 
 impl<S: Selector> Worker<'_, S> {
     /// Do all the I/O a connection is ready for.

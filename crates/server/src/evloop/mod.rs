@@ -2,9 +2,10 @@
 //!
 //! select, poll, real-time signals and epoll differ only in how a thread learns that a socket
 //! is ready. That difference is the [`Selector`] trait (register, reregister, deregister,
-//! select), one file per mechanism under `models/`. Everything else — accepting under the
-//! accept policy, reading into pool buffers within the fairness budget, feeding the protocol,
-//! writing and queueing, timers, flood control, draining — is here, written once.
+//! select, in `sockscale-sys`), one file per mechanism under `models/` (epoll's, shared with
+//! the load generator, in `sockscale-sys`). Everything else — accepting under the accept
+//! policy, reading into pool buffers within the fairness budget, feeding the protocol, writing
+//! and queueing, timers, flood control, draining — is here, written once.
 //!
 //! Edge- and level-triggered selectors are both supported. The loop remembers readiness it
 //! has not consumed (`Conn::readable`/`writable`) and re-drives a connection whose read budget
@@ -16,58 +17,22 @@ mod accept;
 mod drive;
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use slab::Slab;
 use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 
 use crate::config::Config;
-use crate::conn::Interest;
 use crate::pool::BufferPool;
-use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::timers::Timers;
 use crate::udp::UdpEcho;
 
 pub(crate) use accept::{refuse, send_refusal, FIRST_BACKOFF, MAX_BACKOFF};
 pub use accept::{Acceptor, Inbox, LogLimiter};
-
-/// One readiness report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Event {
-    pub token: u64,
-    pub readable: bool,
-    pub writable: bool,
-    /// Hang-up or error: reading will say which.
-    pub closed: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RegisterError {
-    /// The selector cannot watch this descriptor (select's FD_SETSIZE, a full group of 64).
-    #[error("{0}")]
-    Full(String),
-    #[error(transparent)]
-    Io(#[from] io::Error),
-}
-
-/// How a thread waits for readiness: one implementation per mechanism.
-pub trait Selector {
-    /// Edge-triggered selectors report a readiness change once; level-triggered ones report it
-    /// for as long as it lasts.
-    fn edge_triggered(&self) -> bool;
-    /// Start watching `fd`. `exclusive` asks, where the mechanism has it, that only one of the
-    /// threads watching a shared listener be woken per connection.
-    fn register(&mut self, fd: RawFd, token: u64, interest: Interest, exclusive: bool) -> Result<(), RegisterError>;
-    /// Change what `fd` is watched for. Edge-triggered selectors watch everything always and
-    /// are never asked.
-    fn reregister(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()>;
-    fn deregister(&mut self, fd: RawFd) -> io::Result<()>;
-    /// Wait up to `timeout` (None: forever) and append what is ready to `events`.
-    fn select(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()>;
-}
 
 pub(crate) const WAKER: u64 = u64::MAX;
 pub(crate) const LISTENER: u64 = u64::MAX - 1;
@@ -317,10 +282,6 @@ impl<'a, S: Selector> Worker<'a, S> {
             }
             self.settle(t, false);
         }
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.drain_deadline.is_some()
     }
 }
 

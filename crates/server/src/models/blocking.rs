@@ -42,6 +42,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 
 use slab::Slab;
+use sockscale_sys as sys;
 
 use crate::blocking_conn::{
     error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
@@ -51,7 +52,6 @@ use crate::conn::Conn;
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
 use crate::stats::{CloseReason, Counters};
-use crate::sys;
 use crate::ServerError;
 
 pub const FIXED_THREADS: bool = false;

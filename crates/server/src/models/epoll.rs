@@ -15,119 +15,16 @@
 //! 184), so it is the default.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+
+use sockscale_sys::Epoll;
 
 use crate::config::ListenerMode;
-use crate::conn::Interest;
-use crate::evloop::{Acceptor, Event, RegisterError, Selector, Source, Worker, WorkerParts};
+use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::sys::syscall;
 use crate::udp::UdpEcho;
 use crate::ServerError;
-
-const MAX_EVENTS: usize = 1024;
-
-pub struct Epoll {
-    fd: OwnedFd,
-    ready: Vec<libc::epoll_event>,
-    /// The kernel has no epoll_pwait2 (before Linux 5.11): fall back to epoll_wait.
-    no_pwait2: bool,
-}
-
-impl Epoll {
-    pub fn new() -> io::Result<Self> {
-        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        // SAFETY: epoll_create1 just returned this descriptor; nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Epoll { fd, ready: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS], no_pwait2: false })
-    }
-
-    fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut event = libc::epoll_event { events, u64: token };
-        // SAFETY: event is a live epoll_event for the duration of the call.
-        syscall!(epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut event)).map(drop)
-    }
-}
-
-fn flags(interest: Interest) -> u32 {
-    let mut events = libc::EPOLLET as u32;
-    if interest.read {
-        events |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-    }
-    if interest.write {
-        events |= libc::EPOLLOUT as u32;
-    }
-    events
-}
-
-impl Selector for Epoll {
-    fn edge_triggered(&self) -> bool {
-        true
-    }
-
-    fn register(&mut self, fd: RawFd, token: u64, interest: Interest, exclusive: bool) -> Result<(), RegisterError> {
-        // EPOLLEXCLUSIVE admits only EPOLLIN, EPOLLOUT, EPOLLET and EPOLLWAKEUP.
-        let events =
-            if exclusive { (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32 } else { flags(interest) };
-        Ok(self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)?)
-    }
-
-    fn reregister(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, flags(interest), token)
-    }
-
-    fn deregister(&mut self, fd: RawFd) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
-    }
-
-    fn select(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        // epoll_pwait2 takes a nanosecond timeout: epoll_wait's milliseconds would either wake
-        // early and spin on sub-millisecond timers or add up to a millisecond of slack to
-        // every open-loop send.
-        let spec = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
-        });
-        let spec_ptr = spec.as_ref().map_or(std::ptr::null(), |s| s as *const libc::timespec);
-        let waited = if self.no_pwait2 {
-            Err(io::Error::from_raw_os_error(libc::ENOSYS))
-        } else {
-            // SAFETY: ready has MAX_EVENTS initialised slots the kernel may overwrite; spec_ptr
-            // is null (wait forever) or points at a live timespec; a null sigmask leaves the
-            // mask unchanged.
-            syscall!(epoll_pwait2(
-                self.fd.as_raw_fd(),
-                self.ready.as_mut_ptr(),
-                MAX_EVENTS as i32,
-                spec_ptr,
-                std::ptr::null()
-            ))
-        };
-        let n = match waited {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                self.no_pwait2 = true;
-                // Milliseconds rounded up, so a timer is never woken for early.
-                let ms = timeout.map_or(-1, |t| i32::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX));
-                // SAFETY: as above.
-                syscall!(epoll_wait(self.fd.as_raw_fd(), self.ready.as_mut_ptr(), MAX_EVENTS as i32, ms))?
-            }
-            other => other?,
-        };
-        for e in &self.ready[..n as usize] {
-            let bits = e.events;
-            events.push(Event {
-                token: e.u64,
-                readable: bits & (libc::EPOLLIN as u32) != 0,
-                writable: bits & (libc::EPOLLOUT as u32) != 0,
-                closed: bits & ((libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32) != 0,
-            });
-        }
-        Ok(())
-    }
-}
 
 pub const FIXED_THREADS: bool = true;
 pub const SERVES_UDP: bool = true;

@@ -19,12 +19,12 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::conn::Interest;
-use crate::evloop::{Event, RegisterError, Selector, Source, Worker, WorkerParts, INBOX};
+use sockscale_sys::{self as sys, Event, Interest, RegisterError, Selector};
+
+use crate::evloop::{Source, Worker, WorkerParts, INBOX};
 use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::sys;
 use crate::udp::UdpEcho;
 use crate::ServerError;
 

@@ -22,11 +22,11 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use crate::conn::Interest;
-use crate::evloop::{Acceptor, Event, RegisterError, Selector, Source, Worker, WorkerParts};
+use sockscale_sys::{syscall, Event, Interest, RegisterError, Selector};
+
+use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::sys::syscall;
 use crate::udp::UdpEcho;
 use crate::ServerError;
 

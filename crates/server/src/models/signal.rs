@@ -33,11 +33,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::conn::Interest;
-use crate::evloop::{Acceptor, Event, LogLimiter, RegisterError, Selector, Source, Worker, WorkerParts};
+use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Selector};
+
+use crate::evloop::{Acceptor, LogLimiter, Source, Worker, WorkerParts};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::sys::{self, syscall};
 use crate::udp::UdpEcho;
 use crate::ServerError;
 
@@ -419,7 +419,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 mod tests {
     use super::*;
     use crate::evloop::WAKER;
-    use crate::shutdown::Waker;
+    use sockscale_sys::Waker;
     use std::io::Write;
     use std::os::unix::net::UnixStream;
     use std::sync::Mutex;

@@ -52,17 +52,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use sockscale_sys::{self as sys, syscall, Interest, Timers, Waker};
+
 use crate::blocking_conn::{
     error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
     POOL_BACKOFF,
 };
-use crate::conn::{Conn, Interest};
+use crate::conn::Conn;
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::shutdown::{Shutdown, Waker};
+use crate::shutdown::Shutdown;
 use crate::stats::{CloseReason, Counters};
-use crate::sys::{self, syscall};
-use crate::timers::Timers;
 use crate::ServerError;
 
 pub const FIXED_THREADS: bool = true;

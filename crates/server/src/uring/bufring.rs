@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use io_uring::types::BufRingEntry;
 use io_uring::Submitter;
+use sockscale_sys::{self as sys, syscall};
 
 use crate::pool::BufferPool;
-use crate::sys::{self, syscall};
 
 pub struct BufRing<'a> {
     pool: &'a BufferPool,

@@ -16,11 +16,11 @@ use std::time::Instant;
 use bytes::{Buf, Bytes};
 use io_uring::{cqueue, opcode, types};
 use sockscale_proto::{Closing, Segment, Session, Verdict};
+use sockscale_sys as sys;
 
 use super::worker::{pack, Op, UringWorker, BUFFER_GROUP};
 use crate::conn::{finished_reason, Clocks};
 use crate::stats::CloseReason;
-use crate::sys;
 
 const IOV_BATCH: usize = 64;
 
@@ -214,9 +214,10 @@ impl UringWorker<'_> {
     fn start_send(&mut self, index: usize, chunks: Vec<Bytes>, ring_buffer: Option<(u16, usize)>) {
         let held = ring_buffer.map(|(bid, len)| self.bufs.get(bid, len).as_ptr_range());
         let Some(conn) = self.conns.get_mut(index) else { return };
-        // SAFETY: msghdr and iovec are plain old data; zeroed is "no name, no control, empty".
         let mut send: Box<InFlight> = Box::new(InFlight {
+            // SAFETY: msghdr is plain old data; all zeroes is "no name, no control, no iovecs".
             msg: unsafe { std::mem::zeroed() },
+            // SAFETY: an array of iovecs is plain old data; all zeroes is null, empty buffers.
             iov: unsafe { std::mem::zeroed() },
             chunks,
             ring_buffer,

@@ -43,7 +43,7 @@ fn probe() -> Result<(), String> {
     if (major, minor) < (6, 0) {
         return Err(format!("kernel {major}.{minor} is older than 6.0, which multishot receive needs"));
     }
-    let pool = crate::pool::BufferPool::new(crate::sys::page_size(), 1, false).map_err(|e| e.to_string())?;
+    let pool = crate::pool::BufferPool::new(sockscale_sys::page_size(), 1, false).map_err(|e| e.to_string())?;
     let probe_ring = bufring::BufRing::new(&ring.submitter(), &pool, 0)
         .map_err(|e| format!("cannot register a provided-buffer ring: {e}"))?;
     drop(ring);

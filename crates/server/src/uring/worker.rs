@@ -10,6 +10,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 use socket2::Socket;
 use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_sys::{Timers, Waker};
 
 use super::bufring::BufRing;
 use super::conn::UConn;
@@ -17,9 +18,8 @@ use crate::config::Config;
 use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::groups::GroupLoad;
 use crate::pool::BufferPool;
-use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
-use crate::timers::Timers;
 use crate::udp::UdpEcho;
 
 /// The buffer group of every worker's provided-buffer ring.

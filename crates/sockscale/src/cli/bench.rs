@@ -9,8 +9,8 @@ use clap::Args;
 use sockscale_bench::harness::Children;
 use sockscale_bench::run::BenchConfig;
 use sockscale_bench::{plan, report, Profile, Results};
-use sockscale_server::signals::TerminationSignals;
 use sockscale_server::Model;
+use sockscale_server::TerminationSignals;
 
 use crate::output::say;
 use crate::units::parse_size;

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use sockscale_load::{HttpRequest, LoadConfig, Mode, Progress, Report};
-use sockscale_server::signals::TerminationSignals;
+use sockscale_server::TerminationSignals;
 
 use crate::cli::procs;
 use crate::units::{parse_duration, parse_size};

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use sockscale_load::{Progress, Report};
-use sockscale_server::signals::TerminationSignals;
-use sockscale_server::sys;
+use sockscale_server::TerminationSignals;
+use sockscale_sys as sys;
 
 /// The arguments after the program name, minus the flags the parent owns.
 fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
@@ -168,7 +168,7 @@ pub fn run_serve_children(
     n: usize,
     argv: &[String],
     addr: std::net::SocketAddr,
-    reservation: sockscale_server::listener::Reservation,
+    reservation: sockscale_server::Reservation,
 ) -> Result<()> {
     let args = child_args(argv, &["--procs", "--listen"]);
     let listen = ["--listen".to_owned(), addr.to_string()];

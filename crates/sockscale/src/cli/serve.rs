@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
-use sockscale_server::signals::TerminationSignals;
+use sockscale_server::TerminationSignals;
 use sockscale_server::{Config, ListenerMode, Model, Server, Service};
 
 use crate::units::{parse_duration, parse_size};
@@ -210,7 +210,7 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     let mut cfg = args.to_config()?;
     if args.procs > 1 && args.proc_slot.is_none() {
         cfg.validate()?;
-        let reservation = sockscale_server::listener::Reservation::new(cfg.listen, cfg.service.is_udp())?;
+        let reservation = sockscale_server::Reservation::new(cfg.listen, cfg.service.is_udp())?;
         let addr = reservation.local_addr();
         return crate::cli::procs::run_serve_children(args.procs, argv, addr, reservation);
     }

@@ -11,12 +11,12 @@ use ::tokio::io::Interest;
 use ::tokio::net::TcpStream;
 use ::tokio::sync::watch;
 use sockscale_proto::{Closing, Session, Verdict};
+use sockscale_sys as sys;
 
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::config::Config;
 use crate::conn::{Clocks, OutQueue, Written};
 use crate::stats::CloseReason;
-use crate::sys;
 
 /// One connection's state between awaits.
 pub(super) struct Conn {

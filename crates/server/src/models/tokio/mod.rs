@@ -66,15 +66,15 @@ use ::tokio::net::{TcpListener, TcpStream};
 use ::tokio::sync::{mpsc, watch, Notify};
 use ::tokio::task::JoinSet;
 use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_sys::{self as sys, Waker};
 
 use crate::config::Config;
 use crate::conn::after;
 use crate::evloop::LogLimiter;
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
-use crate::shutdown::{Phase, Shutdown, Waker};
+use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
-use crate::sys;
 use crate::udp::UdpEcho;
 use crate::ServerError;
 

@@ -1,8 +1,14 @@
-//! The one door to the kernel.
+//! The one door to the kernel, shared by sockscale's server and its load generator.
 //!
-//! Every raw system call in this crate goes through [`syscall!`], which turns the C convention
+//! Every raw system call in sockscale goes through [`syscall!`], which turns the C convention
 //! (-1 and errno) into `io::Result`. The thin wrappers below are the calls the hot paths make;
 //! each `unsafe` block carries the reason it is sound.
+//!
+//! Besides the wrappers, this crate holds what both the server's readiness models and the load
+//! generator's engine wait with: the readiness contract ([`Interest`], [`Event`],
+//! [`RegisterError`] and the [`Selector`] trait), its epoll implementation ([`Epoll`]), the
+//! eventfd [`Waker`] and the lazy timer heap ([`Timers`]). It knows nothing of protocols,
+//! policies or models.
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -10,20 +16,48 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// Call a libc function, mapping -1 to the thread's errno.
 ///
 /// The caller is responsible for the arguments meeting the function's contract, and says why
-/// in a `// SAFETY:` comment at the call site.
+/// in a `// SAFETY:` comment at the call site. The arguments are evaluated in order outside the
+/// macro's `unsafe` block, so the only unsafe operation the macro performs is the call itself:
+/// an argument that is unsafe to compute needs its own `unsafe` at the call site. Temporaries
+/// made while evaluating an argument live until the call has returned, as in a plain call.
+#[macro_export]
 macro_rules! syscall {
-    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+    // Bind the next argument with `match`, whose scrutinee's temporaries live to the end of the
+    // match (a `let` would drop them at once and could leave a dangling pointer). Each
+    // expansion's `arg` is a distinct variable (macro hygiene).
+    (@bind $fn:ident [$($bound:ident)*] $next:expr, $($rest:expr,)*) => {
+        match $next {
+            arg => $crate::syscall!(@bind $fn [$($bound)* arg] $($rest,)*),
+        }
+    };
+    (@bind $fn:ident [$($bound:ident)*]) => {{
         // SAFETY: the call site documents why these arguments satisfy the function's contract.
         #[allow(unused_unsafe)]
-        let res = unsafe { libc::$fn($($arg),*) };
+        let res = unsafe { $crate::__libc::$fn($($bound),*) };
         if res == -1 {
             Err(std::io::Error::last_os_error())
         } else {
             Ok(res)
         }
     }};
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {
+        $crate::syscall!(@bind $fn [] $($arg,)*)
+    };
 }
-pub(crate) use syscall;
+
+/// libc for [`syscall!`]'s expansion, so that the macro names it the same way in every crate.
+#[doc(hidden)]
+pub use libc as __libc;
+
+mod epoll;
+mod selector;
+mod timers;
+mod waker;
+
+pub use epoll::Epoll;
+pub use selector::{Event, Interest, RegisterError, Selector};
+pub use timers::Timers;
+pub use waker::Waker;
 
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory arguments.
@@ -77,11 +111,13 @@ pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 }
 
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    // SAFETY: shutdown takes no pointers; a descriptor that is not a socket is an error return.
     syscall!(shutdown(fd, libc::SHUT_WR)).map(drop)
 }
 
 /// A non-blocking eventfd, used to wake a thread sleeping in its selector.
 pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers.
     let fd = syscall!(eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
     // SAFETY: eventfd just returned this descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -142,6 +178,7 @@ pub fn cpu_times() -> io::Result<(std::time::Duration, std::time::Duration)> {
 /// Send `signal` to process `pid` (a child this process started).
 pub fn signal_process(pid: u32, signal: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: kill takes no pointers; an invalid pid or signal is an error return.
     syscall!(kill(pid, signal)).map(drop)
 }
 
@@ -164,6 +201,7 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
 /// shutdown(2) both directions: wakes every thread blocked in poll, recv or send on `fd`
 /// (they see a hang-up), while the descriptor itself stays open for its owner to close.
 pub fn shutdown_both(fd: RawFd) -> io::Result<()> {
+    // SAFETY: shutdown takes no pointers; a descriptor that is not a socket is an error return.
     syscall!(shutdown(fd, libc::SHUT_RDWR)).map(drop)
 }
 
@@ -191,5 +229,16 @@ pub fn pin_to_cpus(cpus: &[usize]) -> io::Result<()> {
 
 /// Send `signal` to every process in process group `group`.
 pub fn signal_process_group(group: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes no pointers; an invalid group or signal is an error return.
     syscall!(kill(-group, signal)).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn syscall_maps_minus_one_to_errno() {
+        // SAFETY: close takes no pointers; -1 is never a descriptor, so nothing is closed.
+        let err = syscall!(close(-1)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+    }
 }
