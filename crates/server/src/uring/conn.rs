@@ -99,7 +99,7 @@ impl UringWorker<'_> {
         ));
         conn.recv_armed = true;
         conn.ops += 1;
-        self.push(&entry);
+        self.push(entry);
     }
 
     fn cancel_recv(&mut self, index: usize) {
@@ -111,7 +111,7 @@ impl UringWorker<'_> {
         conn.ops += 1;
         let target = pack(Op::Recv, index, conn.generation);
         let entry = opcode::AsyncCancel::new(target).build().user_data(pack(Op::Cancel, index, conn.generation));
-        self.push(&entry);
+        self.push(entry);
     }
 
     pub(super) fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
@@ -248,7 +248,7 @@ impl UringWorker<'_> {
         .user_data(pack(Op::Send, index, conn.generation));
         conn.sending = Some(send);
         conn.ops += 1;
-        self.push(&entry);
+        self.push(entry);
     }
 
     pub(super) fn on_send(&mut self, index: usize, generation: u32, result: i32) {

@@ -14,6 +14,8 @@
 
 mod bufring;
 mod conn;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 use std::io;
