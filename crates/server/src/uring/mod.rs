@@ -14,6 +14,8 @@
 
 mod bufring;
 mod conn;
+mod drive;
+mod ops;
 #[cfg(test)]
 mod tests;
 mod worker;

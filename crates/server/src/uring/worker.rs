@@ -14,6 +14,7 @@ use sockscale_proto::{Engine, Output, Protocol};
 
 use super::bufring::BufRing;
 use super::conn::UConn;
+use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use crate::config::Config;
 use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::groups::GroupLoad;
@@ -22,40 +23,6 @@ use crate::shutdown::{Phase, Shutdown, Waker};
 use crate::stats::{CloseReason, Counters, Stats};
 use crate::timers::Timers;
 use crate::udp::UdpEcho;
-
-/// The buffer group of every worker's provided-buffer ring.
-pub(super) const BUFFER_GROUP: u16 = 0;
-
-/// What an operation's user data says it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub(super) enum Op {
-    Recv = 1,
-    Send = 2,
-    Cancel = 3,
-    Accept = 4,
-    Wake = 5,
-    Inbox = 6,
-    Udp = 7,
-}
-
-pub(super) fn pack(op: Op, index: usize, generation: u32) -> u64 {
-    ((op as u64) << 56) | ((u64::from(generation) & 0xff_ffff) << 32) | (index as u64 & 0xffff_ffff)
-}
-
-fn unpack(data: u64) -> (Option<Op>, usize, u32) {
-    let op = match (data >> 56) as u8 {
-        1 => Some(Op::Recv),
-        2 => Some(Op::Send),
-        3 => Some(Op::Cancel),
-        4 => Some(Op::Accept),
-        5 => Some(Op::Wake),
-        6 => Some(Op::Inbox),
-        7 => Some(Op::Udp),
-        _ => None,
-    };
-    (op, (data & 0xffff_ffff) as usize, ((data >> 32) & 0xff_ffff) as u32)
-}
 
 /// Where a worker's connections come from.
 pub enum UringSource {
@@ -503,11 +470,8 @@ impl<'a> UringWorker<'a> {
     fn begin_drain(&mut self) {
         self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
         if self.accept_armed {
-            let entry = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
-                Op::Cancel,
-                usize::MAX >> 32,
-                0,
-            ));
+            let entry =
+                opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
             self.worker_ops += 1;
             self.push(entry);
         }
@@ -521,11 +485,8 @@ impl<'a> UringWorker<'a> {
                 }
             }
             Some(UringSource::Udp(udp)) => {
-                let entry = opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(
-                    Op::Cancel,
-                    usize::MAX >> 32,
-                    0,
-                ));
+                let entry =
+                    opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
                 self.worker_ops += 1;
                 self.push(entry);
                 // The socket must outlive the poll; it is dropped with the worker.
@@ -604,7 +565,7 @@ impl<'a> UringWorker<'a> {
     }
 
     pub(super) fn on_cancel(&mut self, index: usize, generation: u32) {
-        if index == usize::MAX >> 32 {
+        if index == WORKER_SLOT {
             self.worker_ops -= 1;
             return;
         }
