@@ -24,7 +24,10 @@ use crate::stats::CloseReason;
 
 const IOV_BATCH: usize = 64;
 
-/// A send in flight: it owns what it sends until its completion.
+/// A send in flight: it owns what it sends until its completion. Boxed, so the msghdr and
+/// iovecs the kernel reads stay put while the connection's slab slot may move; after its
+/// completion a box goes back to the worker's [`SpareSends`] and serves the next send, so
+/// sending allocates nothing once warmed up.
 pub(super) struct InFlight {
     msg: libc::msghdr,
     iov: [libc::iovec; IOV_BATCH],
@@ -35,6 +38,19 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
+    fn new() -> Box<Self> {
+        Box::new(InFlight {
+            // SAFETY: msghdr and iovec are plain old data; zeroed is "no name, no control,
+            // empty".
+            msg: unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            iov: unsafe { std::mem::zeroed() },
+            chunks: Vec::new(),
+            ring_buffer: None,
+            len: 0,
+        })
+    }
+
     /// The ring buffer this send holds: (buffer id, bytes).
     pub(super) fn ring_buffer(&self) -> Option<(u16, usize)> {
         self.ring_buffer
@@ -43,6 +59,45 @@ impl InFlight {
     /// Bytes this send asked the socket to take.
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// The worker's boxes for sends, kept after their completion (with their chunk vectors'
+/// capacity) for the next sends. Kept by the worker rather than by each connection: a box is
+/// over 1 KiB, which an idle connection should not pin. At most one spare per connection is
+/// kept, so after warming up a worker allocates no box again while its connections stay, and
+/// holds none once they are gone.
+#[derive(Default)]
+pub(super) struct SpareSends {
+    #[allow(clippy::vec_box)] // the boxes themselves are what is reused
+    boxes: Vec<Box<InFlight>>,
+}
+
+impl SpareSends {
+    /// A cleared send: a spare one, or a new one if none is spare.
+    fn take(&mut self) -> Box<InFlight> {
+        self.boxes.pop().unwrap_or_else(InFlight::new)
+    }
+
+    /// Keep a completed send for reuse, unless `keep` are spare already. What it held (shared
+    /// responses, copies) is released now either way.
+    pub(super) fn give(&mut self, mut send: Box<InFlight>, keep: usize) {
+        send.chunks.clear();
+        send.ring_buffer = None;
+        send.len = 0;
+        if self.boxes.len() < keep {
+            self.boxes.push(send);
+        }
+    }
+
+    /// Keep at most `keep` spare.
+    pub(super) fn trim(&mut self, keep: usize) {
+        self.boxes.truncate(keep);
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.boxes.len()
     }
 }
 
@@ -141,38 +196,46 @@ impl UConn {
         self.queued_len = 0;
     }
 
-    /// A send of what is queued (up to `IOV_BATCH` chunks), unless a send is in flight, nothing
-    /// is queued or the connection is closed.
-    pub(super) fn send_queued(&mut self, index: usize) -> Option<squeue::Entry> {
+    /// A send of what is queued (up to `IOV_BATCH` chunks), unless a send is in flight,
+    /// nothing is queued or the connection is closed.
+    pub(super) fn send_queued(&mut self, index: usize, spares: &mut SpareSends) -> Option<squeue::Entry> {
         if self.sending.is_some() || self.queued.is_empty() || self.closed {
             return None;
         }
+        let mut send = spares.take();
         let take = self.queued.len().min(IOV_BATCH);
-        let chunks: Vec<Bytes> = self.queued.drain(..take).collect();
-        self.queued_len -= chunks.iter().map(Bytes::len).sum::<usize>();
-        Some(self.start_send(index, chunks, None))
+        send.chunks.extend(self.queued.drain(..take));
+        self.queued_len -= send.chunks.iter().map(Bytes::len).sum::<usize>();
+        Some(self.start_send(index, send, None))
     }
 
     /// A send of ring buffer `bid`, whose first bytes are `data` (an echo sent as received).
-    pub(super) fn send_ring_buffer(&mut self, index: usize, bid: u16, data: &[u8]) -> squeue::Entry {
-        self.start_send(index, Vec::new(), Some((bid, data)))
+    pub(super) fn send_ring_buffer(
+        &mut self,
+        index: usize,
+        spares: &mut SpareSends,
+        bid: u16,
+        data: &[u8],
+    ) -> squeue::Entry {
+        let send = spares.take();
+        self.start_send(index, send, Some((bid, data)))
     }
 
-    fn start_send(&mut self, index: usize, chunks: Vec<Bytes>, ring_buffer: Option<(u16, &[u8])>) -> squeue::Entry {
-        // SAFETY: msghdr and iovec are plain old data; zeroed is "no name, no control, empty".
-        let mut send: Box<InFlight> = Box::new(InFlight {
-            msg: unsafe { std::mem::zeroed() },
-            iov: unsafe { std::mem::zeroed() },
-            chunks,
-            ring_buffer: ring_buffer.map(|(bid, data)| (bid, data.len())),
-            len: 0,
-        });
+    /// Post `send` with its chunks, after the ring buffer's data if there is one.
+    fn start_send(
+        &mut self,
+        index: usize,
+        mut send: Box<InFlight>,
+        ring_buffer: Option<(u16, &[u8])>,
+    ) -> squeue::Entry {
+        send.ring_buffer = ring_buffer.map(|(bid, data)| (bid, data.len()));
         let mut count = 0;
         if let Some((_, data)) = ring_buffer {
             send.iov[0] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
             count = 1;
         }
-        for (slot, chunk) in send.iov[count..].iter_mut().zip(&send.chunks) {
+        let InFlight { iov, chunks, .. } = &mut *send;
+        for (slot, chunk) in iov[count..].iter_mut().zip(chunks.iter()) {
             *slot = libc::iovec { iov_base: chunk.as_ptr() as *mut libc::c_void, iov_len: chunk.len() };
             count += 1;
         }
@@ -180,7 +243,7 @@ impl UConn {
         send.msg.msg_iov = send.iov.as_mut_ptr();
         send.msg.msg_iovlen = count as _;
         let fd = types::Fd(self.fd.as_raw_fd());
-        // One buffer (an echo, one response) goes as a plain send, which skips importing a
+        // One buffer (an echo, one response) goes as a plain send, which writtens importing a
         // msghdr and iovec array; several are gathered with sendmsg.
         let entry = if count == 1 {
             opcode::Send::new(fd, send.iov[0].iov_base as *const u8, send.len as u32).flags(libc::MSG_NOSIGNAL).build()
@@ -199,30 +262,36 @@ impl UConn {
         self.sending.take()
     }
 
+    /// The queued output, flattened (tests).
+    #[cfg(test)]
+    pub(super) fn queued_bytes(&self) -> Vec<u8> {
+        self.queued.iter().flat_map(|c| c.iter().copied()).collect()
+    }
+
     /// Put back at the front of the queue, in order, whatever of `sent` the socket did not take
     /// (`written` bytes it did); `ring_data` is the ring buffer it held, if any, whose unsent
     /// rest is copied (the buffer goes back to the kernel).
     pub(super) fn requeue_unsent(&mut self, sent: &InFlight, written: usize, ring_data: Option<&[u8]>) {
-        let mut skip = written;
-        let mut rest: Vec<Bytes> = Vec::new();
+        // Walked backwards, each piece pushed to the front: the queue ends up in order, with
+        // no list of the rest built on the way.
+        let ring_len = ring_data.map_or(0, <[u8]>::len);
+        let mut end = ring_len + sent.chunks.iter().map(Bytes::len).sum::<usize>();
+        for chunk in sent.chunks.iter().rev() {
+            let start = end - chunk.len();
+            if end > written {
+                let mut rest = chunk.clone();
+                rest.advance(written.saturating_sub(start));
+                self.queued_len += rest.len();
+                self.queued.push_front(rest);
+            }
+            end = start;
+        }
         if let Some(data) = ring_data {
-            if skip < data.len() {
-                rest.push(Bytes::copy_from_slice(&data[skip..]));
+            if written < data.len() {
+                let rest = Bytes::copy_from_slice(&data[written..]);
+                self.queued_len += rest.len();
+                self.queued.push_front(rest);
             }
-            skip = skip.saturating_sub(data.len());
-        }
-        for mut chunk in sent.chunks.iter().cloned() {
-            if skip >= chunk.len() {
-                skip -= chunk.len();
-                continue;
-            }
-            chunk.advance(skip);
-            skip = 0;
-            rest.push(chunk);
-        }
-        for chunk in rest.into_iter().rev() {
-            self.queued_len += chunk.len();
-            self.queued.push_front(chunk);
         }
     }
 }

@@ -9,6 +9,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use bytes::Bytes;
 use io_uring::cqueue;
 use sockscale_proto::{Closing, Segment, Verdict};
 
@@ -105,21 +106,19 @@ impl UringWorker<'_> {
         // most half the ring is held by sends, so slow readers cannot starve receives.
         if whole_input && conn.is_quiet() && self.held_buffers < self.bufs.count() / 2 {
             self.held_buffers += 1;
-            let entry = conn.send_ring_buffer(index, bid, data);
+            let entry = conn.send_ring_buffer(index, &mut self.sends, bid, data);
             self.push(entry);
         } else {
-            let mut copies = Vec::with_capacity(segments.len());
+            // Shared responses are queued by reference; input is copied, since the ring buffer
+            // goes back to the kernel now (one allocation, only for echo output that cannot
+            // be sent straight from the ring buffer).
             for segment in segments {
-                copies.push(match segment {
-                    Segment::Input(range) => bytes::Bytes::copy_from_slice(&data[range.clone()]),
+                conn.queue(match segment {
+                    Segment::Input(range) => Bytes::copy_from_slice(&data[range.clone()]),
                     Segment::Shared(bytes) => bytes.clone(),
                 });
             }
             self.bufs.give_back(bid);
-            let Some(conn) = self.conns.get_mut(index) else { return };
-            for chunk in copies {
-                conn.queue(chunk);
-            }
             self.send_queued(index);
         }
         self.settle(index, generation, false);
@@ -127,7 +126,8 @@ impl UringWorker<'_> {
 
     /// Send what is queued, if no send is in flight.
     fn send_queued(&mut self, index: usize) {
-        if let Some(entry) = self.conns.get_mut(index).and_then(|conn| conn.send_queued(index)) {
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if let Some(entry) = conn.send_queued(index, &mut self.sends) {
             self.push(entry);
         }
     }
@@ -149,6 +149,8 @@ impl UringWorker<'_> {
             self.held_buffers -= 1;
             self.bufs.give_back(bid);
         }
+        // The box serves a later send: at most one spare per connection is kept.
+        self.sends.give(sent, self.conns.len());
         let Some(conn) = self.conns.get_mut(index) else { return };
         if conn.closed {
             return self.reclaim(index);
@@ -249,6 +251,7 @@ impl UringWorker<'_> {
     pub(super) fn reclaim(&mut self, index: usize) {
         if self.conns.get(index).is_some_and(|c| c.closed && c.ops == 0) {
             drop(self.conns.remove(index));
+            self.sends.trim(self.conns.len());
         }
     }
 }

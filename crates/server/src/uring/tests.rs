@@ -2,13 +2,17 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use socket2::{Domain, Socket, Type};
 use sockscale_proto::Protocol;
 
+use super::conn::{SpareSends, UConn};
 use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
@@ -113,9 +117,45 @@ fn a_failed_submit_loses_no_operation() {
     assert!(missing.is_empty(), "clients {missing:?} never got their echo: an operation was lost ({census:?})");
     assert_eq!(
         census,
-        Census { conns: 0, conn_ops: 0, worker_ops: 2, held_buffers: 0, backlog: 0, fail_submits: 0 },
+        Census { conns: 0, conn_ops: 0, worker_ops: 2, held_buffers: 0, spare_sends: 0, backlog: 0, fail_submits: 0 },
         "after the clients left, only the wake-up read and the accept should be in flight"
     );
     assert_eq!(stats.current(), 0, "every connection is counted closed");
     assert_eq!(stats.snapshot().closed(CloseReason::Peer), CLIENTS as u64);
+}
+
+fn lone_conn() -> UConn {
+    let (a, _b) = UnixStream::pair().expect("a socket pair");
+    UConn::new(OwnedFd::from(a), Protocol::Echo.engine(0).new_session(), 0, Instant::now())
+}
+
+/// A short send puts exactly what the socket did not take back at the front of the queue, in
+/// order, ahead of what was queued meanwhile; the box goes back to the spares.
+#[test]
+fn a_short_send_requeues_the_rest_in_order() {
+    let mut spares = SpareSends::default();
+    for written in [0, 1, 3, 4, 8, 9] {
+        let mut conn = lone_conn();
+        for chunk in ["abc", "defg", "hi"] {
+            conn.queue(Bytes::from_static(chunk.as_bytes()));
+        }
+        let _entry = conn.send_queued(0, &mut spares).expect("a send");
+        assert_eq!(conn.pending(), 9);
+        conn.queue(Bytes::from_static(b"JK"));
+        assert!(conn.send_queued(0, &mut spares).is_none(), "one send in flight at a time");
+        let sent = conn.send_done().expect("the send in flight");
+        conn.requeue_unsent(&sent, written, None);
+        spares.give(sent, 1);
+        assert_eq!(conn.queued_bytes(), [&b"abcdefghi"[written..], b"JK"].concat(), "{written} written");
+        assert_eq!(conn.pending(), 9 - written + 2);
+        assert_eq!(spares.len(), 1);
+    }
+    // An echo sent from a ring buffer: its rest is copied, the buffer going back to the kernel.
+    let mut conn = lone_conn();
+    let _entry = conn.send_ring_buffer(0, &mut spares, 3, b"hello");
+    assert_eq!(spares.len(), 0, "the spare box was reused");
+    let sent = conn.send_done().expect("the send in flight");
+    assert_eq!(sent.ring_buffer(), Some((3, 5)));
+    conn.requeue_unsent(&sent, 2, Some(b"hello"));
+    assert_eq!(conn.queued_bytes(), b"llo");
 }

@@ -13,7 +13,7 @@ use socket2::Socket;
 use sockscale_proto::{Engine, Output, Protocol};
 
 use super::bufring::BufRing;
-use super::conn::UConn;
+use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use crate::config::Config;
 use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
@@ -78,8 +78,12 @@ pub struct UringWorker<'a> {
     pub(super) drain_deadline: Option<Instant>,
     /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
     pub(super) held_buffers: usize,
+    /// Boxes of completed sends, for the next sends.
+    pub(super) sends: SpareSends,
     /// Connections whose multishot receive stopped for lack of buffers.
     pub(super) starved: Vec<(usize, u32)>,
+    /// `starved` as last fed, emptied, swapped in next time (so feeding allocates nothing).
+    starved_spare: Vec<(usize, u32)>,
     /// Worker-level operations in flight (accept, wake and inbox reads, UDP poll, cancels).
     worker_ops: usize,
     /// Cancelling everything before exit: re-arm nothing.
@@ -133,7 +137,9 @@ impl<'a> UringWorker<'a> {
             next_wall_check: now,
             drain_deadline: None,
             held_buffers: 0,
+            sends: SpareSends::default(),
             starved: Vec::new(),
+            starved_spare: Vec::new(),
             worker_ops: 0,
             tearing_down: false,
             cqes: Vec::with_capacity(1024),
@@ -328,6 +334,7 @@ impl<'a> UringWorker<'a> {
             conn_ops: self.conns.iter().map(|(_, c)| c.ops as usize).sum(),
             worker_ops: self.worker_ops,
             held_buffers: self.held_buffers,
+            spare_sends: self.sends.len(),
             backlog: self.backlog.len(),
             fail_submits: self.fail_submits,
         }
@@ -531,9 +538,11 @@ impl<'a> UringWorker<'a> {
         if self.starved.is_empty() || self.bufs.available() == 0 {
             return;
         }
-        for (index, generation) in std::mem::take(&mut self.starved) {
+        let mut starved = std::mem::replace(&mut self.starved, std::mem::take(&mut self.starved_spare));
+        for (index, generation) in starved.drain(..) {
             self.settle(index, generation, false);
         }
+        self.starved_spare = starved;
     }
 
     fn close_all(&mut self, reason: CloseReason) {
@@ -590,6 +599,7 @@ pub(super) struct Census {
     pub conn_ops: usize,
     pub worker_ops: usize,
     pub held_buffers: usize,
+    pub spare_sends: usize,
     pub backlog: usize,
     pub fail_submits: u32,
 }
