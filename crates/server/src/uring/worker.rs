@@ -262,7 +262,7 @@ impl<'a> UringWorker<'a> {
         }
     }
 
-    /// Queue an operation. None is ever dropped: the caller has already counted it (in
+    /// Queue an operation. No entry is ever dropped: the caller has already counted it (in
     /// `UConn::ops` or `worker_ops`, and in state such as `recv_armed`), so a connection whose
     /// operation never reached the kernel would never be reclaimed. When the submission queue
     /// is full and the submit that would make room fails, the entry waits in the backlog, which
