@@ -428,6 +428,9 @@ struct Watch<'w, 'h> {
     queue: &'w ReadyQueue,
     counters: &'w Counters,
     conns: HashMap<u32, Box<Conn>>,
+    /// The inbox's vector as last taken, emptied, kept to be swapped in next time.
+    #[allow(clippy::vec_box)]
+    taken: Vec<Box<Conn>>,
     timers: Timers,
     kit: Kit,
     draining: bool,
@@ -443,6 +446,7 @@ impl<'w, 'h> Watch<'w, 'h> {
             queue,
             counters,
             conns: HashMap::new(),
+            taken: Vec::new(),
             timers: Timers::default(),
             kit,
             draining: false,
@@ -514,13 +518,18 @@ impl<'w, 'h> Watch<'w, 'h> {
     /// Watch the connections workers handed over. Returns true once the poller must stop.
     fn take_inbox(&mut self, now: Instant) -> bool {
         self.poller.waker.reset();
-        let (conns, stopped) = {
+        // Swapped with the poller's own empty vector rather than taken, so that neither side
+        // allocates again once both have grown to the traffic (steady state allocates nothing).
+        let mut conns = std::mem::take(&mut self.taken);
+        let stopped = {
             let mut inbox = self.poller.lock();
-            (std::mem::take(&mut inbox.conns), inbox.stopped)
+            std::mem::swap(&mut inbox.conns, &mut conns);
+            inbox.stopped
         };
-        for conn in conns {
+        for conn in conns.drain(..) {
             self.add(conn, now);
         }
+        self.taken = conns;
         stopped
     }
 

@@ -1,30 +1,33 @@
-//! The byte path of one connection on a ring: receive completions feed the protocol, output is
-//! sent by one gathering `sendmsg` at a time, and the same policies as every model decide when
-//! to stop reading and when to close.
+//! One connection on a ring: its state between completions, and the operations it posts.
 //!
 //! A connection has at most one send in flight: two sends on one socket could be executed out
 //! of order by the kernel, and a short send needs the rest sent before anything queued after
 //! it. Output produced while a send is in flight is queued; `--max-pending-send` bytes or
 //! `--max-outstanding-sends` queued sends (the seed's completion-port server capped them at
 //! 200) pause reading, by cancelling the multishot receive until the queue drains.
+//!
+//! Nothing here knows the worker: the methods build the submission entries and keep the
+//! connection's own accounting (`ops`, `recv_armed`, the send in flight); the worker
+//! (`drive.rs`) pushes the entries and makes the policy decisions.
 
 use std::collections::VecDeque;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
-use io_uring::{cqueue, opcode, types};
-use sockscale_proto::{Closing, Segment, Session, Verdict};
-use sockscale_sys as sys;
+use io_uring::{opcode, squeue, types};
+use sockscale_proto::Session;
 
-use super::worker::{pack, Op, UringWorker, BUFFER_GROUP};
-use crate::conn::{finished_reason, Clocks};
+use super::ops::{pack, Op, BUFFER_GROUP};
+use crate::conn::Clocks;
 use crate::stats::CloseReason;
 
 const IOV_BATCH: usize = 64;
 
-/// A send in flight: it owns what it sends until its completion.
+/// A send in flight: it owns what it sends until its completion. Boxed, so the msghdr and
+/// iovecs the kernel reads stay put while the connection's slab slot may move; after its
+/// completion a box goes back to the worker's [`SpareSends`] and serves the next send, so
+/// sending allocates nothing once warmed up.
 pub(super) struct InFlight {
     msg: libc::msghdr,
     iov: [libc::iovec; IOV_BATCH],
@@ -34,6 +37,70 @@ pub(super) struct InFlight {
     len: usize,
 }
 
+impl InFlight {
+    fn new() -> Box<Self> {
+        Box::new(InFlight {
+            // SAFETY: msghdr and iovec are plain old data; zeroed is "no name, no control,
+            // empty".
+            msg: unsafe { std::mem::zeroed() },
+            // SAFETY: as above.
+            iov: unsafe { std::mem::zeroed() },
+            chunks: Vec::new(),
+            ring_buffer: None,
+            len: 0,
+        })
+    }
+
+    /// The ring buffer this send holds: (buffer id, bytes).
+    pub(super) fn ring_buffer(&self) -> Option<(u16, usize)> {
+        self.ring_buffer
+    }
+
+    /// Bytes this send asked the socket to take.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The worker's boxes for sends, kept after their completion (with their chunk vectors'
+/// capacity) for the next sends. Kept by the worker rather than by each connection: a box is
+/// over 1 KiB, which an idle connection should not pin. At most one spare per connection is
+/// kept, so after warming up a worker allocates no box again while its connections stay, and
+/// holds none once they are gone.
+#[derive(Default)]
+pub(super) struct SpareSends {
+    #[allow(clippy::vec_box)] // the boxes themselves are what is reused
+    boxes: Vec<Box<InFlight>>,
+}
+
+impl SpareSends {
+    /// A cleared send: a spare one, or a new one if none is spare.
+    fn take(&mut self) -> Box<InFlight> {
+        self.boxes.pop().unwrap_or_else(InFlight::new)
+    }
+
+    /// Keep a completed send for reuse, unless `keep` are spare already. What it held (shared
+    /// responses, copies) is released now either way.
+    pub(super) fn give(&mut self, mut send: Box<InFlight>, keep: usize) {
+        send.chunks.clear();
+        send.ring_buffer = None;
+        send.len = 0;
+        if self.boxes.len() < keep {
+            self.boxes.push(send);
+        }
+    }
+
+    /// Keep at most `keep` spare.
+    pub(super) fn trim(&mut self, keep: usize) {
+        self.boxes.truncate(keep);
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.boxes.len()
+    }
+}
+
 pub(super) struct UConn {
     pub(super) fd: OwnedFd,
     pub(super) session: Session,
@@ -41,36 +108,21 @@ pub(super) struct UConn {
     queued: VecDeque<Bytes>,
     queued_len: usize,
     sending: Option<Box<InFlight>>,
-    recv_armed: bool,
-    recv_cancelling: bool,
+    pub(super) recv_armed: bool,
+    pub(super) recv_cancelling: bool,
     /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
     pub(super) ops: u32,
-    clocks: Clocks,
+    pub(super) clocks: Clocks,
     pub(super) timer_at: Option<Instant>,
-    closing: Option<CloseReason>,
+    pub(super) closing: Option<CloseReason>,
     /// Closed as far as the policies are concerned; waiting for its operations to finish.
     pub(super) closed: bool,
-    read_eof: bool,
+    pub(super) read_eof: bool,
 }
 
 impl UConn {
-    fn pending(&self) -> usize {
-        self.queued_len + self.sending.as_ref().map_or(0, |s| s.len)
-    }
-}
-
-impl UringWorker<'_> {
-    /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
-    /// accepted it.
-    pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
-        if !counted && !self.stats.try_open(self.cfg.max_conns) {
-            return self.refuse(fd, "--max-conns reached");
-        }
-        let generation = self.next_generation();
-        let session = self.engine.new_session();
-        let entry = self.conns.vacant_entry();
-        let index = entry.key();
-        entry.insert(UConn {
+    pub(super) fn new(fd: OwnedFd, session: Session, generation: u32, now: Instant) -> Self {
+        UConn {
             fd,
             session,
             generation,
@@ -80,317 +132,166 @@ impl UringWorker<'_> {
             recv_armed: false,
             recv_cancelling: false,
             ops: 0,
-            clocks: Clocks::new(self.now),
+            clocks: Clocks::new(now),
             timer_at: None,
             closing: None,
             closed: false,
             read_eof: false,
-        });
-        self.counters.accepted();
-        self.settle(index, generation, false);
+        }
     }
 
-    fn arm_recv(&mut self, index: usize) {
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        let entry = opcode::RecvMulti::new(types::Fd(conn.fd.as_raw_fd()), BUFFER_GROUP).build().user_data(pack(
+    /// Output not yet taken by the socket: queued, and in flight.
+    pub(super) fn pending(&self) -> usize {
+        self.queued_len + self.sending.as_ref().map_or(0, |s| s.len)
+    }
+
+    /// Sends queued behind the one in flight (`--max-outstanding-sends`).
+    pub(super) fn queued_sends(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Nothing is in flight or queued: output can go straight out.
+    pub(super) fn is_quiet(&self) -> bool {
+        self.sending.is_none() && self.queued.is_empty()
+    }
+
+    /// The multishot receive, counted in flight from now on.
+    pub(super) fn arm_recv(&mut self, index: usize) -> squeue::Entry {
+        self.recv_armed = true;
+        self.ops += 1;
+        opcode::RecvMulti::new(types::Fd(self.fd.as_raw_fd()), BUFFER_GROUP).build().user_data(pack(
             Op::Recv,
             index,
-            conn.generation,
-        ));
-        conn.recv_armed = true;
-        conn.ops += 1;
-        self.push(&entry);
+            self.generation,
+        ))
     }
 
-    fn cancel_recv(&mut self, index: usize) {
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        if !conn.recv_armed || conn.recv_cancelling {
-            return;
+    /// A cancel of the multishot receive, unless none is armed or one is already cancelling.
+    pub(super) fn cancel_recv(&mut self, index: usize) -> Option<squeue::Entry> {
+        if !self.recv_armed || self.recv_cancelling {
+            return None;
         }
-        conn.recv_cancelling = true;
-        conn.ops += 1;
-        let target = pack(Op::Recv, index, conn.generation);
-        let entry = opcode::AsyncCancel::new(target).build().user_data(pack(Op::Cancel, index, conn.generation));
-        self.push(&entry);
+        self.recv_cancelling = true;
+        self.ops += 1;
+        let target = pack(Op::Recv, index, self.generation);
+        Some(opcode::AsyncCancel::new(target).build().user_data(pack(Op::Cancel, index, self.generation)))
     }
 
-    pub(super) fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
-        let buffer = cqueue::buffer_select(flags);
-        if buffer.is_some() {
-            self.bufs.taken();
-        }
-        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else {
-            if let Some(bid) = buffer {
-                self.bufs.give_back(bid);
-            }
-            return;
-        };
-        if !cqueue::more(flags) {
-            conn.recv_armed = false;
-            conn.recv_cancelling = false;
-            conn.ops -= 1;
-        }
-        if conn.closed {
-            if let Some(bid) = buffer {
-                self.bufs.give_back(bid);
-            }
-            return self.reclaim(index);
-        }
-        if result < 0 {
-            match -result {
-                // Out of ring buffers: wait for some to come back, then receive again.
-                libc::ENOBUFS => self.starved.push((index, generation)),
-                libc::ECANCELED => {}
-                libc::ECONNRESET | libc::EPIPE => return self.close(index, CloseReason::Peer),
-                errno => {
-                    tracing::debug!(error = %io::Error::from_raw_os_error(errno), "receive failed");
-                    return self.close(index, CloseReason::Error);
-                }
-            }
-            return self.settle(index, generation, false);
-        }
-        let Some(bid) = buffer.filter(|_| result > 0) else {
-            conn.read_eof = true;
-            return self.settle(index, generation, false);
-        };
-        let n = result as usize;
-        conn.clocks.touch(self.now);
-        self.counters.bytes_in(n);
-        if conn.closing.is_some() {
-            // The protocol has ended the exchange; a multishot receive may still deliver what
-            // the client sent after it, which nobody will read.
-            self.bufs.give_back(bid);
-            return self.settle(index, generation, false);
-        }
-        let data = self.bufs.get(bid, n);
-        self.scratch.clear();
-        let verdict = self.engine.on_input(&mut conn.session, data, self.now, &mut self.scratch);
-        if let Verdict::Close(closing) = verdict {
-            conn.closing = Some(match closing {
-                Closing::Done => CloseReason::Done,
-                Closing::BadRequest => CloseReason::Protocol,
-                Closing::HeaderTimeout => CloseReason::HeaderTimeout,
-            });
-        }
-        let segments = self.scratch.segments();
-        let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
-        // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
-        // most half the ring is held by sends, so slow readers cannot starve receives.
-        if whole_input && conn.sending.is_none() && conn.queued.is_empty() && self.held_buffers < self.bufs.count() / 2
-        {
-            self.held_buffers += 1;
-            self.start_send(index, Vec::new(), Some((bid, n)));
-        } else {
-            let mut copies = Vec::with_capacity(segments.len());
-            for segment in segments {
-                copies.push(match segment {
-                    Segment::Input(range) => Bytes::copy_from_slice(&data[range.clone()]),
-                    Segment::Shared(bytes) => bytes.clone(),
-                });
-            }
-            self.bufs.give_back(bid);
-            let Some(conn) = self.conns.get_mut(index) else { return };
-            for chunk in copies {
-                conn.queued_len += chunk.len();
-                conn.queued.push_back(chunk);
-            }
-            self.send_queued(index);
-        }
-        self.settle(index, generation, false);
+    /// The multishot receive has ended (a completion without MORE).
+    pub(super) fn recv_ended(&mut self) {
+        self.recv_armed = false;
+        self.recv_cancelling = false;
+        self.ops -= 1;
     }
 
-    /// Send what is queued, if no send is in flight.
-    fn send_queued(&mut self, index: usize) {
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        if conn.sending.is_some() || conn.queued.is_empty() || conn.closed {
-            return;
-        }
-        let take = conn.queued.len().min(IOV_BATCH);
-        let chunks: Vec<Bytes> = conn.queued.drain(..take).collect();
-        conn.queued_len -= chunks.iter().map(Bytes::len).sum::<usize>();
-        self.start_send(index, chunks, None);
+    /// Queue output behind what is queued.
+    pub(super) fn queue(&mut self, chunk: Bytes) {
+        self.queued_len += chunk.len();
+        self.queued.push_back(chunk);
     }
 
-    fn start_send(&mut self, index: usize, chunks: Vec<Bytes>, ring_buffer: Option<(u16, usize)>) {
-        let held = ring_buffer.map(|(bid, len)| self.bufs.get(bid, len).as_ptr_range());
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        let mut send: Box<InFlight> = Box::new(InFlight {
-            // SAFETY: msghdr is plain old data; all zeroes is "no name, no control, no iovecs".
-            msg: unsafe { std::mem::zeroed() },
-            // SAFETY: an array of iovecs is plain old data; all zeroes is null, empty buffers.
-            iov: unsafe { std::mem::zeroed() },
-            chunks,
-            ring_buffer,
-            len: 0,
-        });
+    /// Forget queued output (the connection is closing).
+    pub(super) fn clear_queue(&mut self) {
+        self.queued.clear();
+        self.queued_len = 0;
+    }
+
+    /// A send of what is queued (up to `IOV_BATCH` chunks), unless a send is in flight,
+    /// nothing is queued or the connection is closed.
+    pub(super) fn send_queued(&mut self, index: usize, spares: &mut SpareSends) -> Option<squeue::Entry> {
+        if self.sending.is_some() || self.queued.is_empty() || self.closed {
+            return None;
+        }
+        let mut send = spares.take();
+        let take = self.queued.len().min(IOV_BATCH);
+        send.chunks.extend(self.queued.drain(..take));
+        self.queued_len -= send.chunks.iter().map(Bytes::len).sum::<usize>();
+        Some(self.start_send(index, send, None))
+    }
+
+    /// A send of ring buffer `bid`, whose first bytes are `data` (an echo sent as received).
+    pub(super) fn send_ring_buffer(
+        &mut self,
+        index: usize,
+        spares: &mut SpareSends,
+        bid: u16,
+        data: &[u8],
+    ) -> squeue::Entry {
+        let send = spares.take();
+        self.start_send(index, send, Some((bid, data)))
+    }
+
+    /// Post `send` with its chunks, after the ring buffer's data if there is one.
+    fn start_send(
+        &mut self,
+        index: usize,
+        mut send: Box<InFlight>,
+        ring_buffer: Option<(u16, &[u8])>,
+    ) -> squeue::Entry {
+        send.ring_buffer = ring_buffer.map(|(bid, data)| (bid, data.len()));
         let mut count = 0;
-        if let Some(range) = held {
-            send.iov[0] = libc::iovec {
-                iov_base: range.start as *mut libc::c_void,
-                iov_len: range.end as usize - range.start as usize,
-            };
+        if let Some((_, data)) = ring_buffer {
+            send.iov[0] = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
             count = 1;
         }
-        for (slot, chunk) in send.iov.iter_mut().zip(&send.chunks) {
+        let InFlight { iov, chunks, .. } = &mut *send;
+        for (slot, chunk) in iov[count..].iter_mut().zip(chunks.iter()) {
             *slot = libc::iovec { iov_base: chunk.as_ptr() as *mut libc::c_void, iov_len: chunk.len() };
             count += 1;
         }
         send.len = send.iov[..count].iter().map(|v| v.iov_len).sum();
         send.msg.msg_iov = send.iov.as_mut_ptr();
         send.msg.msg_iovlen = count as _;
-        let fd = types::Fd(conn.fd.as_raw_fd());
-        // One buffer (an echo, one response) goes as a plain send, which skips importing a
+        let fd = types::Fd(self.fd.as_raw_fd());
+        // One buffer (an echo, one response) goes as a plain send, which writtens importing a
         // msghdr and iovec array; several are gathered with sendmsg.
         let entry = if count == 1 {
             opcode::Send::new(fd, send.iov[0].iov_base as *const u8, send.len as u32).flags(libc::MSG_NOSIGNAL).build()
         } else {
             opcode::SendMsg::new(fd, &send.msg).flags(libc::MSG_NOSIGNAL as u32).build()
         }
-        .user_data(pack(Op::Send, index, conn.generation));
-        conn.sending = Some(send);
-        conn.ops += 1;
-        self.push(&entry);
+        .user_data(pack(Op::Send, index, self.generation));
+        self.sending = Some(send);
+        self.ops += 1;
+        entry
     }
 
-    pub(super) fn on_send(&mut self, index: usize, generation: u32, result: i32) {
-        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
-        conn.ops -= 1;
-        let Some(sent) = conn.sending.take() else { return };
-        let written = usize::try_from(result).unwrap_or(0);
-        if result > 0 {
-            conn.clocks.touch(self.now);
-            self.counters.bytes_out(written);
-        }
-        // Whatever the socket did not take goes back to the front of the queue, in order.
-        if result >= 0 && written < sent.len && !conn.closed {
-            let mut skip = written;
-            let mut rest: Vec<Bytes> = Vec::new();
-            if let Some((bid, len)) = sent.ring_buffer {
-                let data = self.bufs.get(bid, len);
-                if skip < data.len() {
-                    rest.push(Bytes::copy_from_slice(&data[skip..]));
-                }
-                skip = skip.saturating_sub(len);
-            }
-            for mut chunk in sent.chunks.iter().cloned() {
-                if skip >= chunk.len() {
-                    skip -= chunk.len();
-                    continue;
-                }
-                chunk.advance(skip);
-                skip = 0;
-                rest.push(chunk);
-            }
-            for chunk in rest.into_iter().rev() {
-                conn.queued_len += chunk.len();
-                conn.queued.push_front(chunk);
-            }
-        }
-        if let Some((bid, _)) = sent.ring_buffer {
-            self.held_buffers -= 1;
-            self.bufs.give_back(bid);
-        }
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        if conn.closed {
-            return self.reclaim(index);
-        }
-        if result < 0 {
-            let reason = match -result {
-                libc::EPIPE | libc::ECONNRESET => CloseReason::Peer,
-                _ => CloseReason::Error,
-            };
-            return self.close(index, reason);
-        }
-        self.send_queued(index);
-        self.settle(index, generation, written > 0);
+    /// The send in flight has completed: it is no longer counted, and is handed back.
+    pub(super) fn send_done(&mut self) -> Option<Box<InFlight>> {
+        self.ops -= 1;
+        self.sending.take()
     }
 
-    /// After any event: close if finished, update the policy clocks and the timer, and start
-    /// or stop receiving as the policies allow.
-    pub(super) fn settle(&mut self, index: usize, generation: u32, progressed: bool) {
-        let draining = self.is_draining();
-        let (max_pending, max_sends) = (self.cfg.max_pending_send, self.cfg.max_outstanding_sends);
-        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else { return };
-        let pending = conn.pending();
-        if pending == 0 {
-            let between_requests = conn.session.is_between_requests();
-            let finished = finished_reason(conn.closing, conn.read_eof, draining, between_requests);
-            if let Some(reason) = finished {
-                return self.close(index, reason);
-            }
-        }
-        let flooded = pending > max_pending || conn.queued.len() > max_sends;
-        conn.clocks.account(self.now, pending, flooded, progressed);
-        let want_recv =
-            !(conn.read_eof || conn.closing.is_some() || flooded || draining && conn.session.is_between_requests());
-        let protocol = self.engine.deadline(&conn.session);
-        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol);
-        let token = (u64::from(generation) << 32) | index as u64;
-        self.timers.schedule(&mut conn.timer_at, deadline, token);
-        let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
-        if want_recv && !armed {
-            if self.bufs.available() > 0 {
-                self.arm_recv(index);
-            } else if !self.starved.contains(&(index, generation)) {
-                self.starved.push((index, generation));
-            }
-        } else if !want_recv && armed && !cancelling {
-            self.cancel_recv(index);
-        }
+    /// The queued output, flattened (tests).
+    #[cfg(test)]
+    pub(super) fn queued_bytes(&self) -> Vec<u8> {
+        self.queued.iter().flat_map(|c| c.iter().copied()).collect()
     }
 
-    pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
-        let now = self.now;
-        let send = self.cfg.send_timeout;
-        let idle = self.cfg.idle_timeout;
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
-        let reason = conn.clocks.expired(now, idle, send, protocol_due);
-        if reason == Some(CloseReason::HeaderTimeout) {
-            self.scratch.clear();
-            self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
-            // One attempt to tell the client why, outside the ring: the connection closes now.
-            if let Some(Segment::Shared(bytes)) = self.scratch.segments().first() {
-                if let Ok(n) = sys::send(conn.fd.as_raw_fd(), bytes) {
-                    self.counters.bytes_out(n);
-                }
+    /// Put back at the front of the queue, in order, whatever of `sent` the socket did not take
+    /// (`written` bytes it did); `ring_data` is the ring buffer it held, if any, whose unsent
+    /// rest is copied (the buffer goes back to the kernel).
+    pub(super) fn requeue_unsent(&mut self, sent: &InFlight, written: usize, ring_data: Option<&[u8]>) {
+        // Walked backwards, each piece pushed to the front: the queue ends up in order, with
+        // no list of the rest built on the way.
+        let ring_len = ring_data.map_or(0, <[u8]>::len);
+        let mut end = ring_len + sent.chunks.iter().map(Bytes::len).sum::<usize>();
+        for chunk in sent.chunks.iter().rev() {
+            let start = end - chunk.len();
+            if end > written {
+                let mut rest = chunk.clone();
+                rest.advance(written.saturating_sub(start));
+                self.queued_len += rest.len();
+                self.queued.push_front(rest);
             }
+            end = start;
         }
-        match reason {
-            Some(reason) => self.close(index, reason),
-            None => self.settle(index, generation, false),
-        }
-    }
-
-    /// Count the connection closed now, and end its operations; its slot is freed when the
-    /// last one completes (`reclaim`).
-    pub(super) fn close(&mut self, index: usize, reason: CloseReason) {
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        if conn.closed {
-            return;
-        }
-        conn.closed = true;
-        conn.queued.clear();
-        conn.queued_len = 0;
-        // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
-        let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
-        let cancel = conn.recv_armed && !conn.recv_cancelling;
-        self.stats.close();
-        self.counters.closed(reason);
-        if let Some(group) = &self.group {
-            group.release();
-        }
-        self.resume_accepting();
-        if cancel {
-            self.cancel_recv(index);
-        }
-        self.reclaim(index);
-    }
-
-    /// Free a closed connection's slot once nothing is in flight on it.
-    pub(super) fn reclaim(&mut self, index: usize) {
-        if self.conns.get(index).is_some_and(|c| c.closed && c.ops == 0) {
-            drop(self.conns.remove(index));
+        if let Some(data) = ring_data {
+            if written < data.len() {
+                let rest = Bytes::copy_from_slice(&data[written..]);
+                self.queued_len += rest.len();
+                self.queued.push_front(rest);
+            }
         }
     }
 }

@@ -11,9 +11,20 @@
 //! it gathers (or the ring buffer an echo is sent straight from). The policies are the same as
 //! every other model's, and implemented the same way: the protocol crate, the lazy timer heap,
 //! the flood and stall clocks, the drain.
+//!
+//! - `worker`: the ring, the loop that submits and reaps, worker-level operations (accept,
+//!   wake-up, inbox, UDP), the drain and teardown, and `push`, which never drops an entry;
+//! - `drive`: the worker's side of a connection — its completions, and the policy decisions
+//!   `settle`, `on_deadline`, `close` (as `evloop/drive.rs` for the readiness models);
+//! - `conn`: a connection's own state and the entries it posts (it knows nothing of the worker);
+//! - `ops`: what an operation's user data encodes; `bufring`: the provided-buffer ring.
 
 mod bufring;
 mod conn;
+mod drive;
+mod ops;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 use std::io;

@@ -1,6 +1,7 @@
 //! One io_uring worker: its ring, its buffer ring, its connections, and the loop that submits
 //! and reaps.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use sockscale_proto::{Engine, Output, Protocol};
 use sockscale_sys::{Timers, Waker};
 
 use super::bufring::BufRing;
-use super::conn::UConn;
+use super::conn::{SpareSends, UConn};
+use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use crate::config::Config;
 use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::groups::GroupLoad;
@@ -21,40 +23,6 @@ use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
 use crate::udp::UdpEcho;
-
-/// The buffer group of every worker's provided-buffer ring.
-pub(super) const BUFFER_GROUP: u16 = 0;
-
-/// What an operation's user data says it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub(super) enum Op {
-    Recv = 1,
-    Send = 2,
-    Cancel = 3,
-    Accept = 4,
-    Wake = 5,
-    Inbox = 6,
-    Udp = 7,
-}
-
-pub(super) fn pack(op: Op, index: usize, generation: u32) -> u64 {
-    ((op as u64) << 56) | ((u64::from(generation) & 0xff_ffff) << 32) | (index as u64 & 0xffff_ffff)
-}
-
-fn unpack(data: u64) -> (Option<Op>, usize, u32) {
-    let op = match (data >> 56) as u8 {
-        1 => Some(Op::Recv),
-        2 => Some(Op::Send),
-        3 => Some(Op::Cancel),
-        4 => Some(Op::Accept),
-        5 => Some(Op::Wake),
-        6 => Some(Op::Inbox),
-        7 => Some(Op::Udp),
-        _ => None,
-    };
-    (op, (data & 0xffff_ffff) as usize, ((data >> 32) & 0xff_ffff) as u32)
-}
 
 /// Where a worker's connections come from.
 pub enum UringSource {
@@ -110,13 +78,25 @@ pub struct UringWorker<'a> {
     pub(super) drain_deadline: Option<Instant>,
     /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
     pub(super) held_buffers: usize,
+    /// Boxes of completed sends, for the next sends.
+    pub(super) sends: SpareSends,
     /// Connections whose multishot receive stopped for lack of buffers.
     pub(super) starved: Vec<(usize, u32)>,
+    /// `starved` as last fed, emptied, swapped in next time (so feeding allocates nothing).
+    starved_spare: Vec<(usize, u32)>,
     /// Worker-level operations in flight (accept, wake and inbox reads, UDP poll, cancels).
     worker_ops: usize,
     /// Cancelling everything before exit: re-arm nothing.
     tearing_down: bool,
     cqes: Vec<(u64, i32, u32)>,
+    /// Entries the submission queue had no room for, in order; pushed first on every turn.
+    backlog: VecDeque<squeue::Entry>,
+    /// A submit failed unexpectedly this turn and was logged.
+    submit_error_logged: bool,
+    /// Test hook: this many of the next submits made to free room in a full submission queue
+    /// fail with EBUSY.
+    #[cfg(test)]
+    pub(super) fail_submits: u32,
 }
 
 impl<'a> UringWorker<'a> {
@@ -157,10 +137,16 @@ impl<'a> UringWorker<'a> {
             next_wall_check: now,
             drain_deadline: None,
             held_buffers: 0,
+            sends: SpareSends::default(),
             starved: Vec::new(),
+            starved_spare: Vec::new(),
             worker_ops: 0,
             tearing_down: false,
             cqes: Vec::with_capacity(1024),
+            backlog: VecDeque::new(),
+            submit_error_logged: false,
+            #[cfg(test)]
+            fail_submits: 0,
         };
         worker.arm_wake();
         worker.arm_source();
@@ -186,13 +172,17 @@ impl<'a> UringWorker<'a> {
         Ok(())
     }
 
-    fn turn(&mut self) -> io::Result<()> {
+    pub(super) fn turn(&mut self) -> io::Result<()> {
+        self.submit_error_logged = false;
+        self.flush_backlog();
         let timeout = self.wait_timeout();
         let ts = types::Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            // EBUSY, EAGAIN: the kernel cannot take more now; what it did not take stays queued
+            // (or in the backlog) and goes on the next turn.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)) => {}
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
@@ -214,9 +204,13 @@ impl<'a> UringWorker<'a> {
         for candidate in [self.drain_deadline, self.accept_paused_until].into_iter().flatten() {
             at = Some(at.map_or(candidate, |a| a.min(candidate)));
         }
-        // Starved receives are retried soon; otherwise sleep until the next deadline (at most
-        // a second, so a missed wake-up cannot hang a worker).
-        let cap = if self.starved.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(1) };
+        // Starved receives and entries waiting for room are retried soon; otherwise sleep until
+        // the next deadline (at most a second, so a missed wake-up cannot hang a worker).
+        let cap = if self.starved.is_empty() && self.backlog.is_empty() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(1)
+        };
         at.map_or(cap, |a| a.saturating_duration_since(Instant::now()).min(cap))
     }
 
@@ -268,19 +262,81 @@ impl<'a> UringWorker<'a> {
         }
     }
 
-    /// Queue an operation, submitting first if the queue is full.
-    pub(super) fn push(&mut self, entry: &squeue::Entry) {
-        loop {
-            // SAFETY: every entry built in this module refers only to memory owned by the
-            // worker or by a connection slot that stays allocated until its operations have
-            // completed (see `UConn::ops`), and to descriptors that stay open as long.
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+    /// Queue an operation. No entry is ever dropped: the caller has already counted it (in
+    /// `UConn::ops` or `worker_ops`, and in state such as `recv_armed`), so a connection whose
+    /// operation never reached the kernel would never be reclaimed. When the submission queue
+    /// is full and the submit that would make room fails, the entry waits in the backlog, which
+    /// goes to the kernel first on every turn.
+    pub(super) fn push(&mut self, entry: squeue::Entry) {
+        // In order, behind whatever waits already: a cancel must not overtake the receive it
+        // cancels.
+        self.flush_backlog();
+        if !(self.backlog.is_empty() && self.queue(&entry)) {
+            self.backlog.push_back(entry);
+        }
+    }
+
+    /// Put `entry` in the submission queue, submitting once to make room if it is full.
+    fn queue(&mut self, entry: &squeue::Entry) -> bool {
+        self.queue_now(entry) || (self.make_room() && self.queue_now(entry))
+    }
+
+    fn queue_now(&mut self, entry: &squeue::Entry) -> bool {
+        // SAFETY: every entry built by the uring modules refers only to memory owned by the
+        // worker or by a connection slot that stays allocated until its operations have
+        // completed (`UConn::ops`, `worker_ops`, counted before the entry is pushed, also while
+        // it waits in the backlog), and to descriptors that stay open as long.
+        unsafe { self.ring.submission().push(entry) }.is_ok()
+    }
+
+    /// Submit what is queued, to make room. False if the kernel took nothing: EBUSY (completions
+    /// must be reaped first), EAGAIN and EINTR ask to try later, which the next turn does.
+    fn make_room(&mut self) -> bool {
+        match self.submit_for_room() {
+            Ok(_) => true,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)) => false,
+            Err(e) => {
+                // Not expected. The entries wait too; if the error persists, the turn's own
+                // submit reports it and the worker stops.
+                if !std::mem::replace(&mut self.submit_error_logged, true) {
+                    tracing::error!(error = %e, "io_uring submit failed; operations wait for the next turn");
+                }
+                false
+            }
+        }
+    }
+
+    /// Move the backlog into the submission queue, in order, as far as there is room.
+    fn flush_backlog(&mut self) {
+        while let Some(entry) = self.backlog.front().cloned() {
+            if !self.queue(&entry) {
                 return;
             }
-            if let Err(e) = self.ring.submit() {
-                tracing::error!(error = %e, "io_uring submit failed");
-                return;
-            }
+            self.backlog.pop_front();
+        }
+    }
+
+    /// The submit made when the submission queue is full.
+    fn submit_for_room(&mut self) -> io::Result<usize> {
+        #[cfg(test)]
+        if self.fail_submits > 0 {
+            self.fail_submits -= 1;
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        self.ring.submit()
+    }
+
+    /// What is in flight, for tests.
+    #[cfg(test)]
+    pub(super) fn census(&self) -> Census {
+        Census {
+            conns: self.conns.len(),
+            conn_ops: self.conns.iter().map(|(_, c)| c.ops as usize).sum(),
+            worker_ops: self.worker_ops,
+            held_buffers: self.held_buffers,
+            spare_sends: self.sends.len(),
+            backlog: self.backlog.len(),
+            fail_submits: self.fail_submits,
         }
     }
 
@@ -289,7 +345,7 @@ impl<'a> UringWorker<'a> {
             .build()
             .user_data(pack(Op::Wake, 0, 0));
         self.worker_ops += 1;
-        self.push(&entry);
+        self.push(entry);
     }
 
     fn arm_source(&mut self) {
@@ -303,7 +359,7 @@ impl<'a> UringWorker<'a> {
                     0,
                 ));
                 self.worker_ops += 1;
-                self.push(&entry);
+                self.push(entry);
             }
             Some(UringSource::Udp(udp)) => {
                 let entry = opcode::PollAdd::new(types::Fd(udp.fd()), libc::POLLIN as u32)
@@ -311,7 +367,7 @@ impl<'a> UringWorker<'a> {
                     .build()
                     .user_data(pack(Op::Udp, 0, 0));
                 self.worker_ops += 1;
-                self.push(&entry);
+                self.push(entry);
             }
             None => {}
         }
@@ -335,7 +391,7 @@ impl<'a> UringWorker<'a> {
             .user_data(pack(Op::Accept, 0, 0));
         self.accept_armed = true;
         self.worker_ops += 1;
-        self.push(&entry);
+        self.push(entry);
     }
 
     fn on_accept(&mut self, result: i32, flags: u32) {
@@ -421,13 +477,10 @@ impl<'a> UringWorker<'a> {
     fn begin_drain(&mut self) {
         self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
         if self.accept_armed {
-            let entry = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
-                Op::Cancel,
-                usize::MAX >> 32,
-                0,
-            ));
+            let entry =
+                opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
             self.worker_ops += 1;
-            self.push(&entry);
+            self.push(entry);
         }
         match self.source.take() {
             Some(UringSource::Inbox(inbox)) => {
@@ -439,13 +492,10 @@ impl<'a> UringWorker<'a> {
                 }
             }
             Some(UringSource::Udp(udp)) => {
-                let entry = opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(
-                    Op::Cancel,
-                    usize::MAX >> 32,
-                    0,
-                ));
+                let entry =
+                    opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
                 self.worker_ops += 1;
-                self.push(&entry);
+                self.push(entry);
                 // The socket must outlive the poll; it is dropped with the worker.
                 self.source = Some(UringSource::Udp(udp));
             }
@@ -488,9 +538,11 @@ impl<'a> UringWorker<'a> {
         if self.starved.is_empty() || self.bufs.available() == 0 {
             return;
         }
-        for (index, generation) in std::mem::take(&mut self.starved) {
+        let mut starved = std::mem::replace(&mut self.starved, std::mem::take(&mut self.starved_spare));
+        for (index, generation) in starved.drain(..) {
             self.settle(index, generation, false);
         }
+        self.starved_spare = starved;
     }
 
     fn close_all(&mut self, reason: CloseReason) {
@@ -508,6 +560,9 @@ impl<'a> UringWorker<'a> {
         let _ = self.ring.submitter().register_sync_cancel(None, types::CancelBuilder::any().all());
         let deadline = Instant::now() + Duration::from_secs(2);
         while (self.worker_ops > 0 || !self.conns.is_empty()) && Instant::now() < deadline {
+            // Operations waiting for room are counted in flight: they must reach the kernel to
+            // complete (on closed sockets, or cancelled).
+            self.flush_backlog();
             let ts = types::Timespec::new().nsec(10_000_000);
             let _ = self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
             self.reap();
@@ -519,7 +574,7 @@ impl<'a> UringWorker<'a> {
     }
 
     pub(super) fn on_cancel(&mut self, index: usize, generation: u32) {
-        if index == usize::MAX >> 32 {
+        if index == WORKER_SLOT {
             self.worker_ops -= 1;
             return;
         }
@@ -534,4 +589,17 @@ impl<'a> UringWorker<'a> {
     pub(super) fn refuse(&mut self, fd: OwnedFd, why: &str) {
         crate::evloop::refuse(fd, &mut self.engine, self.counters, self.stats, &mut self.refusal_log, self.now, why);
     }
+}
+
+/// What a worker has in flight (tests).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Census {
+    pub conns: usize,
+    pub conn_ops: usize,
+    pub worker_ops: usize,
+    pub held_buffers: usize,
+    pub spare_sends: usize,
+    pub backlog: usize,
+    pub fail_submits: u32,
 }

@@ -1,0 +1,257 @@
+//! Driving one connection on a ring: receive completions feed the protocol, output is sent by
+//! one gathering send at a time, and the same policies as every model decide when to stop
+//! reading and when to close (`settle`, `on_deadline`, `close`, as in `evloop/drive.rs`).
+//!
+//! The connection's own state and the entries it posts are `conn.rs`; this is the worker's
+//! side, which pushes them and owns what connections share (the buffer ring, the protocol
+//! engine, the timers, the counters).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use bytes::Bytes;
+use io_uring::cqueue;
+use sockscale_proto::{Closing, Segment, Verdict};
+
+use super::conn::UConn;
+use super::worker::UringWorker;
+use crate::conn::finished_reason;
+use crate::stats::CloseReason;
+use sockscale_sys as sys;
+
+impl UringWorker<'_> {
+    /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
+    /// accepted it.
+    pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
+        if !counted && !self.stats.try_open(self.cfg.max_conns) {
+            return self.refuse(fd, "--max-conns reached");
+        }
+        let generation = self.next_generation();
+        let session = self.engine.new_session();
+        let index = self.conns.insert(UConn::new(fd, session, generation, self.now));
+        self.counters.accepted();
+        self.settle(index, generation, false);
+    }
+
+    fn arm_recv(&mut self, index: usize) {
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        let entry = conn.arm_recv(index);
+        self.push(entry);
+    }
+
+    fn cancel_recv(&mut self, index: usize) {
+        let Some(entry) = self.conns.get_mut(index).and_then(|conn| conn.cancel_recv(index)) else { return };
+        self.push(entry);
+    }
+
+    pub(super) fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
+        let buffer = cqueue::buffer_select(flags);
+        if buffer.is_some() {
+            self.bufs.taken();
+        }
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else {
+            if let Some(bid) = buffer {
+                self.bufs.give_back(bid);
+            }
+            return;
+        };
+        if !cqueue::more(flags) {
+            conn.recv_ended();
+        }
+        if conn.closed {
+            if let Some(bid) = buffer {
+                self.bufs.give_back(bid);
+            }
+            return self.reclaim(index);
+        }
+        if result < 0 {
+            match -result {
+                // Out of ring buffers: wait for some to come back, then receive again.
+                libc::ENOBUFS => self.starved.push((index, generation)),
+                libc::ECANCELED => {}
+                libc::ECONNRESET | libc::EPIPE => return self.close(index, CloseReason::Peer),
+                errno => {
+                    tracing::debug!(error = %io::Error::from_raw_os_error(errno), "receive failed");
+                    return self.close(index, CloseReason::Error);
+                }
+            }
+            return self.settle(index, generation, false);
+        }
+        let Some(bid) = buffer.filter(|_| result > 0) else {
+            conn.read_eof = true;
+            return self.settle(index, generation, false);
+        };
+        let n = result as usize;
+        conn.clocks.touch(self.now);
+        self.counters.bytes_in(n);
+        if conn.closing.is_some() {
+            // The protocol has ended the exchange; a multishot receive may still deliver what
+            // the client sent after it, which nobody will read.
+            self.bufs.give_back(bid);
+            return self.settle(index, generation, false);
+        }
+        let data = self.bufs.get(bid, n);
+        self.scratch.clear();
+        let verdict = self.engine.on_input(&mut conn.session, data, self.now, &mut self.scratch);
+        if let Verdict::Close(closing) = verdict {
+            conn.closing = Some(match closing {
+                Closing::Done => CloseReason::Done,
+                Closing::BadRequest => CloseReason::Protocol,
+                Closing::HeaderTimeout => CloseReason::HeaderTimeout,
+            });
+        }
+        let segments = self.scratch.segments();
+        let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
+        // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
+        // most half the ring is held by sends, so slow readers cannot starve receives.
+        if whole_input && conn.is_quiet() && self.held_buffers < self.bufs.count() / 2 {
+            self.held_buffers += 1;
+            let entry = conn.send_ring_buffer(index, &mut self.sends, bid, data);
+            self.push(entry);
+        } else {
+            // Shared responses are queued by reference; input is copied, since the ring buffer
+            // goes back to the kernel now (one allocation, only for echo output that cannot
+            // be sent straight from the ring buffer).
+            for segment in segments {
+                conn.queue(match segment {
+                    Segment::Input(range) => Bytes::copy_from_slice(&data[range.clone()]),
+                    Segment::Shared(bytes) => bytes.clone(),
+                });
+            }
+            self.bufs.give_back(bid);
+            self.send_queued(index);
+        }
+        self.settle(index, generation, false);
+    }
+
+    /// Send what is queued, if no send is in flight.
+    fn send_queued(&mut self, index: usize) {
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if let Some(entry) = conn.send_queued(index, &mut self.sends) {
+            self.push(entry);
+        }
+    }
+
+    pub(super) fn on_send(&mut self, index: usize, generation: u32, result: i32) {
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
+        let Some(sent) = conn.send_done() else { return };
+        let written = usize::try_from(result).unwrap_or(0);
+        if result > 0 {
+            conn.clocks.touch(self.now);
+            self.counters.bytes_out(written);
+        }
+        // Whatever the socket did not take goes back to the front of the queue, in order.
+        if result >= 0 && written < sent.len() && !conn.closed {
+            let ring_data = sent.ring_buffer().map(|(bid, len)| self.bufs.get(bid, len));
+            conn.requeue_unsent(&sent, written, ring_data);
+        }
+        if let Some((bid, _)) = sent.ring_buffer() {
+            self.held_buffers -= 1;
+            self.bufs.give_back(bid);
+        }
+        // The box serves a later send: at most one spare per connection is kept.
+        self.sends.give(sent, self.conns.len());
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if conn.closed {
+            return self.reclaim(index);
+        }
+        if result < 0 {
+            let reason = match -result {
+                libc::EPIPE | libc::ECONNRESET => CloseReason::Peer,
+                _ => CloseReason::Error,
+            };
+            return self.close(index, reason);
+        }
+        self.send_queued(index);
+        self.settle(index, generation, written > 0);
+    }
+
+    /// After any event: close if finished, update the policy clocks and the timer, and start
+    /// or stop receiving as the policies allow.
+    pub(super) fn settle(&mut self, index: usize, generation: u32, progressed: bool) {
+        let draining = self.is_draining();
+        let (max_pending, max_sends) = (self.cfg.max_pending_send, self.cfg.max_outstanding_sends);
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else { return };
+        let pending = conn.pending();
+        if pending == 0 {
+            let between_requests = conn.session.is_between_requests();
+            let finished = finished_reason(conn.closing, conn.read_eof, draining, between_requests);
+            if let Some(reason) = finished {
+                return self.close(index, reason);
+            }
+        }
+        let flooded = pending > max_pending || conn.queued_sends() > max_sends;
+        conn.clocks.account(self.now, pending, flooded, progressed);
+        let want_recv =
+            !(conn.read_eof || conn.closing.is_some() || flooded || draining && conn.session.is_between_requests());
+        let protocol = self.engine.deadline(&conn.session);
+        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol);
+        let token = (u64::from(generation) << 32) | index as u64;
+        self.timers.schedule(&mut conn.timer_at, deadline, token);
+        let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
+        if want_recv && !armed {
+            if self.bufs.available() > 0 {
+                self.arm_recv(index);
+            } else if !self.starved.contains(&(index, generation)) {
+                self.starved.push((index, generation));
+            }
+        } else if !want_recv && armed && !cancelling {
+            self.cancel_recv(index);
+        }
+    }
+
+    pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
+        let now = self.now;
+        let send = self.cfg.send_timeout;
+        let idle = self.cfg.idle_timeout;
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
+        let reason = conn.clocks.expired(now, idle, send, protocol_due);
+        if reason == Some(CloseReason::HeaderTimeout) {
+            self.scratch.clear();
+            self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
+            // One attempt to tell the client why, outside the ring: the connection closes now.
+            if let Some(Segment::Shared(bytes)) = self.scratch.segments().first() {
+                if let Ok(n) = sys::send(conn.fd.as_raw_fd(), bytes) {
+                    self.counters.bytes_out(n);
+                }
+            }
+        }
+        match reason {
+            Some(reason) => self.close(index, reason),
+            None => self.settle(index, generation, false),
+        }
+    }
+
+    /// Count the connection closed now, and end its operations; its slot is freed when the
+    /// last one completes (`reclaim`).
+    pub(super) fn close(&mut self, index: usize, reason: CloseReason) {
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if conn.closed {
+            return;
+        }
+        conn.closed = true;
+        conn.clear_queue();
+        // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
+        let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
+        let cancel = conn.recv_armed && !conn.recv_cancelling;
+        self.stats.close();
+        self.counters.closed(reason);
+        if let Some(group) = &self.group {
+            group.release();
+        }
+        self.resume_accepting();
+        if cancel {
+            self.cancel_recv(index);
+        }
+        self.reclaim(index);
+    }
+
+    /// Free a closed connection's slot once nothing is in flight on it.
+    pub(super) fn reclaim(&mut self, index: usize) {
+        if self.conns.get(index).is_some_and(|c| c.closed && c.ops == 0) {
+            drop(self.conns.remove(index));
+            self.sends.trim(self.conns.len());
+        }
+    }
+}
