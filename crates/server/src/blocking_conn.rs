@@ -8,15 +8,16 @@
 //!   shutdown latches, the count of live connections, pooled protocol engines;
 //! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
 //!   drain latch, takes up to `--accept-batch` per wake-up, refuses beyond `--max-conns`, and on
-//!   EMFILE/ENFILE/ENOBUFS/ENOMEM pauses with the back-off of `evloop/accept.rs` (10 ms doubling
-//!   to 1 s, logged at most once a second, cut short when a connection closes);
+//!   EMFILE/ENFILE/ENOBUFS/ENOMEM pauses as `policy::AcceptBackoff` says (cut short when a
+//!   connection closes);
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
 //!   and returns when every connection has drained or the drain deadline (or a second signal)
 //!   says the rest must close now;
-//! - [`read_round`], [`feed`], [`expired`], [`may_read`]: one readable wake-up of
-//!   a connection (a pool buffer taken only once poll(2) said the socket is readable, at most
-//!   `--read-budget` bytes, the output written straight from the buffer by
-//!   [`OutQueue::send`](crate::conn::OutQueue::send)) and the policy decisions of `drive.rs`;
+//! - [`read_round`], [`feed`], [`expired`]: one readable wake-up of a connection (a pool
+//!   buffer taken only once poll(2) said the socket is readable, at most `--read-budget` bytes
+//!   as `policy::ReadRound` says, the output written straight from the buffer by
+//!   [`Exchange::feed`](crate::conn::Exchange::feed)), and its deadlines, all decided by the
+//!   connection policy (`crate::policy`);
 //! - [`serve_udp`]: UDP echo on a few threads blocked in poll(2).
 //!
 //! Connection sockets stay non-blocking, as `sys::accept` makes them: a thread "blocks" in
@@ -32,22 +33,20 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use socket2::Socket;
-use sockscale_proto::{Closing, Engine, Output, Protocol, Session, Verdict};
+use sockscale_proto::{Engine, Output, Protocol, Session};
 use sockscale_sys::{self as sys, Waker};
 
+use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
 use crate::conn::Conn;
-use crate::evloop::LogLimiter;
 use crate::models::ModelCtx;
+use crate::policy::{after, AcceptBackoff, AcceptStep, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
 use crate::udp::UdpEcho;
 use crate::ServerError;
 
-/// The accept back-off of `evloop/accept.rs`: first pause, and the cap it doubles up to.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a thread waits before trying again when the shared buffer pool is empty.
 pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
 /// Idle protocol engines kept for reuse (see [`Hub::take_kit`]); more are dropped. Enough for
@@ -85,6 +84,8 @@ impl Kit {
 /// Everything the threads of a thread model share.
 pub struct Hub<'a> {
     pub cfg: &'a Config,
+    /// The per-connection limits of `cfg`.
+    pub limits: Limits,
     pub protocol: Protocol,
     pub stats: &'a Stats,
     pub pool: &'a BufferPool,
@@ -121,6 +122,7 @@ impl<'a> Hub<'a> {
         shutdown.register(supervisor.clone());
         Ok(Hub {
             cfg,
+            limits: Limits::new(cfg),
             protocol,
             stats,
             pool,
@@ -244,7 +246,7 @@ impl<'a> Hub<'a> {
         let fd = listener.as_raw_fd();
         let mut refuser = Admission { engine: Kit::new(&self.protocol).engine, log: LogLimiter::refusals(), counters };
         let mut log = LogLimiter::accept_errors();
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = AcceptBackoff::default();
         loop {
             let mut fds = [pollfd(fd, libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
             match sys::ppoll(&mut fds, None) {
@@ -258,46 +260,42 @@ impl<'a> Hub<'a> {
             for _ in 0..self.cfg.accept_batch {
                 match sys::accept(fd) {
                     Ok(conn) => {
-                        backoff = FIRST_BACKOFF;
+                        backoff.on_accepted();
                         admit(conn, &mut refuser);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // A connection that died in the queue, or a signal: go on.
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) => {}
-                    Err(e) => {
-                        if let Some(suppressed) = log.allow(Instant::now()) {
-                            let open = self.stats.current();
-                            if sys::is_resource_exhaustion(&e) {
-                                tracing::warn!(error = %e, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
-                            } else {
-                                tracing::error!(error = %e, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
-                            }
+                    Err(e) => match backoff.on_error(Instant::now(), &e) {
+                        AcceptStep::Empty => break,
+                        AcceptStep::Retry => {}
+                        step @ AcceptStep::Pause { .. } => {
+                            log_accept_pause(&mut log, Instant::now(), &e, step, self.stats.current());
+                            self.pause_accepting(&mut backoff)?;
+                            break;
                         }
-                        self.pause_accepting(backoff)?;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        break;
-                    }
+                    },
                 }
             }
         }
     }
 
-    /// Sleep `pause` without touching the listener, waking early when a connection closes (a
-    /// descriptor is free) or a drain starts. The listener stays readable all the while, so
-    /// waiting on it would spin.
-    fn pause_accepting(&self, pause: Duration) -> io::Result<()> {
+    /// Sleep out the back-off's pause without touching the listener, waking early when a
+    /// connection closes (a descriptor is free) or a drain starts. The listener stays readable
+    /// all the while, so waiting on it would spin.
+    fn pause_accepting(&self, backoff: &mut AcceptBackoff) -> io::Result<()> {
         self.accept_paused.store(true, Ordering::Release);
-        let until = Instant::now() + pause;
         let result = loop {
             let now = Instant::now();
-            if now >= until {
+            let Some(until) = backoff.paused_until() else { break Ok(()) };
+            if backoff.resume(now, false) {
                 break Ok(());
             }
             let mut fds =
                 [pollfd(self.accept_resume.fd().as_raw_fd(), libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
             match sys::ppoll(&mut fds, Some(until - now)) {
                 Ok(0) => {}
-                Ok(_) => break Ok(()),
+                Ok(_) => {
+                    backoff.resume(now, true);
+                    break Ok(());
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(e),
             }
@@ -360,14 +358,8 @@ impl Admission<'_> {
 
     /// Refuse the connection on `fd` (the caller closes it afterwards), saying `why` in the log.
     pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: &dyn std::fmt::Display) {
-        self.counters.refused();
         self.engine.tick(unix_now());
-        if let Some(refusal) = self.engine.refusal() {
-            crate::evloop::send_refusal(fd, &refusal);
-        }
-        if let Some(suppressed) = self.log.allow(Instant::now()) {
-            tracing::warn!(open = hub.stats.current(), suppressed, "refusing connections: {why}");
-        }
+        admission::refuse(fd, &mut self.engine, self.counters, hub.stats, &mut self.log, why);
     }
 }
 
@@ -386,36 +378,35 @@ pub enum ReadEnd {
     Stopped,
 }
 
-/// Read from a socket that poll(2) reported readable: take one pool buffer, read at most
-/// `budget` bytes into it, pass each piece to `consume` (which answers whether to read on), and
-/// give the buffer back before returning.
+/// Read from a socket that poll(2) reported readable: take one pool buffer, read as
+/// `policy::ReadRound` says, pass each piece to `consume` (which feeds the connection and
+/// returns its policy and pending output, for the round to decide whether to read on), and give
+/// the buffer back before returning.
 pub fn read_round(
     fd: RawFd,
     pool: &BufferPool,
     counters: &Counters,
-    budget: usize,
-    mut consume: impl FnMut(&[u8]) -> io::Result<bool>,
+    limits: &Limits,
+    mut consume: impl FnMut(&[u8]) -> io::Result<(ConnPolicy, Pending)>,
 ) -> io::Result<ReadEnd> {
     let Some(mut buf) = pool.take(counters) else {
         return Ok(ReadEnd::NoBuffer);
     };
-    let mut left = budget;
+    let mut round = ReadRound::new(limits);
     loop {
-        let want = left.min(buf.len());
+        let want = round.want(buf.len());
         match sys::recv(fd, &mut buf[..want]) {
             Ok(0) => return Ok(ReadEnd::Eof),
             Ok(n) => {
                 counters.bytes_in(n);
-                left -= n;
-                if !consume(&buf[..n])? {
-                    return Ok(ReadEnd::Stopped);
-                }
-                if left == 0 {
-                    return Ok(ReadEnd::BudgetSpent);
-                }
-                if n < want {
-                    // A short TCP read emptied the receive queue (see ARCHITECTURE.md).
-                    return Ok(ReadEnd::Drained);
+                let (policy, pending) = consume(&buf[..n])?;
+                // poll(2) is level-triggered: a hang-up is reported again, so a short read
+                // may be taken to mean drained.
+                match round.after_read(n, want, false, &policy, pending, limits) {
+                    ReadNext::More => {}
+                    ReadNext::Stop => return Ok(ReadEnd::Stopped),
+                    ReadNext::Yield => return Ok(ReadEnd::BudgetSpent),
+                    ReadNext::Drained => return Ok(ReadEnd::Drained),
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
@@ -425,78 +416,43 @@ pub fn read_round(
     }
 }
 
-/// Feed `input`, read at `now`, to the connection's session and write the answer at once,
-/// straight from the input; what the socket refuses is queued in `conn.out`. Updates the
-/// activity and flood clocks, and `conn.closing` on a closing verdict. Returns whether reading
-/// may go on (drive.rs: not closing, and not over `--max-pending-send`).
+/// Feed `input`, read at `now`, to the connection's exchange (which writes the answer at once,
+/// straight from the input, and queues what the socket refuses), count what was written and
+/// update the flood and stall clocks. Returns the policy and pending output, for `read_round`.
 pub fn feed(
     conn: &mut Conn,
     kit: &mut Kit,
     input: &[u8],
     now: Instant,
-    cfg: &Config,
+    limits: &Limits,
     counters: &Counters,
-) -> io::Result<bool> {
-    conn.clocks.touch(now);
-    kit.scratch.clear();
-    let verdict = kit.engine.on_input(&mut conn.session, input, now, &mut kit.scratch);
-    let mut progressed = false;
-    if !kit.scratch.is_empty() {
-        let written = conn.out.send(conn.fd.as_raw_fd(), &kit.scratch, input)?;
-        if written.bytes > 0 {
-            progressed = true;
-            counters.bytes_out(written.bytes);
-        }
-    }
-    if let Verdict::Close(closing) = verdict {
-        conn.closing = Some(match closing {
-            Closing::Done => CloseReason::Done,
-            Closing::BadRequest => CloseReason::Protocol,
-            Closing::HeaderTimeout => CloseReason::HeaderTimeout,
-        });
-    }
-    conn.account_output(now, cfg.max_pending_send, progressed);
-    Ok(conn.closing.is_none() && conn.out.len() <= cfg.max_pending_send)
+) -> io::Result<(ConnPolicy, Pending)> {
+    let fd = conn.fd.as_raw_fd();
+    let sent = conn.x.feed(fd, &mut kit.engine, &mut kit.scratch, input, now)?.map_or(0, |w| w.bytes);
+    counters.bytes_out(sent);
+    conn.x.policy.account(now, conn.x.pending(), sent > 0, limits);
+    Ok((conn.x.policy, conn.x.pending()))
 }
 
-/// May the connection read more input now (drive.rs `may_read`, readiness aside)?
-pub fn may_read(conn: &Conn, cfg: &Config, draining: bool) -> bool {
-    !conn.read_eof
-        && conn.closing.is_none()
-        && conn.out.len() <= cfg.max_pending_send
-        && !(draining && conn.session.is_between_requests())
+/// The deadline that ends the connection at `now`, if one has expired, after the protocol's
+/// answer to it (HTTP's 408) where it has one.
+pub fn expired(
+    conn: &mut Conn,
+    kit: &mut Kit,
+    limits: &Limits,
+    counters: &Counters,
+    now: Instant,
+) -> Option<CloseReason> {
+    let fd = conn.fd.as_raw_fd();
+    let (reason, sent) = conn.x.expire(fd, &mut kit.engine, &mut kit.scratch, now, limits)?;
+    counters.bytes_out(sent);
+    Some(reason)
 }
 
-/// The policy that ends the connection at `now`, if one has expired (drive.rs `on_deadline`,
-/// in the same order). A header timeout queues the protocol's 408 and gets one non-blocking
-/// attempt to send it; the connection closes either way.
-pub fn expired(conn: &mut Conn, kit: &mut Kit, cfg: &Config, counters: &Counters, now: Instant) -> Option<CloseReason> {
-    let protocol_due = kit.engine.deadline(&conn.session).is_some_and(|at| at <= now);
-    let reason = conn.clocks.expired(now, cfg.idle_timeout, cfg.send_timeout, protocol_due);
-    if reason == Some(CloseReason::HeaderTimeout) {
-        kit.scratch.clear();
-        kit.engine.on_timeout(&mut conn.session, now, &mut kit.scratch);
-        if let Ok(written) = conn.out.send(conn.fd.as_raw_fd(), &kit.scratch, &[]) {
-            counters.bytes_out(written.bytes);
-        }
-    }
-    reason
-}
-
-/// When a policy may next act on the connection.
-pub fn next_deadline(conn: &Conn, kit: &Kit, cfg: &Config) -> Instant {
-    conn.clocks.deadline(cfg.idle_timeout, cfg.send_timeout, kit.engine.deadline(&conn.session))
-}
-
-/// The close reason for a socket error (drive.rs `close_on_error`).
-pub fn error_reason(err: &io::Error) -> CloseReason {
-    match err.raw_os_error() {
-        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => CloseReason::Peer,
-        _ => {
-            tracing::debug!(error = %err, "closing a connection after a socket error");
-            CloseReason::Error
-        }
-    }
+/// A connection noticed the drain: it finishes its exchange, closes at the next request
+/// boundary, and at the latest `--drain-timeout` from now.
+pub fn begin_drain(conn: &mut Conn, cfg: &Config) {
+    conn.x.begin_drain(after(Instant::now(), cfg.drain_timeout));
 }
 
 /// Serve `--proto udp` on `threads` threads, each blocked in poll(2) on its own SO_REUSEPORT

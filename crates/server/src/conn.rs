@@ -8,12 +8,13 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes};
-use sockscale_proto::{Output, Segment, Session};
+use sockscale_proto::{Engine, Output, Segment, Session};
 use sockscale_sys::{self as sys, Interest};
 
+use crate::policy::{close_reason, ConnPolicy, Limits, Pending};
 use crate::stats::CloseReason;
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
@@ -174,159 +175,151 @@ impl OutQueue {
     }
 }
 
-/// `t + d`, capped far in the future instead of overflowing: a user may well ask for an idle
-/// timeout of a century.
-pub fn after(t: Instant, d: Duration) -> Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    t.checked_add(d.min(CENTURY)).unwrap_or(t)
+/// The close reason for a socket error (the policy's one table), logged when it is not the
+/// peer's doing.
+pub fn closed_by_error(err: &io::Error) -> CloseReason {
+    let reason = close_reason(err);
+    if reason == CloseReason::Error {
+        tracing::debug!(error = %err, "closing a connection after a socket error");
+    }
+    reason
 }
 
-/// The clocks of the per-connection policies, which every model keeps for every connection:
-/// idle (`--idle-timeout` without traffic either way), flood (output over a cap for
-/// `--send-timeout`) and stall (output the socket takes none of for `--send-timeout`). Models
-/// differ in how they wait and write, never in these rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Clocks {
-    /// Last time bytes moved either way.
-    last_activity: Instant,
-    /// When the pending output went over its cap.
-    over_since: Option<Instant>,
-    /// Since when output has been pending without the socket taking any of it.
-    stalled_since: Option<Instant>,
+/// A connection's exchange with its client, as every engine that writes at once keeps it (the
+/// readiness loop, the thread engines, tokio): the protocol session, the output the socket has
+/// not taken, and the connection's policy. It feeds input to the protocol, writes the answer,
+/// and asks the policy what follows; the engine around it only waits and carries out.
+#[derive(Debug)]
+pub struct Exchange {
+    pub session: Session,
+    pub out: OutQueue,
+    pub policy: ConnPolicy,
 }
 
-impl Clocks {
-    pub fn new(now: Instant) -> Self {
-        Clocks { last_activity: now, over_since: None, stalled_since: None }
+impl Exchange {
+    pub fn new(session: Session, now: Instant) -> Self {
+        Exchange { session, out: OutQueue::default(), policy: ConnPolicy::new(now) }
     }
 
-    /// Bytes moved.
-    pub fn touch(&mut self, now: Instant) {
-        self.last_activity = now;
+    /// The output waiting for the client, as the policy counts it.
+    pub fn pending(&self) -> Pending {
+        Pending::bytes(self.out.len())
     }
 
-    /// After I/O: `pending` bytes wait for the client, `over` says they are past a cap (stop
-    /// reading), `progressed` that the socket took some output this time.
-    pub fn account(&mut self, now: Instant, pending: usize, over: bool, progressed: bool) {
-        if pending == 0 {
-            self.stalled_since = None;
-        } else if progressed || self.stalled_since.is_none() {
-            self.stalled_since = Some(now);
+    /// May the connection read now (readiness aside)?
+    pub fn may_read(&self, limits: &Limits) -> bool {
+        self.policy.may_read(self.pending(), self.session.is_between_requests(), limits)
+    }
+
+    /// Finished, and why (once the output is flushed).
+    pub fn finished(&self) -> Option<CloseReason> {
+        self.policy.finished(self.pending(), self.session.is_between_requests())
+    }
+
+    /// The server is draining: finish the exchange in progress, close at the next request
+    /// boundary, and close whatever is left at `until`.
+    pub fn begin_drain(&mut self, until: Instant) {
+        self.session.finish_current();
+        self.policy.begin_drain(until);
+    }
+
+    /// When a policy may next act on this connection.
+    pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
+        self.policy.deadline(limits, engine.deadline(&self.session))
+    }
+
+    /// Feed `input`, read from `fd` at `now`, to the protocol and write its answer at once,
+    /// straight from the input; what the socket refuses is queued. None when the protocol had
+    /// nothing to say.
+    pub fn feed(
+        &mut self,
+        fd: RawFd,
+        engine: &mut Engine,
+        scratch: &mut Output,
+        input: &[u8],
+        now: Instant,
+    ) -> io::Result<Option<Written>> {
+        self.policy.on_received(now);
+        scratch.clear();
+        let verdict = engine.on_input(&mut self.session, input, now, scratch);
+        let written = if scratch.is_empty() { None } else { Some(self.out.send(fd, scratch, input)?) };
+        self.policy.on_verdict(verdict);
+        Ok(written)
+    }
+
+    /// Write queued output at `now`.
+    pub fn flush(&mut self, fd: RawFd, now: Instant) -> io::Result<Written> {
+        let written = self.out.flush(fd)?;
+        self.policy.on_sent(now, written.bytes);
+        Ok(written)
+    }
+
+    /// After I/O: the reason to close if the connection is finished, or else Ok(whether the
+    /// output just came back under its caps, so that input left unread should be read now).
+    pub fn settle(&mut self, now: Instant, progressed: bool, limits: &Limits) -> Result<bool, CloseReason> {
+        if let Some(reason) = self.finished() {
+            return Err(reason);
         }
-        if over {
-            self.over_since.get_or_insert(now);
-        } else {
-            self.over_since = None;
+        Ok(self.policy.account(now, self.pending(), progressed, limits))
+    }
+
+    /// The connection's timer came due at `now`: the reason to close if a deadline expired
+    /// (None: re-arm), and the bytes sent first. A protocol deadline gets the protocol's answer
+    /// (HTTP's 408), with one non-blocking attempt to send it; the connection closes either way.
+    pub fn expire(
+        &mut self,
+        fd: RawFd,
+        engine: &mut Engine,
+        scratch: &mut Output,
+        now: Instant,
+        limits: &Limits,
+    ) -> Option<(CloseReason, usize)> {
+        let protocol_due = engine.deadline(&self.session).is_some_and(|at| at <= now);
+        let expired = self.policy.expired(now, limits, protocol_due)?;
+        let mut sent = 0;
+        if expired.answer {
+            scratch.clear();
+            engine.on_timeout(&mut self.session, now, scratch);
+            sent = self.out.send(fd, scratch, &[]).map_or(0, |w| w.bytes);
         }
-    }
-
-    /// Output is over its cap: the connection must not be read.
-    pub fn is_over(&self) -> bool {
-        self.over_since.is_some()
-    }
-
-    /// The next instant a policy may act, given the protocol's own deadline (HTTP's header
-    /// timeout).
-    pub fn deadline(&self, idle: Duration, send: Duration, protocol: Option<Instant>) -> Instant {
-        [protocol, self.over_since.map(|t| after(t, send)), self.stalled_since.map(|t| after(t, send))]
-            .into_iter()
-            .flatten()
-            .fold(after(self.last_activity, idle), Instant::min)
-    }
-
-    /// The policy that has expired at `now`, if any, in the order every model applies them:
-    /// flood, stall, the protocol's deadline (`protocol_due`), idle. A HeaderTimeout verdict
-    /// leaves the 408 to the caller, which knows how to write.
-    pub fn expired(&self, now: Instant, idle: Duration, send: Duration, protocol_due: bool) -> Option<CloseReason> {
-        let due = |since: Option<Instant>| since.is_some_and(|t| after(t, send) <= now);
-        if due(self.over_since) {
-            Some(CloseReason::Flood)
-        } else if due(self.stalled_since) {
-            Some(CloseReason::SendTimeout)
-        } else if protocol_due {
-            Some(CloseReason::HeaderTimeout)
-        } else if after(self.last_activity, idle) <= now {
-            Some(CloseReason::Idle)
-        } else {
-            None
-        }
+        Some((expired.reason, sent))
     }
 }
 
-/// Everything the server keeps for one connection between events.
+/// Everything the readiness loop and the thread engines keep for one connection between
+/// events: the exchange, and how it is being waited for.
 #[derive(Debug)]
 pub struct Conn {
     pub fd: std::os::fd::OwnedFd,
-    pub session: Session,
-    pub out: OutQueue,
-    pub clocks: Clocks,
-    /// The connection's authoritative timer entry (see `timers`).
+    pub x: Exchange,
+    /// The connection's authoritative timer entry (see `sockscale_sys::Timers`).
     pub timer_at: Option<Instant>,
-    /// Close once the output is flushed.
-    pub closing: Option<CloseReason>,
     /// Readiness as last reported and not yet consumed (edge-triggered selectors report it
     /// once).
     pub readable: bool,
     pub writable: bool,
-    /// The peer sent FIN.
-    pub read_eof: bool,
     /// The selector reported an error or a hang-up (RST, FIN). An edge-triggered selector will
     /// not report it again, and a reset or FIN that arrived together with data is only seen
     /// after the data is read, so from now on a short read is not taken to mean the socket is
     /// drained: reading goes on until EOF, an error or EAGAIN.
     pub hangup: bool,
-    /// What a level-triggered selector is currently watching for.
+    /// What the selector is currently watching for.
     pub registered: Interest,
     pub generation: u32,
 }
 
-/// With its output flushed, is a connection finished, and why? The protocol ended it
-/// (`closing`), the peer sent FIN, or a drain found it between requests. Every model decides by
-/// this one rule.
-pub fn finished_reason(
-    closing: Option<CloseReason>,
-    read_eof: bool,
-    draining: bool,
-    between_requests: bool,
-) -> Option<CloseReason> {
-    closing.or(if read_eof {
-        Some(CloseReason::Peer)
-    } else if draining && between_requests {
-        Some(CloseReason::Shutdown)
-    } else {
-        None
-    })
-}
-
 impl Conn {
-    /// Finished, and why: [`finished_reason`] once all output is flushed.
-    pub fn finished(&self, draining: bool) -> Option<CloseReason> {
-        if !self.out.is_empty() {
-            return None;
-        }
-        finished_reason(self.closing, self.read_eof, draining, self.session.is_between_requests())
-    }
-
     pub fn new(fd: std::os::fd::OwnedFd, session: Session, now: Instant, generation: u32) -> Self {
         Conn {
             fd,
-            session,
-            out: OutQueue::default(),
-            clocks: Clocks::new(now),
+            x: Exchange::new(session, now),
             timer_at: None,
-            closing: None,
             readable: true,
             writable: true,
-            read_eof: false,
             hangup: false,
             registered: Interest::NONE,
             generation,
         }
-    }
-
-    /// Update the clocks after I/O, with `--max-pending-send` as the cap.
-    pub fn account_output(&mut self, now: Instant, max_pending: usize, progressed: bool) {
-        self.clocks.account(now, self.out.len(), self.out.len() > max_pending, progressed);
     }
 }
 
@@ -407,33 +400,6 @@ mod tests {
         assert_eq!(w, Written { bytes: 600, blocked: false });
         let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
         assert_eq!(read_all(&mut b), expected);
-    }
-
-    #[test]
-    fn flood_and_stall_clocks() {
-        let t0 = Instant::now();
-        let mut clocks = Clocks::new(t0);
-        clocks.account(t0, 10, true, false);
-        assert!(clocks.is_over());
-        let t1 = t0 + Duration::from_secs(1);
-        clocks.account(t1, 10, true, true);
-        let (idle, send) = (Duration::from_secs(60), Duration::from_secs(10));
-        assert_eq!(clocks.deadline(idle, send, None), t0 + send, "flood counts from t0; progress moved only the stall");
-        assert_eq!(clocks.expired(t0 + send, idle, send, false), Some(CloseReason::Flood));
-        clocks.account(t1, 10, false, false);
-        assert_eq!(clocks.expired(t1 + send, idle, send, false), Some(CloseReason::SendTimeout));
-        assert_eq!(clocks.expired(t1, idle, send, true), Some(CloseReason::HeaderTimeout));
-        clocks.account(t1, 0, false, false);
-        assert_eq!(clocks.expired(t0 + idle, idle, send, false), Some(CloseReason::Idle));
-        assert_eq!(clocks.expired(t1, idle, send, false), None);
-    }
-
-    #[test]
-    fn huge_timeouts_do_not_overflow() {
-        let clocks = Clocks::new(Instant::now());
-        let forever = Duration::from_secs(u64::MAX);
-        assert!(clocks.deadline(forever, forever, None) > Instant::now() + Duration::from_secs(3600));
-        assert_eq!(clocks.expired(Instant::now(), forever, forever, false), None);
     }
 }
 

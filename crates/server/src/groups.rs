@@ -21,14 +21,16 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use socket2::Socket;
 use sockscale_proto::{Engine, Protocol};
 use sockscale_sys::{self as sys, Waker};
 
+use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
-use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::evloop::Inbox;
+use crate::policy::{AcceptBackoff, AcceptStep};
 use crate::shutdown::Shutdown;
 use crate::stats::{Counters, Stats};
 
@@ -118,9 +120,8 @@ pub struct GroupAcceptor<'scope, 'env> {
     group_size: usize,
     wake: Arc<AcceptorWake>,
     groups: Vec<Group<'scope>>,
-    backoff: Duration,
-    /// Set while backing off after EMFILE and the like: the listener is not watched until then.
-    paused_until: Option<Instant>,
+    /// While it backs off after EMFILE and the like, the listener is not watched.
+    backoff: AcceptBackoff,
     accept_log: LogLimiter,
     refusal_log: LogLimiter,
 }
@@ -146,8 +147,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             group_size,
             wake: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
             groups: Vec::new(),
-            backoff: FIRST_BACKOFF,
-            paused_until: None,
+            backoff: AcceptBackoff::default(),
             accept_log: LogLimiter::accept_errors(),
             refusal_log: LogLimiter::refusals(),
         })
@@ -189,11 +189,9 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         ];
         while self.shutdown.is_running() {
             let now = Instant::now();
-            if self.paused_until.is_some_and(|at| at <= now) {
-                self.resume();
-            }
-            let watched = if self.paused_until.is_some() { 1 } else { 2 };
-            let timeout = self.paused_until.map(|at| at.saturating_duration_since(now));
+            self.resume(now, false);
+            let watched = if self.backoff.is_paused() { 1 } else { 2 };
+            let timeout = self.backoff.paused_until().map(|at| at.saturating_duration_since(now));
             match sys::ppoll(&mut fds[..watched], timeout) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -202,9 +200,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             if fds[0].revents != 0 {
                 // Shutdown (checked by the loop condition), or a group freed a descriptor.
                 self.wake.waker.reset();
-                if self.paused_until.is_some() {
-                    self.resume();
-                }
+                self.resume(Instant::now(), true);
             }
             if watched == 2 && fds[1].revents != 0 {
                 self.accept_batch(scope, listener, start);
@@ -213,9 +209,11 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         Ok(())
     }
 
-    fn resume(&mut self) {
-        self.paused_until = None;
-        self.wake.paused.store(false, Ordering::Release);
+    /// End a pause that is over, or at once when `freed` (a group closed a connection).
+    fn resume(&mut self, now: Instant, freed: bool) {
+        if self.backoff.resume(now, freed) {
+            self.wake.paused.store(false, Ordering::Release);
+        }
     }
 
     /// Up to `--accept-batch` connections; poll is level-triggered, so what the batch leaves is
@@ -227,32 +225,23 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         for _ in 0..self.cfg.accept_batch {
             match sys::accept(listener) {
                 Ok(fd) => {
-                    self.backoff = FIRST_BACKOFF;
+                    self.backoff.on_accepted();
                     self.hand_over(scope, fd, start);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // A connection that died in the queue, or a signal: try the next one.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) => {}
-                Err(e) => return self.back_off(e),
+                Err(e) => match self.backoff.on_error(Instant::now(), &e) {
+                    AcceptStep::Empty => return,
+                    AcceptStep::Retry => {}
+                    step @ AcceptStep::Pause { .. } => return self.paused(&e, step),
+                },
             }
         }
     }
 
-    fn back_off(&mut self, err: io::Error) {
-        let now = Instant::now();
-        let backoff = self.backoff;
-        self.paused_until = Some(now + backoff);
-        self.backoff = (backoff * 2).min(MAX_BACKOFF);
+    /// Accepting is paused: have groups wake this thread when they free a descriptor.
+    fn paused(&mut self, err: &io::Error, step: AcceptStep) {
         // Before any group can close a connection unseen.
         self.wake.paused.store(true, Ordering::Release);
-        if let Some(suppressed) = self.accept_log.allow(now) {
-            let open = self.stats.current();
-            if sys::is_resource_exhaustion(&err) {
-                tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
-            } else {
-                tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
-            }
-        }
+        log_accept_pause(&mut self.accept_log, Instant::now(), err, step, self.stats.current());
     }
 
     fn hand_over<F>(&mut self, scope: &'scope Scope<'scope, 'env>, fd: OwnedFd, start: &mut F)
@@ -305,15 +294,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
 
     fn refuse(&mut self, fd: OwnedFd, why: &str) {
         self.engine.tick(unix_secs());
-        crate::evloop::refuse(
-            fd,
-            &mut self.engine,
-            self.counters,
-            self.stats,
-            &mut self.refusal_log,
-            Instant::now(),
-            why,
-        );
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
     }
 }
 

@@ -4,6 +4,7 @@
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
 //! docs of `evloop` and `models` describe the model contract.
 
+mod admission;
 mod blocking_conn;
 mod config;
 mod conn;
@@ -12,6 +13,7 @@ mod groups;
 mod listener;
 mod metrics;
 mod models;
+mod policy;
 mod pool;
 mod server;
 mod shutdown;

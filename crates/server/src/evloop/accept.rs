@@ -1,33 +1,29 @@
-//! Taking connections in: the accept policy of the seeds.
+//! Taking connections in: the accept policy of the seeds, on a readiness selector.
 //!
 //! - Up to `--accept-batch` accepts per wake-up (the AcceptEx low/high watermark, turned
 //!   around: instead of keeping N accepts posted, take up to N each time the listener is
 //!   ready); if the batch ran out before the queue did, the listener is driven again on the
 //!   next turn, after the connections already ready have had theirs.
-//! - Beyond `--max-conns`, a connection is accepted and closed at once, after the protocol's
-//!   refusal (HTTP 503), and counted as refused.
-//! - When accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
-//!   listener is taken out of the selector for a back-off that doubles up to one second, so the
-//!   loop never spins on a listener it cannot serve; it comes back early when one of this
-//!   worker's connections closes and frees a descriptor. The error is logged at most once a
-//!   second per process, with a count of what was suppressed.
+//! - Beyond `--max-conns`, a connection is refused (`admission::refuse`).
+//! - When accept fails for lack of descriptors or memory, `policy::AcceptBackoff` says for how
+//!   long to pause; meanwhile the listener is taken out of the selector, so the loop never
+//!   spins on a listener it cannot serve, and it comes back early when one of this worker's
+//!   connections closes and frees a descriptor.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use socket2::Socket;
 use sockscale_sys::{self as sys, Interest, RegisterError, Selector, Waker};
 
 use super::{token, Worker, LISTENER};
+use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::conn::Conn;
-
-/// The accept back-off after EMFILE and the like, shared by every model's acceptor.
-pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+use crate::policy::{AcceptBackoff, AcceptStep};
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -35,8 +31,7 @@ pub struct Acceptor {
     /// EPOLLEXCLUSIVE-style sharing with other workers.
     exclusive: bool,
     registered: bool,
-    paused_until: Option<Instant>,
-    backoff: Duration,
+    backoff: AcceptBackoff,
     log: LogLimiter,
 }
 
@@ -46,8 +41,7 @@ impl Acceptor {
             socket,
             exclusive,
             registered: false,
-            paused_until: None,
-            backoff: FIRST_BACKOFF,
+            backoff: AcceptBackoff::default(),
             log: LogLimiter::accept_errors(),
         }
     }
@@ -115,75 +109,12 @@ impl Inbox {
     }
 }
 
-/// Let a kind of message through at most once a second per process, counting the ones held
-/// back. A handle is cheap and every worker holds its own, but all handles of one kind share
-/// one window: with N workers out of descriptors at once, the log still gets one line a
-/// second, not N (a flood of identical warnings is itself a resource a client could exhaust).
-#[derive(Debug, Clone, Copy)]
-pub struct LogLimiter {
-    window: &'static LogWindow,
-}
-
-/// The shared state of one kind of message: when one was last let through, and how many
-/// were held back since. Only contended when messages are, so a mutex is cheap enough.
-#[derive(Debug)]
-pub struct LogWindow(Mutex<(Option<Instant>, u64)>);
-
-impl LogWindow {
-    const fn new() -> Self {
-        LogWindow(Mutex::new((None, 0)))
-    }
-}
-
-static ACCEPT_ERRORS: LogWindow = LogWindow::new();
-static REFUSALS: LogWindow = LogWindow::new();
-static UDP_ERRORS: LogWindow = LogWindow::new();
-static SIGNAL_OVERFLOWS: LogWindow = LogWindow::new();
-
-impl LogLimiter {
-    /// accept(2) failures (EMFILE and the like).
-    pub fn accept_errors() -> Self {
-        LogLimiter { window: &ACCEPT_ERRORS }
-    }
-
-    /// Connections refused at `--max-conns` or for want of a slot.
-    pub fn refusals() -> Self {
-        LogLimiter { window: &REFUSALS }
-    }
-
-    /// Failed UDP receives.
-    pub fn udp_errors() -> Self {
-        LogLimiter { window: &UDP_ERRORS }
-    }
-
-    /// Real-time signal queue overflows.
-    pub fn signal_overflows() -> Self {
-        LogLimiter { window: &SIGNAL_OVERFLOWS }
-    }
-
-    /// Some(suppressed since the last message) if a message may be logged now.
-    pub fn allow(&mut self, now: Instant) -> Option<u64> {
-        let mut window = self.window.0.lock().unwrap_or_else(|e| e.into_inner());
-        let (last, suppressed) = &mut *window;
-        match *last {
-            Some(at) if now.saturating_duration_since(at) < Duration::from_secs(1) => {
-                *suppressed += 1;
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(std::mem::take(suppressed))
-            }
-        }
-    }
-}
-
 impl<S: Selector> Worker<'_, S> {
     pub(super) fn accept_ready(&mut self) {
         let Some(super::Source::Listener(acceptor)) = &mut self.source else {
             return;
         };
-        if acceptor.paused_until.is_some() {
+        if acceptor.backoff.is_paused() {
             return;
         }
         let fd = acceptor.fd();
@@ -191,7 +122,7 @@ impl<S: Selector> Worker<'_, S> {
             match sys::accept(fd) {
                 Ok(conn) => {
                     if let Some(super::Source::Listener(acceptor)) = &mut self.source {
-                        acceptor.backoff = FIRST_BACKOFF;
+                        acceptor.backoff.on_accepted();
                     }
                     self.on_accepted(conn, false);
                 }
@@ -207,57 +138,40 @@ impl<S: Selector> Worker<'_, S> {
     }
 
     fn on_accept_error(&mut self, err: io::Error) {
-        if err.kind() == io::ErrorKind::WouldBlock {
-            return;
-        }
-        // A connection that died in the queue, or a signal: try again on the next turn.
-        if matches!(err.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) {
-            self.resume_accept = true;
-            return;
-        }
-        let now = self.now;
+        let (now, open) = (self.now, self.stats.current());
         let Some(super::Source::Listener(acceptor)) = &mut self.source else {
             return;
         };
-        let backoff = acceptor.backoff;
-        acceptor.paused_until = Some(now + backoff);
-        acceptor.backoff = (backoff * 2).min(MAX_BACKOFF);
-        if let Some(suppressed) = acceptor.log.allow(now) {
-            let open = self.stats.current();
-            if sys::is_resource_exhaustion(&err) {
-                tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {backoff:?}");
-            } else {
-                tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+        match acceptor.backoff.on_error(now, &err) {
+            AcceptStep::Empty => {}
+            AcceptStep::Retry => self.resume_accept = true,
+            step @ AcceptStep::Pause { .. } => {
+                log_accept_pause(&mut acceptor.log, now, &err, step, open);
+                acceptor.deregister(&mut self.selector);
             }
         }
-        acceptor.deregister(&mut self.selector);
     }
 
     pub(super) fn accept_resumes_at(&self) -> Option<Instant> {
         match &self.source {
-            Some(super::Source::Listener(acceptor)) => acceptor.paused_until,
+            Some(super::Source::Listener(acceptor)) => acceptor.backoff.paused_until(),
             _ => None,
         }
     }
 
-    /// Put a paused listener back if its back-off is over.
-    pub(super) fn resume_accept_if_due(&mut self) {
-        if self.accept_resumes_at().is_some_and(|at| at <= self.now) {
-            self.resume_accepting();
-        }
-    }
-
-    /// A descriptor was freed, or the back-off ended: listen again and look at the queue.
-    pub(super) fn resume_accepting(&mut self) {
+    /// Listen again if the back-off is over, or at once if `freed` (a connection closed, so a
+    /// descriptor is free), and look at the queue.
+    pub(super) fn resume_accepting(&mut self, freed: bool) {
+        let now = self.now;
         let Some(super::Source::Listener(acceptor)) = &mut self.source else {
             return;
         };
-        if acceptor.paused_until.take().is_none() {
+        if !acceptor.backoff.resume(now, freed) {
             return;
         }
         if let Err(e) = acceptor.register(&mut self.selector) {
             tracing::error!(error = %e, "cannot watch the listener again");
-            acceptor.paused_until = Some(self.now + MAX_BACKOFF);
+            acceptor.backoff.on_error(now, &e);
             return;
         }
         self.resume_accept = true;
@@ -284,8 +198,9 @@ impl<S: Selector> Worker<'_, S> {
         let index = entry.key();
         let generation = self.next_generation;
         let tok = token(index, generation);
-        let interest = if self.edge { Interest::BOTH } else { Interest::READ };
-        match self.selector.register(fd.as_raw_fd(), tok, interest, false) {
+        // Input only: a new socket is writable at once, and asking to hear it would cost a
+        // wake-up per connection for nothing. Write interest is added when output is refused.
+        match self.selector.register(fd.as_raw_fd(), tok, Interest::READ, false) {
             Ok(()) => {}
             Err(RegisterError::Full(reason)) => {
                 self.stats.close();
@@ -301,8 +216,8 @@ impl<S: Selector> Worker<'_, S> {
         }
         self.next_generation = self.next_generation.wrapping_add(1);
         let mut conn = Conn::new(fd, self.engine.new_session(), self.now, generation);
-        conn.registered = interest;
-        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, None);
+        conn.registered = Interest::READ;
+        let deadline = conn.x.deadline(&self.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
         entry.insert(conn);
         self.counters.accepted();
@@ -315,56 +230,6 @@ impl<S: Selector> Worker<'_, S> {
 
     /// Close a connection the server will not serve, after the protocol's refusal.
     fn refuse(&mut self, fd: OwnedFd, why: &str) {
-        refuse(fd, &mut self.engine, self.counters, self.stats, &mut self.refusal_log, self.now, why);
-    }
-}
-
-/// Close a connection the server will not serve: send the protocol's refusal (HTTP's 503),
-/// count it as refused, and log at most once a second. Every model refuses through this.
-pub(crate) fn refuse(
-    fd: OwnedFd,
-    engine: &mut sockscale_proto::Engine,
-    counters: &crate::stats::Counters,
-    stats: &crate::stats::Stats,
-    log: &mut LogLimiter,
-    now: Instant,
-    why: &str,
-) {
-    counters.refused();
-    if let Some(refusal) = engine.refusal() {
-        send_refusal(fd.as_raw_fd(), &refusal);
-    }
-    drop(fd);
-    if let Some(suppressed) = log.allow(now) {
-        tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
-    }
-}
-
-/// Send the protocol's refusal on a connection about to be closed, with raw non-blocking calls
-/// (a runtime that has not yet seen the socket writable would not try).
-pub(crate) fn send_refusal(fd: RawFd, refusal: &[u8]) {
-    let _ = sys::send(fd, refusal);
-    let _ = sys::shutdown_write(fd);
-    // Read what the client already sent: closing with unread data would reset the connection
-    // and could destroy the 503 before the client reads it.
-    let mut sink = [0u8; 2048];
-    let _ = sys::recv(fd, &mut sink);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_of_one_kind_share_one_window_a_second() {
-        let window: &'static LogWindow = Box::leak(Box::new(LogWindow::new()));
-        let (mut first, mut second) = (LogLimiter { window }, LogLimiter { window });
-        let start = Instant::now();
-        assert_eq!(first.allow(start), Some(0));
-        // Another worker, a moment later: held back, and counted.
-        assert_eq!(second.allow(start + Duration::from_millis(10)), None);
-        assert_eq!(first.allow(start + Duration::from_millis(999)), None);
-        assert_eq!(second.allow(start + Duration::from_millis(1000)), Some(2));
-        assert_eq!(first.allow(start + Duration::from_millis(1500)), None);
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
     }
 }

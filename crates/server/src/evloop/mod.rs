@@ -25,14 +25,15 @@ use slab::Slab;
 use sockscale_proto::{Engine, Output, Protocol};
 use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 
+use crate::admission::LogLimiter;
 use crate::config::Config;
+use crate::policy::{after, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
 
-pub(crate) use accept::{refuse, send_refusal, FIRST_BACKOFF, MAX_BACKOFF};
-pub use accept::{Acceptor, Inbox, LogLimiter};
+pub use accept::{Acceptor, Inbox};
 
 pub(crate) const WAKER: u64 = u64::MAX;
 pub(crate) const LISTENER: u64 = u64::MAX - 1;
@@ -91,7 +92,9 @@ pub struct Worker<'a, S: Selector> {
     /// Set once draining: when to close whatever is left.
     drain_deadline: Option<Instant>,
     edge: bool,
-    refusal_log: accept::LogLimiter,
+    refusal_log: LogLimiter,
+    /// The per-connection limits of `cfg`.
+    limits: Limits,
     /// When to read the wall clock again (see `turn`).
     next_wall_check: Instant,
 }
@@ -131,7 +134,8 @@ impl<'a, S: Selector> Worker<'a, S> {
             now,
             drain_deadline: None,
             edge,
-            refusal_log: accept::LogLimiter::refusals(),
+            refusal_log: LogLimiter::refusals(),
+            limits: Limits::new(parts.cfg),
             next_wall_check: now,
         })
     }
@@ -232,7 +236,7 @@ impl<'a, S: Selector> Worker<'a, S> {
     }
 
     fn fire_timers(&mut self) {
-        self.resume_accept_if_due();
+        self.resume_accepting(false);
         while let Some((at, token)) = self.timers.pop_due(self.now) {
             let (index, generation) = split(token);
             let Some(conn) = self.conns.get_mut(index) else {
@@ -256,7 +260,8 @@ impl<'a, S: Selector> Worker<'a, S> {
 
     /// Stop taking connections and let each one end at its next request boundary.
     fn begin_drain(&mut self) {
-        self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
+        let until = after(self.now, self.cfg.drain_timeout);
+        self.drain_deadline = Some(until);
         match self.source.take() {
             Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
             Some(Source::Inbox(inbox)) => {
@@ -278,7 +283,7 @@ impl<'a, S: Selector> Worker<'a, S> {
         for t in tokens {
             let (index, _) = split(t);
             if let Some(conn) = self.conns.get_mut(index) {
-                conn.session.finish_current();
+                conn.x.begin_drain(until);
             }
             self.settle(t, false);
         }

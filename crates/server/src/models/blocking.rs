@@ -45,10 +45,9 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::blocking_conn::{
-    error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
-    POOL_BACKOFF,
+    begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
-use crate::conn::Conn;
+use crate::conn::{closed_by_error, Conn};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
 use crate::stats::{CloseReason, Counters};
@@ -231,7 +230,7 @@ impl Link {
         // The send thread may be blocked waiting for room that a client which does not read
         // will never make: with output still queued, or even with none, if the receive thread's
         // own write emptied the queue while the send thread waited.
-        let polling = st.sender_polling || !st.conn.out.is_empty();
+        let polling = st.sender_polling || !st.conn.x.out.is_empty();
         self.to_sender.notify_one();
         drop(st);
         if polling {
@@ -300,7 +299,7 @@ impl Receiver<'_, '_> {
     }
 
     fn step(&mut self, kit: &mut Kit) -> Step {
-        let cfg = self.hub.cfg;
+        let limits = &self.hub.limits;
         let mut st = self.link.lock();
         if st.aborted {
             return Step::Close(CloseReason::Shutdown);
@@ -310,52 +309,52 @@ impl Receiver<'_, '_> {
         }
         if !self.draining && self.hub.is_draining() {
             self.draining = true;
-            st.conn.session.finish_current();
+            begin_drain(&mut st.conn, self.hub.cfg);
         }
-        if let Some(reason) = st.conn.finished(self.draining) {
+        if let Some(reason) = st.conn.x.finished() {
             return Step::Close(reason);
         }
         // Input first, deadlines after, as drive.rs handles readiness before timers.
-        if self.readable && may_read(&st.conn, cfg, self.draining) {
+        if self.readable && st.conn.x.may_read(limits) {
             drop(st);
             let (link, counters) = (self.link, self.counters);
-            let end = read_round(link.fd, self.hub.pool, counters, cfg.read_budget, |input| {
+            let end = read_round(link.fd, self.hub.pool, counters, limits, |input| {
                 let mut st = link.lock();
-                let go_on = feed(&mut st.conn, kit, input, Instant::now(), cfg, counters)?;
-                if !st.conn.out.is_empty() && st.sender_waiting {
+                let fed = feed(&mut st.conn, kit, input, Instant::now(), limits, counters)?;
+                if !st.conn.x.out.is_empty() && st.sender_waiting {
                     link.to_sender.notify_one();
                 }
-                Ok(go_on)
+                Ok(fed)
             });
             st = self.link.lock();
             match end {
                 Ok(ReadEnd::NoBuffer) => return Step::NoBuffer,
                 Ok(ReadEnd::Eof) => {
-                    st.conn.read_eof = true;
+                    st.conn.x.policy.on_eof();
                     self.readable = false;
                 }
                 Ok(ReadEnd::Drained) => self.readable = false,
                 Ok(ReadEnd::BudgetSpent | ReadEnd::Stopped) => {}
-                Err(e) => return Step::Close(error_reason(&e)),
+                Err(e) => return Step::Close(closed_by_error(&e)),
             }
             // A closing verdict or EOF whose output is all written: nothing to wait for.
-            if let Some(reason) = st.conn.finished(self.draining) {
+            if let Some(reason) = st.conn.x.finished() {
                 return Step::Close(reason);
             }
         }
-        if let Some(reason) = expired(&mut st.conn, kit, cfg, self.counters, Instant::now()) {
+        if let Some(reason) = expired(&mut st.conn, kit, limits, self.counters, Instant::now()) {
             return Step::Close(reason);
         }
-        if !may_read(&st.conn, cfg, self.draining) {
+        if !st.conn.x.may_read(limits) {
             // Closing, or over --max-pending-send: wait for the send thread (the next step
             // closes the connection once its output is written).
-            return Step::Wait(next_deadline(&st.conn, kit, cfg), st.version);
+            return Step::Wait(st.conn.x.deadline(&kit.engine, limits), st.version);
         }
         if self.readable {
             // The read budget ran out with input left: decide again, with a fresh buffer.
             return Step::Again;
         }
-        Step::Poll(next_deadline(&st.conn, kit, cfg))
+        Step::Poll(st.conn.x.deadline(&kit.engine, limits))
     }
 
     fn poll(&mut self, deadline: Instant) {
@@ -393,7 +392,7 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
     loop {
         {
             let mut st = link.lock();
-            while st.conn.out.is_empty() && !st.ended {
+            while st.conn.x.out.is_empty() && !st.ended {
                 st.sender_waiting = true;
                 st = link.to_sender.wait(st).unwrap_or_else(|e| e.into_inner());
             }
@@ -417,14 +416,12 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
             return;
         }
         let now = Instant::now();
-        match st.conn.out.flush(link.fd) {
+        match st.conn.x.flush(link.fd, now) {
             Ok(written) => {
                 let progressed = written.bytes > 0;
-                if progressed {
-                    counters.bytes_out(written.bytes);
-                    st.conn.clocks.touch(now);
-                }
-                st.conn.account_output(now, hub.cfg.max_pending_send, progressed);
+                counters.bytes_out(written.bytes);
+                let pending = st.conn.x.pending();
+                st.conn.x.policy.account(now, pending, progressed, &hub.limits);
                 if progressed {
                     st.version += 1;
                     if st.receiver_waiting {
@@ -433,7 +430,7 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
                 }
             }
             Err(e) => {
-                st.failed = Some(error_reason(&e));
+                st.failed = Some(closed_by_error(&e));
                 st.version += 1;
                 link.to_receiver.notify_one();
                 drop(st);

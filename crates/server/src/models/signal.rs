@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Selector};
 
-use crate::evloop::{Acceptor, LogLimiter, Source, Worker, WorkerParts};
+use crate::admission::LogLimiter;
+use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{ModelCtx, Policy};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;

@@ -55,11 +55,11 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, syscall, Interest, Timers, Waker};
 
 use crate::blocking_conn::{
-    error_reason, expired, feed, may_read, next_deadline, pollfd, read_round, Admission, Hub, Kit, ReadEnd,
-    POOL_BACKOFF,
+    begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
-use crate::conn::Conn;
+use crate::conn::{closed_by_error, Conn};
 use crate::models::{ModelCtx, Policy};
+use crate::policy::Limits;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
 use crate::stats::{CloseReason, Counters};
@@ -267,27 +267,26 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
 /// One round of one connection: read what is there (within the budget), answer, and block
 /// until the answer is written.
 fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Next {
-    let cfg = hub.cfg;
+    let limits = &hub.limits;
     if hub.is_forced() {
         return Next::Close(CloseReason::Shutdown);
     }
     kit.tick();
-    let draining = hub.is_draining();
-    if draining {
-        conn.session.finish_current();
+    if hub.is_draining() {
+        begin_drain(conn, hub.cfg);
     }
     // Input first, deadlines after, as drive.rs handles readiness before timers: input that
     // waited in the queue proves the client was not idle, however long the wait was.
     let fd = conn.fd.as_raw_fd();
-    let reading = may_read(conn, cfg, draining);
+    let reading = conn.x.may_read(limits);
     if reading && !conn.readable {
         let mut fds = [pollfd(fd, libc::POLLIN | libc::POLLRDHUP)];
         conn.readable = matches!(sys::ppoll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0);
     }
     let mut end = ReadEnd::Drained;
     if reading && conn.readable {
-        let round = read_round(fd, hub.pool, counters, cfg.read_budget, |input| {
-            feed(conn, kit, input, Instant::now(), cfg, counters)
+        let round = read_round(fd, hub.pool, counters, limits, |input| {
+            feed(conn, kit, input, Instant::now(), limits, counters)
         });
         end = match round {
             Ok(ReadEnd::NoBuffer) => {
@@ -297,21 +296,21 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
                 return Next::Again;
             }
             Ok(end) => end,
-            Err(e) => return Next::Close(error_reason(&e)),
+            Err(e) => return Next::Close(closed_by_error(&e)),
         };
         if end == ReadEnd::Eof {
-            conn.read_eof = true;
+            conn.x.policy.on_eof();
         }
     }
     if let Err(reason) = write_pending(hub, conn, counters) {
         return Next::Close(reason);
     }
-    if let Some(reason) = conn.finished(draining) {
+    if let Some(reason) = conn.x.finished() {
         return Next::Close(reason);
     }
     // The poller keeps the deadlines of idle connections; this covers one that waited in the
     // queue with no input, and one that stays readable and so goes straight back to the queue.
-    if let Some(reason) = expired(conn, kit, cfg, counters, Instant::now()) {
+    if let Some(reason) = expired(conn, kit, limits, counters, Instant::now()) {
         return Next::Close(reason);
     }
     conn.readable = matches!(end, ReadEnd::BudgetSpent | ReadEnd::Stopped);
@@ -325,22 +324,22 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 /// The blocking send: wait in poll(2) for room until everything queued is written, within the
 /// send policies (drive.rs order: Flood, then SendTimeout) and until a forced shutdown.
 fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<(), CloseReason> {
-    let cfg = hub.cfg;
     let fd = conn.fd.as_raw_fd();
-    while !conn.out.is_empty() {
+    // Only the send policies (and the drain's end) apply while writing: the idle clock restarts
+    // on every write, so it is given as "never" here, and the stall clock always runs while
+    // output waits.
+    let sending = Limits { idle_timeout: Duration::MAX, ..hub.limits };
+    while !conn.x.out.is_empty() {
         let now = Instant::now();
-        // Only the send policies apply while writing: the idle clock restarts on every write,
-        // so it is given as "never" here, and the stall clock always runs while output waits.
-        let never = Duration::MAX;
-        if let Some(reason) = conn.clocks.expired(now, never, cfg.send_timeout, false) {
-            return Err(reason);
+        if let Some(expired) = conn.x.policy.expired(now, &sending, false) {
+            return Err(expired.reason);
         }
-        let until = conn.clocks.deadline(never, cfg.send_timeout, None);
+        let until = conn.x.policy.deadline(&sending, None);
         let mut fds = [pollfd(fd, libc::POLLOUT), pollfd(hub.force_fd(), libc::POLLIN)];
-        match sys::ppoll(&mut fds, Some(until - now)) {
+        match sys::ppoll(&mut fds, Some(until.saturating_duration_since(now))) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(error_reason(&e)),
+            Err(e) => return Err(closed_by_error(&e)),
         }
         if fds[1].revents != 0 {
             return Err(CloseReason::Shutdown);
@@ -348,13 +347,10 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
         if fds[0].revents == 0 {
             continue;
         }
-        let written = conn.out.flush(fd).map_err(|e| error_reason(&e))?;
         let now = Instant::now();
-        if written.bytes > 0 {
-            counters.bytes_out(written.bytes);
-            conn.clocks.touch(now);
-        }
-        conn.account_output(now, cfg.max_pending_send, written.bytes > 0);
+        let written = conn.x.flush(fd, now).map_err(|e| closed_by_error(&e))?;
+        counters.bytes_out(written.bytes);
+        conn.x.policy.account(now, conn.x.pending(), written.bytes > 0, &hub.limits);
     }
     Ok(())
 }
@@ -535,8 +531,8 @@ impl<'w, 'h> Watch<'w, 'h> {
 
     fn add(&mut self, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
-            conn.session.finish_current();
-            if let Some(reason) = conn.finished(true) {
+            begin_drain(&mut conn, self.hub.cfg);
+            if let Some(reason) = conn.x.finished() {
                 return self.hub.close(*conn, self.counters, reason);
             }
         }
@@ -562,7 +558,7 @@ impl<'w, 'h> Watch<'w, 'h> {
             return self.hub.close(*conn, self.counters, CloseReason::Error);
         }
         conn.registered = Interest::READ;
-        let deadline = next_deadline(&conn, &self.kit, self.hub.cfg);
+        let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
         self.conns.insert(conn.generation, conn);
     }
@@ -574,12 +570,16 @@ impl<'w, 'h> Watch<'w, 'h> {
         let ids: Vec<u32> = self.conns.keys().copied().collect();
         for id in ids {
             let Some(conn) = self.conns.get_mut(&id) else { continue };
-            conn.session.finish_current();
-            if let Some(reason) = conn.finished(true) {
+            begin_drain(conn, self.hub.cfg);
+            if let Some(reason) = conn.x.finished() {
                 if let Some(conn) = self.conns.remove(&id) {
                     self.hub.close(*conn, self.counters, reason);
                 }
+                continue;
             }
+            // The drain's end is its deadline now.
+            let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
+            self.timers.schedule(&mut conn.timer_at, deadline, u64::from(id));
         }
     }
 
@@ -591,14 +591,14 @@ impl<'w, 'h> Watch<'w, 'h> {
                 continue;
             }
             conn.timer_at = None;
-            match expired(conn, &mut self.kit, self.hub.cfg, self.counters, now) {
+            match expired(conn, &mut self.kit, &self.hub.limits, self.counters, now) {
                 Some(reason) => {
                     if let Some(conn) = self.conns.remove(&id) {
                         self.hub.close(*conn, self.counters, reason);
                     }
                 }
                 None => {
-                    let deadline = next_deadline(conn, &self.kit, self.hub.cfg);
+                    let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
                     self.timers.schedule(&mut conn.timer_at, deadline, token);
                 }
             }

@@ -19,8 +19,7 @@ use io_uring::{opcode, squeue, types};
 use sockscale_proto::Session;
 
 use super::ops::{pack, Op, BUFFER_GROUP};
-use crate::conn::Clocks;
-use crate::stats::CloseReason;
+use crate::policy::{ConnPolicy, Pending};
 
 const IOV_BATCH: usize = 64;
 
@@ -112,12 +111,10 @@ pub(super) struct UConn {
     pub(super) recv_cancelling: bool,
     /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
     pub(super) ops: u32,
-    pub(super) clocks: Clocks,
+    pub(super) policy: ConnPolicy,
     pub(super) timer_at: Option<Instant>,
-    pub(super) closing: Option<CloseReason>,
     /// Closed as far as the policies are concerned; waiting for its operations to finish.
     pub(super) closed: bool,
-    pub(super) read_eof: bool,
 }
 
 impl UConn {
@@ -132,22 +129,17 @@ impl UConn {
             recv_armed: false,
             recv_cancelling: false,
             ops: 0,
-            clocks: Clocks::new(now),
+            policy: ConnPolicy::new(now),
             timer_at: None,
-            closing: None,
             closed: false,
-            read_eof: false,
         }
     }
 
     /// Output not yet taken by the socket: queued, and in flight.
-    pub(super) fn pending(&self) -> usize {
-        self.queued_len + self.sending.as_ref().map_or(0, |s| s.len)
-    }
-
-    /// Sends queued behind the one in flight (`--max-outstanding-sends`).
-    pub(super) fn queued_sends(&self) -> usize {
-        self.queued.len()
+    /// Output not yet taken by the socket: bytes queued or in flight, and sends queued behind
+    /// the one in flight (`--max-outstanding-sends`).
+    pub(super) fn pending(&self) -> Pending {
+        Pending { bytes: self.queued_len + self.sending.as_ref().map_or(0, |s| s.len), sends: self.queued.len() }
     }
 
     /// Nothing is in flight or queued: output can go straight out.

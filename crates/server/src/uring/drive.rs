@@ -11,11 +11,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use bytes::Bytes;
 use io_uring::cqueue;
-use sockscale_proto::{Closing, Segment, Verdict};
+use sockscale_proto::Segment;
 
 use super::conn::UConn;
 use super::worker::UringWorker;
-use crate::conn::finished_reason;
+use crate::conn::closed_by_error;
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
 
@@ -69,22 +69,18 @@ impl UringWorker<'_> {
                 // Out of ring buffers: wait for some to come back, then receive again.
                 libc::ENOBUFS => self.starved.push((index, generation)),
                 libc::ECANCELED => {}
-                libc::ECONNRESET | libc::EPIPE => return self.close(index, CloseReason::Peer),
-                errno => {
-                    tracing::debug!(error = %io::Error::from_raw_os_error(errno), "receive failed");
-                    return self.close(index, CloseReason::Error);
-                }
+                errno => return self.close(index, closed_by_error(&io::Error::from_raw_os_error(errno))),
             }
             return self.settle(index, generation, false);
         }
         let Some(bid) = buffer.filter(|_| result > 0) else {
-            conn.read_eof = true;
+            conn.policy.on_eof();
             return self.settle(index, generation, false);
         };
         let n = result as usize;
-        conn.clocks.touch(self.now);
+        conn.policy.on_received(self.now);
         self.counters.bytes_in(n);
-        if conn.closing.is_some() {
+        if conn.policy.is_closing() {
             // The protocol has ended the exchange; a multishot receive may still deliver what
             // the client sent after it, which nobody will read.
             self.bufs.give_back(bid);
@@ -93,13 +89,7 @@ impl UringWorker<'_> {
         let data = self.bufs.get(bid, n);
         self.scratch.clear();
         let verdict = self.engine.on_input(&mut conn.session, data, self.now, &mut self.scratch);
-        if let Verdict::Close(closing) = verdict {
-            conn.closing = Some(match closing {
-                Closing::Done => CloseReason::Done,
-                Closing::BadRequest => CloseReason::Protocol,
-                Closing::HeaderTimeout => CloseReason::HeaderTimeout,
-            });
-        }
+        conn.policy.on_verdict(verdict);
         let segments = self.scratch.segments();
         let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
         // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
@@ -136,10 +126,8 @@ impl UringWorker<'_> {
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         let Some(sent) = conn.send_done() else { return };
         let written = usize::try_from(result).unwrap_or(0);
-        if result > 0 {
-            conn.clocks.touch(self.now);
-            self.counters.bytes_out(written);
-        }
+        conn.policy.on_sent(self.now, written);
+        self.counters.bytes_out(written);
         // Whatever the socket did not take goes back to the front of the queue, in order.
         if result >= 0 && written < sent.len() && !conn.closed {
             let ring_data = sent.ring_buffer().map(|(bid, len)| self.bufs.get(bid, len));
@@ -156,11 +144,7 @@ impl UringWorker<'_> {
             return self.reclaim(index);
         }
         if result < 0 {
-            let reason = match -result {
-                libc::EPIPE | libc::ECONNRESET => CloseReason::Peer,
-                _ => CloseReason::Error,
-            };
-            return self.close(index, reason);
+            return self.close(index, closed_by_error(&io::Error::from_raw_os_error(-result)));
         }
         self.send_queued(index);
         self.settle(index, generation, written > 0);
@@ -169,23 +153,17 @@ impl UringWorker<'_> {
     /// After any event: close if finished, update the policy clocks and the timer, and start
     /// or stop receiving as the policies allow.
     pub(super) fn settle(&mut self, index: usize, generation: u32, progressed: bool) {
-        let draining = self.is_draining();
-        let (max_pending, max_sends) = (self.cfg.max_pending_send, self.cfg.max_outstanding_sends);
+        let limits = &self.limits;
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else { return };
-        let pending = conn.pending();
-        if pending == 0 {
-            let between_requests = conn.session.is_between_requests();
-            let finished = finished_reason(conn.closing, conn.read_eof, draining, between_requests);
-            if let Some(reason) = finished {
-                return self.close(index, reason);
-            }
+        let (pending, between_requests) = (conn.pending(), conn.session.is_between_requests());
+        if let Some(reason) = conn.policy.finished(pending, between_requests) {
+            return self.close(index, reason);
         }
-        let flooded = pending > max_pending || conn.queued_sends() > max_sends;
-        conn.clocks.account(self.now, pending, flooded, progressed);
-        let want_recv =
-            !(conn.read_eof || conn.closing.is_some() || flooded || draining && conn.session.is_between_requests());
-        let protocol = self.engine.deadline(&conn.session);
-        let deadline = conn.clocks.deadline(self.cfg.idle_timeout, self.cfg.send_timeout, protocol);
+        // A multishot receive cannot be told to wait: pausing a connection cancels it, and a
+        // connection allowed to read again gets a new one.
+        conn.policy.account(self.now, pending, progressed, limits);
+        let want_recv = conn.policy.may_read(pending, between_requests, limits);
+        let deadline = conn.policy.deadline(limits, self.engine.deadline(&conn.session));
         let token = (u64::from(generation) << 32) | index as u64;
         self.timers.schedule(&mut conn.timer_at, deadline, token);
         let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
@@ -202,12 +180,10 @@ impl UringWorker<'_> {
 
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
         let now = self.now;
-        let send = self.cfg.send_timeout;
-        let idle = self.cfg.idle_timeout;
         let Some(conn) = self.conns.get_mut(index) else { return };
         let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
-        let reason = conn.clocks.expired(now, idle, send, protocol_due);
-        if reason == Some(CloseReason::HeaderTimeout) {
+        let expired = conn.policy.expired(now, &self.limits, protocol_due);
+        if expired.is_some_and(|e| e.answer) {
             self.scratch.clear();
             self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
             // One attempt to tell the client why, outside the ring: the connection closes now.
@@ -217,8 +193,8 @@ impl UringWorker<'_> {
                 }
             }
         }
-        match reason {
-            Some(reason) => self.close(index, reason),
+        match expired {
+            Some(expired) => self.close(index, expired.reason),
             None => self.settle(index, generation, false),
         }
     }
@@ -240,7 +216,7 @@ impl UringWorker<'_> {
         if let Some(group) = &self.group {
             group.release();
         }
-        self.resume_accepting();
+        self.resume_accepting(true);
         if cancel {
             self.cancel_recv(index);
         }

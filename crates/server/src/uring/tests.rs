@@ -140,14 +140,14 @@ fn a_short_send_requeues_the_rest_in_order() {
             conn.queue(Bytes::from_static(chunk.as_bytes()));
         }
         let _entry = conn.send_queued(0, &mut spares).expect("a send");
-        assert_eq!(conn.pending(), 9);
+        assert_eq!(conn.pending().bytes, 9);
         conn.queue(Bytes::from_static(b"JK"));
         assert!(conn.send_queued(0, &mut spares).is_none(), "one send in flight at a time");
         let sent = conn.send_done().expect("the send in flight");
         conn.requeue_unsent(&sent, written, None);
         spares.give(sent, 1);
         assert_eq!(conn.queued_bytes(), [&b"abcdefghi"[written..], b"JK"].concat(), "{written} written");
-        assert_eq!(conn.pending(), 9 - written + 2);
+        assert_eq!(conn.pending().bytes, 9 - written + 2);
         assert_eq!(spares.len(), 1);
     }
     // An echo sent from a ring buffer: its rest is copied, the buffer going back to the kernel.

@@ -16,9 +16,11 @@ use sockscale_sys::{Timers, Waker};
 use super::bufring::BufRing;
 use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
+use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
-use crate::evloop::{Inbox, LogLimiter, FIRST_BACKOFF, MAX_BACKOFF};
+use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
+use crate::policy::{after, AcceptBackoff, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
@@ -63,9 +65,10 @@ pub struct UringWorker<'a> {
     inbox_buf: Box<[u8; 8]>,
     source: Option<UringSource>,
     accept_armed: bool,
-    accept_paused_until: Option<Instant>,
-    backoff: Duration,
+    backoff: AcceptBackoff,
     accept_log: LogLimiter,
+    /// The per-connection limits of `cfg`.
+    pub(super) limits: Limits,
     pub(super) refusal_log: LogLimiter,
     pub(super) group: Option<Arc<GroupLoad>>,
     pub(super) engine: Engine,
@@ -123,9 +126,9 @@ impl<'a> UringWorker<'a> {
             inbox_buf: Box::new([0; 8]),
             source: Some(setup.source),
             accept_armed: false,
-            accept_paused_until: None,
-            backoff: FIRST_BACKOFF,
+            backoff: AcceptBackoff::default(),
             accept_log: LogLimiter::accept_errors(),
+            limits: Limits::new(setup.cfg),
             refusal_log: LogLimiter::refusals(),
             group: setup.group,
             engine: setup.protocol.engine(sockscale_proto::http::unix_secs(SystemTime::now())),
@@ -195,13 +198,13 @@ impl<'a> UringWorker<'a> {
         self.reap();
         self.fire_timers();
         self.feed_starved();
-        self.resume_accept_if_due();
+        self.resume_accepting(false);
         Ok(())
     }
 
     fn wait_timeout(&self) -> Duration {
         let mut at = self.timers.next();
-        for candidate in [self.drain_deadline, self.accept_paused_until].into_iter().flatten() {
+        for candidate in [self.drain_deadline, self.backoff.paused_until()].into_iter().flatten() {
             at = Some(at.map_or(candidate, |a| a.min(candidate)));
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
@@ -382,7 +385,7 @@ impl<'a> UringWorker<'a> {
 
     fn arm_accept(&mut self) {
         let Some(fd) = self.listener_fd() else { return };
-        if self.accept_armed || self.accept_paused_until.is_some() {
+        if self.accept_armed || self.backoff.is_paused() {
             return;
         }
         let entry = opcode::AcceptMulti::new(types::Fd(fd))
@@ -402,39 +405,26 @@ impl<'a> UringWorker<'a> {
         if result >= 0 {
             // SAFETY: a successful accept completion's result is a new descriptor we own.
             let fd = unsafe { OwnedFd::from_raw_fd(result) };
-            self.backoff = FIRST_BACKOFF;
+            self.backoff.on_accepted();
             if self.drain_deadline.is_some() {
                 return;
             }
             self.admit(fd, false);
         } else {
+            // Cancelled by a drain, a connection that died in the queue: accept on. Out of
+            // descriptors: the multishot accept is not re-armed until the back-off ends.
             let err = io::Error::from_raw_os_error(-result);
-            if matches!(-result, libc::ECANCELED | libc::EAGAIN | libc::EINTR | libc::ECONNABORTED) {
-                // Cancelled by a drain, or a connection that died in the queue.
-            } else {
-                let backoff = self.backoff;
-                self.accept_paused_until = Some(self.now + backoff);
-                self.backoff = (backoff * 2).min(MAX_BACKOFF);
-                if let Some(suppressed) = self.accept_log.allow(self.now) {
-                    let open = self.stats.current();
-                    tracing::warn!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
-                }
-            }
+            let step = self.backoff.on_error(self.now, &err);
+            log_accept_pause(&mut self.accept_log, self.now, &err, step, self.stats.current());
         }
         if !self.accept_armed && self.drain_deadline.is_none() && !self.tearing_down {
             self.arm_accept();
         }
     }
 
-    fn resume_accept_if_due(&mut self) {
-        if self.accept_paused_until.is_some_and(|at| at <= self.now) {
-            self.resume_accepting();
-        }
-    }
-
-    /// A descriptor was freed or the back-off ended: accept again.
-    pub(super) fn resume_accepting(&mut self) {
-        if self.accept_paused_until.take().is_some() && self.drain_deadline.is_none() {
+    /// The back-off ended, or at once when `freed` (a descriptor was freed): accept again.
+    pub(super) fn resume_accepting(&mut self, freed: bool) {
+        if self.backoff.resume(self.now, freed) && self.drain_deadline.is_none() {
             self.arm_accept();
         }
     }
@@ -475,7 +465,8 @@ impl<'a> UringWorker<'a> {
     }
 
     fn begin_drain(&mut self) {
-        self.drain_deadline = Some(crate::conn::after(self.now, self.cfg.drain_timeout));
+        let until = after(self.now, self.cfg.drain_timeout);
+        self.drain_deadline = Some(until);
         if self.accept_armed {
             let entry =
                 opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
@@ -507,6 +498,7 @@ impl<'a> UringWorker<'a> {
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
                 conn.session.finish_current();
+                conn.policy.begin_drain(until);
             }
             self.settle(index, generation, false);
         }
@@ -516,10 +508,6 @@ impl<'a> UringWorker<'a> {
         let g = self.next_generation;
         self.next_generation = (self.next_generation + 1) & 0xff_ffff;
         g
-    }
-
-    pub(super) fn is_draining(&self) -> bool {
-        self.drain_deadline.is_some()
     }
 
     fn fire_timers(&mut self) {
@@ -587,7 +575,7 @@ impl<'a> UringWorker<'a> {
     }
 
     pub(super) fn refuse(&mut self, fd: OwnedFd, why: &str) {
-        crate::evloop::refuse(fd, &mut self.engine, self.counters, self.stats, &mut self.refusal_log, self.now, why);
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
     }
 }
 

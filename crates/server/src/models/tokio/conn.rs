@@ -1,7 +1,7 @@
 //! One connection's task in the tokio model: wait for readiness, read into a pool buffer
-//! taken only then, answer through the shared output queue, and apply the same policy clocks as
-//! every model (`conn::Clocks`), with one timer per connection that moves only when a deadline
-//! gets earlier.
+//! taken only then, answer through the shared exchange (`conn::Exchange`), and carry out the
+//! connection policy (`crate::policy`) as every model does, with one timer per connection that
+//! moves only when a deadline gets earlier.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -10,26 +10,18 @@ use std::time::{Duration, Instant};
 use ::tokio::io::Interest;
 use ::tokio::net::TcpStream;
 use ::tokio::sync::watch;
-use sockscale_proto::{Closing, Session, Verdict};
+use sockscale_proto::Session;
 use sockscale_sys as sys;
 
 use super::{counters, with_local, Admitted, Shared, Stage};
-use crate::config::Config;
-use crate::conn::{Clocks, OutQueue, Written};
+use crate::conn::{closed_by_error, Exchange, Written};
+use crate::policy::{ReadNext, ReadRound};
 use crate::stats::CloseReason;
 
 /// One connection's state between awaits.
 pub(super) struct Conn {
     stream: TcpStream,
-    session: Session,
-    out: OutQueue,
-    clocks: Clocks,
-    /// Close once the output is flushed.
-    closing: Option<CloseReason>,
-    /// The peer sent FIN.
-    read_eof: bool,
-    /// Set once draining: when to close whatever is still open.
-    drain_until: Option<Instant>,
+    x: Exchange,
 }
 
 /// What one read turn achieved.
@@ -54,24 +46,16 @@ pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: wa
 
 impl Conn {
     pub(super) fn new(stream: TcpStream, session: Session) -> Self {
-        Conn {
-            stream,
-            session,
-            out: OutQueue::default(),
-            clocks: Clocks::new(Instant::now()),
-            closing: None,
-            read_eof: false,
-            drain_until: None,
-        }
+        Conn { stream, x: Exchange::new(session, Instant::now()) }
     }
 
     /// Serve until a policy, the protocol, the peer or the shutdown ends the connection.
     async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<Stage>) -> CloseReason {
-        let cfg = &shared.cfg;
+        let limits = &shared.limits;
         // The drain may have begun between the accept and this task's first poll.
         match *stage.borrow_and_update() {
             Stage::Running => {}
-            Stage::Draining { until } => self.begin_drain(until),
+            Stage::Draining { until } => self.x.begin_drain(until),
             Stage::Forced => return CloseReason::Shutdown,
         }
         let mut watching = true;
@@ -81,7 +65,7 @@ impl Conn {
         let mut progressed = false;
         loop {
             let now = Instant::now();
-            if let Some(reason) = self.settle(cfg, now, progressed) {
+            if let Err(reason) = self.x.settle(now, progressed, limits) {
                 return reason;
             }
             progressed = false;
@@ -91,7 +75,7 @@ impl Conn {
                 timer.as_mut().reset(deadline.into());
             }
             // One readiness future for both directions keeps the task small.
-            let interest = match (self.may_read(cfg), !self.out.is_empty()) {
+            let interest = match (self.x.may_read(limits), !self.x.out.is_empty()) {
                 (true, true) => Some(Interest::READABLE | Interest::WRITABLE),
                 (true, false) => Some(Interest::READABLE),
                 (false, true) => Some(Interest::WRITABLE),
@@ -102,7 +86,7 @@ impl Conn {
                 changed = stage.changed(), if watching => match changed {
                     Ok(()) => match *stage.borrow_and_update() {
                         Stage::Running => {}
-                        Stage::Draining { until } => self.begin_drain(until),
+                        Stage::Draining { until } => self.x.begin_drain(until),
                         Stage::Forced => return CloseReason::Shutdown,
                     },
                     // The publisher is gone only as the runtime shuts down; stop listening.
@@ -119,17 +103,17 @@ impl Conn {
                 ready = self.stream.ready(interest.unwrap_or(Interest::READABLE)), if interest.is_some() => {
                     let ready = match ready {
                         Ok(ready) => ready,
-                        Err(e) => return error_reason(&e),
+                        Err(e) => return closed_by_error(&e),
                     };
-                    // Flush first, as drive.rs does: it may bring the queue back under
-                    // --max-pending-send and so allow reading.
-                    if ready.is_writable() && !self.out.is_empty() {
+                    // Flush first, as the readiness loop does: it may bring the queue back
+                    // under --max-pending-send and so allow reading.
+                    if ready.is_writable() && !self.x.out.is_empty() {
                         match self.flush(shared) {
                             Ok(p) => progressed = p,
                             Err(reason) => return reason,
                         }
                     }
-                    if ready.is_readable() && self.may_read(cfg) {
+                    if ready.is_readable() && self.x.may_read(limits) {
                         let turn = match self.read(shared) {
                             Ok(turn) => turn,
                             Err(reason) => return reason,
@@ -147,86 +131,31 @@ impl Conn {
         }
     }
 
-    fn begin_drain(&mut self, until: Instant) {
-        self.session.finish_current();
-        self.drain_until = Some(until);
-    }
-
-    /// Whether to read: not after EOF or a close verdict, not while over `--max-pending-send`,
-    /// not between requests while draining.
-    fn may_read(&self, cfg: &Config) -> bool {
-        !self.read_eof
-            && self.closing.is_none()
-            && self.out.len() <= cfg.max_pending_send
-            && !(self.drain_until.is_some() && self.session.is_between_requests())
-    }
-
-    /// After I/O, as `Worker::settle`: the reason to close if the connection is finished, or
-    /// else update the flood and stall clocks. `progressed`: the socket took output.
-    fn settle(&mut self, cfg: &Config, now: Instant, progressed: bool) -> Option<CloseReason> {
-        if self.out.is_empty() {
-            let finished = self.closing.or_else(|| {
-                if self.read_eof {
-                    Some(CloseReason::Peer)
-                } else if self.drain_until.is_some() && self.session.is_between_requests() {
-                    Some(CloseReason::Shutdown)
-                } else {
-                    None
-                }
-            });
-            if finished.is_some() {
-                return finished;
-            }
-        }
-        self.clocks.account(now, self.out.len(), self.out.len() > cfg.max_pending_send, progressed);
-        None
-    }
-
     /// The next instant a policy may act on this connection.
     fn deadline(&self, shared: &Shared, now: Instant) -> Instant {
-        let cfg = &shared.cfg;
-        let protocol = with_local(shared, now, |local| local.engine.deadline(&self.session));
-        let deadline = self.clocks.deadline(cfg.idle_timeout, cfg.send_timeout, protocol);
-        self.drain_until.map_or(deadline, |until| deadline.min(until))
+        with_local(shared, now, |local| self.x.deadline(&local.engine, &shared.limits))
     }
 
-    /// The timer came due: the reason to close if a policy expired (as `Worker::on_deadline`,
-    /// plus the drain deadline), or None to re-arm.
+    /// The timer came due: the reason to close if a deadline expired, or None to re-arm.
     fn on_deadline(&mut self, shared: &Shared, now: Instant) -> Option<CloseReason> {
-        let cfg = &shared.cfg;
         let fd = self.stream.as_raw_fd();
-        let (session, out, clocks) = (&mut self.session, &mut self.out, &self.clocks);
-        let (reason, sent) = with_local(shared, now, |local| {
-            let protocol_due = local.engine.deadline(session).is_some_and(|at| at <= now);
-            let reason = clocks.expired(now, cfg.idle_timeout, cfg.send_timeout, protocol_due);
-            let mut sent = 0;
-            if reason == Some(CloseReason::HeaderTimeout) {
-                local.scratch.clear();
-                local.engine.on_timeout(session, now, &mut local.scratch);
-                // One attempt to tell the client why (the 408); the connection closes either way.
-                sent = out.send(fd, &local.scratch, &[]).map_or(0, |w| w.bytes);
-            }
-            (reason, sent)
-        });
+        let x = &mut self.x;
+        let expired =
+            with_local(shared, now, |local| x.expire(fd, &mut local.engine, &mut local.scratch, now, &shared.limits));
+        let (reason, sent) = expired?;
         counters(shared).bytes_out(sent);
-        if reason.is_some() {
-            return reason;
-        }
-        if self.drain_until.is_some_and(|at| at <= now) {
-            return Some(CloseReason::Shutdown);
-        }
-        None
+        Some(reason)
     }
 
     /// Write queued output; Ok(whether the socket took any).
     fn flush(&mut self, shared: &Shared) -> Result<bool, CloseReason> {
         let fd = self.stream.as_raw_fd();
-        let out = &mut self.out;
+        let x = &mut self.x;
         let mut written = Written::default();
         // Through try_io, so that EAGAIN clears tokio's write readiness and the next
         // writable() waits for the edge.
         let attempt = self.stream.try_io(Interest::WRITABLE, || {
-            written = out.flush(fd)?;
+            written = x.flush(fd, Instant::now())?;
             if written.blocked {
                 Err(io::ErrorKind::WouldBlock.into())
             } else {
@@ -235,21 +164,17 @@ impl Conn {
         });
         if let Err(e) = attempt {
             if e.kind() != io::ErrorKind::WouldBlock {
-                return Err(error_reason(&e));
+                return Err(closed_by_error(&e));
             }
         }
-        if written.bytes == 0 {
-            return Ok(false);
-        }
-        self.clocks.touch(Instant::now());
         counters(shared).bytes_out(written.bytes);
-        Ok(true)
+        Ok(written.bytes > 0)
     }
 
     /// Read within the budget into a pool buffer taken now and returned before the next await,
     /// feed the protocol and write its answer.
     fn read(&mut self, shared: &Shared) -> Result<ReadTurn, CloseReason> {
-        let cfg = &shared.cfg;
+        let limits = &shared.limits;
         let counters = counters(shared);
         let mut turn = ReadTurn { progressed: false, budget_spent: false, no_buffer: false };
         let Some(mut buf) = shared.pool.take(counters) else {
@@ -257,9 +182,9 @@ impl Conn {
             return Ok(turn);
         };
         let fd = self.stream.as_raw_fd();
-        let mut budget = cfg.read_budget;
+        let mut round = ReadRound::new(limits);
         loop {
-            let want = budget.min(buf.len());
+            let want = round.want(buf.len());
             let mut received = None;
             let attempt = self.stream.try_io(Interest::READABLE, || {
                 let n = sys::recv(fd, &mut buf[..want])?;
@@ -275,66 +200,37 @@ impl Conn {
             let n = match (received, attempt) {
                 (Some(n), _) => n,
                 (None, Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(error_reason(&e)),
+                (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(closed_by_error(&e)),
                 (None, _) => break,
             };
             if n == 0 {
-                self.read_eof = true;
+                self.x.policy.on_eof();
                 break;
             }
-            let now = Instant::now();
-            self.clocks.touch(now);
-            budget -= n;
             counters.bytes_in(n);
+            let now = Instant::now();
             let input = &buf[..n];
-            let (session, out) = (&mut self.session, &mut self.out);
-            let (verdict, sent) = with_local(shared, now, |local| {
-                local.scratch.clear();
-                let verdict = local.engine.on_input(session, input, now, &mut local.scratch);
-                // Written here, straight from the receive buffer and the shared responses;
-                // only what the socket refuses is copied into the queue.
-                let sent =
-                    if local.scratch.is_empty() { Ok(Written::default()) } else { out.send(fd, &local.scratch, input) };
-                (verdict, sent)
-            });
-            match sent {
-                Ok(w) if w.bytes > 0 => {
+            let x = &mut self.x;
+            // Written here, straight from the receive buffer and the shared responses; only
+            // what the socket refuses is copied into the queue.
+            let fed = with_local(shared, now, |local| x.feed(fd, &mut local.engine, &mut local.scratch, input, now));
+            match fed {
+                Ok(Some(w)) if w.bytes > 0 => {
                     turn.progressed = true;
                     counters.bytes_out(w.bytes);
                 }
                 Ok(_) => {}
-                Err(e) => return Err(error_reason(&e)),
+                Err(e) => return Err(closed_by_error(&e)),
             }
-            if let Verdict::Close(closing) = verdict {
-                self.closing = Some(match closing {
-                    Closing::Done => CloseReason::Done,
-                    Closing::BadRequest => CloseReason::Protocol,
-                    Closing::HeaderTimeout => CloseReason::HeaderTimeout,
-                });
-                break;
-            }
-            if self.out.len() > cfg.max_pending_send {
-                break;
-            }
-            if budget == 0 {
-                turn.budget_spent = true;
-                break;
-            }
-            if n < want {
-                break;
+            match round.after_read(n, want, false, &self.x.policy, self.x.pending(), limits) {
+                ReadNext::More => {}
+                ReadNext::Stop | ReadNext::Drained => break,
+                ReadNext::Yield => {
+                    turn.budget_spent = true;
+                    break;
+                }
             }
         }
         Ok(turn)
-    }
-}
-
-/// The close reason for a socket error, as `Worker::close_on_error`.
-fn error_reason(err: &io::Error) -> CloseReason {
-    match err.raw_os_error() {
-        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => CloseReason::Peer,
-        _ => {
-            tracing::debug!(error = %err, "closing a connection after a socket error");
-            CloseReason::Error
-        }
     }
 }

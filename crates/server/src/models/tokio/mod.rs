@@ -66,12 +66,12 @@ use ::tokio::net::{TcpListener, TcpStream};
 use ::tokio::sync::{mpsc, watch, Notify};
 use ::tokio::task::JoinSet;
 use sockscale_proto::{Engine, Output, Protocol};
-use sockscale_sys::{self as sys, Waker};
+use sockscale_sys::Waker;
 
+use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
-use crate::conn::after;
-use crate::evloop::LogLimiter;
 use crate::models::{ModelCtx, Policy};
+use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
@@ -94,9 +94,6 @@ pub fn unavailable() -> Option<String> {
 }
 
 const MODEL: &str = "tokio";
-/// The accept back-off of `evloop/accept.rs`: 10 ms, doubling up to one second.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long the model waits past the drain deadline for connection tasks that have not closed
 /// themselves before it drops them (they close at the deadline on their own; this is a
 /// backstop).
@@ -124,6 +121,8 @@ struct Local {
 struct Shared {
     id: u64,
     cfg: Arc<Config>,
+    /// The per-connection limits of `cfg`.
+    limits: Limits,
     protocol: Protocol,
     stats: Arc<Stats>,
     pool: BufferPool,
@@ -152,6 +151,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let shared = Arc::new(Shared {
         id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
         cfg: cfg.clone(),
+        limits: Limits::new(&cfg),
         protocol: ctx.protocol.clone(),
         stats: ctx.stats.clone(),
         pool,
@@ -358,7 +358,7 @@ async fn accept_loop(
     if *stage.borrow_and_update() != Stage::Running {
         return;
     }
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = AcceptBackoff::default();
     let mut error_log = LogLimiter::accept_errors();
     let mut refusal_log = LogLimiter::refusals();
     let mut in_a_row = 0;
@@ -370,7 +370,7 @@ async fn accept_loop(
         };
         let err = match accepted {
             Ok((stream, _)) => {
-                backoff = FIRST_BACKOFF;
+                backoff.on_accepted();
                 admit(stream, &shared, &stage, &done, &mut refusal_log);
                 in_a_row += 1;
                 if in_a_row >= shared.cfg.accept_batch {
@@ -383,26 +383,15 @@ async fn accept_loop(
             Err(e) => e,
         };
         in_a_row = 0;
-        // A connection that died in the queue, or a signal: just try again.
-        if err.kind() == io::ErrorKind::WouldBlock
-            || matches!(err.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR))
-        {
-            continue;
-        }
-        // Anything else (EMFILE, ENFILE, ENOBUFS, ENOMEM above all) would fail again at once:
-        // tokio keeps the listener ready after an error, so retrying now would spin. Pause,
-        // and come back early when a connection closes and frees a descriptor.
-        if let Some(suppressed) = error_log.allow(Instant::now()) {
-            let open = shared.stats.current();
-            if sys::is_resource_exhaustion(&err) {
-                tracing::warn!(
-                    error = %err, open, suppressed,
-                    "accept failed: out of resources; pausing accepts for {backoff:?}"
-                );
-            } else {
-                tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {backoff:?}");
+        let pause = match backoff.on_error(Instant::now(), &err) {
+            AcceptStep::Empty | AcceptStep::Retry => continue,
+            step @ AcceptStep::Pause { pause, .. } => {
+                // tokio keeps the listener ready after an error, so retrying now would spin:
+                // pause, and come back early when a connection closes and frees a descriptor.
+                log_accept_pause(&mut error_log, Instant::now(), &err, step, shared.stats.current());
+                pause
             }
-        }
+        };
         let freed = shared.freed.notified();
         ::tokio::pin!(freed);
         freed.as_mut().enable();
@@ -410,14 +399,14 @@ async fn accept_loop(
         let stop = ::tokio::select! {
             biased;
             _ = stage.changed() => true,
-            () = ::tokio::time::sleep(backoff) => false,
+            () = ::tokio::time::sleep(pause) => false,
             () = freed => false,
         };
         shared.accept_paused.store(false, Ordering::SeqCst);
         if stop {
             return;
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff.resume(Instant::now(), true);
     }
 }
 
@@ -440,15 +429,11 @@ fn admit(
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
 fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter) {
-    let now = Instant::now();
-    counters(shared).refused();
-    if let Some(refusal) = with_local(shared, now, |local| local.engine.refusal()) {
-        crate::evloop::send_refusal(stream.as_raw_fd(), &refusal);
-    }
+    let fd = stream.as_raw_fd();
+    with_local(shared, Instant::now(), |local| {
+        admission::refuse(fd, &mut local.engine, counters(shared), &shared.stats, log, &"--max-conns reached");
+    });
     drop(stream);
-    if let Some(suppressed) = log.allow(now) {
-        tracing::warn!(open = shared.stats.current(), suppressed, "refusing connections: --max-conns reached");
-    }
 }
 
 /// A connection counted against `--max-conns`. Dropping it counts the close, whichever way the
@@ -646,9 +631,10 @@ mod tests {
         let shared = |protocol: Protocol| Shared {
             id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
             cfg: Arc::new(Config::default()),
+            limits: Limits::new(&Config::default()),
             protocol,
             stats: Arc::new(Stats::new(1)),
-            pool: BufferPool::new(sys::page_size(), 1, false).expect("pool"),
+            pool: BufferPool::new(sockscale_sys::page_size(), 1, false).expect("pool"),
             accept_paused: AtomicBool::new(false),
             freed: Notify::new(),
             abandoning: AtomicBool::new(false),

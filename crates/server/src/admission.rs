@@ -1,0 +1,143 @@
+//! What every acceptor shares besides the back-off policy (`policy::AcceptBackoff`): refusing a
+//! connection the server will not serve, and logging at most once a second.
+//!
+//! Refusing is the seeds' "refuse clients when busy": the connection is accepted, given the
+//! protocol's refusal (HTTP's 503, nothing for echo), closed at once and counted as refused.
+
+use std::fmt::Display;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sockscale_proto::Engine;
+
+use crate::policy::AcceptStep;
+use crate::stats::{Counters, Stats};
+
+/// Let a kind of message through at most once a second per process, counting the ones held
+/// back. A handle is cheap and every worker holds its own, but all handles of one kind share
+/// one window: with N workers out of descriptors at once, the log still gets one line a
+/// second, not N (a flood of identical warnings is itself a resource a client could exhaust).
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimiter {
+    window: &'static LogWindow,
+}
+
+/// The shared state of one kind of message: when one was last let through, and how many
+/// were held back since. Only contended when messages are, so a mutex is cheap enough.
+#[derive(Debug)]
+pub struct LogWindow(Mutex<(Option<Instant>, u64)>);
+
+impl LogWindow {
+    const fn new() -> Self {
+        LogWindow(Mutex::new((None, 0)))
+    }
+}
+
+static ACCEPT_ERRORS: LogWindow = LogWindow::new();
+static REFUSALS: LogWindow = LogWindow::new();
+static UDP_ERRORS: LogWindow = LogWindow::new();
+static SIGNAL_OVERFLOWS: LogWindow = LogWindow::new();
+
+impl LogLimiter {
+    /// accept(2) failures (EMFILE and the like).
+    pub fn accept_errors() -> Self {
+        LogLimiter { window: &ACCEPT_ERRORS }
+    }
+
+    /// Connections refused at `--max-conns` or for want of a slot.
+    pub fn refusals() -> Self {
+        LogLimiter { window: &REFUSALS }
+    }
+
+    /// Failed UDP receives.
+    pub fn udp_errors() -> Self {
+        LogLimiter { window: &UDP_ERRORS }
+    }
+
+    /// Real-time signal queue overflows.
+    pub fn signal_overflows() -> Self {
+        LogLimiter { window: &SIGNAL_OVERFLOWS }
+    }
+
+    /// Some(suppressed since the last message) if a message may be logged now.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        let mut window = self.window.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (last, suppressed) = &mut *window;
+        match *last {
+            Some(at) if now.saturating_duration_since(at) < Duration::from_secs(1) => {
+                *suppressed += 1;
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(std::mem::take(suppressed))
+            }
+        }
+    }
+}
+
+/// Log an accept failure that paused accepting, at most once a second per process.
+pub fn log_accept_pause(log: &mut LogLimiter, now: Instant, err: &io::Error, step: AcceptStep, open: usize) {
+    let AcceptStep::Pause { pause, exhausted, .. } = step else {
+        return;
+    };
+    let Some(suppressed) = log.allow(now) else {
+        return;
+    };
+    if exhausted {
+        tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {pause:?}");
+    } else {
+        tracing::error!(error = %err, open, suppressed, "accept failed; pausing accepts for {pause:?}");
+    }
+}
+
+/// Refuse the connection on `fd`, which the caller closes right after: send the protocol's
+/// refusal (HTTP's 503), count it as refused, and log why at most once a second. Every acceptor
+/// refuses through this.
+pub fn refuse(
+    fd: RawFd,
+    engine: &mut Engine,
+    counters: &Counters,
+    stats: &Stats,
+    log: &mut LogLimiter,
+    why: &dyn Display,
+) {
+    counters.refused();
+    if let Some(refusal) = engine.refusal() {
+        send_refusal(fd, &refusal);
+    }
+    if let Some(suppressed) = log.allow(Instant::now()) {
+        tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
+    }
+}
+
+/// Send the protocol's refusal on a connection about to be closed, with raw non-blocking calls
+/// (a runtime that has not yet seen the socket writable would not try).
+fn send_refusal(fd: RawFd, refusal: &[u8]) {
+    let _ = sockscale_sys::send(fd, refusal);
+    let _ = sockscale_sys::shutdown_write(fd);
+    // Read what the client already sent: closing with unread data would reset the connection
+    // and could destroy the 503 before the client reads it.
+    let mut sink = [0u8; 2048];
+    let _ = sockscale_sys::recv(fd, &mut sink);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_of_one_kind_share_one_window_a_second() {
+        let window: &'static LogWindow = Box::leak(Box::new(LogWindow::new()));
+        let (mut first, mut second) = (LogLimiter { window }, LogLimiter { window });
+        let start = Instant::now();
+        assert_eq!(first.allow(start), Some(0));
+        // Another worker, a moment later: held back, and counted.
+        assert_eq!(second.allow(start + Duration::from_millis(10)), None);
+        assert_eq!(first.allow(start + Duration::from_millis(999)), None);
+        assert_eq!(second.allow(start + Duration::from_millis(1000)), Some(2));
+        assert_eq!(first.allow(start + Duration::from_millis(1500)), None);
+    }
+}

@@ -1,0 +1,462 @@
+//! One connection's policy: when it may read, what input, output, EOF and errors mean, when
+//! its deadlines fall and which one fired, and when it is finished.
+//!
+//! The engine owns the socket, the protocol session and the output; it tells [`ConnPolicy`]
+//! what happened and how much output is still waiting ([`Pending`]), and does what it is told.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use sockscale_proto::{Closing, Verdict};
+
+use crate::config::Config;
+use crate::stats::CloseReason;
+
+/// `t + d`, capped far in the future instead of overflowing: a user may well ask for an idle
+/// timeout of a century.
+pub fn after(t: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    t.checked_add(d.min(CENTURY)).unwrap_or(t)
+}
+
+/// The per-connection limits of the configuration, copied once per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `--idle-timeout`: no traffic either way for this long closes the connection.
+    pub idle_timeout: Duration,
+    /// `--send-timeout`: output over the cap, or output the socket takes none of, for this
+    /// long closes the connection.
+    pub send_timeout: Duration,
+    /// `--max-pending-send`: output waiting for the client beyond this stops reading.
+    pub max_pending_send: usize,
+    /// `--max-outstanding-sends`: sends queued behind the one in flight (completion engines)
+    /// beyond this stop reading.
+    pub max_outstanding_sends: usize,
+    /// `--read-budget`: bytes read from one connection before yielding to the others.
+    pub read_budget: usize,
+}
+
+impl Limits {
+    pub fn new(cfg: &Config) -> Self {
+        Limits {
+            idle_timeout: cfg.idle_timeout,
+            send_timeout: cfg.send_timeout,
+            max_pending_send: cfg.max_pending_send,
+            max_outstanding_sends: cfg.max_outstanding_sends,
+            read_budget: cfg.read_budget,
+        }
+    }
+}
+
+/// Output a connection has produced that the client has not taken yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Bytes queued or in flight.
+    pub bytes: usize,
+    /// Sends queued behind the one in flight (completion engines; 0 for the others, which
+    /// write at once and queue only bytes).
+    pub sends: usize,
+}
+
+impl Pending {
+    /// Output of an engine that writes at once and queues only the bytes refused.
+    pub fn bytes(bytes: usize) -> Self {
+        Pending { bytes, sends: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Over `--max-pending-send` or `--max-outstanding-sends`: the client is not keeping up.
+    fn is_over(&self, limits: &Limits) -> bool {
+        self.bytes > limits.max_pending_send || self.sends > limits.max_outstanding_sends
+    }
+}
+
+/// The close reason for a socket error: the one table every engine uses. Errors that mean the
+/// peer (or the path to it) went away are the peer's doing; anything else is an error.
+pub fn close_reason(err: &io::Error) -> CloseReason {
+    match err.raw_os_error() {
+        Some(
+            libc::ECONNRESET
+            | libc::EPIPE
+            | libc::ECONNABORTED
+            | libc::ETIMEDOUT
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::ENOTCONN,
+        ) => CloseReason::Peer,
+        _ => CloseReason::Error,
+    }
+}
+
+/// A deadline that fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub reason: CloseReason,
+    /// The protocol has an answer for it (HTTP's 408): the engine asks the protocol for it
+    /// and makes one attempt to send it before closing.
+    pub answer: bool,
+}
+
+/// The policy state of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnPolicy {
+    /// Last time bytes moved either way.
+    last_activity: Instant,
+    /// When the pending output went over its cap.
+    over_since: Option<Instant>,
+    /// Since when output has been pending without the socket taking any of it.
+    stalled_since: Option<Instant>,
+    /// Close once the output is flushed, for this reason.
+    closing: Option<CloseReason>,
+    /// The peer sent FIN.
+    read_eof: bool,
+    /// Draining: close between requests, and whatever is left at this instant.
+    drain_until: Option<Instant>,
+}
+
+impl ConnPolicy {
+    pub fn new(now: Instant) -> Self {
+        ConnPolicy {
+            last_activity: now,
+            over_since: None,
+            stalled_since: None,
+            closing: None,
+            read_eof: false,
+            drain_until: None,
+        }
+    }
+
+    /// Bytes arrived.
+    pub fn on_received(&mut self, now: Instant) {
+        self.last_activity = now;
+    }
+
+    /// The socket took `bytes` of output.
+    pub fn on_sent(&mut self, now: Instant, bytes: usize) {
+        if bytes > 0 {
+            self.last_activity = now;
+        }
+    }
+
+    /// The protocol's verdict on the input it was just fed. Returns whether the exchange goes
+    /// on (false: the connection closes once its output is flushed, and reads nothing more).
+    pub fn on_verdict(&mut self, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Continue => true,
+            Verdict::Close(closing) => {
+                self.closing.get_or_insert(match closing {
+                    Closing::Done => CloseReason::Done,
+                    Closing::BadRequest => CloseReason::Protocol,
+                    Closing::HeaderTimeout => CloseReason::HeaderTimeout,
+                });
+                false
+            }
+        }
+    }
+
+    /// The peer sent FIN: nothing more will arrive.
+    pub fn on_eof(&mut self) {
+        self.read_eof = true;
+    }
+
+    /// The server began draining: close this connection at its next request boundary, and at
+    /// `until` whatever its state. The engine also asks the session to finish its exchange.
+    pub fn begin_drain(&mut self, until: Instant) {
+        self.drain_until.get_or_insert(until);
+    }
+
+    /// The protocol has ended the exchange; input that still arrives is not for anyone.
+    pub fn is_closing(&self) -> bool {
+        self.closing.is_some()
+    }
+
+    /// May the connection read now? Not after EOF or a closing verdict, not while its output
+    /// is over a cap (a client that does not read must not make the server buffer without
+    /// bound), not between requests while draining.
+    pub fn may_read(&self, pending: Pending, between_requests: bool, limits: &Limits) -> bool {
+        let stopped = self.read_eof
+            || self.closing.is_some()
+            || pending.is_over(limits)
+            || (self.drain_until.is_some() && between_requests);
+        !stopped
+    }
+
+    /// Is the connection finished, and why? Only once all output is flushed: the protocol
+    /// ended it, the peer sent FIN, or a drain found it between requests.
+    pub fn finished(&self, pending: Pending, between_requests: bool) -> Option<CloseReason> {
+        if !pending.is_empty() {
+            return None;
+        }
+        self.closing.or(if self.read_eof {
+            Some(CloseReason::Peer)
+        } else if self.drain_until.is_some() && between_requests {
+            Some(CloseReason::Shutdown)
+        } else {
+            None
+        })
+    }
+
+    /// After I/O: start, keep or stop the flood and stall clocks. `progressed`: the socket took
+    /// some output this time. Returns true when the output has just come back under its caps,
+    /// so an engine holding unread input should read it without waiting for a new event.
+    pub fn account(&mut self, now: Instant, pending: Pending, progressed: bool, limits: &Limits) -> bool {
+        if pending.is_empty() {
+            self.stalled_since = None;
+        } else if progressed || self.stalled_since.is_none() {
+            self.stalled_since = Some(now);
+        }
+        let was_over = self.over_since.is_some();
+        if pending.is_over(limits) {
+            self.over_since.get_or_insert(now);
+        } else {
+            self.over_since = None;
+        }
+        was_over && self.over_since.is_none()
+    }
+
+    /// The next instant a policy may act, given the protocol's own deadline (HTTP's header
+    /// timeout).
+    pub fn deadline(&self, limits: &Limits, protocol: Option<Instant>) -> Instant {
+        let send = limits.send_timeout;
+        [
+            protocol,
+            self.over_since.map(|t| after(t, send)),
+            self.stalled_since.map(|t| after(t, send)),
+            self.drain_until,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(after(self.last_activity, limits.idle_timeout), Instant::min)
+    }
+
+    /// The deadline that has passed at `now`, if any, in the one order every engine applies:
+    /// flood, send stall, the protocol's deadline (`protocol_due`), idle, the drain's end.
+    pub fn expired(&self, now: Instant, limits: &Limits, protocol_due: bool) -> Option<Expired> {
+        let send_due = |since: Option<Instant>| since.is_some_and(|t| after(t, limits.send_timeout) <= now);
+        let reason = if send_due(self.over_since) {
+            CloseReason::Flood
+        } else if send_due(self.stalled_since) {
+            CloseReason::SendTimeout
+        } else if protocol_due {
+            return Some(Expired { reason: CloseReason::HeaderTimeout, answer: true });
+        } else if after(self.last_activity, limits.idle_timeout) <= now {
+            CloseReason::Idle
+        } else if self.drain_until.is_some_and(|at| at <= now) {
+            CloseReason::Shutdown
+        } else {
+            return None;
+        };
+        Some(Expired { reason, answer: false })
+    }
+}
+
+/// One read turn of a connection: how much to ask for, and after each read whether to go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRound {
+    left: usize,
+}
+
+/// What to do after a read that returned bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadNext {
+    /// Read again.
+    More,
+    /// Stop: the connection is closing, or its output is over a cap.
+    Stop,
+    /// `--read-budget` is spent: let the other connections have their turn, then come back
+    /// without waiting for an event (input may be left).
+    Yield,
+    /// A short read emptied the socket's queue: wait for the next event.
+    Drained,
+}
+
+impl ReadRound {
+    pub fn new(limits: &Limits) -> Self {
+        ReadRound { left: limits.read_budget }
+    }
+
+    /// How many bytes to ask for with a buffer of `buffer` bytes.
+    pub fn want(&self, buffer: usize) -> usize {
+        self.left.min(buffer)
+    }
+
+    /// After `got` bytes (more than zero) of the `wanted` asked for were read and fed to the
+    /// protocol, with `pending` output now waiting. `hangup`: the waiter reported a hang-up or
+    /// error; its FIN or reset sits behind the data and raises no new event on an
+    /// edge-triggered waiter, so a short read must not be taken to mean drained.
+    pub fn after_read(
+        &mut self,
+        got: usize,
+        wanted: usize,
+        hangup: bool,
+        conn: &ConnPolicy,
+        pending: Pending,
+        limits: &Limits,
+    ) -> ReadNext {
+        self.left = self.left.saturating_sub(got);
+        if conn.closing.is_some() || pending.is_over(limits) {
+            ReadNext::Stop
+        } else if self.left == 0 {
+            ReadNext::Yield
+        } else if got < wanted && !hangup {
+            ReadNext::Drained
+        } else {
+            ReadNext::More
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            idle_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(10),
+            max_pending_send: 100,
+            max_outstanding_sends: 4,
+            read_budget: 1000,
+        }
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn reading_stops_over_either_cap_after_eof_closing_and_between_requests_when_draining() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut p = ConnPolicy::new(t0);
+        assert!(p.may_read(Pending::bytes(100), true, &l), "at the cap is not over it");
+        assert!(!p.may_read(Pending::bytes(101), true, &l));
+        assert!(!p.may_read(Pending { bytes: 10, sends: 5 }, true, &l), "too many sends outstanding");
+        p.begin_drain(t0 + secs(5));
+        assert!(p.may_read(Pending::default(), false, &l), "a request in progress may finish");
+        assert!(!p.may_read(Pending::default(), true, &l));
+        let mut eof = ConnPolicy::new(t0);
+        eof.on_eof();
+        assert!(!eof.may_read(Pending::default(), false, &l));
+        let mut closing = ConnPolicy::new(t0);
+        assert!(!closing.on_verdict(Verdict::Close(Closing::Done)));
+        assert!(!closing.may_read(Pending::default(), false, &l));
+    }
+
+    #[test]
+    fn verdicts_map_to_close_reasons_and_the_first_one_stays() {
+        let mut p = ConnPolicy::new(Instant::now());
+        assert!(p.on_verdict(Verdict::Continue));
+        assert_eq!(p.finished(Pending::default(), false), None);
+        p.on_verdict(Verdict::Close(Closing::BadRequest));
+        p.on_verdict(Verdict::Close(Closing::Done));
+        assert_eq!(p.finished(Pending::default(), false), Some(CloseReason::Protocol));
+        for (closing, reason) in [
+            (Closing::Done, CloseReason::Done),
+            (Closing::BadRequest, CloseReason::Protocol),
+            (Closing::HeaderTimeout, CloseReason::HeaderTimeout),
+        ] {
+            let mut p = ConnPolicy::new(Instant::now());
+            p.on_verdict(Verdict::Close(closing));
+            assert_eq!(p.finished(Pending::default(), true), Some(reason));
+        }
+    }
+
+    #[test]
+    fn finished_only_once_flushed_for_closing_eof_or_drain_between_requests() {
+        let t0 = Instant::now();
+        let mut p = ConnPolicy::new(t0);
+        assert_eq!(p.finished(Pending::default(), true), None, "an open connection between requests");
+        p.on_eof();
+        assert_eq!(p.finished(Pending::bytes(1), true), None, "output first");
+        assert_eq!(p.finished(Pending::default(), true), Some(CloseReason::Peer));
+        let mut d = ConnPolicy::new(t0);
+        d.begin_drain(t0 + secs(5));
+        assert_eq!(d.finished(Pending::default(), false), None, "mid-request");
+        assert_eq!(d.finished(Pending::default(), true), Some(CloseReason::Shutdown));
+    }
+
+    #[test]
+    fn socket_errors_have_one_table() {
+        for errno in [libc::ECONNRESET, libc::EPIPE, libc::ECONNABORTED, libc::ETIMEDOUT, libc::ENOTCONN] {
+            assert_eq!(close_reason(&io::Error::from_raw_os_error(errno)), CloseReason::Peer, "errno {errno}");
+        }
+        for errno in [libc::EBADF, libc::ENOMEM, libc::EINVAL] {
+            assert_eq!(close_reason(&io::Error::from_raw_os_error(errno)), CloseReason::Error, "errno {errno}");
+        }
+        assert_eq!(close_reason(&io::Error::other("no errno")), CloseReason::Error);
+    }
+
+    #[test]
+    fn flood_counts_from_going_over_and_stall_from_the_last_progress() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut p = ConnPolicy::new(t0);
+        p.account(t0, Pending::bytes(150), false, &l);
+        let t1 = t0 + secs(1);
+        p.account(t1, Pending::bytes(150), true, &l);
+        assert_eq!(p.deadline(&l, None), t0 + l.send_timeout, "flood counts from t0; progress moved only the stall");
+        assert_eq!(p.expired(t0 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::Flood));
+        assert!(p.account(t1, Pending::bytes(50), false, &l), "back under the cap");
+        assert_eq!(p.expired(t1 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::SendTimeout));
+        let header = p.expired(t1, &l, true);
+        assert_eq!(header, Some(Expired { reason: CloseReason::HeaderTimeout, answer: true }));
+        assert!(!p.account(t1, Pending::default(), false, &l));
+        assert_eq!(p.expired(t0 + l.idle_timeout, &l, false).map(|e| e.reason), Some(CloseReason::Idle));
+        assert_eq!(p.expired(t1, &l, false), None);
+    }
+
+    #[test]
+    fn too_many_outstanding_sends_is_a_flood() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut p = ConnPolicy::new(t0);
+        p.account(t0, Pending { bytes: 10, sends: 5 }, false, &l);
+        assert_eq!(p.expired(t0 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::Flood));
+    }
+
+    #[test]
+    fn traffic_moves_the_idle_deadline_and_the_drain_caps_it() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut p = ConnPolicy::new(t0);
+        p.on_received(t0 + secs(30));
+        assert_eq!(p.deadline(&l, None), t0 + secs(90));
+        p.on_sent(t0 + secs(40), 0);
+        assert_eq!(p.deadline(&l, None), t0 + secs(90), "nothing sent is no traffic");
+        p.on_sent(t0 + secs(40), 1);
+        assert_eq!(p.deadline(&l, Some(t0 + secs(50))), t0 + secs(50), "the protocol's deadline is earlier");
+        p.begin_drain(t0 + secs(45));
+        assert_eq!(p.deadline(&l, None), t0 + secs(45));
+        assert_eq!(p.expired(t0 + secs(45), &l, false).map(|e| e.reason), Some(CloseReason::Shutdown));
+    }
+
+    #[test]
+    fn huge_timeouts_do_not_overflow() {
+        let forever = Duration::from_secs(u64::MAX);
+        let l = Limits { idle_timeout: forever, send_timeout: forever, ..limits() };
+        let p = ConnPolicy::new(Instant::now());
+        assert!(p.deadline(&l, None) > Instant::now() + secs(3600));
+        assert_eq!(p.expired(Instant::now(), &l, false), None);
+    }
+
+    #[test]
+    fn a_read_round_stops_yields_or_drains_in_that_order() {
+        let (t0, l) = (Instant::now(), limits());
+        let p = ConnPolicy::new(t0);
+        let mut round = ReadRound::new(&l);
+        assert_eq!(round.want(4096), 1000, "the budget caps the first read");
+        assert_eq!(round.after_read(400, 1000, false, &p, Pending::default(), &l), ReadNext::Drained);
+        assert_eq!(
+            round.after_read(400, 600, true, &p, Pending::default(), &l),
+            ReadNext::More,
+            "after a hang-up read to EOF"
+        );
+        assert_eq!(round.want(4096), 200);
+        assert_eq!(round.after_read(200, 200, false, &p, Pending::default(), &l), ReadNext::Yield);
+        let mut round = ReadRound::new(&l);
+        assert_eq!(round.after_read(10, 1000, false, &p, Pending::bytes(101), &l), ReadNext::Stop);
+        let mut closing = p;
+        closing.on_verdict(Verdict::Close(Closing::Done));
+        assert_eq!(ReadRound::new(&l).after_read(1000, 1000, false, &closing, Pending::default(), &l), ReadNext::Stop);
+    }
+}

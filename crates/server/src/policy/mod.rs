@@ -1,0 +1,28 @@
+//! The server's resource policies, with no I/O at all.
+//!
+//! Shaped like the protocol crate and like quinn-proto or smoltcp's sockets: the state machines
+//! here are fed events (bytes arrived, output taken, EOF, a socket error, a drain, the time) and
+//! answer with decisions (read or not, close and why, when to wake next, pause accepting and
+//! for how long). They never touch a socket, a clock or a thread, so every rule is tested with
+//! plain values.
+//!
+//! Every engine — the readiness loop (select, poll64, signal, epoll), the thread engines
+//! (blocking, threadpool), tokio and io_uring (uring, uring64) — asks these and carries out the
+//! answer. What stays in an engine is only *who waits for readiness or completion, on which
+//! thread*, and the system calls that carry a decision out.
+//!
+//! | policy | decided by |
+//! |---|---|
+//! | may a connection read now (`--max-pending-send`, `--max-outstanding-sends`, EOF, closing, drain) | [`ConnPolicy::may_read`] |
+//! | how much to read before yielding (`--read-budget`), when a short read means drained | [`ReadRound`] |
+//! | what a protocol verdict means | [`ConnPolicy::on_verdict`] |
+//! | what a socket error means | [`close_reason`] |
+//! | when a connection is finished, and why | [`ConnPolicy::finished`] |
+//! | idle, header (408), flood, send-stall and drain deadlines: when, and which one fired | [`ConnPolicy::deadline`], [`ConnPolicy::expired`] |
+//! | pausing accept(2) on EMFILE/ENFILE/ENOBUFS/ENOMEM, and resuming | [`AcceptBackoff`] |
+
+mod accept;
+mod conn;
+
+pub use accept::{AcceptBackoff, AcceptStep};
+pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
