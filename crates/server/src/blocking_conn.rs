@@ -36,8 +36,8 @@ use sockscale_proto::{Closing, Engine, Output, Protocol, Session, Verdict};
 
 use crate::config::Config;
 use crate::conn::Conn;
+use crate::ctx::ModelCtx;
 use crate::evloop::LogLimiter;
-use crate::models::ModelCtx;
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown, Waker};
 use crate::stats::{CloseReason, Counters, Stats};

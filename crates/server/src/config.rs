@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sockscale_proto::http::HttpConfig;
 
-use crate::models::Model;
+use crate::model::Model;
 use crate::sys;
 
 /// What the server speaks.

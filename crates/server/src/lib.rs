@@ -2,15 +2,18 @@
 //!
 //! One protocol layer (`sockscale-proto`) served by many I/O models, all sharing one set of
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
-//! docs of `evloop` and `models` describe the model contract.
+//! docs of `evloop` and `models` describe the model contract, and `model` holds what each model
+//! can do, as data.
 
 pub mod blocking_conn;
 pub mod config;
 pub mod conn;
+pub mod ctx;
 pub mod evloop;
 pub mod groups;
 pub mod listener;
 pub mod metrics;
+pub mod model;
 pub mod models;
 pub mod pool;
 pub mod server;
@@ -23,7 +26,7 @@ pub mod udp;
 pub mod uring;
 
 pub use config::{Config, ConfigError, ListenerMode, Service};
-pub use models::{Model, Policy};
+pub use model::{Capabilities, Limitation, Model, Policy, ThreadShape};
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
 pub use stats::{CloseReason, Snapshot, Stats};
