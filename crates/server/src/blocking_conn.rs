@@ -39,7 +39,7 @@ use sockscale_sys::{self as sys, Waker};
 use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
 use crate::conn::Conn;
-use crate::models::ModelCtx;
+use crate::ctx::ModelCtx;
 use crate::policy::{after, AcceptBackoff, AcceptStep, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sockscale_proto::http::HttpConfig;
 use sockscale_sys as sys;
 
-use crate::models::Model;
+use crate::model::Model;
 
 /// What the server speaks.
 #[derive(Debug, Clone)]

@@ -2,16 +2,19 @@
 //!
 //! One protocol layer (`sockscale-proto`) served by many I/O models, all sharing one set of
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
-//! docs of `evloop` and `models` describe the model contract.
+//! docs of `evloop` and `models` describe the model contract, and `model` holds what each model
+//! can do, as data.
 
 mod admission;
 mod blocking_conn;
 mod config;
 mod conn;
+mod ctx;
 mod evloop;
 mod groups;
 mod listener;
 mod metrics;
+mod model;
 mod models;
 mod policy;
 mod pool;
@@ -25,7 +28,7 @@ mod uring;
 pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;
-pub use models::{Model, Policy};
+pub use model::{Capabilities, Limitation, Model, Policy, ThreadShape};
 pub use pool::PoolError;
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};

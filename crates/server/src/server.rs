@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::config::Config;
+use crate::ctx::ModelCtx;
 use crate::listener::Listen;
 use crate::metrics::MetricsServer;
-use crate::models::ModelCtx;
 use crate::shutdown::Shutdown;
 use crate::stats::{Snapshot, Stats};
 use crate::ServerError;

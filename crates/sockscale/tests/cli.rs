@@ -41,6 +41,99 @@ fn bad_flags_get_one_line_naming_them() {
     assert!(one_line(&err).contains("--threads"), "{err}");
 }
 
+/// Run `sockscale ARGS`, expecting success; returns stdout.
+fn succeeds(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).env("RUST_LOG", "off").output().expect("run sockscale");
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+const MODELS: [&str; 9] =
+    ["blocking", "threadpool", "select", "poll64", "signal", "epoll", "uring", "uring64", "tokio"];
+const URING64_NO_UDP: &str = "a UDP socket is one descriptor: there are no connections to put in groups of 64";
+
+#[test]
+fn an_unknown_model_gets_one_line_listing_the_valid_names() {
+    let (code, err) = fails(&["serve", "--model", "x"]);
+    assert_eq!(code, 2);
+    let line = one_line(&err);
+    assert!(line.contains("'x'") && line.contains("--model"), "{line}");
+    let listed = line.split_once("expected one of: ").map(|(_, names)| names).unwrap_or_default();
+    assert_eq!(listed, format!("{})", MODELS.join(", ")), "{line}");
+}
+
+#[test]
+fn serve_help_names_every_model_and_what_it_cannot_do() {
+    let help = succeeds(&["serve", "--help"]);
+    // One entry per model under --model's possible values, each saying what it cannot honour.
+    let entries: Vec<String> = help
+        .split("\n          - ")
+        .skip(1)
+        .map(|entry| entry.split("\n\n").next().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    for model in MODELS {
+        let entry = entries
+            .iter()
+            .find(|e| e.starts_with(&format!("{model}: ")))
+            .unwrap_or_else(|| panic!("serve --help has no line for {model}:\n{help}"));
+        if model == "uring64" {
+            assert!(entry.contains(&format!("cannot: udp ({URING64_NO_UDP})")), "{entry}");
+        } else {
+            assert!(entry.contains("honours every policy"), "{entry}");
+        }
+    }
+    assert!(help.contains("sockscale models"), "--model's help should point to sockscale models");
+}
+
+#[test]
+fn models_lists_every_model_with_what_it_cannot_do() {
+    let text = succeeds(&["models"]);
+    // The summary table: a row per model, UDP "no" and "udp" not honoured for uring64 only.
+    let rows: Vec<Vec<&str>> =
+        text.lines().skip(1).take(MODELS.len()).map(|l| l.split_whitespace().collect()).collect();
+    for (row, model) in rows.iter().zip(MODELS) {
+        assert_eq!(row[0], model, "{text}");
+        // The last three columns: UDP, cannot honour, available here.
+        let [udp, cannot, available] = row[row.len() - 3..] else { panic!("{model}: {row:?}") };
+        let expected = if model == "uring64" { ("no", "udp") } else { ("yes", "—") };
+        assert_eq!((udp, cannot), expected, "{model}: {row:?}");
+        assert!(available == "yes" || available == "no", "{model}: {row:?}");
+    }
+    // The details, with the reason.
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains(&format!("cannot honour: udp: {URING64_NO_UDP}")), "{text}");
+    assert_eq!(flat.matches("cannot honour: nothing: every policy is honoured").count(), MODELS.len() - 1, "{text}");
+    for field in ["seed counterpart", "threads", "waits:", "known limits:", "available here"] {
+        assert!(text.contains(field), "sockscale models lacks {field}:\n{text}");
+    }
+
+    let json: serde_json::Value = serde_json::from_str(&succeeds(&["models", "--json"])).expect("JSON");
+    let models = json.as_array().expect("an array");
+    assert_eq!(models.iter().map(|m| m["name"].as_str().unwrap_or_default()).collect::<Vec<_>>(), MODELS);
+    for m in models {
+        let uring64 = m["name"] == "uring64";
+        assert_eq!(m["udp"], !uring64, "{m}");
+        let cannot = m["cannot_honour"].as_array().expect("cannot_honour");
+        if uring64 {
+            assert_eq!(cannot, &[serde_json::json!({ "policy": "udp", "why": URING64_NO_UDP })]);
+        } else {
+            assert!(cannot.is_empty(), "{m}");
+        }
+        assert!(m["available"].is_boolean() && m["known_limits"].is_array() && m["waits"].is_string(), "{m}");
+        assert_eq!(m["available"], m["unavailable"].is_null(), "{m}");
+    }
+}
+
+#[test]
+fn the_readme_models_table_is_the_codes() {
+    let table = succeeds(&["models", "--markdown"]);
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    assert!(
+        readme.contains(table.trim_end()),
+        "README.md's models table differs from `sockscale models --markdown`; paste this in:\n{table}"
+    );
+}
+
 #[test]
 fn busy_port_names_the_address() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -300,3 +300,80 @@ fn into_io(e: RegisterError) -> io::Error {
 fn unix_now() -> u64 {
     sockscale_proto::http::unix_secs(SystemTime::now())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::os::fd::{OwnedFd, RawFd};
+    use std::os::unix::net::UnixStream;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// A selector that records what it is asked to watch and never reports anything.
+    struct Recording {
+        edge: bool,
+        watched: Rc<RefCell<Vec<(u64, Interest)>>>,
+    }
+
+    impl Selector for Recording {
+        fn edge_triggered(&self) -> bool {
+            self.edge
+        }
+
+        fn register(
+            &mut self,
+            _fd: RawFd,
+            token: u64,
+            interest: Interest,
+            _exclusive: bool,
+        ) -> Result<(), RegisterError> {
+            self.watched.borrow_mut().push((token, interest));
+            Ok(())
+        }
+
+        fn reregister(&mut self, _fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+            self.watched.borrow_mut().push((token, interest));
+            Ok(())
+        }
+
+        fn deregister(&mut self, _fd: RawFd) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn select(&mut self, _events: &mut Vec<Event>, _timeout: Option<Duration>) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A new socket is writable at once: watching it for that would wake the loop once per
+    /// connection for nothing, on edge- and level-triggered selectors alike.
+    #[test]
+    fn a_new_connection_is_watched_for_input_only() {
+        for edge in [true, false] {
+            let cfg = Config::default();
+            let stats = Stats::new(1);
+            let pool = BufferPool::new(sockscale_sys::page_size(), 4, false).expect("pool");
+            let inbox = Arc::new(Inbox::new().expect("inbox"));
+            let (server_end, _client) = UnixStream::pair().expect("pair");
+            server_end.set_nonblocking(true).expect("nonblocking");
+            assert!(stats.try_open(cfg.max_conns));
+            inbox.push(OwnedFd::from(server_end)).expect("hand over");
+            let watched = Rc::new(RefCell::new(Vec::new()));
+            let parts = WorkerParts {
+                cfg: &cfg,
+                protocol: Protocol::Echo,
+                stats: &stats,
+                counters: stats.shard(0),
+                pool: &pool,
+                shutdown: Shutdown::new(),
+                source: Source::Inbox(inbox),
+            };
+            let mut worker = Worker::new(Recording { edge, watched: watched.clone() }, parts).expect("worker");
+            worker.take_inbox();
+            let conns: Vec<Interest> =
+                watched.borrow().iter().filter(|(token, _)| *token < INBOX).map(|&(_, interest)| interest).collect();
+            assert_eq!(conns, [Interest::READ], "edge-triggered: {edge}");
+        }
+    }
+}

@@ -48,30 +48,28 @@ use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
 use crate::conn::{closed_by_error, Conn};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::stats::{CloseReason, Counters};
 use crate::ServerError;
 
-pub const FIXED_THREADS: bool = false;
-pub const SERVES_UDP: bool = true;
+/// `--model blocking`: see the module docs.
+pub struct BlockingModel;
 
-const NAME: &str = "blocking";
+impl IoModel for BlockingModel {
+    fn model(&self) -> Model {
+        Model::Blocking
+    }
 
-/// The blocking model honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// Threads and poll(2) are always there.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: NAME, source };
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model: Model::Blocking.name(), source };
     if ctx.listen.is_udp() {
-        return crate::blocking_conn::serve_udp(&ctx, NAME, ctx.cfg.threads);
+        return crate::blocking_conn::serve_udp(&ctx, Model::Blocking.name(), ctx.cfg.threads);
     }
     let cfg = &*ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;

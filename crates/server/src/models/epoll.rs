@@ -21,32 +21,32 @@ use sockscale_sys::Epoll;
 
 use crate::config::ListenerMode;
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::ServerError;
 
-pub const FIXED_THREADS: bool = true;
-pub const SERVES_UDP: bool = true;
+/// `--model epoll`: see the module docs.
+pub struct EpollModel;
 
-/// epoll honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+impl IoModel for EpollModel {
+    fn model(&self) -> Model {
+        Model::Epoll
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// epoll is always there on Linux.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let threads = cfg.threads;
     let per_worker = (cfg.pool_buffers / threads).max(1);
     let pools = (0..threads)
         .map(|_| BufferPool::new(cfg.buffer_size, per_worker, cfg.lock_memory))
         .collect::<Result<Vec<_>, _>>()?;
-    let io_err = |source| ServerError::Io { model: "epoll", source };
+    let io_err = |source| ServerError::Io { model: Model::Epoll.name(), source };
 
     let mut sources = Vec::with_capacity(threads);
     for i in 0..threads {

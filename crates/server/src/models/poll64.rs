@@ -12,7 +12,6 @@
 //!
 //! All groups share one buffer pool of `--pool-buffers`, since their number is not known in
 //! advance. UDP is served by the model's own thread as a single group owning the socket.
-//! `--threads` is ignored. Every policy is honoured.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -23,7 +22,7 @@ use sockscale_sys::{self as sys, Event, Interest, RegisterError, Selector};
 
 use crate::evloop::{Source, Worker, WorkerParts, INBOX};
 use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::ServerError;
@@ -147,22 +146,22 @@ impl Selector for PollSelector {
     }
 }
 
-pub const FIXED_THREADS: bool = false;
-pub const SERVES_UDP: bool = true;
+/// `--model poll64`: see the module docs.
+pub struct Poll64Model;
 
-/// poll64 honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+impl IoModel for Poll64Model {
+    fn model(&self) -> Model {
+        Model::Poll64
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// poll(2) is always there.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: "poll64", source };
+    let io_err = |source| ServerError::Io { model: Model::Poll64.name(), source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     if ctx.listen.is_udp() {
         let parts = WorkerParts {

@@ -16,7 +16,7 @@
 //! select cannot watch. The selector then says `RegisterError::Full`; the loop closes that
 //! connection at once (after a 503 for HTTP), counts it as refused and logs why at most once a
 //! second, while every connection already admitted goes on being served. In effect `--max-conns`
-//! is capped at about 1,020. Every policy is honoured.
+//! is capped at about 1,020.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -25,7 +25,7 @@ use std::time::Duration;
 use sockscale_sys::{syscall, Event, Interest, RegisterError, Selector};
 
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::ServerError;
@@ -199,23 +199,22 @@ impl Selector for Select {
     }
 }
 
-pub const FIXED_THREADS: bool = false;
-pub const SERVES_UDP: bool = true;
+/// `--model select`: see the module docs.
+pub struct SelectModel;
 
-/// select honours every policy; its FD_SETSIZE limit refuses connections (counted and logged)
-/// rather than breaking a policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+impl IoModel for SelectModel {
+    fn model(&self) -> Model {
+        Model::Select
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// select(2) is always there.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: "select", source };
+    let io_err = |source| ServerError::Io { model: Model::Select.name(), source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let socket = ctx.listen.shared();
     let source = if ctx.listen.is_udp() {

@@ -25,9 +25,7 @@
 //!
 //! The loop does not deregister a connection from an edge-triggered selector before closing it,
 //! so the descriptor table may keep stale entries; a stale signal or poll result carries a token
-//! the loop no longer knows and is ignored, and a poll scan forgets a closed descriptor. Known
-//! limits: a signal per segment received costs more than an epoll wake-up under bulk traffic, and
-//! overflow costs a scan of every descriptor; `--threads` is ignored. Every policy is honoured.
+//! the loop no longer knows and is ignored, and a poll scan forgets a closed descriptor.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -37,7 +35,7 @@ use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Select
 
 use crate::admission::LogLimiter;
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::ServerError;
@@ -369,21 +367,21 @@ impl Drop for SignalSelector {
     }
 }
 
-pub const FIXED_THREADS: bool = false;
-pub const SERVES_UDP: bool = true;
+/// `--model signal`: see the module docs.
+pub struct SignalModel;
 
-/// The signal model honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+impl IoModel for SignalModel {
+    fn model(&self) -> Model {
+        Model::Signal
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// Real-time signals, F_SETSIG and signalfd are always there on Linux.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: "signal", source };
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model: Model::Signal.name(), source };
     let cfg = &ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let (ctx, pool) = (&ctx, &pool);
@@ -412,7 +410,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     };
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new().name("sockscale-signal".into()).spawn_scoped(scope, serve);
-        thread.map_err(io_err)?.join().unwrap_or(Err(ServerError::Panicked { model: "signal" }))
+        thread.map_err(io_err)?.join().unwrap_or(Err(ServerError::Panicked { model: Model::Signal.name() }))
     })
 }
 

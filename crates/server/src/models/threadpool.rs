@@ -58,36 +58,35 @@ use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
 use crate::conn::{closed_by_error, Conn};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::Limits;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
 use crate::stats::{CloseReason, Counters};
 use crate::ServerError;
 
-pub const FIXED_THREADS: bool = true;
-pub const SERVES_UDP: bool = true;
-
-const NAME: &str = "threadpool";
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
 const MAX_EVENTS: usize = 256;
 
-/// The thread pool honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+/// `--model threadpool`: see the module docs.
+pub struct ThreadpoolModel;
+
+impl IoModel for ThreadpoolModel {
+    fn model(&self) -> Model {
+        Model::Threadpool
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-/// Threads, poll(2) and epoll are always there.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: NAME, source };
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model: Model::Threadpool.name(), source };
     let cfg = &*ctx.cfg;
     if ctx.listen.is_udp() {
-        return crate::blocking_conn::serve_udp(&ctx, NAME, cfg.threads);
+        return crate::blocking_conn::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);
     }
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;

@@ -27,28 +27,33 @@
 
 use std::sync::{mpsc, Arc};
 
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::uring::{UringSource, UringWorker, WorkerSetup};
 use crate::ServerError;
 
-pub const FIXED_THREADS: bool = true;
-pub const SERVES_UDP: bool = true;
+/// `--model uring`: see the module docs.
+pub struct UringModel;
 
-/// uring honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
+impl IoModel for UringModel {
+    fn model(&self) -> Model {
+        Model::Uring
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        crate::uring::unavailable()
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
 }
 
-pub fn unavailable() -> Option<String> {
-    crate::uring::unavailable()
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let threads = cfg.threads;
-    let io_err = |source| ServerError::Io { model: "uring", source };
+    let io_err = |source| ServerError::Io { model: Model::Uring.name(), source };
     let per_worker = (cfg.pool_buffers / threads).max(1);
     let pools = (0..threads)
         .map(|_| BufferPool::new(cfg.buffer_size, per_worker, cfg.lock_memory))

@@ -14,11 +14,10 @@
 //! cost address space, not RSS. Empty groups stay, as in poll64. The thread-per-group cost the
 //! seed measured is the point of this model: compare its CPU and threads with `uring`'s.
 //!
-//! UDP is not served: a datagram socket is one descriptor, so there is nothing to group.
 //! When io_uring is unavailable the model refuses to start with one line saying why.
 
 use crate::groups::{GroupAcceptor, NewGroup};
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::uring::{UringSource, UringWorker, WorkerSetup};
 use crate::ServerError;
@@ -28,26 +27,28 @@ pub const GROUP_SIZE: usize = 64;
 /// Receive buffers per group at most.
 const GROUP_BUFFERS: usize = 16;
 
-pub const FIXED_THREADS: bool = false;
-pub const SERVES_UDP: bool = false;
+/// `--model uring64`: see the module docs.
+pub struct Uring64Model;
 
-/// uring64 honours every policy of the connection-oriented protocols.
-pub fn limitation(policy: Policy) -> Option<&'static str> {
-    match policy {
-        Policy::Udp => Some("a UDP socket is one descriptor: there are no connections to put in groups of 64"),
-        _ => None,
+impl IoModel for Uring64Model {
+    fn model(&self) -> Model {
+        Model::Uring64
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        crate::uring::unavailable()
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
     }
 }
 
-pub fn unavailable() -> Option<String> {
-    crate::uring::unavailable()
-}
-
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: "uring64", source };
+    let io_err = |source| ServerError::Io { model: Model::Uring64.name(), source };
     if ctx.listen.is_udp() {
-        return Err(ServerError::NoUdp { model: "uring64" });
+        return Err(ServerError::NoUdp { model: Model::Uring64.name() });
     }
     let acceptor = GroupAcceptor::new(cfg, &ctx.stats, &ctx.shutdown, &ctx.protocol, ctx.listen.shared(), GROUP_SIZE)
         .map_err(io_err)?;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod load;
+pub mod models;
 pub mod procs;
 pub mod serve;
 
@@ -33,4 +34,6 @@ pub enum Command {
     Report(bench::ReportArgs),
     /// Capacity arithmetic (seed 004's Tables 14-1 and 14-2), or predictions from measured results
     Plan(bench::PlanArgs),
+    /// List the I/O models and what each can do (from the code's own table), and which run here
+    Models(models::ModelsArgs),
 }

@@ -13,6 +13,7 @@ use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{Config, ListenerMode, Model, Server, Service};
 
+use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -42,8 +43,8 @@ pub struct ServeArgs {
     /// Protocol to serve
     #[arg(long, value_enum, default_value_t = Proto::Echo, help_heading = "Service")]
     pub proto: Proto,
-    /// I/O model
-    #[arg(long, default_value = "epoll", help_heading = "Service")]
+    /// I/O model; `sockscale models` describes each
+    #[arg(long, default_value = "epoll", value_parser = ModelParser, help_heading = "Service")]
     pub model: Model,
     /// Worker threads [default: the number of CPUs]
     #[arg(long, help_heading = "Service")]

@@ -70,7 +70,7 @@ use sockscale_sys::Waker;
 
 use crate::admission::{self, log_accept_pause, LogLimiter};
 use crate::config::Config;
-use crate::models::{ModelCtx, Policy};
+use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
@@ -80,20 +80,6 @@ use crate::ServerError;
 
 use conn::{conn_task, Conn};
 
-pub const FIXED_THREADS: bool = true;
-pub const SERVES_UDP: bool = true;
-
-/// The tokio model honours every policy.
-pub fn limitation(_policy: Policy) -> Option<&'static str> {
-    None
-}
-
-/// Tokio runs wherever epoll does.
-pub fn unavailable() -> Option<String> {
-    None
-}
-
-const MODEL: &str = "tokio";
 /// How long the model waits past the drain deadline for connection tasks that have not closed
 /// themselves before it drops them (they close at the deadline on their own; this is a
 /// backstop).
@@ -142,9 +128,22 @@ enum Stage {
     Forced,
 }
 
-pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model tokio`: see the module docs.
+pub struct TokioModel;
+
+impl IoModel for TokioModel {
+    fn model(&self) -> Model {
+        Model::Tokio
+    }
+
+    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
+        run(ctx)
+    }
+}
+
+fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = ctx.cfg.clone();
-    let io_err = |source| ServerError::Io { model: MODEL, source };
+    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), source };
     // One pool for the runtime: buffers are only held between two awaits, so at most one per
     // worker is in use; config validation guarantees pool_buffers >= threads.
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
@@ -177,7 +176,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 
 /// Set up the sources, report ready, and wait until the drain is over.
 async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: MODEL, source };
+    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), source };
     let cfg = &shared.cfg;
 
     let waker = Arc::new(Waker::new().map_err(io_err)?);

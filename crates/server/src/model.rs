@@ -1,0 +1,362 @@
+//! The I/O models as names and data: what each one is and what it can do, written once.
+//!
+//! [`CAPABILITIES`] is the one table of what distinguishes the models: the seeds' counterpart,
+//! the shape of the threads, how readiness or completion is delivered, which policies a model
+//! cannot honour and its known limits. Everything that describes or chooses among models reads
+//! it: [`Model::fixed_threads`] (config validation), [`Model::serves_udp`] (the server, bench),
+//! [`Model::limitation`] (the conformance suite), `sockscale serve --help` and
+//! `sockscale models`.
+//!
+//! This module is plain data: it imports nothing from the crate, so the configuration can name a
+//! [`Model`] without depending on the engines. Running a model is `models`' business
+//! ([`Model::run`] and [`Model::unavailable`] are defined there).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Every model, in the order of the seeds' comparison (then the modern additions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Model {
+    Blocking,
+    Threadpool,
+    Select,
+    Poll64,
+    Signal,
+    Epoll,
+    Uring,
+    Uring64,
+    Tokio,
+}
+
+/// The policies of the core engine, as the conformance suite checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Close connections idle for `--idle-timeout`.
+    IdleTimeout,
+    /// Close HTTP connections whose head is not complete within `--header-timeout`.
+    HeaderTimeout,
+    /// Refuse connections beyond `--max-conns`.
+    MaxConns,
+    /// Stop reading from, then disconnect, a client that does not read (`--max-pending-send`,
+    /// `--send-timeout`).
+    FloodCutoff,
+    /// Drain on SIGTERM within `--drain-timeout`.
+    GracefulShutdown,
+    /// Serve `--proto udp`.
+    Udp,
+    /// Back off, without spinning, when accept runs out of descriptors.
+    AcceptBackoff,
+}
+
+/// How a model's threads are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThreadShape {
+    /// `--threads` fixes the number of worker threads.
+    Fixed,
+    /// One thread serves every connection, whatever `--threads` says.
+    One,
+    /// A thread per group of connections: threads grow with connections.
+    GrowsWithConnections,
+    /// Threads per connection.
+    PerConnection,
+}
+
+/// A policy a model cannot honour, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limitation {
+    pub policy: Policy,
+    pub why: &'static str,
+}
+
+/// What one model is and can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    pub model: Model,
+    /// The `--model` value.
+    pub name: &'static str,
+    /// The model of the seeds' Winsock comparison this one stands for, if any.
+    pub seed: Option<&'static str>,
+    pub threads: ThreadShape,
+    /// Which threads exist, in one line.
+    pub thread_detail: &'static str,
+    /// Who waits for readiness or completion, and in what, in one line.
+    pub waits: &'static str,
+    /// The policies this model cannot honour (the conformance suite skips them with the reason).
+    pub cannot: &'static [Limitation],
+    /// Known limits, one line each.
+    pub limits: &'static [&'static str],
+}
+
+/// The models' capabilities, in the order of [`Model::ALL`] (a test checks it).
+pub static CAPABILITIES: [Capabilities; 9] = [
+    Capabilities {
+        model: Model::Blocking,
+        name: "blocking",
+        seed: Some("the blocking server"),
+        threads: ThreadShape::PerConnection,
+        thread_detail: "an acceptor, then a receive thread and a send thread per connection (`--stack-size`, default 64 KiB)",
+        waits: "each thread waits in poll(2) on its socket, then makes blocking-style calls",
+        cannot: &[],
+        limits: &[
+            "threads and address space per connection (RLIMIT_NPROC, kernel.threads-max, the cgroup's pids.max): past them, connections are refused and counted",
+            "every wake-up is a context switch: more CPU per byte than the readiness models",
+            "`--threads` applies to UDP only",
+        ],
+    },
+    Capabilities {
+        model: Model::Threadpool,
+        name: "threadpool",
+        seed: Some("seed 003's multithreaded server"),
+        threads: ThreadShape::Fixed,
+        thread_detail: "an accept thread, a poller, `--threads` workers",
+        waits: "a bounded ready queue; workers serve one round (read, answer, blocking send) per turn; a poller (epoll) watches idle connections and their timeouts",
+        cannot: &[],
+        limits: &[
+            "new connections are refused when the queue holds `--queue-depth` (128) × `--threads`",
+            "a slow reader ties up a worker for up to `--send-timeout`",
+            "every round crosses two threads (queue, poller): a context switch or two per request more than the readiness models",
+        ],
+    },
+    Capabilities {
+        model: Model::Select,
+        name: "select",
+        seed: Some("the non-blocking select server"),
+        threads: ThreadShape::One,
+        thread_detail: "one, the model's own, whatever `--threads` says",
+        waits: "select(2) over the whole descriptor range, level-triggered",
+        cannot: &[],
+        limits: &["about 1,020 connections (FD_SETSIZE 1024); beyond, connections are refused with a log line"],
+    },
+    Capabilities {
+        model: Model::Poll64,
+        name: "poll64",
+        seed: Some("WSAEventSelect, 64 events per thread"),
+        threads: ThreadShape::GrowsWithConnections,
+        thread_detail: "an acceptor plus one thread per group of 64 connections",
+        waits: "poll(2) per group, level-triggered; the acceptor hands connections over through an eventfd inbox",
+        cannot: &[],
+        limits: &["threads grow with connections (782 at 50,000)"],
+    },
+    Capabilities {
+        model: Model::Signal,
+        name: "signal",
+        seed: Some("WSAAsyncSelect"),
+        threads: ThreadShape::One,
+        thread_detail: "one, `sockscale-signal`, whatever `--threads` says",
+        waits: "queued real-time signals (F_SETSIG, O_ASYNC) read through a signalfd; on queue overflow (SIGIO) a full poll(2) scan",
+        cannot: &[],
+        limits: &[
+            "a signal per segment costs more than an epoll wake-up under bulk traffic",
+            "a signal queue overflow costs a poll(2) scan of every descriptor",
+        ],
+    },
+    Capabilities {
+        model: Model::Epoll,
+        name: "epoll",
+        seed: None,
+        threads: ThreadShape::Fixed,
+        thread_detail: "`--threads` workers (default: CPUs)",
+        waits: "edge-triggered epoll, one instance and one SO_REUSEPORT listener per thread (`--listener exclusive`: one listener with EPOLLEXCLUSIVE)",
+        cannot: &[],
+        limits: &[],
+    },
+    Capabilities {
+        model: Model::Uring,
+        name: "uring",
+        seed: Some("I/O completion ports"),
+        threads: ThreadShape::Fixed,
+        thread_detail: "`--threads` workers, a ring each",
+        waits: "io_uring: multishot accept, multishot receive from a provided-buffer ring (no buffer per idle connection), one gathering send in flight per connection, completions reaped in batches; `--threads 1` is the completion-routine (APC) counterpart",
+        cannot: &[],
+        limits: &[
+            "needs Linux 6.0 and io_uring allowed (`kernel.io_uring_disabled`, seccomp), and it says why when it is not",
+            "`--accept-batch` does not apply",
+        ],
+    },
+    Capabilities {
+        model: Model::Uring64,
+        name: "uring64",
+        seed: Some("overlapped I/O with events, 64 per thread"),
+        threads: ThreadShape::GrowsWithConnections,
+        thread_detail: "an acceptor plus one ring and thread per group of 64 connections",
+        waits: "io_uring per group, fed by the acceptor through an eventfd inbox",
+        cannot: &[Limitation {
+            policy: Policy::Udp,
+            why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
+        }],
+        limits: &[
+            "threads grow with connections",
+            "needs Linux 6.0 and io_uring allowed, as uring",
+        ],
+    },
+    Capabilities {
+        model: Model::Tokio,
+        name: "tokio",
+        seed: Some("boost::asio (seed 003)"),
+        threads: ThreadShape::Fixed,
+        thread_detail: "`--threads` tokio workers",
+        waits: "tokio's epoll reactor; one task per connection, readiness then a non-blocking read into a pool buffer",
+        cannot: &[],
+        limits: &[
+            "about 1.8 KiB of user memory per idle connection (task and readiness record), against ~0.3 KiB for epoll",
+            "`--listener` does not apply to TCP: one accept task on one shared listener",
+            "a write the socket refuses costs one extra sendmsg(2) (EAGAIN) before tokio waits for writability",
+        ],
+    },
+];
+
+impl Model {
+    pub const ALL: [Model; 9] = [
+        Model::Blocking,
+        Model::Threadpool,
+        Model::Select,
+        Model::Poll64,
+        Model::Signal,
+        Model::Epoll,
+        Model::Uring,
+        Model::Uring64,
+        Model::Tokio,
+    ];
+
+    /// This model's row of [`CAPABILITIES`].
+    pub fn capabilities(self) -> &'static Capabilities {
+        &CAPABILITIES[self as usize]
+    }
+
+    /// The `--model` value.
+    pub fn name(self) -> &'static str {
+        self.capabilities().name
+    }
+
+    /// Whether `--threads` fixes the number of worker threads (as opposed to threads growing
+    /// with connections, or a single thread).
+    pub fn fixed_threads(self) -> bool {
+        self.capabilities().threads == ThreadShape::Fixed
+    }
+
+    /// Why this model cannot honour `policy`, or None when it can. The conformance suite skips
+    /// a case with this reason.
+    pub fn limitation(self, policy: Policy) -> Option<&'static str> {
+        self.capabilities().cannot.iter().find(|l| l.policy == policy).map(|l| l.why)
+    }
+
+    /// Whether the model can serve UDP: whether it honours [`Policy::Udp`].
+    pub fn serves_udp(self) -> bool {
+        self.limitation(Policy::Udp).is_none()
+    }
+}
+
+impl FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Model::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Model::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown model '{s}' (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Policy {
+    pub const ALL: [Policy; 7] = [
+        Policy::IdleTimeout,
+        Policy::HeaderTimeout,
+        Policy::MaxConns,
+        Policy::FloodCutoff,
+        Policy::GracefulShutdown,
+        Policy::Udp,
+        Policy::AcceptBackoff,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::IdleTimeout => "idle-timeout",
+            Policy::HeaderTimeout => "header-timeout",
+            Policy::MaxConns => "max-conns",
+            Policy::FloodCutoff => "flood-cutoff",
+            Policy::GracefulShutdown => "graceful-shutdown",
+            Policy::Udp => "udp",
+            Policy::AcceptBackoff => "accept-backoff",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl ThreadShape {
+    /// A short identifier, for machines.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadShape::Fixed => "fixed",
+            ThreadShape::One => "one",
+            ThreadShape::GrowsWithConnections => "grows-with-connections",
+            ThreadShape::PerConnection => "per-connection",
+        }
+    }
+}
+
+impl fmt::Display for ThreadShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ThreadShape::Fixed => "fixed by --threads",
+            ThreadShape::One => "one",
+            ThreadShape::GrowsWithConnections => "grows with connections",
+            ThreadShape::PerConnection => "per connection",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_the_order_of_all() {
+        for (i, model) in Model::ALL.into_iter().enumerate() {
+            assert_eq!(CAPABILITIES[i].model, model);
+            assert_eq!(model.capabilities().model, model);
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        for model in Model::ALL {
+            assert_eq!(model.name().parse::<Model>(), Ok(model));
+            assert_eq!(model.to_string(), model.name());
+        }
+        let err = "carrier-pigeon".parse::<Model>().unwrap_err();
+        assert!(!err.contains('\n'), "{err}");
+        for model in Model::ALL {
+            assert!(err.contains(model.name()), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_policy_is_declared_at_most_once_per_model() {
+        for model in Model::ALL {
+            let cannot = model.capabilities().cannot;
+            for policy in Policy::ALL {
+                assert!(cannot.iter().filter(|l| l.policy == policy).count() <= 1, "{model} {policy}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_the_engines_rely_on() {
+        // The thread-count validation and the server's UDP check read these.
+        let fixed: Vec<_> = Model::ALL.into_iter().filter(|m| m.fixed_threads()).collect();
+        assert_eq!(fixed, [Model::Threadpool, Model::Epoll, Model::Uring, Model::Tokio]);
+        let no_udp: Vec<_> = Model::ALL.into_iter().filter(|m| !m.serves_udp()).collect();
+        assert_eq!(no_udp, [Model::Uring64]);
+        assert!(Model::Uring64.limitation(Policy::Udp).is_some());
+    }
+}
