@@ -81,7 +81,11 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     if let Some(reason) = shared.gave_up.get() {
         let waited_s = shared.cfg.connect_timeout.as_secs_f64();
         if report.connections.connected == 0 {
-            return Err(LoadError::CannotConnect { target: shared.cfg.target.clone(), reason: reason.clone(), waited_s });
+            return Err(LoadError::CannotConnect {
+                target: shared.cfg.target.clone(),
+                reason: reason.clone(),
+                waited_s,
+            });
         }
         report.ended_early = Some(EndedEarly::NoConnection { reason: reason.clone(), waited_s });
     } else if stop.load(Relaxed) {

@@ -202,7 +202,8 @@ fn udp_loss_is_counted() {
     assert_eq!(n(&r, "udp.lost"), 0, "nothing is lost through a server that drops nothing");
 
     let addr = dropping_udp_server().to_string();
-    let r = load(&["udp", &addr, "-c", "4", "-d", "2", "-t", "1", "--timeout", "0.1", "--depth", "4", "--allow-errors"]);
+    let r =
+        load(&["udp", &addr, "-c", "4", "-d", "2", "-t", "1", "--timeout", "0.1", "--depth", "4", "--allow-errors"]);
     let (sent, received, lost) = (n(&r, "udp.sent"), n(&r, "udp.received"), n(&r, "udp.lost"));
     assert!(lost > 0, "drops went uncounted: {r}");
     // Every datagram is received, lost, or still in flight at the end (at most depth x sockets).

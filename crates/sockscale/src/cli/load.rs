@@ -56,7 +56,8 @@ pub struct Common {
     /// Run for this long [default: 10 s unless -n is given]
     #[arg(short = 'd', long = "duration", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<Duration>,
-    /// Stop after exactly this many requests (messages, datagrams) have been answered
+    /// Stop after exactly this many requests (messages, datagrams) have been answered or
+    /// have failed
     #[arg(short = 'n', long = "requests", value_parser = at_least_one_u64, allow_negative_numbers = true)]
     pub requests: Option<u64>,
     /// Threads, each with its own event loop [default: the number of CPUs]
@@ -393,10 +394,7 @@ fn base_config(
         );
     }
     if let Some(n) = common.requests.filter(|&n| n < common.procs as u64) {
-        bail!(
-            "-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer",
-            common.procs
-        );
+        bail!("-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer", common.procs);
     }
     let (conns, first_conn, requests, total_rate) = share(common)?;
     let duration = match (common.duration, common.requests) {
