@@ -250,7 +250,8 @@ fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
     }
     let failures = report.failures();
     if failures > 0 && !allow_errors {
-        bail!("{failures} errors ({}); --allow-errors exits 0 with errors", report.failure_list());
+        let noun = if failures == 1 { "error" } else { "errors" };
+        bail!("{failures} {noun} ({}); --allow-errors exits 0 with errors", report.failure_list());
     }
     Ok(())
 }
