@@ -170,7 +170,7 @@ impl Harness<'_> {
         let json = self.scratch.join(format!("load-{}-{}.json", std::process::id(), unique()));
         let mut full: Vec<String> = vec!["load".into()];
         full.extend(args.iter().cloned());
-        full.extend(["--json".into(), json.display().to_string()]);
+        full.extend(["--allow-errors".into(), "--json".into(), json.display().to_string()]);
         let child = self
             .command(&self.exe, &full, &self.client_cpus)
             .stdout(Stdio::null())

@@ -44,11 +44,19 @@ pub struct HttpRequest {
     pub pipeline: usize,
 }
 
+/// Request headers sockscale writes itself; a user header of the same name (any case)
+/// replaces the default rather than being sent beside it.
+const DEFAULT_HEADERS: [&str; 4] = ["host", "user-agent", "content-length", "connection"];
+
 impl HttpRequest {
-    /// The request's bytes, rendered once.
+    /// The request's bytes, rendered once. Host, User-Agent, Content-Length and Connection
+    /// have defaults; a header given in `headers` takes the place of its default.
     pub fn render(&self) -> Vec<u8> {
-        let mut head = format!("{} {} HTTP/1.1\r\nHost: {}\r\n", self.method, self.path, self.host);
         let has = |name: &str| self.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        let mut head = format!("{} {} HTTP/1.1\r\n", self.method, self.path);
+        if !has("host") {
+            head.push_str(&format!("Host: {}\r\n", self.host));
+        }
         if !has("user-agent") {
             head.push_str("User-Agent: sockscale\r\n");
         }
@@ -69,6 +77,105 @@ impl HttpRequest {
 
     pub fn is_head(&self) -> bool {
         self.method.eq_ignore_ascii_case("HEAD")
+    }
+
+    /// Refuse a request the server could not read as meant: a method or header that is not
+    /// HTTP, a default header given twice, a Content-Length that contradicts the body, or a
+    /// Connection header that contradicts `--no-keepalive`.
+    pub fn validate(&self) -> Result<(), LoadConfigError> {
+        if self.method.is_empty() || !self.method.bytes().all(is_token_byte) {
+            return Err(LoadConfigError::Method { method: self.method.clone() });
+        }
+        if self.path.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+            return Err(LoadConfigError::Path { path: self.path.clone() });
+        }
+        let header = |name: &str, value: &str, reason: String| LoadConfigError::Header {
+            header: format!("{name}: {value}"),
+            reason,
+        };
+        for (i, (name, value)) in self.headers.iter().enumerate() {
+            if name.is_empty() || !name.bytes().all(is_token_byte) {
+                return Err(header(name, value, "the name is not an HTTP header name".into()));
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(header(name, value, "the value holds a line break or NUL".into()));
+            }
+            let lower = name.to_ascii_lowercase();
+            if DEFAULT_HEADERS.contains(&lower.as_str())
+                && self.headers[..i].iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+            {
+                return Err(header(name, value, format!("{name} is given twice; give it once")));
+            }
+            match lower.as_str() {
+                "content-length" => {
+                    let given: Option<u64> = value.parse().ok();
+                    if given != Some(self.body.len() as u64) {
+                        return Err(header(
+                            name,
+                            value,
+                            format!(
+                                "the body is {} bytes; drop the header (sockscale sets Content-Length from --body)",
+                                self.body.len()
+                            ),
+                        ));
+                    }
+                }
+                "connection" if !self.keepalive && value.to_ascii_lowercase().contains("keep-alive") => {
+                    return Err(header(name, value, "contradicts --no-keepalive; give one or the other".into()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// RFC 9110 `tchar`: what a method or a header name is made of.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Which HTTP statuses count as success; every other final status is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedStatuses {
+    /// Classes accepted whole: 2 for 2xx.
+    classes: Vec<u16>,
+    codes: Vec<u16>,
+}
+
+impl Default for AcceptedStatuses {
+    /// 2xx only, as `curl --fail` and k6's `http_req_failed` count.
+    fn default() -> Self {
+        AcceptedStatuses { classes: vec![2], codes: Vec::new() }
+    }
+}
+
+impl AcceptedStatuses {
+    pub fn accepts(&self, status: u16) -> bool {
+        self.classes.contains(&(status / 100)) || self.codes.contains(&status)
+    }
+
+    /// Parse `2xx,3xx,404`: classes and single codes, comma-separated.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut accepted = AcceptedStatuses { classes: Vec::new(), codes: Vec::new() };
+        for part in text.split(',').map(str::trim) {
+            let bad = || format!("'{part}' is not a status class (2xx) or code (404); give e.g. 2xx,3xx or 2xx,404");
+            let bytes = part.as_bytes();
+            match bytes {
+                [c @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => accepted.classes.push(u16::from(c - b'0')),
+                [b'1'..=b'5', b'0'..=b'9', b'0'..=b'9'] => accepted.codes.push(part.parse().map_err(|_| bad())?),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(accepted)
+    }
+}
+
+impl std::fmt::Display for AcceptedStatuses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> =
+            self.classes.iter().map(|c| format!("{c}xx")).chain(self.codes.iter().map(u16::to_string)).collect();
+        f.write_str(&parts.join(","))
     }
 }
 
@@ -113,6 +220,8 @@ pub struct LoadConfig {
     /// Connections of the whole run, all processes together (for `-r` block sizes).
     pub total_conns: u64,
     pub progress: Progress,
+    /// HTTP: the statuses that count as success.
+    pub accept_status: AcceptedStatuses,
     /// The options as given, copied into the report.
     pub options: serde_json::Value,
 }
@@ -123,11 +232,25 @@ pub enum LoadConfigError {
     Zero { flag: &'static str },
     #[error("-l must be at least {min} bytes for UDP (each datagram carries a sequence number)")]
     UdpTooShort { min: usize },
+    #[error("-l {len} is more than a UDP datagram can carry over {family} ({max} bytes)")]
+    UdpTooLong { len: usize, max: usize, family: &'static str },
     #[error("give a duration (-d) or a request count (-n)")]
     NoEnd,
     #[error("{flag} must be a positive number")]
     Rate { flag: &'static str },
+    #[error("{flag} must be longer than 0 s")]
+    ZeroDuration { flag: &'static str },
+    #[error("-m '{method}' is not an HTTP method (a token such as GET, POST or PURGE)")]
+    Method { method: String },
+    #[error("the URL path '{path}' holds a space or control character; percent-encode it (%20)")]
+    Path { path: String },
+    #[error("-H '{header}': {reason}")]
+    Header { header: String, reason: String },
 }
+
+/// The largest UDP payload: 65,535 less the UDP header and, over IPv4, the IPv4 header.
+const MAX_UDP_PAYLOAD_V4: usize = 65_507;
+const MAX_UDP_PAYLOAD_V6: usize = 65_527;
 
 impl LoadConfig {
     pub fn validate(&self) -> Result<(), LoadConfigError> {
@@ -136,16 +259,36 @@ impl LoadConfig {
                 return Err(LoadConfigError::Zero { flag });
             }
         }
+        if self.requests == Some(0) {
+            return Err(LoadConfigError::Zero { flag: "n" });
+        }
         match &self.mode {
             Mode::Echo { msg_len } if *msg_len == 0 => return Err(LoadConfigError::Zero { flag: "l" }),
             Mode::Udp { msg_len } if *msg_len < crate::client::UdpClient::MIN_LEN => {
                 return Err(LoadConfigError::UdpTooShort { min: crate::client::UdpClient::MIN_LEN })
             }
+            Mode::Udp { msg_len } => {
+                let (max, family) =
+                    if self.addr.is_ipv4() { (MAX_UDP_PAYLOAD_V4, "IPv4") } else { (MAX_UDP_PAYLOAD_V6, "IPv6") };
+                if *msg_len > max {
+                    return Err(LoadConfigError::UdpTooLong { len: *msg_len, max, family });
+                }
+            }
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
+            Mode::Http(h) => h.validate()?,
             _ => {}
         }
         if self.duration.is_none() && self.requests.is_none() {
             return Err(LoadConfigError::NoEnd);
+        }
+        for (flag, d) in [
+            ("-d", self.duration),
+            ("--connect-timeout", Some(self.connect_timeout)),
+            ("--timeout", Some(self.reply_timeout)),
+        ] {
+            if d.is_some_and(|d| d.is_zero()) {
+                return Err(LoadConfigError::ZeroDuration { flag });
+            }
         }
         for (flag, rate) in
             [("--connect-rate", self.connect_rate), ("-r", self.block_byte_rate), ("-R", self.total_rate)]
@@ -188,5 +331,74 @@ mod tests {
         r.keepalive = true;
         r.body = Bytes::new();
         assert!(!String::from_utf8(r.render()).unwrap().contains("Connection"));
+    }
+
+    fn get(headers: &[(&str, &str)]) -> HttpRequest {
+        HttpRequest {
+            method: "GET".into(),
+            host: "h:80".into(),
+            path: "/".into(),
+            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            body: Bytes::new(),
+            keepalive: true,
+            pipeline: 1,
+        }
+    }
+
+    /// Parse the rendered request with httparse and return its header names, lowercased.
+    fn sent_header_names(r: &HttpRequest) -> Vec<String> {
+        let bytes = r.render();
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut req = httparse::Request::new(&mut headers);
+        assert!(req.parse(&bytes).unwrap().is_complete());
+        req.headers.iter().map(|h| h.name.to_ascii_lowercase()).collect()
+    }
+
+    #[test]
+    fn a_user_header_replaces_the_default_of_the_same_name() {
+        let r = get(&[("host", "example.test"), ("User-Agent", "me")]);
+        let names = sent_header_names(&r);
+        assert_eq!(names.iter().filter(|n| *n == "host").count(), 1, "{names:?}");
+        assert_eq!(names.iter().filter(|n| *n == "user-agent").count(), 1, "{names:?}");
+        let text = String::from_utf8(r.render()).unwrap();
+        assert!(text.contains("host: example.test\r\n") && !text.contains("h:80"), "{text}");
+        let mut r = get(&[("Connection", "close")]);
+        r.keepalive = false;
+        assert_eq!(sent_header_names(&r).iter().filter(|n| *n == "connection").count(), 1);
+    }
+
+    #[test]
+    fn requests_the_server_cannot_read_as_meant_are_refused() {
+        assert!(get(&[("Host", "a"), ("Host", "b")]).validate().unwrap_err().to_string().contains("twice"));
+        let err = get(&[("Content-Length", "5")]).validate().unwrap_err().to_string();
+        assert!(err.contains("Content-Length: 5") && err.contains("0 bytes"), "{err}");
+        let mut with_body = get(&[("Content-Length", "3")]);
+        with_body.body = Bytes::from_static(b"abc");
+        assert_eq!(with_body.validate(), Ok(()));
+        assert!(get(&[("X-A", "1\r\nX-B: 2")]).validate().is_err(), "header injection");
+        assert!(get(&[("Bad Name", "1")]).validate().is_err());
+        let mut close = get(&[("Connection", "keep-alive")]);
+        close.keepalive = false;
+        assert!(close.validate().unwrap_err().to_string().contains("--no-keepalive"));
+        let mut method = get(&[]);
+        method.method = "GET /x".into();
+        assert!(matches!(method.validate(), Err(LoadConfigError::Method { .. })));
+        let mut path = get(&[]);
+        path.path = "/a b".into();
+        assert!(matches!(path.validate(), Err(LoadConfigError::Path { .. })));
+        assert_eq!(get(&[("X-Trace", "1"), ("x-trace", "2")]).validate(), Ok(()), "other headers may repeat");
+    }
+
+    #[test]
+    fn accepted_statuses() {
+        let default = AcceptedStatuses::default();
+        assert!(default.accepts(200) && default.accepts(299));
+        assert!(!default.accepts(301) && !default.accepts(404) && !default.accepts(500));
+        let more = AcceptedStatuses::parse("2xx, 3XX,404").unwrap();
+        assert!(more.accepts(302) && more.accepts(404) && !more.accepts(403));
+        assert_eq!(more.to_string(), "2xx,3xx,404");
+        for bad in ["", "2x", "600", "abc", "2xx,", "99"] {
+            assert!(AcceptedStatuses::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -9,12 +9,13 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod limits;
 pub mod pattern;
 pub mod rate;
 pub mod report;
 pub mod run;
 pub mod source;
 
-pub use config::{HttpRequest, LoadConfig, Mode, Progress};
+pub use config::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress};
 pub use report::Report;
-pub use run::{run, LoadError};
+pub use run::{preflight, run, LoadError};

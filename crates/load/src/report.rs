@@ -53,6 +53,8 @@ pub struct ByteCounts {
     pub received: u64,
 }
 
+/// Final HTTP statuses by class. 1xx interim responses are skipped by the parser and never
+/// counted; the field is kept for the format.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Statuses {
     #[serde(rename = "1xx")]
@@ -79,49 +81,99 @@ impl Statuses {
             _ => self.other += 1,
         }
     }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Statuses::default()
+    }
 }
 
-/// Every kind of failure, counted separately; none is dropped.
+/// Every kind of failure, counted separately; none is dropped. Fields missing from an older
+/// report read as zero.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Errors {
     pub connect_refused: u64,
     pub connect_timeout: u64,
-    /// Any other failure to connect (no route, no local port left, ...).
+    /// No local port left for the destination (EADDRNOTAVAIL): the ephemeral-port range is
+    /// used up; more source addresses (`--source`) help.
+    pub no_local_port: u64,
+    /// No file descriptor left (EMFILE, ENFILE): the open-files limit; `--procs` helps.
+    pub no_descriptor: u64,
+    /// Any other failure to connect (no route, ...).
     pub connect_other: u64,
     pub reset: u64,
     pub reply_timeout: u64,
     pub closed_by_peer: u64,
     pub bad_response: u64,
     pub verify_mismatch: u64,
+    /// HTTP responses with a status not accepted (by default anything but 2xx).
+    pub http_status: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
 }
 
 impl Errors {
     pub fn total(&self) -> u64 {
-        self.connect_refused
-            + self.connect_timeout
-            + self.connect_other
-            + self.reset
-            + self.reply_timeout
-            + self.closed_by_peer
-            + self.bad_response
-            + self.verify_mismatch
-            + self.other
+        self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 9] {
+    fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
+            ("no local port", self.no_local_port),
+            ("out of file descriptors", self.no_descriptor),
             ("connect failed", self.connect_other),
             ("reset", self.reset),
             ("reply timeout", self.reply_timeout),
             ("closed by peer", self.closed_by_peer),
             ("bad response", self.bad_response),
             ("verification mismatch", self.verify_mismatch),
+            ("HTTP status", self.http_status),
             ("other", self.other),
         ]
+    }
+
+    /// Add another's counts to these.
+    pub fn add(&mut self, o: &Errors) {
+        self.connect_refused += o.connect_refused;
+        self.connect_timeout += o.connect_timeout;
+        self.no_local_port += o.no_local_port;
+        self.no_descriptor += o.no_descriptor;
+        self.connect_other += o.connect_other;
+        self.reset += o.reset;
+        self.reply_timeout += o.reply_timeout;
+        self.closed_by_peer += o.closed_by_peer;
+        self.bad_response += o.bad_response;
+        self.verify_mismatch += o.verify_mismatch;
+        self.http_status += o.http_status;
+        self.other += o.other;
+    }
+}
+
+impl Statuses {
+    /// Add another's counts to these.
+    pub fn add(&mut self, o: &Statuses) {
+        self.s1xx += o.s1xx;
+        self.s2xx += o.s2xx;
+        self.s3xx += o.s3xx;
+        self.s4xx += o.s4xx;
+        self.s5xx += o.s5xx;
+        self.other += o.other;
+    }
+}
+
+impl Udp {
+    pub fn is_empty(&self) -> bool {
+        *self == Udp::default()
+    }
+
+    /// Add another's counts to these.
+    pub fn add(&mut self, o: &Udp) {
+        self.sent += o.sent;
+        self.received += o.received;
+        self.lost += o.lost;
+        self.late += o.late;
     }
 }
 
@@ -139,9 +191,12 @@ pub struct Udp {
 /// A latency histogram with its summary, in microseconds for people and the HDR encoding for
 /// machines.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Latency {
     pub count: u64,
     pub mean_us: f64,
+    /// Standard deviation, as wrk reports it.
+    pub stdev_us: f64,
     pub p50_us: f64,
     pub p90_us: f64,
     pub p99_us: f64,
@@ -160,6 +215,7 @@ impl Latency {
         Latency {
             count: h.len(),
             mean_us: if h.is_empty() { 0.0 } else { h.mean() / 1000.0 },
+            stdev_us: if h.is_empty() { 0.0 } else { h.stdev() / 1000.0 },
             p50_us: us(h.value_at_quantile(0.5)),
             p90_us: us(h.value_at_quantile(0.9)),
             p99_us: us(h.value_at_quantile(0.99)),
@@ -167,6 +223,10 @@ impl Latency {
             max_us: us(h.max()),
             hdr: base64::engine::general_purpose::STANDARD.encode(encoded),
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 
     pub fn histogram(&self) -> Result<Histogram<u64>, String> {
@@ -219,13 +279,47 @@ pub struct Report {
     pub connections: Connections,
     pub requests: Requests,
     pub bytes: ByteCounts,
+    /// HTTP only: absent from the JSON of echo and UDP runs (and of an HTTP run that got no
+    /// response).
+    #[serde(default, skip_serializing_if = "Statuses::is_empty")]
     pub statuses: Statuses,
     pub errors: Errors,
+    /// UDP only: absent from the JSON of echo and HTTP runs (and of a UDP run that sent
+    /// nothing).
+    #[serde(default, skip_serializing_if = "Udp::is_empty")]
     pub udp: Udp,
     pub latency: Latency,
+    /// TCP handshakes; absent when none completed (always for UDP, which has none).
+    #[serde(default, skip_serializing_if = "Latency::is_empty")]
     pub connect_latency: Latency,
     pub cpu: Cpu,
     pub rates: Rates,
+    /// Why the run ended before its -d or -n did (interrupted, or no connection could be
+    /// made); absent when it ran to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_early: Option<EndedEarly>,
+}
+
+/// Why a run ended before its -d or -n.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum EndedEarly {
+    /// SIGINT or SIGTERM.
+    Interrupted,
+    /// Nothing was open and no connect had succeeded for the connect timeout: the server is
+    /// gone, and waiting longer would measure nothing.
+    NoConnection { reason: String, waited_s: f64 },
+}
+
+impl std::fmt::Display for EndedEarly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndedEarly::Interrupted => f.write_str("interrupted (SIGINT or SIGTERM)"),
+            EndedEarly::NoConnection { reason, waited_s } => {
+                write!(f, "no connection open and none succeeded for {waited_s:.1} s: {reason}")
+            }
+        }
+    }
 }
 
 pub const SCHEMA: u32 = 1;
@@ -290,27 +384,12 @@ impl Report {
             m.requests.completed += r.requests.completed;
             m.bytes.sent += r.bytes.sent;
             m.bytes.received += r.bytes.received;
-            let (s, o) = (&mut m.statuses, &r.statuses);
-            s.s1xx += o.s1xx;
-            s.s2xx += o.s2xx;
-            s.s3xx += o.s3xx;
-            s.s4xx += o.s4xx;
-            s.s5xx += o.s5xx;
-            s.other += o.other;
-            let (e, o) = (&mut m.errors, &r.errors);
-            e.connect_refused += o.connect_refused;
-            e.connect_timeout += o.connect_timeout;
-            e.connect_other += o.connect_other;
-            e.reset += o.reset;
-            e.reply_timeout += o.reply_timeout;
-            e.closed_by_peer += o.closed_by_peer;
-            e.bad_response += o.bad_response;
-            e.verify_mismatch += o.verify_mismatch;
-            e.other += o.other;
-            m.udp.sent += r.udp.sent;
-            m.udp.received += r.udp.received;
-            m.udp.lost += r.udp.lost;
-            m.udp.late += r.udp.late;
+            m.statuses.add(&r.statuses);
+            m.errors.add(&r.errors);
+            m.udp.add(&r.udp);
+            if m.ended_early.is_none() {
+                m.ended_early.clone_from(&r.ended_early);
+            }
             m.cpu.user_s += r.cpu.user_s;
             m.cpu.system_s += r.cpu.system_s;
         }
@@ -320,7 +399,28 @@ impl Report {
         Ok(merged)
     }
 
-    /// The human-readable summary.
+    /// Everything that failed: errors of every class, and UDP datagrams lost.
+    pub fn failures(&self) -> u64 {
+        self.errors.total() + self.udp.lost
+    }
+
+    /// The failures by kind, as "reset 2, lost 5"; empty when none.
+    pub fn failure_list(&self) -> String {
+        let mut listed: Vec<String> =
+            self.errors.fields().iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{name} {n}")).collect();
+        if self.udp.lost > 0 {
+            listed.push(format!("lost {}", self.udp.lost));
+        }
+        listed.join(", ")
+    }
+
+    /// The open-loop rate asked for with -R, in requests per second.
+    pub fn asked_rate(&self) -> Option<f64> {
+        self.options.get("rate").and_then(serde_json::Value::as_f64)
+    }
+
+    /// The human-readable summary. It shows only what was measured: no latency figures without
+    /// samples, no block for a protocol that did not run.
     pub fn summary(&self) -> String {
         let mut s = String::new();
         let what = match self.mode.as_str() {
@@ -333,9 +433,14 @@ impl Report {
             "{} load on {}: {:.2} s, {} process(es), {} thread(s)",
             self.mode, self.target, self.duration_s, self.procs, self.threads
         );
+        if let Some(why) = &self.ended_early {
+            let _ = writeln!(s, "  ended early  {why}");
+        }
+        let sockets = if self.mode == "udp" { "sockets" } else { "connections" };
+        let peak = if self.procs > 1 { "open at most (the processes' peaks added)" } else { "open at most" };
         let _ = writeln!(
             s,
-            "  connections  {} attempted, {} connected, {} open at most",
+            "  {sockets:<12} {} attempted, {} connected, {} {peak}",
             self.connections.attempted, self.connections.connected, self.connections.peak_open
         );
         let _ = writeln!(
@@ -343,6 +448,19 @@ impl Report {
             "  {what:<12} {} sent, {} completed, {:.0}/s",
             self.requests.sent, self.requests.completed, self.rates.requests_per_s
         );
+        if let Some(asked) = self.asked_rate() {
+            let sent_rate = self.requests.sent as f64 / self.duration_s.max(1e-9);
+            // Within 5 %: the schedule's first and last intervals are partly outside the run.
+            let verdict = if sent_rate < 0.95 * asked {
+                format!(
+                    ": fell short by {:.0}% (the generator or the server could not keep up; latency still counts from the schedule)",
+                    100.0 * (1.0 - sent_rate / asked)
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "  rate         asked {asked:.0}/s, sent {sent_rate:.0}/s{verdict}");
+        }
         let _ = writeln!(
             s,
             "  bytes        {} sent ({}/s), {} received ({}/s)",
@@ -355,8 +473,8 @@ impl Report {
             let st = &self.statuses;
             let _ = writeln!(
                 s,
-                "  statuses     1xx {} 2xx {} 3xx {} 4xx {} 5xx {} other {}",
-                st.s1xx, st.s2xx, st.s3xx, st.s4xx, st.s5xx, st.other
+                "  statuses     2xx {} 3xx {} 4xx {} 5xx {} other {}",
+                st.s2xx, st.s3xx, st.s4xx, st.s5xx, st.other
             );
         }
         if self.mode == "udp" {
@@ -372,19 +490,24 @@ impl Report {
             );
         }
         let l = &self.latency;
-        let _ = writeln!(
-            s,
-            "  latency      p50 {} p90 {} p99 {} p99.9 {} max {} (mean {}, {} samples)",
-            human_us(l.p50_us),
-            human_us(l.p90_us),
-            human_us(l.p99_us),
-            human_us(l.p999_us),
-            human_us(l.max_us),
-            human_us(l.mean_us),
-            l.count
-        );
+        if l.is_empty() {
+            let _ = writeln!(s, "  latency      none measured (no {what} completed)");
+        } else {
+            let _ = writeln!(
+                s,
+                "  latency      p50 {} p90 {} p99 {} p99.9 {} max {} (mean {}, stdev {}, {} samples)",
+                human_us(l.p50_us),
+                human_us(l.p90_us),
+                human_us(l.p99_us),
+                human_us(l.p999_us),
+                human_us(l.max_us),
+                human_us(l.mean_us),
+                human_us(l.stdev_us),
+                l.count
+            );
+        }
         let c = &self.connect_latency;
-        if c.count > 0 {
+        if !c.is_empty() {
             let _ = writeln!(
                 s,
                 "  connect      p50 {} p99 {} max {}",
@@ -393,13 +516,11 @@ impl Report {
                 human_us(c.max_us)
             );
         }
-        let total = self.errors.total();
-        if total == 0 {
+        let failures = self.failures();
+        if failures == 0 {
             let _ = writeln!(s, "  errors       none");
         } else {
-            let listed: Vec<String> =
-                self.errors.fields().iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{name} {n}")).collect();
-            let _ = writeln!(s, "  errors       {total}: {}", listed.join(", "));
+            let _ = writeln!(s, "  errors       {failures}: {}", self.failure_list());
         }
         let _ = write!(
             s,
@@ -446,7 +567,7 @@ mod tests {
             duration_s: 2.0,
             requests: Requests { sent: completed, completed },
             latency: Latency::from_histogram(&h),
-            connect_latency: Latency::from_histogram(&new_histogram()),
+            connect_latency: Latency::from_histogram(&h),
             cpu: Cpu { user_s: 0.5, system_s: 0.5 },
             ..Report::default()
         };
@@ -486,5 +607,82 @@ mod tests {
         let mut b = a.clone();
         b.mode = "echo".into();
         assert!(matches!(Report::merge(&[a, b]), Err(ReportError::Mode(..))));
+    }
+
+    fn keys(r: &Report) -> Vec<String> {
+        let v = serde_json::to_value(r).unwrap();
+        v.as_object().unwrap().keys().cloned().collect()
+    }
+
+    #[test]
+    fn json_has_no_block_for_a_protocol_that_did_not_run() {
+        let mut echo = report_with(&[1_000], 1);
+        echo.mode = "echo".into();
+        echo.connect_latency = Latency::from_histogram(&new_histogram());
+        let k = keys(&echo);
+        for absent in ["udp", "statuses", "connect_latency", "ended_early"] {
+            assert!(!k.contains(&absent.to_owned()), "{absent} in an echo report: {k:?}");
+        }
+        let mut http = report_with(&[1_000], 1);
+        http.statuses.count(200);
+        assert!(keys(&http).contains(&"statuses".to_owned()));
+        let mut udp = report_with(&[1_000], 1);
+        udp.mode = "udp".into();
+        udp.udp.sent = 1;
+        assert!(keys(&udp).contains(&"udp".to_owned()));
+        // A report without the blocks, or from before them (all-zero udp, no stdev, fewer
+        // error classes), reads back.
+        let text = serde_json::to_string(&echo).unwrap();
+        assert_eq!(serde_json::from_str::<Report>(&text).unwrap().udp, Udp::default());
+        let mut old = serde_json::to_value(&echo).unwrap();
+        old["udp"] = serde_json::json!({"sent": 0, "received": 0, "lost": 0, "late": 0});
+        old["errors"].as_object_mut().unwrap().remove("http_status");
+        old["latency"].as_object_mut().unwrap().remove("stdev_us");
+        let back: Report = serde_json::from_value(old).unwrap();
+        assert_eq!(back.errors.http_status, 0);
+        assert_eq!(Report::merge(&[back.clone(), back]).unwrap().requests.completed, 2);
+    }
+
+    #[test]
+    fn latency_standard_deviation_from_the_histogram() {
+        let r = report_with(&[1_000, 3_000, 1_000, 3_000], 4);
+        assert!((r.latency.mean_us - 2.0).abs() < 0.01, "{}", r.latency.mean_us);
+        assert!((r.latency.stdev_us - 1.0).abs() < 0.01, "{}", r.latency.stdev_us);
+        assert!(r.summary().contains("stdev 1us"), "{}", r.summary());
+        // Merged: recomputed from the merged histogram, not averaged.
+        let m = Report::merge(&[report_with(&[1_000; 2], 2), report_with(&[3_000; 2], 2)]).unwrap();
+        assert!((m.latency.stdev_us - 1.0).abs() < 0.01, "{}", m.latency.stdev_us);
+        assert!(report_with(&[], 0).summary().contains("latency      none measured"));
+    }
+
+    #[test]
+    fn every_failure_shows_in_the_summary_and_survives_a_merge() {
+        let mut a = report_with(&[1_000], 1);
+        a.statuses.count(404);
+        a.errors.http_status = 1;
+        let mut b = report_with(&[1_000], 1);
+        b.statuses.count(200);
+        b.errors.reset = 2;
+        let m = Report::merge(&[a.clone(), b]).unwrap();
+        assert_eq!((m.statuses.s2xx, m.statuses.s4xx), (1, 1));
+        assert_eq!((m.errors.http_status, m.errors.reset, m.failures()), (1, 2, 3));
+        assert!(m.summary().contains("errors       3: reset 2, HTTP status 1"), "{}", m.summary());
+        assert!(a.summary().contains("4xx 1"), "{}", a.summary());
+
+        let mut udp = report_with(&[1_000], 1);
+        udp.mode = "udp".into();
+        udp.udp = Udp { sent: 10, received: 5, lost: 5, late: 0 };
+        assert_eq!(udp.failures(), 5);
+        assert!(udp.summary().contains("errors       5: lost 5"), "{}", udp.summary());
+    }
+
+    #[test]
+    fn a_rate_that_fell_short_says_so() {
+        let mut r = report_with(&[1_000; 10], 10);
+        r.options = serde_json::json!({ "rate": 1000.0 });
+        assert!(r.summary().contains("asked 1000/s, sent 5/s: fell short by 100%"), "{}", r.summary());
+        r.options = serde_json::json!({ "rate": 5.0 });
+        let text = r.summary();
+        assert!(text.contains("asked 5/s, sent 5/s\n"), "{text}");
     }
 }

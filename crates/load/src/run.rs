@@ -8,15 +8,21 @@ use std::time::{Duration, Instant};
 
 use crate::config::{LoadConfig, LoadConfigError, Mode, Progress};
 use crate::engine::{Engine, Live, Shared, ThreadResult};
+use crate::limits::{self, Demand, LimitError};
 use crate::pattern::Pattern;
-use crate::report::{ByteCounts, Connections, Cpu, Latency, Report, Requests, SCHEMA};
+use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, Report, Requests, SCHEMA};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
     Config(#[from] LoadConfigError),
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     #[error("cannot reach {target}: {reason}")]
     Unreachable { target: String, reason: String },
+    /// The probe got through but no connection of the run ever did.
+    #[error("cannot connect to {target}: {reason} (no connection succeeded in {waited_s:.1} s)")]
+    CannotConnect { target: String, reason: String, waited_s: f64 },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
 }
@@ -24,8 +30,7 @@ pub enum LoadError {
 /// Run the load described by `cfg` to its end (duration or request count) or until `stop`
 /// is set, and report what was measured.
 pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
-    cfg.validate()?;
-    probe(&cfg)?;
+    preflight(&cfg)?;
     let (requests, request_len, head_requests) = match &cfg.mode {
         Mode::Http(h) => {
             let one = h.render();
@@ -45,6 +50,8 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
         end: cfg.duration.map(|d| start + d),
         budget: cfg.requests.map(AtomicU64::new),
         stop: AtomicBool::new(false),
+        last_connect_ns: AtomicU64::new(0),
+        gave_up: std::sync::OnceLock::new(),
         open: AtomicU64::new(0),
         peak_open: AtomicU64::new(0),
         live: (0..threads).map(|_| Live::default()).collect(),
@@ -70,7 +77,38 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     })?;
     let elapsed = start.elapsed();
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
-    Ok(assemble(&shared, threads, results, elapsed, cpu_before, cpu_after))
+    let mut report = assemble(&shared, threads, results, elapsed, cpu_before, cpu_after);
+    if let Some(reason) = shared.gave_up.get() {
+        let waited_s = shared.cfg.connect_timeout.as_secs_f64();
+        if report.connections.connected == 0 {
+            return Err(LoadError::CannotConnect {
+                target: shared.cfg.target.clone(),
+                reason: reason.clone(),
+                waited_s,
+            });
+        }
+        report.ended_early = Some(EndedEarly::NoConnection { reason: reason.clone(), waited_s });
+    } else if stop.load(Relaxed) {
+        report.ended_early = Some(EndedEarly::Interrupted);
+    }
+    Ok(report)
+}
+
+/// Everything checked before a run starts: the configuration, this machine's limits for it
+/// (raising the open-files soft limit to the hard one first), and that the target answers.
+/// `--procs` runs it once in the parent, for the largest process share, before starting any.
+pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
+    cfg.validate()?;
+    let open_files = limits::raise_open_files().unwrap_or(None);
+    let demand = Demand {
+        total_conns: cfg.total_conns.max(cfg.conns as u64),
+        per_process: cfg.conns as u64,
+        threads: cfg.threads.min(cfg.conns).max(1),
+        target: cfg.addr,
+        sources: cfg.sources.clone(),
+    };
+    limits::check(&demand, open_files, limits::local_port_range())?;
+    probe(cfg)
 }
 
 /// Fail fast, with one clear reason, when the target does not answer at all.
@@ -84,7 +122,7 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
             let socket = UdpSocket::bind(local).map_err(|e| unreachable(e.to_string()))?;
             socket.connect(cfg.addr).map_err(|e| unreachable(e.to_string()))?;
             socket.set_read_timeout(Some(Duration::from_millis(500))).map_err(|e| unreachable(e.to_string()))?;
-            let _ = socket.send(&vec![0u8; msg_len]);
+            socket.send(&vec![0u8; msg_len]).map_err(|e| unreachable(e.to_string()))?;
             let mut buf = vec![0u8; msg_len.max(1)];
             match socket.recv(&mut buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -170,27 +208,9 @@ fn assemble(
         total.completed += r.completed;
         total.bytes_sent += r.bytes_sent;
         total.bytes_received += r.bytes_received;
-        let s = &mut total.statuses;
-        s.s1xx += r.statuses.s1xx;
-        s.s2xx += r.statuses.s2xx;
-        s.s3xx += r.statuses.s3xx;
-        s.s4xx += r.statuses.s4xx;
-        s.s5xx += r.statuses.s5xx;
-        s.other += r.statuses.other;
-        let e = &mut total.errors;
-        e.connect_refused += r.errors.connect_refused;
-        e.connect_timeout += r.errors.connect_timeout;
-        e.connect_other += r.errors.connect_other;
-        e.reset += r.errors.reset;
-        e.reply_timeout += r.errors.reply_timeout;
-        e.closed_by_peer += r.errors.closed_by_peer;
-        e.bad_response += r.errors.bad_response;
-        e.verify_mismatch += r.errors.verify_mismatch;
-        e.other += r.errors.other;
-        total.udp.sent += r.udp.sent;
-        total.udp.received += r.udp.received;
-        total.udp.lost += r.udp.lost;
-        total.udp.late += r.udp.late;
+        total.statuses.add(&r.statuses);
+        total.errors.add(&r.errors);
+        total.udp.add(&r.udp);
         // Same bounds on every histogram, so adding cannot fail.
         let _ = total.latency.add(&r.latency);
         let _ = total.connect_latency.add(&r.connect_latency);
@@ -220,6 +240,7 @@ fn assemble(
             system_s: cpu_after.1.saturating_sub(cpu_before.1).as_secs_f64(),
         },
         rates: Default::default(),
+        ended_early: None,
     };
     report.compute_rates();
     report

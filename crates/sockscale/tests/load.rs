@@ -44,7 +44,8 @@ fn exact_request_count() {
     assert_eq!(n(&r, "statuses.2xx"), 1000);
     assert_eq!(n(&r, "latency.count"), 1000);
     assert_eq!(n(&r, "errors.bad_response"), 0);
-    let r = load(&["echo", &server.addr.to_string().replace("0.0.0.0", "127.0.0.1"), "-c", "1", "-n", "1", "-t", "1"]);
+    let echo_target = server.addr.to_string().replace("0.0.0.0", "127.0.0.1");
+    let r = load(&["echo", &echo_target, "-c", "1", "-n", "1", "-t", "1", "--allow-errors"]);
     assert_eq!(n(&r, "errors.verify_mismatch"), 1, "an HTTP server is not an echo server");
 }
 
@@ -85,7 +86,7 @@ fn verification_catches_a_corrupting_server() {
     assert!(n(&r, "requests.completed") > 0);
     assert_eq!(n(&r, "errors.verify_mismatch"), 0);
     let liar = corrupting_echo_server(5000).to_string();
-    let r = load(&["echo", &liar, "-c", "4", "-d", "1", "-l", "1000", "-t", "1"]);
+    let r = load(&["echo", &liar, "-c", "4", "-d", "1", "-l", "1000", "-t", "1", "--allow-errors"]);
     assert!(n(&r, "errors.verify_mismatch") > 0, "corruption went unnoticed: {r}");
 }
 
@@ -201,7 +202,8 @@ fn udp_loss_is_counted() {
     assert_eq!(n(&r, "udp.lost"), 0, "nothing is lost through a server that drops nothing");
 
     let addr = dropping_udp_server().to_string();
-    let r = load(&["udp", &addr, "-c", "4", "-d", "2", "-t", "1", "--timeout", "0.1", "--depth", "4"]);
+    let r =
+        load(&["udp", &addr, "-c", "4", "-d", "2", "-t", "1", "--timeout", "0.1", "--depth", "4", "--allow-errors"]);
     let (sent, received, lost) = (n(&r, "udp.sent"), n(&r, "udp.received"), n(&r, "udp.lost"));
     assert!(lost > 0, "drops went uncounted: {r}");
     // Every datagram is received, lost, or still in flight at the end (at most depth x sockets).

@@ -74,6 +74,9 @@ impl Engine<'_> {
                     c.on_data(data, |stamp, response| {
                         result.completed += 1;
                         result.statuses.count(response.status);
+                        if !shared.cfg.accept_status.accepts(response.status) {
+                            result.errors.http_status += 1;
+                        }
                         result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
                         *closing |= response.close;
                     })
@@ -115,6 +118,9 @@ impl Engine<'_> {
                 let finished = c.on_eof(|stamp, response| {
                     result.completed += 1;
                     result.statuses.count(response.status);
+                    if !shared.cfg.accept_status.accepts(response.status) {
+                        result.errors.http_status += 1;
+                    }
                     result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
                     *closing |= response.close;
                 });

@@ -46,6 +46,10 @@ pub struct Shared {
     /// Requests (messages) left to send with `-n`.
     pub budget: Option<AtomicU64>,
     pub stop: AtomicBool,
+    /// When a connect last succeeded, in ns since `start` (0: none yet).
+    pub last_connect_ns: AtomicU64,
+    /// Set once when the run gives up on a target that takes no connection: the reason.
+    pub gave_up: std::sync::OnceLock<String>,
     pub open: AtomicU64,
     pub peak_open: AtomicU64,
     pub live: Box<[Live]>,
@@ -370,6 +374,7 @@ impl<'a> Engine<'a> {
             Err(e) => {
                 self.count_connect_error(&e);
                 self.refund(prepaid);
+                self.give_up_if_dead(|| describe(&e));
                 return self.schedule_reconnect(index, End::Failed);
             }
         };
@@ -379,6 +384,7 @@ impl<'a> Engine<'a> {
             Err(e) => {
                 self.count_connect_error(&e);
                 self.refund(prepaid);
+                self.give_up_if_dead(|| describe(&e));
                 return self.schedule_reconnect(index, End::Failed);
             }
         };
@@ -443,11 +449,32 @@ impl<'a> Engine<'a> {
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => self.result.errors.connect_refused += 1,
             Some(libc::ETIMEDOUT) => self.result.errors.connect_timeout += 1,
+            Some(libc::EADDRNOTAVAIL) => self.result.errors.no_local_port += 1,
+            Some(libc::EMFILE | libc::ENFILE) => self.result.errors.no_descriptor += 1,
             _ => {
                 self.result.errors.connect_other += 1;
                 tracing::debug!(error = %e, "connect failed");
             }
         }
+    }
+
+    /// A connect failed. If nothing of the whole run is open and no connect has succeeded for
+    /// the connect timeout, the target takes no connection: stop the run, with `reason`,
+    /// rather than retry for ever (a -n run would never end). A run that holds connections
+    /// while new ones fail (a server at its limit) goes on.
+    fn give_up_if_dead(&mut self, reason: impl FnOnce() -> String) {
+        let shared = self.shared;
+        if shared.open.load(Relaxed) > 0 {
+            return;
+        }
+        let since = self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed));
+        if since < shared.cfg.connect_timeout.as_nanos() as u64 {
+            return;
+        }
+        if shared.gave_up.set(reason()).is_ok() {
+            tracing::debug!("no connection for {since} ns; giving up");
+        }
+        shared.stop.store(true, Relaxed);
     }
 
     /// A claimed request could not be sent because its connection never came up.
@@ -486,6 +513,7 @@ impl<'a> Engine<'a> {
                 Ok(Some(e)) | Err(e) => {
                     self.count_connect_error(&e);
                     self.end(token, End::Failed);
+                    self.give_up_if_dead(|| describe(&e));
                 }
             }
             return;
@@ -519,10 +547,15 @@ impl<'a> Engine<'a> {
                 conn.next_send_ns = Some(now_ns + interval * slot / mine);
             }
         }
+        let tcp = !matches!(conn.client, Client::Udp(_));
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
-        self.result.connect_latency.saturating_record(took.max(1));
+        // A UDP connect only sets the peer address: there is no handshake to time.
+        if tcp {
+            self.result.connect_latency.saturating_record(took.max(1));
+        }
+        self.shared.last_connect_ns.fetch_max(now_ns, Relaxed);
         let open = self.shared.open.fetch_add(1, Relaxed) + 1;
         self.shared.peak_open.fetch_max(open, Relaxed);
         self.drive(token);
@@ -583,7 +616,9 @@ impl<'a> Engine<'a> {
         if !conn.connected {
             if now_ns >= conn.connect_started_ns + connect_timeout {
                 self.result.errors.connect_timeout += 1;
-                return self.end(token, End::Failed);
+                let waited = cfg.connect_timeout;
+                self.end(token, End::Failed);
+                return self.give_up_if_dead(|| format!("connection timed out after {:.1} s", waited.as_secs_f64()));
             }
             return self.settle(token);
         }
@@ -639,5 +674,18 @@ impl<'a> Engine<'a> {
         live.completed.store(self.result.completed, Relaxed);
         live.errors.store(self.result.errors.total(), Relaxed);
         live.open.store(self.open, Relaxed);
+    }
+}
+
+/// A connect error in words, without the "(os error N)" suffix of io::Error's Display.
+fn describe(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => "connection refused".into(),
+        Some(libc::ETIMEDOUT) => "connection timed out".into(),
+        Some(libc::EHOSTUNREACH) => "no route to host".into(),
+        Some(libc::ENETUNREACH) => "network unreachable".into(),
+        Some(libc::EADDRNOTAVAIL) => "no local port left (the ephemeral-port range is used up; see --source)".into(),
+        Some(libc::EMFILE | libc::ENFILE) => "out of file descriptors (the open-files limit; see --procs)".into(),
+        _ => e.to_string(),
     }
 }

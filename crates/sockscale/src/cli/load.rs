@@ -1,8 +1,10 @@
 //! `sockscale load`: echo, HTTP and UDP load, and `merge` of saved reports.
 
-use crate::output::say;
+use crate::output::{note, say};
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,47 +12,67 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use sockscale_load::{HttpRequest, LoadConfig, Mode, Progress, Report};
+use sockscale_load::report::EndedEarly;
+use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress, Report};
 use sockscale_server::TerminationSignals;
 
 use crate::cli::procs;
 use crate::units::{parse_duration, parse_size};
 
+/// What the load subcommands count as an error, and their exit statuses.
+const ERRORS_AND_EXIT: &str = "\
+Errors: a connect refused, timed out or failed (no local port, no file descriptor); a reset or a close \
+by the server mid-exchange; a reply that did not come within --timeout; an echoed byte that differs; a \
+malformed HTTP response; an HTTP status not accepted (--accept-status, default 2xx); a UDP datagram lost. \
+The summary and the --json report count each kind.
+
+Exit status: 0 when the run counted no error; 1 when it counted any (the summary and the report are \
+still written; --allow-errors exits 0 instead), when it ended early because the target took no \
+connection, or when it could not start; 2 when the command line cannot be parsed.";
+
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
     /// TCP echo: each connection sends messages and checks every byte that comes back
+    #[command(after_help = ERRORS_AND_EXIT)]
     Echo(EchoArgs),
     /// HTTP/1.1: requests answered by Content-Length or chunked responses, checked
+    #[command(after_help = ERRORS_AND_EXIT)]
     Http(HttpArgs),
     /// UDP echo: datagrams with sequence numbers; reports rate each way and loss
+    #[command(after_help = ERRORS_AND_EXIT)]
     Udp(UdpArgs),
     /// Merge reports of runs made side by side (processes, machines) into one
+    #[command(after_help = "Exit status: 0 when the merged reports counted no error; 1 when they counted any \
+                            (the summary and --json are still written; --allow-errors exits 0 instead) or a \
+                            report cannot be read; 2 when the command line cannot be parsed.")]
     Merge(MergeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct Common {
     /// Connections (UDP: sockets)
-    #[arg(short = 'c', long = "connections", default_value_t = 10)]
+    #[arg(short = 'c', long = "connections", default_value_t = 10, value_parser = at_least_one, allow_negative_numbers = true)]
     pub conns: usize,
     /// Run for this long [default: 10 s unless -n is given]
-    #[arg(short = 'd', long = "duration", value_parser = parse_duration, value_name = "SECS")]
+    #[arg(short = 'd', long = "duration", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<Duration>,
-    /// Stop after exactly this many requests (messages, datagrams) have been answered
-    #[arg(short = 'n', long = "requests")]
+    /// Stop after exactly this many requests (messages, datagrams) have been answered or
+    /// have failed
+    #[arg(short = 'n', long = "requests", value_parser = at_least_one_u64, allow_negative_numbers = true)]
     pub requests: Option<u64>,
     /// Threads, each with its own event loop [default: the number of CPUs]
-    #[arg(short = 't', long = "threads")]
+    #[arg(short = 't', long = "threads", value_parser = at_least_one, allow_negative_numbers = true)]
     pub threads: Option<usize>,
     /// Open-loop total rate in requests per second; latency is measured from the scheduled
-    /// send time (coordinated omission corrected, as in wrk2)
-    #[arg(short = 'R', long = "rate")]
+    /// send time (coordinated omission corrected, as in wrk2). The summary says when the
+    /// rate sent fell short of it
+    #[arg(short = 'R', long = "rate", value_parser = positive_rate, allow_negative_numbers = true)]
     pub total_rate: Option<f64>,
     /// Connections per block; each block shares one -r budget
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one, allow_negative_numbers = true)]
     pub block: usize,
     /// New connections per second [default: as fast as they complete]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = positive_rate, allow_negative_numbers = true)]
     pub connect_rate: Option<f64>,
     /// Local source addresses: a range (127.0.0.1-127.0.0.50) or a list, to pass the
     /// ephemeral-port limit
@@ -58,17 +80,23 @@ pub struct Common {
     pub source: Option<std::vec::Vec<std::net::IpAddr>>,
     /// Spread the connections over this many processes (past the per-process open-files
     /// limit) and merge their results
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub procs: usize,
-    /// Give up on a connect after this long
-    #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS")]
+    /// Give up on a connect after this long; a run with nothing open and no connect
+    /// succeeding for this long ends with an error
+    #[arg(long, default_value = "5", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub connect_timeout: Duration,
     /// Count a reply as timed out (UDP: lost) after this long
-    #[arg(long = "timeout", default_value = "10", value_parser = parse_duration, value_name = "SECS")]
+    #[arg(long = "timeout", default_value = "10", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub reply_timeout: Duration,
-    /// Write the full report (every figure, HDR histograms, client CPU, options) as JSON
+    /// Write the full report (every figure, HDR histograms, client CPU, options) as JSON;
+    /// '-' writes it to standard output and the summary to standard error. The file is
+    /// opened before the run
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Exit 0 even when errors were counted (they are still counted and reported)
+    #[arg(long)]
+    pub allow_errors: bool,
     /// Internal: this process is slot K of N of a --procs run
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
@@ -79,13 +107,13 @@ pub struct EchoArgs {
     /// Server address, e.g. 127.0.0.1:8080
     pub addr: String,
     /// Message length in bytes
-    #[arg(short = 'l', long = "length", default_value = "512", value_parser = parse_size)]
+    #[arg(short = 'l', long = "length", default_value = "512", value_parser = positive_size)]
     pub length: usize,
     /// Messages in flight per connection
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub depth: usize,
     /// Limit each block's total send rate to this many bytes per second (the seed's -r)
-    #[arg(short = 'r', long = "byte-rate", value_parser = parse_size, value_name = "BYTES_PER_SEC")]
+    #[arg(short = 'r', long = "byte-rate", value_parser = positive_size, value_name = "BYTES_PER_SEC")]
     pub byte_rate: Option<usize>,
     /// Keep Nagle's algorithm on
     #[arg(long)]
@@ -102,7 +130,7 @@ pub struct HttpArgs {
     #[arg(long)]
     pub no_keepalive: bool,
     /// Requests in flight per connection
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub pipeline: usize,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
@@ -113,9 +141,14 @@ pub struct HttpArgs {
     /// Request method
     #[arg(short = 'm', long = "method", default_value = "GET")]
     pub method: String,
-    /// Extra header, 'Name: value'; may be repeated
+    /// Extra header, 'Name: value'; may be repeated. Host, User-Agent, Connection and
+    /// Content-Length given here replace sockscale's own
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     pub headers: Vec<String>,
+    /// Statuses that count as success: classes and codes, comma-separated (2xx,3xx or
+    /// 2xx,404); any other status is an error
+    #[arg(long, default_value = "2xx", value_parser = AcceptedStatuses::parse, value_name = "LIST")]
+    pub accept_status: AcceptedStatuses,
     /// Request body from a file
     #[arg(long, value_name = "FILE")]
     pub body: Option<PathBuf>,
@@ -127,11 +160,11 @@ pub struct HttpArgs {
 pub struct UdpArgs {
     /// Server address, e.g. 127.0.0.1:9000
     pub addr: String,
-    /// Datagram length in bytes (at least 8)
+    /// Datagram length in bytes (8 to 65507 over IPv4)
     #[arg(short = 'l', long = "length", default_value = "512", value_parser = parse_size)]
     pub length: usize,
     /// Datagrams in flight per socket
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub depth: usize,
     #[command(flatten)]
     pub common: Common,
@@ -142,9 +175,13 @@ pub struct MergeArgs {
     /// Reports written with --json
     #[arg(required = true, num_args = 1..)]
     pub reports: Vec<PathBuf>,
-    /// Write the merged report here
+    /// Write the merged report here; '-' writes it to standard output and the summary to
+    /// standard error
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Exit 0 even when the reports counted errors
+    #[arg(long)]
+    pub allow_errors: bool,
 }
 
 pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
@@ -154,7 +191,12 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         LoadCommand::Http(a) => (&a.common, http_config(a)?),
         LoadCommand::Udp(a) => (&a.common, udp_config(a)?),
     };
+    // Opened before the run: a path that cannot be written fails now, not after it.
+    let json = common.json.as_deref().map(JsonSink::open).transpose()?;
     let report = if common.procs > 1 && common.proc_slot.is_none() {
+        // `cfg` is the largest process's share: checked once here, rather than failing in
+        // every child.
+        sockscale_load::preflight(&cfg)?;
         procs::run_load_children(common.procs, argv, cfg.progress)?
     } else {
         let stop = Arc::new(AtomicBool::new(false));
@@ -168,25 +210,141 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         })?;
         sockscale_load::run(cfg, &stop)?
     };
-    if let Some(path) = &common.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("cannot write --json {}", path.display()))?;
+    let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
+    if let Some(sink) = json {
+        sink.write(&report)?;
     }
-    if common.proc_slot.is_none() {
+    if common.proc_slot.is_some() {
+        // A child of --procs: its parent judges the merged report.
+        return Ok(());
+    }
+    show_summary(&report, summary_to_stderr);
+    verdict(&report, common.allow_errors)
+}
+
+fn merge(args: &MergeArgs) -> Result<()> {
+    let json = args.json.as_deref().map(JsonSink::open).transpose()?;
+    let reports = args.reports.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
+    let merged = Report::merge(&reports)?;
+    let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
+    if let Some(sink) = json {
+        sink.write(&merged)?;
+    }
+    show_summary(&merged, summary_to_stderr);
+    verdict(&merged, args.allow_errors)
+}
+
+fn show_summary(report: &Report, to_stderr: bool) {
+    if to_stderr {
+        note!("{}\n", report.summary());
+    } else {
         say!("{}", report.summary());
+    }
+}
+
+/// The exit status: an error when anything failed, unless --allow-errors; always when the
+/// run stopped for want of connections.
+fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
+    if let Some(why @ EndedEarly::NoConnection { .. }) = &report.ended_early {
+        bail!("the run ended early: {why}");
+    }
+    let failures = report.failures();
+    if failures > 0 && !allow_errors {
+        let noun = if failures == 1 { "error" } else { "errors" };
+        bail!("{failures} {noun} ({}); --allow-errors exits 0 with errors", report.failure_list());
     }
     Ok(())
 }
 
-fn merge(args: &MergeArgs) -> Result<()> {
-    let reports = args.reports.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
-    let merged = Report::merge(&reports)?;
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&merged)? + "\n")
+/// Where `--json` goes. A file is opened (not truncated) before the run, so a path that cannot
+/// be written is found at once; it is removed again if the run fails before writing it and it
+/// did not exist before.
+enum JsonSink {
+    Stdout,
+    File { path: PathBuf, file: File, created: bool, written: bool },
+}
+
+impl JsonSink {
+    fn open(path: &Path) -> Result<JsonSink> {
+        if path.as_os_str() == "-" {
+            return Ok(JsonSink::Stdout);
+        }
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
             .with_context(|| format!("cannot write --json {}", path.display()))?;
+        Ok(JsonSink::File { path: path.to_owned(), file, created: !existed, written: false })
     }
-    say!("{}", merged.summary());
-    Ok(())
+
+    fn write(mut self, report: &Report) -> Result<()> {
+        let text = serde_json::to_string_pretty(report)? + "\n";
+        match &mut self {
+            // A closed stdout only loses what the reader chose not to read.
+            JsonSink::Stdout => say!("{}", text.trim_end()),
+            JsonSink::File { path, file, written, .. } => {
+                file.set_len(0)
+                    .and_then(|()| file.write_all(text.as_bytes()))
+                    .with_context(|| format!("cannot write --json {}", path.display()))?;
+                *written = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for JsonSink {
+    fn drop(&mut self) {
+        if let JsonSink::File { path, created: true, written: false, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A count flag: a whole number of at least 1.
+fn at_least_one_u64(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) if text.parse::<i64>().is_ok() => Err("must be at least 1".into()),
+        Err(_) => Err(format!("'{text}' is not a whole number (give 1 or more)")),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    at_least_one_u64(text).and_then(|n| usize::try_from(n).map_err(|_| format!("{n} is too large")))
+}
+
+/// A duration flag: longer than zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    if text.trim().starts_with('-') {
+        return Err("must be longer than 0 (e.g. 10, 0.5, 500ms, 2m)".into());
+    }
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err("must be longer than 0 (e.g. 10, 0.5, 500ms, 2m)".into());
+    }
+    Ok(d)
+}
+
+/// A rate flag: a finite number above zero.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
+        Ok(_) => Err("must be a number above 0 (per second)".into()),
+        Err(_) => Err(format!("'{}' is not a number (per second, e.g. 1000 or 2.5)", text.trim())),
+    }
+}
+
+/// A size flag: at least one byte.
+fn positive_size(text: &str) -> Result<usize, String> {
+    match parse_size(text)? {
+        0 => Err("must be at least 1 byte".into()),
+        n => Ok(n),
+    }
 }
 
 fn resolve(target: &str) -> Result<SocketAddr> {
@@ -195,16 +353,25 @@ fn resolve(target: &str) -> Result<SocketAddr> {
     addrs.next().with_context(|| format!("'{target}' resolves to no address"))
 }
 
-/// This process's share of the run: (connections, first connection number, requests, rate).
-fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>)> {
+/// Which slot of a --procs run this process is: from the hidden --proc-slot in a child; in
+/// a --procs parent slot 0, the largest share, which the parent checks before starting any.
+fn slot(common: &Common) -> Result<Option<(usize, usize)>> {
     let Some(slot) = &common.proc_slot else {
-        return Ok((common.conns, 0, common.requests, common.total_rate));
+        return Ok((common.procs > 1).then_some((0, common.procs)));
     };
-    let (k, n) = slot
+    let parsed = slot
         .split_once('/')
         .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
         .filter(|(k, n)| k < n)
         .with_context(|| format!("bad --proc-slot '{slot}'"))?;
+    Ok(Some(parsed))
+}
+
+/// This process's share of the run: (connections, first connection number, requests, rate).
+fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>)> {
+    let Some((k, n)) = slot(common)? else {
+        return Ok((common.conns, 0, common.requests, common.total_rate));
+    };
     let part = |total: u64| total / n as u64 + u64::from((k as u64) < total % n as u64);
     let first =
         (0..k).map(|i| common.conns as u64 / n as u64 + u64::from((i as u64) < common.conns as u64 % n as u64)).sum();
@@ -218,6 +385,18 @@ fn base_config(
     target: String,
     options: serde_json::Value,
 ) -> Result<LoadConfig> {
+    // Every process of a --procs run needs a connection and, with -n, a request.
+    if common.conns < common.procs {
+        bail!(
+            "-c {} is fewer than --procs {}: each process needs a connection; use --procs {} or fewer",
+            common.conns,
+            common.procs,
+            common.conns
+        );
+    }
+    if let Some(n) = common.requests.filter(|&n| n < common.procs as u64) {
+        bail!("-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer", common.procs);
+    }
     let (conns, first_conn, requests, total_rate) = share(common)?;
     let duration = match (common.duration, common.requests) {
         (None, None) => Some(Duration::from_secs(10)),
@@ -225,9 +404,6 @@ fn base_config(
     };
     let threads = common.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let progress = if common.proc_slot.is_some() { Progress::JsonLines } else { Progress::Line };
-    if conns == 0 {
-        bail!("-c {} is fewer connections than --procs {}", common.conns, common.procs);
-    }
     Ok(LoadConfig {
         mode,
         addr,
@@ -248,6 +424,7 @@ fn base_config(
         first_conn,
         total_conns: common.conns as u64,
         progress,
+        accept_status: AcceptedStatuses::default(),
         options,
     })
 }
@@ -267,6 +444,7 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "procs": common.procs,
         "connect_timeout_s": common.connect_timeout.as_secs_f64(),
         "timeout_s": common.reply_timeout.as_secs_f64(),
+        "allow_errors": common.allow_errors,
     });
     if let (Some(map), serde_json::Value::Object(more)) = (v.as_object_mut(), extra) {
         map.extend(more);
@@ -330,10 +508,12 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         serde_json::json!({
             "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
+            "accept_status": a.accept_status.to_string(),
         }),
     );
     let mut cfg = base_config(&a.common, Mode::Http(request), addr, a.url.clone(), options)?;
     cfg.nodelay = !a.no_nodelay;
+    cfg.accept_status = a.accept_status.clone();
     Ok(cfg)
 }
 

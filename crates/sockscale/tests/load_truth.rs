@@ -1,0 +1,516 @@
+//! `sockscale load` tells the truth: input it cannot honour is refused in one line before any
+//! load is sent, every failure is counted and fails the exit status, and the report shows only
+//! what was measured. Servers run inside the test on loopback; every wait is bounded.
+
+mod support;
+
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Run `sockscale ARGS`, killing it (and failing) if it has not ended within `limit`.
+fn run_within(limit: Duration, cmd: &mut Command) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "off").spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    // Read both pipes on threads so a full pipe cannot stall the child.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
+}
+
+fn load(args: &[&str]) -> Output {
+    run_within(Duration::from_secs(60), Command::new(BIN).arg("load").args(args))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "sockscale-truth-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// One line on stderr, starting with "error", and a non-zero exit.
+fn assert_one_line_error(out: &Output, what: &str) -> String {
+    let err = stderr(out);
+    assert!(!out.status.success(), "{what} succeeded: {err}{}", stdout(out));
+    assert_eq!(err.lines().count(), 1, "{what}: {err}");
+    assert!(err.starts_with("error"), "{what}: {err}");
+    err
+}
+
+/// An HTTP server answering every request with `status`, recording each request head.
+fn http_server(status: u16) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut pending = Vec::new();
+                let mut buf = [0u8; 65536];
+                while let Ok(len) = read_some(&mut stream, &mut buf) {
+                    if len == 0 {
+                        break;
+                    }
+                    pending.extend_from_slice(&buf[..len]);
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = pending.drain(..end + 4).collect();
+                        seen.lock().unwrap().push(String::from_utf8_lossy(&head).into_owned());
+                        let reply = format!("HTTP/1.1 {status} Status\r\nContent-Length: 2\r\n\r\nok");
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+#[test]
+fn meaningless_values_are_refused_in_one_line_naming_the_flag() {
+    // A live server: before, `-n 0` and `-d 0` "succeeded" against it with zeros.
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let addr = server.addr.to_string();
+    for (args, expect) in [
+        (&["-n", "0"][..], "--requests"),
+        (&["-d", "0"], "--duration"),
+        (&["-d", "-1"], "--duration"),
+        (&["-c", "0"], "--connections"),
+        (&["-c", "-5"], "--connections"),
+        (&["-t", "0"], "--threads"),
+        (&["--procs", "0"], "--procs"),
+        (&["--block", "0"], "--block"),
+        (&["--depth", "0"], "--depth"),
+        (&["-l", "0"], "--length"),
+        (&["-r", "0"], "--byte-rate"),
+        (&["-R", "0"], "--rate"),
+        (&["-R", "-100"], "--rate"),
+        (&["-R", "inf"], "--rate"),
+        (&["--connect-rate", "0"], "--connect-rate"),
+        (&["--timeout", "0"], "--timeout"),
+        (&["--connect-timeout", "0ms"], "--connect-timeout"),
+        (&["-c", "3", "--procs", "4"], "use --procs 3 or fewer"),
+        (&["-n", "2", "--procs", "4"], "use --procs 2 or fewer"),
+    ] {
+        let mut all = vec!["echo", addr.as_str()];
+        all.extend_from_slice(args);
+        let err = assert_one_line_error(&load(&all), &format!("{args:?}"));
+        assert!(err.contains(expect), "{args:?} does not name {expect}: {err}");
+        assert!(err.contains(args[1]), "{args:?} does not name the value: {err}");
+    }
+    let udp = ServerProc::start("epoll", &["--proto", "udp"]);
+    for (len, expect) in [("4", "at least 8"), ("70000", "65507")] {
+        let err = assert_one_line_error(&load(&["udp", &udp.addr.to_string(), "-l", len, "-n", "1"]), len);
+        assert!(err.contains("-l") && err.contains(expect), "{err}");
+    }
+    let http = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", http.addr);
+    for (args, expect) in [
+        (&["--pipeline", "0"][..], "--pipeline"),
+        (&["--accept-status", "2xy"], "--accept-status"),
+        (&["-m", "GET /x"], "-m"),
+        (&["-H", "Content-Length: 5"], "the body is 0 bytes"),
+        (&["-H", "Host: a", "-H", "host: b"], "twice"),
+        (&["--no-keepalive", "-H", "Connection: keep-alive"], "--no-keepalive"),
+    ] {
+        let mut all = vec!["http", url.as_str(), "-n", "1", "--timeout", "1"];
+        all.extend_from_slice(args);
+        let err = assert_one_line_error(&load(&all), &format!("{args:?}"));
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+/// Run `sockscale load ARGS` with the open-files limit (soft and hard) set to `nofile`.
+fn load_with_nofile(nofile: u64, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(BIN);
+    cmd.arg("load").args(args);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rl = libc::rlimit { rlim_cur: nofile, rlim_max: nofile };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    run_within(Duration::from_secs(60), &mut cmd)
+}
+
+#[test]
+fn connections_past_the_open_files_limit_are_refused_before_the_run_with_the_fix() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let addr = server.addr.to_string();
+    // 256 descriptors, 18 of them overhead for one thread: 238 connections per process.
+    let out = load_with_nofile(256, &["echo", &addr, "-c", "600", "-n", "600", "-t", "1"]);
+    let err = assert_one_line_error(&out, "-c 600 under a limit of 256");
+    assert!(err.contains("-c 600") && err.contains("RLIMIT_NOFILE") && err.contains("256"), "{err}");
+    assert!(err.contains("--procs 3"), "{err}");
+    // The fix it names works, under the same limit.
+    let out = load_with_nofile(256, &["echo", &addr, "-c", "600", "-n", "600", "-t", "1", "--procs", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("600 completed"), "{}", stdout(&out));
+}
+
+#[test]
+fn connections_past_the_ephemeral_ports_are_refused_with_the_fix() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let (low, high) = match range.split_whitespace().collect::<Vec<_>>()[..] {
+        [l, h] => (l.parse::<u64>().unwrap(), h.parse::<u64>().unwrap()),
+        _ => panic!("{range}"),
+    };
+    let ports = high - low + 1;
+    let conns = (ports + 1).to_string();
+    // Enough processes that the open-files check passes, so the port check speaks.
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only the rlimit we pass.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+    let per_process = if rl.rlim_max == libc::RLIM_INFINITY { ports + 1 } else { rl.rlim_max.saturating_sub(100) };
+    let procs = (ports + 1).div_ceil(per_process.max(1)).to_string();
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let out = load(&["echo", &closed, "-c", &conns, "--procs", &procs, "-t", "1", "-n", &conns]);
+    let err = assert_one_line_error(&out, "one port too many");
+    assert!(err.contains("ip_local_port_range") && err.contains(&format!("{ports} ephemeral ports")), "{err}");
+    assert!(err.contains("--source 127.0.0.1-127.0.0.2"), "{err}");
+}
+
+#[test]
+fn a_server_gone_after_the_probe_ends_the_run_with_an_error() {
+    // Takes the reachability probe, then closes: the connects of the run are refused. (A
+    // connect that reached the accept queue before the close is reset instead: a counted
+    // failure, and the run ends as well. Which one happens is up to the scheduler.)
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let probe = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let out = load(&["echo", &addr.to_string(), "-n", "1", "-c", "1", "-t", "1", "--connect-timeout", "1"]);
+    drop(probe.join());
+    let err = assert_one_line_error(&out, "-n 1 against a dead server");
+    let refused = format!("cannot connect to {addr}: connection refused");
+    assert!(err.contains(&refused) || err.contains("1 error (reset 1)"), "{err}");
+}
+
+/// An echo server that serves for `serve_for`, then closes its listener and every connection.
+fn echo_server_that_dies(serve_for: Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let until = Instant::now() + serve_for;
+        let mut streams: Vec<TcpStream> = Vec::new();
+        while Instant::now() < until {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    let mut echo = s.try_clone().unwrap();
+                    streams.push(s);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n) = read_some(&mut echo, &mut buf) {
+                            if n == 0 || echo.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        drop(listener);
+        for s in streams {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_server_that_dies_mid_run_ends_the_run_with_its_report() {
+    let addr = echo_server_that_dies(Duration::from_millis(500));
+    let dir = scratch("dies");
+    let json = dir.join("r.json");
+    let out = load(&[
+        "echo",
+        &addr.to_string(),
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "-n",
+        "1000000000",
+        "--connect-timeout",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let err = assert_one_line_error(&out, "-n past a server that died");
+    assert!(err.contains("ended early") && err.contains("connection refused"), "{err}");
+    assert!(stdout(&out).contains("ended early"), "{}", stdout(&out));
+    let r = read_json(&json);
+    assert_eq!(r["ended_early"]["why"], "no_connection", "{r}");
+    assert!(r["requests"]["completed"].as_u64().unwrap() > 0, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_server_at_its_limit_does_not_end_the_run() {
+    // Holds the first two connections and echoes on them; refuses every later one. The run
+    // goes on for its duration, counting the refusals (the bench's select-past-FD_SETSIZE row).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        // The probe, then two connections of the run.
+        for _ in 0..3 {
+            let Ok((s, _)) = listener.accept() else { return };
+            let mut echo = s.try_clone().unwrap();
+            held.push(s);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = read_some(&mut echo, &mut buf) {
+                    if n == 0 || echo.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(listener);
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let out = load(&[
+        "echo",
+        &addr.to_string(),
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "-d",
+        "2",
+        "--connect-timeout",
+        "0.3",
+        "--allow-errors",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(!summary.contains("ended early"), "{summary}");
+    assert!(summary.contains("connect refused"), "{summary}");
+}
+
+#[test]
+fn the_json_path_is_checked_before_any_load_is_sent() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let dir = scratch("json");
+    let missing = dir.join("no-such-dir").join("r.json");
+    let out = load(&["echo", &addr.to_string(), "-n", "5", "--json", missing.to_str().unwrap()]);
+    let err = assert_one_line_error(&out, "--json into a missing directory");
+    assert!(err.contains("--json") && err.contains("no-such-dir"), "{err}");
+    assert!(listener.accept().is_err(), "a connection was made before the --json path was checked");
+    // A run that fails leaves no empty file behind, and an existing report untouched.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let fresh = dir.join("fresh.json");
+    assert!(!load(&["echo", &closed, "-n", "1", "--json", fresh.to_str().unwrap()]).status.success());
+    assert!(!fresh.exists(), "a failed run left {}", fresh.display());
+    let old = dir.join("old.json");
+    std::fs::write(&old, "previous").unwrap();
+    assert!(!load(&["echo", &closed, "-n", "1", "--json", old.to_str().unwrap()]).status.success());
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), "previous");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn json_dash_is_standard_output_and_the_summary_goes_to_stderr() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let dir = scratch("dash");
+    let out = run_within(
+        Duration::from_secs(60),
+        Command::new(BIN).current_dir(&dir).args(["load", "echo", &server.addr.to_string(), "-n", "50", "--json", "-"]),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON report alone");
+    assert_eq!(r["requests"]["completed"], 50);
+    assert!(stderr(&out).contains("50 completed"), "the summary is on stderr: {}", stderr(&out));
+    assert!(!dir.join("-").exists(), "a file named '-' was written");
+    // load merge --json - as well.
+    let saved = dir.join("one.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
+    let out = run_within(
+        Duration::from_secs(30),
+        Command::new(BIN).current_dir(&dir).args(["load", "merge", saved.to_str().unwrap(), "--json", "-"]),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is the merged report alone");
+    assert_eq!(m["requests"]["completed"], 50);
+    assert!(stderr(&out).contains("50 completed"));
+    assert!(!dir.join("-").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_user_host_header_replaces_the_default() {
+    let (addr, heads) = http_server(200);
+    let out = load(&["http", &format!("http://{addr}/"), "-n", "5", "-c", "1", "-H", "host: example.test"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 5);
+    for head in heads.iter() {
+        let hosts: Vec<&str> = head.lines().filter(|l| l.to_ascii_lowercase().starts_with("host:")).collect();
+        assert_eq!(hosts, ["host: example.test"], "{head}");
+    }
+}
+
+#[test]
+fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
+    let (addr, _) = http_server(404);
+    let url = format!("http://{addr}/");
+    let dir = scratch("status");
+    let json = dir.join("r.json");
+    let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--json", json.to_str().unwrap()]);
+    let err = assert_one_line_error(&out, "ten 404s");
+    assert!(err.contains("10 errors") && err.contains("--allow-errors"), "{err}");
+    let summary = stdout(&out);
+    assert!(summary.contains("4xx 10") && summary.contains("errors       10: HTTP status 10"), "{summary}");
+    assert!(!summary.contains("errors       none"), "{summary}");
+    let r = read_json(&json);
+    assert_eq!((r["statuses"]["4xx"].as_u64(), r["errors"]["http_status"].as_u64()), (Some(10), Some(10)), "{r}");
+
+    let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--allow-errors"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("HTTP status 10"));
+    let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--accept-status", "2xx,404"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("errors       none"), "{}", stdout(&out));
+
+    // Merged, from --procs children or by `load merge`, the classes and errors stay.
+    let procs_json = dir.join("procs.json");
+    let out =
+        load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--procs", "2", "--json", procs_json.to_str().unwrap()]);
+    assert_one_line_error(&out, "--procs 2, ten 404s");
+    let r = read_json(&procs_json);
+    assert_eq!((r["procs"].as_u64(), r["statuses"]["4xx"].as_u64()), (Some(2), Some(10)), "{r}");
+    assert_eq!(r["errors"]["http_status"].as_u64(), Some(10), "{r}");
+    let merged = dir.join("merged.json");
+    let out = run_within(
+        Duration::from_secs(30),
+        Command::new(BIN).args(["load", "merge"]).arg(&json).arg(&procs_json).arg("--json").arg(&merged),
+    );
+    assert_one_line_error(&out, "merge of failed runs");
+    let m = read_json(&merged);
+    assert_eq!((m["statuses"]["4xx"].as_u64(), m["errors"]["http_status"].as_u64()), (Some(20), Some(20)), "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_report_has_blocks_only_for_what_ran_and_the_latency_stdev() {
+    let echo = ServerProc::start("epoll", &["--proto", "echo"]);
+    let udp = ServerProc::start("epoll", &["--proto", "udp"]);
+    let http = ServerProc::start("epoll", &["--proto", "http"]);
+    let dir = scratch("blocks");
+    for (mode, target, absent, present) in [
+        ("echo", echo.addr.to_string(), &["udp", "statuses"][..], &["connect_latency"][..]),
+        ("udp", udp.addr.to_string(), &["statuses", "connect_latency"], &["udp"]),
+        ("http", format!("http://{}/", http.addr), &["udp"], &["statuses", "connect_latency"]),
+    ] {
+        let json = dir.join(format!("{mode}.json"));
+        let out = load(&[mode, &target, "-n", "20", "-c", "2", "-t", "1", "--json", json.to_str().unwrap()]);
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let r = read_json(&json);
+        for key in absent {
+            assert!(r.get(key).is_none(), "{mode}: a {key} block for what did not run: {}", r[key]);
+        }
+        for key in present {
+            assert!(r.get(key).is_some(), "{mode}: no {key} block");
+        }
+        assert!(r["latency"]["stdev_us"].as_f64().is_some(), "{mode}: no latency stdev");
+        assert!(stdout(&out).contains("stdev "), "{}", stdout(&out));
+        if mode == "udp" {
+            assert!(!stdout(&out).contains("  connect "), "UDP has no handshake to time: {}", stdout(&out));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rate_the_generator_cannot_reach_says_it_fell_short() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    // One connection, one message in flight: a million a second is out of reach.
+    let out = load(&["echo", &server.addr.to_string(), "-c", "1", "-t", "1", "-d", "1", "-R", "1000000"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("asked 1000000/s") && summary.contains("fell short"), "{summary}");
+}
+
+#[test]
+fn sigint_ends_a_run_whose_stdout_is_a_closed_pipe() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    for extra in [&[][..], &["--procs", "2"]] {
+        let mut child = Command::new(BIN)
+            .args(["load", "echo", &server.addr.to_string(), "-d", "60", "-c", "4", "-t", "1"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        // Let the run start, then interrupt it.
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: kill only sends a signal to the child we started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let ended = eventually(Duration::from_secs(20), || child.try_wait().unwrap().is_some());
+        if !ended {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        assert!(ended, "{extra:?}: load ignored SIGINT with its stdout closed");
+    }
+}
