@@ -213,3 +213,103 @@ fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
     assert!(dir.join("report.html").exists(), "the report is drawn from what was measured");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A results.json as bench writes it, with plain values: a fixed-thread model (3,000 KiB +
+/// 1 KiB per connection, 5 threads, kernel memory measured in one row only), select (held
+/// 1,017 at most), and a model that failed.
+fn synthetic_results(dir: &std::path::Path) -> std::path::PathBuf {
+    let row = |kind: &str, connected: u64, rss: u64, kernel: u64, threads: u64, cpu: f64| {
+        serde_json::json!({
+            "kind": kind, "attempted": connected, "connected": connected, "client_peak_open": connected,
+            "server_rss_kib": rss, "kernel_tcp_kib": kernel, "cpu_min_pct": cpu, "cpu_max_pct": cpu,
+            "threads": threads, "sent_bytes_per_s": 1.0, "received_bytes_per_s": 1.0, "p50_us": 1.0,
+            "p99_us": 1.0, "errors": {}, "client_cpu_pct": 1.0, "client_cores": 1, "client_bound": false,
+            "duration_s": 1.0
+        })
+    };
+    let model = |name: &str, rows: Vec<serde_json::Value>| serde_json::json!({"model": name, "error": null, "rows": rows, "http": [], "udp": null});
+    let results = serde_json::json!({
+        "schema": 1, "profile": "default", "started": "2026-11-22 08:00:41 UTC", "finished": "", "interrupted": false,
+        "machine": {"cpu_model": "test", "cores": 2, "memory_kib": 16u64 << 20, "kernel": "6", "somaxconn": "4096",
+                    "tcp_mem_pages": "", "open_files_limit": 1_000_000, "io_uring": "available"},
+        "parameters": {"block": 1000, "block_rate": 200000},
+        "models": [
+            model("epoll", vec![
+                row("flood", 1000, 4000, 7168, 5, 90.0),
+                row("rate_limited", 3000, 6000, 0, 5, 20.0),
+                row("maximum", 8000, 11000, 2048, 5, 45.0),
+            ]),
+            model("select", vec![row("flood", 1000, 5280, 7168, 4, 100.0), row("maximum", 1017, 5264, 2048, 4, 57.0)]),
+            {"model": "tokio", "error": "flood row: the server did not start", "rows": [], "http": [], "udp": null},
+        ],
+        "nginx": null
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+    path
+}
+
+/// The case: select predicted 0 MiB and 0 threads at 50,000 connections, fixed-thread
+/// models 0 threads, and unmeasured kernel memory 0 MiB.
+#[test]
+fn plan_derives_every_figure_from_measured_rows_and_refuses_what_a_model_cannot_hold() {
+    let dir = std::env::temp_dir().join(format!("sockscale-plan-test-{}", std::process::id()));
+    let results = synthetic_results(&dir);
+    let out = Command::new(BIN).arg("plan").arg("--from").arg(&results).args(["--target", "50000"]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 3,000 KiB + 50,000 × 1 KiB = 52 MiB; five threads whatever the load; CPU through the two
+    // rate-limited rows: 5% + 0.005% per connection = 2.55 cores; kernel memory not measured.
+    assert!(
+        text.contains("| epoll | 52 MiB (1.00 KiB/connection) | not measured | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("epoll, kernel TCP memory: not measured (0 KiB recorded with 3,000 connections open)"),
+        "{text}"
+    );
+    assert!(text.contains("select cannot hold 50,000 connections: FD_SETSIZE is 1,024."), "{text}");
+    assert!(text.contains("| tokio | not measured: flood row: the server did not start |"), "{text}");
+    assert!(text.contains("at 200 B/s per connection"), "{text}");
+    for line in text.lines().filter(|l| l.starts_with("| ")) {
+        assert!(!line.contains("| 0 MiB") && !line.contains("| 0 |"), "a zero that was not measured: {line}");
+    }
+}
+
+#[test]
+fn plan_rejects_impossible_input_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("sockscale-plan-bad-{}", std::process::id()));
+    let results = synthetic_results(&dir);
+    let not_results = dir.join("not-results.json");
+    std::fs::write(&not_results, "{\"requests\": 3}").unwrap();
+    let empty = dir.join("empty.json");
+    let text = std::fs::read_to_string(&results).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["models"] = serde_json::json!([]);
+    std::fs::write(&empty, value.to_string()).unwrap();
+    let (results, not_results, empty) =
+        (results.display().to_string(), not_results.display().to_string(), empty.display().to_string());
+    for (args, expect) in [
+        (vec!["--connections", "0"], "'--connections <CONNECTIONS>': must be 1 or more"),
+        (vec!["--connections", "10,-5"], "invalid value '-5' for '--connections <CONNECTIONS>'"),
+        (vec!["--ops", "0"], "'--ops <OPS>': must be 1 or more"),
+        (vec!["--buffer-size", "0"], "'--buffer-size <BUFFER_SIZE>': must be more than 0"),
+        (vec!["--link", "-100"], "'--link <LINK>': expected megabits per second, more than 0"),
+        (vec!["--link-connections", "0"], "'--link-connections <LINK_CONNECTIONS>': must be 1 or more"),
+        (vec!["--from", &results, "--target", "0"], "'--target <TARGET>': must be 1 or more"),
+        (vec!["--from", &results, "--target", "-50000"], "invalid value '-50000' for '--target <TARGET>'"),
+        (vec!["--target", "50000"], "--target 50000 predicts from measured results: add --from RESULTS"),
+        (vec!["--from", &results, "--ops", "4"], "'--from <RESULTS>' cannot be used with '--ops <OPS>'"),
+        (vec!["--from", &not_results], "is not a sockscale bench result"),
+        (vec!["--from", &empty], "the results hold nothing to predict from: it lists no models"),
+    ] {
+        let out = Command::new(BIN).arg("plan").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "plan {args:?} was accepted: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(err.lines().count(), 1, "plan {args:?}: {err}");
+        assert!(err.contains(expect), "plan {args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
