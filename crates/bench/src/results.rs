@@ -121,6 +121,14 @@ pub struct Results {
     pub finished: String,
     /// The run was interrupted; what is here was measured before.
     pub interrupted: bool,
+    /// Written while the run goes on (after each model): the models after the last one here
+    /// are not measured yet. False once the run has ended, and in older results.
+    #[serde(default)]
+    pub in_progress: bool,
+    /// The models the run was asked to measure, so a partial result says which are missing
+    /// (empty in older results).
+    #[serde(default)]
+    pub planned_models: Vec<String>,
     pub machine: Machine,
     /// The parameters of the profile, so the table can say what each row means.
     pub parameters: serde_json::Value,

@@ -153,6 +153,42 @@ fn bench_rejects_bad_input_in_one_line() {
     }
 }
 
+/// Bad --models and an --out that cannot take the results fail at once, before any step runs
+/// (the tiny profile, so that a check made only after the run still ends the test quickly).
+#[test]
+fn bench_checks_models_and_out_before_the_run() {
+    let taken = std::env::temp_dir().join(format!("sockscale-bench-taken-{}", std::process::id()));
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("results.json"), "{}").unwrap();
+    let file = taken.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let (taken_s, under_file) = (taken.display().to_string(), file.join("out").display().to_string());
+    for (args, expect) in [
+        (
+            vec!["--models", "epoll,nonesuch"],
+            "invalid value 'nonesuch' for '--models <MODELS>': unknown model 'nonesuch' (expected one of: blocking,",
+        ),
+        (vec!["--models", ""], "invalid value '' for '--models <MODELS>': unknown model ''"),
+        (vec!["--models", "epoll,select,epoll"], "--models names epoll twice: list each model once"),
+        (vec!["--models", "epoll", "--out", &under_file], "cannot create the directory: Not a directory (os error 20)"),
+        (
+            vec!["--models", "epoll", "--out", "/proc/sys/sockscale-out"],
+            "--out /proc/sys/sockscale-out: cannot create the directory",
+        ),
+        (vec!["--models", "epoll", "--out", "/proc/sys"], "--out /proc/sys: cannot write files there"),
+        (vec!["--models", "epoll", "--out", &taken_s], "already holds a bench's results.json"),
+    ] {
+        let out = Command::new(BIN).args(["bench", "--profile", "tiny"]).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "bench {args:?} was accepted");
+        assert_eq!(err.lines().count(), 1, "bench {args:?}: one line, before any step: {err}");
+        assert!(err.contains(expect), "bench {args:?}: {err}");
+        assert_eq!(err.matches("os error").count(), err.contains("os error") as usize, "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(taken.join("results.json")).unwrap(), "{}", "the old results are untouched");
+    let _ = std::fs::remove_dir_all(&taken);
+}
+
 /// Every process under `pid`, recursively.
 fn descendants(pid: u32) -> Vec<u32> {
     let mut all = Vec::new();
@@ -312,4 +348,142 @@ fn plan_rejects_impossible_input_in_one_line() {
         assert!(err.contains(expect), "plan {args:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With stderr not a terminal (CI logs), every step prints a plain line as it ends.
+#[test]
+fn bench_prints_a_line_per_step_when_not_a_terminal() {
+    let dir = std::env::temp_dir().join(format!("sockscale-bench-progress-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(BIN)
+        .args(["bench", "--profile", "tiny", "--models", "epoll", "--out"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // One model: 3 rows, 2 concurrencies × keep-alive on/off, UDP; then nginx's 4 points.
+    for line in [
+        "[ 1/12] epoll: flood, 20 connections … done in ",
+        "[ 2/12] epoll: rate-limited, 40 connections … done in ",
+        "[ 3/12] epoll: maximum, up to 120 connections … done in ",
+        "[ 4/12] epoll: HTTP point 1 of 4 … done in ",
+        "[ 7/12] epoll: HTTP point 4 of 4 … done in ",
+        "[ 8/12] epoll: UDP echo … done in ",
+    ] {
+        assert!(err.lines().any(|l| l.starts_with(line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
+    }
+    assert!(err.lines().any(|l| l.starts_with("[ 9/12] nginx: ") || l.starts_with("[ 9-12/12] nginx: ")), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l == "bench finished: 12 of 12 steps"), "{err}");
+    assert!(!err.contains('\r'), "no live bar when stderr is not a terminal: {err:?}");
+}
+
+/// Every markdown table in `text` has as many cells in each row as its header has.
+fn assert_tables_well_formed(text: &str) {
+    let cells = |line: &str| line.trim().trim_matches('|').split('|').count();
+    for block in text.split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| l.starts_with('|')).collect();
+        let Some(header) = lines.first() else { continue };
+        assert!(lines.len() >= 2, "a table header with no separator: {block}");
+        let n = cells(header);
+        assert!(
+            header.trim().trim_matches('|').split('|').all(|c| !c.trim().is_empty()),
+            "an empty header cell: {header}"
+        );
+        assert!(lines[1].trim().trim_matches('|').split('|').all(|c| c == "---"), "not a separator: {}", lines[1]);
+        for line in &lines[1..] {
+            assert_eq!(cells(line), n, "{line} under {header}");
+        }
+    }
+}
+
+/// What an interrupted bench left in `dir`: nothing, or a complete report marked partial.
+fn assert_nothing_or_complete_and_partial(dir: &std::path::Path, when: &str) {
+    let reports = ["results.json", "table.md", "report.html", "rows.csv", "http.csv"];
+    let present: Vec<&str> = reports.iter().copied().filter(|f| dir.join(f).exists()).collect();
+    if present.is_empty() {
+        return;
+    }
+    assert_eq!(present, reports, "{when}: some reports are missing");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).expect("whole JSON");
+    assert_eq!(r["interrupted"], true, "{when}");
+    assert_eq!(r["in_progress"], false, "{when}: the run ended");
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    assert!(
+        table.starts_with("## Partial results\n\nThese results are partial: the run was interrupted."),
+        "{when}: {table}"
+    );
+    assert_tables_well_formed(&table);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>Partial results</h2>"), "{when}: report.html is not marked partial");
+    assert!(html.trim_end().ends_with("</html>"), "{when}: report.html is whole");
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{when}: temporary files left: {leftovers:?}");
+}
+
+/// SIGINT very early and after the first step: what is left is nothing, or every report,
+/// whole, marked partial, with well-formed tables.
+#[test]
+fn interrupted_bench_leaves_nothing_or_a_complete_partial_report() {
+    for (i, when) in ["at once", "after 100 ms", "after the first step"].into_iter().enumerate() {
+        let dir = std::env::temp_dir().join(format!("sockscale-bench-partial-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut bench = Command::new(BIN)
+            .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = bench.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut stderr = stderr;
+            let mut seen = Vec::new();
+            let mut byte = [0u8];
+            while stderr.read(&mut byte).is_ok_and(|n| n == 1) {
+                seen.push(byte[0]);
+                if byte[0] == b'\n' {
+                    let _ = tx.send(String::from_utf8_lossy(&seen).into_owned());
+                }
+            }
+        });
+        match i {
+            0 => {}
+            1 => std::thread::sleep(std::time::Duration::from_millis(100)),
+            _ => {
+                let line = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a first step line");
+                assert!(line.contains("[ 1/"), "{line}");
+            }
+        }
+        sockscale_sys::signal_process(bench.id(), libc::SIGINT).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = bench.try_wait().unwrap() {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "{when}: the bench did not stop");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(!status.success(), "{when}: an interrupted bench exits non-zero");
+        assert_nothing_or_complete_and_partial(&dir, when);
+        if i == 2 {
+            let r: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+            let error = r["models"][0]["error"].as_str().unwrap_or("");
+            assert!(error.starts_with("interrupted"), "the stopped model says so: {error}");
+            let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+            assert!(table.contains("Not measured: select."), "{table}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -20,10 +20,11 @@ pub struct BenchArgs {
     /// tiny (seconds, for tests), default (under 5 minutes on 2 cores) or full (the seed's scale)
     #[arg(long, default_value = "default", value_parser = ["tiny", "default", "full"])]
     pub profile: String,
-    /// Models to run, comma-separated [default: all]
-    #[arg(long, value_delimiter = ',', value_name = "MODELS")]
-    pub models: Vec<String>,
-    /// Where to write results.json, the CSVs, table.md, the charts and report.html
+    /// Models to run, comma-separated, each once [default: all]
+    #[arg(long, value_delimiter = ',', value_name = "MODELS", value_parser = parse_model)]
+    pub models: Vec<Model>,
+    /// Where to write results.json, the CSVs, table.md, the charts and report.html: a new
+    /// directory, or one without a results.json; checked before the run
     /// [default: bench-results/<timestamp>]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -100,15 +101,21 @@ fn positive_megabits(text: &str) -> Result<f64, String> {
 /// The connection count `plan --from` predicts for when no --target is given: the seeds' 50,000.
 const DEFAULT_TARGET: u64 = 50_000;
 
+fn parse_model(text: &str) -> Result<Model, String> {
+    text.trim().parse()
+}
+
 pub fn bench(args: &BenchArgs) -> Result<()> {
     let profile = Profile::named(&args.profile).with_context(|| format!("unknown --profile {}", args.profile))?;
-    let models = if args.models.is_empty() {
-        Model::ALL.to_vec()
-    } else {
-        args.models.iter().map(|m| m.parse::<Model>().map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?
-    };
+    for (i, model) in args.models.iter().enumerate() {
+        if args.models[..i].contains(model) {
+            bail!("--models names {model} twice: list each model once");
+        }
+    }
+    let models = if args.models.is_empty() { Model::ALL.to_vec() } else { args.models.clone() };
     let out_dir =
         args.out.clone().unwrap_or_else(|| PathBuf::from("bench-results").join(sockscale_bench::run::stamp()));
+    sockscale_bench::run::prepare_out_dir(&out_dir)?;
     let exe = std::env::current_exe().context("cannot find this program to start servers and load")?;
     let (server_cpus, client_cpus) = BenchConfig::split_cores();
     let cfg = BenchConfig { exe, profile, models, out_dir: out_dir.clone(), server_cpus, client_cpus, progress: true };
@@ -129,7 +136,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     let results = sockscale_bench::run::run(&cfg, &interrupted, children)
         .with_context(|| format!("cannot write results to {}", out_dir.display()))?;
-    let files = report::render(&results, &out_dir)?;
+    let files = sockscale_bench::run::render_report(&results, &out_dir)
+        .with_context(|| format!("cannot draw the report in {}", out_dir.display()))?;
     say!("{}", sockscale_bench::run::tables_markdown(&results));
     say!("results: {}", out_dir.join("results.json").display());
     say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
