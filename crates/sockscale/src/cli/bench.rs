@@ -17,7 +17,8 @@ use crate::units::parse_size;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// tiny (seconds, for tests), default (under 5 minutes on 2 cores) or full (the seed's scale)
+    /// tiny (about 8 s a model, for tests), default (3½ minutes for all models on 2 cores) or
+    /// full (the seed's scale)
     #[arg(long, default_value = "default", value_parser = ["tiny", "default", "full"])]
     pub profile: String,
     /// Models to run, comma-separated, each once [default: all]
