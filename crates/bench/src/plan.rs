@@ -162,6 +162,8 @@ pub struct ModelPlan {
     /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
     pub cpu_pct: Derived,
     pub threads: Derived,
+    /// The connection counts of the measured rows, smallest first.
+    pub rows_at: Vec<u64>,
     /// Largest connection count measured.
     pub measured: u64,
 }
@@ -185,6 +187,9 @@ pub fn processes(results: &Results, target: u64) -> u64 {
 pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<ModelPlan> {
     let rows: Vec<&Row> = m.rows.iter().filter(|r| r.connected > 0).collect();
     let measured = rows.iter().map(|r| r.connected).max()?;
+    let mut rows_at: Vec<u64> = rows.iter().map(|r| r.connected).collect();
+    rows_at.sort_unstable();
+    rows_at.dedup();
     let points = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(u64, f64)> {
         rows.iter().filter_map(|r| f(r).map(|v| (r.connected, v))).collect()
     };
@@ -199,8 +204,16 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
     // the flood row's cost is its traffic, not its connections.
     let cpu_pct = fit(&points(&|r| (r.kind != Some(RowKind::Flood)).then_some(r.cpu_max_pct)), "% of a core");
     let threads = fit(&points(&|r| Some(r.threads as f64)), "threads");
-    let mut plan =
-        ModelPlan { model: m.model.clone(), refused: None, server_kib, kernel_kib, cpu_pct, threads, measured };
+    let mut plan = ModelPlan {
+        model: m.model.clone(),
+        refused: None,
+        server_kib,
+        kernel_kib,
+        cpu_pct,
+        threads,
+        rows_at,
+        measured,
+    };
     plan.refused = refusal(results, &plan, target);
     Some(plan)
 }
@@ -298,7 +311,13 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         machine.cpu_model,
         machine.cores,
         thousands(machine.memory_kib / 1024),
-        if results.interrupted { ", an interrupted run: only the models measured before are here" } else { "" }
+        if results.interrupted {
+            ", an interrupted run: only the models measured before are here"
+        } else if results.in_progress {
+            ", a run that had not finished: only the models measured so far are here"
+        } else {
+            ""
+        }
     );
     let traffic = per_connection_traffic(results).map_or_else(
         || "the rate-limited rows' traffic".to_owned(),
@@ -345,9 +364,8 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
                     .push(format!("{}: {cores:.1} cores is more than the {} this machine has", p.model, machine.cores));
             }
         }
-        let through: Vec<u64> = p.server_kib.as_ref().map_or_else(|_| vec![p.measured], |l| l.through.clone());
-        let range = through.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
-        let smallest = through.first().copied().unwrap_or(p.measured);
+        let range = p.rows_at.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
+        let smallest = p.rows_at.first().copied().unwrap_or(p.measured);
         let basis = if target > p.measured {
             format!("{range}; extrapolated ×{:.1}", target as f64 / p.measured as f64)
         } else if target < smallest {
@@ -614,6 +632,29 @@ mod tests {
         assert!(!table.lines().any(|l| l.starts_with("| epoll") && l.contains("extrapolated")), "{table}");
         let table = predict(&results(vec![epoll()]), 100).unwrap();
         assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated below the smallest |"), "{table}");
+    }
+
+    /// A figure the rows cannot give does not hide which rows were measured.
+    #[test]
+    fn the_measured_rows_are_named_when_a_figure_is_not_derivable() {
+        let mut m = epoll();
+        m.rows[2].server_rss_kib = 3000;
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| epoll | not derivable |"), "{table}");
+        assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
+        assert!(
+            table.contains("epoll, server memory: falls as connections grow (4,000 KiB at 1,000, 3,000 KiB at 8,000)")
+        );
+    }
+
+    #[test]
+    fn partial_runs_are_named() {
+        let mut r = results(vec![epoll()]);
+        r.in_progress = true;
+        assert!(predict(&r, 50_000).unwrap().contains("a run that had not finished"));
+        r.in_progress = false;
+        r.interrupted = true;
+        assert!(predict(&r, 50_000).unwrap().contains("an interrupted run"));
     }
 
     #[test]

@@ -65,7 +65,12 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     };
     let http_points = cfg.profile.http_concurrency.len() * 2;
     let total_steps = cfg.models.len() * steps_per_model(&cfg.profile) + http_points;
-    let mut progress = Progress::new(cfg.progress && std::io::stderr().is_terminal(), total_steps);
+    let shown = match (cfg.progress, std::io::stderr().is_terminal()) {
+        (false, _) => Shown::Off,
+        (true, true) => Shown::Bar,
+        (true, false) => Shown::Lines,
+    };
+    let mut progress = Progress::new(shown, total_steps);
     for &model in &cfg.models {
         if harness.interrupted() {
             break;
@@ -272,8 +277,10 @@ pub fn prepare_out_dir(dir: &Path) -> Result<(), OutDirError> {
 /// then move each file into `dir`: every file there is whole, and an interrupted or failed
 /// drawing leaves the previous files, not half-written ones.
 pub fn render_report(results: &Results, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let staging = tempfile::Builder::new().prefix(".report-").tempdir_in(dir)?;
+    // "results.json" has the parent "": the current directory.
+    let at = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    std::fs::create_dir_all(at)?;
+    let staging = tempfile::Builder::new().prefix(".report-").tempdir_in(at)?;
     let drawn = crate::report::render(results, staging.path()).map_err(std::io::Error::other)?;
     let mut written = Vec::with_capacity(drawn.len());
     for file in drawn {
@@ -365,18 +372,28 @@ enum Outcome<'a> {
     Interrupted,
 }
 
+/// How progress is shown on stderr.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// A live bar redrawn in place: stderr is a terminal.
+    Bar,
+    /// One plain line per step: CI logs, a pipe, a file.
+    Lines,
+    Off,
+}
+
 /// Progress through the run's steps: a live bar on a terminal; otherwise (CI logs, a pipe) one
 /// plain line per step, begun when the step starts and ended with its outcome and time.
 struct Progress {
-    live: bool,
+    shown: Shown,
     done: usize,
     total: usize,
     current: Option<Instant>,
 }
 
 impl Progress {
-    fn new(live: bool, total: usize) -> Progress {
-        Progress { live, done: 0, total, current: None }
+    fn new(shown: Shown, total: usize) -> Progress {
+        Progress { shown, done: 0, total, current: None }
     }
 
     /// "[ 3/57]", the counter padded to the width of the total.
@@ -392,7 +409,7 @@ impl Progress {
     fn begin(&mut self, what: String) {
         self.current = Some(Instant::now());
         let mut err = std::io::stderr().lock();
-        if self.live {
+        if self.shown == Shown::Bar {
             let width = 30;
             let filled = (self.done * width / self.total.max(1)).min(width);
             let _ = write!(
@@ -402,7 +419,7 @@ impl Progress {
                 " ".repeat(width - filled),
                 self.done * 100 / self.total.max(1)
             );
-        } else {
+        } else if self.shown == Shown::Lines {
             let _ = write!(err, "{} {what} … ", self.counter(self.done + 1, self.done + 1));
         }
         let _ = err.flush();
@@ -411,7 +428,7 @@ impl Progress {
     fn end(&mut self, outcome: Outcome<'_>) {
         self.done += 1;
         let elapsed = self.current.take().map_or(Duration::ZERO, |t| t.elapsed());
-        if self.live {
+        if self.shown != Shown::Lines {
             return;
         }
         let secs = elapsed.as_secs_f64();
@@ -430,7 +447,7 @@ impl Progress {
         if n == 0 {
             return;
         }
-        if !self.live {
+        if self.shown == Shown::Lines {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "{} {why}", self.counter(self.done + 1, self.done + n));
             let _ = err.flush();
@@ -441,9 +458,9 @@ impl Progress {
     fn finish(&self, interrupted: bool) {
         let what = if interrupted { "bench interrupted" } else { "bench finished" };
         let mut err = std::io::stderr().lock();
-        if self.live {
+        if self.shown == Shown::Bar {
             let _ = writeln!(err, "\r{what:<80}");
-        } else {
+        } else if self.shown == Shown::Lines {
             let _ = writeln!(err, "{what}: {} of {} steps", self.done, self.total);
         }
     }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use sockscale_bench::harness::Children;
 use sockscale_bench::run::BenchConfig;
-use sockscale_bench::{plan, report, Profile, Results};
+use sockscale_bench::{plan, Profile, Results};
 use sockscale_server::Model;
 use sockscale_server::TerminationSignals;
 
@@ -151,7 +151,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 pub fn report(args: &ReportArgs) -> Result<()> {
     let results = Results::load(&args.results.display().to_string())?;
     let dir = args.out.clone().unwrap_or_else(|| args.results.parent().map(PathBuf::from).unwrap_or_default());
-    for file in report::render(&results, &dir)? {
+    // Each file whole, as bench writes them: drawn aside, then renamed into place.
+    let files = sockscale_bench::run::render_report(&results, &dir)
+        .with_context(|| format!("cannot draw the report in {}", dir.display()))?;
+    for file in files {
         say!("{}", file.display());
     }
     Ok(())
