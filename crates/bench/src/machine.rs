@@ -1,5 +1,7 @@
 //! What the machine is, recorded with every run: results mean nothing without it.
 
+use std::collections::BTreeMap;
+
 use crate::results::Machine;
 
 fn read(path: &str) -> String {
@@ -28,5 +30,26 @@ pub fn describe() -> Machine {
         tcp_mem_pages: read("/proc/sys/net/ipv4/tcp_mem").split_whitespace().collect::<Vec<_>>().join(" "),
         open_files_limit: sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(0),
         io_uring: sockscale_server::io_uring_unavailable().unwrap_or_else(|| "available".into()),
+        thread_limits: thread_limits(),
     }
+}
+
+/// Every limit on the threads a server may start, that is set (a thread-per-connection model
+/// meets the smallest of them).
+fn thread_limits() -> BTreeMap<String, u64> {
+    let mut limits = BTreeMap::new();
+    if let Ok(n) = read("/proc/sys/kernel/threads-max").parse() {
+        limits.insert("kernel.threads-max".to_owned(), n);
+    }
+    if let Ok(Some(n)) = sockscale_sys::soft_limit(libc::RLIMIT_NPROC) {
+        limits.insert("RLIMIT_NPROC".to_owned(), n);
+    }
+    // cgroup v2: "0::/path"; pids.max is "max" when unlimited, which does not parse.
+    let cgroup = read("/proc/self/cgroup");
+    if let Some(path) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
+        if let Ok(n) = read(&format!("/sys/fs/cgroup{}/pids.max", path.trim_end_matches('/'))).parse() {
+            limits.insert("pids.max".to_owned(), n);
+        }
+    }
+    limits
 }

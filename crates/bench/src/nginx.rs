@@ -20,6 +20,11 @@ pub fn sweep(h: &Harness<'_>, progress: impl FnMut()) -> ModelResult {
     result
 }
 
+/// Whether nginx is installed where the sweep looks for it.
+pub fn installed() -> bool {
+    find().is_some()
+}
+
 fn find() -> Option<String> {
     ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"]
         .into_iter()

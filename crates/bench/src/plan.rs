@@ -12,14 +12,17 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{thousands, Results, RowKind};
+use sockscale_server::Model;
+
+use crate::results::{thousands, ModelResult, Results, Row, RowKind};
 
 /// One line of Table 14-1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryLine {
     pub connections: u64,
     pub operations: u64,
-    pub bytes: u64,
+    /// None when the product does not fit in 64 bits (a printed saturated figure would be false).
+    pub bytes: Option<u64>,
 }
 
 /// Memory for `connections` × `operations` outstanding, each a buffer plus a context.
@@ -27,8 +30,13 @@ pub fn memory(connections: u64, operations: u64, buffer: u64, context: u64) -> M
     MemoryLine {
         connections,
         operations,
-        bytes: connections.saturating_mul(operations).saturating_mul(buffer + context),
+        bytes: buffer.checked_add(context).and_then(|per_op| connections.checked_mul(operations)?.checked_mul(per_op)),
     }
+}
+
+/// Bytes as the tables print them, or that they are past counting.
+fn bytes_cell(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "more than 2^64 (too large to count)".into(), thousands)
 }
 
 /// One line of Table 14-2.
@@ -51,7 +59,7 @@ pub fn bandwidth(connections: u64, megabits: f64) -> BandwidthLine {
 pub fn memory_table(connections: &[u64], operations: &[u64], buffer: u64, context: u64) -> String {
     let mut s = format!(
         "Memory for asynchronous I/O: {} bytes per operation ({} buffer + {} context)\n\n| Total Connections | Operations Per Connection | Total Memory (Bytes) |\n|---|---|---|\n",
-        thousands(buffer + context),
+        bytes_cell(buffer.checked_add(context)),
         thousands(buffer),
         thousands(context)
     );
@@ -59,7 +67,7 @@ pub fn memory_table(connections: &[u64], operations: &[u64], buffer: u64, contex
         for &c in connections {
             let line = memory(c, ops, buffer, context);
             let _ =
-                writeln!(s, "| {} | {} | {} |", thousands(line.connections), line.operations, thousands(line.bytes));
+                writeln!(s, "| {} | {} | {} |", thousands(line.connections), line.operations, bytes_cell(line.bytes));
         }
     }
     s
@@ -82,67 +90,337 @@ pub fn bandwidth_table(connections: &[u64], megabits: &[f64]) -> String {
     s
 }
 
-/// What one connection costs a model, from measured rows.
+/// A straight line through measured points: `fixed` once per server process, plus
+/// `per_connection` for each connection. Fitted by least squares, so fixed costs (threads of
+/// the command line, the binary's own memory) are not mistaken for costs of a connection.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PerConnection {
+pub struct Line {
+    pub fixed: f64,
+    pub per_connection: f64,
+    /// The connection counts the line was fitted through, smallest first.
+    pub through: Vec<u64>,
+}
+
+impl Line {
+    /// The value for `connections` spread over `processes` server processes.
+    pub fn at(&self, connections: u64, processes: u64) -> f64 {
+        self.fixed * processes as f64 + self.per_connection * connections as f64
+    }
+}
+
+/// A figure derived from measured rows, or why it could not be.
+pub type Derived = Result<Line, String>;
+
+/// The least-squares line through `points` (connections, value). Refuses what the points cannot
+/// tell: a per-connection cost needs two connection counts, and a cost that falls as
+/// connections grow is noise, not a cost.
+pub fn fit(points: &[(u64, f64)], unit: &str) -> Derived {
+    let mut xs: Vec<u64> = points.iter().map(|p| p.0).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    match xs.len() {
+        0 => return Err("no rows".into()),
+        1 => {
+            return Err(format!(
+                "measured at {} connections only: a connection's cost cannot be told from the fixed cost",
+                thousands(xs[0])
+            ))
+        }
+        _ => {}
+    }
+    let n = points.len() as f64;
+    let mean_x = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxy: f64 = points.iter().map(|p| (p.0 as f64 - mean_x) * (p.1 - mean_y)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 as f64 - mean_x).powi(2)).sum();
+    let per_connection = sxy / sxx;
+    if per_connection < 0.0 {
+        let mut sorted = points.to_vec();
+        sorted.sort_by_key(|p| p.0);
+        let (first, last) = (sorted[0], sorted[sorted.len() - 1]);
+        return Err(format!(
+            "falls as connections grow ({} {unit} at {}, {} {unit} at {})",
+            thousands(first.1.round() as u64),
+            thousands(first.0),
+            thousands(last.1.round() as u64),
+            thousands(last.0)
+        ));
+    }
+    Ok(Line { fixed: mean_y - per_connection * mean_x, per_connection, through: xs })
+}
+
+/// What `target` connections would cost one model, each figure derived from its measured rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPlan {
     pub model: String,
-    pub rss_bytes: f64,
-    pub kernel_bytes: f64,
-    /// Percent of one core per connection, at the rate-limited row's traffic.
-    pub cpu_pct: f64,
-    pub threads: f64,
-    /// Largest number of connections measured.
+    /// Why the model cannot hold the target at all (its own ceiling, or this machine's limits).
+    pub refused: Option<String>,
+    /// Server resident memory, KiB.
+    pub server_kib: Derived,
+    /// Kernel TCP memory, KiB.
+    pub kernel_kib: Derived,
+    /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
+    pub cpu_pct: Derived,
+    pub threads: Derived,
+    /// The connection counts of the measured rows, smallest first.
+    pub rows_at: Vec<u64>,
+    /// Largest connection count measured.
     pub measured: u64,
 }
 
-/// Per-connection costs of `model`: the slope between its smallest and largest measured rows
-/// (so fixed costs cancel out), or the ratio when only one row was measured.
-pub fn per_connection(results: &Results, model: &str) -> Option<PerConnection> {
-    let m = results.models.iter().find(|m| m.model == model)?;
-    let mut rows: Vec<_> = m.rows.iter().filter(|r| r.connected > 0).collect();
-    rows.sort_by_key(|r| r.connected);
-    let (first, last) = (*rows.first()?, *rows.last()?);
-    let n = |r: &crate::results::Row| r.connected as f64;
-    let slope = |a: f64, b: f64| if n(last) > n(first) { (b - a) / (n(last) - n(first)) } else { b / n(last) };
-    let rate = m.rows.iter().find(|r| r.kind == Some(RowKind::RateLimited)).unwrap_or(last);
-    Some(PerConnection {
-        model: model.into(),
-        rss_bytes: slope(first.server_rss_kib as f64, last.server_rss_kib as f64).max(0.0) * 1024.0,
-        kernel_bytes: slope(first.kernel_tcp_kib as f64, last.kernel_tcp_kib as f64).max(0.0) * 1024.0,
-        cpu_pct: rate.cpu_max_pct / n(rate).max(1.0),
-        threads: slope(first.threads as f64, last.threads as f64).max(0.0),
-        measured: n(last) as u64,
-    })
+/// The kernel TCP memory of a row, when it was measured: zero with connections open is a
+/// sample that did not see them (an established socket always holds kernel memory), not a cost.
+fn kernel_kib(row: &Row) -> Option<f64> {
+    (row.kernel_tcp_kib > 0).then_some(row.kernel_tcp_kib as f64)
 }
 
-/// Predict what `target` connections need, for every model with measured rows.
-pub fn predict(results: &Results, target: u64) -> String {
+/// Server processes `target` connections take under the open-files limit recorded with the
+/// results (one descriptor per connection), or 1 when no limit was recorded.
+pub fn processes(results: &Results, target: u64) -> u64 {
+    match results.machine.open_files_limit {
+        0 => 1,
+        limit => target.div_ceil(limit).max(1),
+    }
+}
+
+/// The plan for one model, or None when it has no measured rows.
+pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<ModelPlan> {
+    let rows: Vec<&Row> = m.rows.iter().filter(|r| r.connected > 0).collect();
+    let measured = rows.iter().map(|r| r.connected).max()?;
+    let mut rows_at: Vec<u64> = rows.iter().map(|r| r.connected).collect();
+    rows_at.sort_unstable();
+    rows_at.dedup();
+    let points = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(u64, f64)> {
+        rows.iter().filter_map(|r| f(r).map(|v| (r.connected, v))).collect()
+    };
+    let server_kib = fit(&points(&|r| Some(r.server_rss_kib as f64)), "KiB");
+    let kernel_kib = if rows.iter().all(|r| kernel_kib(r).is_some()) {
+        fit(&points(&kernel_kib), "KiB")
+    } else {
+        let zero = rows.iter().find(|r| kernel_kib(r).is_none()).map_or(0, |r| r.connected);
+        Err(format!("not measured (0 KiB recorded with {} connections open)", thousands(zero)))
+    };
+    // CPU only from the rows whose traffic per connection is the same (blocks at a fixed rate):
+    // the flood row's cost is its traffic, not its connections.
+    let cpu_pct = fit(&points(&|r| (r.kind != Some(RowKind::Flood)).then_some(r.cpu_max_pct)), "% of a core");
+    let threads = fit(&points(&|r| Some(r.threads as f64)), "threads");
+    let mut plan = ModelPlan {
+        model: m.model.clone(),
+        refused: None,
+        server_kib,
+        kernel_kib,
+        cpu_pct,
+        threads,
+        rows_at,
+        measured,
+    };
+    plan.refused = refusal(results, &plan, target);
+    Some(plan)
+}
+
+/// Why `plan`'s model cannot hold `target` connections: the model's own ceiling, then the
+/// machine's thread limits and memory, as recorded with the results.
+fn refusal(results: &Results, plan: &ModelPlan, target: u64) -> Option<String> {
+    let model = plan.model.as_str();
+    if let Some(ceiling) = plan.model.parse::<Model>().ok().and_then(|m| m.capabilities().ceiling) {
+        if target > ceiling.descriptors {
+            return Some(format!(
+                "{model} cannot hold {} connections: {} is {}",
+                thousands(target),
+                ceiling.set_by,
+                thousands(ceiling.descriptors)
+            ));
+        }
+    }
+    let procs = processes(results, target);
+    if let Ok(line) = &plan.threads {
+        let threads = line.at(target, procs).round() as u64;
+        let limit = results.machine.thread_limits.iter().min_by_key(|(_, &n)| n);
+        if let Some((name, &limit)) = limit.filter(|(_, &n)| threads > n) {
+            return Some(format!(
+                "{model} cannot hold {} connections here: it would need about {} threads ({}), over {name} {}",
+                thousands(target),
+                thousands(threads),
+                per_connection_threads(line),
+                thousands(limit)
+            ));
+        }
+    }
+    let memory_kib = results.machine.memory_kib;
+    if let Ok(line) = &plan.server_kib {
+        let need = line.at(target, procs) + plan.kernel_kib.as_ref().map_or(0.0, |k| k.at(target, procs));
+        if memory_kib > 0 && need > memory_kib as f64 {
+            return Some(format!(
+                "{model} cannot hold {} connections here: it would need about {} MiB of memory, over the machine's {} MiB",
+                thousands(target),
+                thousands((need / 1024.0).round() as u64),
+                thousands(memory_kib / 1024)
+            ));
+        }
+    }
+    None
+}
+
+/// Threads a connection adds, as the fit says it: "2.0 per connection", "1 per 64 connections",
+/// "fixed".
+fn per_connection_threads(line: &Line) -> String {
+    match line.per_connection {
+        p if p < 1e-6 => "fixed".into(),
+        p if p >= 0.5 => format!("{p:.1} per connection"),
+        p => format!("1 per {:.0} connections", 1.0 / p),
+    }
+}
+
+/// A derived figure in a table cell: the value at the target and the cost per connection, or
+/// "not measured" and a footnote number for why.
+fn cell(figure: &Derived, value: impl Fn(&Line) -> String, notes: &mut Vec<String>, model: &str, what: &str) -> String {
+    match figure {
+        Ok(line) => value(line),
+        Err(why) => {
+            notes.push(format!("{model}, {what}: {why}"));
+            if why.starts_with("not measured") {
+                "not measured".into()
+            } else {
+                "not derivable".into()
+            }
+        }
+    }
+}
+
+/// Predict what `target` connections need, for every model with measured rows: each figure is
+/// the least-squares line through that model's measured rows, evaluated at the target; models
+/// that cannot hold the target say why instead.
+pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
+    let plans: Vec<(&ModelResult, Option<ModelPlan>)> =
+        results.models.iter().map(|m| (m, model_plan(results, m, target))).collect();
+    if plans.iter().all(|(_, p)| p.is_none()) {
+        return Err(PlanError::NoRows {
+            why: if results.models.is_empty() {
+                "it lists no models".into()
+            } else {
+                "no model has a row with a connection held".into()
+            },
+        });
+    }
+    let procs = processes(results, target);
+    let machine = &results.machine;
     let mut s = format!(
-        "Predicted needs for {} connections, from the run of {} on {} ({} cores)\n\n| model | server memory | kernel TCP memory | CPU (cores, at the rate-limited traffic) | threads | measured up to |\n|---|---|---|---|---|---|\n",
+        "Predicted needs for {} connections, from the run of {} on {} ({} cores, {} MiB){}\n\n",
         thousands(target),
         results.started,
-        results.machine.cpu_model,
-        results.machine.cores
+        machine.cpu_model,
+        machine.cores,
+        thousands(machine.memory_kib / 1024),
+        if results.interrupted {
+            ", an interrupted run: only the models measured before are here"
+        } else if results.in_progress {
+            ", a run that had not finished: only the models measured so far are here"
+        } else {
+            ""
+        }
     );
-    for m in &results.models {
-        let Some(p) = per_connection(results, &m.model) else {
-            let _ = writeln!(s, "| {} | no measured rows | | | | |", m.model);
+    let traffic = per_connection_traffic(results).map_or_else(
+        || "the rate-limited rows' traffic".to_owned(),
+        |b| format!("{} B/s per connection", thousands(b)),
+    );
+    let _ = writeln!(
+        s,
+        "| model | server memory | kernel TCP memory | CPU, cores (at {traffic}) | threads | fitted through (connections) |\n|---|---|---|---|---|---|"
+    );
+    let mut notes = Vec::new();
+    let mut refused = Vec::new();
+    for (m, plan) in &plans {
+        let Some(p) = plan else {
+            let why = m.error.as_deref().unwrap_or("no row with a connection held");
+            let _ = writeln!(s, "| {} | not measured: {} | | | | |", m.model, why.replace('|', "/"));
             continue;
         };
-        let t = target as f64;
+        if let Some(why) = &p.refused {
+            refused.push(why.clone());
+            let _ = writeln!(s, "| {} | cannot hold {} (below) | | | | |", p.model, thousands(target));
+            continue;
+        }
+        let mib = |l: &Line| {
+            format!(
+                "{} MiB ({:.2} KiB/connection)",
+                thousands((l.at(target, procs) / 1024.0).round() as u64),
+                l.per_connection
+            )
+        };
+        let server = cell(&p.server_kib, mib, &mut notes, &p.model, "server memory");
+        let kernel = cell(&p.kernel_kib, mib, &mut notes, &p.model, "kernel TCP memory");
+        let cpu = cell(&p.cpu_pct, |l| format!("{:.2}", l.at(target, procs) / 100.0), &mut notes, &p.model, "CPU");
+        let threads = cell(
+            &p.threads,
+            |l| format!("{} ({})", thousands(l.at(target, procs).round() as u64), per_connection_threads(l)),
+            &mut notes,
+            &p.model,
+            "threads",
+        );
+        if let Ok(l) = &p.cpu_pct {
+            let cores = l.at(target, procs) / 100.0;
+            if cores > machine.cores as f64 && machine.cores > 0 {
+                notes
+                    .push(format!("{}: {cores:.1} cores is more than the {} this machine has", p.model, machine.cores));
+            }
+        }
+        let range = p.rows_at.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
+        let smallest = p.rows_at.first().copied().unwrap_or(p.measured);
+        let basis = if target > p.measured {
+            format!("{range}; extrapolated ×{:.1}", target as f64 / p.measured as f64)
+        } else if target < smallest {
+            format!("{range}; extrapolated below the smallest")
+        } else {
+            range
+        };
+        let _ = writeln!(s, "| {} | {server} | {kernel} | {cpu} | {threads} | {basis} |", p.model);
+    }
+    s.push_str(
+        "\nEach figure is the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show.\n",
+    );
+    if procs > 1 {
         let _ = writeln!(
             s,
-            "| {} | {} MiB | {} MiB | {:.2} | {} | {} |",
-            p.model,
-            thousands((p.rss_bytes * t / 1_048_576.0).round() as u64),
-            thousands((p.kernel_bytes * t / 1_048_576.0).round() as u64),
-            p.cpu_pct * t / 100.0,
-            thousands((p.threads * t).round() as u64),
-            thousands(p.measured),
+            "\n{} connections need {} descriptors; the open-files limit recorded with these results is {} per process, so it takes {procs} server processes (the fixed costs above are counted {procs} times), or a higher limit (ulimit -n).",
+            thousands(target),
+            thousands(target),
+            thousands(machine.open_files_limit)
+        );
+    } else if machine.open_files_limit == 0 {
+        s.push_str(
+            "\nThe open-files limit was not recorded with these results: the number of processes needed is unknown.\n",
         );
     }
-    s.push_str("\nExtrapolated linearly from the slope between the smallest and largest measured rows; beyond the measured range the server may meet limits (descriptors, threads, memory) that the extrapolation cannot see.\n");
-    s
+    if machine.thread_limits.is_empty() {
+        s.push_str("\nThe machine's thread limits were not recorded with these results: thread counts are not checked against them.\n");
+    }
+    if !refused.is_empty() {
+        s.push('\n');
+        for why in refused {
+            let _ = writeln!(s, "{why}.");
+        }
+    }
+    if !notes.is_empty() {
+        s.push('\n');
+        for note in notes {
+            let _ = writeln!(s, "- {note}");
+        }
+    }
+    Ok(s)
+}
+
+/// The bytes per second each connection sent in the rate-limited rows, from the run's
+/// parameters (`block_rate` shared by `block` connections), when they were recorded.
+fn per_connection_traffic(results: &Results) -> Option<u64> {
+    let p = &results.parameters;
+    let (rate, block) = (p.get("block_rate")?.as_u64()?, p.get("block")?.as_u64()?);
+    (block > 0).then(|| rate / block)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("the results hold nothing to predict from: {why}")]
+    NoRows { why: String },
 }
 
 #[cfg(test)]
@@ -161,11 +439,22 @@ mod tests {
             (1_000, 2, 33_168_000),
             (50_000, 2, 1_658_400_000),
         ] {
-            assert_eq!(memory(connections, ops, per_op.0, per_op.1).bytes, total, "{connections} x {ops}");
+            assert_eq!(memory(connections, ops, per_op.0, per_op.1).bytes, Some(total), "{connections} x {ops}");
         }
         let table = memory_table(&[10, 1000, 50000], &[10, 2], 16384, 200);
         assert!(table.contains("| 50,000 | 10 | 8,292,000,000 |"), "{table}");
         assert!(table.contains("16,584 bytes per operation"), "{table}");
+    }
+
+    /// Past 64 bits the table says so, rather than print a saturated (false) figure or panic.
+    #[test]
+    fn memory_past_64_bits_is_not_a_number() {
+        assert_eq!(memory(u64::MAX, 10, 16384, 200).bytes, None);
+        assert_eq!(memory(10, 10, 16384, u64::MAX).bytes, None);
+        let table = memory_table(&[u64::MAX], &[2], 16384, 200);
+        assert!(table.contains("| 18,446,744,073,709,551,615 | 2 | more than 2^64 (too large to count) |"), "{table}");
+        let table = memory_table(&[10], &[2], 16384, u64::MAX);
+        assert!(table.contains("more than 2^64 (too large to count) bytes per operation"), "{table}");
     }
 
     /// Every figure of seed 004's Table 14-2.
@@ -183,39 +472,200 @@ mod tests {
         }
     }
 
-    #[test]
-    fn prediction_uses_the_slope_between_rows() {
-        use crate::results::{ModelResult, Row};
-        let results = Results {
-            models: vec![ModelResult {
-                model: "epoll".into(),
-                rows: vec![
-                    Row {
-                        kind: Some(RowKind::Flood),
-                        connected: 1000,
-                        server_rss_kib: 4000,
-                        threads: 3,
-                        cpu_max_pct: 50.0,
-                        ..Row::default()
-                    },
-                    Row {
-                        kind: Some(RowKind::RateLimited),
-                        connected: 3000,
-                        server_rss_kib: 6000,
-                        threads: 3,
-                        cpu_max_pct: 30.0,
-                        ..Row::default()
-                    },
-                ],
-                ..ModelResult::default()
-            }],
+    use crate::results::{Machine, ModelResult, Row};
+
+    fn row(kind: RowKind, connected: u64, rss: u64, kernel: u64, threads: u64, cpu: f64) -> Row {
+        Row {
+            kind: Some(kind),
+            attempted: connected,
+            connected,
+            server_rss_kib: rss,
+            kernel_tcp_kib: kernel,
+            threads,
+            cpu_max_pct: cpu,
+            ..Row::default()
+        }
+    }
+
+    fn model(name: &str, rows: Vec<Row>) -> ModelResult {
+        ModelResult { model: name.into(), rows, ..ModelResult::default() }
+    }
+
+    /// Three rows of a fixed-thread model: 3,000 KiB + 1 KiB per connection, 2 KiB of kernel
+    /// memory per connection, 5 threads whatever the load, 5% + 0.005% CPU per connection.
+    fn epoll() -> ModelResult {
+        model(
+            "epoll",
+            vec![
+                row(RowKind::Flood, 1000, 4000, 2000, 5, 90.0),
+                row(RowKind::RateLimited, 3000, 6000, 6000, 5, 20.0),
+                row(RowKind::Maximum, 8000, 11000, 16000, 5, 45.0),
+            ],
+        )
+    }
+
+    fn results(models: Vec<ModelResult>) -> Results {
+        Results {
+            models,
+            machine: Machine { cores: 4, memory_kib: 64 << 20, open_files_limit: 100_000, ..Machine::default() },
             ..Results::default()
-        };
-        let p = per_connection(&results, "epoll").unwrap();
-        assert_eq!(p.rss_bytes, 1024.0, "2000 KiB over 2000 connections");
-        assert_eq!(p.threads, 0.0);
-        assert_eq!(p.cpu_pct, 0.01);
-        let table = predict(&results, 100_000);
-        assert!(table.contains("| epoll | 98 MiB |"), "{table}");
+        }
+    }
+
+    #[test]
+    fn the_fit_keeps_fixed_costs_apart_from_per_connection_costs() {
+        let line = fit(&[(1000, 4000.0), (3000, 6000.0), (8000, 11000.0)], "KiB").unwrap();
+        assert_eq!((line.fixed.round(), line.per_connection), (3000.0, 1.0));
+        assert_eq!(line.through, [1000, 3000, 8000]);
+        assert_eq!(line.at(50_000, 1), 53_000.0);
+        assert_eq!(line.at(50_000, 3), 59_000.0, "the fixed cost once per process");
+        let one = fit(&[(1000, 4000.0), (1000, 4100.0)], "KiB").unwrap_err();
+        assert!(one.contains("1,000 connections only"), "{one}");
+        let falls = fit(&[(1000, 7168.0), (8000, 2440.0)], "KiB").unwrap_err();
+        assert!(falls.contains("falls as connections grow (7,168 KiB at 1,000, 2,440 KiB at 8,000)"), "{falls}");
+    }
+
+    /// A fixed-thread model keeps its threads and its fixed memory at the target: the old
+    /// prediction multiplied the slope alone and printed 0 threads.
+    #[test]
+    fn fixed_costs_and_every_measured_figure_reach_the_prediction() {
+        let table = predict(&results(vec![epoll()]), 50_000).unwrap();
+        assert!(
+            table.contains(
+                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"
+            ),
+            "{table}"
+        );
+        assert!(table.contains("CPU, cores (at the rate-limited rows' traffic)"), "{table}");
+        assert!(!table.contains(" 0 MiB"), "{table}");
+    }
+
+    #[test]
+    fn threads_per_connection_are_fitted_from_the_rows() {
+        let blocking = model(
+            "blocking",
+            vec![
+                row(RowKind::Flood, 1000, 20_000, 3000, 2005, 50.0),
+                row(RowKind::RateLimited, 3000, 60_000, 9000, 6005, 10.0),
+                row(RowKind::Maximum, 8000, 160_000, 24_000, 16_005, 25.0),
+            ],
+        );
+        let poll64 = model(
+            "poll64",
+            vec![
+                row(RowKind::Flood, 640, 5000, 1000, 14, 50.0),
+                row(RowKind::RateLimited, 6400, 9000, 10_000, 104, 10.0),
+            ],
+        );
+        let table = predict(&results(vec![blocking.clone(), poll64]), 50_000).unwrap();
+        assert!(table.contains("| 100,005 (2.0 per connection) |"), "{table}");
+        assert!(table.contains("| 785 (1 per 64 connections) |"), "{table}");
+        assert!(table.contains("poll64, CPU: measured at 6,400 connections only"), "{table}");
+
+        // Past the machine's thread limit, a thread-per-connection model is refused.
+        let mut r = results(vec![blocking]);
+        r.machine.thread_limits.insert("kernel.threads-max".into(), 60_000);
+        r.machine.thread_limits.insert("RLIMIT_NPROC".into(), 90_000);
+        let table = predict(&r, 50_000).unwrap();
+        assert!(
+            table.contains(
+                "blocking cannot hold 50,000 connections here: it would need about 100,005 threads (2.0 per connection), over kernel.threads-max 60,000."
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("100,005 (2.0"), "no figures for a refused model: {table}");
+    }
+
+    #[test]
+    fn select_is_refused_past_fd_setsize() {
+        let select = model(
+            "select",
+            vec![row(RowKind::Flood, 1000, 5280, 7168, 4, 100.0), row(RowKind::RateLimited, 1017, 5228, 4096, 4, 57.0)],
+        );
+        let table = predict(&results(vec![select.clone(), epoll()]), 50_000).unwrap();
+        assert!(table.contains("select cannot hold 50,000 connections: FD_SETSIZE is 1,024."), "{table}");
+        assert!(table.contains("| select | cannot hold 50,000 (below) |"), "{table}");
+        // Within its ceiling it is planned like any other.
+        let table = predict(&results(vec![select]), 1000).unwrap();
+        assert!(!table.contains("cannot hold"), "{table}");
+    }
+
+    #[test]
+    fn memory_beyond_the_machine_is_refused() {
+        let mut r = results(vec![epoll()]);
+        r.machine.memory_kib = 100 << 10;
+        let table = predict(&r, 50_000).unwrap();
+        assert!(
+            table.contains(
+                "epoll cannot hold 50,000 connections here: it would need about 149 MiB of memory, over the machine's 100 MiB."
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn unmeasured_kernel_memory_is_said_so_never_zero() {
+        let mut m = epoll();
+        m.rows[1].kernel_tcp_kib = 0;
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| 52 MiB (1.00 KiB/connection) | not measured |"), "{table}");
+        assert!(table.contains("epoll, kernel TCP memory: not measured (0 KiB recorded with 3,000 connections open)"));
+    }
+
+    #[test]
+    fn past_the_open_files_limit_it_takes_more_processes() {
+        let mut r = results(vec![epoll()]);
+        r.machine.open_files_limit = 20_000;
+        r.parameters = serde_json::json!({"block": 1000, "block_rate": 200_000});
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("so it takes 3 server processes"), "{table}");
+        // 3 × 3,000 KiB fixed + 50,000 KiB = 59,000 KiB; 15 threads; 3 × 5% + 250%.
+        assert!(table.contains("| epoll | 58 MiB (1.00 KiB/connection) |"), "{table}");
+        assert!(table.contains("| 2.65 | 15 (fixed) |"), "{table}");
+        assert!(table.contains("CPU, cores (at 200 B/s per connection)"), "{table}");
+    }
+
+    #[test]
+    fn within_the_measured_range_nothing_is_called_extrapolated() {
+        let table = predict(&results(vec![epoll()]), 5000).unwrap();
+        assert!(table.contains("| 1,000, 3,000, 8,000 |"), "{table}");
+        assert!(!table.lines().any(|l| l.starts_with("| epoll") && l.contains("extrapolated")), "{table}");
+        let table = predict(&results(vec![epoll()]), 100).unwrap();
+        assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated below the smallest |"), "{table}");
+    }
+
+    /// A figure the rows cannot give does not hide which rows were measured.
+    #[test]
+    fn the_measured_rows_are_named_when_a_figure_is_not_derivable() {
+        let mut m = epoll();
+        m.rows[2].server_rss_kib = 3000;
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| epoll | not derivable |"), "{table}");
+        assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
+        assert!(
+            table.contains("epoll, server memory: falls as connections grow (4,000 KiB at 1,000, 3,000 KiB at 8,000)")
+        );
+    }
+
+    #[test]
+    fn partial_runs_are_named() {
+        let mut r = results(vec![epoll()]);
+        r.in_progress = true;
+        assert!(predict(&r, 50_000).unwrap().contains("a run that had not finished"));
+        r.in_progress = false;
+        r.interrupted = true;
+        assert!(predict(&r, 50_000).unwrap().contains("an interrupted run"));
+    }
+
+    #[test]
+    fn results_with_no_rows_are_an_error() {
+        let mut failed = model("epoll", vec![]);
+        failed.error = Some("flood row: the server did not start".into());
+        let err = predict(&results(vec![failed.clone()]), 50_000).unwrap_err().to_string();
+        assert!(err.contains("no model has a row with a connection held"), "{err}");
+        assert!(predict(&results(vec![]), 50_000).unwrap_err().to_string().contains("lists no models"));
+        // One failed model among measured ones keeps its reason in the table.
+        let table = predict(&results(vec![failed, epoll()]), 50_000).unwrap();
+        assert!(table.contains("| epoll | not measured: flood row: the server did not start |"), "{table}");
     }
 }

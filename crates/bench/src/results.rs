@@ -18,6 +18,10 @@ pub struct Machine {
     pub tcp_mem_pages: String,
     pub open_files_limit: u64,
     pub io_uring: String,
+    /// The limits on threads this run was under, by name (`kernel.threads-max`, the soft
+    /// `RLIMIT_NPROC`, the cgroup's `pids.max`), those that are set; absent in older results.
+    #[serde(default)]
+    pub thread_limits: std::collections::BTreeMap<String, u64>,
 }
 
 /// Which of the seed's rows.
@@ -117,6 +121,14 @@ pub struct Results {
     pub finished: String,
     /// The run was interrupted; what is here was measured before.
     pub interrupted: bool,
+    /// Written while the run goes on (after each model): the models after the last one here
+    /// are not measured yet. False once the run has ended, and in older results.
+    #[serde(default)]
+    pub in_progress: bool,
+    /// The models the run was asked to measure, so a partial result says which are missing
+    /// (empty in older results).
+    #[serde(default)]
+    pub planned_models: Vec<String>,
     pub machine: Machine,
     /// The parameters of the profile, so the table can say what each row means.
     pub parameters: serde_json::Value,

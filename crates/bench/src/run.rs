@@ -1,17 +1,18 @@
 //! `sockscale bench`: every model through the seed's rows, the HTTP sweep (with nginx when
 //! installed) and UDP, written out as it goes.
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sockscale_server::Model;
 
 use crate::harness::{Children, Harness};
 use crate::nginx;
 use crate::profile::Profile;
-use crate::results::{ModelResult, Results, RowKind, SCHEMA};
+use crate::results::{thousands, ModelResult, Results, RowKind, SCHEMA};
 
 pub struct BenchConfig {
     /// The sockscale binary to run as server and load.
@@ -37,7 +38,8 @@ impl BenchConfig {
     }
 }
 
-/// Run the bench; results are written to `out_dir` after every model.
+/// Run the bench; results are written to `out_dir` after every model, marked in progress
+/// until the run ends.
 pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> std::io::Result<Results> {
     std::fs::create_dir_all(&cfg.out_dir)?;
     let scratch = cfg.out_dir.join(".scratch");
@@ -57,11 +59,18 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         started: utc_now(),
         machine: crate::machine::describe(),
         parameters: serde_json::to_value(&cfg.profile).unwrap_or_default(),
+        planned_models: cfg.models.iter().map(|m| m.name().to_owned()).collect(),
+        in_progress: true,
         ..Results::default()
     };
     let http_points = cfg.profile.http_concurrency.len() * 2;
-    let total_steps = cfg.models.len() * (3 + http_points + 1) + http_points;
-    let mut progress = Progress { shown: cfg.progress && std::io::stderr().is_terminal(), done: 0, total: total_steps };
+    let total_steps = cfg.models.len() * steps_per_model(&cfg.profile) + http_points;
+    let shown = match (cfg.progress, std::io::stderr().is_terminal()) {
+        (false, _) => Shown::Off,
+        (true, true) => Shown::Bar,
+        (true, false) => Shown::Lines,
+    };
+    let mut progress = Progress::new(shown, total_steps);
     for &model in &cfg.models {
         if harness.interrupted() {
             break;
@@ -71,48 +80,107 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         save(&cfg.out_dir, &results)?;
     }
     if !harness.interrupted() {
-        progress.show("nginx: HTTP sweep");
-        results.nginx = Some(nginx::sweep(&harness, || progress.step()));
+        let mut point = 0;
+        let installed = nginx::installed();
+        if installed {
+            progress.begin(format!("nginx: HTTP point 1 of {http_points}"));
+        }
+        let nginx = nginx::sweep(&harness, || {
+            point += 1;
+            progress.end(Outcome::Done);
+            if point < http_points {
+                progress.begin(format!("nginx: HTTP point {} of {http_points}", point + 1));
+            }
+        });
+        if point < http_points {
+            let why = nginx.error.clone().unwrap_or_else(|| "interrupted".into());
+            if installed {
+                progress.end(Outcome::Failed(&why));
+                point += 1;
+            }
+            progress.abandon(http_points - point, &format!("nginx: {why}"));
+        }
+        results.nginx = Some(nginx);
     }
     results.interrupted = harness.interrupted();
+    results.in_progress = false;
     results.finished = utc_now();
     save(&cfg.out_dir, &results)?;
-    progress.finish();
+    progress.finish(results.interrupted);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(results)
+}
+
+/// Steps of one model: three rows, the HTTP points, UDP.
+fn steps_per_model(profile: &Profile) -> usize {
+    3 + profile.http_concurrency.len() * 2 + 1
+}
+
+fn row_label(name: &str, kind: RowKind, p: &Profile) -> String {
+    match kind {
+        RowKind::Flood => format!("{name}: flood, {} connections", thousands(p.flood_conns)),
+        RowKind::RateLimited => format!("{name}: rate-limited, {} connections", thousands(p.rate_conns)),
+        RowKind::Maximum => format!("{name}: maximum, up to {} connections", thousands(p.max_conns)),
+    }
 }
 
 fn bench_model(h: &Harness<'_>, model: Model, progress: &mut Progress) -> ModelResult {
     let name = model.name();
     let mut result = ModelResult { model: name.into(), ..ModelResult::default() };
+    let steps = steps_per_model(h.profile);
     if let Some(reason) = model.unavailable() {
-        result.error = Some(format!("unavailable here: {reason}"));
-        progress.skip(3 + h.profile.http_concurrency.len() * 2 + 1);
+        let why = format!("unavailable here: {reason}");
+        progress.abandon(steps, &format!("{name}: skipped, {why}"));
+        result.error = Some(why);
         return result;
     }
+    let mut left = steps;
     for kind in [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum] {
         if h.interrupted() {
+            result.error = Some(format!("interrupted before the {} row", kind.label()));
+            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
             return result;
         }
-        progress.show(&format!("{name}: {}", kind.label()));
+        progress.begin(row_label(name, kind, h.profile));
         match h.row(name, kind) {
-            Ok(row) => result.rows.push(row),
-            Err(e) if !h.interrupted() => {
-                result.error = Some(format!("{} row: {e}", kind.label()));
-                break;
+            Ok(row) => {
+                result.rows.push(row);
+                progress.end(Outcome::Done);
             }
-            Err(_) => return result,
+            Err(e) if !h.interrupted() => {
+                progress.end(Outcome::Failed(&e));
+                result.error = Some(format!("{} row: {e}", kind.label()));
+                progress.abandon(left - 1, &format!("{name}: not measured after the failed {} row", kind.label()));
+                return result;
+            }
+            Err(_) => {
+                progress.end(Outcome::Interrupted);
+                result.error = Some(format!("interrupted during the {} row", kind.label()));
+                progress.abandon(left - 1, &format!("{name}: not measured (interrupted)"));
+                return result;
+            }
         }
-        progress.step();
+        left -= 1;
     }
+    let http_points = h.profile.http_concurrency.len() * 2;
     if h.interrupted() {
+        result.error = Some("interrupted before the HTTP sweep".into());
+        progress.abandon(left, &format!("{name}: not measured (interrupted)"));
         return result;
     }
-    progress.show(&format!("{name}: HTTP sweep"));
+    let mut point = 0;
+    progress.begin(format!("{name}: HTTP point 1 of {http_points}"));
     match h.start_server(name, "http", &[]) {
         Ok(server) => {
             let port = server.port;
-            match h.http_sweep(port, || progress.step()) {
+            let swept = h.http_sweep(port, || {
+                point += 1;
+                progress.end(Outcome::Done);
+                if point < http_points {
+                    progress.begin(format!("{name}: HTTP point {} of {http_points}", point + 1));
+                }
+            });
+            match swept {
                 Ok(points) => result.http = points,
                 Err(e) => result.error = Some(format!("HTTP sweep: {e}")),
             }
@@ -120,32 +188,153 @@ fn bench_model(h: &Harness<'_>, model: Model, progress: &mut Progress) -> ModelR
         }
         Err(e) => result.error = Some(format!("HTTP sweep: {e}")),
     }
-    if model.serves_udp() && !h.interrupted() {
-        progress.show(&format!("{name}: UDP"));
-        match h.udp(name) {
-            Ok(point) => result.udp = Some(point),
-            Err(e) => result.error = Some(format!("UDP: {e}")),
+    // Left: the HTTP points not ended, then UDP.
+    left -= point;
+    if point < http_points {
+        match &result.error {
+            Some(e) => progress.end(Outcome::Failed(e)),
+            None => progress.end(Outcome::Interrupted),
+        }
+        let rest = http_points - point - 1;
+        progress.abandon(rest, &format!("{name}: rest of the HTTP sweep not measured"));
+        left -= 1 + rest;
+        if result.error.is_none() {
+            result.error = Some("interrupted during the HTTP sweep".into());
+            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
+            return result;
         }
     }
-    progress.step();
+    if !model.serves_udp() {
+        let why = model.limitation(sockscale_server::Policy::Udp).unwrap_or("no UDP");
+        progress.abandon(left, &format!("{name}: UDP skipped: {why}"));
+    } else if h.interrupted() {
+        result.error.get_or_insert_with(|| "interrupted before UDP".into());
+        progress.abandon(left, &format!("{name}: not measured (interrupted)"));
+    } else {
+        progress.begin(format!("{name}: UDP echo"));
+        match h.udp(name) {
+            Ok(point) => {
+                result.udp = Some(point);
+                progress.end(Outcome::Done);
+            }
+            Err(e) => {
+                progress.end(Outcome::Failed(&e));
+                result.error = Some(format!("UDP: {e}"));
+            }
+        }
+    }
     result
 }
 
-/// Write the raw JSON, the CSVs and the markdown tables.
+/// Write the raw JSON, the CSVs and the markdown tables, each replacing the last whole (a
+/// temporary file renamed over it), so a reader or a killed run never leaves half a file.
 pub fn save(dir: &Path, results: &Results) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(results).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join("results.json"), json + "\n")?;
-    std::fs::write(dir.join("rows.csv"), results.rows_csv())?;
-    std::fs::write(dir.join("http.csv"), results.http_csv())?;
-    std::fs::write(dir.join("table.md"), tables_markdown(results))?;
+    write_atomically(&dir.join("results.json"), (json + "\n").as_bytes())?;
+    write_atomically(&dir.join("rows.csv"), results.rows_csv().as_bytes())?;
+    write_atomically(&dir.join("http.csv"), results.http_csv().as_bytes())?;
+    write_atomically(&dir.join("table.md"), tables_markdown(results).as_bytes())?;
     Ok(())
 }
 
-/// All tables, as the report and README show them.
+/// Write `path` whole or not at all: a temporary file in the same directory, renamed over it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Why the output directory cannot take a run's files.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    #[error("--out {0}: already holds a bench's results.json (a new run would mix its files with the old run's): choose another directory or remove it")]
+    Taken(String),
+    #[error("--out {path}: cannot create the directory")]
+    Create { path: String, source: std::io::Error },
+    #[error("--out {path}: cannot write files there")]
+    Write { path: String, source: std::io::Error },
+}
+
+/// Make sure `dir` can take a run's files, before the run: a directory that cannot be written
+/// must fail in a second, not after minutes of measuring.
+pub fn prepare_out_dir(dir: &Path) -> Result<(), OutDirError> {
+    let path = dir.display().to_string();
+    if dir.join("results.json").exists() {
+        return Err(OutDirError::Taken(path));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| OutDirError::Create { path: path.clone(), source })?;
+    // A probe file: permissions and read-only filesystems show up here.
+    let probe = dir.join(format!(".sockscale-probe-{}", std::process::id()));
+    std::fs::File::create_new(&probe).map_err(|source| OutDirError::Write { path, source })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Draw the charts and the page (see [`crate::report::render`]) into a staging directory,
+/// then move each file into `dir`: every file there is whole, and an interrupted or failed
+/// drawing leaves the previous files, not half-written ones.
+pub fn render_report(results: &Results, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    // "results.json" has the parent "": the current directory.
+    let at = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    std::fs::create_dir_all(at)?;
+    let staging = tempfile::Builder::new().prefix(".report-").tempdir_in(at)?;
+    let drawn = crate::report::render(results, staging.path()).map_err(std::io::Error::other)?;
+    let mut written = Vec::with_capacity(drawn.len());
+    for file in drawn {
+        let Some(name) = file.file_name() else { continue };
+        let to = dir.join(name);
+        std::fs::rename(&file, &to)?;
+        written.push(to);
+    }
+    Ok(written)
+}
+
+/// Why the results are partial, in one paragraph, or None when the run measured everything.
+pub fn partial_note(results: &Results) -> Option<String> {
+    if !results.interrupted && !results.in_progress {
+        return None;
+    }
+    let measured: Vec<&str> = results.models.iter().map(|m| m.model.as_str()).collect();
+    let missing: Vec<&str> =
+        results.planned_models.iter().map(String::as_str).filter(|m| !measured.contains(m)).collect();
+    let incomplete: Vec<String> = results
+        .models
+        .iter()
+        .filter_map(|m| {
+            m.error.as_deref().filter(|e| e.starts_with("interrupted")).map(|e| format!("{} ({e})", m.model))
+        })
+        .collect();
+    let mut note = String::from(if results.in_progress {
+        "These results are partial: the run was still going (or was killed) when they were written."
+    } else {
+        "These results are partial: the run was interrupted."
+    });
+    if !incomplete.is_empty() {
+        let _ = write!(note, " Stopped part-way: {}.", incomplete.join(", "));
+    }
+    if !missing.is_empty() {
+        let _ = write!(note, " Not measured: {}.", missing.join(", "));
+    }
+    if results.nginx.is_none() {
+        note.push_str(" nginx not measured.");
+    }
+    Some(note)
+}
+
+/// All tables, as the report and README show them. A section with nothing measured says so
+/// instead of printing a table header with no columns to fill.
 pub fn tables_markdown(results: &Results) -> String {
     let m = &results.machine;
-    format!(
-        "Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}. Profile `{}`, {}{}.\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. Kernel TCP memory is /proc/net/sockstat's, the counterpart of the seed's non-paged pool. A client-bound row had the load generator at 90% or more of its cores.\n\n{}\n## HTTP 4 KiB responses by concurrency (seed 003)\n\n{}\n## UDP echo\n\n{}",
+    let mut s = String::new();
+    if let Some(note) = partial_note(results) {
+        let _ = write!(s, "## Partial results\n\n{note}\n\n");
+    }
+    let _ = write!(
+        s,
+        "Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}. Profile `{}`, {}{}.\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. Kernel TCP memory is /proc/net/sockstat's, the counterpart of the seed's non-paged pool. A client-bound row had the load generator at 90% or more of its cores.\n\n",
         m.cpu_model,
         m.cores,
         m.memory_kib / 1024,
@@ -155,47 +344,124 @@ pub fn tables_markdown(results: &Results) -> String {
         results.profile,
         results.started,
         if results.interrupted { " (interrupted)" } else { "" },
-        results.table_markdown(),
-        results.http_markdown(),
-        results.udp_markdown()
-    )
+    );
+    if results.models.is_empty() {
+        s.push_str("No model was measured.\n\n");
+    } else {
+        let _ = writeln!(s, "{}", results.table_markdown());
+    }
+    s.push_str("## HTTP 4 KiB responses by concurrency (seed 003)\n\n");
+    if results.all_results().any(|m| !m.http.is_empty()) {
+        let _ = writeln!(s, "{}", results.http_markdown());
+    } else {
+        s.push_str("No HTTP point was measured.\n\n");
+    }
+    s.push_str("## UDP echo\n\n");
+    if results.models.iter().any(|m| m.udp.is_some()) {
+        s.push_str(&results.udp_markdown());
+    } else {
+        s.push_str("No UDP point was measured.\n");
+    }
+    s
 }
 
+/// How a step ended.
+enum Outcome<'a> {
+    Done,
+    Failed(&'a str),
+    Interrupted,
+}
+
+/// How progress is shown on stderr.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// A live bar redrawn in place: stderr is a terminal.
+    Bar,
+    /// One plain line per step: CI logs, a pipe, a file.
+    Lines,
+    Off,
+}
+
+/// Progress through the run's steps: a live bar on a terminal; otherwise (CI logs, a pipe) one
+/// plain line per step, begun when the step starts and ended with its outcome and time.
 struct Progress {
-    shown: bool,
+    shown: Shown,
     done: usize,
     total: usize,
+    current: Option<Instant>,
 }
 
 impl Progress {
-    fn show(&self, what: &str) {
-        if !self.shown {
-            return;
+    fn new(shown: Shown, total: usize) -> Progress {
+        Progress { shown, done: 0, total, current: None }
+    }
+
+    /// "[ 3/57]", the counter padded to the width of the total.
+    fn counter(&self, first: usize, last: usize) -> String {
+        let width = self.total.to_string().len();
+        if first == last {
+            format!("[{first:>width$}/{}]", self.total)
+        } else {
+            format!("[{first:>width$}-{last}/{}]", self.total)
         }
-        let width = 30;
-        let filled = (self.done * width / self.total.max(1)).min(width);
+    }
+
+    fn begin(&mut self, what: String) {
+        self.current = Some(Instant::now());
         let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r[{}{}] {:>3}%  {what:<40}",
-            "#".repeat(filled),
-            " ".repeat(width - filled),
-            self.done * 100 / self.total.max(1)
-        );
+        if self.shown == Shown::Bar {
+            let width = 30;
+            let filled = (self.done * width / self.total.max(1)).min(width);
+            let _ = write!(
+                err,
+                "\r[{}{}] {:>3}%  {what:<40}",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                self.done * 100 / self.total.max(1)
+            );
+        } else if self.shown == Shown::Lines {
+            let _ = write!(err, "{} {what} … ", self.counter(self.done + 1, self.done + 1));
+        }
         let _ = err.flush();
     }
 
-    fn step(&mut self) {
+    fn end(&mut self, outcome: Outcome<'_>) {
         self.done += 1;
+        let elapsed = self.current.take().map_or(Duration::ZERO, |t| t.elapsed());
+        if self.shown != Shown::Lines {
+            return;
+        }
+        let secs = elapsed.as_secs_f64();
+        let line = match outcome {
+            Outcome::Done => format!("done in {secs:.1} s"),
+            Outcome::Failed(why) => format!("failed after {secs:.1} s: {why}"),
+            Outcome::Interrupted => format!("interrupted after {secs:.1} s"),
+        };
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{line}");
+        let _ = err.flush();
     }
 
-    fn skip(&mut self, n: usize) {
+    /// Count `n` steps that will not run, saying why once.
+    fn abandon(&mut self, n: usize, why: &str) {
+        if n == 0 {
+            return;
+        }
+        if self.shown == Shown::Lines {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{} {why}", self.counter(self.done + 1, self.done + n));
+            let _ = err.flush();
+        }
         self.done += n;
     }
 
-    fn finish(&self) {
-        if self.shown {
-            let _ = writeln!(std::io::stderr(), "\r{:<80}", "bench finished");
+    fn finish(&self, interrupted: bool) {
+        let what = if interrupted { "bench interrupted" } else { "bench finished" };
+        let mut err = std::io::stderr().lock();
+        if self.shown == Shown::Bar {
+            let _ = writeln!(err, "\r{what:<80}");
+        } else if self.shown == Shown::Lines {
+            let _ = writeln!(err, "{what}: {} of {} steps", self.done, self.total);
         }
     }
 }

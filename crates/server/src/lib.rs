@@ -28,7 +28,7 @@ mod uring;
 pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;
-pub use model::{Capabilities, Limitation, Model, Policy, ThreadShape};
+pub use model::{Capabilities, Ceiling, Limitation, Model, Policy, ThreadShape};
 pub use pool::PoolError;
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};

@@ -85,6 +85,19 @@ pub struct Capabilities {
     pub cannot: &'static [Limitation],
     /// Known limits, one line each.
     pub limits: &'static [&'static str],
+    /// The most connections one server process of this model can hold whatever the machine,
+    /// when the model itself sets one (capacity plans refuse targets beyond it).
+    pub ceiling: Option<Ceiling>,
+}
+
+/// A hard limit of a model on the connections one process can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling {
+    /// Descriptors one process can watch (connections also share them with the listener and the
+    /// standard streams, so a few less are connections).
+    pub descriptors: u64,
+    /// What sets it, as a user would look it up.
+    pub set_by: &'static str,
 }
 
 /// The models' capabilities, in the order of [`Model::ALL`] (a test checks it).
@@ -102,6 +115,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "every wake-up is a context switch: more CPU per byte than the readiness models",
             "`--threads` applies to UDP only",
         ],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Threadpool,
@@ -116,6 +130,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "a slow reader ties up a worker for up to `--send-timeout`",
             "every round crosses two threads (queue, poller): a context switch or two per request more than the readiness models",
         ],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Select,
@@ -126,6 +141,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         waits: "select(2) over the whole descriptor range, level-triggered",
         cannot: &[],
         limits: &["about 1,020 connections (FD_SETSIZE 1024); beyond, connections are refused with a log line"],
+        ceiling: Some(Ceiling { descriptors: libc::FD_SETSIZE as u64, set_by: "FD_SETSIZE" }),
     },
     Capabilities {
         model: Model::Poll64,
@@ -136,6 +152,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         waits: "poll(2) per group, level-triggered; the acceptor hands connections over through an eventfd inbox",
         cannot: &[],
         limits: &["threads grow with connections (782 at 50,000)"],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Signal,
@@ -149,6 +166,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "a signal per segment costs more than an epoll wake-up under bulk traffic",
             "a signal queue overflow costs a poll(2) scan of every descriptor",
         ],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Epoll,
@@ -159,6 +177,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         waits: "edge-triggered epoll, one instance and one SO_REUSEPORT listener per thread (`--listener exclusive`: one listener with EPOLLEXCLUSIVE)",
         cannot: &[],
         limits: &[],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Uring,
@@ -172,6 +191,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "needs Linux 6.0 and io_uring allowed (`kernel.io_uring_disabled`, seccomp), and it says why when it is not",
             "`--accept-batch` does not apply",
         ],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Uring64,
@@ -188,6 +208,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "threads grow with connections",
             "needs Linux 6.0 and io_uring allowed, as uring",
         ],
+        ceiling: None,
     },
     Capabilities {
         model: Model::Tokio,
@@ -202,6 +223,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
             "`--listener` does not apply to TCP: one accept task on one shared listener",
             "a write the socket refuses costs one extra sendmsg(2) (EAGAIN) before tokio waits for writability",
         ],
+        ceiling: None,
     },
 ];
 
@@ -358,5 +380,9 @@ mod tests {
         let no_udp: Vec<_> = Model::ALL.into_iter().filter(|m| !m.serves_udp()).collect();
         assert_eq!(no_udp, [Model::Uring64]);
         assert!(Model::Uring64.limitation(Policy::Udp).is_some());
+        // Capacity plans refuse targets past a model's own ceiling; only select has one.
+        let ceilings: Vec<_> =
+            Model::ALL.into_iter().filter_map(|m| m.capabilities().ceiling.map(|c| (m, c.descriptors))).collect();
+        assert_eq!(ceilings, [(Model::Select, 1024)]);
     }
 }

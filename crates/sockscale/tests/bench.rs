@@ -153,6 +153,42 @@ fn bench_rejects_bad_input_in_one_line() {
     }
 }
 
+/// Bad --models and an --out that cannot take the results fail at once, before any step runs
+/// (the tiny profile, so that a check made only after the run still ends the test quickly).
+#[test]
+fn bench_checks_models_and_out_before_the_run() {
+    let taken = std::env::temp_dir().join(format!("sockscale-bench-taken-{}", std::process::id()));
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("results.json"), "{}").unwrap();
+    let file = taken.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let (taken_s, under_file) = (taken.display().to_string(), file.join("out").display().to_string());
+    for (args, expect) in [
+        (
+            vec!["--models", "epoll,nonesuch"],
+            "invalid value 'nonesuch' for '--models <MODELS>': unknown model 'nonesuch' (expected one of: blocking,",
+        ),
+        (vec!["--models", ""], "invalid value '' for '--models <MODELS>': unknown model ''"),
+        (vec!["--models", "epoll,select,epoll"], "--models names epoll twice: list each model once"),
+        (vec!["--models", "epoll", "--out", &under_file], "cannot create the directory: Not a directory (os error 20)"),
+        (
+            vec!["--models", "epoll", "--out", "/proc/sys/sockscale-out"],
+            "--out /proc/sys/sockscale-out: cannot create the directory",
+        ),
+        (vec!["--models", "epoll", "--out", "/proc/sys"], "--out /proc/sys: cannot write files there"),
+        (vec!["--models", "epoll", "--out", &taken_s], "already holds a bench's results.json"),
+    ] {
+        let out = Command::new(BIN).args(["bench", "--profile", "tiny"]).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "bench {args:?} was accepted");
+        assert_eq!(err.lines().count(), 1, "bench {args:?}: one line, before any step: {err}");
+        assert!(err.contains(expect), "bench {args:?}: {err}");
+        assert_eq!(err.matches("os error").count(), err.contains("os error") as usize, "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(taken.join("results.json")).unwrap(), "{}", "the old results are untouched");
+    let _ = std::fs::remove_dir_all(&taken);
+}
+
 /// Every process under `pid`, recursively.
 fn descendants(pid: u32) -> Vec<u32> {
     let mut all = Vec::new();
@@ -212,4 +248,243 @@ fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
     assert!(r["models"].as_array().map_or(0, Vec::len) < 4, "the run stopped early");
     assert!(dir.join("report.html").exists(), "the report is drawn from what was measured");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A results.json as bench writes it, with plain values: a fixed-thread model (3,000 KiB +
+/// 1 KiB per connection, 5 threads, kernel memory measured in one row only), select (held
+/// 1,017 at most), and a model that failed.
+fn synthetic_results(dir: &std::path::Path) -> std::path::PathBuf {
+    let row = |kind: &str, connected: u64, rss: u64, kernel: u64, threads: u64, cpu: f64| {
+        serde_json::json!({
+            "kind": kind, "attempted": connected, "connected": connected, "client_peak_open": connected,
+            "server_rss_kib": rss, "kernel_tcp_kib": kernel, "cpu_min_pct": cpu, "cpu_max_pct": cpu,
+            "threads": threads, "sent_bytes_per_s": 1.0, "received_bytes_per_s": 1.0, "p50_us": 1.0,
+            "p99_us": 1.0, "errors": {}, "client_cpu_pct": 1.0, "client_cores": 1, "client_bound": false,
+            "duration_s": 1.0
+        })
+    };
+    let model = |name: &str, rows: Vec<serde_json::Value>| serde_json::json!({"model": name, "error": null, "rows": rows, "http": [], "udp": null});
+    let results = serde_json::json!({
+        "schema": 1, "profile": "default", "started": "2026-11-22 08:00:41 UTC", "finished": "", "interrupted": false,
+        "machine": {"cpu_model": "test", "cores": 2, "memory_kib": 16u64 << 20, "kernel": "6", "somaxconn": "4096",
+                    "tcp_mem_pages": "", "open_files_limit": 1_000_000, "io_uring": "available"},
+        "parameters": {"block": 1000, "block_rate": 200000},
+        "models": [
+            model("epoll", vec![
+                row("flood", 1000, 4000, 7168, 5, 90.0),
+                row("rate_limited", 3000, 6000, 0, 5, 20.0),
+                row("maximum", 8000, 11000, 2048, 5, 45.0),
+            ]),
+            model("select", vec![row("flood", 1000, 5280, 7168, 4, 100.0), row("maximum", 1017, 5264, 2048, 4, 57.0)]),
+            {"model": "tokio", "error": "flood row: the server did not start", "rows": [], "http": [], "udp": null},
+        ],
+        "nginx": null
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+    path
+}
+
+/// The case: select predicted 0 MiB and 0 threads at 50,000 connections, fixed-thread
+/// models 0 threads, and unmeasured kernel memory 0 MiB.
+#[test]
+fn plan_derives_every_figure_from_measured_rows_and_refuses_what_a_model_cannot_hold() {
+    let dir = std::env::temp_dir().join(format!("sockscale-plan-test-{}", std::process::id()));
+    let results = synthetic_results(&dir);
+    let out = Command::new(BIN).arg("plan").arg("--from").arg(&results).args(["--target", "50000"]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 3,000 KiB + 50,000 × 1 KiB = 52 MiB; five threads whatever the load; CPU through the two
+    // rate-limited rows: 5% + 0.005% per connection = 2.55 cores; kernel memory not measured.
+    assert!(
+        text.contains("| epoll | 52 MiB (1.00 KiB/connection) | not measured | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("epoll, kernel TCP memory: not measured (0 KiB recorded with 3,000 connections open)"),
+        "{text}"
+    );
+    assert!(text.contains("select cannot hold 50,000 connections: FD_SETSIZE is 1,024."), "{text}");
+    assert!(text.contains("| tokio | not measured: flood row: the server did not start |"), "{text}");
+    assert!(text.contains("at 200 B/s per connection"), "{text}");
+    for line in text.lines().filter(|l| l.starts_with("| ")) {
+        assert!(!line.contains("| 0 MiB") && !line.contains("| 0 |"), "a zero that was not measured: {line}");
+    }
+}
+
+#[test]
+fn plan_rejects_impossible_input_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("sockscale-plan-bad-{}", std::process::id()));
+    let results = synthetic_results(&dir);
+    let not_results = dir.join("not-results.json");
+    std::fs::write(&not_results, "{\"requests\": 3}").unwrap();
+    let empty = dir.join("empty.json");
+    let text = std::fs::read_to_string(&results).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["models"] = serde_json::json!([]);
+    std::fs::write(&empty, value.to_string()).unwrap();
+    let (results, not_results, empty) =
+        (results.display().to_string(), not_results.display().to_string(), empty.display().to_string());
+    for (args, expect) in [
+        (vec!["--connections", "0"], "'--connections <CONNECTIONS>': must be 1 or more"),
+        (vec!["--connections", "10,-5"], "invalid value '-5' for '--connections <CONNECTIONS>'"),
+        (vec!["--ops", "0"], "'--ops <OPS>': must be 1 or more"),
+        (vec!["--buffer-size", "0"], "'--buffer-size <BUFFER_SIZE>': must be more than 0"),
+        (vec!["--link", "-100"], "'--link <LINK>': expected megabits per second, more than 0"),
+        (vec!["--link-connections", "0"], "'--link-connections <LINK_CONNECTIONS>': must be 1 or more"),
+        (vec!["--from", &results, "--target", "0"], "'--target <TARGET>': must be 1 or more"),
+        (vec!["--from", &results, "--target", "-50000"], "invalid value '-50000' for '--target <TARGET>'"),
+        (vec!["--target", "50000"], "--target 50000 predicts from measured results: add --from RESULTS"),
+        (vec!["--from", &results, "--ops", "4"], "'--from <RESULTS>' cannot be used with '--ops <OPS>'"),
+        (vec!["--from", &not_results], "is not a sockscale bench result"),
+        (vec!["--from", &empty], "the results hold nothing to predict from: it lists no models"),
+    ] {
+        let out = Command::new(BIN).arg("plan").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "plan {args:?} was accepted: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(err.lines().count(), 1, "plan {args:?}: {err}");
+        assert!(err.contains(expect), "plan {args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With stderr not a terminal (CI logs), every step prints a plain line as it ends.
+#[test]
+fn bench_prints_a_line_per_step_when_not_a_terminal() {
+    let dir = std::env::temp_dir().join(format!("sockscale-bench-progress-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(BIN)
+        .args(["bench", "--profile", "tiny", "--models", "epoll", "--out"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // One model: 3 rows, 2 concurrencies × keep-alive on/off, UDP; then nginx's 4 points.
+    for line in [
+        "[ 1/12] epoll: flood, 20 connections … done in ",
+        "[ 2/12] epoll: rate-limited, 40 connections … done in ",
+        "[ 3/12] epoll: maximum, up to 120 connections … done in ",
+        "[ 4/12] epoll: HTTP point 1 of 4 … done in ",
+        "[ 7/12] epoll: HTTP point 4 of 4 … done in ",
+        "[ 8/12] epoll: UDP echo … done in ",
+    ] {
+        assert!(err.lines().any(|l| l.starts_with(line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
+    }
+    assert!(err.lines().any(|l| l.starts_with("[ 9/12] nginx: ") || l.starts_with("[ 9-12/12] nginx: ")), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l == "bench finished: 12 of 12 steps"), "{err}");
+    assert!(!err.contains('\r'), "no live bar when stderr is not a terminal: {err:?}");
+}
+
+/// Every markdown table in `text` has as many cells in each row as its header has.
+fn assert_tables_well_formed(text: &str) {
+    let cells = |line: &str| line.trim().trim_matches('|').split('|').count();
+    for block in text.split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| l.starts_with('|')).collect();
+        let Some(header) = lines.first() else { continue };
+        assert!(lines.len() >= 2, "a table header with no separator: {block}");
+        let n = cells(header);
+        assert!(
+            header.trim().trim_matches('|').split('|').all(|c| !c.trim().is_empty()),
+            "an empty header cell: {header}"
+        );
+        assert!(lines[1].trim().trim_matches('|').split('|').all(|c| c == "---"), "not a separator: {}", lines[1]);
+        for line in &lines[1..] {
+            assert_eq!(cells(line), n, "{line} under {header}");
+        }
+    }
+}
+
+/// What an interrupted bench left in `dir`: nothing, or a complete report marked partial.
+fn assert_nothing_or_complete_and_partial(dir: &std::path::Path, when: &str) {
+    let reports = ["results.json", "table.md", "report.html", "rows.csv", "http.csv"];
+    let present: Vec<&str> = reports.iter().copied().filter(|f| dir.join(f).exists()).collect();
+    if present.is_empty() {
+        return;
+    }
+    assert_eq!(present, reports, "{when}: some reports are missing");
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    // Well-formed tables first: an interrupted run used to write an HTTP header with no columns.
+    assert_tables_well_formed(&table);
+    assert!(
+        table.starts_with("## Partial results\n\nThese results are partial: the run was interrupted."),
+        "{when}: {table}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).expect("whole JSON");
+    assert_eq!(r["interrupted"], true, "{when}");
+    assert_eq!(r["in_progress"], false, "{when}: the run ended");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>Partial results</h2>"), "{when}: report.html is not marked partial");
+    assert!(html.trim_end().ends_with("</html>"), "{when}: report.html is whole");
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{when}: temporary files left: {leftovers:?}");
+}
+
+/// SIGINT very early and after the first step: what is left is nothing, or every report,
+/// whole, marked partial, with well-formed tables.
+#[test]
+fn interrupted_bench_leaves_nothing_or_a_complete_partial_report() {
+    for (i, when) in ["at once", "after 100 ms", "after the first step"].into_iter().enumerate() {
+        let dir = std::env::temp_dir().join(format!("sockscale-bench-partial-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut bench = Command::new(BIN)
+            .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = bench.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut stderr = stderr;
+            let mut seen = Vec::new();
+            let mut byte = [0u8];
+            while stderr.read(&mut byte).is_ok_and(|n| n == 1) {
+                seen.push(byte[0]);
+                if byte[0] == b'\n' {
+                    let _ = tx.send(String::from_utf8_lossy(&seen).into_owned());
+                }
+            }
+        });
+        match i {
+            0 => {}
+            1 => std::thread::sleep(std::time::Duration::from_millis(100)),
+            _ => {
+                let line = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a first step line");
+                assert!(line.contains("[ 1/"), "{line}");
+            }
+        }
+        sockscale_sys::signal_process(bench.id(), libc::SIGINT).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = bench.try_wait().unwrap() {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "{when}: the bench did not stop");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(!status.success(), "{when}: an interrupted bench exits non-zero");
+        assert_nothing_or_complete_and_partial(&dir, when);
+        if i == 2 {
+            let r: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+            let error = r["models"][0]["error"].as_str().unwrap_or("");
+            assert!(error.starts_with("interrupted"), "the stopped model says so: {error}");
+            let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+            assert!(table.contains("Not measured: select."), "{table}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use sockscale_bench::harness::Children;
 use sockscale_bench::run::BenchConfig;
-use sockscale_bench::{plan, report, Profile, Results};
+use sockscale_bench::{plan, Profile, Results};
 use sockscale_server::Model;
 use sockscale_server::TerminationSignals;
 
@@ -17,13 +17,15 @@ use crate::units::parse_size;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// tiny (seconds, for tests), default (under 5 minutes on 2 cores) or full (the seed's scale)
+    /// tiny (about 8 s a model, for tests), default (3½ minutes for all models on 2 cores) or
+    /// full (the seed's scale)
     #[arg(long, default_value = "default", value_parser = ["tiny", "default", "full"])]
     pub profile: String,
-    /// Models to run, comma-separated [default: all]
-    #[arg(long, value_delimiter = ',', value_name = "MODELS")]
-    pub models: Vec<String>,
-    /// Where to write results.json, the CSVs, table.md, the charts and report.html
+    /// Models to run, comma-separated, each once [default: all]
+    #[arg(long, value_delimiter = ',', value_name = "MODELS", value_parser = parse_model)]
+    pub models: Vec<Model>,
+    /// Where to write results.json, the CSVs, table.md, the charts and report.html: a new
+    /// directory, or one without a results.json; checked before the run
     /// [default: bench-results/<timestamp>]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -40,41 +42,81 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Connection counts to tabulate
-    #[arg(long, value_delimiter = ',', default_value = "10,1000,50000")]
+    /// Connection counts to tabulate (each 1 or more)
+    #[arg(long, value_delimiter = ',', default_value = "10,1000,50000", value_parser = at_least_one,
+          allow_hyphen_values = true, conflicts_with = "from")]
     pub connections: Vec<u64>,
-    /// Operations outstanding per connection
-    #[arg(long, value_delimiter = ',', default_value = "10,2")]
+    /// Operations outstanding per connection (each 1 or more)
+    #[arg(long, value_delimiter = ',', default_value = "10,2", value_parser = at_least_one,
+          allow_hyphen_values = true, conflicts_with = "from")]
     pub ops: Vec<u64>,
-    /// Buffer per operation
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    /// Buffer per operation (more than 0)
+    #[arg(long, default_value = "16KiB", value_parser = nonzero_size, allow_hyphen_values = true,
+          conflicts_with = "from")]
     pub buffer_size: usize,
     /// Context per operation, in bytes (the seed's 200)
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, conflicts_with = "from")]
     pub context: u64,
-    /// Link speeds in megabits per second, for bandwidth per connection
-    #[arg(long, value_delimiter = ',', default_value = "10,100")]
+    /// Link speeds in megabits per second, for bandwidth per connection (each more than 0)
+    #[arg(long, value_delimiter = ',', default_value = "10,100", value_parser = positive_megabits,
+          allow_hyphen_values = true, conflicts_with = "from")]
     pub link: Vec<f64>,
-    /// Connection counts sharing the link
-    #[arg(long, value_delimiter = ',', default_value = "100,1000,50000")]
+    /// Connection counts sharing the link (each 1 or more)
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,50000", value_parser = at_least_one,
+          allow_hyphen_values = true, conflicts_with = "from")]
     pub link_connections: Vec<u64>,
-    /// Predict from measured results instead (a results.json from sockscale bench)
+    /// Predict from measured results instead (a results.json from sockscale bench): each figure
+    /// is a line fitted through the measured rows, models that cannot hold the target say why
     #[arg(long, value_name = "RESULTS")]
     pub from: Option<PathBuf>,
-    /// With --from: the connection count to predict for
-    #[arg(long, default_value_t = 50_000)]
-    pub target: u64,
+    /// With --from: the connection count to predict for (1 or more) [default: 50000]
+    #[arg(long, value_parser = at_least_one, allow_negative_numbers = true)]
+    pub target: Option<u64>,
+}
+
+/// A count of connections or operations: a whole number, 1 or more.
+fn at_least_one(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number, 1 or more".into()),
+    }
+}
+
+/// A buffer size that holds something.
+fn nonzero_size(text: &str) -> Result<usize, String> {
+    match parse_size(text)? {
+        0 => Err("must be more than 0 (e.g. 16KiB)".into()),
+        n => Ok(n),
+    }
+}
+
+/// A link speed: a finite number of megabits per second, more than 0.
+fn positive_megabits(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(mb) if mb.is_finite() && mb > 0.0 => Ok(mb),
+        _ => Err("expected megabits per second, more than 0 (e.g. 100 or 0.5)".into()),
+    }
+}
+
+/// The connection count `plan --from` predicts for when no --target is given: the seeds' 50,000.
+const DEFAULT_TARGET: u64 = 50_000;
+
+fn parse_model(text: &str) -> Result<Model, String> {
+    text.trim().parse()
 }
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
     let profile = Profile::named(&args.profile).with_context(|| format!("unknown --profile {}", args.profile))?;
-    let models = if args.models.is_empty() {
-        Model::ALL.to_vec()
-    } else {
-        args.models.iter().map(|m| m.parse::<Model>().map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?
-    };
+    for (i, model) in args.models.iter().enumerate() {
+        if args.models[..i].contains(model) {
+            bail!("--models names {model} twice: list each model once");
+        }
+    }
+    let models = if args.models.is_empty() { Model::ALL.to_vec() } else { args.models.clone() };
     let out_dir =
         args.out.clone().unwrap_or_else(|| PathBuf::from("bench-results").join(sockscale_bench::run::stamp()));
+    sockscale_bench::run::prepare_out_dir(&out_dir)?;
     let exe = std::env::current_exe().context("cannot find this program to start servers and load")?;
     let (server_cpus, client_cpus) = BenchConfig::split_cores();
     let cfg = BenchConfig { exe, profile, models, out_dir: out_dir.clone(), server_cpus, client_cpus, progress: true };
@@ -95,7 +137,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     let results = sockscale_bench::run::run(&cfg, &interrupted, children)
         .with_context(|| format!("cannot write results to {}", out_dir.display()))?;
-    let files = report::render(&results, &out_dir)?;
+    let files = sockscale_bench::run::render_report(&results, &out_dir)
+        .with_context(|| format!("cannot draw the report in {}", out_dir.display()))?;
     say!("{}", sockscale_bench::run::tables_markdown(&results));
     say!("results: {}", out_dir.join("results.json").display());
     say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
@@ -108,7 +151,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 pub fn report(args: &ReportArgs) -> Result<()> {
     let results = Results::load(&args.results.display().to_string())?;
     let dir = args.out.clone().unwrap_or_else(|| args.results.parent().map(PathBuf::from).unwrap_or_default());
-    for file in report::render(&results, &dir)? {
+    // Each file whole, as bench writes them: drawn aside, then renamed into place.
+    let files = sockscale_bench::run::render_report(&results, &dir)
+        .with_context(|| format!("cannot draw the report in {}", dir.display()))?;
+    for file in files {
         say!("{}", file.display());
     }
     Ok(())
@@ -117,9 +163,17 @@ pub fn report(args: &ReportArgs) -> Result<()> {
 pub fn plan(args: &PlanArgs) -> Result<()> {
     if let Some(from) = &args.from {
         let results = Results::load(&from.display().to_string())?;
-        say!("{}", plan::predict(&results, args.target));
+        let target = args.target.unwrap_or(DEFAULT_TARGET);
+        let table = plan::predict(&results, target).with_context(|| format!("cannot plan from {}", from.display()))?;
+        say!("{table}");
         return Ok(());
     }
+    if let Some(target) = args.target {
+        // Without measured results there is nothing to predict for a target from: say so
+        // rather than print the seed's tables as if they answered it.
+        bail!("--target {target} predicts from measured results: add --from RESULTS (a results.json from sockscale bench)");
+    }
+
     say!("{}", plan::memory_table(&args.connections, &args.ops, args.buffer_size as u64, args.context));
     say!("{}", plan::bandwidth_table(&args.link_connections, &args.link));
     Ok(())
