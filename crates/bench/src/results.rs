@@ -294,7 +294,7 @@ impl Results {
                 let client = format!("{:.0}%{}", r.client_cpu_pct, if r.client_bound { " (client-bound)" } else { "" });
                 let _ = writeln!(
                     s,
-                    "| {name} | {}/{} | {} | {} | {} | {:.0}–{:.0}% | {} | {}/{} | {} | {errors} | {client} |",
+                    "| {name} | {}/{} | {} | {} | {} | {:.0}–{:.0}% | {} | {}/{} | {} | {} | {client} |",
                     thousands(r.attempted),
                     thousands(r.connected),
                     thousands(r.server_rss_kib),
@@ -302,10 +302,11 @@ impl Results {
                     r.kernel_slab_kib().map_or_else(|| NOT_MEASURED.to_owned(), signed_thousands),
                     r.cpu_min_pct,
                     r.cpu_max_pct,
-                    r.threads,
+                    thousands(r.threads),
                     thousands(r.sent_bytes_per_s as u64),
                     thousands(r.received_bytes_per_s as u64),
                     latency_pair(r.p50_us, r.p99_us),
+                    thousands(errors),
                 );
             }
         }
@@ -369,7 +370,7 @@ impl Results {
             }
             s
         };
-        let mut s = String::from("### Responses per second\n\n");
+        let mut s = String::from("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
         s.push_str(&table(&|p| {
             format!(
                 "{}{}{}",
@@ -383,7 +384,7 @@ impl Results {
         );
         s.push_str(&table(&|p| match &p.latency {
             Some(l) => format!("{} / {} ({})", ms(l.p50_ms), ms(l.p99_ms), ms(l.mean_ms)),
-            None if p.mean_ms > 0.0 => format!("{NOT_MEASURED} ({})", ms(p.mean_ms)),
+            None if p.mean_ms > 0.0 => format!("{NOT_MEASURED} (mean {})", ms(p.mean_ms)),
             None => NOT_MEASURED.into(),
         }));
         s.push_str(
@@ -674,7 +675,7 @@ mod tests {
     fn http_points_from_before_percentiles_were_kept_say_not_measured() {
         let r = epoll_with("", &format!("{{{POINT}}}"));
         let t = r.http_markdown();
-        assert!(t.contains("| epoll | yes | not measured (0.169) |"), "{t}");
+        assert!(t.contains("| epoll | yes | not measured (mean 0.169) |"), "{t}");
         let csv = r.http_csv();
         assert!(csv.contains(",0.169,,,0.017,"), "{csv}");
     }
