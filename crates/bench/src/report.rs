@@ -117,16 +117,18 @@ pub fn style(i: usize) -> Style {
     }
 }
 
-/// Every model of the results (nginx last), each with its style.
+/// The style of a model by name: its place among all nine models (nginx tenth), so a model
+/// looks the same in every report, whichever models a run measured. Names not known here
+/// (results from another version) take the places after those.
 fn styled_models(results: &Results) -> Vec<(String, Style)> {
-    results
-        .models
-        .iter()
-        .map(|m| m.model.clone())
-        .chain(results.nginx.iter().filter(|n| n.error.is_none()).map(|n| n.model.clone()))
-        .enumerate()
-        .map(|(i, name)| (name, style(i)))
-        .collect()
+    let mut known: Vec<String> = sockscale_server::Model::ALL.iter().map(|m| m.name().to_owned()).collect();
+    known.push("nginx".into());
+    for m in results.all_results() {
+        if !known.contains(&m.model) {
+            known.push(m.model.clone());
+        }
+    }
+    known.into_iter().enumerate().map(|(i, name)| (name, style(i))).collect()
 }
 
 /// One echo metric: its value for a row (`None` if the row cannot give it) and the bar label.
@@ -806,6 +808,7 @@ mod tests {
         let Plot::Bars { bars, .. } = &figures[0].panels[0].plot else { panic!() };
         assert_eq!(bars.len(), 1);
         assert_eq!(bars[0].value, None);
+        assert_eq!(bars[0].style, style(6), "uring keeps its colour when measured alone");
         assert!(bars[0].label.contains("failed"), "{}", bars[0].label);
     }
 }

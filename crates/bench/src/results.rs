@@ -317,7 +317,7 @@ impl Results {
     /// How the kernel columns were measured, and why a cell may say "not measured".
     fn kernel_note(&self) -> String {
         let mut note = format!(
-            "Kernel socket buffers: /proc/net/sockstat TCP \"mem\" (pages holding socket buffer data, not the sockets themselves), the largest sample minus its value before the load started. Kernel socket slab: the slab caches that hold the sockets themselves ({}, where the kernel has them as caches of their own), from /proc/slabinfo (readable by root only): their slabs at the sample with the largest total minus before the load. Both are system-wide: they count the load generator's end of every loopback connection too, and anything else the machine did meanwhile. \"{NOT_MEASURED}\" means the source could not be read, or the results were written before it was measured.",
+            "Kernel socket buffers: /proc/net/sockstat TCP \"mem\" (pages holding socket buffer data, not the sockets themselves), the largest sample minus its value before the load started. Kernel socket slab: the slab caches that hold the sockets themselves ({}, where the kernel has them as caches of their own), from /proc/slabinfo (readable by root only): their slabs at the sample with the largest total minus before the load; a few connections may fit in slabs already there, so this reads true from hundreds of connections up. Both are system-wide: they count the load generator's end of every loopback connection too, and anything else the machine did meanwhile. \"{NOT_MEASURED}\" means the source could not be read, or the results were written before it was measured.",
             crate::sampler::SOCKET_SLAB_CACHES.join(", ")
         );
         let reasons: std::collections::BTreeSet<&str> = self
