@@ -288,6 +288,8 @@ impl Results {
                     continue;
                 }
             }
+            // A failure after some rows (a later row, the HTTP sweep, UDP) is said under them.
+            let failure = m.error.as_ref().filter(|_| !m.rows.is_empty());
             for (i, r) in m.rows.iter().enumerate() {
                 let name = if i == 0 { m.model.as_str() } else { "" };
                 let errors: u64 = r.errors.values().sum();
@@ -308,6 +310,9 @@ impl Results {
                     latency_pair(r.p50_us, r.p99_us),
                     thousands(errors),
                 );
+            }
+            if let Some(error) = failure {
+                let _ = writeln!(s, "|  | failed: {} | | | | | | | | | |", error.replace('|', "/"));
             }
         }
         let _ = write!(s, "\n{}", self.kernel_note());
@@ -408,15 +413,21 @@ impl Results {
     pub fn udp_markdown(&self) -> String {
         let mut s = String::from("| model | datagrams/s sent | datagrams/s received | lost |\n|---|---|---|---|\n");
         for m in &self.models {
-            if let Some(u) = &m.udp {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} |",
-                    m.model,
-                    thousands(u.sent_per_s as u64),
-                    thousands(u.received_per_s as u64),
-                    u.lost
-                );
+            match &m.udp {
+                Some(u) => {
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} |",
+                        m.model,
+                        thousands(u.sent_per_s as u64),
+                        thousands(u.received_per_s as u64),
+                        thousands(u.lost)
+                    );
+                }
+                // A model left out of the UDP run still has its row, saying so.
+                None => {
+                    let _ = writeln!(s, "| {} | {NOT_MEASURED} | {NOT_MEASURED} | {NOT_MEASURED} |", m.model);
+                }
             }
         }
         s
@@ -678,6 +689,16 @@ mod tests {
         assert!(t.contains("| epoll | yes | not measured (mean 0.169) |"), "{t}");
         let csv = r.http_csv();
         assert!(csv.contains(",0.169,,,0.017,"), "{csv}");
+    }
+
+    #[test]
+    fn a_failure_after_some_rows_is_shown_and_a_model_without_udp_keeps_its_row() {
+        let mut r = epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#), "");
+        r.models[0].error = Some("HTTP sweep: the server did not start".into());
+        let t = r.table_markdown();
+        assert!(t.contains("|  | failed: HTTP sweep: the server did not start |"), "{t}");
+        let u = r.udp_markdown();
+        assert!(u.contains("| epoll | not measured | not measured | not measured |"), "{u}");
     }
 
     #[test]
