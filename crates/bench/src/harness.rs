@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use sockscale_load::Report;
 
 use crate::profile::Profile;
-use crate::results::{HttpPoint, Row, RowKind, UdpPoint};
-use crate::sampler::{tcp_pages, Sampler};
+use crate::results::{HttpLatency, HttpPoint, KernelMemory, Row, RowKind, UdpPoint};
+use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
 /// The processes the bench has started and not yet reaped.
 #[derive(Debug, Clone, Default)]
@@ -234,7 +234,9 @@ impl Harness<'_> {
             args.extend(["--connect-rate".into(), p.ramp_rate.to_string(), "--connect-timeout".into(), "2".into()]);
         }
         args.extend(self.spread(conns));
-        let tcp_base = tcp_pages();
+        // Kernel baselines with the server listening and no load yet.
+        let sockstat_baseline = sockstat_tcp();
+        let slab_baseline = socket_slabs();
         let interval = Duration::from_secs(1).min(duration / 4);
         let sampler = Sampler::start(server.pid(), interval);
         let report = self.load(&args);
@@ -245,7 +247,19 @@ impl Harness<'_> {
         self.stop_server(server);
         let report = report?;
         let (cpu_min, cpu_max) = samples.cpu_range();
-        let page_kib = sockscale_sys::page_size() as u64 / 1024;
+        let slab_unmeasured = match (&slab_baseline, &samples.slab_peak) {
+            (Err(reason), _) => Some(reason.clone()),
+            (Ok(_), None) => Some("/proc/slabinfo could not be read while the load ran".to_owned()),
+            (Ok(_), Some(_)) => None,
+        };
+        let kernel = KernelMemory {
+            page_size: sockscale_sys::page_size() as u64,
+            sockstat_baseline,
+            sockstat_peak: samples.sockstat_peak.filter(|_| sockstat_baseline.is_some()),
+            slab_baseline: slab_baseline.ok().filter(|_| slab_unmeasured.is_none()),
+            slab_peak: samples.slab_peak.filter(|_| slab_unmeasured.is_none()),
+            slab_unmeasured,
+        };
         let client_cores = self.client_cpus.len().max(1);
         Ok(Row {
             kind: Some(kind),
@@ -253,7 +267,7 @@ impl Harness<'_> {
             connected: held.min(conns),
             client_peak_open: report.connections.peak_open,
             server_rss_kib: samples.rss_kib_max,
-            kernel_tcp_kib: samples.tcp_pages_max.saturating_sub(tcp_base) * page_kib,
+            kernel_tcp_kib: kernel.buffers_kib().unwrap_or(0),
             cpu_min_pct: cpu_min,
             cpu_max_pct: cpu_max,
             threads: samples.threads_max,
@@ -266,6 +280,7 @@ impl Harness<'_> {
             client_cores,
             client_bound: report.rates.cpu_percent >= 90.0 * client_cores as f64,
             duration_s: report.duration_s,
+            kernel: Some(kernel),
         })
     }
 
@@ -300,6 +315,7 @@ impl Harness<'_> {
                     requests_per_s: rps,
                     mean_ms: report.latency.mean_us / 1000.0,
                     ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
+                    latency: HttpLatency::from_report(&report.latency),
                     errors: report.errors.total(),
                     client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
                 });

@@ -1,21 +1,24 @@
 //! `sockscale report`: charts and an HTML page drawn from a results JSON alone.
 //!
-//! Five charts, each as SVG and PNG: throughput, CPU, memory per connection and threads
-//! against connections (one line per model, through its flood, rate-limited and maximum
-//! rows), and HTTP responses per second against concurrency (the seed-003 figure, nginx
-//! included when it was measured). The HTML page inlines the SVGs and the tables, so it opens
-//! from disk with no network. Text is drawn with the DejaVu Sans font built into the binary, so
-//! the PNGs render the same on a machine with no fonts installed.
+//! Five figures, each as SVG and PNG. Four for the echo rows (throughput, CPU, memory per
+//! connection, threads), each with one panel per workload (flood, rate-limited, maximum) and
+//! one labelled bar per model: the workloads differ in traffic and connections, so no line
+//! joins them. One for the seed-003 HTTP sweep: responses per second against concurrency, with
+//! and without keep-alive, one line per model (nginx included when it was measured). Every
+//! model keeps one colour and marker in every figure. The HTML page inlines the SVGs and the
+//! tables, so it opens from disk with no network. Text is drawn with the DejaVu Sans font
+//! built into the binary, so the PNGs render the same on a machine with no fonts installed.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::ranged1d::{SegmentValue, ValueFormatter};
+use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{ModelResult, Results};
+use crate::results::{thousands, Results, Row, RowKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -23,94 +26,269 @@ pub enum ReportError {
     Write { path: String, reason: String },
 }
 
-/// One chart: named series of (x, y) points.
-struct Chart {
-    file: &'static str,
-    title: &'static str,
-    x_label: &'static str,
-    y_label: &'static str,
-    log_x: bool,
-    log_y: bool,
-    series: Vec<(String, Vec<(f64, f64)>)>,
+/// One figure, written as `{file}.svg` and `{file}.png`.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    pub file: &'static str,
+    /// Drawn at the top of the image.
+    pub title: String,
+    /// The HTML page's caption under the figure: what was measured and how (the title is in
+    /// the image already).
+    pub caption: String,
+    pub panels: Vec<Panel>,
 }
 
-fn charts(results: &Results) -> Vec<Chart> {
-    let rows_series = |f: &dyn Fn(&crate::results::Row, f64) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
-        results
-            .models
-            .iter()
-            .filter(|m| !m.rows.is_empty())
-            .map(|m: &ModelResult| {
-                let mut points: Vec<(f64, f64)> = m
-                    .rows
-                    .iter()
-                    .filter_map(|r| {
-                        let n = r.connected as f64;
-                        (n > 0.0).then(|| f(r, n).map(|y| (n, y))).flatten()
-                    })
-                    .collect();
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                (m.model.clone(), points)
-            })
-            .collect()
-    };
-    let http: Vec<(String, Vec<(f64, f64)>)> = results
-        .all_results()
-        .filter(|m| !m.http.is_empty())
-        .map(|m| {
-            let mut points: Vec<(f64, f64)> =
-                m.http.iter().filter(|p| p.keepalive).map(|p| (p.concurrency as f64, p.requests_per_s)).collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (m.model.clone(), points)
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub title: String,
+    /// The axis the values are read on, with their unit.
+    pub value_axis: String,
+    /// Values on a log scale (they span orders of magnitude).
+    pub log_values: bool,
+    pub plot: Plot,
+}
+
+#[derive(Debug, Clone)]
+pub enum Plot {
+    /// One bar per model, all from rows of one workload.
+    Bars { workload: RowKind, bars: Vec<Bar> },
+    /// One line per model against concurrency (log scale).
+    Lines { x_axis: String, keepalive: bool, series: Vec<Series> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Bar {
+    pub model: String,
+    pub style: Style,
+    /// `None` when the model has no row of this workload; `label` says why.
+    pub value: Option<f64>,
+    /// Printed at the end of the bar: the value with its unit, and what qualifies it.
+    pub label: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub model: String,
+    pub style: Style,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// How one model is drawn, the same in every figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    pub colour: (u8, u8, u8),
+    pub marker: Marker,
+    pub dashed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    Circle,
+    Square,
+    Triangle,
+    Diamond,
+    Cross,
+}
+
+/// Ten colours that stay apart from each other (CIE76 ΔE above 30) and stand out on white
+/// (contrast 3:1 or more, WCAG's minimum for graphics): the category10 palette, with its pale
+/// orange, olive, pink, cyan and purple darkened and black instead of its grey.
+const COLOURS: [(u8, u8, u8); 10] = [
+    (0xd6, 0x27, 0x28),
+    (0xe8, 0x71, 0x0a),
+    (0x8c, 0x56, 0x4b),
+    (0x94, 0x94, 0x14),
+    (0xd5, 0x5f, 0xb0),
+    (0x1f, 0x77, 0xb4),
+    (0x13, 0x96, 0xa6),
+    (0x7b, 0x4f, 0xb8),
+    (0x2c, 0xa0, 0x2c),
+    (0x00, 0x00, 0x00),
+];
+const MARKERS: [Marker; 5] = [Marker::Circle, Marker::Square, Marker::Triangle, Marker::Diamond, Marker::Cross];
+
+/// The style of the `i`th model: colours first, and markers and dashes so that even two
+/// models of similar colour differ in shape.
+pub fn style(i: usize) -> Style {
+    Style {
+        colour: COLOURS[i % COLOURS.len()],
+        marker: MARKERS[i % MARKERS.len()],
+        dashed: (i / MARKERS.len()) % 2 == 1,
+    }
+}
+
+/// The style of a model by name: its place among all nine models (nginx tenth), so a model
+/// looks the same in every report, whichever models a run measured. Names not known here
+/// (results from another version) take the places after those.
+fn styled_models(results: &Results) -> Vec<(String, Style)> {
+    let mut known: Vec<String> = sockscale_server::Model::ALL.iter().map(|m| m.name().to_owned()).collect();
+    known.push("nginx".into());
+    for m in results.all_results() {
+        if !known.contains(&m.model) {
+            known.push(m.model.clone());
+        }
+    }
+    known.into_iter().enumerate().map(|(i, name)| (name, style(i))).collect()
+}
+
+/// One echo metric: its value for a row (`None` if the row cannot give it) and the bar label.
+struct Metric {
+    file: &'static str,
+    title: &'static str,
+    caption: &'static str,
+    value_axis: &'static str,
+    log_values: bool,
+    value: fn(&Row) -> Option<f64>,
+    label: fn(&Row, f64) -> String,
+}
+
+const ECHO_METRICS: [Metric; 4] = [
+    Metric {
+        file: "throughput",
+        title: "Echo throughput received by the clients",
+        caption: "Bytes per second the load generator received back, over each row's measured time (1 MB = 10⁶ bytes). One panel per workload: the workloads differ in connections and traffic, so their figures are not comparable with each other.",
+        value_axis: "MB/s received by the clients",
+        log_values: false,
+        value: |r| Some(r.received_bytes_per_s / 1e6),
+        label: |_, v| format!("{} MB/s", decimal(v)),
+    },
+    Metric {
+        file: "cpu",
+        title: "Server CPU",
+        caption: "Server process CPU (user + system, every thread) over one-second samples, as a percentage of one core: the bar reaches the highest sample, the label gives the lowest–highest range. The first second, while connections are set up, is left out when there are enough samples.",
+        value_axis: "% of one core, highest 1 s sample",
+        log_values: false,
+        value: |r| Some(r.cpu_max_pct),
+        label: |r, _| format!("{:.0}–{:.0}%", r.cpu_min_pct, r.cpu_max_pct),
+    },
+    Metric {
+        file: "memory_per_connection",
+        title: "Server memory per connection",
+        caption: "The server's resident memory (largest sample) divided by the connections it held at its peak. This includes the process's fixed memory, so it falls as connections grow; it is not the marginal cost of one connection.",
+        value_axis: "KiB of server RSS per connection held",
+        log_values: false,
+        value: |r| (r.connected > 0).then(|| r.server_rss_kib as f64 / r.connected as f64),
+        label: |r, v| format!("{} KiB ({} KiB RSS)", decimal(v), thousands(r.server_rss_kib)),
+    },
+    Metric {
+        file: "threads",
+        title: "Server threads",
+        caption: "Threads of the server process, largest sample, on a log scale. Three of them (main, signals, stats) belong to the command line.",
+        value_axis: "threads (log scale)",
+        log_values: true,
+        value: |r| Some(r.threads as f64),
+        label: |_, v| thousands(v as u64),
+    },
+];
+
+/// What the panel of one workload measured, from the profile the run used.
+fn workload_title(results: &Results, kind: RowKind) -> String {
+    let attempted = results
+        .models
+        .iter()
+        .flat_map(|m| &m.rows)
+        .find(|r| r.kind == Some(kind))
+        .map_or_else(|| "no".to_owned(), |r| thousands(r.attempted));
+    let p = &results.parameters;
+    let n = |k: &str| p.get(k).and_then(serde_json::Value::as_u64).map_or_else(|| "?".to_owned(), thousands);
+    match kind {
+        RowKind::Flood => {
+            format!("flood: {attempted} connections, each sending {} B messages as fast as echoes return", n("msg_len"))
+        }
+        RowKind::RateLimited => format!(
+            "rate-limited: {attempted} connections, blocks of {} sending {} B/s in total",
+            n("block"),
+            n("block_rate")
+        ),
+        RowKind::Maximum => {
+            format!("maximum: up to {attempted} connections, added at {}/s, rate-limited", n("ramp_rate"))
+        }
+    }
+}
+
+/// The figures, as data: what is drawn, from the results alone.
+pub fn figures(results: &Results) -> Vec<Figure> {
+    let styles = styled_models(results);
+    let style_of = |name: &str| styles.iter().find(|(n, _)| n == name).map_or(style(0), |(_, s)| *s);
+    let mut figures: Vec<Figure> = ECHO_METRICS
+        .iter()
+        .map(|metric| Figure {
+            file: metric.file,
+            title: metric.title.to_owned(),
+            caption: metric.caption.to_owned(),
+            panels: [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum]
+                .into_iter()
+                .map(|kind| Panel {
+                    title: workload_title(results, kind),
+                    value_axis: metric.value_axis.to_owned(),
+                    log_values: metric.log_values,
+                    plot: Plot::Bars {
+                        workload: kind,
+                        bars: results
+                            .models
+                            .iter()
+                            .map(|m| {
+                                let row = m.rows.iter().find(|r| r.kind == Some(kind));
+                                let value = row.and_then(metric.value);
+                                let label = match (row, value) {
+                                    (Some(r), Some(v)) => {
+                                        let held = if r.connected < r.attempted {
+                                            format!(
+                                                "; {} of {} connections held",
+                                                thousands(r.connected),
+                                                thousands(r.attempted)
+                                            )
+                                        } else {
+                                            String::new()
+                                        };
+                                        format!("{}{held}", (metric.label)(r, v))
+                                    }
+                                    (Some(_), None) => "not measured (no connection held)".to_owned(),
+                                    (None, _) if m.error.is_some() => "not measured (failed: see the table)".to_owned(),
+                                    (None, _) => "not measured".to_owned(),
+                                };
+                                Bar { model: m.model.clone(), style: style_of(&m.model), value, label }
+                            })
+                            .collect(),
+                    },
+                })
+                .collect(),
         })
         .collect();
-    vec![
-        Chart {
-            file: "throughput",
-            title: "Echo throughput received by the clients",
-            x_label: "connections",
-            y_label: "bytes/s",
-            log_x: false,
-            log_y: false,
-            series: rows_series(&|r, _| Some(r.received_bytes_per_s)),
+    let http_panel = |keepalive: bool| Panel {
+        title: if keepalive {
+            "keep-alive: requests over open connections".to_owned()
+        } else {
+            "no keep-alive: a new connection for every request".to_owned()
         },
-        Chart {
-            file: "cpu",
-            title: "Server CPU (highest 1 s sample)",
-            x_label: "connections",
-            y_label: "% of one core",
-            log_x: false,
-            log_y: false,
-            series: rows_series(&|r, _| Some(r.cpu_max_pct)),
+        value_axis: "responses per second".to_owned(),
+        log_values: false,
+        plot: Plot::Lines {
+            x_axis: "concurrent connections (log scale)".to_owned(),
+            keepalive,
+            series: results
+                .all_results()
+                .filter(|m| m.http.iter().any(|p| p.keepalive == keepalive))
+                .map(|m| {
+                    let mut points: Vec<(f64, f64)> = m
+                        .http
+                        .iter()
+                        .filter(|p| p.keepalive == keepalive)
+                        .map(|p| (p.concurrency as f64, p.requests_per_s))
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series { model: m.model.clone(), style: style_of(&m.model), points }
+                })
+                .collect(),
         },
-        Chart {
-            file: "memory_per_connection",
-            title: "Server memory per connection",
-            x_label: "connections",
-            y_label: "KiB per connection",
-            log_x: false,
-            log_y: false,
-            series: rows_series(&|r, n| Some(r.server_rss_kib as f64 / n)),
-        },
-        Chart {
-            file: "threads",
-            title: "Server threads",
-            x_label: "connections",
-            y_label: "threads (log scale)",
-            log_x: false,
-            log_y: true,
-            series: rows_series(&|r, _| Some(r.threads as f64)),
-        },
-        Chart {
-            file: "http",
-            title: "HTTP 4 KiB responses per second, keep-alive (seed 003)",
-            x_label: "concurrent connections",
-            y_label: "responses/s",
-            log_x: true,
-            log_y: false,
-            series: http,
-        },
-    ]
+    };
+    figures.push(Figure {
+        file: "http",
+        title: "HTTP 4 KiB responses per second by concurrency (seed 003)".to_owned(),
+        caption: "Responses per second the load generator received for GET / of a 4,096-byte page, over each point's measured time, at each concurrency; nginx with one worker when it was installed. Errors and client-bound points are marked in the HTTP tables.".to_owned(),
+        panels: vec![http_panel(true), http_panel(false)],
+    });
+    figures
 }
 
 fn register_font() {
@@ -121,78 +299,230 @@ fn register_font() {
     });
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| format!("{e:?}"))?;
-    let points = chart.series.iter().flat_map(|(_, p)| p.iter());
-    let (mut x_min, mut x_max, mut y_min, mut y_max) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1.0f64);
-    for &(x, y) in points {
-        x_min = x_min.min(x);
-        x_max = x_max.max(x);
-        y_min = y_min.min(y);
-        y_max = y_max.max(y);
+const WIDTH: u32 = 1000;
+/// Room for the legend of a line figure, right of its panels.
+const LEGEND_WIDTH: u32 = 170;
+
+/// A panel's height in pixels: bar panels grow with the number of models.
+fn panel_height(panel: &Panel) -> u32 {
+    match &panel.plot {
+        Plot::Bars { bars, .. } => 110 + 30 * bars.len() as u32,
+        Plot::Lines { .. } => 400,
     }
-    let mut builder = ChartBuilder::on(&root);
-    builder.caption(chart.title, ("sans-serif", 22)).margin(16).x_label_area_size(48).y_label_area_size(90);
-    // Log axes start a little below the smallest value (never at zero); linear ones at zero.
-    let log_floor = |min: f64| if min.is_finite() { (min * 0.8).max(0.5) } else { 1.0 };
-    let err = |e: String| e;
-    match (chart.log_x, chart.log_y) {
-        (false, false) => plot(builder.build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max * 1.1), chart).map_err(err)?,
-        (true, false) => {
-            plot(builder.build_cartesian_2d((log_floor(x_min)..x_max * 1.25).log_scale(), 0.0..y_max * 1.1), chart)
-                .map_err(err)?
-        }
-        (false, true) => {
-            plot(builder.build_cartesian_2d(0.0..x_max * 1.05, (log_floor(y_min)..y_max * 2.0).log_scale()), chart)
-                .map_err(err)?
-        }
-        (true, true) => plot(
-            builder.build_cartesian_2d(
-                (log_floor(x_min)..x_max * 1.25).log_scale(),
-                (log_floor(y_min)..y_max * 2.0).log_scale(),
-            ),
-            chart,
-        )
-        .map_err(err)?,
-    }
-    root.present().map_err(|e| format!("{e:?}"))
 }
 
-/// A chart's coordinate system as `ChartBuilder` builds it, linear or logarithmic.
-type Built<'a, DB, X, Y> =
-    Result<ChartContext<'a, DB, Cartesian2d<X, Y>>, DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+/// The pixel size a figure is drawn at: its title and its panels, one under the other.
+fn size(figure: &Figure) -> (u32, u32) {
+    (WIDTH, 60 + figure.panels.iter().map(panel_height).sum::<u32>())
+}
 
-/// Draw `chart`'s series into a built coordinate system of any kind (linear or log axes).
-fn plot<'a, DB, X, Y>(built: Built<'a, DB, X, Y>, chart: &Chart) -> Result<(), String>
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let body = root.titled(&figure.title, ("sans-serif", 24)).map_err(err)?;
+    let lines = figure.panels.iter().any(|p| matches!(p.plot, Plot::Lines { .. }));
+    let (panels_area, legend_area) = if lines {
+        let (w, _) = body.dim_in_pixel();
+        let (left, right) = body.split_horizontally(w.saturating_sub(LEGEND_WIDTH));
+        (left, Some(right))
+    } else {
+        (body, None)
+    };
+    let mut rest = panels_area;
+    for panel in &figure.panels {
+        let (area, below) = rest.split_vertically(panel_height(panel));
+        rest = below;
+        match &panel.plot {
+            Plot::Bars { bars, .. } => draw_bars(&area, panel, bars)?,
+            Plot::Lines { x_axis, series, .. } => draw_lines(&area, panel, x_axis, series)?,
+        }
+    }
+    if let Some(legend) = legend_area {
+        let mut seen = Vec::new();
+        let series = figure.panels.iter().flat_map(|p| match &p.plot {
+            Plot::Lines { series, .. } => series.as_slice(),
+            Plot::Bars { .. } => &[],
+        });
+        for s in series {
+            if !seen.iter().any(|(m, _)| m == &s.model) {
+                seen.push((s.model.clone(), s.style));
+            }
+        }
+        draw_legend(&legend, &seen)?;
+    }
+    root.present().map_err(err)
+}
+
+fn colour(style: Style) -> RGBColor {
+    RGBColor(style.colour.0, style.colour.1, style.colour.2)
+}
+
+/// Horizontal bars, one per model, the first at the top, each labelled with its value.
+fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel, bars: &[Bar]) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let n = bars.len().max(1) as i32;
+    let max = bars.iter().filter_map(|b| b.value).fold(0.0f64, f64::max);
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(&panel.title, ("sans-serif", 16)).margin(12).x_label_area_size(44).y_label_area_size(100);
+    let rows = (0..n).into_segmented();
+    if panel.log_values {
+        // Room to the right of the longest bar for its label: a log axis needs a factor.
+        let built = builder.build_cartesian_2d((0.8f64..(max.max(1.0) * 15.0)).log_scale(), rows).map_err(err)?;
+        bars_into(built, panel, bars, 0.8)
+    } else {
+        let built = builder.build_cartesian_2d(0.0f64..(max.max(1e-9) * 1.6), rows).map_err(err)?;
+        bars_into(built, panel, bars, 0.0)
+    }
+}
+
+fn bars_into<DB, X>(
+    mut ctx: ChartContext<'_, DB, Cartesian2d<X, plotters::coord::ranged1d::SegmentedCoord<RangedCoordi32>>>,
+    panel: &Panel,
+    bars: &[Bar],
+    origin: f64,
+) -> Result<(), String>
 where
-    DB: DrawingBackend + 'a,
+    DB: DrawingBackend,
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
-    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
-    let mut ctx = built.map_err(err)?;
+    let n = bars.len() as i32;
+    // Segment 0 is at the bottom; the first model goes at the top.
+    let slot = |i: usize| n - 1 - i as i32;
+    let name = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(s) | SegmentValue::Exact(s) => {
+            usize::try_from(n - 1 - s).ok().and_then(|i| bars.get(i)).map_or_else(String::new, |b| b.model.clone())
+        }
+        SegmentValue::Last => String::new(),
+    };
     ctx.configure_mesh()
-        .x_desc(chart.x_label)
-        .y_desc(chart.y_label)
+        .disable_y_mesh()
+        .y_labels(bars.len())
+        .y_label_formatter(&name)
+        .x_desc(panel.value_axis.as_str())
+        .x_label_formatter(&|x| short(*x))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    for (i, bar) in bars.iter().enumerate() {
+        let s = slot(i);
+        let text_style = ("sans-serif", 13).into_font().color(&BLACK);
+        match bar.value {
+            Some(v) => {
+                let fill = colour(bar.style).filled();
+                let end = v.max(origin);
+                let mut rect =
+                    Rectangle::new([(origin, SegmentValue::Exact(s)), (end, SegmentValue::Exact(s + 1))], fill);
+                // A gap between neighbouring bars.
+                rect.set_margin(3, 3, 0, 0);
+                ctx.draw_series(std::iter::once(rect)).map_err(err)?;
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at((end, SegmentValue::CenterOf(s)))
+                        + Text::new(bar.label.clone(), (6, -7), text_style),
+                ))
+                .map_err(err)?;
+            }
+            None => {
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at((origin, SegmentValue::CenterOf(s)))
+                        + Text::new(bar.label.clone(), (6, -7), text_style.color(&RGBColor(0x80, 0x80, 0x80))),
+                ))
+                .map_err(err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A marker of `style` centred on `at`, `size` pixels from its centre to its edge.
+fn draw_marker<DB, CT>(area: &DrawingArea<DB, CT>, at: CT::From, style: Style, size: i32) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    CT: CoordTranslate,
+    CT::From: Clone + 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let c = colour(style);
+    let here = || EmptyElement::<CT::From, DB>::at(at.clone());
+    match style.marker {
+        Marker::Circle => area.draw(&(here() + Circle::new((0, 0), size, c.filled()))),
+        Marker::Square => area.draw(&(here() + Rectangle::new([(-size, -size), (size, size)], c.filled()))),
+        Marker::Triangle => {
+            area.draw(&(here() + Polygon::new(vec![(0, -size - 1), (size + 1, size), (-size - 1, size)], c.filled())))
+        }
+        Marker::Diamond => area.draw(
+            &(here() + Polygon::new(vec![(0, -size - 2), (size + 1, 0), (0, size + 2), (-size - 1, 0)], c.filled())),
+        ),
+        Marker::Cross => area.draw(
+            &(here()
+                + PathElement::new(vec![(-size, -size), (size, size)], c.stroke_width(3))
+                + PathElement::new(vec![(-size, size), (size, -size)], c.stroke_width(3))),
+        ),
+    }
+    .map_err(err)
+}
+
+/// One line per model against concurrency on a log axis, every point marked.
+fn draw_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    x_axis: &str,
+    series: &[Series],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let x_min = points().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_max = points().map(|p| p.0).fold(1.0f64, f64::max);
+    let y_max = points().map(|p| p.1).fold(0.0f64, f64::max);
+    let x_min = if x_min.is_finite() { x_min * 0.7 } else { 1.0 };
+    let mut ctx = ChartBuilder::on(area)
+        .caption(&panel.title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x_min..x_max * 1.4).log_scale(), 0.0..(y_max.max(1.0) * 1.1))
+        .map_err(err)?;
+    ctx.configure_mesh()
+        .x_desc(x_axis)
+        .y_desc(panel.value_axis.as_str())
         .x_label_formatter(&|x| short(*x))
         .y_label_formatter(&|y| short(*y))
         .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
-    for (i, (name, pts)) in chart.series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        ctx.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+    for s in series {
+        let line = colour(s.style).stroke_width(2);
+        if s.style.dashed {
+            ctx.draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 5, line)).map_err(err)?;
+        } else {
+            ctx.draw_series(LineSeries::new(s.points.iter().copied(), line)).map_err(err)?;
+        }
+        for &p in &s.points {
+            draw_marker(ctx.plotting_area(), p, s.style, 5)?;
+        }
     }
-    ctx.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(err)
+    Ok(())
+}
+
+/// The legend of a line figure, in its own column: it covers no point.
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, Style)]) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    for (i, (name, style)) in entries.iter().enumerate() {
+        let y = 60 + 26 * i as i32;
+        let line = colour(*style).stroke_width(2);
+        if style.dashed {
+            area.draw(&PathElement::new(vec![(8, y), (14, y)], line)).map_err(err)?;
+            area.draw(&PathElement::new(vec![(20, y), (26, y)], line)).map_err(err)?;
+            area.draw(&PathElement::new(vec![(32, y), (38, y)], line)).map_err(err)?;
+        } else {
+            area.draw(&PathElement::new(vec![(8, y), (38, y)], line)).map_err(err)?;
+        }
+        draw_marker(area, (23, y), *style, 5)?;
+        area.draw(&Text::new(name.clone(), (46, y - 8), ("sans-serif", 15).into_font().color(&BLACK))).map_err(err)?;
+    }
+    Ok(())
 }
 
 /// Write every chart as SVG and PNG and the HTML page into `dir`; returns the files written.
@@ -202,12 +532,12 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()))?;
     let mut written = Vec::new();
     let mut svgs = Vec::new();
-    for chart in charts(results) {
-        let svg = dir.join(format!("{}.svg", chart.file));
-        draw(SVGBackend::new(&svg, (900, 560)).into_drawing_area(), &chart).map_err(|e| fail(&svg, e))?;
-        let png = dir.join(format!("{}.png", chart.file));
-        draw(BitMapBackend::new(&png, (900, 560)).into_drawing_area(), &chart).map_err(|e| fail(&png, e))?;
-        svgs.push((chart.title, std::fs::read_to_string(&svg).map_err(|e| fail(&svg, e.to_string()))?));
+    for figure in figures(results) {
+        let svg = dir.join(format!("{}.svg", figure.file));
+        draw(SVGBackend::new(&svg, size(&figure)).into_drawing_area(), &figure).map_err(|e| fail(&svg, e))?;
+        let png = dir.join(format!("{}.png", figure.file));
+        draw(BitMapBackend::new(&png, size(&figure)).into_drawing_area(), &figure).map_err(|e| fail(&png, e))?;
+        svgs.push((figure.caption, std::fs::read_to_string(&svg).map_err(|e| fail(&svg, e.to_string()))?));
         written.push(svg);
         written.push(png);
     }
@@ -217,11 +547,15 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
     Ok(written)
 }
 
-fn page(results: &Results, svgs: &[(&str, String)]) -> String {
+/// The page: the tables, then each figure's SVG with its caption (what was measured; the
+/// figure's title is inside the SVG, so it is not repeated).
+fn page(results: &Results, svgs: &[(String, String)]) -> String {
     let mut body = String::new();
     let tables = crate::run::tables_markdown(results);
     for block in tables.split("\n\n") {
-        if let Some(heading) = block.strip_prefix("## ") {
+        if let Some(heading) = block.strip_prefix("### ") {
+            let _ = writeln!(body, "<h3>{}</h3>", escape(heading));
+        } else if let Some(heading) = block.strip_prefix("## ") {
             let _ = writeln!(body, "<h2>{}</h2>", escape(heading));
         } else if block.starts_with('|') {
             body.push_str(&markdown_table_to_html(block));
@@ -230,15 +564,28 @@ fn page(results: &Results, svgs: &[(&str, String)]) -> String {
         }
     }
     body.push_str("<h2>Charts</h2>\n");
-    for (title, svg) in svgs {
+    for (caption, svg) in svgs {
         let inline = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-        let _ = writeln!(body, "<figure>{inline}<figcaption>{}</figcaption></figure>", escape(title));
+        let _ = writeln!(body, "<figure>{inline}<figcaption>{}</figcaption></figure>", escape(caption));
     }
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; }} td:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
     )
+}
+
+/// 0.0123 → "0.012", 5.5 → "5.5", 43.29 → "43.3", 160.8 → "161": about three digits.
+fn decimal(v: f64) -> String {
+    if v >= 100.0 {
+        thousands(v.round() as u64)
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 /// Axis numbers as people read them: 1500 → "1.5k", 2000000 → "2M".
@@ -281,6 +628,16 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::results::{HttpPoint, ModelResult};
+
+    fn readme_results() -> Results {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/images/bench-default-results.json");
+        Results::load(path).expect("the README's results load")
+    }
+
     #[test]
     fn short_numbers() {
         assert_eq!(super::short(0.0), "0");
@@ -288,5 +645,170 @@ mod tests {
         assert_eq!(super::short(1500.0), "1.5k");
         assert_eq!(super::short(2_000_000.0), "2M");
         assert_eq!(super::short(12.5), "12.5");
+    }
+
+    #[test]
+    fn every_echo_panel_holds_one_workload_with_one_bar_per_model() {
+        let r = readme_results();
+        let figures = figures(&r);
+        let echo: Vec<&Figure> = figures.iter().filter(|f| f.file != "http").collect();
+        assert_eq!(echo.len(), 4);
+        for f in echo {
+            let workloads: Vec<RowKind> = f
+                .panels
+                .iter()
+                .map(|p| match &p.plot {
+                    Plot::Bars { workload, .. } => *workload,
+                    Plot::Lines { .. } => panic!("{}: echo rows of different workloads drawn as a line", f.file),
+                })
+                .collect();
+            assert_eq!(workloads, [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum], "{}", f.file);
+            for p in &f.panels {
+                let Plot::Bars { workload, bars } = &p.plot else { unreachable!() };
+                let models: Vec<&str> = bars.iter().map(|b| b.model.as_str()).collect();
+                let expected: Vec<&str> = r.models.iter().map(|m| m.model.as_str()).collect();
+                assert_eq!(models, expected, "{}: one bar per model, in order", f.file);
+                for (bar, m) in bars.iter().zip(&r.models) {
+                    // Each bar is that model's row of this panel's workload, and no other.
+                    let row = m.rows.iter().find(|row| row.kind == Some(*workload)).expect("row");
+                    let want = match f.file {
+                        "throughput" => row.received_bytes_per_s / 1e6,
+                        "cpu" => row.cpu_max_pct,
+                        "memory_per_connection" => row.server_rss_kib as f64 / row.connected as f64,
+                        "threads" => row.threads as f64,
+                        other => panic!("unexpected figure {other}"),
+                    };
+                    assert_eq!(bar.value, Some(want), "{} {}: {workload:?}", f.file, m.model);
+                    assert!(!bar.label.is_empty());
+                }
+                assert!(p.value_axis.chars().any(|c| c.is_alphabetic()), "{}: value axis named", f.file);
+            }
+        }
+        let throughput = &figures[0];
+        assert!(throughput.panels.iter().all(|p| p.value_axis.contains("MB/s")), "units on the axis");
+    }
+
+    #[test]
+    fn a_row_that_was_not_measured_is_a_labelled_gap_not_a_zero_bar() {
+        let mut r = readme_results();
+        r.models[0].rows.truncate(1);
+        r.models[0].error = Some("rate-limited row: the server did not start".into());
+        for f in figures(&r).iter().filter(|f| f.file != "http") {
+            let Plot::Bars { bars, .. } = &f.panels[1].plot else { panic!() };
+            assert_eq!(bars[0].value, None, "{}", f.file);
+            assert!(bars[0].label.starts_with("not measured"), "{}: {}", f.file, bars[0].label);
+        }
+    }
+
+    #[test]
+    fn http_figure_has_a_line_per_model_for_each_keepalive_setting() {
+        let r = readme_results();
+        let figures = figures(&r);
+        let http = figures.iter().find(|f| f.file == "http").expect("http figure");
+        let expected: Vec<&str> = r.all_results().map(|m| m.model.as_str()).collect();
+        assert_eq!(http.panels.len(), 2);
+        for (panel, want_keepalive) in http.panels.iter().zip([true, false]) {
+            let Plot::Lines { keepalive, series, x_axis } = &panel.plot else { panic!("http is drawn as lines") };
+            assert_eq!(*keepalive, want_keepalive);
+            assert!(x_axis.contains("concurrent connections") && panel.value_axis.contains("per second"));
+            let names: Vec<&str> = series.iter().map(|s| s.model.as_str()).collect();
+            assert_eq!(names, expected, "one line per model, nginx included");
+            for s in series {
+                let m = r.all_results().find(|m| m.model == s.model).unwrap();
+                let want: Vec<(f64, f64)> = m
+                    .http
+                    .iter()
+                    .filter(|p: &&HttpPoint| p.keepalive == want_keepalive)
+                    .map(|p| (p.concurrency as f64, p.requests_per_s))
+                    .collect();
+                assert_eq!(s.points, want, "{}: keep-alive {want_keepalive}", s.model);
+            }
+        }
+    }
+
+    fn linear(c: u8) -> f64 {
+        let c = f64::from(c) / 255.0;
+        if c > 0.04045 {
+            ((c + 0.055) / 1.055).powf(2.4)
+        } else {
+            c / 12.92
+        }
+    }
+
+    /// WCAG relative luminance.
+    fn luminance((r, g, b): (u8, u8, u8)) -> f64 {
+        0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b)
+    }
+
+    /// CIE76 colour difference.
+    fn delta_e(a: (u8, u8, u8), b: (u8, u8, u8)) -> f64 {
+        fn lab((r, g, b): (u8, u8, u8)) -> [f64; 3] {
+            let (r, g, b) = (linear(r), linear(g), linear(b));
+            let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+            let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+            let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+            let f = |t: f64| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+            [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+        }
+        let (a, b) = (lab(a), lab(b));
+        a.iter().zip(b).map(|(p, q)| (p - q).powi(2)).sum::<f64>().sqrt()
+    }
+
+    #[test]
+    fn ten_models_are_told_apart_by_colour_and_shape() {
+        let styles: Vec<Style> = (0..10).map(style).collect();
+        for (i, a) in styles.iter().enumerate() {
+            // Readable on white: no pale yellow or cyan line.
+            let contrast = 1.05 / (luminance(a.colour) + 0.05);
+            assert!(contrast >= 3.0, "colour {i} {:?} has contrast {contrast:.2} on white", a.colour);
+            for (j, b) in styles.iter().enumerate().take(i) {
+                let d = delta_e(a.colour, b.colour);
+                assert!(d > 30.0, "colours {j} {:?} and {i} {:?} are only {d:.0} apart", b.colour, a.colour);
+                assert!((a.marker, a.dashed) != (b.marker, b.dashed), "{i} and {j} share marker and dash");
+            }
+        }
+    }
+
+    #[test]
+    fn every_title_is_unique_and_the_page_shows_each_once() {
+        let r = readme_results();
+        let figures = figures(&r);
+        let titles: BTreeSet<&str> = figures.iter().map(|f| f.title.as_str()).collect();
+        assert_eq!(titles.len(), figures.len(), "figure titles are unique");
+        for f in &figures {
+            let panels: BTreeSet<&str> = f.panels.iter().map(|p| p.title.as_str()).collect();
+            assert_eq!(panels.len(), f.panels.len(), "{}: panel titles are unique", f.file);
+            assert_ne!(f.caption, f.title);
+        }
+        let dir = std::env::temp_dir().join(format!("sockscale-report-test-{}", std::process::id()));
+        render(&r, &dir).expect("render");
+        let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+        for f in &figures {
+            // Once, inside the figure's SVG; the caption under it says something else.
+            assert_eq!(html.matches(&escape(&f.title)).count(), 1, "{}", f.title);
+            assert!(html.contains(&format!("<figcaption>{}</figcaption>", escape(&f.caption))), "{}", f.file);
+        }
+        for file in ["throughput.png", "http.svg"] {
+            assert!(std::fs::metadata(dir.join(file)).is_ok_and(|m| m.len() > 0), "{file}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_model_that_failed_before_any_row_still_gets_its_labelled_place() {
+        let r = Results {
+            models: vec![ModelResult {
+                model: "uring".into(),
+                error: Some("unavailable here: io_uring is disabled".into()),
+                ..ModelResult::default()
+            }],
+            ..Results::default()
+        };
+        let figures = figures(&r);
+        let Plot::Bars { bars, .. } = &figures[0].panels[0].plot else { panic!() };
+        assert_eq!(bars.len(), 1);
+        assert_eq!(bars[0].value, None);
+        assert_eq!(bars[0].style, style(6), "uring keeps its colour when measured alone");
+        assert!(bars[0].label.contains("failed"), "{}", bars[0].label);
     }
 }

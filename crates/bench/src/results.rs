@@ -60,8 +60,9 @@ pub struct Row {
     pub client_peak_open: u64,
     /// Server resident memory, the largest sample.
     pub server_rss_kib: u64,
-    /// Kernel TCP memory (/proc/net/sockstat), the largest sample minus the idle baseline: the
-    /// counterpart of the seed's non-paged pool.
+    /// Kernel TCP socket buffers (/proc/net/sockstat "mem"), the largest sample minus the
+    /// baseline taken before the load started. Kept for older readers; [`Row::kernel`] says
+    /// whether it was measured at all, and holds the raw numbers.
     pub kernel_tcp_kib: u64,
     /// Server CPU over one-second samples, as a percentage of one core.
     pub cpu_min_pct: f64,
@@ -79,6 +80,98 @@ pub struct Row {
     /// The load generator was the bottleneck for this row (it used ≥ 90% of its cores).
     pub client_bound: bool,
     pub duration_s: f64,
+    /// Kernel memory for sockets, raw: sockstat and slabinfo before the load and at their
+    /// peak. Absent in results written before it was measured.
+    #[serde(default)]
+    pub kernel: Option<KernelMemory>,
+}
+
+/// The TCP line of /proc/net/sockstat. System-wide: with the load generator on the same
+/// machine it counts both ends of every loopback connection.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SockstatTcp {
+    pub inuse: u64,
+    pub orphan: u64,
+    pub tw: u64,
+    pub alloc: u64,
+    /// Pages holding socket buffer data (not the socket structures themselves).
+    pub mem_pages: u64,
+}
+
+/// One cache of /proc/slabinfo.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SlabCache {
+    pub active_objs: u64,
+    pub num_objs: u64,
+    pub objsize: u64,
+    pub objperslab: u64,
+    pub pagesperslab: u64,
+    pub num_slabs: u64,
+}
+
+impl SlabCache {
+    /// Memory the cache holds: its slabs, whole pages, used or not.
+    pub fn bytes(&self, page_size: u64) -> u64 {
+        self.num_slabs * self.pagesperslab * page_size
+    }
+}
+
+/// Kernel memory for sockets over one row, as raw snapshots: the baseline before the load
+/// started and the peak while it ran. Both sources are system-wide.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct KernelMemory {
+    pub page_size: u64,
+    /// /proc/net/sockstat before the load; `None` when it could not be read.
+    pub sockstat_baseline: Option<SockstatTcp>,
+    /// The largest value of each sockstat field while the load ran.
+    pub sockstat_peak: Option<SockstatTcp>,
+    /// The socket-related caches of /proc/slabinfo (see `sampler::SOCKET_SLAB_CACHES`) before
+    /// the load; `None` when slabinfo could not be read (it needs root).
+    pub slab_baseline: Option<std::collections::BTreeMap<String, SlabCache>>,
+    /// The same caches at the sample where their total was largest.
+    pub slab_peak: Option<std::collections::BTreeMap<String, SlabCache>>,
+    /// Why slabinfo was not measured, when it was not.
+    pub slab_unmeasured: Option<String>,
+}
+
+impl KernelMemory {
+    /// Socket buffer memory added while the load ran (sockstat "mem"), KiB.
+    pub fn buffers_kib(&self) -> Option<u64> {
+        let (base, peak) = (self.sockstat_baseline?, self.sockstat_peak?);
+        Some(peak.mem_pages.saturating_sub(base.mem_pages) * self.page_size / 1024)
+    }
+
+    /// TCP sockets added while the load ran (sockstat "alloc"), both ends of each connection.
+    pub fn sockets_added(&self) -> Option<u64> {
+        let (base, peak) = (self.sockstat_baseline?, self.sockstat_peak?);
+        Some(peak.alloc.saturating_sub(base.alloc))
+    }
+
+    /// Slab memory of the socket-related caches added while the load ran, KiB. Signed: the
+    /// caches are shared with the rest of the machine, which may free some meanwhile.
+    pub fn slab_kib(&self) -> Option<i64> {
+        let (base, peak) = (self.slab_baseline.as_ref()?, self.slab_peak.as_ref()?);
+        let total = |caches: &std::collections::BTreeMap<String, SlabCache>| -> i64 {
+            caches.values().map(|c| c.bytes(self.page_size) as i64).sum()
+        };
+        Some((total(peak) - total(base)) / 1024)
+    }
+}
+
+impl Row {
+    /// Kernel socket buffers, KiB, when measured. Results written before [`Row::kernel`]
+    /// existed measured sockstat too, so their `kernel_tcp_kib` stands.
+    pub fn kernel_buffers_kib(&self) -> Option<u64> {
+        match &self.kernel {
+            Some(k) => k.buffers_kib(),
+            None => Some(self.kernel_tcp_kib),
+        }
+    }
+
+    /// Kernel slab memory of the socket caches, KiB, when measured.
+    pub fn kernel_slab_kib(&self) -> Option<i64> {
+        self.kernel.as_ref().and_then(KernelMemory::slab_kib)
+    }
 }
 
 /// One point of the seed-003 HTTP sweep.
@@ -87,12 +180,44 @@ pub struct HttpPoint {
     pub concurrency: u64,
     pub keepalive: bool,
     pub requests_per_s: f64,
-    /// Mean latency of one request.
+    /// Mean latency of one request (0 when no request completed; see `latency`).
     pub mean_ms: f64,
-    /// Time per request across all concurrent requests (1 / rate), as ab prints it.
+    /// Time per request across all concurrent requests (1 / rate), as ab prints it: a
+    /// throughput figure, not a latency.
     pub ms_per_request: f64,
     pub errors: u64,
     pub client_bound: bool,
+    /// Measured request latency, from the load generator's histogram. Absent in results
+    /// written before it was kept, and when no request completed.
+    #[serde(default)]
+    pub latency: Option<HttpLatency>,
+}
+
+/// Request latency of one HTTP point: each request from being sent to its whole response
+/// being read, as the load generator's HDR histogram has it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct HttpLatency {
+    /// Requests timed.
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl HttpLatency {
+    /// `None` when nothing was timed: a histogram with no entries has no percentiles.
+    pub fn from_report(l: &sockscale_load::report::Latency) -> Option<HttpLatency> {
+        (l.count > 0).then(|| HttpLatency {
+            count: l.count,
+            mean_ms: l.mean_us / 1000.0,
+            p50_ms: l.p50_us / 1000.0,
+            p90_ms: l.p90_us / 1000.0,
+            p99_ms: l.p99_us / 1000.0,
+            max_ms: l.max_us / 1000.0,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -159,71 +284,98 @@ impl Results {
         Ok(results)
     }
 
-    /// Table 6-3 as the seed lays it out, one model per block of rows, in markdown.
+    /// Table 6-3 as the seed lays it out, one model per block of rows, in markdown, followed
+    /// by a note on how the kernel columns were measured.
     pub fn table_markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| I/O model | Attempted/Connected | Memory Used (KB) | Kernel TCP memory (KB) | CPU Usage | Threads | Throughput (Send/Receive Bytes Per Second) | Latency p50/p99 | Errors | Client CPU |"
+            "| I/O model | Attempted/Connected | Memory Used (KiB, server RSS) | Kernel socket buffers (KiB) | Kernel socket slab (KiB) | CPU Usage (% of one core) | Threads | Throughput (Send/Receive Bytes Per Second) | Latency p50/p99 | Errors | Client CPU (% of one core) |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         for m in &self.models {
             if let Some(error) = &m.error {
                 if m.rows.is_empty() {
-                    let _ = writeln!(s, "| {} | failed: {} | | | | | | | | |", m.model, error.replace('|', "/"));
+                    let _ = writeln!(s, "| {} | failed: {} | | | | | | | | | |", m.model, error.replace('|', "/"));
                     continue;
                 }
             }
+            // A failure after some rows (a later row, the HTTP sweep, UDP) is said under them.
+            let failure = m.error.as_ref().filter(|_| !m.rows.is_empty());
             for (i, r) in m.rows.iter().enumerate() {
                 let name = if i == 0 { m.model.as_str() } else { "" };
                 let errors: u64 = r.errors.values().sum();
                 let client = format!("{:.0}%{}", r.client_cpu_pct, if r.client_bound { " (client-bound)" } else { "" });
                 let _ = writeln!(
                     s,
-                    "| {name} | {}/{} | {} | {} | {:.0}–{:.0}% | {} | {}/{} | {}/{} | {errors} | {client} |",
+                    "| {name} | {}/{} | {} | {} | {} | {:.0}–{:.0}% | {} | {}/{} | {} | {} | {client} |",
                     thousands(r.attempted),
                     thousands(r.connected),
                     thousands(r.server_rss_kib),
-                    thousands(r.kernel_tcp_kib),
+                    r.kernel_buffers_kib().map_or_else(|| NOT_MEASURED.to_owned(), thousands),
+                    r.kernel_slab_kib().map_or_else(|| NOT_MEASURED.to_owned(), signed_thousands),
                     r.cpu_min_pct,
                     r.cpu_max_pct,
-                    r.threads,
+                    thousands(r.threads),
                     thousands(r.sent_bytes_per_s as u64),
                     thousands(r.received_bytes_per_s as u64),
-                    latency(r.p50_us),
-                    latency(r.p99_us),
+                    latency_pair(r.p50_us, r.p99_us),
+                    thousands(errors),
                 );
             }
+            if let Some(error) = failure {
+                let _ = writeln!(s, "|  | failed: {} | | | | | | | | | |", error.replace('|', "/"));
+            }
         }
+        let _ = write!(s, "\n{}", self.kernel_note());
         s
     }
 
-    /// The seed-003 sweep: HTTP responses per second and time per request by concurrency.
+    /// How the kernel columns were measured, and why a cell may say "not measured".
+    fn kernel_note(&self) -> String {
+        let mut note = format!(
+            "Kernel socket buffers: /proc/net/sockstat TCP \"mem\" (pages holding socket buffer data, not the sockets themselves), the largest sample minus its value before the load started. Kernel socket slab: the slab caches that hold the sockets themselves ({}, where the kernel has them as caches of their own), from /proc/slabinfo (readable by root only): their slabs at the sample with the largest total minus before the load; a few connections may fit in slabs already there, so this reads true from hundreds of connections up. Both are system-wide: they count the load generator's end of every loopback connection too, and anything else the machine did meanwhile. \"{NOT_MEASURED}\" means the source could not be read, or the results were written before it was measured.",
+            crate::sampler::SOCKET_SLAB_CACHES.join(", ")
+        );
+        let reasons: std::collections::BTreeSet<&str> = self
+            .models
+            .iter()
+            .flat_map(|m| &m.rows)
+            .filter_map(|r| r.kernel.as_ref()?.slab_unmeasured.as_deref())
+            .collect();
+        for reason in reasons {
+            let _ = write!(note, " Slab not measured: {reason}.");
+        }
+        note.push('\n');
+        note
+    }
+
+    /// The seed-003 sweep by concurrency: responses per second, measured request latency, and
+    /// ab's time per request (1 / throughput), each as its own table.
     pub fn http_markdown(&self) -> String {
         let mut concurrencies: Vec<u64> =
             self.all_results().flat_map(|m| m.http.iter().map(|p| p.concurrency)).collect();
         concurrencies.sort_unstable();
         concurrencies.dedup();
-        let mut s = String::new();
-        let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
-        let _ = writeln!(s, "| model | keep-alive | {} |", header.join(" | "));
-        let _ = writeln!(s, "|---|---|{}", "---|".repeat(concurrencies.len()));
-        for m in self.all_results() {
-            for keepalive in [true, false] {
-                let cells: Vec<String> = concurrencies
-                    .iter()
-                    .map(|c| match m.http.iter().find(|p| p.concurrency == *c && p.keepalive == keepalive) {
-                        Some(p) => format!(
-                            "{} req/s, {:.3} ms{}{}",
-                            thousands(p.requests_per_s as u64),
-                            p.ms_per_request,
-                            if p.errors > 0 { format!(", {} errors", p.errors) } else { String::new() },
-                            if p.client_bound { " (client-bound)" } else { "" }
-                        ),
-                        None => "—".into(),
-                    })
-                    .collect();
-                if m.http.iter().any(|p| p.keepalive == keepalive) {
+        let table = |cell: &dyn Fn(&HttpPoint) -> String| -> String {
+            let mut s = String::new();
+            let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
+            let _ = writeln!(s, "| model | keep-alive | {} |", header.join(" | "));
+            let _ = writeln!(s, "|---|---|{}", "---|".repeat(concurrencies.len()));
+            for m in self.all_results() {
+                for keepalive in [true, false] {
+                    if !m.http.iter().any(|p| p.keepalive == keepalive) {
+                        continue;
+                    }
+                    let cells: Vec<String> = concurrencies
+                        .iter()
+                        .map(|c| {
+                            m.http
+                                .iter()
+                                .find(|p| p.concurrency == *c && p.keepalive == keepalive)
+                                .map_or_else(|| "—".into(), cell)
+                        })
+                        .collect();
                     let _ = writeln!(
                         s,
                         "| {} | {} | {} |",
@@ -233,7 +385,35 @@ impl Results {
                     );
                 }
             }
-        }
+            s
+        };
+        let mut s = String::from("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
+        s.push_str(&table(&|p| {
+            format!(
+                "{}{}{}",
+                thousands(p.requests_per_s as u64),
+                if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
+                if p.client_bound { " (client-bound)" } else { "" }
+            )
+        }));
+        s.push_str(
+            "\n### Request latency, ms: p50 / p99 (mean)\n\nEach request from being sent to its whole response being read, from the load generator's histogram.\n\n",
+        );
+        s.push_str(&table(&|p| match &p.latency {
+            Some(l) => format!("{} / {} ({})", ms(l.p50_ms), ms(l.p99_ms), ms(l.mean_ms)),
+            None if p.mean_ms > 0.0 => format!("{NOT_MEASURED} (mean {})", ms(p.mean_ms)),
+            None => NOT_MEASURED.into(),
+        }));
+        s.push_str(
+            "\n### Time per request, ms (1 / throughput, as ab reports it)\n\nThe run's duration divided by the responses of all concurrent connections together: a throughput figure, not how long any request took.\n\n",
+        );
+        s.push_str(&table(&|p| {
+            if p.requests_per_s > 0.0 {
+                format!("{:.3}", p.ms_per_request)
+            } else {
+                "no responses".into()
+            }
+        }));
         if let Some(nginx) = &self.nginx {
             if let Some(error) = &nginx.error {
                 let _ = writeln!(s, "\nnginx: {error}");
@@ -245,15 +425,21 @@ impl Results {
     pub fn udp_markdown(&self) -> String {
         let mut s = String::from("| model | datagrams/s sent | datagrams/s received | lost |\n|---|---|---|---|\n");
         for m in &self.models {
-            if let Some(u) = &m.udp {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} |",
-                    m.model,
-                    thousands(u.sent_per_s as u64),
-                    thousands(u.received_per_s as u64),
-                    u.lost
-                );
+            match &m.udp {
+                Some(u) => {
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} |",
+                        m.model,
+                        thousands(u.sent_per_s as u64),
+                        thousands(u.received_per_s as u64),
+                        thousands(u.lost)
+                    );
+                }
+                // A model left out of the UDP run still has its row, saying so.
+                None => {
+                    let _ = writeln!(s, "| {} | {NOT_MEASURED} | {NOT_MEASURED} | {NOT_MEASURED} |", m.model);
+                }
             }
         }
         s
@@ -261,13 +447,13 @@ impl Results {
 
     pub fn rows_csv(&self) -> String {
         let mut s = String::from(
-            "model,row,attempted,connected,server_rss_kib,kernel_tcp_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,error\n",
+            "model,row,attempted,connected,server_rss_kib,kernel_buffers_kib,kernel_slab_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,error\n",
         );
         for m in &self.models {
             if m.rows.is_empty() {
                 let _ = writeln!(
                     s,
-                    "{},,,,,,,,,,,,,,,,,\"{}\"",
+                    "{},,,,,,,,,,,,,,,,,,\"{}\"",
                     m.model,
                     m.error.clone().unwrap_or_default().replace('"', "'")
                 );
@@ -275,13 +461,15 @@ impl Results {
             for r in &m.rows {
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{},{:.1},{:.1},{},{:.0},{:.0},{:.1},{:.1},{},{:.1},{},",
+                    "{},{},{},{},{},{},{},{:.1},{:.1},{},{:.0},{:.0},{:.1},{:.1},{},{:.1},{},",
                     m.model,
                     r.kind.map_or("", RowKind::label),
                     r.attempted,
                     r.connected,
                     r.server_rss_kib,
-                    r.kernel_tcp_kib,
+                    // An empty cell, not 0, where nothing was measured.
+                    r.kernel_buffers_kib().map_or_else(String::new, |k| k.to_string()),
+                    r.kernel_slab_kib().map_or_else(String::new, |k| k.to_string()),
                     r.cpu_min_pct,
                     r.cpu_max_pct,
                     r.threads,
@@ -299,19 +487,25 @@ impl Results {
     }
 
     pub fn http_csv(&self) -> String {
-        let mut s =
-            String::from("model,concurrency,keepalive,requests_per_s,mean_ms,ms_per_request,errors,client_bound\n");
+        let mut s = String::from(
+            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound\n",
+        );
+        // Empty cells, not 0, where nothing was measured.
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
         for m in self.all_results() {
             for p in &m.http {
+                let measured_mean = p.latency.map(|l| l.mean_ms).or((p.mean_ms > 0.0).then_some(p.mean_ms));
                 let _ = writeln!(
                     s,
-                    "{},{},{},{:.0},{:.3},{:.4},{},{}",
+                    "{},{},{},{:.0},{},{},{},{},{},{}",
                     m.model,
                     p.concurrency,
                     p.keepalive,
                     p.requests_per_s,
-                    p.mean_ms,
-                    p.ms_per_request,
+                    opt(measured_mean),
+                    opt(p.latency.map(|l| l.p50_ms)),
+                    opt(p.latency.map(|l| l.p99_ms)),
+                    opt((p.requests_per_s > 0.0).then_some(p.ms_per_request)),
                     p.errors,
                     p.client_bound
                 );
@@ -339,11 +533,43 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// What a cell says for a figure that was not measured (never 0).
+pub const NOT_MEASURED: &str = "not measured";
+
+/// Like [`thousands`], with a minus sign when negative.
+pub fn signed_thousands(n: i64) -> String {
+    let sign = if n < 0 { "−" } else { "" };
+    format!("{sign}{}", thousands(n.unsigned_abs()))
+}
+
 fn latency(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.1}ms", us / 1000.0)
     } else {
         format!("{us:.0}us")
+    }
+}
+
+/// Echo latency p50/p99. A histogram with nothing in it reports 0 for every percentile, and
+/// no timed echo takes 0 µs, so 0/0 means nothing was timed.
+fn latency_pair(p50_us: f64, p99_us: f64) -> String {
+    if p50_us <= 0.0 && p99_us <= 0.0 {
+        NOT_MEASURED.into()
+    } else {
+        format!("{}/{}", latency(p50_us), latency(p99_us))
+    }
+}
+
+/// Milliseconds with three significant digits or so: 0.0171 → "0.017", 12.93 → "12.9".
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
     }
 }
 
@@ -357,6 +583,134 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(2198148), "2,198,148");
+    }
+
+    /// Results with one epoll model whose rows and points are given as JSON, the way a
+    /// results.json of any age holds them.
+    fn epoll_with(rows: &str, http: &str) -> Results {
+        let text = format!(
+            r#"{{"schema":1,"profile":"tiny","started":"","finished":"","interrupted":false,
+            "machine":{{"cpu_model":"","cores":2,"memory_kib":0,"kernel":"","somaxconn":"","tcp_mem_pages":"","open_files_limit":0,"io_uring":""}},
+            "parameters":null,"nginx":null,
+            "models":[{{"model":"epoll","error":null,"udp":null,"rows":[{rows}],"http":[{http}]}}]}}"#
+        );
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    const ROW: &str = r#""kind":"maximum","attempted":8000,"connected":8000,"client_peak_open":8000,
+        "server_rss_kib":6768,"cpu_min_pct":6.0,"cpu_max_pct":12.9,"threads":5,
+        "sent_bytes_per_s":1192710.6,"received_bytes_per_s":1192710.6,"p50_us":425.9,"p99_us":3557.3,
+        "errors":{},"client_cpu_pct":66.9,"client_cores":1,"client_bound":false,"duration_s":4.1"#;
+
+    /// The kernel cells of the first data row: (buffers, slab).
+    fn kernel_cells(table: &str) -> (String, String) {
+        let row = table.lines().nth(2).expect("a data row");
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        (cells[3].to_owned(), cells[4].to_owned())
+    }
+
+    #[test]
+    fn kernel_memory_that_could_not_be_read_says_not_measured_never_zero() {
+        let r = epoll_with(
+            &format!(
+                r#"{{{ROW},"kernel_tcp_kib":0,"kernel":{{"page_size":4096,"sockstat_baseline":null,"sockstat_peak":null,
+                "slab_baseline":null,"slab_peak":null,"slab_unmeasured":"/proc/slabinfo: Permission denied (os error 13)"}}}}"#
+            ),
+            "",
+        );
+        let t = r.table_markdown();
+        assert_eq!(kernel_cells(&t), ("not measured".into(), "not measured".into()), "{t}");
+        assert!(t.contains("Slab not measured: /proc/slabinfo: Permission denied"), "{t}");
+        let csv = r.rows_csv();
+        assert!(csv.contains(",6768,,,6.0,"), "CSV leaves unmeasured cells empty: {csv}");
+    }
+
+    #[test]
+    fn kernel_memory_is_the_peak_minus_the_baseline_of_sockstat_and_slabinfo() {
+        let cache = |slabs: u64| {
+            format!(
+                r#"{{"active_objs":{n},"num_objs":{n},"objsize":2368,"objperslab":13,"pagesperslab":8,"num_slabs":{slabs}}}"#,
+                n = slabs * 13
+            )
+        };
+        let r = epoll_with(
+            &format!(
+                r#"{{{ROW},"kernel_tcp_kib":40,"kernel":{{"page_size":4096,
+                "sockstat_baseline":{{"inuse":4,"orphan":0,"tw":0,"alloc":4,"mem_pages":10}},
+                "sockstat_peak":{{"inuse":16004,"orphan":0,"tw":0,"alloc":16004,"mem_pages":20}},
+                "slab_baseline":{{"TCP":{}}},"slab_peak":{{"TCP":{}}},"slab_unmeasured":null}}}}"#,
+                cache(2),
+                cache(1232)
+            ),
+            "",
+        );
+        let t = r.table_markdown();
+        // (1232 - 2) slabs of 8 pages of 4 KiB.
+        assert_eq!(kernel_cells(&t), ("40".into(), "39,360".into()), "{t}");
+        assert_eq!(r.models[0].rows[0].kernel.as_ref().and_then(KernelMemory::sockets_added), Some(16_000));
+        let csv = r.rows_csv();
+        assert!(csv.contains(",6768,40,39360,6.0,"), "CSV and table agree: {csv}");
+    }
+
+    #[test]
+    fn results_from_before_kernel_slab_was_measured_still_load_and_say_so() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/images/bench-default-results.json");
+        let r = Results::load(path).expect("the README's results load");
+        let t = r.table_markdown();
+        // blocking at 8,000 connections: sockstat measured 0 buffer pages; slab was not measured.
+        let row = t.lines().find(|l| l.contains("8,000/8,000 | 160,768")).expect("blocking maximum row");
+        assert!(row.contains("| 160,768 | 0 | not measured |"), "{row}");
+    }
+
+    #[test]
+    fn echo_rows_with_nothing_timed_say_not_measured_not_zero_latency() {
+        let r =
+            epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#).replace("425.9", "0").replace("3557.3", "0"), "");
+        let t = r.table_markdown();
+        assert!(!t.contains("0us/0us"), "{t}");
+        assert!(t.lines().nth(2).is_some_and(|l| l.contains("| not measured | 0 |")), "{t}");
+    }
+
+    const POINT: &str = r#""concurrency":10,"keepalive":true,"requests_per_s":58922.3,"mean_ms":0.1692,
+        "ms_per_request":0.016971,"errors":0,"client_bound":false"#;
+
+    #[test]
+    fn http_tables_show_measured_latency_and_name_time_per_request_for_what_it_is() {
+        let r = epoll_with(
+            "",
+            &format!(
+                r#"{{{POINT},"latency":{{"count":58922,"mean_ms":0.1692,"p50_ms":0.151,"p90_ms":0.3,"p99_ms":0.903,"max_ms":4.1}}}}"#
+            ),
+        );
+        let t = r.http_markdown();
+        assert!(t.contains("| epoll | yes | 0.151 / 0.903 (0.169) |"), "{t}");
+        assert!(t.contains("### Request latency, ms: p50 / p99 (mean)"), "{t}");
+        assert!(t.contains("### Time per request, ms (1 / throughput, as ab reports it)"), "{t}");
+        assert!(t.contains("| epoll | yes | 0.017 |"), "{t}");
+        // 1/throughput never sits beside the rate as if it were a request's time.
+        assert!(!t.contains("req/s, 0.017 ms"), "{t}");
+        let csv = r.http_csv();
+        assert!(csv.lines().next().is_some_and(|h| h.contains("latency_p50_ms,latency_p99_ms")), "{csv}");
+        assert!(csv.contains(",0.169,0.151,0.903,0.017,"), "{csv}");
+    }
+
+    #[test]
+    fn http_points_from_before_percentiles_were_kept_say_not_measured() {
+        let r = epoll_with("", &format!("{{{POINT}}}"));
+        let t = r.http_markdown();
+        assert!(t.contains("| epoll | yes | not measured (mean 0.169) |"), "{t}");
+        let csv = r.http_csv();
+        assert!(csv.contains(",0.169,,,0.017,"), "{csv}");
+    }
+
+    #[test]
+    fn a_failure_after_some_rows_is_shown_and_a_model_without_udp_keeps_its_row() {
+        let mut r = epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#), "");
+        r.models[0].error = Some("HTTP sweep: the server did not start".into());
+        let t = r.table_markdown();
+        assert!(t.contains("|  | failed: HTTP sweep: the server did not start |"), "{t}");
+        let u = r.udp_markdown();
+        assert!(u.contains("| epoll | not measured | not measured | not measured |"), "{u}");
     }
 
     #[test]

@@ -1,12 +1,45 @@
 //! Watching a server process from outside, through /proc, while a row is measured: its CPU in
 //! fixed intervals (the seed prints CPU as a min–max range), its resident memory and threads
-//! (largest sample), and the kernel's TCP memory (/proc/net/sockstat), the Linux counterpart
-//! of the seed's non-paged pool.
+//! (largest sample), and the kernel's memory for sockets, the Linux counterpart of the seed's
+//! non-paged pool: /proc/net/sockstat (socket buffer pages, socket counts) and the socket
+//! caches of /proc/slabinfo (the socket structures themselves, which sockstat does not count).
+//! Both are system-wide.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::results::{SlabCache, SockstatTcp};
+
+/// The slab caches that grow with TCP connections: the socket (TCP, TCPv6), its inode and
+/// dentry in sockfs, its open file, handshake and TIME-WAIT minisocks, port bind buckets,
+/// epoll items, and socket buffer heads. Caches the kernel merged into another do not appear
+/// in slabinfo under their own name and are skipped. General-purpose kmalloc caches are left
+/// out: too much else uses them.
+pub const SOCKET_SLAB_CACHES: [&str; 17] = [
+    "TCP",
+    "TCPv6",
+    "request_sock_TCP",
+    "request_sock_TCPv6",
+    "tw_sock_TCP",
+    "tw_sock_TCPv6",
+    "tcp_bind_bucket",
+    "tcp_bind2_bucket",
+    "sock_inode_cache",
+    "filp",
+    "dentry",
+    "eventpoll_epi",
+    "eventpoll_pwq",
+    "skbuff_head_cache",
+    "skbuff_small_head",
+    "skbuff_fclone_cache",
+    "inet_peer_cache",
+];
+
+/// How often slabinfo is read while a row runs (it walks every cache; 10 ms would be costly).
+const SLAB_INTERVAL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
@@ -14,7 +47,11 @@ pub struct Samples {
     pub cpu_pct: Vec<f64>,
     pub rss_kib_max: u64,
     pub threads_max: u64,
-    pub tcp_pages_max: u64,
+    /// The largest value of each sockstat TCP field; `None` when sockstat was never readable.
+    pub sockstat_peak: Option<SockstatTcp>,
+    /// The socket caches at the slabinfo sample where their total was largest; `None` when
+    /// slabinfo was never readable.
+    pub slab_peak: Option<BTreeMap<String, SlabCache>>,
 }
 
 impl Samples {
@@ -46,10 +83,15 @@ impl Sampler {
             let mut samples = Samples::default();
             let mut last = (Instant::now(), cpu_ticks(pid));
             let mut next = last.0 + interval;
+            let mut next_slab = last.0;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(interval));
                 sample_levels(pid, &mut samples);
                 let now = Instant::now();
+                if now >= next_slab {
+                    sample_slab(&mut samples);
+                    next_slab = now + SLAB_INTERVAL;
+                }
                 if now >= next {
                     let t = cpu_ticks(pid);
                     let used = t.saturating_sub(last.1) as f64 / ticks;
@@ -80,7 +122,23 @@ fn sample_levels(pid: u32, samples: &mut Samples) {
             }
         }
     }
-    samples.tcp_pages_max = samples.tcp_pages_max.max(tcp_pages());
+    if let Some(now) = sockstat_tcp() {
+        let peak = samples.sockstat_peak.get_or_insert(now);
+        peak.inuse = peak.inuse.max(now.inuse);
+        peak.orphan = peak.orphan.max(now.orphan);
+        peak.tw = peak.tw.max(now.tw);
+        peak.alloc = peak.alloc.max(now.alloc);
+        peak.mem_pages = peak.mem_pages.max(now.mem_pages);
+    }
+}
+
+fn sample_slab(samples: &mut Samples) {
+    let Ok(now) = socket_slabs() else { return };
+    let page = sockscale_sys::page_size() as u64;
+    let total = |caches: &BTreeMap<String, SlabCache>| caches.values().map(|c| c.bytes(page)).sum::<u64>();
+    if samples.slab_peak.as_ref().is_none_or(|peak| total(&now) > total(peak)) {
+        samples.slab_peak = Some(now);
+    }
 }
 
 /// User plus system CPU ticks of a process, all threads.
@@ -91,16 +149,60 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     field(11) + field(12)
 }
 
-/// Pages of memory the kernel's TCP stack holds, system-wide.
-pub fn tcp_pages() -> u64 {
-    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
-    text.lines()
-        .find(|l| l.starts_with("TCP:"))
-        .and_then(|l| {
-            let parts: Vec<&str> = l.split_whitespace().collect();
-            parts.iter().position(|p| *p == "mem").and_then(|i| parts.get(i + 1)).and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+/// The TCP line of /proc/net/sockstat, system-wide; `None` when it cannot be read.
+pub fn sockstat_tcp() -> Option<SockstatTcp> {
+    parse_sockstat(&std::fs::read_to_string("/proc/net/sockstat").ok()?)
+}
+
+/// `TCP: inuse 4 orphan 0 tw 0 alloc 4 mem 0` → its fields; `None` without a complete line.
+pub fn parse_sockstat(text: &str) -> Option<SockstatTcp> {
+    let line = text.lines().find_map(|l| l.strip_prefix("TCP:"))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let field = |name: &str| -> Option<u64> {
+        words.chunks_exact(2).find(|kv| kv[0] == name).and_then(|kv| kv[1].parse().ok())
+    };
+    Some(SockstatTcp {
+        inuse: field("inuse")?,
+        orphan: field("orphan")?,
+        tw: field("tw")?,
+        alloc: field("alloc")?,
+        mem_pages: field("mem")?,
+    })
+}
+
+/// The socket caches of /proc/slabinfo, or why they cannot be read (it needs root).
+pub fn socket_slabs() -> Result<BTreeMap<String, SlabCache>, String> {
+    let text = std::fs::read_to_string("/proc/slabinfo").map_err(|e| format!("/proc/slabinfo: {e}"))?;
+    parse_slabinfo(&text).ok_or_else(|| "/proc/slabinfo: not in the version 2.1 format".to_owned())
+}
+
+/// The [`SOCKET_SLAB_CACHES`] of a slabinfo 2.1 text; `None` when the text is not that format.
+pub fn parse_slabinfo(text: &str) -> Option<BTreeMap<String, SlabCache>> {
+    let mut lines = text.lines();
+    if lines.next()?.trim() != "slabinfo - version: 2.1" {
+        return None;
+    }
+    let mut caches = BTreeMap::new();
+    for line in lines.filter(|l| !l.starts_with('#')) {
+        // name active_objs num_objs objsize objperslab pagesperslab : tunables l b s : slabdata
+        // active_slabs num_slabs sharedavail
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(&name) = words.first() else { continue };
+        if !SOCKET_SLAB_CACHES.contains(&name) || words.len() < 16 {
+            continue;
+        }
+        let n = |i: usize| words[i].parse::<u64>().ok();
+        let cache = SlabCache {
+            active_objs: n(1)?,
+            num_objs: n(2)?,
+            objsize: n(3)?,
+            objperslab: n(4)?,
+            pagesperslab: n(5)?,
+            num_slabs: n(14)?,
+        };
+        caches.insert(name.to_owned(), cache);
+    }
+    Some(caches)
 }
 
 #[cfg(test)]
@@ -120,5 +222,39 @@ mod tests {
         assert!(!s.cpu_pct.is_empty());
         let (min, max) = s.cpu_range();
         assert!(min <= max && max <= 100.0 * 64.0);
+    }
+
+    #[test]
+    fn sockstat_tcp_line_is_read_field_by_field() {
+        let text = "sockets: used 16\nTCP: inuse 4 orphan 1 tw 2 alloc 5 mem 7\nUDP: inuse 0 mem 0\n";
+        let t = parse_sockstat(text).expect("a TCP line");
+        assert_eq!(t, SockstatTcp { inuse: 4, orphan: 1, tw: 2, alloc: 5, mem_pages: 7 });
+        assert_eq!(parse_sockstat("sockets: used 16\n"), None, "no TCP line: not measured, not zero");
+        assert_eq!(parse_sockstat("TCP: inuse 4 orphan\n"), None);
+    }
+
+    #[test]
+    fn slabinfo_keeps_the_socket_caches_and_their_slab_counts() {
+        let text = "slabinfo - version: 2.1\n\
+# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>\n\
+TCPv6                 13     13   2496   13    8 : tunables    0    0    0 : slabdata      1      1      0\n\
+TCP                   26     26   2368   13    8 : tunables    0    0    0 : slabdata      2      3      0\n\
+kmalloc-64          9000   9000     64   64    1 : tunables    0    0    0 : slabdata    141    141      0\n\
+filp                 696    777    192   21    1 : tunables    0    0    0 : slabdata     37     37      0\n";
+        let caches = parse_slabinfo(text).expect("version 2.1");
+        assert_eq!(caches.keys().collect::<Vec<_>>(), ["TCP", "TCPv6", "filp"], "kmalloc is not a socket cache");
+        let tcp = caches["TCP"];
+        assert_eq!((tcp.active_objs, tcp.num_objs, tcp.objsize, tcp.pagesperslab, tcp.num_slabs), (26, 26, 2368, 8, 3));
+        assert_eq!(tcp.bytes(4096), 3 * 8 * 4096);
+        assert_eq!(parse_slabinfo("slabinfo - version: 1.1\n"), None, "an unknown format is not measured");
+    }
+
+    #[test]
+    fn samples_kernel_socket_memory_when_it_can() {
+        let sampler = Sampler::start(std::process::id(), Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(150));
+        let s = sampler.finish();
+        assert_eq!(s.sockstat_peak.is_some(), sockstat_tcp().is_some());
+        assert_eq!(s.slab_peak.is_some(), socket_slabs().is_ok());
     }
 }
