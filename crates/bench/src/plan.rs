@@ -7,7 +7,7 @@
 //! gets is the link's bytes per second divided among the connections.
 //!
 //! With measured results the same question is answered from what this machine did: the growth
-//! of server memory, kernel TCP memory and CPU per connection between the measured rows is
+//! of server memory, kernel socket memory and CPU per connection between the measured rows is
 //! extrapolated to the target connection count.
 
 use std::fmt::Write as _;
@@ -157,7 +157,7 @@ pub struct ModelPlan {
     pub refused: Option<String>,
     /// Server resident memory, KiB.
     pub server_kib: Derived,
-    /// Kernel TCP memory, KiB.
+    /// The server's share of kernel socket memory (slab and buffers), KiB.
     pub kernel_kib: Derived,
     /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
     pub cpu_pct: Derived,
@@ -168,10 +168,24 @@ pub struct ModelPlan {
     pub measured: u64,
 }
 
-/// The kernel TCP memory of a row, when it was measured: zero with connections open is a
-/// sample that did not see them (an established socket always holds kernel memory), not a cost.
+/// The server's share of the kernel memory a row measured, KiB: socket slab plus socket buffers.
+///
+/// Both are counted system-wide, so on loopback they hold the client's end of every connection
+/// too; the server's share is its connections over all the sockets the run added. Results from
+/// before the slab was measured have only sockstat's buffer pages, where zero with connections
+/// open is a sample that did not see them (an established socket always holds kernel memory),
+/// not a cost.
 fn kernel_kib(row: &Row) -> Option<f64> {
-    (row.kernel_tcp_kib > 0).then_some(row.kernel_tcp_kib as f64)
+    match &row.kernel {
+        Some(k) => {
+            let slab = k.slab_kib()?.max(0) as f64;
+            let buffers = k.buffers_kib().unwrap_or(0) as f64;
+            let sockets = k.sockets_added().filter(|&n| n > 0)?;
+            let share = (row.connected as f64 / sockets as f64).min(1.0);
+            Some((slab + buffers) * share)
+        }
+        None => (row.kernel_tcp_kib > 0).then_some(row.kernel_tcp_kib as f64),
+    }
 }
 
 /// Server processes `target` connections take under the open-files limit recorded with the
@@ -198,7 +212,7 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
         fit(&points(&kernel_kib), "KiB")
     } else {
         let zero = rows.iter().find(|r| kernel_kib(r).is_none()).map_or(0, |r| r.connected);
-        Err(format!("not measured (0 KiB recorded with {} connections open)", thousands(zero)))
+        Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(zero)))
     };
     // CPU only from the rows whose traffic per connection is the same (blocks at a fixed rate):
     // the flood row's cost is its traffic, not its connections.
@@ -325,7 +339,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
     );
     let _ = writeln!(
         s,
-        "| model | server memory | kernel TCP memory | CPU, cores (at {traffic}) | threads | fitted through (connections) |\n|---|---|---|---|---|---|"
+        "| model | server memory | kernel socket memory (server's share) | CPU, cores (at {traffic}) | threads | fitted through (connections) |\n|---|---|---|---|---|---|"
     );
     let mut notes = Vec::new();
     let mut refused = Vec::new();
@@ -348,7 +362,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
             )
         };
         let server = cell(&p.server_kib, mib, &mut notes, &p.model, "server memory");
-        let kernel = cell(&p.kernel_kib, mib, &mut notes, &p.model, "kernel TCP memory");
+        let kernel = cell(&p.kernel_kib, mib, &mut notes, &p.model, "kernel socket memory");
         let cpu = cell(&p.cpu_pct, |l| format!("{:.2}", l.at(target, procs) / 100.0), &mut notes, &p.model, "CPU");
         let threads = cell(
             &p.threads,
@@ -376,7 +390,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         let _ = writeln!(s, "| {} | {server} | {kernel} | {cpu} | {threads} | {basis} |", p.model);
     }
     s.push_str(
-        "\nEach figure is the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show.\n",
+        "\nEach figure is the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
     );
     if procs > 1 {
         let _ = writeln!(
@@ -609,7 +623,41 @@ mod tests {
         m.rows[1].kernel_tcp_kib = 0;
         let table = predict(&results(vec![m]), 50_000).unwrap();
         assert!(table.contains("| 52 MiB (1.00 KiB/connection) | not measured |"), "{table}");
-        assert!(table.contains("epoll, kernel TCP memory: not measured (0 KiB recorded with 3,000 connections open)"));
+        assert!(table.contains(
+            "epoll, kernel socket memory: not measured (no kernel socket memory recorded with 3,000 connections open)"
+        ));
+    }
+
+    /// Kernel memory comes from the socket slab and buffers the run added, the server's share
+    /// of them: on loopback the run added two sockets per connection, so half. The old plan
+    /// read sockstat's buffer pages alone, 0 for idle connections.
+    #[test]
+    fn kernel_memory_is_the_servers_share_of_the_measured_slab_and_buffers() {
+        use crate::results::{KernelMemory, SlabCache, SockstatTcp};
+        // One 4 KiB page per slab holding one 2 KiB socket: 4 KiB of slab per socket, two
+        // sockets per connection, plus 1 page of buffers per 1,000 connections.
+        let kernel = |connections: u64| {
+            let cache =
+                |slabs: u64| SlabCache { num_slabs: slabs, pagesperslab: 1, objsize: 2048, ..SlabCache::default() };
+            let tcp = |alloc: u64, mem_pages: u64| SockstatTcp { alloc, mem_pages, ..SockstatTcp::default() };
+            KernelMemory {
+                page_size: 4096,
+                sockstat_baseline: Some(tcp(10, 5)),
+                sockstat_peak: Some(tcp(10 + 2 * connections, 5 + connections / 1000)),
+                slab_baseline: Some([("TCP".to_owned(), cache(100))].into()),
+                slab_peak: Some([("TCP".to_owned(), cache(100 + 2 * connections))].into()),
+                slab_unmeasured: None,
+            }
+        };
+        let mut m = epoll();
+        for r in &mut m.rows {
+            r.kernel_tcp_kib = 0;
+            r.kernel = Some(kernel(r.connected));
+        }
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        // 4 KiB of slab per connection plus 2 KiB of buffers per 1,000: 4.002 KiB a connection,
+        // 195 MiB at 50,000.
+        assert!(table.contains("| 52 MiB (1.00 KiB/connection) | 195 MiB (4.00 KiB/connection) |"), "{table}");
     }
 
     #[test]

@@ -334,7 +334,7 @@ pub fn tables_markdown(results: &Results) -> String {
     }
     let _ = write!(
         s,
-        "Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}. Profile `{}`, {}{}.\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. Kernel TCP memory is /proc/net/sockstat's, the counterpart of the seed's non-paged pool. A client-bound row had the load generator at 90% or more of its cores.\n\n",
+        "Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}. Profile `{}`, {}{}.\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. The kernel memory columns (the counterpart of the seed's non-paged pool) are explained under the table. A client-bound row had the load generator at 90% or more of its cores.\n\n",
         m.cpu_model,
         m.cores,
         m.memory_kib / 1024,
