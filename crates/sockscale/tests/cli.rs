@@ -433,3 +433,27 @@ fn procs_metrics_ports_are_checked_and_port_zero_stays_free() {
     assert_eq!(ports.len(), 2, "{}", done.stderr);
     assert!(ports.iter().all(|&p| p >= 1024), "{ports:?}");
 }
+
+#[test]
+fn a_procs_worker_that_cannot_start_ends_the_run() {
+    // Worker 1's metrics port is taken: it can never start, so restarting it cannot help.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let metrics = format!("127.0.0.1:{}", port - 1);
+    let (_, err) =
+        fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--threads", "1", "--procs", "2", "--metrics", &metrics]);
+    assert!(err.contains(&format!("cannot serve --metrics on 127.0.0.1:{port}")), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l.contains("worker 1 of 2 exited before it was serving")), "{err}");
+}
+
+#[test]
+fn a_port_held_by_another_serve_is_refused() {
+    for proto in ["echo", "udp"] {
+        let first = ServerProc::start("epoll", &["--proto", proto]);
+        let addr = first.addr.to_string();
+        let (code, err) = fails_quickly(&["serve", "--proto", proto, "--listen", &addr]);
+        assert_ne!(code, 0);
+        assert_eq!(one_line(&err), format!("error: cannot listen on {addr}: address already in use"));
+        first.stop();
+    }
+}
