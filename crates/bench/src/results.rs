@@ -262,17 +262,20 @@ pub struct Results {
     pub nginx: Option<ModelResult>,
 }
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{path} is not a sockscale bench result: {reason}")]
     Format { path: String, reason: String },
 }
 
 impl Results {
     pub fn load(path: &str) -> Result<Results, ResultsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ResultsError::Read { path: path.into(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ResultsError::Read { path: path.into(), error: source })?;
         let results: Results = serde_json::from_str(&text)
             .map_err(|e| ResultsError::Format { path: path.into(), reason: e.to_string() })?;
         if results.schema != SCHEMA {

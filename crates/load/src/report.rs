@@ -21,10 +21,12 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).unwrap_or_else(|_| unreachable!("valid histogram bounds"))
 }
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{path} is not a sockscale load report: {reason}")]
     Format { path: String, reason: String },
     #[error("cannot merge reports of different modes ({0} and {1})")]
@@ -338,7 +340,8 @@ impl Report {
     }
 
     pub fn load(path: &str) -> Result<Report, ReportError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.into(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.into(), error: source })?;
         let report: Report = serde_json::from_str(&text)
             .map_err(|e| ReportError::Format { path: path.into(), reason: e.to_string() })?;
         if report.schema != SCHEMA {

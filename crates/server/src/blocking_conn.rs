@@ -459,7 +459,7 @@ pub fn begin_drain(conn: &mut Conn, cfg: &Config) {
 /// socket (the kernel spreads senders by hash, as for epoll's workers, so one datagram wakes one
 /// thread), until a drain starts. Calls `ctx.ready()` once they run.
 pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model, source };
+    let io_err = |source| ServerError::Io { model, error: source };
     let drain = Arc::new(Waker::new().map_err(io_err)?);
     ctx.shutdown.register(drain.clone());
     let mut sockets = vec![ctx.listen.shared()];

@@ -156,6 +156,11 @@ impl Config {
                 return Err(ConfigError::Zero { flag });
             }
         }
+        for (flag, value) in [("stack-size", Some(self.stack_size)), ("sndbuf", self.sndbuf), ("rcvbuf", self.rcvbuf)] {
+            if value == Some(0) {
+                return Err(ConfigError::Zero { flag });
+            }
+        }
         for (flag, value) in [("idle-timeout", self.idle_timeout), ("send-timeout", self.send_timeout)] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration { flag });

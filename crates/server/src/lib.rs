@@ -36,6 +36,8 @@ pub use signals::TerminationSignals;
 pub use stats::{CloseReason, Snapshot, Stats};
 pub use uring::unavailable as io_uring_unavailable;
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error(transparent)]
@@ -48,12 +50,56 @@ pub enum ServerError {
     Metrics(#[from] metrics::MetricsError),
     #[error("the {model} model does not serve UDP")]
     NoUdp { model: &'static str },
-    #[error("{model} model: {source}")]
-    Io { model: &'static str, source: std::io::Error },
+    #[error("{model} model: {error}")]
+    Io { model: &'static str, error: std::io::Error },
     #[error("the {model} model is unavailable here: {reason}")]
     Unavailable { model: &'static str, reason: String },
     #[error("the {model} model stopped before it was ready")]
     NotReady { model: &'static str },
     #[error("the {model} model panicked")]
     Panicked { model: &'static str },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// The message and each source after it, as anyhow's `{:#}` prints an error.
+    fn with_chain(e: &dyn Error) -> String {
+        let mut text = e.to_string();
+        let mut next = e.source();
+        while let Some(source) = next {
+            text = format!("{text}: {source}");
+            next = source.source();
+        }
+        text
+    }
+
+    fn says_once(e: &dyn Error, errno: i32) {
+        let os = std::io::Error::from_raw_os_error(errno).to_string();
+        let text = with_chain(e);
+        assert_eq!(text.matches(&os).count(), 1, "{os:?} should appear once in: {text}");
+    }
+
+    #[test]
+    fn every_error_says_its_os_error_once() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = taken.local_addr().unwrap();
+        let Err(metrics) = metrics::MetricsServer::start(busy, Arc::new(Stats::new(1))) else {
+            panic!("--metrics bound a busy port")
+        };
+        says_once(&ServerError::from(metrics), libc::EADDRINUSE);
+        // 192.0.2.0/24 is TEST-NET-1: no interface has it.
+        let cfg = Config { listen: "192.0.2.1:8080".parse().unwrap(), ..Config::default() };
+        let Err(bind) = Server::start(cfg) else { panic!("bound TEST-NET-1") };
+        says_once(&bind, libc::EADDRNOTAVAIL);
+        let os = || std::io::Error::from_raw_os_error(libc::ENOMEM);
+        says_once(&ServerError::Io { model: "epoll", error: os() }, libc::ENOMEM);
+        says_once(&ServerError::from(PoolError::Map { bytes: 1, error: os() }), libc::ENOMEM);
+        let lock = PoolError::Lock { bytes: 1, limit: "0 bytes".into(), error: os() };
+        says_once(&ServerError::from(lock), libc::ENOMEM);
+    }
 }

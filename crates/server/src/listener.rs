@@ -18,12 +18,14 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::config::{Config, ListenerMode};
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("cannot listen on {addr}: address already in use")]
     InUse { addr: SocketAddr },
-    #[error("cannot listen on {addr}: {source}")]
-    Other { addr: SocketAddr, source: io::Error },
+    #[error("cannot listen on {addr}: {error}")]
+    Other { addr: SocketAddr, error: io::Error },
 }
 
 impl BindError {
@@ -31,7 +33,7 @@ impl BindError {
         if source.kind() == io::ErrorKind::AddrInUse {
             BindError::InUse { addr }
         } else {
-            BindError::Other { addr, source }
+            BindError::Other { addr, error: source }
         }
     }
 }

@@ -16,11 +16,13 @@ use sockscale_sys::syscall;
 
 use crate::stats::Stats;
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot serve --metrics on {addr}: {source}")]
+#[error("cannot serve --metrics on {addr}: {error}")]
 pub struct MetricsError {
     addr: SocketAddr,
-    source: io::Error,
+    error: io::Error,
 }
 
 pub struct MetricsServer {
@@ -31,7 +33,7 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     pub fn start(addr: SocketAddr, stats: Arc<Stats>) -> Result<Self, MetricsError> {
-        let error = |source| MetricsError { addr, source };
+        let error = |error| MetricsError { addr, error };
         let listener = TcpListener::bind(addr).map_err(error)?;
         let local = listener.local_addr().map_err(error)?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -15,12 +15,14 @@ use sockscale_sys::{self as sys, syscall};
 
 use crate::stats::Counters;
 
+// The OS error is part of the message, so it is not also returned as `source()`: an error
+// printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
-    #[error("cannot map {bytes} bytes for the buffer pool: {source}")]
-    Map { bytes: usize, source: std::io::Error },
-    #[error("--lock-memory: cannot lock {bytes} bytes of buffers ({source}); RLIMIT_MEMLOCK allows {limit}; raise it (ulimit -l) or lower --pool-buffers")]
-    Lock { bytes: usize, limit: String, source: std::io::Error },
+    #[error("cannot map {bytes} bytes for the buffer pool: {error}")]
+    Map { bytes: usize, error: std::io::Error },
+    #[error("--lock-memory: cannot lock {bytes} bytes of buffers ({error}); RLIMIT_MEMLOCK allows {limit}; raise it (ulimit -l) or lower --pool-buffers")]
+    Lock { bytes: usize, limit: String, error: std::io::Error },
 }
 
 pub struct BufferPool {
@@ -60,10 +62,10 @@ impl BufferPool {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(PoolError::Map { bytes, source: std::io::Error::last_os_error() });
+            return Err(PoolError::Map { bytes, error: std::io::Error::last_os_error() });
         }
         let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| PoolError::Map { bytes, source: std::io::Error::other("mmap returned null") })?;
+            .ok_or_else(|| PoolError::Map { bytes, error: std::io::Error::other("mmap returned null") })?;
         let pool = BufferPool {
             base,
             buffer_size,
@@ -78,7 +80,7 @@ impl BufferPool {
                     Ok(None) => "unlimited bytes".into(),
                     Err(_) => "an unknown amount".into(),
                 };
-                return Err(PoolError::Lock { bytes, limit, source });
+                return Err(PoolError::Lock { bytes, limit, error: source });
             }
         }
         Ok(pool)

@@ -48,7 +48,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("sockscale-model".into())
             .spawn(move || model.run(ctx))
-            .map_err(|source| ServerError::Io { model: model.name(), source })?;
+            .map_err(|source| ServerError::Io { model: model.name(), error: source })?;
         if ready_rx.recv().is_err() {
             // The model returned without becoming ready: its error says why.
             return Err(match thread.join() {

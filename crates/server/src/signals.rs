@@ -51,9 +51,11 @@ impl TerminationSignals {
             let mut seen = 0;
             while let Ok(signal) = self.wait() {
                 seen += 1;
+                // Act first, then say so: the log line goes to a stderr that may be a closed
+                // pipe, and nothing about writing it may stand between a signal and the stop.
                 if seen == 1 {
-                    tracing::info!(signal, "draining connections; send the signal again to close them at once");
                     shutdown.shutdown();
+                    tracing::info!(signal, "draining connections; send the signal again to close them at once");
                 } else {
                     shutdown.force();
                 }

@@ -23,9 +23,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         Err(e) => {
-            // One line that names the flag; clap's usage block would bury it.
-            let rendered = e.render().to_string();
-            output::note!("{}\n", rendered.lines().next().unwrap_or("error: bad arguments"));
+            output::note!("{}\n", one_line(&e.render().to_string()));
             return ExitCode::from(2);
         }
     };
@@ -48,6 +46,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// A clap error as one line: the message with everything clap puts on the lines under it (the
+/// possible values, the missing arguments, a "similar argument exists" tip), without the usage
+/// block and the "For more information" line, which would bury it.
+///
+/// clap renders paragraphs separated by blank lines: the message (its continuation lines
+/// indented), then tips, then `Usage:`, then the pointer to `--help`.
+fn one_line(rendered: &str) -> String {
+    let paragraphs: Vec<String> = rendered
+        .split("\n\n")
+        .map(|paragraph| paragraph.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "))
+        .filter(|p| !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more information"))
+        .collect();
+    if paragraphs.is_empty() {
+        return "error: bad arguments; see --help".to_owned();
+    }
+    paragraphs.join("; ")
+}
+
 /// Logs go to stderr through `tracing`; RUST_LOG sets the level (default: info).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -57,5 +73,44 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // On by default, it reports a failed log write with eprintln!, which panics when stderr
+        // is a closed pipe (`serve 2>&1 | head -n1`): the panic killed the thread that logged,
+        // and when that was the signal thread, SIGINT and SIGTERM were never taken again. A log
+        // line that cannot be written is dropped instead.
+        .log_internal_errors(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_error(args: &[&str]) -> String {
+        let args = std::iter::once("sockscale").chain(args.iter().copied());
+        let err = Cli::try_parse_from(args).expect_err("bad arguments");
+        one_line(&err.render().to_string())
+    }
+
+    #[test]
+    fn a_bad_enum_value_lists_the_valid_ones_on_its_one_line() {
+        let line = parse_error(&["serve", "--proto", "gopher"]);
+        assert_eq!(line, "error: invalid value 'gopher' for '--proto <PROTO>' [possible values: echo, http, udp]");
+        let line = parse_error(&["serve", "--proto", "htp"]);
+        assert!(line.ends_with("[possible values: echo, http, udp]; tip: a similar value exists: 'http'"), "{line}");
+        let line = parse_error(&["bench", "--profile", "huge"]);
+        assert!(line.ends_with("[possible values: tiny, default, full]"), "{line}");
+        let line = parse_error(&["serve", "--listener", "shared"]);
+        assert!(line.contains("[possible values: reuseport, exclusive]"), "{line}");
+    }
+
+    #[test]
+    fn missing_arguments_and_tips_stay_on_the_one_line() {
+        let line = parse_error(&["report"]);
+        assert!(line.contains("required arguments were not provided") && line.contains("<RESULTS>"), "{line}");
+        let line = parse_error(&["serve", "--thread", "2"]);
+        assert!(line.contains("'--thread'") && line.contains("'--threads'"), "{line}");
+        for line in [line, parse_error(&["serve", "--stats-interval", "0"])] {
+            assert!(!line.contains('\n') && !line.contains("Usage") && !line.contains("--help"), "{line}");
+        }
+    }
 }

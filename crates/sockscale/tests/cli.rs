@@ -3,16 +3,49 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use support::*;
 
 /// Run `sockscale ARGS`, expecting failure; returns (exit code, stderr).
 fn fails(args: &[&str]) -> (i32, String) {
     let out = Command::new(BIN).args(args).env("RUST_LOG", "off").output().expect("run sockscale");
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(out.stdout.is_empty(), "{args:?} printed to stdout: {}", String::from_utf8_lossy(&out.stdout));
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// As `fails`, for arguments a broken build might accept and serve with: a process still
+/// running after 10 s is killed and the test fails, instead of waiting forever.
+fn fails_quickly(args: &[&str]) -> (i32, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sockscale");
+    let until = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > until {
+            // `serve --procs` workers have their own process groups and hold our stderr pipe:
+            // they go too, or reading the output would wait for them.
+            let workers = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()));
+            for pid in workers.unwrap_or_default().split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill has no memory arguments; these are our child's children.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{args:?} was accepted: still running after 10 s; stdout: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
     assert!(!out.status.success(), "{args:?} succeeded");
     assert!(out.stdout.is_empty(), "{args:?} printed to stdout: {}", String::from_utf8_lossy(&out.stdout));
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -245,4 +278,182 @@ fn metrics_and_stats_report_the_counters() {
     let done = server.stop();
     assert!(done.stdout.iter().any(|l| l.starts_with("stats accepted=1 ")), "{:?}", done.stdout);
     assert_eq!(done.counter("closed_peer"), 1);
+}
+
+#[test]
+fn zero_and_negative_durations_are_refused_naming_the_flag() {
+    for flag in ["--stats-interval", "--idle-timeout", "--send-timeout", "--header-timeout", "--drain-timeout"] {
+        for value in ["0", "0ms", "-1"] {
+            if flag == "--drain-timeout" && value != "-1" {
+                continue; // 0 has a meaning there: close every connection at once
+            }
+            let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--proto", "http", flag, value]);
+            assert_eq!(code, 2, "{flag} {value}: {err}");
+            let why = if value.starts_with('-') { "must not be negative" } else { "must be longer than zero" };
+            assert_eq!(
+                one_line(&err),
+                format!("error: invalid value '{value}' for '{flag} <SECS>': {why} (e.g. 10, 0.5 or 500ms)")
+            );
+        }
+    }
+    let help = succeeds(&["serve", "--help"]).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("; 0 closes every connection at once"), "--drain-timeout's help should say what 0 does");
+}
+
+#[test]
+fn a_zero_drain_timeout_closes_at_once() {
+    let server = ServerProc::start("epoll", &["--drain-timeout", "0"]);
+    let _client = server.connect();
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+}
+
+#[test]
+fn meaningless_zeros_on_serve_are_refused_naming_the_flag() {
+    for flag in [
+        "--threads",
+        "--max-conns",
+        "--backlog",
+        "--accept-batch",
+        "--read-budget",
+        "--max-pending-send",
+        "--pool-buffers",
+        "--max-outstanding-sends",
+        "--queue-depth",
+        "--stack-size",
+        "--sndbuf",
+        "--rcvbuf",
+    ] {
+        let (_, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", flag, "0"]);
+        assert_eq!(one_line(&err), format!("error: {flag} must be at least 1"));
+    }
+    let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--procs", "0"]);
+    assert_eq!(code, 2);
+    assert_eq!(one_line(&err), "error: invalid value '0' for '--procs <PROCS>': 0 is not in 1..=65535");
+}
+
+#[test]
+fn invalid_values_get_one_line_listing_the_valid_ones() {
+    for (args, listed) in [
+        (&["serve", "--proto", "ftp"][..], "echo, http, udp"),
+        (&["serve", "--listener", "shared"][..], "reuseport, exclusive"),
+        (&["bench", "--profile", "huge"][..], "tiny, default, full"),
+    ] {
+        let (code, err) = fails_quickly(args);
+        assert_eq!(code, 2);
+        let line = one_line(&err);
+        assert!(line.contains(&format!("'{}'", args[2])) && line.contains(args[1]), "{line}");
+        assert!(line.contains(&format!("[possible values: {listed}]")), "{line}");
+    }
+    // What clap puts under its message stays on the one line too.
+    let (_, err) = fails_quickly(&["report"]);
+    assert_eq!(one_line(&err), "error: the following required arguments were not provided: <RESULTS>");
+    let (_, err) = fails_quickly(&["serve", "--thread", "2"]);
+    assert!(one_line(&err).contains("a similar argument exists: '--threads'"), "{err}");
+}
+
+/// The OS's text of `errno`, as io::Error prints it.
+fn os_text(errno: i32) -> String {
+    std::io::Error::from_raw_os_error(errno).to_string()
+}
+
+/// `line` carries the OS error text exactly once.
+fn says_once(line: &str, errno: i32) {
+    let text = os_text(errno);
+    assert_eq!(line.matches(&text).count(), 1, "{text:?} should appear once in: {line}");
+}
+
+#[test]
+fn os_errors_are_printed_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (_, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--metrics", &addr]);
+    says_once(one_line(&err), libc::EADDRINUSE);
+    // 192.0.2.0/24 is TEST-NET-1: no interface has it.
+    let (_, err) = fails_quickly(&["serve", "--listen", "192.0.2.1:8080"]);
+    says_once(one_line(&err), libc::EADDRNOTAVAIL);
+    let (_, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--proto", "http", "--body", "/nonexistent/x"]);
+    says_once(one_line(&err), libc::ENOENT);
+    let (_, err) = fails_quickly(&["report", "/nonexistent/results.json"]);
+    says_once(one_line(&err), libc::ENOENT);
+    let (_, err) = fails_quickly(&["load", "merge", "/nonexistent/a.json", "/nonexistent/b.json"]);
+    says_once(one_line(&err), libc::ENOENT);
+}
+
+#[test]
+fn a_closed_output_pipe_never_stops_shutdown() {
+    // stdout and stderr on one pipe, as `serve 2>&1 | head -n1`; sh execs the server in place.
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("exec {BIN} serve --listen 127.0.0.1:0 --stats-interval 0.05 2>&1")])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run sockscale");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("first line");
+    assert!(first.starts_with("listening on "), "{first}");
+    drop(out); // `head -n1` exits: every later write meets a closed pipe
+               // SAFETY: kill has no memory arguments; the pid is our live child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let until = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve ignored SIGINT once its output pipe was closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn procs_metrics_ports_are_checked_and_port_zero_stays_free() {
+    let (_, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--procs", "2", "--metrics", "127.0.0.1:65535"]);
+    let line = one_line(&err);
+    assert!(line.contains("--metrics 127.0.0.1:65535") && line.contains("past 65535"), "{line}");
+
+    // Port 0: every worker picks a free port of its own (not port 0 + K).
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--threads", "1", "--procs", "2", "--metrics", "127.0.0.1:0"])
+        .env("RUST_LOG", "info");
+    let server = ServerProc::spawn(cmd);
+    let done = server.stop();
+    let ports: Vec<u16> = done
+        .stderr
+        .lines()
+        .filter_map(|l| l.split_once("metrics at http://127.0.0.1:"))
+        .filter_map(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .collect();
+    assert_eq!(ports.len(), 2, "{}", done.stderr);
+    assert!(ports.iter().all(|&p| p >= 1024), "{ports:?}");
+}
+
+#[test]
+fn a_procs_worker_that_cannot_start_ends_the_run() {
+    // Worker 1's metrics port is taken: it can never start, so restarting it cannot help.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let metrics = format!("127.0.0.1:{}", port - 1);
+    let (_, err) =
+        fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--threads", "1", "--procs", "2", "--metrics", &metrics]);
+    assert!(err.contains(&format!("cannot serve --metrics on 127.0.0.1:{port}")), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l.contains("worker 1 of 2 exited before it was serving")), "{err}");
+}
+
+#[test]
+fn a_port_held_by_another_serve_is_refused() {
+    for proto in ["echo", "udp"] {
+        let first = ServerProc::start("epoll", &["--proto", proto]);
+        let addr = first.addr.to_string();
+        let (code, err) = fails_quickly(&["serve", "--proto", proto, "--listen", &addr]);
+        assert_ne!(code, 0);
+        assert_eq!(one_line(&err), format!("error: cannot listen on {addr}: address already in use"));
+        first.stop();
+    }
 }

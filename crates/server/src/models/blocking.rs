@@ -67,7 +67,7 @@ impl IoModel for BlockingModel {
 }
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: Model::Blocking.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Blocking.name(), error: source };
     if ctx.listen.is_udp() {
         return crate::blocking_conn::serve_udp(&ctx, Model::Blocking.name(), ctx.cfg.threads);
     }

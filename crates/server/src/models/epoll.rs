@@ -46,7 +46,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let pools = (0..threads)
         .map(|_| BufferPool::new(cfg.buffer_size, per_worker, cfg.lock_memory))
         .collect::<Result<Vec<_>, _>>()?;
-    let io_err = |source| ServerError::Io { model: Model::Epoll.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Epoll.name(), error: source };
 
     let mut sources = Vec::with_capacity(threads);
     for i in 0..threads {

@@ -161,7 +161,7 @@ impl IoModel for Poll64Model {
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: Model::Poll64.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Poll64.name(), error: source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     if ctx.listen.is_udp() {
         let parts = WorkerParts {

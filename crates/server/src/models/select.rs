@@ -214,7 +214,7 @@ impl IoModel for SelectModel {
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: Model::Select.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Select.name(), error: source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let socket = ctx.listen.shared();
     let source = if ctx.listen.is_udp() {

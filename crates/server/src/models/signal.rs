@@ -381,7 +381,7 @@ impl IoModel for SignalModel {
 }
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: Model::Signal.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Signal.name(), error: source };
     let cfg = &ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let (ctx, pool) = (&ctx, &pool);

@@ -83,7 +83,7 @@ impl IoModel for ThreadpoolModel {
 }
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: Model::Threadpool.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Threadpool.name(), error: source };
     let cfg = &*ctx.cfg;
     if ctx.listen.is_udp() {
         return crate::blocking_conn::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);

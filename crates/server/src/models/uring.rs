@@ -53,7 +53,7 @@ impl IoModel for UringModel {
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let threads = cfg.threads;
-    let io_err = |source| ServerError::Io { model: Model::Uring.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Uring.name(), error: source };
     let per_worker = (cfg.pool_buffers / threads).max(1);
     let pools = (0..threads)
         .map(|_| BufferPool::new(cfg.buffer_size, per_worker, cfg.lock_memory))

@@ -46,7 +46,7 @@ impl IoModel for Uring64Model {
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
-    let io_err = |source| ServerError::Io { model: Model::Uring64.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Uring64.name(), error: source };
     if ctx.listen.is_udp() {
         return Err(ServerError::NoUdp { model: Model::Uring64.name() });
     }

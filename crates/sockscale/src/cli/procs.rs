@@ -157,7 +157,7 @@ fn read_progress(k: usize, out: std::process::ChildStdout, live: &Mutex<Vec<(u64
 
 /// One line from a worker of `serve --procs`.
 enum WorkerLine {
-    Listening,
+    Listening(usize),
     Final(String),
     Other(usize, String),
     Exited(usize, u32),
@@ -185,7 +185,7 @@ pub fn run_serve_children(
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 let msg = if line.starts_with("listening on ") {
-                    WorkerLine::Listening
+                    WorkerLine::Listening(k)
                 } else if let Some(rest) = line.strip_prefix("final ") {
                     WorkerLine::Final(rest.to_owned())
                 } else {
@@ -213,13 +213,16 @@ pub fn run_serve_children(
         launch(k)?;
     }
     let mut ready = 0;
+    let mut served = vec![false; n];
+    let mut failed_start = None;
     let mut running = n;
     let mut finals: Vec<String> = Vec::new();
     let mut last_restart: HashMap<usize, Instant> = HashMap::new();
     while running > 0 {
         let Ok(msg) = rx.recv() else { break };
         match msg {
-            WorkerLine::Listening => {
+            WorkerLine::Listening(k) => {
+                served[k] = true;
                 ready += 1;
                 if ready == n {
                     say!("listening on {addr}");
@@ -233,6 +236,17 @@ pub fn run_serve_children(
                     continue;
                 }
                 if stopping.load(Ordering::SeqCst) {
+                    running -= 1;
+                    continue;
+                }
+                if !served[k] {
+                    // It failed to start (a busy --metrics port, say, in its own error line
+                    // above): a new one would fail the same way, once a second, forever.
+                    stopping.store(true, Ordering::SeqCst);
+                    for &pid in pids.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                        let _ = sys::signal_process(pid, libc::SIGTERM);
+                    }
+                    failed_start.get_or_insert(k);
                     running -= 1;
                     continue;
                 }
@@ -254,6 +268,9 @@ pub fn run_serve_children(
     }
     // Held until every worker is gone, so a restarted worker finds its port still ours.
     drop(reservation);
+    if let Some(k) = failed_start {
+        bail!("worker {k} of {n} exited before it was serving (its error is above); stopped the others");
+    }
     say!("final {}", sum_counters(&finals));
     Ok(())
 }

@@ -14,7 +14,7 @@ use sockscale_server::TerminationSignals;
 use sockscale_server::{Config, ListenerMode, Model, Server, Service};
 
 use crate::cli::models::ModelParser;
-use crate::units::{parse_duration, parse_size};
+use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Proto {
@@ -35,7 +35,9 @@ pub enum ListenerArg {
 }
 
 #[derive(Debug, Args)]
-#[command(next_line_help = false)]
+// A negative value (`--drain-timeout -1`) reaches the flag's parser, which names the flag and
+// says why, instead of being taken for an unknown flag `-1`.
+#[command(next_line_help = false, allow_negative_numbers = true)]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port, printed on the first line
     #[arg(long, default_value = "127.0.0.1:8080", help_heading = "Service")]
@@ -123,24 +125,27 @@ pub struct ServeArgs {
     #[arg(long, help_heading = "Sockets")]
     pub no_nodelay: bool,
 
-    /// Print the counters every SECS seconds
+    /// Print the counters every SECS seconds [default: no stats lines]
     #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Observability")]
     pub stats_interval: Option<Duration>,
-    /// Serve Prometheus metrics at http://ADDR/metrics
+    /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port, logged at
+    /// start-up
     #[arg(long, value_name = "ADDR", help_heading = "Observability")]
     pub metrics: Option<SocketAddr>,
 
     /// Run this many server processes sharing the port with SO_REUSEPORT, as nginx runs
     /// worker processes (past the per-process open-files limit); a worker that dies is
-    /// restarted. With --metrics, worker K serves it on the given port + K
-    #[arg(long, default_value_t = 1, help_heading = "Service")]
-    pub procs: usize,
+    /// restarted. With --metrics, worker K serves it on the given port + K (port 0: each
+    /// worker picks a free port)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = "Service")]
+    pub procs: u16,
     /// Internal: this process is worker K of N of a --procs server
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
 
-    /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest
-    #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS", help_heading = "Lifecycle")]
+    /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest; 0
+    /// closes every connection at once
+    #[arg(long, default_value = "5", value_parser = parse_duration_or_zero, value_name = "SECS", help_heading = "Lifecycle")]
     pub drain_timeout: Duration,
 }
 
@@ -196,6 +201,21 @@ impl ServeArgs {
         })
     }
 
+    /// The metrics address of worker `k` of a `--procs` server: the given port plus K, or port 0
+    /// (a free port of its own) when that was asked for.
+    fn worker_metrics(metrics: SocketAddr, k: u16) -> Result<SocketAddr> {
+        if metrics.port() == 0 {
+            return Ok(metrics);
+        }
+        let port = metrics.port().checked_add(k).with_context(|| {
+            format!(
+                "--metrics {metrics}: worker {k} would serve metrics on port {} + {k}, past 65535; give a lower port",
+                metrics.port()
+            )
+        })?;
+        Ok(SocketAddr::new(metrics.ip(), port))
+    }
+
     /// Worker number K of a `--procs` server.
     fn slot(&self) -> Result<Option<u16>> {
         let Some(slot) = &self.proc_slot else { return Ok(None) };
@@ -211,12 +231,16 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     let mut cfg = args.to_config()?;
     if args.procs > 1 && args.proc_slot.is_none() {
         cfg.validate()?;
+        if let Some(metrics) = cfg.metrics {
+            // The last worker's port, checked before any worker starts.
+            ServeArgs::worker_metrics(metrics, args.procs - 1)?;
+        }
         let reservation = sockscale_server::Reservation::new(cfg.listen, cfg.service.is_udp())?;
         let addr = reservation.local_addr();
-        return crate::cli::procs::run_serve_children(args.procs, argv, addr, reservation);
+        return crate::cli::procs::run_serve_children(args.procs.into(), argv, addr, reservation);
     }
-    if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics.as_mut()) {
-        metrics.set_port(metrics.port() + k);
+    if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics) {
+        cfg.metrics = Some(ServeArgs::worker_metrics(metrics, k)?);
     }
     // Before any thread exists, so every thread inherits the blocked mask.
     let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;

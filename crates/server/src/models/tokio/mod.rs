@@ -143,7 +143,7 @@ impl IoModel for TokioModel {
 
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = ctx.cfg.clone();
-    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), error: source };
     // One pool for the runtime: buffers are only held between two awaits, so at most one per
     // worker is in use; config validation guarantees pool_buffers >= threads.
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
@@ -176,7 +176,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 
 /// Set up the sources, report ready, and wait until the drain is over.
 async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), source };
+    let io_err = |source| ServerError::Io { model: Model::Tokio.name(), error: source };
     let cfg = &shared.cfg;
 
     let waker = Arc::new(Waker::new().map_err(io_err)?);
