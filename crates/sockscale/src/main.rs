@@ -41,7 +41,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             output::note!("error: {e:#}\n");
-            ExitCode::FAILURE
+            match e.downcast_ref::<cli::load::RequestsFailed>() {
+                Some(_) => ExitCode::from(cli::load::RequestsFailed::EXIT),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -418,6 +418,7 @@ fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
     let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--json", json.to_str().unwrap()]);
     let err = assert_one_line_error(&out, "ten 404s");
     assert!(err.contains("10 errors") && err.contains("--allow-errors"), "{err}");
+    assert_eq!(out.status.code(), Some(3), "a run that counted errors exits 3, apart from one that never ran");
     let summary = stdout(&out);
     assert!(summary.contains("4xx 10") && summary.contains("errors       10: HTTP status 10"), "{summary}");
     assert!(!summary.contains("errors       none"), "{summary}");
@@ -445,6 +446,7 @@ fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
         Command::new(BIN).args(["load", "merge"]).arg(&json).arg(&procs_json).arg("--json").arg(&merged),
     );
     assert_one_line_error(&out, "merge of failed runs");
+    assert_eq!(out.status.code(), Some(3), "merged reports that counted errors exit 3");
     let m = read_json(&merged);
     assert_eq!((m["statuses"]["4xx"].as_u64(), m["errors"]["http_status"].as_u64()), (Some(20), Some(20)), "{m}");
     let _ = std::fs::remove_dir_all(&dir);

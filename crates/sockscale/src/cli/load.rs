@@ -26,8 +26,8 @@ by the server mid-exchange; a reply that did not come within --timeout; an echoe
 malformed HTTP response; an HTTP status not accepted (--accept-status, default 2xx); a UDP datagram lost. \
 The summary and the --json report count each kind.
 
-Exit status: 0 when the run counted no error; 1 when it counted any (the summary and the report are \
-still written; --allow-errors exits 0 instead), when it ended early because the target took no \
+Exit status: 0 when the run counted no error; 3 when it counted any (the summary and the report are \
+still written; --allow-errors exits 0 instead); 1 when it ended early because the target took no \
 connection, or when it could not start; 2 when the command line cannot be parsed.";
 
 #[derive(Debug, Subcommand)]
@@ -42,9 +42,10 @@ pub enum LoadCommand {
     #[command(after_help = ERRORS_AND_EXIT)]
     Udp(UdpArgs),
     /// Merge reports of runs made side by side (processes, machines) into one
-    #[command(after_help = "Exit status: 0 when the merged reports counted no error; 1 when they counted any \
-                            (the summary and --json are still written; --allow-errors exits 0 instead) or a \
-                            report cannot be read; 2 when the command line cannot be parsed.")]
+    #[command(after_help = "Exit status: 0 when the merged reports counted no error; 3 when they counted any \
+                            (the summary and --json are still written; --allow-errors exits 0 instead); 1 when \
+                            a report cannot be read or the reports do not belong together; 2 when the command \
+                            line cannot be parsed.")]
     Merge(MergeArgs),
 }
 
@@ -54,7 +55,7 @@ pub struct Common {
     #[arg(short = 'c', long = "connections", default_value_t = 10, value_parser = at_least_one, allow_negative_numbers = true)]
     pub conns: usize,
     /// Run for this long [default: 10 s unless -n is given]
-    #[arg(short = 'd', long = "duration", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
+    #[arg(short = 'd', long = "duration", value_parser = parse_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<Duration>,
     /// Stop after exactly this many requests (messages, datagrams) have been answered or
     /// have failed
@@ -84,10 +85,10 @@ pub struct Common {
     pub procs: usize,
     /// Give up on a connect after this long; a run with nothing open and no connect
     /// succeeding for this long ends with an error
-    #[arg(long, default_value = "5", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
+    #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub connect_timeout: Duration,
     /// Count a reply as timed out (UDP: lost) after this long
-    #[arg(long = "timeout", default_value = "10", value_parser = positive_duration, value_name = "SECS", allow_negative_numbers = true)]
+    #[arg(long = "timeout", default_value = "10", value_parser = parse_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub reply_timeout: Duration,
     /// Write the full report (every figure, HDR histograms, client CPU, options) as JSON;
     /// '-' writes it to standard output and the summary to standard error. The file is
@@ -251,10 +252,33 @@ fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
     let failures = report.failures();
     if failures > 0 && !allow_errors {
         let noun = if failures == 1 { "error" } else { "errors" };
-        bail!("{failures} {noun} ({}); --allow-errors exits 0 with errors", report.failure_list());
+        return Err(RequestsFailed(format!(
+            "{failures} {noun} ({}); --allow-errors exits 0 with errors",
+            report.failure_list()
+        ))
+        .into());
     }
     Ok(())
 }
+
+/// The run went through and its report was written, but it counted errors: exit status
+/// [`RequestsFailed::EXIT`], apart from a run that could not be made at all (1), so a script can
+/// tell a server that failed requests from a load that never ran (as `curl --fail` has 22 and
+/// k6's thresholds 99).
+#[derive(Debug)]
+pub struct RequestsFailed(String);
+
+impl RequestsFailed {
+    pub const EXIT: u8 = 3;
+}
+
+impl std::fmt::Display for RequestsFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RequestsFailed {}
 
 /// Where `--json` goes. A file is opened (not truncated) before the run, so a path that cannot
 /// be written is found at once; it is removed again if the run fails before writing it and it
@@ -316,18 +340,6 @@ fn at_least_one_u64(text: &str) -> Result<u64, String> {
 
 fn at_least_one(text: &str) -> Result<usize, String> {
     at_least_one_u64(text).and_then(|n| usize::try_from(n).map_err(|_| format!("{n} is too large")))
-}
-
-/// A duration flag: longer than zero.
-fn positive_duration(text: &str) -> Result<Duration, String> {
-    if text.trim().starts_with('-') {
-        return Err("must be longer than 0 (e.g. 10, 0.5, 500ms, 2m)".into());
-    }
-    let d = parse_duration(text)?;
-    if d.is_zero() {
-        return Err("must be longer than 0 (e.g. 10, 0.5, 500ms, 2m)".into());
-    }
-    Ok(d)
 }
 
 /// A rate flag: a finite number above zero.

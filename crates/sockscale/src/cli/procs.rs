@@ -259,7 +259,7 @@ pub fn run_serve_children(
                 match launch(k) {
                     Ok(()) => {}
                     Err(e) => {
-                        tracing::error!(error = %e, "cannot restart worker {k}");
+                        tracing::error!(error = format!("{e:#}"), "cannot restart worker {k}");
                         running -= 1;
                     }
                 }
