@@ -303,7 +303,9 @@ fn plan_derives_every_figure_from_measured_rows_and_refuses_what_a_model_cannot_
         "{text}"
     );
     assert!(
-        text.contains("epoll, kernel TCP memory: not measured (0 KiB recorded with 3,000 connections open)"),
+        text.contains(
+            "epoll, kernel socket memory: not measured (no kernel socket memory recorded with 3,000 connections open)"
+        ),
         "{text}"
     );
     assert!(text.contains("select cannot hold 50,000 connections: FD_SETSIZE is 1,024."), "{text}");
