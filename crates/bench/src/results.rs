@@ -657,8 +657,9 @@ mod tests {
 
     #[test]
     fn results_from_before_kernel_slab_was_measured_still_load_and_say_so() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/images/bench-default-results.json");
-        let r = Results::load(path).expect("the README's results load");
+        // The README's run of 2026-11-22, kept as written then.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/results-2026-11-22-before-slab.json");
+        let r = Results::load(path).expect("results from before the slab was measured load");
         let t = r.table_markdown();
         // blocking at 8,000 connections: sockstat measured 0 buffer pages; slab was not measured.
         let row = t.lines().find(|l| l.contains("8,000/8,000 | 160,768")).expect("blocking maximum row");
