@@ -276,7 +276,17 @@ impl Results {
     pub fn load(path: &str) -> Result<Results, ResultsError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ResultsError::Read { path: path.into(), error: source })?;
-        let results: Results = serde_json::from_str(&text)
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ResultsError::Format { path: path.into(), reason: e.to_string() })?;
+        // A load report is the JSON users most often hand over by mistake; name it, rather than
+        // the first bench field it lacks.
+        if value.get("mode").is_some() && value.get("requests").is_some() && value.get("models").is_none() {
+            return Err(ResultsError::Format {
+                path: path.into(),
+                reason: "it is a `sockscale load` report (read it with `sockscale load merge`); give the results.json a bench run wrote".into(),
+            });
+        }
+        let results: Results = serde_json::from_value(value)
             .map_err(|e| ResultsError::Format { path: path.into(), reason: e.to_string() })?;
         if results.schema != SCHEMA {
             return Err(ResultsError::Format {
@@ -653,6 +663,18 @@ mod tests {
         assert_eq!(r.models[0].rows[0].kernel.as_ref().and_then(KernelMemory::sockets_added), Some(16_000));
         let csv = r.rows_csv();
         assert!(csv.contains(",6768,40,39360,6.0,"), "CSV and table agree: {csv}");
+    }
+
+    #[test]
+    fn a_load_report_is_named_for_what_it_is() {
+        let dir = std::env::temp_dir().join(format!("sockscale-results-load-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("load.json");
+        std::fs::write(&path, r#"{"schema":1,"mode":"echo","target":"127.0.0.1:1","requests":{"completed":1}}"#)
+            .unwrap();
+        let err = Results::load(&path.display().to_string()).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(err.contains("is a `sockscale load` report"), "{err}");
     }
 
     #[test]

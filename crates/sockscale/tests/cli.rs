@@ -114,6 +114,9 @@ fn serve_help_names_every_model_and_what_it_cannot_do() {
         } else {
             assert!(entry.contains("honours every policy"), "{entry}");
         }
+        // A model with a ceiling of its own says so beside its policies.
+        let ceiling = "at most 1024 descriptors per process (FD_SETSIZE)";
+        assert_eq!(entry.contains(ceiling), model == "select", "{entry}");
     }
     assert!(help.contains("sockscale models"), "--model's help should point to sockscale models");
 }

@@ -72,6 +72,13 @@ fn help_line(c: &Capabilities) -> String {
             line.push_str(&format!("; cannot: {}", what.join(", ")));
         }
     }
+    // A policy list alone would say select can do everything; its ceiling is what a user meets.
+    if let Some(ceiling) = &c.ceiling {
+        line.push_str(&format!(
+            "; at most {} descriptors per process ({}), connections included",
+            ceiling.descriptors, ceiling.set_by
+        ));
+    }
     plain(&line)
 }
 
