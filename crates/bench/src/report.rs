@@ -569,9 +569,11 @@ fn page(results: &Results, svgs: &[(String, String)]) -> String {
         let _ = writeln!(body, "<figure>{inline}<figcaption>{}</figcaption></figure>", escape(caption));
     }
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; }} td:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; }} td:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
+        // A tab or a bookmark shows only the title: a partial run says so there too.
+        partial = if results.interrupted || results.in_progress { " (partial results)" } else { "" },
     )
 }
 

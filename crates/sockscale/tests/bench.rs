@@ -423,6 +423,7 @@ fn assert_nothing_or_complete_and_partial(dir: &std::path::Path, when: &str) {
     assert_eq!(r["in_progress"], false, "{when}: the run ended");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<h2>Partial results</h2>"), "{when}: report.html is not marked partial");
+    assert!(html.contains("(partial results)</title>"), "{when}: the page title hides that it is partial");
     assert!(html.trim_end().ends_with("</html>"), "{when}: report.html is whole");
     let leftovers: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
