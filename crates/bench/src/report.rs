@@ -551,7 +551,7 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
 /// figure's title is inside the SVG, so it is not repeated).
 fn page(results: &Results, svgs: &[(String, String)]) -> String {
     let mut body = String::new();
-    let tables = crate::run::tables_markdown(results);
+    let tables = crate::tables::tables_markdown(results);
     for block in tables.split("\n\n") {
         if let Some(heading) = block.strip_prefix("### ") {
             let _ = writeln!(body, "<h3>{}</h3>", escape(heading));

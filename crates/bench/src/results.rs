@@ -98,6 +98,31 @@ pub struct SockstatTcp {
     pub mem_pages: u64,
 }
 
+/// The slab caches that grow with TCP connections: the socket (TCP, TCPv6), its inode and
+/// dentry in sockfs, its open file, handshake and TIME-WAIT minisocks, port bind buckets,
+/// epoll items, and socket buffer heads. Caches the kernel merged into another do not appear
+/// in slabinfo under their own name and are skipped. General-purpose kmalloc caches are left
+/// out: too much else uses them.
+pub const SOCKET_SLAB_CACHES: [&str; 17] = [
+    "TCP",
+    "TCPv6",
+    "request_sock_TCP",
+    "request_sock_TCPv6",
+    "tw_sock_TCP",
+    "tw_sock_TCPv6",
+    "tcp_bind_bucket",
+    "tcp_bind2_bucket",
+    "sock_inode_cache",
+    "filp",
+    "dentry",
+    "eventpoll_epi",
+    "eventpoll_pwq",
+    "skbuff_head_cache",
+    "skbuff_small_head",
+    "skbuff_fclone_cache",
+    "inet_peer_cache",
+];
+
 /// One cache of /proc/slabinfo.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SlabCache {
@@ -125,7 +150,7 @@ pub struct KernelMemory {
     pub sockstat_baseline: Option<SockstatTcp>,
     /// The largest value of each sockstat field while the load ran.
     pub sockstat_peak: Option<SockstatTcp>,
-    /// The socket-related caches of /proc/slabinfo (see `sampler::SOCKET_SLAB_CACHES`) before
+    /// The socket-related caches of /proc/slabinfo (see [`SOCKET_SLAB_CACHES`]) before
     /// the load; `None` when slabinfo could not be read (it needs root).
     pub slab_baseline: Option<std::collections::BTreeMap<String, SlabCache>>,
     /// The same caches at the sample where their total was largest.
@@ -348,7 +373,7 @@ impl Results {
     fn kernel_note(&self) -> String {
         let mut note = format!(
             "Kernel socket buffers: /proc/net/sockstat TCP \"mem\" (pages holding socket buffer data, not the sockets themselves), the largest sample minus its value before the load started. Kernel socket slab: the slab caches that hold the sockets themselves ({}, where the kernel has them as caches of their own), from /proc/slabinfo (readable by root only): their slabs at the sample with the largest total minus before the load; a few connections may fit in slabs already there, so this reads true from hundreds of connections up. Both are system-wide: they count the load generator's end of every loopback connection too, and anything else the machine did meanwhile. \"{NOT_MEASURED}\" means the source could not be read, or the results were written before it was measured.",
-            crate::sampler::SOCKET_SLAB_CACHES.join(", ")
+            SOCKET_SLAB_CACHES.join(", ")
         );
         let reasons: std::collections::BTreeSet<&str> = self
             .models

@@ -11,32 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::results::{SlabCache, SockstatTcp};
-
-/// The slab caches that grow with TCP connections: the socket (TCP, TCPv6), its inode and
-/// dentry in sockfs, its open file, handshake and TIME-WAIT minisocks, port bind buckets,
-/// epoll items, and socket buffer heads. Caches the kernel merged into another do not appear
-/// in slabinfo under their own name and are skipped. General-purpose kmalloc caches are left
-/// out: too much else uses them.
-pub const SOCKET_SLAB_CACHES: [&str; 17] = [
-    "TCP",
-    "TCPv6",
-    "request_sock_TCP",
-    "request_sock_TCPv6",
-    "tw_sock_TCP",
-    "tw_sock_TCPv6",
-    "tcp_bind_bucket",
-    "tcp_bind2_bucket",
-    "sock_inode_cache",
-    "filp",
-    "dentry",
-    "eventpoll_epi",
-    "eventpoll_pwq",
-    "skbuff_head_cache",
-    "skbuff_small_head",
-    "skbuff_fclone_cache",
-    "inet_peer_cache",
-];
+use crate::results::{SlabCache, SockstatTcp, SOCKET_SLAB_CACHES};
 
 /// How often slabinfo is read while a row runs (it walks every cache; 10 ms would be costly).
 const SLAB_INTERVAL: Duration = Duration::from_millis(100);

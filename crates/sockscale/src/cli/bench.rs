@@ -139,7 +139,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .with_context(|| format!("cannot write results to {}", out_dir.display()))?;
     let files = sockscale_bench::run::render_report(&results, &out_dir)
         .with_context(|| format!("cannot draw the report in {}", out_dir.display()))?;
-    say!("{}", sockscale_bench::run::tables_markdown(&results));
+    say!("{}", sockscale_bench::tables::tables_markdown(&results));
     say!("results: {}", out_dir.join("results.json").display());
     say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
     if results.interrupted {
