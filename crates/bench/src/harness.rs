@@ -399,6 +399,12 @@ fn gauge(line: &str, name: &str) -> Option<u64> {
     rest.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
+fn unique() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,10 +421,4 @@ mod tests {
         g.observe("stats requests=5");
         assert_eq!(g.read(), (120, 3));
     }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::AtomicU64;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
