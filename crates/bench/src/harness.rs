@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sockscale_load::Report;
 
 use crate::profile::Profile;
-use crate::results::{HttpLatency, HttpPoint, KernelMemory, Row, RowKind, UdpPoint};
+use crate::results::{HttpLatency, HttpPoint, KernelMemory, Row, RowKind, SampleCounts, UdpPoint};
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
 /// The processes the bench has started and not yet reaped.
@@ -55,7 +55,30 @@ pub struct Harness<'a> {
 pub struct Server {
     child: Child,
     pub port: u16,
-    peak_connections: Arc<AtomicU64>,
+    connections: Arc<ConnectionGauge>,
+}
+
+/// The server's `connections=` gauge as its stats lines report it: the peak, and how many
+/// lines reported it, so a server that printed none is told from one that held none.
+#[derive(Debug, Default)]
+pub struct ConnectionGauge {
+    peak: AtomicU64,
+    reports: AtomicU64,
+}
+
+impl ConnectionGauge {
+    /// Take one line of the server's output.
+    pub fn observe(&self, line: &str) {
+        if let Some(open) = gauge(line, "connections") {
+            self.peak.fetch_max(open, Ordering::Relaxed);
+            self.reports.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The peak, and the number of stats lines it was taken from.
+    pub fn read(&self) -> (u64, u64) {
+        (self.peak.load(Ordering::Relaxed), self.reports.load(Ordering::Relaxed))
+    }
 }
 
 impl Server {
@@ -110,8 +133,8 @@ impl Harness<'_> {
         self.children.add(child.id());
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take();
-        let peak = Arc::new(AtomicU64::new(0));
-        let peak_seen = peak.clone();
+        let connections = Arc::new(ConnectionGauge::default());
+        let seen = connections.clone();
         std::thread::spawn(move || {
             if let Some(out) = stdout {
                 let mut lines = BufReader::new(out).lines();
@@ -119,9 +142,7 @@ impl Harness<'_> {
                 // Keep reading, so the server never blocks on a full pipe, and keep the peak of
                 // its `connections=` gauge.
                 for line in lines.map_while(Result::ok) {
-                    if let Some(open) = gauge(&line, "connections") {
-                        peak_seen.fetch_max(open, Ordering::Relaxed);
-                    }
+                    seen.observe(&line);
                 }
             }
         });
@@ -131,7 +152,7 @@ impl Harness<'_> {
             _ => None,
         };
         match port {
-            Some(port) => Ok(Server { child, port, peak_connections: peak }),
+            Some(port) => Ok(Server { child, port, connections }),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -243,10 +264,17 @@ impl Harness<'_> {
         let samples = sampler.finish();
         // Let the last stats line (100 ms) in before reading the peak.
         std::thread::sleep(Duration::from_millis(150));
-        let held = server.peak_connections.load(Ordering::Relaxed);
+        let (held, held_reports) = server.connections.read();
         self.stop_server(server);
         let report = report?;
-        let (cpu_min, cpu_max) = samples.cpu_range();
+        // No interval measured: the range stays 0–0 for older readers, and `samples` says so.
+        let (cpu_min, cpu_max) = samples.cpu_range().unwrap_or_default();
+        let counts = SampleCounts {
+            connections: held_reports,
+            rss: samples.rss_samples,
+            threads: samples.threads_samples,
+            cpu: samples.cpu_steady().len() as u64,
+        };
         let slab_unmeasured = match (&slab_baseline, &samples.slab_peak) {
             (Err(reason), _) => Some(reason.clone()),
             (Ok(_), None) => Some("/proc/slabinfo could not be read while the load ran".to_owned()),
@@ -281,6 +309,7 @@ impl Harness<'_> {
             client_bound: report.rates.cpu_percent >= 90.0 * client_cores as f64,
             duration_s: report.duration_s,
             kernel: Some(kernel),
+            samples: Some(counts),
         })
     }
 
@@ -351,6 +380,7 @@ impl Harness<'_> {
             sent_per_s: report.udp.sent as f64 / d,
             received_per_s: report.udp.received as f64 / d,
             lost: report.udp.lost,
+            sent: Some(report.udp.sent),
         })
     }
 }
@@ -373,4 +403,22 @@ fn unique() -> u64 {
     use std::sync::atomic::AtomicU64;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_printed_no_stats_line_reported_no_connections() {
+        let g = ConnectionGauge::default();
+        g.observe("listening on 127.0.0.1:4000");
+        assert_eq!(g.read(), (0, 0), "no stats line: nothing reported, not 0 connections held");
+        g.observe("stats connections=0 accepted=0");
+        assert_eq!(g.read(), (0, 1), "a stats line reporting 0 held is a measured 0");
+        g.observe("stats accepted=9 connections=120");
+        g.observe("stats connections=80");
+        g.observe("stats requests=5");
+        assert_eq!(g.read(), (120, 3));
+    }
 }

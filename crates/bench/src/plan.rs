@@ -162,6 +162,9 @@ pub struct ModelPlan {
     /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
     pub cpu_pct: Derived,
     pub threads: Derived,
+    /// For each figure fitted through some rows but not all it should have been, the figure and
+    /// the connection counts of the rows left out because no sample gave it there.
+    pub unsampled: Vec<(&'static str, Vec<u64>)>,
     /// The connection counts of the measured rows, smallest first.
     pub rows_at: Vec<u64>,
     /// Largest connection count measured.
@@ -197,27 +200,61 @@ pub fn processes(results: &Results, target: u64) -> u64 {
     }
 }
 
+/// The rows a plan can use: those where the server reported connections held. A row without
+/// its count has no place on the connections axis.
+fn held_rows(m: &ModelResult) -> Vec<(u64, &Row)> {
+    m.rows.iter().filter_map(|r| r.connected_held().filter(|&held| held > 0).map(|held| (held, r))).collect()
+}
+
+/// The line through one figure of `rows`. `value` is `None` for a row that does not enter this
+/// figure by design, and `Some(None)` for one where no sample gave it: that row stays out of
+/// the fit (its 0 is no measurement), and its connection count is returned.
+fn derive(rows: &[(u64, &Row)], unit: &str, value: &dyn Fn(&Row) -> Option<Option<f64>>) -> (Derived, Vec<u64>) {
+    let mut points = Vec::new();
+    let mut unsampled = Vec::new();
+    for &(held, r) in rows {
+        match value(r) {
+            Some(Some(v)) => points.push((held, v)),
+            Some(None) => unsampled.push(held),
+            None => {}
+        }
+    }
+    if points.is_empty() && !unsampled.is_empty() {
+        return (Err("not measured (no sample in any row)".into()), Vec::new());
+    }
+    (fit(&points, unit), unsampled)
+}
+
 /// The plan for one model, or None when it has no measured rows.
 pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<ModelPlan> {
-    let rows: Vec<&Row> = m.rows.iter().filter(|r| r.connected > 0).collect();
-    let measured = rows.iter().map(|r| r.connected).max()?;
-    let mut rows_at: Vec<u64> = rows.iter().map(|r| r.connected).collect();
+    let rows = held_rows(m);
+    let measured = rows.iter().map(|&(held, _)| held).max()?;
+    let mut rows_at: Vec<u64> = rows.iter().map(|&(held, _)| held).collect();
     rows_at.sort_unstable();
     rows_at.dedup();
-    let points = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(u64, f64)> {
-        rows.iter().filter_map(|r| f(r).map(|v| (r.connected, v))).collect()
+    let mut unsampled = Vec::new();
+    let mut gaps = |what: &'static str, (line, left_out): (Derived, Vec<u64>)| {
+        if !left_out.is_empty() {
+            unsampled.push((what, left_out));
+        }
+        line
     };
-    let server_kib = fit(&points(&|r| Some(r.server_rss_kib as f64)), "KiB");
-    let kernel_kib = if rows.iter().all(|r| kernel_kib(r).is_some()) {
-        fit(&points(&kernel_kib), "KiB")
-    } else {
-        let zero = rows.iter().find(|r| kernel_kib(r).is_none()).map_or(0, |r| r.connected);
-        Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(zero)))
+    let server_kib = gaps("server memory", derive(&rows, "KiB", &|r| Some(r.server_rss().map(|k| k as f64))));
+    let kernel_kib = match rows.iter().find(|(_, r)| kernel_kib(r).is_none()) {
+        None => fit(&rows.iter().filter_map(|&(held, r)| Some((held, kernel_kib(r)?))).collect::<Vec<_>>(), "KiB"),
+        Some((held, _)) => {
+            Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held)))
+        }
     };
     // CPU only from the rows whose traffic per connection is the same (blocks at a fixed rate):
     // the flood row's cost is its traffic, not its connections.
-    let cpu_pct = fit(&points(&|r| (r.kind != Some(RowKind::Flood)).then_some(r.cpu_max_pct)), "% of a core");
-    let threads = fit(&points(&|r| Some(r.threads as f64)), "threads");
+    let cpu_pct = gaps(
+        "CPU",
+        derive(&rows, "% of a core", &|r| {
+            (r.kind != Some(RowKind::Flood)).then(|| r.server_cpu_pct().map(|(_, max)| max))
+        }),
+    );
+    let threads = gaps("threads", derive(&rows, "threads", &|r| Some(r.server_threads().map(|t| t as f64))));
     let mut plan = ModelPlan {
         model: m.model.clone(),
         refused: None,
@@ -225,6 +262,7 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
         kernel_kib,
         cpu_pct,
         threads,
+        unsampled,
         rows_at,
         measured,
     };
@@ -301,6 +339,17 @@ fn cell(figure: &Derived, value: impl Fn(&Line) -> String, notes: &mut Vec<Strin
     }
 }
 
+/// Why a model has no plan: its failure, or what its rows lack.
+fn unplanned(m: &ModelResult) -> String {
+    if let Some(error) = &m.error {
+        return error.clone();
+    }
+    if !m.rows.is_empty() && m.rows.iter().all(|r| r.connected_held().is_none()) {
+        return "the server reported no count of its connections in any row".into();
+    }
+    "no row with a connection held".into()
+}
+
 /// Predict what `target` connections need, for every model with measured rows: each figure is
 /// the least-squares line through that model's measured rows, evaluated at the target; models
 /// that cannot hold the target say why instead.
@@ -308,9 +357,17 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
     let plans: Vec<(&ModelResult, Option<ModelPlan>)> =
         results.models.iter().map(|m| (m, model_plan(results, m, target))).collect();
     if plans.iter().all(|(_, p)| p.is_none()) {
+        let rows: Vec<&Row> = results.models.iter().flat_map(|m| &m.rows).collect();
+        let uncounted = rows.iter().filter(|r| r.connected_held().is_none()).count();
         return Err(PlanError::NoRows {
             why: if results.models.is_empty() {
                 "it lists no models".into()
+            } else if uncounted > 0 && uncounted == rows.len() {
+                "no model has a row with its connections counted by the server".into()
+            } else if uncounted > 0 {
+                format!(
+                    "no model has a row with a connection held ({uncounted} rows have no count of the server's connections)"
+                )
             } else {
                 "no model has a row with a connection held".into()
             },
@@ -345,8 +402,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
     let mut refused = Vec::new();
     for (m, plan) in &plans {
         let Some(p) = plan else {
-            let why = m.error.as_deref().unwrap_or("no row with a connection held");
-            let _ = writeln!(s, "| {} | not measured: {} | | | | |", m.model, why.replace('|', "/"));
+            let _ = writeln!(s, "| {} | not measured: {} | | | | |", m.model, unplanned(m).replace('|', "/"));
             continue;
         };
         if let Some(why) = &p.refused {
@@ -371,6 +427,13 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
             &p.model,
             "threads",
         );
+        for (what, left_out) in &p.unsampled {
+            let at = left_out.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
+            notes.push(format!(
+                "{}, {what}: not measured with {at} connections open (no sample), so that row is left out of the fit",
+                p.model
+            ));
+        }
         if let Ok(l) = &p.cpu_pct {
             let cores = l.at(target, procs) / 100.0;
             if cores > machine.cores as f64 && machine.cores > 0 {
@@ -658,6 +721,82 @@ mod tests {
         // 4 KiB of slab per connection plus 2 KiB of buffers per 1,000: 4.002 KiB a connection,
         // 195 MiB at 50,000.
         assert!(table.contains("| 52 MiB (1.00 KiB/connection) | 195 MiB (4.00 KiB/connection) |"), "{table}");
+    }
+
+    /// `row` with the figures the harness samples from the server marked by how many samples
+    /// each came from (`[connections, rss, threads, cpu]`); a figure with none is the 0 it
+    /// started at.
+    fn sampled(row: &Row, counts: [u64; 4]) -> Row {
+        let mut v = serde_json::to_value(row).expect("a row serializes");
+        let [connections, rss, threads, cpu] = counts;
+        v["samples"] = serde_json::json!({"connections": connections, "rss": rss, "threads": threads, "cpu": cpu});
+        if connections == 0 {
+            v["connected"] = 0.into();
+        }
+        if rss == 0 {
+            v["server_rss_kib"] = 0.into();
+        }
+        if threads == 0 {
+            v["threads"] = 0.into();
+        }
+        if cpu == 0 {
+            v["cpu_min_pct"] = 0.0.into();
+            v["cpu_max_pct"] = 0.0.into();
+        }
+        serde_json::from_value(v).expect("a row deserializes")
+    }
+
+    /// The 3,000-connection row's /proc/PID could not be read: its RSS, threads and CPU are
+    /// zeros no sample gave, and the lines go through the other rows.
+    #[test]
+    fn a_figure_no_sample_gave_stays_out_of_the_fit() {
+        let mut m = epoll();
+        m.rows[1] = sampled(&m.rows[1], [20, 0, 0, 0]);
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(
+            table.contains(
+                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | not derivable | 5 (fixed) |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("epoll, server memory: not measured with 3,000 connections open (no sample), so that row is left out of the fit"),
+            "{table}"
+        );
+        assert!(table.contains("epoll, CPU: measured at 8,000 connections only"), "{table}");
+    }
+
+    #[test]
+    fn a_figure_no_row_sampled_is_not_measured_never_zero() {
+        let mut m = epoll();
+        for r in &mut m.rows {
+            *r = sampled(r, [20, 4, 0, 3]);
+        }
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| 2.55 | not measured | 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
+        assert!(table.contains("epoll, threads: not measured (no sample in any row)"), "{table}");
+        assert!(!table.contains("0 (fixed)"), "{table}");
+    }
+
+    /// Without the server's own count there is no connection count to fit against: the model
+    /// is not measured, and the plan does not say no connection was held.
+    #[test]
+    fn rows_without_the_servers_connection_count_are_not_measured() {
+        let mut m = epoll();
+        for r in &mut m.rows {
+            *r = sampled(r, [0, 4, 4, 3]);
+        }
+        let err = predict(&results(vec![m.clone()]), 50_000).unwrap_err().to_string();
+        assert!(err.contains("no model has a row with its connections counted by the server"), "{err}");
+        let table = predict(&results(vec![m, epoll_named("poll")]), 50_000).unwrap();
+        assert!(
+            table.contains("| epoll | not measured: the server reported no count of its connections in any row |"),
+            "{table}"
+        );
+    }
+
+    fn epoll_named(name: &str) -> ModelResult {
+        ModelResult { model: name.into(), ..epoll() }
     }
 
     #[test]

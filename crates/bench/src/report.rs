@@ -131,16 +131,19 @@ fn styled_models(results: &Results) -> Vec<(String, Style)> {
     known.into_iter().enumerate().map(|(i, name)| (name, style(i))).collect()
 }
 
-/// One echo metric: its value for a row (`None` if the row cannot give it) and the bar label.
+/// One echo metric: its value for a row (or why the row cannot give it) and the bar label.
 struct Metric {
     file: &'static str,
     title: &'static str,
     caption: &'static str,
     value_axis: &'static str,
     log_values: bool,
-    value: fn(&Row) -> Option<f64>,
+    value: fn(&Row) -> Result<f64, &'static str>,
     label: fn(&Row, f64) -> String,
 }
+
+const NO_STATUS_SAMPLE: &str = "not measured (/proc/PID/status could not be read)";
+const NO_STAT_SAMPLE: &str = "not measured (/proc/PID/stat could not be read)";
 
 const ECHO_METRICS: [Metric; 4] = [
     Metric {
@@ -149,7 +152,7 @@ const ECHO_METRICS: [Metric; 4] = [
         caption: "Bytes per second the load generator received back, over each row's measured time (1 MB = 10⁶ bytes). One panel per workload: the workloads differ in connections and traffic, so their figures are not comparable with each other.",
         value_axis: "MB/s received by the clients",
         log_values: false,
-        value: |r| Some(r.received_bytes_per_s / 1e6),
+        value: |r| Ok(r.received_bytes_per_s / 1e6),
         label: |_, v| format!("{} MB/s", decimal(v)),
     },
     Metric {
@@ -158,7 +161,7 @@ const ECHO_METRICS: [Metric; 4] = [
         caption: "Server process CPU (user + system, every thread) over one-second samples, as a percentage of one core: the bar reaches the highest sample, the label gives the lowest–highest range. The first second, while connections are set up, is left out when there are enough samples.",
         value_axis: "% of one core, highest 1 s sample",
         log_values: false,
-        value: |r| Some(r.cpu_max_pct),
+        value: |r| r.server_cpu_pct().map(|(_, max)| max).ok_or(NO_STAT_SAMPLE),
         label: |r, _| format!("{:.0}–{:.0}%", r.cpu_min_pct, r.cpu_max_pct),
     },
     Metric {
@@ -167,7 +170,14 @@ const ECHO_METRICS: [Metric; 4] = [
         caption: "The server's resident memory (largest sample) divided by the connections it held at its peak. This includes the process's fixed memory, so it falls as connections grow; it is not the marginal cost of one connection.",
         value_axis: "KiB of server RSS per connection held",
         log_values: false,
-        value: |r| (r.connected > 0).then(|| r.server_rss_kib as f64 / r.connected as f64),
+        value: |r| {
+            let held = r.connected_held().ok_or("not measured (the server printed no stats line)")?;
+            let rss = r.server_rss().ok_or(NO_STATUS_SAMPLE)?;
+            if held == 0 {
+                return Err("not measured (no connection held)");
+            }
+            Ok(rss as f64 / held as f64)
+        },
         label: |r, v| format!("{} KiB ({} KiB RSS)", decimal(v), thousands(r.server_rss_kib)),
     },
     Metric {
@@ -176,7 +186,7 @@ const ECHO_METRICS: [Metric; 4] = [
         caption: "Threads of the server process, largest sample, on a log scale. Three of them (main, signals, stats) belong to the command line.",
         value_axis: "threads (log scale)",
         log_values: true,
-        value: |r| Some(r.threads as f64),
+        value: |r| r.server_threads().map(|t| t as f64).ok_or(NO_STATUS_SAMPLE),
         label: |_, v| thousands(v as u64),
     },
 ];
@@ -229,23 +239,24 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             .iter()
                             .map(|m| {
                                 let row = m.rows.iter().find(|r| r.kind == Some(kind));
-                                let value = row.and_then(metric.value);
-                                let label = match (row, value) {
-                                    (Some(r), Some(v)) => {
-                                        let held = if r.connected < r.attempted {
-                                            format!(
+                                let (value, label) = match row.map(|r| (r, (metric.value)(r))) {
+                                    Some((r, Ok(v))) => {
+                                        let held = match r.connected_held() {
+                                            Some(held) if held < r.attempted => format!(
                                                 "; {} of {} connections held",
-                                                thousands(r.connected),
+                                                thousands(held),
                                                 thousands(r.attempted)
-                                            )
-                                        } else {
-                                            String::new()
+                                            ),
+                                            Some(_) => String::new(),
+                                            None => "; connections held not measured".to_owned(),
                                         };
-                                        format!("{}{held}", (metric.label)(r, v))
+                                        (Some(v), format!("{}{held}", (metric.label)(r, v)))
                                     }
-                                    (Some(_), None) => "not measured (no connection held)".to_owned(),
-                                    (None, _) if m.error.is_some() => "not measured (failed: see the table)".to_owned(),
-                                    (None, _) => "not measured".to_owned(),
+                                    Some((_, Err(why))) => (None, why.to_owned()),
+                                    None if m.error.is_some() => {
+                                        (None, "not measured (failed: see the table)".to_owned())
+                                    }
+                                    None => (None, "not measured".to_owned()),
                                 };
                                 Bar { model: m.model.clone(), style: style_of(&m.model), value, label }
                             })
@@ -700,6 +711,46 @@ mod tests {
             assert_eq!(bars[0].value, None, "{}", f.file);
             assert!(bars[0].label.starts_with("not measured"), "{}: {}", f.file, bars[0].label);
         }
+    }
+
+    /// A row as the harness writes it when the server printed no stats line and its /proc/PID
+    /// could not be read: the server-side figures are the zeros they started at.
+    fn unsampled(row: &Row) -> Row {
+        let mut v = serde_json::to_value(row).expect("a row serializes");
+        for zero in ["connected", "server_rss_kib", "threads"] {
+            v[zero] = 0.into();
+        }
+        for zero in ["cpu_min_pct", "cpu_max_pct"] {
+            v[zero] = 0.0.into();
+        }
+        v["samples"] = serde_json::json!({"connections": 0, "rss": 0, "threads": 0, "cpu": 0});
+        serde_json::from_value(v).expect("a row deserializes")
+    }
+
+    #[test]
+    fn server_figures_with_no_sample_are_labelled_gaps_not_zero_bars() {
+        let mut r = readme_results();
+        r.models[0].rows[0] = unsampled(&r.models[0].rows[0]);
+        let figures = figures(&r);
+        for f in figures.iter().filter(|f| f.file != "http") {
+            let Plot::Bars { bars, .. } = &f.panels[0].plot else { panic!() };
+            if f.file == "throughput" {
+                // Measured by the load generator, not sampled from the server.
+                assert!(bars[0].value.is_some_and(|v| v > 0.0), "{}: {:?}", f.file, bars[0]);
+            } else {
+                assert_eq!(bars[0].value, None, "{}", f.file);
+                assert!(bars[0].label.starts_with("not measured"), "{}: {}", f.file, bars[0].label);
+            }
+            assert!(!bars[0].label.contains("0 of"), "{}: no count of connections held: {}", f.file, bars[0].label);
+            if f.file == "throughput" {
+                assert!(bars[0].label.ends_with("; connections held not measured"), "{}", bars[0].label);
+            }
+            // The other rows keep their bars.
+            assert!(bars[1].value.is_some(), "{}", f.file);
+        }
+        // The page's table says so too.
+        let html = page(&r, &[]);
+        assert!(html.contains("<td>1,000/not measured</td><td>not measured</td>"), "{html}");
     }
 
     #[test]

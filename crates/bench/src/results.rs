@@ -53,21 +53,23 @@ pub struct Row {
     pub attempted: u64,
     /// Connections the server held at once, at the peak of its own `connections` gauge
     /// (sampled ten times a second). Connections it refused are not counted, however often
-    /// the client reconnected.
+    /// the client reconnected. 0 when the server printed no stats line: see [`Row::samples`]
+    /// and [`Row::connected_held`].
     pub connected: u64,
     /// Most connections the client had open at once, from its side (it counts connections
     /// still waiting in the server's accept queue).
     pub client_peak_open: u64,
-    /// Server resident memory, the largest sample.
+    /// Server resident memory, the largest sample (0 when none: see [`Row::server_rss`]).
     pub server_rss_kib: u64,
     /// Kernel TCP socket buffers (/proc/net/sockstat "mem"), the largest sample minus the
     /// baseline taken before the load started. Kept for older readers; [`Row::kernel`] says
     /// whether it was measured at all, and holds the raw numbers.
     pub kernel_tcp_kib: u64,
-    /// Server CPU over one-second samples, as a percentage of one core.
+    /// Server CPU over one-second samples, as a percentage of one core (0 when none: see
+    /// [`Row::server_cpu_pct`]).
     pub cpu_min_pct: f64,
     pub cpu_max_pct: f64,
-    /// Server threads, the largest sample.
+    /// Server threads, the largest sample (0 when none: see [`Row::server_threads`]).
     pub threads: u64,
     pub sent_bytes_per_s: f64,
     pub received_bytes_per_s: f64,
@@ -84,6 +86,26 @@ pub struct Row {
     /// peak. Absent in results written before it was measured.
     #[serde(default)]
     pub kernel: Option<KernelMemory>,
+    /// How many samples each server figure above came from. Absent in results written before
+    /// they were counted, whose figures stand as written.
+    #[serde(default)]
+    pub samples: Option<SampleCounts>,
+}
+
+/// How many samples each figure the harness takes from the server came from. A figure with
+/// none was not measured: the field holding it keeps the 0 it started at, for older readers.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SampleCounts {
+    /// Stats lines with a `connections=` gauge the server printed while the row ran
+    /// ([`Row::connected`]).
+    pub connections: u64,
+    /// Reads of /proc/PID/status that gave VmRSS ([`Row::server_rss_kib`]).
+    pub rss: u64,
+    /// Reads of /proc/PID/status that gave Threads ([`Row::threads`]).
+    pub threads: u64,
+    /// CPU intervals the min–max range was taken over ([`Row::cpu_min_pct`],
+    /// [`Row::cpu_max_pct`]): each between two reads of /proc/PID/stat.
+    pub cpu: u64,
 }
 
 /// The TCP line of /proc/net/sockstat. System-wide: with the load generator on the same
@@ -184,6 +206,40 @@ impl KernelMemory {
 }
 
 impl Row {
+    /// Whether the figure counted by `count` was sampled: results from before samples were
+    /// counted are taken as written.
+    fn sampled(&self, count: fn(&SampleCounts) -> u64) -> bool {
+        self.samples.as_ref().is_none_or(|s| count(s) > 0)
+    }
+
+    /// Connections the server held at its peak, when it reported them.
+    pub fn connected_held(&self) -> Option<u64> {
+        self.sampled(|s| s.connections).then_some(self.connected)
+    }
+
+    /// Server resident memory, KiB, when sampled.
+    pub fn server_rss(&self) -> Option<u64> {
+        self.sampled(|s| s.rss).then_some(self.server_rss_kib)
+    }
+
+    /// Server threads, when sampled.
+    pub fn server_threads(&self) -> Option<u64> {
+        self.sampled(|s| s.threads).then_some(self.threads)
+    }
+
+    /// Server CPU, lowest and highest interval, % of one core, when sampled.
+    pub fn server_cpu_pct(&self) -> Option<(f64, f64)> {
+        self.sampled(|s| s.cpu).then_some((self.cpu_min_pct, self.cpu_max_pct))
+    }
+
+    /// Whether any server figure of this row went without a sample.
+    pub fn has_unsampled(&self) -> bool {
+        self.connected_held().is_none()
+            || self.server_rss().is_none()
+            || self.server_threads().is_none()
+            || self.server_cpu_pct().is_none()
+    }
+
     /// Kernel socket buffers, KiB, when measured. Results written before [`Row::kernel`]
     /// existed measured sockstat too, so their `kernel_tcp_kib` stands.
     pub fn kernel_buffers_kib(&self) -> Option<u64> {
@@ -248,8 +304,21 @@ impl HttpLatency {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct UdpPoint {
     pub sent_per_s: f64,
+    /// Answers per second (0 with nothing sent: see [`UdpPoint::sent`]).
     pub received_per_s: f64,
+    /// Datagrams sent and not answered within the reply timeout (0 with nothing sent).
     pub lost: u64,
+    /// Datagrams sent. With none, the server was asked nothing, so `received_per_s` and `lost`
+    /// measured nothing. Absent in results written before it was kept.
+    #[serde(default)]
+    pub sent: Option<u64>,
+}
+
+impl UdpPoint {
+    /// Nothing was sent, so nothing about the server was measured.
+    pub fn sent_nothing(&self) -> bool {
+        self.sent == Some(0)
+    }
 }
 
 /// Everything measured for one model (or nginx, in the HTTP sweep).
@@ -344,17 +413,18 @@ impl Results {
                 let name = if i == 0 { m.model.as_str() } else { "" };
                 let errors: u64 = r.errors.values().sum();
                 let client = format!("{:.0}%{}", r.client_cpu_pct, if r.client_bound { " (client-bound)" } else { "" });
+                let count = |n: Option<u64>| n.map_or_else(|| NOT_MEASURED.to_owned(), thousands);
                 let _ = writeln!(
                     s,
-                    "| {name} | {}/{} | {} | {} | {} | {:.0}–{:.0}% | {} | {}/{} | {} | {} | {client} |",
+                    "| {name} | {}/{} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {client} |",
                     thousands(r.attempted),
-                    thousands(r.connected),
-                    thousands(r.server_rss_kib),
+                    count(r.connected_held()),
+                    count(r.server_rss()),
                     r.kernel_buffers_kib().map_or_else(|| NOT_MEASURED.to_owned(), thousands),
                     r.kernel_slab_kib().map_or_else(|| NOT_MEASURED.to_owned(), signed_thousands),
-                    r.cpu_min_pct,
-                    r.cpu_max_pct,
-                    thousands(r.threads),
+                    r.server_cpu_pct()
+                        .map_or_else(|| NOT_MEASURED.to_owned(), |(min, max)| format!("{min:.0}–{max:.0}%")),
+                    count(r.server_threads()),
                     thousands(r.sent_bytes_per_s as u64),
                     thousands(r.received_bytes_per_s as u64),
                     latency_pair(r.p50_us, r.p99_us),
@@ -366,6 +436,9 @@ impl Results {
             }
         }
         let _ = write!(s, "\n{}", self.kernel_note());
+        if self.models.iter().flat_map(|m| &m.rows).any(Row::has_unsampled) {
+            s.push_str(&format!("\n{UNSAMPLED_NOTE}\n"));
+        }
         s
     }
 
@@ -461,9 +534,13 @@ impl Results {
     }
 
     pub fn udp_markdown(&self) -> String {
+        let nothing = "not measured (nothing sent)";
         let mut s = String::from("| model | datagrams/s sent | datagrams/s received | lost |\n|---|---|---|---|\n");
         for m in &self.models {
             match &m.udp {
+                Some(u) if u.sent_nothing() => {
+                    let _ = writeln!(s, "| {} | 0 | {nothing} | {nothing} |", m.model);
+                }
                 Some(u) => {
                     let _ = writeln!(
                         s,
@@ -496,25 +573,27 @@ impl Results {
                     m.error.clone().unwrap_or_default().replace('"', "'")
                 );
             }
+            // An empty cell, not 0, where nothing was measured.
+            let cell = |v: Option<String>| v.unwrap_or_default();
             for r in &m.rows {
+                let timed = latency_timed(r.p50_us, r.p99_us);
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{},{},{:.1},{:.1},{},{:.0},{:.0},{:.1},{:.1},{},{:.1},{},",
+                    "{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{},{},{:.1},{},",
                     m.model,
                     r.kind.map_or("", RowKind::label),
                     r.attempted,
-                    r.connected,
-                    r.server_rss_kib,
-                    // An empty cell, not 0, where nothing was measured.
-                    r.kernel_buffers_kib().map_or_else(String::new, |k| k.to_string()),
-                    r.kernel_slab_kib().map_or_else(String::new, |k| k.to_string()),
-                    r.cpu_min_pct,
-                    r.cpu_max_pct,
-                    r.threads,
+                    cell(r.connected_held().map(|c| c.to_string())),
+                    cell(r.server_rss().map(|k| k.to_string())),
+                    cell(r.kernel_buffers_kib().map(|k| k.to_string())),
+                    cell(r.kernel_slab_kib().map(|k| k.to_string())),
+                    cell(r.server_cpu_pct().map(|(min, _)| format!("{min:.1}"))),
+                    cell(r.server_cpu_pct().map(|(_, max)| format!("{max:.1}"))),
+                    cell(r.server_threads().map(|t| t.to_string())),
                     r.sent_bytes_per_s,
                     r.received_bytes_per_s,
-                    r.p50_us,
-                    r.p99_us,
+                    cell(timed.then(|| format!("{:.1}", r.p50_us))),
+                    cell(timed.then(|| format!("{:.1}", r.p99_us))),
                     r.errors.values().sum::<u64>(),
                     r.client_cpu_pct,
                     r.client_bound
@@ -574,6 +653,9 @@ pub fn thousands(n: u64) -> String {
 /// What a cell says for a figure that was not measured (never 0).
 pub const NOT_MEASURED: &str = "not measured";
 
+/// Under the table when some server figure of a row had no sample.
+const UNSAMPLED_NOTE: &str = "\"not measured\" in Connected, Memory Used, CPU Usage or Threads: no sample was taken while the row ran. Connected comes from the server's own stats lines, and it printed no stats line; memory, threads and CPU come from /proc/PID/status and /proc/PID/stat, which could not be read (the server exited, or /proc is not readable).";
+
 /// Like [`thousands`], with a minus sign when negative.
 pub fn signed_thousands(n: i64) -> String {
     let sign = if n < 0 { "−" } else { "" };
@@ -588,13 +670,18 @@ fn latency(us: f64) -> String {
     }
 }
 
-/// Echo latency p50/p99. A histogram with nothing in it reports 0 for every percentile, and
-/// no timed echo takes 0 µs, so 0/0 means nothing was timed.
+/// Whether an echo row timed anything. A histogram with nothing in it reports 0 for every
+/// percentile, and no timed echo takes 0 µs, so 0/0 means nothing was timed.
+fn latency_timed(p50_us: f64, p99_us: f64) -> bool {
+    p50_us > 0.0 || p99_us > 0.0
+}
+
+/// Echo latency p50/p99, or "not measured" when nothing was timed.
 fn latency_pair(p50_us: f64, p99_us: f64) -> String {
-    if p50_us <= 0.0 && p99_us <= 0.0 {
-        NOT_MEASURED.into()
-    } else {
+    if latency_timed(p50_us, p99_us) {
         format!("{}/{}", latency(p50_us), latency(p99_us))
+    } else {
+        NOT_MEASURED.into()
     }
 }
 
@@ -720,6 +807,80 @@ mod tests {
         let t = r.table_markdown();
         assert!(!t.contains("0us/0us"), "{t}");
         assert!(t.lines().nth(2).is_some_and(|l| l.contains("| not measured | 0 |")), "{t}");
+        // The CSV leaves them empty too, not 0.0.
+        let csv = r.rows_csv();
+        assert!(csv.contains(",1192711,1192711,,,0,66.9,"), "{csv}");
+    }
+
+    /// The figures of [`ROW`] the server side measures, as a row whose server was never
+    /// sampled holds them: it printed no stats line and its /proc/PID could not be read, so
+    /// every one of them is the 0 it started at.
+    fn unsampled_row() -> String {
+        ROW.replace(r#""connected":8000"#, r#""connected":0"#)
+            .replace(r#""server_rss_kib":6768"#, r#""server_rss_kib":0"#)
+            .replace(
+                r#""cpu_min_pct":6.0,"cpu_max_pct":12.9,"threads":5"#,
+                r#""cpu_min_pct":0.0,"cpu_max_pct":0.0,"threads":0"#,
+            )
+    }
+
+    const NO_KERNEL: &str = r#""kernel_tcp_kib":0,"kernel":{"page_size":4096,"sockstat_baseline":null,"sockstat_peak":null,
+        "slab_baseline":null,"slab_peak":null,"slab_unmeasured":"/proc/slabinfo: Permission denied (os error 13)"}"#;
+
+    #[test]
+    fn server_figures_with_no_sample_say_not_measured_never_zero() {
+        let r = epoll_with(
+            &format!(
+                r#"{{{},{NO_KERNEL},"samples":{{"connections":0,"rss":0,"threads":0,"cpu":0}}}}"#,
+                unsampled_row()
+            ),
+            "",
+        );
+        let t = r.table_markdown();
+        let row = t.lines().nth(2).expect("a data row");
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells[1], "8,000/not measured", "connected: {row}");
+        assert_eq!(cells[2], "not measured", "server RSS: {row}");
+        assert_eq!(cells[5], "not measured", "server CPU: {row}");
+        assert_eq!(cells[6], "not measured", "threads: {row}");
+        // What the load generator measured stands.
+        assert_eq!(cells[7], "1,192,710/1,192,710", "{row}");
+        assert!(t.contains("no stats line"), "the note says why: {t}");
+        let csv = r.rows_csv();
+        let line = csv.lines().nth(1).expect("a CSV row");
+        assert!(line.starts_with("epoll,maximum,8000,,,,,,,,1192711,1192711,425.9,"), "{line}");
+    }
+
+    #[test]
+    fn server_figures_sampled_in_part_show_what_was_sampled() {
+        // CPU was sampled; the status file (RSS, threads) never read.
+        let r = epoll_with(
+            &format!(r#"{{{ROW},"kernel_tcp_kib":0,"samples":{{"connections":40,"rss":0,"threads":0,"cpu":3}}}}"#)
+                .replace(r#""server_rss_kib":6768"#, r#""server_rss_kib":0"#)
+                .replace(r#""threads":5"#, r#""threads":0"#),
+            "",
+        );
+        let t = r.table_markdown();
+        let row = t.lines().nth(2).expect("a data row");
+        assert!(
+            row.starts_with("| epoll | 8,000/8,000 | not measured | 0 | not measured | 6–13% | not measured |"),
+            "{row}"
+        );
+        let csv = r.rows_csv();
+        assert!(csv.contains("epoll,maximum,8000,8000,,0,,6.0,12.9,,"), "{csv}");
+    }
+
+    #[test]
+    fn a_udp_point_that_sent_nothing_measured_no_loss() {
+        let mut r = epoll_with("", "");
+        r.models[0].udp =
+            serde_json::from_str(r#"{"sent_per_s":0.0,"received_per_s":0.0,"lost":0,"sent":0}"#).expect("a UDP point");
+        let u = r.udp_markdown();
+        assert!(u.contains("| epoll | 0 | not measured (nothing sent) | not measured (nothing sent) |"), "{u}");
+        // A point that sent and got nothing back measured exactly that.
+        r.models[0].udp = serde_json::from_str(r#"{"sent_per_s":100.0,"received_per_s":0.0,"lost":50,"sent":100}"#)
+            .expect("a UDP point");
+        assert!(r.udp_markdown().contains("| epoll | 100 | 0 | 50 |"), "{}", r.udp_markdown());
     }
 
     const POINT: &str = r#""concurrency":10,"keepalive":true,"requests_per_s":58922.3,"mean_ms":0.1692,

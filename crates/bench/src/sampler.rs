@@ -18,10 +18,14 @@ const SLAB_INTERVAL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
-    /// CPU over each interval, as a percentage of one core.
+    /// CPU over each interval between two reads of /proc/PID/stat, as a percentage of one core.
     pub cpu_pct: Vec<f64>,
+    /// The largest VmRSS read, of `rss_samples` reads (0 when none: not measured).
     pub rss_kib_max: u64,
+    pub rss_samples: u64,
+    /// The largest Threads read, of `threads_samples` reads (0 when none: not measured).
     pub threads_max: u64,
+    pub threads_samples: u64,
     /// The largest value of each sockstat TCP field; `None` when sockstat was never readable.
     pub sockstat_peak: Option<SockstatTcp>,
     /// The socket caches at the slabinfo sample where their total was largest; `None` when
@@ -30,17 +34,23 @@ pub struct Samples {
 }
 
 impl Samples {
-    /// The CPU range, leaving out the first interval (connections being set up) when there are
-    /// enough intervals to spare one.
-    pub fn cpu_range(&self) -> (f64, f64) {
-        let steady = if self.cpu_pct.len() >= 3 { &self.cpu_pct[1..] } else { &self.cpu_pct[..] };
-        let min = steady.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = steady.iter().copied().fold(0.0, f64::max);
-        if steady.is_empty() {
-            (0.0, 0.0)
+    /// The CPU intervals the range is taken over: all of them but the first (connections
+    /// being set up) when there are enough to spare one.
+    pub fn cpu_steady(&self) -> &[f64] {
+        if self.cpu_pct.len() >= 3 {
+            &self.cpu_pct[1..]
         } else {
-            (min, max)
+            &self.cpu_pct[..]
         }
+    }
+
+    /// The lowest and highest CPU interval of [`Samples::cpu_steady`]; `None` when no interval
+    /// was measured.
+    pub fn cpu_range(&self) -> Option<(f64, f64)> {
+        let steady = self.cpu_steady();
+        let min = steady.iter().copied().reduce(f64::min)?;
+        let max = steady.iter().copied().reduce(f64::max)?;
+        Some((min, max))
     }
 }
 
@@ -56,9 +66,14 @@ impl Sampler {
         let handle = std::thread::spawn(move || {
             let ticks = sockscale_sys::clock_ticks_per_second() as f64;
             let mut samples = Samples::default();
-            let mut last = (Instant::now(), cpu_ticks(pid));
-            let mut next = last.0 + interval;
-            let mut next_slab = last.0;
+            // The start of the current interval: when /proc/PID/stat was last read, and what it
+            // said. An interval is measured only between two reads that succeeded; a failed read
+            // is no sample (its 0 ticks would be a 0% interval, and the next one an
+            // impossible jump).
+            let started = Instant::now();
+            let mut last = cpu_ticks(pid).map(|t| (started, t));
+            let mut next = started + interval;
+            let mut next_slab = started;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(interval));
                 sample_levels(pid, &mut samples);
@@ -68,10 +83,12 @@ impl Sampler {
                     next_slab = now + SLAB_INTERVAL;
                 }
                 if now >= next {
-                    let t = cpu_ticks(pid);
-                    let used = t.saturating_sub(last.1) as f64 / ticks;
-                    samples.cpu_pct.push(100.0 * used / now.duration_since(last.0).as_secs_f64());
-                    last = (now, t);
+                    let read = cpu_ticks(pid);
+                    if let (Some((then, before)), Some(t)) = (last, read) {
+                        let used = t.saturating_sub(before) as f64 / ticks;
+                        samples.cpu_pct.push(100.0 * used / now.duration_since(then).as_secs_f64());
+                    }
+                    last = read.map(|t| (now, t));
                     next += interval;
                 }
             }
@@ -88,13 +105,15 @@ impl Sampler {
 
 fn sample_levels(pid: u32, samples: &mut Samples) {
     if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        for line in status.lines() {
-            let value = || line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            if line.starts_with("VmRSS:") {
-                samples.rss_kib_max = samples.rss_kib_max.max(value());
-            } else if line.starts_with("Threads:") {
-                samples.threads_max = samples.threads_max.max(value());
-            }
+        let (rss, threads) = parse_status(&status);
+        // A field that is absent (a zombie has no VmRSS) or unreadable is no sample, not a 0.
+        if let Some(rss) = rss {
+            samples.rss_kib_max = samples.rss_kib_max.max(rss);
+            samples.rss_samples += 1;
+        }
+        if let Some(threads) = threads {
+            samples.threads_max = samples.threads_max.max(threads);
+            samples.threads_samples += 1;
         }
     }
     if let Some(now) = sockstat_tcp() {
@@ -116,12 +135,25 @@ fn sample_slab(samples: &mut Samples) {
     }
 }
 
-/// User plus system CPU ticks of a process, all threads.
-pub fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
-    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
+/// VmRSS (KiB) and Threads of a /proc/PID/status text, each `None` when absent or unreadable.
+pub fn parse_status(status: &str) -> (Option<u64>, Option<u64>) {
+    let field =
+        |name: &str| status.lines().find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse::<u64>().ok());
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// User plus system CPU ticks of a process, all threads; `None` when /proc/PID/stat cannot be
+/// read or parsed.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    parse_stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime + stime of a /proc/PID/stat text (the fields after the command, which may hold
+/// spaces and parentheses, so the text is split at its last ')').
+pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some(field(11)? + field(12)?)
 }
 
 /// The TCP line of /proc/net/sockstat, system-wide; `None` when it cannot be read.
@@ -192,11 +224,35 @@ mod tests {
             std::hint::black_box(0u64.wrapping_add(1));
         }
         let s = sampler.finish();
-        assert!(s.rss_kib_max > 0);
-        assert!(s.threads_max >= 2, "this thread and the sampler");
+        assert!(s.rss_kib_max > 0 && s.rss_samples > 0);
+        assert!(s.threads_max >= 2 && s.threads_samples > 0, "this thread and the sampler");
         assert!(!s.cpu_pct.is_empty());
-        let (min, max) = s.cpu_range();
+        let (min, max) = s.cpu_range().expect("CPU intervals");
         assert!(min <= max && max <= 100.0 * 64.0);
+    }
+
+    #[test]
+    fn a_process_that_cannot_be_read_gives_no_samples_not_zeros() {
+        // No process has this pid (it is above any pid_max), so /proc/PID cannot be read.
+        let sampler = Sampler::start(u32::MAX, Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(120));
+        let s = sampler.finish();
+        assert!(s.cpu_pct.is_empty(), "CPU intervals of a process never read: {:?}", s.cpu_pct);
+        assert_eq!(s.cpu_range(), None);
+        assert_eq!((s.rss_samples, s.rss_kib_max, s.threads_samples, s.threads_max), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn status_and_stat_fields_that_are_absent_are_no_sample() {
+        let status = "Name:\tsockscale\nState:\tS (sleeping)\nVmRSS:\t    6768 kB\nThreads:\t5\n";
+        assert_eq!(parse_status(status), (Some(6768), Some(5)));
+        // A zombie has no VmRSS.
+        assert_eq!(parse_status("Name:\tsockscale\nState:\tZ (zombie)\nThreads:\t1\n"), (None, Some(1)));
+        assert_eq!(parse_status(""), (None, None));
+        let stat = "42 (sock scale) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 5 0 1 0 0";
+        assert_eq!(parse_stat_ticks(stat), Some(325), "utime + stime after the command's ')'");
+        assert_eq!(parse_stat_ticks("42 (sockscale) S 1"), None, "cut short: no sample");
+        assert_eq!(parse_stat_ticks(""), None);
     }
 
     #[test]

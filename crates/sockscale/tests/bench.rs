@@ -60,6 +60,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             assert!(n("client_cpu_pct") >= 0.0);
             assert!(row["errors"].is_object());
             assert!(row["client_bound"].is_boolean());
+            // Each server figure says how many samples it came from, and here every one had some.
+            for figure in ["connections", "rss", "threads", "cpu"] {
+                let count = row["samples"][figure].as_u64();
+                assert!(count.is_some_and(|c| c > 0), "{name}: samples of {figure}: {row}");
+            }
         }
         let http = m["http"].as_array().expect("http");
         assert_eq!(http.len(), 4, "{name}: 2 concurrencies x keep-alive on/off");
@@ -67,6 +72,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             assert!(p["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: {p}");
         }
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
+        assert!(m["udp"]["sent"].as_u64().is_some_and(|n| n > 0), "{name}: UDP datagrams sent kept");
     }
     assert!(!r["nginx"].is_null(), "nginx is measured or skipped with a note");
     let nginx_installed = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
