@@ -5,6 +5,7 @@
 //! (`client`, `http`, `pattern`) are I/O-free; `engine` drives them over sockets, one event
 //! loop per thread; `run` starts the threads and assembles the [`report::Report`].
 
+pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod engine;

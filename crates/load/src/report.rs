@@ -35,7 +35,12 @@ pub enum ReportError {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Connections {
+    /// Connect attempts, retries included.
     pub attempted: u64,
+    /// Attempts that retried a connection whose connect or exchange had failed; each connection
+    /// backs off between them (`backoff`). Absent in reports from before it was counted.
+    #[serde(default)]
+    pub retries: u64,
     pub connected: u64,
     /// Most connections open at once (summed over processes).
     pub peak_open: u64,
@@ -381,6 +386,7 @@ impl Report {
             m.threads += r.threads;
             m.duration_s = m.duration_s.max(r.duration_s);
             m.connections.attempted += r.connections.attempted;
+            m.connections.retries += r.connections.retries;
             m.connections.connected += r.connections.connected;
             m.connections.peak_open += r.connections.peak_open;
             m.requests.sent += r.requests.sent;
@@ -441,9 +447,13 @@ impl Report {
         }
         let sockets = if self.mode == "udp" { "sockets" } else { "connections" };
         let peak = if self.procs > 1 { "open at most (the processes' peaks added)" } else { "open at most" };
+        let retries = match self.connections.retries {
+            0 => String::new(),
+            n => format!(" ({n} of them retries after a failure, backing off)"),
+        };
         let _ = writeln!(
             s,
-            "  {sockets:<12} {} attempted, {} connected, {} {peak}",
+            "  {sockets:<12} {} attempted{retries}, {} connected, {} {peak}",
             self.connections.attempted, self.connections.connected, self.connections.peak_open
         );
         let _ = writeln!(

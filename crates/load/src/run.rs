@@ -203,6 +203,7 @@ fn assemble(
     let mut total = ThreadResult::default();
     for r in results {
         total.attempted += r.attempted;
+        total.retries += r.retries;
         total.connected += r.connected;
         total.sent += r.sent;
         total.completed += r.completed;
@@ -225,6 +226,7 @@ fn assemble(
         duration_s: elapsed.as_secs_f64(),
         connections: Connections {
             attempted: total.attempted,
+            retries: total.retries,
             connected: total.connected,
             peak_open: shared.peak_open.load(Relaxed),
         },

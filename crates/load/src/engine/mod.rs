@@ -11,7 +11,8 @@
 
 mod io;
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -30,8 +31,6 @@ use crate::report::{new_histogram, Errors, Statuses, Udp};
 /// Connects in flight per thread: more would only overflow the server's backlog and turn
 /// into SYN retransmissions that look like slow connects.
 const MAX_PENDING_CONNECTS: usize = 512;
-/// Wait before reconnecting after a failure, so a dead server is not hammered.
-const RECONNECT_AFTER_FAILURE: Duration = Duration::from_millis(50);
 
 /// What all threads of a run share.
 pub struct Shared {
@@ -89,6 +88,8 @@ pub struct Live {
 #[derive(Debug)]
 pub struct ThreadResult {
     pub attempted: u64,
+    /// Attempts that retried a connection whose last connect or exchange failed.
+    pub retries: u64,
     pub connected: u64,
     pub sent: u64,
     pub completed: u64,
@@ -105,6 +106,7 @@ impl Default for ThreadResult {
     fn default() -> Self {
         ThreadResult {
             attempted: 0,
+            retries: 0,
             connected: 0,
             sent: 0,
             completed: 0,
@@ -197,8 +199,12 @@ pub struct Engine<'a> {
     pending_connects: usize,
     open_interval_ns: Option<u64>,
     next_open_ns: u64,
-    /// Connections to make again: (when, connection number, request already claimed).
-    reconnects: VecDeque<(u64, u64, bool)>,
+    /// Connections to make again: (when, connection number, request already claimed), the
+    /// soonest first (waits differ: each connection backs off on its own).
+    reconnects: BinaryHeap<Reverse<(u64, u64, bool)>>,
+    /// Failures in a row of the connections backing off, by connection number; removed when a
+    /// connect succeeds.
+    connect_failures: HashMap<u64, u32>,
     buckets: Vec<Option<TokenBucket>>,
     /// Open loop: the interval between requests on each connection.
     send_interval_ns: Option<u64>,
@@ -245,7 +251,8 @@ impl<'a> Engine<'a> {
             pending_connects: 0,
             open_interval_ns,
             next_open_ns: 0,
-            reconnects: VecDeque::new(),
+            reconnects: BinaryHeap::new(),
+            connect_failures: HashMap::new(),
             buckets: Vec::new(),
             send_interval_ns,
             carried_schedules: std::collections::HashMap::new(),
@@ -314,7 +321,7 @@ impl<'a> Engine<'a> {
         if self.opened < self.mine && self.open_interval_ns.is_some() {
             consider(self.next_open_ns);
         }
-        if let Some(&(due, _, _)) = self.reconnects.front() {
+        if let Some(&Reverse((due, _, _))) = self.reconnects.peek() {
             consider(due);
         }
         if let Some(end) = self.shared.end {
@@ -330,11 +337,11 @@ impl<'a> Engine<'a> {
         if self.stopping() {
             return;
         }
-        while let Some(&(due, index, prepaid)) = self.reconnects.front() {
+        while let Some(&Reverse((due, index, prepaid))) = self.reconnects.peek() {
             if due > self.now_ns || self.pending_connects >= MAX_PENDING_CONNECTS {
                 break;
             }
-            self.reconnects.pop_front();
+            self.reconnects.pop();
             self.connect(index, prepaid);
         }
         while self.opened < self.mine && self.pending_connects < MAX_PENDING_CONNECTS {
@@ -369,6 +376,9 @@ impl<'a> Engine<'a> {
         let cfg = &self.shared.cfg;
         let udp = matches!(cfg.mode, Mode::Udp { .. });
         self.result.attempted += 1;
+        if self.connect_failures.contains_key(&index) {
+            self.result.retries += 1;
+        }
         let socket = match self.new_socket(index, udp) {
             Ok(s) => s,
             Err(e) => {
@@ -496,8 +506,15 @@ impl<'a> Engine<'a> {
         if prepaid {
             self.prepaid_pending += 1;
         }
-        let delay = if end == End::Failed { RECONNECT_AFTER_FAILURE.as_nanos() as u64 } else { 0 };
-        self.reconnects.push_back((self.now_ns + delay, index, prepaid));
+        let delay = match end {
+            End::Failed => {
+                let failures = self.connect_failures.entry(index).or_insert(0);
+                *failures = failures.saturating_add(1);
+                crate::backoff::delay_ns(*failures, index)
+            }
+            End::Done => 0,
+        };
+        self.reconnects.push(Reverse((self.now_ns + delay, index, prepaid)));
     }
 
     fn on_event(&mut self, event: Event) {
@@ -548,6 +565,8 @@ impl<'a> Engine<'a> {
             }
         }
         let tcp = !matches!(conn.client, Client::Udp(_));
+        // The target took this connection: its next failure waits the shortest time again.
+        self.connect_failures.remove(&index);
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
