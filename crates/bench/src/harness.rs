@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sockscale_load::Report;
 
 use crate::profile::Profile;
-use crate::results::{HttpLatency, HttpPoint, KernelMemory, Row, RowKind, SampleCounts, UdpPoint};
+use crate::results::{ConnectAttempts, HttpLatency, HttpPoint, KernelMemory, Row, RowKind, SampleCounts, UdpPoint};
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
 /// The processes the bench has started and not yet reaped.
@@ -310,6 +310,10 @@ impl Harness<'_> {
             duration_s: report.duration_s,
             kernel: Some(kernel),
             samples: Some(counts),
+            connects: Some(ConnectAttempts {
+                attempts: report.connections.attempted,
+                retries: report.connections.retries,
+            }),
         })
     }
 

@@ -90,6 +90,18 @@ pub struct Row {
     /// they were counted, whose figures stand as written.
     #[serde(default)]
     pub samples: Option<SampleCounts>,
+    /// The load's connect attempts and, of them, retries of a connection whose connect or
+    /// exchange had failed (each connection backs off between them). Absent in results written
+    /// before they were counted.
+    #[serde(default)]
+    pub connects: Option<ConnectAttempts>,
+}
+
+/// Connect attempts of one row, from the load's report.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ConnectAttempts {
+    pub attempts: u64,
+    pub retries: u64,
 }
 
 /// How many samples each figure the harness takes from the server came from. A figure with
@@ -428,7 +440,7 @@ impl Results {
                     thousands(r.sent_bytes_per_s as u64),
                     thousands(r.received_bytes_per_s as u64),
                     latency_pair(r.p50_us, r.p99_us),
-                    thousands(errors),
+                    errors_cell(errors, r.connects),
                 );
             }
             if let Some(error) = failure {
@@ -676,6 +688,15 @@ fn latency_timed(p50_us: f64, p99_us: f64) -> bool {
     p50_us > 0.0 || p99_us > 0.0
 }
 
+/// The errors of a row, and the connect retries behind them when there were any: a refused
+/// connection retried with back-off is one error per attempt.
+fn errors_cell(errors: u64, connects: Option<ConnectAttempts>) -> String {
+    match connects {
+        Some(c) if c.retries > 0 => format!("{} ({} connect retries)", thousands(errors), thousands(c.retries)),
+        _ => thousands(errors),
+    }
+}
+
 /// Echo latency p50/p99, or "not measured" when nothing was timed.
 fn latency_pair(p50_us: f64, p99_us: f64) -> String {
     if latency_timed(p50_us, p99_us) {
@@ -726,6 +747,19 @@ mod tests {
         "server_rss_kib":6768,"cpu_min_pct":6.0,"cpu_max_pct":12.9,"threads":5,
         "sent_bytes_per_s":1192710.6,"received_bytes_per_s":1192710.6,"p50_us":425.9,"p99_us":3557.3,
         "errors":{},"client_cpu_pct":66.9,"client_cores":1,"client_bound":false,"duration_s":4.1"#;
+
+    /// A row's refusals are retries of a few connections, and the table says how many.
+    #[test]
+    fn connect_retries_are_shown_beside_the_errors() {
+        let row = ROW.replace(r#""errors":{}"#, r#""errors":{"connect_refused":1200}"#);
+        let r =
+            epoll_with(&format!(r#"{{{row},"kernel_tcp_kib":0,"connects":{{"attempts":9200,"retries":1200}}}}"#), "");
+        let t = r.table_markdown();
+        assert!(t.contains("| 1,200 (1,200 connect retries) |"), "{t}");
+        // Rows from before retries were counted show the errors alone.
+        let t = epoll_with(&format!(r#"{{{row},"kernel_tcp_kib":0}}"#), "").table_markdown();
+        assert!(t.contains("| 1,200 |") && !t.contains("retries"), "{t}");
+    }
 
     /// The kernel cells of the first data row: (buffers, slab).
     fn kernel_cells(table: &str) -> (String, String) {
