@@ -14,6 +14,7 @@ pub mod report;
 pub mod results;
 pub mod run;
 pub mod sampler;
+pub mod seed;
 pub mod tables;
 
 pub use profile::Profile;

@@ -446,6 +446,10 @@ impl Results {
             if let Some(error) = failure {
                 let _ = writeln!(s, "|  | failed: {} | | | | | | | | | |", error.replace('|', "/"));
             }
+            seed_rows(&mut s, &m.model);
+        }
+        if self.models.iter().any(|m| crate::seed::counterpart_of(&m.model).is_some()) {
+            let _ = writeln!(s, "\n{SEED_NOTE}");
         }
         let _ = write!(s, "\n{}", self.kernel_note());
         if self.models.iter().flat_map(|m| &m.rows).any(Row::has_unsampled) {
@@ -697,6 +701,29 @@ fn errors_cell(errors: u64, connects: Option<ConnectAttempts>) -> String {
     }
 }
 
+/// Under the seed's rows, where they came from.
+const SEED_NOTE: &str = "Rows named \"seed:\" are the seed's published Table 6-3 for the model's counterpart, as printed: an echo server on a Pentium 4 1.7 GHz Xeon with 768 MB under Windows XP, clients on three machines over a 100 Mb hub, connections in blocks of 1,000, rate-limited blocks at 200,000 B/s. Its non-paged pool (kernel memory for sockets and their buffers together) is in the slab column; its rows were limited by its clients as much as by its servers. threadpool, epoll and tokio have no counterpart.";
+
+/// The seed's Table 6-3 rows for `model`'s counterpart, under its measured rows.
+fn seed_rows(s: &mut String, model: &str) {
+    let Some(seed) = crate::seed::counterpart_of(model) else { return };
+    for r in seed.rows {
+        let _ = writeln!(
+            s,
+            "| seed: {} | {}/{} | {} | — | {} non-paged pool | {} | {} | {}/{} | — | — | — |",
+            seed.name,
+            thousands(r.attempted),
+            thousands(r.connected),
+            thousands(r.memory_kb),
+            thousands(r.non_paged_pool_kb),
+            r.cpu,
+            thousands(r.threads),
+            thousands(r.sent_per_s),
+            thousands(r.received_per_s),
+        );
+    }
+}
+
 /// Echo latency p50/p99, or "not measured" when nothing was timed.
 fn latency_pair(p50_us: f64, p99_us: f64) -> String {
     if latency_timed(p50_us, p99_us) {
@@ -747,6 +774,28 @@ mod tests {
         "server_rss_kib":6768,"cpu_min_pct":6.0,"cpu_max_pct":12.9,"threads":5,
         "sent_bytes_per_s":1192710.6,"received_bytes_per_s":1192710.6,"p50_us":425.9,"p99_us":3557.3,
         "errors":{},"client_cpu_pct":66.9,"client_cores":1,"client_bound":false,"duration_s":4.1"#;
+
+    /// Each model with a seed counterpart has the seed's rows under its own, as printed, and
+    /// a note says where they come from; a model without one has none.
+    #[test]
+    fn the_seeds_table_stands_beside_the_measured_rows() {
+        let row = format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#);
+        let mut r = epoll_with(&row, "");
+        r.models[0].model = "uring".into();
+        let t = r.table_markdown();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].starts_with("| uring | 8,000/8,000 |"), "{t}");
+        assert_eq!(
+            lines[3],
+            "| seed: Overlapped (completion port) | 7,000/7,000 | 36,160 | — | 31,128 non-paged pool | 40–50% | 2 | 6,282,473/3,893,507 | — | — | — |"
+        );
+        assert!(lines[5].starts_with("| seed: Overlapped (completion port) | 50,000/49,997 |"), "{t}");
+        assert!(t.contains("Rows named \"seed:\" are the seed's published Table 6-3"), "{t}");
+        let cells = |l: &str| l.matches('|').count();
+        assert!(lines[2..6].iter().all(|l| cells(l) == cells(lines[0])), "a seed row has the table's columns: {t}");
+        let epoll = epoll_with(&row, "").table_markdown();
+        assert!(!epoll.contains("seed:") && !epoll.contains("published Table 6-3"), "{epoll}");
+    }
 
     /// A row's refusals are retries of a few connections, and the table says how many.
     #[test]
