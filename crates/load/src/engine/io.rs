@@ -7,10 +7,10 @@ use std::os::fd::AsRawFd;
 
 use sockscale_sys as sys;
 
-use super::{Client, End, Engine};
+use super::{pacer_token, Client, End, Engine, Pacer};
 use crate::client::{Failure, Reply};
 use crate::config::Mode;
-use crate::rate::TokenBucket;
+use crate::rate::PacedBlock;
 
 impl Engine<'_> {
     pub(super) fn drive(&mut self, token: u64) {
@@ -157,7 +157,7 @@ impl Engine<'_> {
         let block = (conn.index / cfg.block as u64) as usize;
         loop {
             // Begin new exchanges while allowed.
-            while !stopping && !conn.closing && conn.client.outstanding() < depth && conn.wake_ns.is_none() {
+            while !stopping && !conn.closing && conn.client.outstanding() < depth && !conn.queued {
                 let stamp = match interval {
                     Some(_) if conn.late == 0 => break,
                     Some(interval) => conn.next_send_ns.unwrap_or(now_ns).saturating_sub(conn.late * interval),
@@ -168,15 +168,28 @@ impl Engine<'_> {
                     Mode::Http(_) => shared.request_len,
                 };
                 if let Some(rate) = cfg.block_byte_rate {
-                    if self.buckets.len() <= block {
-                        self.buckets.resize(block + 1, None);
-                    }
-                    let share = block_share(cfg, self.thread, self.threads, self.mine, block);
-                    let bucket =
-                        self.buckets[block].get_or_insert_with(|| TokenBucket::new(rate * share, bytes, now_ns));
-                    if !bucket.take(bytes, now_ns) {
-                        conn.wake_ns = Some(bucket.ready_at(bytes, now_ns));
-                        break;
+                    if conn.granted {
+                        // Paid for by the block's deadline, which drove this connection.
+                        conn.granted = false;
+                    } else {
+                        if self.pacers.len() <= block {
+                            self.pacers.resize_with(block + 1, || None);
+                        }
+                        let share = block_share(cfg, self.thread, self.threads, self.mine, block);
+                        let pacer = self.pacers[block].get_or_insert_with(|| Pacer {
+                            block: PacedBlock::new(rate * share, bytes, now_ns),
+                            timer_at: None,
+                        });
+                        if !pacer.block.ask(token, now_ns) {
+                            // Wait in line without a timer of its own: the block's one
+                            // deadline drives this connection when its send is paid for.
+                            conn.queued = true;
+                            if let Some(ns) = pacer.block.next_grant_ns(now_ns) {
+                                let at = shared.start + std::time::Duration::from_nanos(ns);
+                                self.timers.schedule(&mut pacer.timer_at, at, pacer_token(block));
+                            }
+                            break;
+                        }
                     }
                 }
                 if conn.prepaid > 0 {
