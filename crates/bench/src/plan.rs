@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 
 use sockscale_server::Model;
 
-use crate::results::{thousands, ModelResult, Results, Row, RowKind};
+use crate::results::{ModelResult, Results, Row, RowKind};
+use crate::tables::thousands;
 
 /// One line of Table 14-1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

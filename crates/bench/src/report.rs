@@ -18,7 +18,8 @@ use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{thousands, Results, Row, RowKind};
+use crate::results::{Results, Row, RowKind};
+use crate::tables::thousands;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {

@@ -11,7 +11,8 @@ use sockscale_server::Model;
 use crate::harness::{Children, Harness};
 use crate::nginx;
 use crate::profile::Profile;
-use crate::results::{thousands, ModelResult, Results, RowKind, SCHEMA};
+use crate::results::{ModelResult, Results, RowKind, SCHEMA};
+use crate::tables::thousands;
 
 pub struct BenchConfig {
     /// The sockscale binary to run as server and load.
