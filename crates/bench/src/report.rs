@@ -19,7 +19,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::results::{Results, Row, RowKind};
-use crate::tables::thousands;
+use crate::tables::{decimal, thousands};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -587,19 +587,6 @@ fn page(results: &Results, svgs: &[(String, String)]) -> String {
         // A tab or a bookmark shows only the title: a partial run says so there too.
         partial = if results.interrupted || results.in_progress { " (partial results)" } else { "" },
     )
-}
-
-/// 0.0123 → "0.012", 5.5 → "5.5", 43.29 → "43.3", 160.8 → "161": about three digits.
-fn decimal(v: f64) -> String {
-    if v >= 100.0 {
-        thousands(v.round() as u64)
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 /// Axis numbers as people read them: 1500 → "1.5k", 2000000 → "2M".

@@ -204,8 +204,8 @@ impl Results {
             "\n### Request latency, ms: p50 / p99 (mean)\n\nEach request from being sent to its whole response being read, from the load generator's histogram.\n\n",
         );
         s.push_str(&table(&|p| match &p.latency {
-            Some(l) => format!("{} / {} ({})", ms(l.p50_ms), ms(l.p99_ms), ms(l.mean_ms)),
-            None if p.mean_ms > 0.0 => format!("{NOT_MEASURED} (mean {})", ms(p.mean_ms)),
+            Some(l) => format!("{} / {} ({})", decimal(l.p50_ms), decimal(l.p99_ms), decimal(l.mean_ms)),
+            None if p.mean_ms > 0.0 => format!("{NOT_MEASURED} (mean {})", decimal(p.mean_ms)),
             None => NOT_MEASURED.into(),
         }));
         s.push_str(
@@ -405,10 +405,12 @@ fn latency_pair(p50_us: f64, p99_us: f64) -> String {
     }
 }
 
-/// Milliseconds with three significant digits or so: 0.0171 → "0.017", 12.93 → "12.9".
-fn ms(v: f64) -> String {
+/// About three significant digits, with thousands separators from 100 up: 0.0123 → "0.012",
+/// 5.5 → "5.50", 43.29 → "43.3", 1,604.8 → "1,605". Milliseconds in the tables, values on the
+/// charts.
+pub fn decimal(v: f64) -> String {
     if v >= 100.0 {
-        format!("{v:.0}")
+        thousands(v.round() as u64)
     } else if v >= 10.0 {
         format!("{v:.1}")
     } else if v >= 1.0 {

@@ -301,16 +301,14 @@ fn a_server_that_dies_mid_run_ends_the_run_with_its_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn a_server_at_its_limit_does_not_end_the_run() {
-    // Holds the first two connections and echoes on them; refuses every later one. The run
-    // goes on for its duration, counting the refusals (the bench's select-past-FD_SETSIZE row).
+/// An echo server that holds the load's probe and the first `n` connections of the run, then
+/// closes its listener, so every later connect is refused (a server at its limit).
+fn echo_server_holding(n: usize) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         let mut held = Vec::new();
-        // The probe, then two connections of the run.
-        for _ in 0..3 {
+        for _ in 0..=n {
             let Ok((s, _)) = listener.accept() else { return };
             let mut echo = s.try_clone().unwrap();
             held.push(s);
@@ -326,6 +324,14 @@ fn a_server_at_its_limit_does_not_end_the_run() {
         drop(listener);
         std::thread::sleep(Duration::from_secs(30));
     });
+    addr
+}
+
+#[test]
+fn a_server_at_its_limit_does_not_end_the_run() {
+    // The run goes on for its duration, counting the refusals (the bench's
+    // select-past-FD_SETSIZE row).
+    let addr = echo_server_holding(2);
     let out = load(&[
         "echo",
         &addr.to_string(),
@@ -350,27 +356,7 @@ fn a_server_at_its_limit_does_not_end_the_run() {
 /// counted a million refusals for 12,000 connections.
 #[test]
 fn refused_connects_back_off_and_retries_are_counted() {
-    // Holds the probe and the first two connections of the run; refuses every later one.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for _ in 0..3 {
-            let Ok((s, _)) = listener.accept() else { return };
-            let mut echo = s.try_clone().unwrap();
-            held.push(s);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = read_some(&mut echo, &mut buf) {
-                    if n == 0 || echo.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(listener);
-        std::thread::sleep(Duration::from_secs(30));
-    });
+    let addr = echo_server_holding(2);
     let dir = scratch("backoff");
     let json = dir.join("r.json");
     let out = load(&[
