@@ -4,7 +4,8 @@
 //! retrying every few milliseconds turns a full server into a storm: one bench row counted a
 //! million refusals for 12,000 connections. Each connection backs off on its own, doubling from
 //! [`FIRST`] up to [`CAP`], with jitter so that connections refused together do not come back
-//! together; a connect that succeeds starts it over.
+//! together. A connection that completes an exchange starts it over; a connect alone does not,
+//! since a server refusing when busy accepts and closes at once.
 
 /// The wait after the first failure.
 pub const FIRST_NS: u64 = 50_000_000;

@@ -64,8 +64,10 @@ impl Engine<'_> {
             };
             result.bytes_received += n as u64;
             let data = &rbuf[..n];
+            let answered = &mut conn.answered;
             let outcome = match &mut conn.client {
                 Client::Echo(c) => c.on_data(&shared.pattern, data, |stamp| {
+                    *answered = true;
                     result.completed += 1;
                     result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
                 }),
@@ -74,7 +76,9 @@ impl Engine<'_> {
                     c.on_data(data, |stamp, response| {
                         result.completed += 1;
                         result.statuses.count(response.status);
-                        if !shared.cfg.accept_status.accepts(response.status) {
+                        if shared.cfg.accept_status.accepts(response.status) {
+                            *answered = true;
+                        } else {
                             result.errors.http_status += 1;
                         }
                         result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
@@ -83,6 +87,7 @@ impl Engine<'_> {
                 }
                 Client::Udp(c) => match c.on_datagram(&shared.pattern, data) {
                     Ok(Reply::Answer(stamp)) => {
+                        *answered = true;
                         result.completed += 1;
                         result.udp.received += 1;
                         result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
@@ -115,10 +120,13 @@ impl Engine<'_> {
         if eof {
             if let Client::Http(c) = &mut conn.client {
                 let closing = &mut conn.closing;
+                let answered = &mut conn.answered;
                 let finished = c.on_eof(|stamp, response| {
                     result.completed += 1;
                     result.statuses.count(response.status);
-                    if !shared.cfg.accept_status.accepts(response.status) {
+                    if shared.cfg.accept_status.accepts(response.status) {
+                        *answered = true;
+                    } else {
                         result.errors.http_status += 1;
                     }
                     result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));

@@ -188,6 +188,9 @@ struct Conn {
     granted: bool,
     /// The server will close after the responses in flight (HTTP `Connection: close`).
     closing: bool,
+    /// An exchange completed and was accepted: the target served this connection, so its
+    /// next failure backs off from the shortest wait again.
+    answered: bool,
     /// Requests already claimed from `-n` for this connection before it connected.
     prepaid: u32,
     timer_at: Option<Instant>,
@@ -454,6 +457,7 @@ impl<'a> Engine<'a> {
             queued: false,
             granted: false,
             closing: false,
+            answered: false,
             prepaid: u32::from(prepaid),
             timer_at: None,
         });
@@ -592,8 +596,6 @@ impl<'a> Engine<'a> {
             }
         }
         let tcp = !matches!(conn.client, Client::Udp(_));
-        // The target took this connection: its next failure waits the shortest time again.
-        self.connect_failures.remove(&index);
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
@@ -621,6 +623,14 @@ impl<'a> Engine<'a> {
             self.pending_connects -= 1;
         }
         self.refund(conn.prepaid > 0);
+        // A connect that succeeds is not yet service: a server refusing when busy accepts and
+        // closes at once (or answers 503), and resetting the back-off on the handshake would
+        // bring every refused connection back after the shortest wait, a storm (a blocking
+        // server at its threads limit saw 240,000 reconnects in 16 s). Only a connection that
+        // completed an accepted exchange starts its back-off over.
+        if conn.answered {
+            self.connect_failures.remove(&conn.index);
+        }
         // Requests in flight on a failed connection count toward -n as failures (as ab
         // counts them), so a broken server ends a -n run instead of retrying forever.
         if let Client::Udp(_) = conn.client {
