@@ -51,26 +51,57 @@ pub struct Harness<'a> {
     pub scratch: PathBuf,
 }
 
-/// A server process, its port, and the most connections its own counters have reported open.
+/// A server (one process, or a `--procs` supervisor and its workers), its port, and what its
+/// own counters reported.
 pub struct Server {
     child: Child,
     pub port: u16,
-    connections: Arc<ConnectionGauge>,
+    counters: Arc<ServerCounters>,
 }
 
-/// The server's `connections=` gauge as its stats lines report it: the peak, and how many
-/// lines reported it, so a server that printed none is told from one that held none.
+/// What a server's stats lines reported: the peak of its `connections=` gauge (summed over its
+/// worker processes, each at its latest line), how many lines reported it, so a server that
+/// printed none is told from one that held none, and its `limit_*` counters.
 #[derive(Debug, Default)]
-pub struct ConnectionGauge {
+pub struct ServerCounters {
     peak: AtomicU64,
     reports: AtomicU64,
+    /// The latest `connections=` and `limit_*=` values of each worker (one for a single process),
+    /// and the `final` line's sums once the server has printed it.
+    latest: Mutex<Latest>,
+    /// The reader has seen the end of the server's output.
+    done: AtomicBool,
 }
 
-impl ConnectionGauge {
-    /// Take one line of the server's output.
+#[derive(Debug, Default)]
+struct Latest {
+    connections: BTreeMap<usize, u64>,
+    limits: BTreeMap<usize, BTreeMap<String, u64>>,
+    final_limits: Option<BTreeMap<String, u64>>,
+}
+
+impl ServerCounters {
+    /// Take one line of the server's output: `stats …` from a single process, `[worker K]
+    /// stats …` from a `--procs` worker, `final …` when it stops.
     pub fn observe(&self, line: &str) {
-        if let Some(open) = gauge(line, "connections") {
-            self.peak.fetch_max(open, Ordering::Relaxed);
+        let (worker, rest) = match line.strip_prefix("[worker ").and_then(|r| r.split_once("] ")) {
+            Some((k, rest)) => match k.parse::<usize>() {
+                Ok(k) => (k, rest),
+                Err(_) => return,
+            },
+            None => (0, line),
+        };
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(counters) = rest.strip_prefix("final ") {
+            latest.final_limits = Some(limits_of(counters));
+            return;
+        }
+        let Some(counters) = rest.strip_prefix("stats ") else { return };
+        latest.limits.insert(worker, limits_of(counters));
+        if let Some(open) = gauge(counters, "connections") {
+            latest.connections.insert(worker, open);
+            let sum = latest.connections.values().sum();
+            self.peak.fetch_max(sum, Ordering::Relaxed);
             self.reports.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -79,6 +110,36 @@ impl ConnectionGauge {
     pub fn read(&self) -> (u64, u64) {
         (self.peak.load(Ordering::Relaxed), self.reports.load(Ordering::Relaxed))
     }
+
+    /// The limits that kept connections out, with their counts (those above 0): the `final`
+    /// line's when the server printed one, else the sum of each worker's latest stats line;
+    /// `None` when the server printed neither.
+    pub fn limits(&self) -> Option<BTreeMap<String, u64>> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let all = match &latest.final_limits {
+            Some(f) => f.clone(),
+            None if latest.limits.is_empty() => return None,
+            None => {
+                let mut sum: BTreeMap<String, u64> = BTreeMap::new();
+                for (name, n) in latest.limits.values().flatten() {
+                    *sum.entry(name.clone()).or_default() += n;
+                }
+                sum
+            }
+        };
+        Some(all.into_iter().filter(|&(_, n)| n > 0).collect())
+    }
+}
+
+/// The `limit_NAME=N` counters of a `key=value` line, by NAME.
+fn limits_of(counters: &str) -> BTreeMap<String, u64> {
+    counters
+        .split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.strip_prefix("limit_")?.to_owned(), v.parse().ok()?))
+        })
+        .collect()
 }
 
 impl Server {
@@ -106,6 +167,12 @@ impl Harness<'_> {
 
     /// Start `sockscale serve` for `model` and wait for its "listening on" line.
     pub fn start_server(&self, model: &str, proto: &str, extra: &[&str]) -> Result<Server, String> {
+        self.start_servers(model, proto, 1, extra)
+    }
+
+    /// Start `sockscale serve` for `model` as `procs` processes sharing the port (`--procs`)
+    /// and wait for its "listening on" line.
+    pub fn start_servers(&self, model: &str, proto: &str, procs: u64, extra: &[&str]) -> Result<Server, String> {
         let mut args: Vec<String> = ["serve", "--model", model, "--proto", proto, "--listen", "127.0.0.1:0"]
             .iter()
             .map(|s| s.to_string())
@@ -123,6 +190,9 @@ impl Harness<'_> {
             "--stats-interval".into(),
             "0.1".into(),
         ]);
+        if procs > 1 {
+            args.extend(["--procs".to_string(), procs.to_string()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = self
             .command(&self.exe, &args, &self.server_cpus)
@@ -133,18 +203,34 @@ impl Harness<'_> {
         self.children.add(child.id());
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take();
-        let connections = Arc::new(ConnectionGauge::default());
-        let seen = connections.clone();
+        let counters = Arc::new(ServerCounters::default());
+        let seen = counters.clone();
         std::thread::spawn(move || {
             if let Some(out) = stdout {
                 let mut lines = BufReader::new(out).lines();
-                let _ = tx.send(lines.next());
-                // Keep reading, so the server never blocks on a full pipe, and keep the peak of
-                // its `connections=` gauge.
+                // A `--procs` worker's own lines may come before the supervisor's "listening
+                // on", which it prints once every worker is serving.
+                let mut first = None;
+                for line in lines.by_ref() {
+                    match line {
+                        Ok(l) if l.starts_with("listening on ") => {
+                            first = Some(Ok(l));
+                            break;
+                        }
+                        Ok(l) => seen.observe(&l),
+                        Err(e) => {
+                            first = Some(Err(e));
+                            break;
+                        }
+                    }
+                }
+                let _ = tx.send(first);
+                // Keep reading, so the server never blocks on a full pipe, and keep its counters.
                 for line in lines.map_while(Result::ok) {
                     seen.observe(&line);
                 }
             }
+            seen.done.store(true, Ordering::Release);
         });
         let first = rx.recv_timeout(Duration::from_secs(15));
         let port = match first {
@@ -152,7 +238,7 @@ impl Harness<'_> {
             _ => None,
         };
         match port {
-            Some(port) => Ok(Server { child, port, connections }),
+            Some(port) => Ok(Server { child, port, counters }),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -167,8 +253,9 @@ impl Harness<'_> {
         }
     }
 
-    /// SIGTERM, a moment to drain, then SIGKILL.
-    pub fn stop_server(&self, mut server: Server) {
+    /// SIGTERM, a moment to drain, then SIGKILL to its whole process group (a `--procs`
+    /// server's workers too). Returns its counters, with its `final` line when it printed one.
+    pub fn stop_server(&self, mut server: Server) -> Arc<ServerCounters> {
         let pid = server.child.id();
         let _ = sockscale_sys::signal_process(pid, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -176,6 +263,9 @@ impl Harness<'_> {
             match server.child.try_wait() {
                 Ok(Some(_)) => break,
                 _ if Instant::now() >= deadline => {
+                    if let Ok(group) = i32::try_from(pid) {
+                        let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
+                    }
                     let _ = server.child.kill();
                     let _ = server.child.wait();
                     break;
@@ -183,7 +273,14 @@ impl Harness<'_> {
                 _ => std::thread::sleep(Duration::from_millis(20)),
             }
         }
+        // The output ends when the last process holding it exits: wait for the reader to take
+        // the `final` line, a little.
+        let read_by = Instant::now() + Duration::from_secs(1);
+        while !server.counters.done.load(Ordering::Acquire) && Instant::now() < read_by {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         self.children.remove(pid);
+        server.counters
     }
 
     /// Run `sockscale load ARGS` and read its JSON report.
@@ -218,7 +315,9 @@ impl Harness<'_> {
         let limit = sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(1024);
         let per_process = limit.saturating_sub(200).max(100);
         let procs = conns.div_ceil(per_process).max(1);
-        let sources = conns.div_ceil(25_000).max(1);
+        // Few enough connections per source address that connect() stays cheap.
+        let ports = sockscale_load::limits::local_port_range().unwrap_or((32768, 60999));
+        let sources = sockscale_load::limits::cheap_sources(conns, ports);
         let mut args = Vec::new();
         if procs > 1 {
             args.extend(["--procs".to_string(), procs.to_string()]);
@@ -229,18 +328,33 @@ impl Harness<'_> {
         args
     }
 
+    /// Server processes for `conns` connections of `model`: as many as keep each within three
+    /// quarters of the open-files limit (SO_REUSEPORT spreads connections unevenly), as nginx
+    /// runs workers. A model with a ceiling of its own (select's FD_SETSIZE) runs as one: the
+    /// row is there to show that ceiling.
+    fn server_procs(&self, model: &str, conns: u64) -> u64 {
+        let ceiling = model.parse::<sockscale_server::Model>().ok().and_then(|m| m.capabilities().ceiling);
+        if ceiling.is_some() {
+            return 1;
+        }
+        let limit = sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(1024);
+        let per_process = (limit * 3 / 4).max(100);
+        conns.div_ceil(per_process).max(1)
+    }
+
     /// One row of the table: a fresh echo server, one load run, /proc samples.
     pub fn row(&self, model: &str, kind: RowKind) -> Result<Row, String> {
         let p = self.profile;
-        let server = self.start_server(model, "echo", &[])?;
-        let addr = format!("127.0.0.1:{}", server.port);
-        let mut args: Vec<String> =
-            vec!["echo".into(), addr, "-l".into(), p.msg_len.to_string(), "-t".into(), self.client_threads()];
         let conns = match kind {
             RowKind::Flood => p.flood_conns,
             RowKind::RateLimited => p.rate_conns,
             RowKind::Maximum => p.max_conns,
         };
+        let procs = self.server_procs(model, conns);
+        let server = self.start_servers(model, "echo", procs, &[])?;
+        let addr = format!("127.0.0.1:{}", server.port);
+        let mut args: Vec<String> =
+            vec!["echo".into(), addr, "-l".into(), p.msg_len.to_string(), "-t".into(), self.client_threads()];
         // Time to connect everything, then the measured time.
         let connect_time = Duration::from_secs_f64(conns as f64 / 5_000.0);
         let duration = match kind {
@@ -264,8 +378,8 @@ impl Harness<'_> {
         let samples = sampler.finish();
         // Let the last stats line (100 ms) in before reading the peak.
         std::thread::sleep(Duration::from_millis(150));
-        let (held, held_reports) = server.connections.read();
-        self.stop_server(server);
+        let counters = self.stop_server(server);
+        let (held, held_reports) = counters.read();
         let report = report?;
         // No interval measured: the range stays 0–0 for older readers, and `samples` says so.
         let (cpu_min, cpu_max) = samples.cpu_range().unwrap_or_default();
@@ -314,6 +428,8 @@ impl Harness<'_> {
                 attempts: report.connections.attempted,
                 retries: report.connections.retries,
             }),
+            server_procs: Some(procs),
+            server_limits: counters.limits(),
         })
     }
 
@@ -377,7 +493,7 @@ impl Harness<'_> {
             "0.2".into(),
         ];
         let report = self.load(&args);
-        self.stop_server(server);
+        let _ = self.stop_server(server);
         let report = report?;
         let d = report.duration_s.max(1e-9);
         Ok(UdpPoint {
@@ -397,10 +513,9 @@ fn errors_of(report: &Report) -> BTreeMap<String, u64> {
         .unwrap_or_default()
 }
 
-/// The value of `name=N` in a `stats key=value ...` line.
-fn gauge(line: &str, name: &str) -> Option<u64> {
-    let rest = line.strip_prefix("stats ")?;
-    rest.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+/// The value of `name=N` in a line of `key=value` pairs.
+fn gauge(counters: &str, name: &str) -> Option<u64> {
+    counters.split_whitespace().find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
 fn unique() -> u64 {
@@ -415,14 +530,34 @@ mod tests {
 
     #[test]
     fn a_server_that_printed_no_stats_line_reported_no_connections() {
-        let g = ConnectionGauge::default();
+        let g = ServerCounters::default();
         g.observe("listening on 127.0.0.1:4000");
         assert_eq!(g.read(), (0, 0), "no stats line: nothing reported, not 0 connections held");
-        g.observe("stats connections=0 accepted=0");
+        assert_eq!(g.limits(), None, "no counters: no limits known, not none hit");
+        g.observe("stats connections=0 accepted=0 limit_open_files=0");
         assert_eq!(g.read(), (0, 1), "a stats line reporting 0 held is a measured 0");
+        assert_eq!(g.limits(), Some(BTreeMap::new()));
         g.observe("stats accepted=9 connections=120");
         g.observe("stats connections=80");
         g.observe("stats requests=5");
         assert_eq!(g.read(), (120, 3));
+    }
+
+    /// A `--procs` server: each worker's gauge at its latest line, summed; its limits summed,
+    /// and the `final` line's sums once printed.
+    #[test]
+    fn worker_gauges_and_limits_add_up() {
+        let g = ServerCounters::default();
+        g.observe("[worker 0] stats connections=100 limit_threads=1 limit_open_files=0");
+        g.observe("[worker 1] stats connections=150 limit_threads=2");
+        assert_eq!(g.read(), (250, 2));
+        g.observe("[worker 0] stats connections=90 limit_threads=3");
+        assert_eq!(g.read().0, 250, "the peak of the sum stays");
+        g.observe("[worker 0] stats connections=200 limit_threads=3");
+        assert_eq!(g.read().0, 350);
+        assert_eq!(g.limits(), Some(BTreeMap::from([("threads".to_owned(), 5)])));
+        g.observe("[worker 1] cannot start: something");
+        g.observe("final accepted=9 limit_threads=7 limit_memory=1 limit_ceiling=0");
+        assert_eq!(g.limits(), Some(BTreeMap::from([("memory".to_owned(), 1), ("threads".to_owned(), 7)])));
     }
 }

@@ -41,6 +41,11 @@ fn thread_limits() -> BTreeMap<String, u64> {
     if let Ok(n) = read("/proc/sys/kernel/threads-max").parse() {
         limits.insert("kernel.threads-max".to_owned(), n);
     }
+    // Every thread takes a process ID, system-wide: on a machine with 24 GiB this (32,768 by
+    // default) is smaller than threads-max.
+    if let Ok(n) = read("/proc/sys/kernel/pid_max").parse() {
+        limits.insert("kernel.pid_max".to_owned(), n);
+    }
     if let Ok(Some(n)) = sockscale_sys::soft_limit(libc::RLIMIT_NPROC) {
         limits.insert("RLIMIT_NPROC".to_owned(), n);
     }

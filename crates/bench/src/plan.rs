@@ -112,10 +112,13 @@ impl Line {
 /// A figure derived from measured rows, or why it could not be.
 pub type Derived = Result<Line, String>;
 
-/// The least-squares line through `points` (connections, value). Refuses what the points cannot
-/// tell: a per-connection cost needs two connection counts, and a cost that falls as
-/// connections grow is noise, not a cost.
-pub fn fit(points: &[(u64, f64)], unit: &str) -> Derived {
+/// The least-squares fit of `value = fixed · processes + per_connection · connections` through
+/// `points` (connections, server processes, value). With every row on one process it is the
+/// ordinary line with an intercept; a row served by several processes (past the open-files
+/// limit) counts the fixed cost once per process. Refuses what the points cannot tell: a
+/// per-connection cost needs two connection counts, and a cost that falls as connections grow
+/// is noise, not a cost.
+pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     let mut xs: Vec<u64> = points.iter().map(|p| p.0).collect();
     xs.sort_unstable();
     xs.dedup();
@@ -129,25 +132,35 @@ pub fn fit(points: &[(u64, f64)], unit: &str) -> Derived {
         }
         _ => {}
     }
-    let n = points.len() as f64;
-    let mean_x = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
-    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxy: f64 = points.iter().map(|p| (p.0 as f64 - mean_x) * (p.1 - mean_y)).sum();
-    let sxx: f64 = points.iter().map(|p| (p.0 as f64 - mean_x).powi(2)).sum();
-    let per_connection = sxy / sxx;
+    // The normal equations of the two unknowns.
+    let (mut spp, mut spx, mut sxx, mut spy, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, p, y) in points {
+        let (x, p) = (x as f64, p.max(1) as f64);
+        spp += p * p;
+        spx += p * x;
+        sxx += x * x;
+        spy += p * y;
+        sxy += x * y;
+    }
+    let det = spp * sxx - spx * spx;
+    if det.abs() <= f64::EPSILON * spp * sxx {
+        return Err("every row has the same connections per server process: a connection's cost cannot be told from the fixed cost".into());
+    }
+    let fixed = (spy * sxx - spx * sxy) / det;
+    let per_connection = (spp * sxy - spx * spy) / det;
     if per_connection < 0.0 {
         let mut sorted = points.to_vec();
         sorted.sort_by_key(|p| p.0);
         let (first, last) = (sorted[0], sorted[sorted.len() - 1]);
         return Err(format!(
             "falls as connections grow ({} {unit} at {}, {} {unit} at {})",
-            thousands(first.1.round() as u64),
+            thousands(first.2.round() as u64),
             thousands(first.0),
-            thousands(last.1.round() as u64),
+            thousands(last.2.round() as u64),
             thousands(last.0)
         ));
     }
-    Ok(Line { fixed: mean_y - per_connection * mean_x, per_connection, through: xs })
+    Ok(Line { fixed, per_connection, through: xs })
 }
 
 /// What `target` connections would cost one model, each figure derived from its measured rows.
@@ -215,7 +228,7 @@ fn derive(rows: &[(u64, &Row)], unit: &str, value: &dyn Fn(&Row) -> Option<Optio
     let mut unsampled = Vec::new();
     for &(held, r) in rows {
         match value(r) {
-            Some(Some(v)) => points.push((held, v)),
+            Some(Some(v)) => points.push((held, r.server_procs.unwrap_or(1), v)),
             Some(None) => unsampled.push(held),
             None => {}
         }
@@ -242,7 +255,13 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
     };
     let server_kib = gaps("server memory", derive(&rows, "KiB", &|r| Some(r.server_rss().map(|k| k as f64))));
     let kernel_kib = match rows.iter().find(|(_, r)| kernel_kib(r).is_none()) {
-        None => fit(&rows.iter().filter_map(|&(held, r)| Some((held, kernel_kib(r)?))).collect::<Vec<_>>(), "KiB"),
+        None => fit(
+            &rows
+                .iter()
+                .filter_map(|&(held, r)| Some((held, r.server_procs.unwrap_or(1), kernel_kib(r)?)))
+                .collect::<Vec<_>>(),
+            "KiB",
+        ),
         Some((held, _)) => {
             Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held)))
         }
@@ -590,16 +609,31 @@ mod tests {
         }
     }
 
+    /// A maximum row served by four processes carries four fixed costs: the fit takes them
+    /// out before it weighs a connection (3,000 KiB a process + 1 KiB a connection here).
+    #[test]
+    fn rows_served_by_several_processes_count_the_fixed_cost_once_each() {
+        let points = [(1000, 1, 4000.0), (3000, 1, 6000.0), (50_000, 4, 62_000.0)];
+        let line = fit(&points, "KiB").unwrap();
+        assert!((line.fixed - 3000.0).abs() < 1e-6 && (line.per_connection - 1.0).abs() < 1e-9, "{line:?}");
+        // Read as if on one process, the same rows would put the fixed costs on the connections.
+        let naive = fit(&[(1000, 1, 4000.0), (3000, 1, 6000.0), (50_000, 1, 62_000.0)], "KiB").unwrap();
+        assert!(naive.per_connection > 1.1, "{naive:?}");
+        // Every row with the same connections per process cannot tell the two apart.
+        let same = fit(&[(1000, 1, 4000.0), (4000, 4, 16_000.0)], "KiB").unwrap_err();
+        assert!(same.contains("same connections per server process"), "{same}");
+    }
+
     #[test]
     fn the_fit_keeps_fixed_costs_apart_from_per_connection_costs() {
-        let line = fit(&[(1000, 4000.0), (3000, 6000.0), (8000, 11000.0)], "KiB").unwrap();
+        let line = fit(&[(1000, 1, 4000.0), (3000, 1, 6000.0), (8000, 1, 11000.0)], "KiB").unwrap();
         assert_eq!((line.fixed.round(), line.per_connection), (3000.0, 1.0));
         assert_eq!(line.through, [1000, 3000, 8000]);
         assert_eq!(line.at(50_000, 1), 53_000.0);
         assert_eq!(line.at(50_000, 3), 59_000.0, "the fixed cost once per process");
-        let one = fit(&[(1000, 4000.0), (1000, 4100.0)], "KiB").unwrap_err();
+        let one = fit(&[(1000, 1, 4000.0), (1000, 1, 4100.0)], "KiB").unwrap_err();
         assert!(one.contains("1,000 connections only"), "{one}");
-        let falls = fit(&[(1000, 7168.0), (8000, 2440.0)], "KiB").unwrap_err();
+        let falls = fit(&[(1000, 1, 7168.0), (8000, 1, 2440.0)], "KiB").unwrap_err();
         assert!(falls.contains("falls as connections grow (7,168 KiB at 1,000, 2,440 KiB at 8,000)"), "{falls}");
     }
 

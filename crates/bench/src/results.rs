@@ -94,6 +94,16 @@ pub struct Row {
     /// before they were counted.
     #[serde(default)]
     pub connects: Option<ConnectAttempts>,
+    /// The server's processes (`serve --procs`): its memory, CPU and threads are sums over
+    /// them. Absent in results written before rows could take several (one).
+    #[serde(default)]
+    pub server_procs: Option<u64>,
+    /// Connections the server refused, and accept pauses, by the limit that caused them
+    /// (`open_files`, `threads`, `ceiling`, …; its own `limit_*` counters), those above 0.
+    /// Absent when the server reported no counters, or in results written before they were
+    /// kept.
+    #[serde(default)]
+    pub server_limits: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// Connect attempts of one row, from the load's report.

@@ -1,11 +1,12 @@
-//! Watching a server process from outside, through /proc, while a row is measured: its CPU in
-//! fixed intervals (the seed prints CPU as a min–max range), its resident memory and threads
-//! (largest sample), and the kernel's memory for sockets, the Linux counterpart of the seed's
+//! Watching a server from outside, through /proc, while a row is measured: its CPU in fixed
+//! intervals (the seed prints CPU as a min–max range), its resident memory and threads
+//! (largest sample), each summed over the server's processes (a `serve --procs` server is its
+//! supervisor and the workers in its process group), and the kernel's memory for sockets, the Linux counterpart of the seed's
 //! non-paged pool: /proc/net/sockstat (socket buffer pages, socket counts) and the socket
 //! caches of /proc/slabinfo (the socket structures themselves, which sockstat does not count).
 //! Both are system-wide.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,6 +32,8 @@ pub struct Samples {
     /// The socket caches at the slabinfo sample where their total was largest; `None` when
     /// slabinfo was never readable.
     pub slab_peak: Option<BTreeMap<String, SlabCache>>,
+    /// The most processes the server had at once (1 unless it runs `--procs`).
+    pub processes: u64,
 }
 
 impl Samples {
@@ -60,38 +63,46 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn start(pid: u32, interval: Duration) -> Sampler {
+    /// Watch the process `leader` and every process in its process group.
+    pub fn start(leader: u32, interval: Duration) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let ticks = sockscale_sys::clock_ticks_per_second() as f64;
             let mut samples = Samples::default();
-            // The start of the current interval: when /proc/PID/stat was last read, and what it
-            // said. An interval is measured only between two reads that succeeded; a failed read
-            // is no sample (its 0 ticks would be a 0% interval, and the next one an
+            let mut members = Members::new(leader);
+            // The start of the current interval: when the processes' CPU was last read, and
+            // what it said. An interval is measured only between two reads that succeeded; a
+            // failed read is no sample (its 0 ticks would be a 0% interval, and the next one an
             // impossible jump).
             let started = Instant::now();
-            let mut last = cpu_ticks(pid).map(|t| (started, t));
+            let mut last = group_ticks(members.pids()).map(|t| (started, t));
             let mut next = started + interval;
             let mut next_slab = started;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(interval));
-                sample_levels(pid, &mut samples);
+                members.refresh();
+                sample_levels(members.pids(), &mut samples);
                 let now = Instant::now();
                 if now >= next_slab {
                     sample_slab(&mut samples);
                     next_slab = now + SLAB_INTERVAL;
                 }
                 if now >= next {
-                    let read = cpu_ticks(pid);
-                    if let (Some((then, before)), Some(t)) = (last, read) {
-                        let used = t.saturating_sub(before) as f64 / ticks;
-                        samples.cpu_pct.push(100.0 * used / now.duration_since(then).as_secs_f64());
+                    let read = group_ticks(members.pids());
+                    if let (Some((then, before)), Some(after)) = (&last, &read) {
+                        // Only processes read at both ends: a worker that started or exited
+                        // between them has no interval.
+                        let used: u64 =
+                            after.iter().filter_map(|(pid, t)| before.get(pid).map(|b| t.saturating_sub(*b))).sum();
+                        let used = used as f64 / ticks;
+                        samples.cpu_pct.push(100.0 * used / now.duration_since(*then).as_secs_f64());
                     }
                     last = read.map(|t| (now, t));
                     next += interval;
                 }
             }
+            samples.processes = members.most;
             samples
         });
         Sampler { stop, handle }
@@ -103,18 +114,93 @@ impl Sampler {
     }
 }
 
-fn sample_levels(pid: u32, samples: &mut Samples) {
-    if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        let (rss, threads) = parse_status(&status);
-        // A field that is absent (a zombie has no VmRSS) or unreadable is no sample, not a 0.
-        if let Some(rss) = rss {
-            samples.rss_kib_max = samples.rss_kib_max.max(rss);
-            samples.rss_samples += 1;
+/// The server's processes: the one the harness started (first) and the others in its process
+/// group, looked up again every [`Members::REFRESH`] (a `--procs` supervisor restarts a worker
+/// that dies).
+struct Members {
+    pids: Vec<u32>,
+    refreshed: Instant,
+    /// The most processes seen at once.
+    most: u64,
+}
+
+impl Members {
+    const REFRESH: Duration = Duration::from_millis(250);
+
+    fn new(leader: u32) -> Members {
+        let pids = group_of(leader);
+        Members { most: pids.len() as u64, pids, refreshed: Instant::now() }
+    }
+
+    fn refresh(&mut self) {
+        if self.refreshed.elapsed() >= Self::REFRESH {
+            self.pids = group_of(self.pids[0]);
+            self.most = self.most.max(self.pids.len() as u64);
+            self.refreshed = Instant::now();
         }
-        if let Some(threads) = threads {
-            samples.threads_max = samples.threads_max.max(threads);
-            samples.threads_samples += 1;
+    }
+
+    fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+}
+
+/// `leader` and every other process whose process group is `leader`.
+fn group_of(leader: u32) -> Vec<u32> {
+    let mut pids = vec![leader];
+    let Ok(dir) = std::fs::read_dir("/proc") else { return pids };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == leader {
+            continue;
         }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        if parse_stat_group(&stat) == Some(leader) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The CPU ticks of each process of `pids` that could be read; `None` when the first (the
+/// process the harness started) could not.
+fn group_ticks(pids: &[u32]) -> Option<HashMap<u32, u64>> {
+    let mut ticks = HashMap::new();
+    ticks.insert(pids[0], cpu_ticks(pids[0])?);
+    for &pid in &pids[1..] {
+        if let Some(t) = cpu_ticks(pid) {
+            ticks.insert(pid, t);
+        }
+    }
+    Some(ticks)
+}
+
+fn sample_levels(pids: &[u32], samples: &mut Samples) {
+    // A sample is the sum over the processes read; a field that is absent in the first
+    // process (a zombie has no VmRSS) or unreadable makes it no sample, not a 0.
+    let mut rss = None::<u64>;
+    let mut threads = None::<u64>;
+    for (i, pid) in pids.iter().enumerate() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let (r, t) = parse_status(&status);
+        if i == 0 {
+            rss = r;
+            threads = t;
+        } else {
+            rss = rss.map(|sum| sum + r.unwrap_or(0));
+            threads = threads.map(|sum| sum + t.unwrap_or(0));
+        }
+        if i == 0 && rss.is_none() && threads.is_none() {
+            break;
+        }
+    }
+    if let Some(rss) = rss {
+        samples.rss_kib_max = samples.rss_kib_max.max(rss);
+        samples.rss_samples += 1;
+    }
+    if let Some(threads) = threads {
+        samples.threads_max = samples.threads_max.max(threads);
+        samples.threads_samples += 1;
     }
     if let Some(now) = sockstat_tcp() {
         let peak = samples.sockstat_peak.get_or_insert(now);
@@ -154,6 +240,11 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
     Some(field(11)? + field(12)?)
+}
+
+/// The process group of a /proc/PID/stat text.
+pub fn parse_stat_group(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// The TCP line of /proc/net/sockstat, system-wide; `None` when it cannot be read.
@@ -231,6 +322,30 @@ mod tests {
         assert!(min <= max && max <= 100.0 * 64.0);
     }
 
+    /// A `serve --procs` server is a supervisor and its workers in one process group: every
+    /// figure is their sum.
+    #[test]
+    fn samples_every_process_of_the_group() {
+        use std::os::unix::process::CommandExt;
+        // A group leader with two children that spin, all in a group of their own.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "(while :; do :; done) & (while :; do :; done) & wait"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        std::thread::sleep(Duration::from_millis(100));
+        let sampler = Sampler::start(leader.id(), Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(500));
+        let ticks = group_ticks(&group_of(leader.id())).expect("the leader is readable");
+        let s = sampler.finish();
+        let _ = sockscale_sys::signal_process_group(leader.id() as i32, libc::SIGKILL);
+        let _ = leader.wait();
+        assert_eq!(s.processes, 3, "the leader and its two children");
+        assert!(s.threads_max >= 3, "one thread each, summed: {}", s.threads_max);
+        assert_eq!(ticks.len(), 3, "CPU is read for every process of the group: {ticks:?}");
+        assert!(!s.cpu_pct.is_empty());
+    }
+
     #[test]
     fn a_process_that_cannot_be_read_gives_no_samples_not_zeros() {
         // No process has this pid (it is above any pid_max), so /proc/PID cannot be read.
@@ -251,6 +366,7 @@ mod tests {
         assert_eq!(parse_status(""), (None, None));
         let stat = "42 (sock scale) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 5 0 1 0 0";
         assert_eq!(parse_stat_ticks(stat), Some(325), "utime + stime after the command's ')'");
+        assert_eq!(parse_stat_group(stat), Some(42), "the process group, third after the ')'");
         assert_eq!(parse_stat_ticks("42 (sockscale) S 1"), None, "cut short: no sample");
         assert_eq!(parse_stat_ticks(""), None);
     }

@@ -105,9 +105,10 @@ impl Results {
                 let count = |n: Option<u64>| n.map_or_else(|| NOT_MEASURED.to_owned(), thousands);
                 let _ = writeln!(
                     s,
-                    "| {name} | {}/{} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {client} |",
+                    "| {name} | {}/{}{} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {client} |",
                     thousands(r.attempted),
                     count(r.connected_held()),
+                    self.connections_note(&m.model, r),
                     count(r.server_rss()),
                     r.kernel_buffers_kib().map_or_else(|| NOT_MEASURED.to_owned(), thousands),
                     r.kernel_slab_kib().map_or_else(|| NOT_MEASURED.to_owned(), signed_thousands),
@@ -128,11 +129,85 @@ impl Results {
         if self.models.iter().any(|m| crate::seed::counterpart_of(&m.model).is_some()) {
             let _ = writeln!(s, "\n{SEED_NOTE}");
         }
+        if self.models.iter().flat_map(|m| &m.rows).any(|r| r.server_procs.unwrap_or(1) > 1) {
+            let _ = writeln!(s, "\n{}", PROCS_NOTE.replace("{limit}", &thousands(self.machine.open_files_limit)));
+        }
         let _ = write!(s, "\n{}", self.kernel_note());
         if self.models.iter().flat_map(|m| &m.rows).any(Row::has_unsampled) {
             s.push_str(&format!("\n{UNSAMPLED_NOTE}\n"));
         }
         s
+    }
+
+    /// After a row's connection counts: how many server processes held them, and for a row
+    /// that held fewer than it attempted, what stopped it.
+    fn connections_note(&self, model: &str, r: &Row) -> String {
+        let mut note = String::new();
+        if let Some(procs) = r.server_procs.filter(|&n| n > 1) {
+            let _ = write!(note, " ({procs} server processes)");
+        }
+        if let Some(why) = self.stopped_by(model, r) {
+            let _ = write!(note, "; stopped by {why}");
+        }
+        note
+    }
+
+    /// What kept a row below the connections it attempted, from the limits the server counted
+    /// (the one it met most often), else from what the load saw; `None` for a row that held
+    /// at least 99% of them (the server's gauge is sampled ten times a second), that has no
+    /// connection count, or whose server counters were not kept (older results).
+    pub fn stopped_by(&self, model: &str, r: &Row) -> Option<String> {
+        let held = r.connected_held()?;
+        if held * 100 >= r.attempted * 99 {
+            return None;
+        }
+        let limits = r.server_limits.as_ref()?;
+        // --max-conns is the server's own cap: named only when nothing else was met.
+        let hit = limits
+            .iter()
+            .filter(|(name, _)| name.as_str() != "max_conns")
+            .max_by_key(|(_, &n)| n)
+            .or_else(|| limits.iter().next());
+        if let Some((name, _)) = hit {
+            return Some(self.limit_named(model, name, r));
+        }
+        if r.client_bound {
+            return Some("the load generator (client-bound)".into());
+        }
+        let errors: u64 = r.errors.values().sum();
+        if errors == 0 {
+            return Some("the row's time: connections were still being added when it ended".into());
+        }
+        let (kind, n) = r.errors.iter().max_by_key(|(_, &n)| n)?;
+        Some(format!("failing connects ({} {}); the server counted no limit", thousands(*n), kind.replace('_', " ")))
+    }
+
+    /// A limit the server counted (`Limit::name`), said with this machine's value of it.
+    fn limit_named(&self, model: &str, name: &str, r: &Row) -> String {
+        match name {
+            "open_files" => format!(
+                "the open-files limit (RLIMIT_NOFILE, {} per process)",
+                thousands(self.machine.open_files_limit)
+            ),
+            "system_files" => "the system's open-files limit (fs.file-max)".into(),
+            "memory" => "memory (accept failed with ENOBUFS or ENOMEM)".into(),
+            "threads" => {
+                let smallest = self.machine.thread_limits.iter().min_by_key(|(_, &n)| n);
+                let held =
+                    r.server_threads().map(|t| format!(", {} threads running", thousands(t))).unwrap_or_default();
+                match smallest {
+                    Some((limit, n)) => format!("the thread limit ({limit} {}{held})", thousands(*n)),
+                    None => format!("the thread limit{held}"),
+                }
+            }
+            "ceiling" => match model.parse::<sockscale_server::Model>().ok().and_then(|m| m.capabilities().ceiling) {
+                Some(c) => format!("the model's ceiling ({} {})", c.set_by, thousands(c.descriptors)),
+                None => "the model's ceiling".into(),
+            },
+            "max_conns" => "--max-conns".into(),
+            "queue" => "the queue of connections waiting for a worker".into(),
+            other => format!("the server's {other} limit"),
+        }
     }
 
     /// How the kernel columns were measured, and why a cell may say "not measured".
@@ -255,13 +330,13 @@ impl Results {
 
     pub fn rows_csv(&self) -> String {
         let mut s = String::from(
-            "model,row,attempted,connected,server_rss_kib,kernel_buffers_kib,kernel_slab_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,error\n",
+            "model,row,attempted,connected,server_rss_kib,kernel_buffers_kib,kernel_slab_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,server_procs,stopped_by,error\n",
         );
         for m in &self.models {
             if m.rows.is_empty() {
                 let _ = writeln!(
                     s,
-                    "{},,,,,,,,,,,,,,,,,,\"{}\"",
+                    "{},,,,,,,,,,,,,,,,,,,\"{}\"",
                     m.model,
                     m.error.clone().unwrap_or_default().replace('"', "'")
                 );
@@ -272,7 +347,7 @@ impl Results {
                 let timed = latency_timed(r.p50_us, r.p99_us);
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{},{},{:.1},{},",
+                    "{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{},{},{:.1},{},{},{},",
                     m.model,
                     r.kind.map_or("", RowKind::label),
                     r.attempted,
@@ -289,7 +364,9 @@ impl Results {
                     cell(timed.then(|| format!("{:.1}", r.p99_us))),
                     r.errors.values().sum::<u64>(),
                     r.client_cpu_pct,
-                    r.client_bound
+                    r.client_bound,
+                    r.server_procs.unwrap_or(1),
+                    cell(self.stopped_by(&m.model, r).map(|why| format!("\"{}\"", why.replace('"', "'")))),
                 );
             }
         }
@@ -340,6 +417,8 @@ pub fn thousands(n: u64) -> String {
 
 /// What a cell says for a figure that was not measured (never 0).
 pub const NOT_MEASURED: &str = "not measured";
+
+const PROCS_NOTE: &str = "\"N server processes\": past the open-files limit ({limit} descriptors per process) the row runs the server as N processes sharing the port with SO_REUSEPORT (`serve --procs N`, as nginx runs workers), each with its own threads; its memory, CPU and threads are sums over them. select runs as one process in every row: its ceiling (FD_SETSIZE) is per process, and that is what its row shows. \"stopped by\" names the limit the server counted most often while refusing connections or pausing accepts (its `limit_*` counters), or else what the load generator saw.";
 
 /// Under the table when some server figure of a row had no sample.
 const UNSAMPLED_NOTE: &str = "\"not measured\" in Connected, Memory Used, CPU Usage or Threads: no sample was taken while the row ran. Connected comes from the server's own stats lines, and it printed no stats line; memory, threads and CPU come from /proc/PID/status and /proc/PID/stat, which could not be read (the server exited, or /proc is not readable).";
@@ -696,5 +775,65 @@ mod tests {
         assert!(t.contains("| epoll | 7,000/7,000 |"), "{t}");
         assert!(t.contains("| 40–50% | 2 |"), "{t}");
         assert!(t.contains("|  | 50,000/49,997 |"), "{t}");
+    }
+
+    fn maximum_row(held: u64, procs: u64, limits: &str, errors: &str) -> String {
+        format!(
+            r#"{{"kind":"maximum","attempted":50000,"connected":{held},"client_peak_open":{held},"server_rss_kib":9000,
+            "kernel_tcp_kib":0,"cpu_min_pct":1.0,"cpu_max_pct":2.0,"threads":33000,"sent_bytes_per_s":1.0,
+            "received_bytes_per_s":1.0,"p50_us":100.0,"p99_us":200.0,"errors":{errors},"client_cpu_pct":40.0,
+            "client_cores":1,"client_bound":false,"duration_s":20.0,"server_procs":{procs},"server_limits":{limits}}}"#
+        )
+    }
+
+    fn one_row(model: &str, row: &str) -> Results {
+        let row: Row = serde_json::from_str(row).expect("row");
+        Results {
+            models: vec![ModelResult { model: model.into(), rows: vec![row], ..ModelResult::default() }],
+            machine: crate::results::Machine {
+                open_files_limit: 20_000,
+                thread_limits: [("kernel.pid_max".to_owned(), 32_768), ("kernel.threads-max".to_owned(), 192_731)]
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            },
+            ..Results::default()
+        }
+    }
+
+    /// A row that held fewer than it attempted names what stopped it, from the server's own
+    /// limit counters, with this machine's value of the limit.
+    #[test]
+    fn a_short_row_names_the_limit_the_server_met() {
+        let blocking =
+            one_row("blocking", &maximum_row(16_012, 4, r#"{"threads":9000}"#, r#"{"closed_by_peer":9000}"#));
+        let t = blocking.table_markdown();
+        assert!(
+            t.contains("| 50,000/16,012 (4 server processes); stopped by the thread limit (kernel.pid_max 32,768, 33,000 threads running) |"),
+            "{t}"
+        );
+        assert!(t.contains("sums over them"), "the processes note: {t}");
+        let select = one_row("select", &maximum_row(1_020, 1, r#"{"ceiling":48000}"#, "{}"));
+        let t = select.table_markdown();
+        assert!(t.contains("| 50,000/1,020; stopped by the model's ceiling (FD_SETSIZE 1,024) |"), "{t}");
+        assert!(!t.contains("sums over them"), "one process: no processes note: {t}");
+        let files = one_row("epoll", &maximum_row(19_100, 1, r#"{"open_files":30,"max_conns":2}"#, "{}"));
+        assert!(files.table_markdown().contains("stopped by the open-files limit (RLIMIT_NOFILE, 20,000 per process)"));
+        // Nothing counted by the server: what the load saw, and never a guess.
+        let none = one_row("epoll", &maximum_row(30_000, 4, "{}", r#"{"connect_timeout":500}"#));
+        assert!(none
+            .table_markdown()
+            .contains("stopped by failing connects (500 connect timeout); the server counted no limit"));
+        let time = one_row("epoll", &maximum_row(30_000, 4, "{}", "{}"));
+        assert!(time.table_markdown().contains("stopped by the row's time"));
+        // Held them all (99%), or no counters kept: nothing said.
+        let full = one_row("epoll", &maximum_row(49_600, 4, "{}", "{}"));
+        assert!(!full.table_markdown().contains("; stopped by"));
+        let old = one_row("epoll", &maximum_row(30_000, 1, "null", "{}"));
+        assert!(!old.table_markdown().contains("; stopped by"));
+        let csv = blocking.rows_csv();
+        let (header, line) = (csv.lines().next().unwrap(), csv.lines().nth(1).unwrap());
+        assert!(header.contains(",server_procs,stopped_by,error"), "{csv}");
+        assert!(line.contains(",4,\"the thread limit (kernel.pid_max 32,768, 33,000 threads running)\","), "{csv}");
     }
 }

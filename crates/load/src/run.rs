@@ -107,7 +107,13 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
         target: cfg.addr,
         sources: cfg.sources.clone(),
     };
-    limits::check(&demand, open_files, limits::local_port_range())?;
+    let ports = limits::local_port_range();
+    limits::check(&demand, open_files, ports)?;
+    if !matches!(cfg.mode, Mode::Udp { .. }) {
+        if let Some(warning) = limits::crowded_ports(&demand, ports) {
+            tracing::warn!("{warning}");
+        }
+    }
     probe(cfg)
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sockscale_proto::Engine;
 
 use crate::policy::AcceptStep;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Limit, Stats};
 
 /// Let a kind of message through at most once a second per process, counting the ones held
 /// back. A handle is cheap and every worker holds its own, but all handles of one kind share
@@ -78,14 +78,19 @@ impl LogLimiter {
     }
 }
 
-/// Log an accept failure that paused accepting, at most once a second per process.
-pub fn log_accept_pause(log: &mut LogLimiter, now: Instant, err: &io::Error, step: AcceptStep, open: usize) {
+/// Count an accept failure that paused accepting against its limit, and log it at most once a
+/// second per process.
+pub fn accept_paused(log: &mut LogLimiter, stats: &Stats, now: Instant, err: &io::Error, step: AcceptStep) {
     let AcceptStep::Pause { pause, exhausted, .. } = step else {
         return;
     };
+    if let Some(limit) = Limit::of_error(err) {
+        stats.limit_hit(limit);
+    }
     let Some(suppressed) = log.allow(now) else {
         return;
     };
+    let open = stats.current();
     if exhausted {
         tracing::warn!(error = %err, open, suppressed, "accept failed: out of resources; pausing accepts for {pause:?}");
     } else {
@@ -93,18 +98,67 @@ pub fn log_accept_pause(log: &mut LogLimiter, now: Instant, err: &io::Error, ste
     }
 }
 
+/// Why a connection is refused. Each acceptor says which; the words and the [`Limit`] counted
+/// are said here once.
+#[derive(Debug)]
+pub enum Refusal<'a> {
+    /// `--max-conns` connections are open.
+    MaxConns,
+    /// The model cannot watch another descriptor; the selector's reason.
+    Full(&'a str),
+    /// No thread could be started for the connection.
+    Thread(&'a io::Error),
+    /// No thread could be started for another connection group.
+    Group(&'a io::Error),
+    /// `bound` connections already wait for a worker.
+    QueueFull { bound: usize },
+    /// The server is draining.
+    ShuttingDown,
+}
+
+impl Refusal<'_> {
+    /// The limit this refusal is counted against, if any.
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            Refusal::MaxConns => Some(Limit::MaxConns),
+            Refusal::Full(_) => Some(Limit::Ceiling),
+            Refusal::Thread(e) | Refusal::Group(e) => Some(Limit::of_error(e).unwrap_or(Limit::Threads)),
+            Refusal::QueueFull { .. } => Some(Limit::Queue),
+            Refusal::ShuttingDown => None,
+        }
+    }
+}
+
+impl Display for Refusal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::MaxConns => f.write_str("--max-conns reached"),
+            Refusal::Full(reason) => f.write_str(reason),
+            Refusal::Thread(e) => write!(f, "cannot start a thread for a connection: {e}"),
+            Refusal::Group(e) => write!(f, "cannot start another connection group: {e}"),
+            Refusal::QueueFull { bound } => {
+                write!(f, "{bound} connections already wait for a worker (the queue is full)")
+            }
+            Refusal::ShuttingDown => f.write_str("the server is shutting down"),
+        }
+    }
+}
+
 /// Refuse the connection on `fd`, which the caller closes right after: send the protocol's
-/// refusal (HTTP's 503), count it as refused, and log why at most once a second. Every acceptor
-/// refuses through this.
+/// refusal (HTTP's 503), count it as refused and against its limit, and log why at most once a
+/// second. Every acceptor refuses through this.
 pub fn refuse(
     fd: RawFd,
     engine: &mut Engine,
     counters: &Counters,
     stats: &Stats,
     log: &mut LogLimiter,
-    why: &dyn Display,
+    why: Refusal<'_>,
 ) {
     counters.refused();
+    if let Some(limit) = why.limit() {
+        stats.limit_hit(limit);
+    }
     if let Some(refusal) = engine.refusal() {
         send_refusal(fd, &refusal);
     }

@@ -36,7 +36,7 @@ use socket2::Socket;
 use sockscale_proto::{Engine, Output, Protocol, Session};
 use sockscale_sys::{self as sys, Waker};
 
-use crate::admission::{self, log_accept_pause, LogLimiter};
+use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::ctx::ModelCtx;
@@ -267,7 +267,7 @@ impl<'a> Hub<'a> {
                         AcceptStep::Empty => break,
                         AcceptStep::Retry => {}
                         step @ AcceptStep::Pause { .. } => {
-                            log_accept_pause(&mut log, Instant::now(), &e, step, self.stats.current());
+                            accept_paused(&mut log, self.stats, Instant::now(), &e, step);
                             self.pause_accepting(&mut backoff)?;
                             break;
                         }
@@ -357,7 +357,7 @@ impl Admission<'_> {
     }
 
     /// Refuse the connection on `fd` (the caller closes it afterwards), saying `why` in the log.
-    pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: &dyn std::fmt::Display) {
+    pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: Refusal<'_>) {
         self.engine.tick(unix_now());
         admission::refuse(fd, &mut self.engine, self.counters, hub.stats, &mut self.log, why);
     }

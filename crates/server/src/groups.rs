@@ -27,7 +27,7 @@ use socket2::Socket;
 use sockscale_proto::{Engine, Protocol};
 use sockscale_sys::{self as sys, Waker};
 
-use crate::admission::{self, log_accept_pause, LogLimiter};
+use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::policy::{AcceptBackoff, AcceptStep};
@@ -241,7 +241,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     fn paused(&mut self, err: &io::Error, step: AcceptStep) {
         // Before any group can close a connection unseen.
         self.wake.paused.store(true, Ordering::Release);
-        log_accept_pause(&mut self.accept_log, Instant::now(), err, step, self.stats.current());
+        accept_paused(&mut self.accept_log, self.stats, Instant::now(), err, step);
     }
 
     fn hand_over<F>(&mut self, scope: &'scope Scope<'scope, 'env>, fd: OwnedFd, start: &mut F)
@@ -249,13 +249,13 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
     {
         if !self.stats.try_open(self.cfg.max_conns) {
-            return self.refuse(fd, "--max-conns reached");
+            return self.refuse(fd, Refusal::MaxConns);
         }
         let group = match self.group_with_room(scope, start) {
             Ok(group) => group,
             Err(e) => {
                 self.stats.close();
-                return self.refuse(fd, &format!("cannot start another connection group: {e}"));
+                return self.refuse(fd, Refusal::Group(&e));
             }
         };
         let load = self.groups[group].load.clone();
@@ -264,7 +264,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             // The group stopped taking connections: it is draining, or it failed.
             load.connections.fetch_sub(1, Ordering::AcqRel);
             self.stats.close();
-            self.refuse(fd, "the server is shutting down");
+            self.refuse(fd, Refusal::ShuttingDown);
         }
     }
 
@@ -289,12 +289,12 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     /// A connection counted against --max-conns that no group will serve.
     fn abandon(&mut self, fd: OwnedFd) {
         self.stats.close();
-        self.refuse(fd, "the server is shutting down");
+        self.refuse(fd, Refusal::ShuttingDown);
     }
 
-    fn refuse(&mut self, fd: OwnedFd, why: &str) {
+    fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
         self.engine.tick(unix_secs());
-        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }
 

@@ -61,6 +61,63 @@ impl CloseReason {
     }
 }
 
+/// A limit that kept the server from taking a connection in: the process's, the machine's,
+/// the model's own, or the server's configuration. Counted so that a run that stops short can
+/// say which one stopped it, not only that connections failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// accept(2) failed with EMFILE: the process's open-files limit (RLIMIT_NOFILE).
+    OpenFiles,
+    /// accept(2) failed with ENFILE: the system's open-files limit (fs.file-max).
+    SystemFiles,
+    /// accept(2) failed with ENOBUFS or ENOMEM, or a thread had no memory for its stack.
+    Memory,
+    /// A thread could not be started (EAGAIN: RLIMIT_NPROC, kernel.threads-max,
+    /// kernel.pid_max or the cgroup's pids.max).
+    Threads,
+    /// The model cannot watch another descriptor (select's FD_SETSIZE).
+    Ceiling,
+    /// `--max-conns` connections were open.
+    MaxConns,
+    /// The model's queue of connections waiting for a worker was full.
+    Queue,
+}
+
+impl Limit {
+    pub const ALL: [Limit; 7] = [
+        Limit::OpenFiles,
+        Limit::SystemFiles,
+        Limit::Memory,
+        Limit::Threads,
+        Limit::Ceiling,
+        Limit::MaxConns,
+        Limit::Queue,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::OpenFiles => "open_files",
+            Limit::SystemFiles => "system_files",
+            Limit::Memory => "memory",
+            Limit::Threads => "threads",
+            Limit::Ceiling => "ceiling",
+            Limit::MaxConns => "max_conns",
+            Limit::Queue => "queue",
+        }
+    }
+
+    /// The limit an accept(2) or thread-start error means, if it means one.
+    pub fn of_error(err: &std::io::Error) -> Option<Limit> {
+        match err.raw_os_error()? {
+            libc::EMFILE => Some(Limit::OpenFiles),
+            libc::ENFILE => Some(Limit::SystemFiles),
+            libc::ENOBUFS | libc::ENOMEM => Some(Limit::Memory),
+            _ => None,
+        }
+    }
+}
+
 /// One worker's counters, alone on its cache lines.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -114,11 +171,22 @@ impl Counters {
 pub struct Stats {
     shards: Box<[Counters]>,
     current: AtomicUsize,
+    /// Indexed by `Limit as usize`; rare events, so not sharded.
+    limits: [AtomicU64; Limit::ALL.len()],
 }
 
 impl Stats {
     pub fn new(shards: usize) -> Self {
-        Stats { shards: (0..shards.max(1)).map(|_| Counters::default()).collect(), current: AtomicUsize::new(0) }
+        Stats {
+            shards: (0..shards.max(1)).map(|_| Counters::default()).collect(),
+            current: AtomicUsize::new(0),
+            limits: Default::default(),
+        }
+    }
+
+    /// `limit` kept a connection out (a refusal), or paused accepting (an accept error).
+    pub fn limit_hit(&self, limit: Limit) {
+        self.limits[limit as usize].fetch_add(1, Relaxed);
     }
 
     /// The counters of shard `index` (wrapping), for a worker to keep.
@@ -151,6 +219,9 @@ impl Stats {
 
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot { connections: self.current() as u64, ..Snapshot::default() };
+        for (total, count) in s.limits.iter_mut().zip(&self.limits) {
+            *total = count.load(Relaxed);
+        }
         for c in self.shards.iter() {
             s.accepted += c.accepted.load(Relaxed);
             s.refused += c.refused.load(Relaxed);
@@ -185,6 +256,8 @@ pub struct Snapshot {
     pub datagrams_overflowed: u64,
     pub connections: u64,
     pub buffers_in_use: i64,
+    /// Indexed by `Limit as usize`: refusals and accept pauses each limit caused.
+    pub limits: [u64; Limit::ALL.len()],
 }
 
 impl Snapshot {
@@ -194,6 +267,10 @@ impl Snapshot {
 
     pub fn closed_total(&self) -> u64 {
         self.closed.iter().sum()
+    }
+
+    pub fn limit(&self, limit: Limit) -> u64 {
+        self.limits[limit as usize]
     }
 
     /// Prometheus text exposition format.
@@ -224,6 +301,14 @@ impl Snapshot {
             "UDP datagrams the kernel dropped because the receive queue was full.",
             &one(self.datagrams_overflowed),
         );
+        let limits: Vec<_> =
+            Limit::ALL.iter().map(|l| (format!("{{limit=\"{}\"}}", l.name()), self.limit(*l).to_string())).collect();
+        metric(
+            "limit_hits_total",
+            "counter",
+            "Connections refused, and accept pauses, by the limit that caused them.",
+            &limits,
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -252,7 +337,11 @@ impl fmt::Display for Snapshot {
             self.datagrams_dropped,
             self.datagrams_overflowed,
             self.buffers_in_use
-        )
+        )?;
+        for limit in Limit::ALL {
+            write!(f, " limit_{}={}", limit.name(), self.limit(limit))?;
+        }
+        Ok(())
     }
 }
 
@@ -276,5 +365,11 @@ mod tests {
         assert_eq!(s.connections, 1);
         assert!(s.prometheus().contains("sockscale_closed_total{reason=\"idle\"} 2\n"));
         assert!(s.to_string().contains("closed_idle=2"));
+        stats.limit_hit(Limit::Threads);
+        stats.limit_hit(Limit::Threads);
+        let s = stats.snapshot();
+        assert_eq!(s.limit(Limit::Threads), 2);
+        assert!(s.to_string().contains(" limit_threads=2 "), "{s}");
+        assert!(s.prometheus().contains("sockscale_limit_hits_total{limit=\"threads\"} 2\n"));
     }
 }

@@ -21,7 +21,7 @@ use socket2::Socket;
 use sockscale_sys::{self as sys, Interest, RegisterError, Selector, Waker};
 
 use super::{token, Worker, LISTENER};
-use crate::admission::{self, log_accept_pause, LogLimiter};
+use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::conn::Conn;
 use crate::policy::{AcceptBackoff, AcceptStep};
 
@@ -138,7 +138,7 @@ impl<S: Selector> Worker<'_, S> {
     }
 
     fn on_accept_error(&mut self, err: io::Error) {
-        let (now, open) = (self.now, self.stats.current());
+        let (now, stats) = (self.now, self.stats);
         let Some(super::Source::Listener(acceptor)) = &mut self.source else {
             return;
         };
@@ -146,7 +146,7 @@ impl<S: Selector> Worker<'_, S> {
             AcceptStep::Empty => {}
             AcceptStep::Retry => self.resume_accept = true,
             step @ AcceptStep::Pause { .. } => {
-                log_accept_pause(&mut acceptor.log, now, &err, step, open);
+                accept_paused(&mut acceptor.log, stats, now, &err, step);
                 acceptor.deregister(&mut self.selector);
             }
         }
@@ -191,7 +191,7 @@ impl<S: Selector> Worker<'_, S> {
     /// taken by whoever accepted it.
     pub(super) fn on_accepted(&mut self, fd: OwnedFd, counted: bool) {
         if !counted && !self.stats.try_open(self.cfg.max_conns) {
-            self.refuse(fd, "--max-conns reached");
+            self.refuse(fd, Refusal::MaxConns);
             return;
         }
         let entry = self.conns.vacant_entry();
@@ -204,7 +204,7 @@ impl<S: Selector> Worker<'_, S> {
             Ok(()) => {}
             Err(RegisterError::Full(reason)) => {
                 self.stats.close();
-                self.refuse(fd, &reason);
+                self.refuse(fd, Refusal::Full(&reason));
                 return;
             }
             Err(RegisterError::Io(e)) => {
@@ -229,7 +229,7 @@ impl<S: Selector> Worker<'_, S> {
     }
 
     /// Close a connection the server will not serve, after the protocol's refusal.
-    fn refuse(&mut self, fd: OwnedFd, why: &str) {
-        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
+    fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }

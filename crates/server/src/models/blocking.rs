@@ -44,6 +44,7 @@ use std::time::Instant;
 use slab::Slab;
 use sockscale_sys as sys;
 
+use crate::admission::Refusal;
 use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
@@ -107,7 +108,7 @@ fn admit<'scope, 'env>(
     admission: &mut Admission<'_>,
 ) {
     if !hub.open() {
-        admission.refuse(hub, fd.as_raw_fd(), &"--max-conns reached");
+        admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
         return;
     }
     let counters = hub.stats.shard(id);
@@ -136,7 +137,7 @@ fn admit<'scope, 'env>(
             hub.unopen();
             if let Some(link) = links.remove(key) {
                 link.end();
-                admission.refuse(hub, link.fd, &format_args!("cannot start a thread for a connection: {e}"));
+                admission.refuse(hub, link.fd, Refusal::Thread(&e));
             }
         }
     }

@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 
 use sockscale_sys::{self as sys, syscall, Interest, Timers, Waker};
 
+use crate::admission::Refusal;
 use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
@@ -145,7 +146,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 /// Queue a new connection for the workers, or refuse it.
 fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mut Admission<'_>, counters: &Counters) {
     if !hub.open() {
-        admission.refuse(hub, fd.as_raw_fd(), &"--max-conns reached");
+        admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
         return;
     }
     // Boxed once here, so every hand-over between threads after this moves a pointer.
@@ -157,8 +158,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
         Ok(()) => counters.accepted(),
         Err(conn) => {
             hub.unopen();
-            let why = format_args!("{} connections already wait for a worker (the queue is full)", queue.bound);
-            admission.refuse(hub, conn.fd.as_raw_fd(), &why);
+            admission.refuse(hub, conn.fd.as_raw_fd(), Refusal::QueueFull { bound: queue.bound });
         }
     }
 }

@@ -15,6 +15,7 @@ use sockscale_proto::Segment;
 
 use super::conn::UConn;
 use super::worker::UringWorker;
+use crate::admission::Refusal;
 use crate::conn::closed_by_error;
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
@@ -24,7 +25,7 @@ impl UringWorker<'_> {
     /// accepted it.
     pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
         if !counted && !self.stats.try_open(self.cfg.max_conns) {
-            return self.refuse(fd, "--max-conns reached");
+            return self.refuse(fd, Refusal::MaxConns);
         }
         let generation = self.next_generation();
         let session = self.engine.new_session();

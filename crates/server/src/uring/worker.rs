@@ -16,7 +16,7 @@ use sockscale_sys::{Timers, Waker};
 use super::bufring::BufRing;
 use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
-use crate::admission::{self, log_accept_pause, LogLimiter};
+use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
@@ -415,7 +415,7 @@ impl<'a> UringWorker<'a> {
             // descriptors: the multishot accept is not re-armed until the back-off ends.
             let err = io::Error::from_raw_os_error(-result);
             let step = self.backoff.on_error(self.now, &err);
-            log_accept_pause(&mut self.accept_log, self.now, &err, step, self.stats.current());
+            accept_paused(&mut self.accept_log, self.stats, self.now, &err, step);
         }
         if !self.accept_armed && self.drain_deadline.is_none() && !self.tearing_down {
             self.arm_accept();
@@ -574,8 +574,8 @@ impl<'a> UringWorker<'a> {
         self.reclaim(index);
     }
 
-    pub(super) fn refuse(&mut self, fd: OwnedFd, why: &str) {
-        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, &why);
+    pub(super) fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
+        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }
 

@@ -68,7 +68,7 @@ use ::tokio::task::JoinSet;
 use sockscale_proto::{Engine, Output, Protocol};
 use sockscale_sys::Waker;
 
-use crate::admission::{self, log_accept_pause, LogLimiter};
+use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
@@ -387,7 +387,7 @@ async fn accept_loop(
             step @ AcceptStep::Pause { pause, .. } => {
                 // tokio keeps the listener ready after an error, so retrying now would spin:
                 // pause, and come back early when a connection closes and frees a descriptor.
-                log_accept_pause(&mut error_log, Instant::now(), &err, step, shared.stats.current());
+                accept_paused(&mut error_log, &shared.stats, Instant::now(), &err, step);
                 pause
             }
         };
@@ -430,7 +430,7 @@ fn admit(
 fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter) {
     let fd = stream.as_raw_fd();
     with_local(shared, Instant::now(), |local| {
-        admission::refuse(fd, &mut local.engine, counters(shared), &shared.stats, log, &"--max-conns reached");
+        admission::refuse(fd, &mut local.engine, counters(shared), &shared.stats, log, Refusal::MaxConns);
     });
     drop(stream);
 }
