@@ -31,12 +31,11 @@ impl Children {
     fn remove(&self, pid: u32) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
     }
-    /// Kill every child (their process groups, so `--procs` grandchildren go too).
+    /// Kill every child: its process group, and its `--procs` children, which run in groups
+    /// of their own.
     pub fn kill_all(&self) {
         for &pid in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            if let Ok(group) = i32::try_from(pid) {
-                let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
-            }
+            kill_tree(pid);
         }
     }
 }
@@ -263,9 +262,7 @@ impl Harness<'_> {
             match server.child.try_wait() {
                 Ok(Some(_)) => break,
                 _ if Instant::now() >= deadline => {
-                    if let Ok(group) = i32::try_from(pid) {
-                        let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
-                    }
+                    kill_tree(pid);
                     let _ = server.child.kill();
                     let _ = server.child.wait();
                     break;
@@ -511,6 +508,16 @@ fn errors_of(report: &Report) -> BTreeMap<String, u64> {
         .as_object()
         .map(|o| o.iter().filter_map(|(k, v)| v.as_u64().filter(|&n| n > 0).map(|n| (k.clone(), n))).collect())
         .unwrap_or_default()
+}
+
+/// SIGKILL `pid`'s process group and the processes it started (found before it dies, while
+/// they are still its children).
+fn kill_tree(pid: u32) {
+    for member in crate::sampler::group_of(pid).into_iter().rev() {
+        if let Ok(group) = i32::try_from(member) {
+            let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
+        }
+    }
 }
 
 /// The value of `name=N` in a line of `key=value` pairs.

@@ -31,6 +31,7 @@ pub fn describe() -> Machine {
         open_files_limit: sockscale_sys::soft_limit(libc::RLIMIT_NOFILE).ok().flatten().unwrap_or(0),
         io_uring: sockscale_server::io_uring_unavailable().unwrap_or_else(|| "available".into()),
         thread_limits: thread_limits(),
+        max_map_count: read("/proc/sys/vm/max_map_count").parse().ok(),
     }
 }
 

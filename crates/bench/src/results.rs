@@ -21,6 +21,10 @@ pub struct Machine {
     /// `RLIMIT_NPROC`, the cgroup's `pids.max`), those that are set; absent in older results.
     #[serde(default)]
     pub thread_limits: std::collections::BTreeMap<String, u64>,
+    /// vm.max_map_count: the memory maps one process may hold (a thread takes 4). Absent in
+    /// older results, or when it cannot be read.
+    #[serde(default)]
+    pub max_map_count: Option<u64>,
 }
 
 /// Which of the seed's rows.

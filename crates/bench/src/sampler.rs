@@ -145,8 +145,10 @@ impl Members {
     }
 }
 
-/// `leader` and every other process whose process group is `leader`.
-fn group_of(leader: u32) -> Vec<u32> {
+/// `leader` and every other process in its process group or started by it (a `--procs`
+/// supervisor starts each worker in a process group of its own, so that a terminal's Ctrl-C
+/// reaches only the supervisor).
+pub fn group_of(leader: u32) -> Vec<u32> {
     let mut pids = vec![leader];
     let Ok(dir) = std::fs::read_dir("/proc") else { return pids };
     for entry in dir.flatten() {
@@ -155,7 +157,7 @@ fn group_of(leader: u32) -> Vec<u32> {
             continue;
         }
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        if parse_stat_group(&stat) == Some(leader) {
+        if parse_stat_group(&stat) == Some(leader) || parse_stat_parent(&stat) == Some(leader) {
             pids.push(pid);
         }
     }
@@ -240,6 +242,11 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
     Some(field(11)? + field(12)?)
+}
+
+/// The parent of a /proc/PID/stat text.
+pub fn parse_stat_parent(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The process group of a /proc/PID/stat text.
@@ -367,6 +374,7 @@ mod tests {
         let stat = "42 (sock scale) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 5 0 1 0 0";
         assert_eq!(parse_stat_ticks(stat), Some(325), "utime + stime after the command's ')'");
         assert_eq!(parse_stat_group(stat), Some(42), "the process group, third after the ')'");
+        assert_eq!(parse_stat_parent(stat), Some(1), "the parent, second after the ')'");
         assert_eq!(parse_stat_ticks("42 (sockscale) S 1"), None, "cut short: no sample");
         assert_eq!(parse_stat_ticks(""), None);
     }

@@ -174,6 +174,15 @@ impl Results {
         if r.client_bound {
             return Some("the load generator (client-bound)".into());
         }
+        // The server is pinned to one core (of two or more): one it used up could not keep
+        // every connection answered within the load's timeout.
+        if let Some((min, max)) = r.server_cpu_pct().filter(|&(_, max)| max >= 95.0) {
+            let errors: u64 = r.errors.values().sum();
+            return Some(format!(
+                "the server's CPU ({min:.0}–{max:.0}% of its core; {} failed connections or replies)",
+                thousands(errors)
+            ));
+        }
         let errors: u64 = r.errors.values().sum();
         if errors == 0 {
             return Some("the row's time: connections were still being added when it ended".into());
@@ -200,6 +209,12 @@ impl Results {
                     None => format!("the thread limit{held}"),
                 }
             }
+            "memory_maps" => match self.machine.max_map_count {
+                Some(n) => {
+                    format!("the memory-map limit of a process (vm.max_map_count {}; a thread takes 4)", thousands(n))
+                }
+                None => "the memory-map limit of a process (vm.max_map_count; a thread takes 4)".into(),
+            },
             "ceiling" => match model.parse::<sockscale_server::Model>().ok().and_then(|m| m.capabilities().ceiling) {
                 Some(c) => format!("the model's ceiling ({} {})", c.set_by, thousands(c.descriptors)),
                 None => "the model's ceiling".into(),
@@ -824,6 +839,17 @@ mod tests {
         assert!(none
             .table_markdown()
             .contains("stopped by failing connects (500 connect timeout); the server counted no limit"));
+        let busy = one_row(
+            "blocking",
+            &maximum_row(1_318, 1, "{}", r#"{"reply_timeout":4276}"#)
+                .replace(r#""cpu_max_pct":2.0"#, r#""cpu_max_pct":101.0"#),
+        );
+        assert!(
+            busy.table_markdown()
+                .contains("stopped by the server's CPU (1–101% of its core; 4,276 failed connections or replies)"),
+            "{}",
+            busy.table_markdown()
+        );
         let time = one_row("epoll", &maximum_row(30_000, 4, "{}", "{}"));
         assert!(time.table_markdown().contains("stopped by the row's time"));
         // Held them all (99%), or no counters kept: nothing said.

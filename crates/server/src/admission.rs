@@ -110,6 +110,8 @@ pub enum Refusal<'a> {
     Thread(&'a io::Error),
     /// No thread could be started for another connection group.
     Group(&'a io::Error),
+    /// The connection's threads would take the process past `max_map_count` memory maps.
+    MemoryMaps { max_map_count: u64 },
     /// `bound` connections already wait for a worker.
     QueueFull { bound: usize },
     /// The server is draining.
@@ -124,6 +126,7 @@ impl Refusal<'_> {
             Refusal::Full(_) => Some(Limit::Ceiling),
             Refusal::Thread(e) | Refusal::Group(e) => Some(Limit::of_error(e).unwrap_or(Limit::Threads)),
             Refusal::QueueFull { .. } => Some(Limit::Queue),
+            Refusal::MemoryMaps { .. } => Some(Limit::MemoryMaps),
             Refusal::ShuttingDown => None,
         }
     }
@@ -139,6 +142,10 @@ impl Display for Refusal<'_> {
             Refusal::QueueFull { bound } => {
                 write!(f, "{bound} connections already wait for a worker (the queue is full)")
             }
+            Refusal::MemoryMaps { max_map_count } => write!(
+                f,
+                "another connection's threads would pass the process's memory-map limit (vm.max_map_count {max_map_count})"
+            ),
             Refusal::ShuttingDown => f.write_str("the server is shutting down"),
         }
     }

@@ -76,6 +76,9 @@ pub enum Limit {
     /// A thread could not be started (EAGAIN: RLIMIT_NPROC, kernel.threads-max,
     /// kernel.pid_max or the cgroup's pids.max).
     Threads,
+    /// Another thread would take the process past its memory maps (vm.max_map_count): each
+    /// thread maps its stack and its signal stack, each with a guard page.
+    MemoryMaps,
     /// The model cannot watch another descriptor (select's FD_SETSIZE).
     Ceiling,
     /// `--max-conns` connections were open.
@@ -85,11 +88,12 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub const ALL: [Limit; 7] = [
+    pub const ALL: [Limit; 8] = [
         Limit::OpenFiles,
         Limit::SystemFiles,
         Limit::Memory,
         Limit::Threads,
+        Limit::MemoryMaps,
         Limit::Ceiling,
         Limit::MaxConns,
         Limit::Queue,
@@ -101,6 +105,7 @@ impl Limit {
             Limit::SystemFiles => "system_files",
             Limit::Memory => "memory",
             Limit::Threads => "threads",
+            Limit::MemoryMaps => "memory_maps",
             Limit::Ceiling => "ceiling",
             Limit::MaxConns => "max_conns",
             Limit::Queue => "queue",
