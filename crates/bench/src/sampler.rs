@@ -90,15 +90,20 @@ impl Sampler {
                 }
                 if now >= next {
                     let read = group_ticks(members.pids());
+                    // Timed when the ticks were read, not when the turn began: reading slabinfo,
+                    // or the stat of a process with thousands of threads (the kernel sums them
+                    // all), takes long enough to shorten one interval against its ticks (a
+                    // blocking server pinned to one core read as 147%).
+                    let read_at = Instant::now();
                     if let (Some((then, before)), Some(after)) = (&last, &read) {
                         // Only processes read at both ends: a worker that started or exited
                         // between them has no interval.
                         let used: u64 =
                             after.iter().filter_map(|(pid, t)| before.get(pid).map(|b| t.saturating_sub(*b))).sum();
                         let used = used as f64 / ticks;
-                        samples.cpu_pct.push(100.0 * used / now.duration_since(*then).as_secs_f64());
+                        samples.cpu_pct.push(100.0 * used / read_at.duration_since(*then).as_secs_f64());
                     }
-                    last = read.map(|t| (now, t));
+                    last = read.map(|t| (read_at, t));
                     next += interval;
                 }
             }
