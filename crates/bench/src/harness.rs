@@ -292,8 +292,12 @@ impl Harness<'_> {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start the load: {e}"))?;
-        self.children.add(child.id());
-        let out = child.wait_with_output().map_err(|e| format!("load failed: {e}"))?;
+        let pid = child.id();
+        self.children.add(pid);
+        let out = child.wait_with_output();
+        // Reaped: its pid may be reused by any process now, which a Ctrl-C must not kill.
+        self.children.remove(pid);
+        let out = out.map_err(|e| format!("load failed: {e}"))?;
         let report = Report::load(&json.display().to_string());
         let _ = std::fs::remove_file(&json);
         if !out.status.success() {
