@@ -62,6 +62,11 @@ pub struct Config {
     /// Accepts per wake-up of the listener: the analogue of the AcceptEx watermarks.
     pub accept_batch: usize,
     pub idle_timeout: Duration,
+    /// Close a connection that has sent nothing this long after it was accepted.
+    pub first_data_timeout: Option<Duration>,
+    /// TCP_DEFER_ACCEPT on the listener: a connection reaches the server only with its first
+    /// bytes, or after this long.
+    pub defer_accept: Option<Duration>,
     /// Output waiting for a client beyond this stops the server reading from it.
     pub max_pending_send: usize,
     /// A client over `max_pending_send`, or whose socket has taken none of its output, for this
@@ -105,6 +110,8 @@ impl Default for Config {
             backlog: 4096,
             accept_batch: 64,
             idle_timeout: Duration::from_secs(60),
+            first_data_timeout: None,
+            defer_accept: None,
             max_pending_send: 1 << 20,
             send_timeout: Duration::from_secs(10),
             buffer_size: 16 << 10,
@@ -133,6 +140,8 @@ pub enum ConfigError {
     ZeroDuration { flag: &'static str },
     #[error("--pool-buffers {buffers} is fewer than one per worker thread ({threads})")]
     PoolTooSmall { buffers: usize, threads: usize },
+    #[error("--{flag} applies to TCP connections, and --proto udp has none")]
+    NotForUdp { flag: &'static str },
 }
 
 impl Config {
@@ -164,6 +173,14 @@ impl Config {
         for (flag, value) in [("idle-timeout", self.idle_timeout), ("send-timeout", self.send_timeout)] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration { flag });
+            }
+        }
+        for (flag, value) in [("first-data-timeout", self.first_data_timeout), ("defer-accept", self.defer_accept)] {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::ZeroDuration { flag });
+            }
+            if value.is_some() && self.service.is_udp() {
+                return Err(ConfigError::NotForUdp { flag });
             }
         }
         if let Service::Http(http) = &self.service {

@@ -49,6 +49,8 @@ pub struct Listen {
     nodelay: bool,
     sndbuf: Option<usize>,
     rcvbuf: Option<usize>,
+    /// TCP_DEFER_ACCEPT, whole seconds (rounded up).
+    defer_accept: Option<u32>,
 }
 
 impl Listen {
@@ -65,6 +67,9 @@ impl Listen {
             nodelay: cfg.nodelay,
             sndbuf: cfg.sndbuf,
             rcvbuf: cfg.rcvbuf,
+            defer_accept: cfg
+                .defer_accept
+                .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
         };
         if reuseport && cfg.listen.port() != 0 && !cfg.shared_port {
             listen.probe().map_err(|e| BindError::new(cfg.listen, e))?;
@@ -128,6 +133,9 @@ impl Listen {
         }
         socket.bind(&SockAddr::from(addr))?;
         if !self.udp {
+            if let Some(seconds) = self.defer_accept {
+                sockscale_sys::set_defer_accept(std::os::fd::AsRawFd::as_raw_fd(&socket), seconds)?;
+            }
             socket.listen(i32::try_from(self.backlog).unwrap_or(i32::MAX))?;
         }
         Ok(socket)

@@ -33,6 +33,9 @@ pub enum Model {
 pub enum Policy {
     /// Close connections idle for `--idle-timeout`.
     IdleTimeout,
+    /// Close connections silent since they were accepted for `--first-data-timeout`, and hand
+    /// over connections only with their first data (`--defer-accept`).
+    FirstData,
     /// Close HTTP connections whose head is not complete within `--header-timeout`.
     HeaderTimeout,
     /// Refuse connections beyond `--max-conns`.
@@ -285,8 +288,9 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 7] = [
+    pub const ALL: [Policy; 8] = [
         Policy::IdleTimeout,
+        Policy::FirstData,
         Policy::HeaderTimeout,
         Policy::MaxConns,
         Policy::FloodCutoff,
@@ -298,6 +302,7 @@ impl Policy {
     pub fn name(self) -> &'static str {
         match self {
             Policy::IdleTimeout => "idle-timeout",
+            Policy::FirstData => "first-data",
             Policy::HeaderTimeout => "header-timeout",
             Policy::MaxConns => "max-conns",
             Policy::FloodCutoff => "flood-cutoff",

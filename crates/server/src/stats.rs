@@ -17,6 +17,9 @@ pub enum CloseReason {
     Peer,
     /// No traffic for the idle timeout.
     Idle,
+    /// Nothing received for `--first-data-timeout` after it was accepted (the seeds' sweep of
+    /// accepted connections that never sent their first data).
+    FirstData,
     /// An HTTP request head did not complete within the header timeout.
     HeaderTimeout,
     /// Output waiting for the client stayed over `--max-pending-send` for the send timeout.
@@ -34,9 +37,10 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 9] = [
+    pub const ALL: [CloseReason; 10] = [
         CloseReason::Peer,
         CloseReason::Idle,
+        CloseReason::FirstData,
         CloseReason::HeaderTimeout,
         CloseReason::Flood,
         CloseReason::SendTimeout,
@@ -50,6 +54,7 @@ impl CloseReason {
         match self {
             CloseReason::Peer => "peer",
             CloseReason::Idle => "idle",
+            CloseReason::FirstData => "first_data",
             CloseReason::HeaderTimeout => "header_timeout",
             CloseReason::Flood => "flood",
             CloseReason::SendTimeout => "send_timeout",

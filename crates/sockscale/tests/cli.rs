@@ -285,7 +285,15 @@ fn metrics_and_stats_report_the_counters() {
 
 #[test]
 fn zero_and_negative_durations_are_refused_naming_the_flag() {
-    for flag in ["--stats-interval", "--idle-timeout", "--send-timeout", "--header-timeout", "--drain-timeout"] {
+    for flag in [
+        "--stats-interval",
+        "--idle-timeout",
+        "--send-timeout",
+        "--header-timeout",
+        "--drain-timeout",
+        "--first-data-timeout",
+        "--defer-accept",
+    ] {
         for value in ["0", "0ms", "-1"] {
             if flag == "--drain-timeout" && value != "-1" {
                 continue; // 0 has a meaning there: close every connection at once
@@ -301,6 +309,16 @@ fn zero_and_negative_durations_are_refused_naming_the_flag() {
     }
     let help = succeeds(&["serve", "--help"]).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("; 0 closes every connection at once"), "--drain-timeout's help should say what 0 does");
+}
+
+/// A policy for TCP connections asked of a UDP server is refused, not silently ignored.
+#[test]
+fn connection_policies_are_refused_for_udp_in_one_line() {
+    for flag in ["--first-data-timeout", "--defer-accept"] {
+        let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--proto", "udp", flag, "1"]);
+        assert_ne!(code, 0);
+        assert_eq!(one_line(&err), format!("error: {flag} applies to TCP connections, and --proto udp has none"));
+    }
 }
 
 #[test]

@@ -172,6 +172,67 @@ pub fn idle_timeout(model: &str) {
     assert_eq!(done.counter("closed_idle"), 1);
 }
 
+/// The seeds' sweep of accepted connections that never send their first data (AcceptEx with
+/// first data, SO_CONNECT_TIME): 1,000 silent connections are all closed near
+/// `--first-data-timeout` while a client that talks is served throughout and kept; with
+/// `--defer-accept` the kernel never hands them to the server at all.
+pub fn first_data_timeout_and_defer_accept(model: &str) {
+    if skip(model, Policy::FirstData) {
+        return;
+    }
+    raise_nofile();
+    let echo = |stream: &mut std::net::TcpStream, during: &str| {
+        stream.write_all(b"ping").unwrap_or_else(|e| panic!("talker write {during}: {e}"));
+        let mut pong = [0u8; 4];
+        stream.read_exact(&mut pong).unwrap_or_else(|e| panic!("talker read {during}: {e}"));
+        assert_eq!(&pong, b"ping");
+    };
+    // --queue-depth: the thread pool must admit the burst of 1,000 connects (others ignore it).
+    let server = ServerProc::start(model, &["--proto", "echo", "--first-data-timeout", "1", "--queue-depth", "1024"]);
+    let mut talker = server.connect();
+    talker.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    echo(&mut talker, "at the start");
+    let started = Instant::now();
+    let mut silent: Vec<std::net::TcpStream> = (0..1000).map(|_| server.connect()).collect();
+    let mut first_closed = None;
+    let mut buf = [0u8; 1];
+    for (i, s) in silent.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let n = read_some(s, &mut buf).unwrap_or_else(|e| panic!("silent connection {i} was not closed: {e}"));
+        assert_eq!(n, 0, "silent connection {i} got data");
+        first_closed.get_or_insert_with(|| started.elapsed());
+        if i % 250 == 0 {
+            echo(&mut talker, "while silent connections are swept");
+        }
+    }
+    let (first, last) = (first_closed.unwrap_or_default(), started.elapsed());
+    assert!(first >= Duration::from_millis(900), "a silent connection was closed too early: {first:?}");
+    assert!(last < Duration::from_secs(5), "the last silent connection was closed too late: {last:?}");
+    // Quiet past the deadline, the talker is not swept: it sent its first data long ago.
+    std::thread::sleep(Duration::from_millis(1200));
+    echo(&mut talker, "after the sweep");
+    let done = server.stop();
+    assert_eq!(done.counter("closed_first_data"), 1000);
+    assert_eq!(done.counter("closed_idle"), 0);
+
+    // With --defer-accept the silent connections never reach the server: nothing is accepted
+    // for them and nothing swept, while the talker (data with its first segment) is served.
+    let server = ServerProc::start(
+        model,
+        &["--proto", "echo", "--defer-accept", "30", "--first-data-timeout", "1", "--queue-depth", "1024"],
+    );
+    let silent: Vec<std::net::TcpStream> = (0..1000).map(|_| server.connect()).collect();
+    let mut talker = server.connect();
+    talker.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    echo(&mut talker, "with 1,000 deferred connections");
+    std::thread::sleep(Duration::from_millis(1500));
+    echo(&mut talker, "past the first-data timeout");
+    let done = server.stop();
+    assert_eq!(done.counter("accepted"), 1, "deferred connections were accepted");
+    assert_eq!(done.counter("closed_first_data"), 0);
+    drop(silent);
+}
+
 pub fn header_timeout(model: &str) {
     if skip(model, Policy::HeaderTimeout) {
         return;
@@ -389,6 +450,7 @@ macro_rules! conformance {
             #[test] fn http_10_head_and_connection_close() { if !super::unavailable(MODEL) { super::http_10_head_and_connection_close(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
+            #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }
             #[test] fn header_timeout() { if !super::unavailable(MODEL) { super::header_timeout(MODEL) } }
             #[test] fn max_conns_refuses_with_503() { if !super::unavailable(MODEL) { super::max_conns_refuses_with_503(MODEL) } }
             #[test] fn flooding_client_is_disconnected_and_memory_stays_bounded() { if !super::unavailable(MODEL) { super::flooding_client_is_disconnected_and_memory_stays_bounded(MODEL) } }

@@ -165,6 +165,22 @@ pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
     .map(drop)
 }
 
+/// TCP_DEFER_ACCEPT on a listener: a connection is handed to accept(2) only once its first
+/// bytes have arrived, or after about `seconds` (the kernel counts SYN-ACK retransmissions, so it
+/// rounds the time up to its retransmission schedule).
+pub fn set_defer_accept(fd: RawFd, seconds: u32) -> io::Result<()> {
+    let value = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
+    // SAFETY: passes a live c_int and its size.
+    syscall!(setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        (&value as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))
+    .map(drop)
+}
+
 /// CPU time used by this process so far: (user, system).
 pub fn cpu_times() -> io::Result<(std::time::Duration, std::time::Duration)> {
     // SAFETY: rusage is plain old data.

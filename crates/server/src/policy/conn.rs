@@ -34,6 +34,9 @@ pub struct Limits {
     pub max_outstanding_sends: usize,
     /// `--read-budget`: bytes read from one connection before yielding to the others.
     pub read_budget: usize,
+    /// `--first-data-timeout`: a connection that has sent nothing this long after it was
+    /// accepted is closed.
+    pub first_data_timeout: Option<Duration>,
 }
 
 impl Limits {
@@ -44,6 +47,7 @@ impl Limits {
             max_pending_send: cfg.max_pending_send,
             max_outstanding_sends: cfg.max_outstanding_sends,
             read_budget: cfg.read_budget,
+            first_data_timeout: cfg.first_data_timeout,
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct ConnPolicy {
     read_eof: bool,
     /// Draining: close between requests, and whatever is left at this instant.
     drain_until: Option<Instant>,
+    /// When the connection was accepted, until its first bytes arrive.
+    silent_since: Option<Instant>,
 }
 
 impl ConnPolicy {
@@ -126,12 +132,19 @@ impl ConnPolicy {
             closing: None,
             read_eof: false,
             drain_until: None,
+            silent_since: Some(now),
         }
     }
 
     /// Bytes arrived.
     pub fn on_received(&mut self, now: Instant) {
         self.last_activity = now;
+        self.silent_since = None;
+    }
+
+    /// When a connection still silent must have sent its first bytes, if that is asked.
+    fn first_data_due(&self, limits: &Limits) -> Option<Instant> {
+        Some(after(self.silent_since?, limits.first_data_timeout?))
     }
 
     /// The socket took `bytes` of output.
@@ -225,6 +238,7 @@ impl ConnPolicy {
             protocol,
             self.over_since.map(|t| after(t, send)),
             self.stalled_since.map(|t| after(t, send)),
+            self.first_data_due(limits),
             self.drain_until,
         ]
         .into_iter()
@@ -233,13 +247,16 @@ impl ConnPolicy {
     }
 
     /// The deadline that has passed at `now`, if any, in the one order every engine applies:
-    /// flood, send stall, the protocol's deadline (`protocol_due`), idle, the drain's end.
+    /// flood, send stall, first data, the protocol's deadline (`protocol_due`), idle, the
+    /// drain's end.
     pub fn expired(&self, now: Instant, limits: &Limits, protocol_due: bool) -> Option<Expired> {
         let send_due = |since: Option<Instant>| since.is_some_and(|t| after(t, limits.send_timeout) <= now);
         let reason = if send_due(self.over_since) {
             CloseReason::Flood
         } else if send_due(self.stalled_since) {
             CloseReason::SendTimeout
+        } else if self.first_data_due(limits).is_some_and(|at| at <= now) {
+            CloseReason::FirstData
         } else if protocol_due {
             return Some(Expired { reason: CloseReason::HeaderTimeout, answer: true });
         } else if after(self.last_activity, limits.idle_timeout) <= now {
@@ -320,6 +337,7 @@ mod tests {
             max_pending_send: 100,
             max_outstanding_sends: 4,
             read_budget: 1000,
+            first_data_timeout: None,
         }
     }
 
@@ -458,5 +476,23 @@ mod tests {
         let mut closing = p;
         closing.on_verdict(Verdict::Close(Closing::Done));
         assert_eq!(ReadRound::new(&l).after_read(1000, 1000, false, &closing, Pending::default(), &l), ReadNext::Stop);
+    }
+
+    #[test]
+    fn a_connection_silent_since_it_was_accepted_is_closed_at_the_first_data_timeout() {
+        let t0 = Instant::now();
+        let on = Limits { first_data_timeout: Some(Duration::from_secs(1)), ..limits() };
+        let mut p = ConnPolicy::new(t0);
+        assert_eq!(p.deadline(&on, None), t0 + Duration::from_secs(1), "before the idle timeout");
+        assert!(p.expired(t0 + Duration::from_millis(999), &on, false).is_none());
+        let expired = p.expired(t0 + Duration::from_secs(1), &on, true).expect("due");
+        assert_eq!(expired.reason, CloseReason::FirstData, "before the protocol's header timeout");
+        // Its first bytes end the clock for good; the idle timeout goes on.
+        p.on_received(t0 + Duration::from_millis(500));
+        assert_eq!(p.deadline(&on, None), t0 + Duration::from_millis(500) + on.idle_timeout);
+        assert!(p.expired(t0 + Duration::from_secs(2), &on, false).is_none());
+        // Off: no such deadline.
+        let off = limits();
+        assert_eq!(ConnPolicy::new(t0).deadline(&off, None), t0 + off.idle_timeout);
     }
 }

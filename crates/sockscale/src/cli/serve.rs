@@ -83,6 +83,16 @@ pub struct ServeArgs {
     /// Close a connection with no traffic for this long (idle and stale connections)
     #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
     pub idle_timeout: Duration,
+    /// Close a connection that has sent nothing this long after it was accepted (the seeds'
+    /// sweep of accepted connections that never send), counted as closed_first_data [default:
+    /// off]
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
+    pub first_data_timeout: Option<Duration>,
+    /// TCP_DEFER_ACCEPT: the kernel hands a connection to the server only with its first bytes
+    /// (or after about SECS, whole seconds), so silent connections hold no server slot (the
+    /// seeds' AcceptEx with first data) [default: off]
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
+    pub defer_accept: Option<Duration>,
     /// Bytes read from one connection before yielding to the others (fairness)
     #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Connections")]
     pub read_budget: usize,
@@ -184,6 +194,8 @@ impl ServeArgs {
             backlog: self.backlog,
             accept_batch: self.accept_batch,
             idle_timeout: self.idle_timeout,
+            first_data_timeout: self.first_data_timeout,
+            defer_accept: self.defer_accept,
             max_pending_send: self.max_pending_send,
             send_timeout: self.send_timeout,
             buffer_size: self.buffer_size,
@@ -285,6 +297,8 @@ mod tests {
         assert_eq!(cfg.backlog, lib.backlog);
         assert_eq!(cfg.accept_batch, lib.accept_batch);
         assert_eq!(cfg.idle_timeout, lib.idle_timeout);
+        assert_eq!(cfg.first_data_timeout, lib.first_data_timeout);
+        assert_eq!(cfg.defer_accept, lib.defer_accept);
         assert_eq!(cfg.max_pending_send, lib.max_pending_send);
         assert_eq!(cfg.send_timeout, lib.send_timeout);
         assert_eq!(cfg.buffer_size, lib.buffer_size);
