@@ -178,7 +178,8 @@ def wait_quiescent(servers, max_wait, min_wait=3.0):
 # Load: sockscale load processes and the misbehaving clients, all on the client core.
 
 def load_cmd(kind, target, seconds, *extra, json_path):
-    return ["taskset", "-c", common.CLIENT_CPU, str(common.BIN), "load", kind, target, "-t", "1", *extra,
+    # --allow-errors: the soak counts errors from the JSON; exit 3 would only hide them.
+    return ["taskset", "-c", common.CLIENT_CPU, str(common.BIN), "load", kind, target, "-t", "1", "--allow-errors", *extra,
             *(["-d", str(seconds)] if seconds else []), "--json", str(json_path)]
 
 
