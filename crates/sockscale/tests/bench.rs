@@ -446,13 +446,24 @@ fn interrupted_bench_leaves_nothing_or_a_complete_partial_report() {
     for (i, when) in ["at once", "after 100 ms", "after the first step"].into_iter().enumerate() {
         let dir = std::env::temp_dir().join(format!("sockscale-bench-partial-{}-{i}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut bench = Command::new(BIN)
+        let mut bench = Command::new(BIN);
+        bench
             .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
             .arg(&dir)
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(std::process::Stdio::piped());
+        // SIGINT with its default action, whatever this test inherited: a test run started in
+        // the background by a script (`cargo test &`) ignores SIGINT, and a process that
+        // inherits that drops a SIGINT sent before its main() has run, so the "at once" case
+        // would race the bench's start-up instead of testing it.
+        // SAFETY: signal(2) is async-signal-safe; SIG_DFL installs no handler code.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut bench, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut bench = bench.spawn().unwrap();
         let stderr = bench.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -191,6 +191,23 @@ pub fn cpu_times() -> io::Result<(std::time::Duration, std::time::Duration)> {
     Ok((d(usage.ru_utime), d(usage.ru_stime)))
 }
 
+/// Give SIGINT and SIGTERM their default action again, whatever this process inherited.
+///
+/// A shell without job control starts a background command (`cmd &`) with SIGINT ignored, and
+/// an ignored signal is dropped while it is not blocked. The commands block both and wait for
+/// them (`TerminationSignals`), so a later SIGINT stops them anyway; a SIGINT before that was
+/// dropped, and an interrupted run went on to the end. With the default action, an early
+/// signal ends the process at once, and one after the block is handled as always.
+pub fn default_termination_signals() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: SIG_DFL for a valid signal number installs no handler code; a failure leaves
+        // the disposition as it was.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
 /// Send `signal` to process `pid` (a child this process started).
 pub fn signal_process(pid: u32, signal: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
