@@ -25,10 +25,10 @@ use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 pub struct Children(Arc<Mutex<HashSet<u32>>>);
 
 impl Children {
-    fn add(&self, pid: u32) {
+    pub(crate) fn add(&self, pid: u32) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(pid);
     }
-    fn remove(&self, pid: u32) {
+    pub(crate) fn remove(&self, pid: u32) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
     }
     /// Kill every child: its process group, and its `--procs` children, which run in groups
@@ -521,6 +521,8 @@ fn kill_tree(pid: u32) {
         if let Ok(group) = i32::try_from(member) {
             let _ = sockscale_sys::signal_process_group(group, libc::SIGKILL);
         }
+        // A process that leads no group of its own is not reached by its pid as a group.
+        let _ = sockscale_sys::signal_process(member, libc::SIGKILL);
     }
 }
 

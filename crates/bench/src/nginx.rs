@@ -1,11 +1,12 @@
 //! nginx as an extra row of the HTTP sweep, when it is installed: one worker process, the same
 //! 4096-byte page, keep-alive without a request limit, pinned like the sockscale servers.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::Harness;
-use crate::results::ModelResult;
+use crate::results::{HttpPoint, ModelResult};
 
 pub fn sweep(h: &Harness<'_>, progress: impl FnMut()) -> ModelResult {
     let mut result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
@@ -32,7 +33,7 @@ fn find() -> Option<String> {
         .map(str::to_owned)
 }
 
-fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate::results::HttpPoint>, String> {
+fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<HttpPoint>, String> {
     // Absolute: nginx reads a relative -c path as relative to its -p prefix, so with the
     // default relative output directory it would look for its configuration in the wrong place.
     let dir = std::path::absolute(h.scratch.join("nginx")).map_err(|e| format!("scratch directory: {e}"))?;
@@ -51,6 +52,9 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
     std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(nginx);
     cmd.args(["-c", &dir.join("nginx.conf").display().to_string(), "-p", &dir.display().to_string()])
+        // Its own process group, registered with the bench's children: a Ctrl-C of the bench
+        // kills it with the rest, and reaches only the bench.
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         // What nginx says before its error_log is open (a bad configuration, say).
@@ -62,11 +66,26 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || sockscale_sys::pin_to_cpus(&cpus));
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start nginx: {e}"))?;
+    let pid = child.id();
+    h.children.add(pid);
+    let points = serve_sweep(h, &mut child, port, &dir, progress);
+    let _ = child.kill();
+    let _ = child.wait();
+    h.children.remove(pid);
+    points
+}
+
+/// Wait for nginx to listen on `port`, then run the sweep against it.
+fn serve_sweep(
+    h: &Harness<'_>,
+    child: &mut std::process::Child,
+    port: u16,
+    dir: &std::path::Path,
+    progress: impl FnMut(),
+) -> Result<Vec<HttpPoint>, String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
             let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
             let (log, stderr) = (read("error.log"), read("stderr.log"));
             let said = log.lines().chain(stderr.lines()).last().unwrap_or("no log");
@@ -74,10 +93,7 @@ fn run(h: &Harness<'_>, nginx: &str, progress: impl FnMut()) -> Result<Vec<crate
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let points = h.http_sweep(port, progress);
-    let _ = child.kill();
-    let _ = child.wait();
-    points
+    h.http_sweep(port, progress)
 }
 
 fn sockscale_proto_page() -> Vec<u8> {

@@ -17,7 +17,7 @@ pub struct Machine {
     pub tcp_mem_pages: String,
     pub open_files_limit: u64,
     pub io_uring: String,
-    /// The limits on threads this run was under, by name (`kernel.threads-max`, the soft
+    /// The limits on threads this run was under, by name (`kernel.threads-max`, `kernel.pid_max`, the soft
     /// `RLIMIT_NPROC`, the cgroup's `pids.max`), those that are set; absent in older results.
     #[serde(default)]
     pub thread_limits: std::collections::BTreeMap<String, u64>,

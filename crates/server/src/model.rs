@@ -114,7 +114,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         waits: "each thread waits in poll(2) on its socket, then makes blocking-style calls",
         cannot: &[],
         limits: &[
-            "threads and address space per connection (RLIMIT_NPROC, kernel.threads-max, the cgroup's pids.max): past them, connections are refused and counted",
+            "two threads per connection, so the thread limits (RLIMIT_NPROC, kernel.threads-max, kernel.pid_max, the cgroup's pids.max) and 8 memory maps per connection (vm.max_map_count: about 8,000 connections a process at the default 65,530): past them, connections are refused and counted (`limit_threads`, `limit_memory_maps`)",
             "every wake-up is a context switch: more CPU per byte than the readiness models",
             "`--threads` applies to UDP only",
         ],
