@@ -71,6 +71,32 @@ fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
     assert!(last.starts_with("final accepted="), "{rest:?}");
 }
 
+/// A supervisor killed outright (SIGKILL, the OOM killer) cannot forward anything: its workers
+/// are told by the kernel and exit, instead of holding the port as orphans.
+#[test]
+fn workers_exit_when_their_supervisor_is_killed() {
+    let mut parent = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--procs", "2", "--threads", "1", "--drain-timeout", "1"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(parent.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr: std::net::SocketAddr = first.strip_prefix("listening on ").expect("listening line").parse().unwrap();
+    let workers = children(parent.id());
+    assert_eq!(workers.len(), 2, "two workers");
+    sockscale_sys::signal_process(parent.id(), libc::SIGKILL).unwrap();
+    parent.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers.iter().any(|&w| alive(w)) {
+        assert!(Instant::now() < deadline, "workers {workers:?} outlived their supervisor");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the port is still served");
+}
+
 #[test]
 fn serve_procs_reports_a_busy_port() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();

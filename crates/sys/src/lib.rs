@@ -208,6 +208,19 @@ pub fn default_termination_signals() {
     }
 }
 
+/// In a child between fork and exec: ask for SIGTERM when the thread that started it exits,
+/// and fail if `parent` is already gone (the request would then never fire). Async-signal-safe.
+pub fn terminate_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointers.
+    syscall!(prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong))?;
+    // SAFETY: getppid takes nothing and cannot fail.
+    let now = unsafe { libc::getppid() };
+    if u32::try_from(now).ok() != Some(parent) {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
 /// Send `signal` to process `pid` (a child this process started).
 pub fn signal_process(pid: u32, signal: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;

@@ -39,17 +39,22 @@ fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
     out
 }
 
+/// Start a child in a process group of its own (a terminal's Ctrl-C reaches only this process,
+/// which forwards it) that is sent SIGTERM if this process dies without forwarding anything
+/// (SIGKILL, the OOM killer): an orphaned server worker would hold the port, an orphaned load
+/// process go on sending. Called from the main thread only, which lives as long as the process:
+/// the kernel ties the signal to the thread that started the child.
 fn spawn(args: &[String], extra: &[String]) -> Result<Child> {
     let exe = std::env::current_exe().context("cannot find this program to start child processes")?;
-    Command::new(exe)
-        .args(args)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .spawn()
-        .context("cannot start a child process")
+    let parent = std::process::id();
+    let mut cmd = Command::new(exe);
+    cmd.args(args).args(extra).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
+    // (prctl, getppid), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || sys::terminate_with_parent(parent));
+    }
+    cmd.spawn().context("cannot start a child process")
 }
 
 /// Forward SIGINT/SIGTERM received by this process to the children as SIGTERM.
