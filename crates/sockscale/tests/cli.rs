@@ -458,13 +458,22 @@ fn procs_metrics_ports_are_checked_and_port_zero_stays_free() {
 #[test]
 fn a_procs_worker_that_cannot_start_ends_the_run() {
     // Worker 1's metrics port is taken: it can never start, so restarting it cannot help.
-    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
+    // Worker 0's (the port below) must be free: tests running beside this one hold ports too,
+    // so take a port whose neighbour below could be bound a moment ago.
+    let (taken, port) = (0..50)
+        .find_map(|_| {
+            let taken = TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = taken.local_addr().ok()?.port();
+            TcpListener::bind(("127.0.0.1", port.checked_sub(1)?)).ok()?;
+            Some((taken, port))
+        })
+        .expect("a free port with a free port below it");
     let metrics = format!("127.0.0.1:{}", port - 1);
     let (_, err) =
         fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--threads", "1", "--procs", "2", "--metrics", &metrics]);
     assert!(err.contains(&format!("cannot serve --metrics on 127.0.0.1:{port}")), "{err}");
     assert!(err.lines().last().is_some_and(|l| l.contains("worker 1 of 2 exited before it was serving")), "{err}");
+    drop(taken);
 }
 
 #[test]
