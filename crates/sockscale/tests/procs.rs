@@ -5,7 +5,7 @@ mod support;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -19,18 +19,26 @@ fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
-#[test]
-fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
+/// `sockscale serve ARGS` on a free port, one thread a worker, once it says where it listens:
+/// the process, the rest of its output, and the address.
+fn serve_procs(args: &[&str]) -> (Child, std::io::Lines<BufReader<ChildStdout>>, std::net::SocketAddr) {
     let mut parent = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--procs", "3", "--threads", "1"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(parent.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
-    let addr: std::net::SocketAddr = first.strip_prefix("listening on ").expect("listening line").parse().unwrap();
+    let addr = first.strip_prefix("listening on ").expect("listening line").parse().unwrap();
+    (parent, lines, addr)
+}
+
+#[test]
+fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
+    let (mut parent, lines, addr) = serve_procs(&["--procs", "3"]);
     let workers = children(parent.id());
     assert_eq!(workers.len(), 3, "three workers");
     // Every worker shares the port: many connections all get served.
@@ -75,16 +83,7 @@ fn serve_procs_restarts_dead_workers_and_forwards_sigterm() {
 /// are told by the kernel and exit, instead of holding the port as orphans.
 #[test]
 fn workers_exit_when_their_supervisor_is_killed() {
-    let mut parent = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--procs", "2", "--threads", "1", "--drain-timeout", "1"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(parent.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr: std::net::SocketAddr = first.strip_prefix("listening on ").expect("listening line").parse().unwrap();
+    let (mut parent, _lines, addr) = serve_procs(&["--procs", "2", "--drain-timeout", "1"]);
     let workers = children(parent.id());
     assert_eq!(workers.len(), 2, "two workers");
     sockscale_sys::signal_process(parent.id(), libc::SIGKILL).unwrap();

@@ -150,35 +150,31 @@ pub fn is_resource_exhaustion(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-/// Let the kernel choose the source port at connect time rather than at bind, so one source
-/// address serves as many connections as there are distinct destinations (IP_BIND_ADDRESS_NO_PORT).
-pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
-    let one: libc::c_int = 1;
+/// Set an int-valued socket option.
+fn set_int_option(fd: RawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: passes a live c_int and its size.
     syscall!(setsockopt(
         fd,
-        libc::IPPROTO_IP,
-        libc::IP_BIND_ADDRESS_NO_PORT,
-        (&one as *const libc::c_int).cast(),
+        level,
+        option,
+        (&value as *const libc::c_int).cast(),
         std::mem::size_of::<libc::c_int>() as libc::socklen_t
     ))
     .map(drop)
+}
+
+/// Let the kernel choose the source port at connect time rather than at bind, so one source
+/// address serves as many connections as there are distinct destinations (IP_BIND_ADDRESS_NO_PORT).
+pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
+    set_int_option(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
 }
 
 /// TCP_DEFER_ACCEPT on a listener: a connection is handed to accept(2) only once its first
 /// bytes have arrived, or after about `seconds` (the kernel counts SYN-ACK retransmissions, so it
 /// rounds the time up to its retransmission schedule).
 pub fn set_defer_accept(fd: RawFd, seconds: u32) -> io::Result<()> {
-    let value = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
-    // SAFETY: passes a live c_int and its size.
-    syscall!(setsockopt(
-        fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_DEFER_ACCEPT,
-        (&value as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>() as libc::socklen_t
-    ))
-    .map(drop)
+    let seconds = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
+    set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, seconds)
 }
 
 /// CPU time used by this process so far: (user, system).

@@ -50,6 +50,7 @@ use crate::blocking_conn::{
 };
 use crate::conn::{closed_by_error, Conn};
 use crate::models::{IoModel, Model, ModelCtx};
+use crate::policy::MapBudget;
 use crate::pool::BufferPool;
 use crate::stats::{CloseReason, Counters};
 use crate::ServerError;
@@ -76,7 +77,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
     let links = Links::default();
-    let maps = MapBudget::of_this_process();
+    let maps = map_budget();
     let listener = ctx.listen.shared();
     std::thread::scope(|scope| {
         let (hub, links, listener) = (&hub, &links, &listener);
@@ -99,41 +100,11 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     })
 }
 
-/// How many connections this process can give threads before their memory maps pass
-/// vm.max_map_count. Each thread maps its stack and the alternate signal stack std gives it,
-/// each with a guard page: 4 maps (measured: 2,000 threads added 8,024). Past the limit std
-/// cannot set up the signal stack and aborts the whole process from inside the new thread
-/// (seen at 8,182 connections, 16,364 threads, with the default 65,530), so the model refuses
-/// the connection before it starts the threads.
-#[derive(Debug, Clone, Copy)]
-struct MapBudget {
-    max_map_count: u64,
-    connections: Option<usize>,
-}
-
-impl MapBudget {
-    const MAPS_PER_THREAD: u64 = 4;
-    /// Maps kept free for everything else the process maps later (buffers, the allocator).
-    const HEADROOM: u64 = 1024;
-
-    fn of_this_process() -> MapBudget {
-        let limit =
-            std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse::<u64>().ok());
-        let used = std::fs::read_to_string("/proc/self/maps").ok().map(|m| m.lines().count() as u64);
-        match (limit, used) {
-            (Some(limit), Some(used)) => MapBudget {
-                max_map_count: limit,
-                connections: Some((limit.saturating_sub(used + Self::HEADROOM) / (2 * Self::MAPS_PER_THREAD)) as usize),
-            },
-            // Unknown: no budget; a failed thread start is then the only guard.
-            _ => MapBudget { max_map_count: 0, connections: None },
-        }
-    }
-
-    /// Whether `open` connections (the new one counted) keep their threads' maps in budget.
-    fn has_room(&self, open: usize) -> bool {
-        self.connections.is_none_or(|max| open <= max)
-    }
+/// The memory-map budget of this process for connections of two threads each, from /proc.
+fn map_budget() -> MapBudget {
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let used = std::fs::read_to_string("/proc/self/maps").ok().map(|m| m.lines().count() as u64);
+    MapBudget::new(limit, used, 2)
 }
 
 /// Start the two threads of a new connection, or refuse it.
@@ -482,21 +453,5 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_map_budget_leaves_room_for_every_admitted_connections_threads() {
-        let budget = MapBudget::of_this_process();
-        let max = budget.connections.expect("/proc is readable here");
-        assert!(budget.max_map_count > 0);
-        // Two threads of four maps each per connection, within the limit, with headroom.
-        assert!((max as u64) * 2 * MapBudget::MAPS_PER_THREAD + MapBudget::HEADROOM <= budget.max_map_count);
-        assert!(budget.has_room(max) && !budget.has_room(max + 1));
-        assert!(MapBudget { max_map_count: 0, connections: None }.has_room(usize::MAX));
     }
 }

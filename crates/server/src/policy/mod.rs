@@ -18,11 +18,14 @@
 //! | what a protocol verdict means | [`ConnPolicy::on_verdict`] |
 //! | what a socket error means | [`close_reason`] |
 //! | when a connection is finished, and why | [`ConnPolicy::finished`] |
-//! | idle, header (408), flood, send-stall and drain deadlines: when, and which one fired | [`ConnPolicy::deadline`], [`ConnPolicy::expired`] |
+//! | idle, first-data, header (408), flood, send-stall and drain deadlines: when, and which one fired | [`ConnPolicy::deadline`], [`ConnPolicy::expired`] |
 //! | pausing accept(2) on EMFILE/ENFILE/ENOBUFS/ENOMEM, and resuming | [`AcceptBackoff`] |
+//! | admitting a connection whose threads' memory maps still fit under vm.max_map_count | [`MapBudget`] |
 
 mod accept;
 mod conn;
+mod threads;
 
 pub use accept::{AcceptBackoff, AcceptStep};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
+pub use threads::MapBudget;
