@@ -115,6 +115,10 @@ pub struct Row {
 pub struct ConnectAttempts {
     pub attempts: u64,
     pub retries: u64,
+    /// Connections the load gave up after `--connect-retries` failures in a row (the
+    /// rate-limited row); absent in older results.
+    #[serde(default)]
+    pub given_up: u64,
 }
 
 /// How many samples each figure the harness takes from the server came from. A figure with

@@ -461,10 +461,12 @@ fn latency_timed(p50_us: f64, p99_us: f64) -> bool {
 /// The errors of a row, and the connect retries behind them when there were any: a refused
 /// connection retried with back-off is one error per attempt.
 fn errors_cell(errors: u64, connects: Option<ConnectAttempts>) -> String {
-    match connects {
-        Some(c) if c.retries > 0 => format!("{} ({} connect retries)", thousands(errors), thousands(c.retries)),
-        _ => thousands(errors),
-    }
+    let Some(c) = connects.filter(|c| c.retries > 0 || c.given_up > 0) else { return thousands(errors) };
+    let given_up = match c.given_up {
+        0 => String::new(),
+        n => format!(", {} connections given up", thousands(n)),
+    };
+    format!("{} ({} connect retries{given_up})", thousands(errors), thousands(c.retries))
 }
 
 /// Under the seed's rows, where they came from.
@@ -574,6 +576,9 @@ mod tests {
             epoll_with(&format!(r#"{{{row},"kernel_tcp_kib":0,"connects":{{"attempts":9200,"retries":1200}}}}"#), "");
         let t = r.table_markdown();
         assert!(t.contains("| 1,200 (1,200 connect retries) |"), "{t}");
+        let given_up = r#""connects":{"attempts":9200,"retries":1200,"given_up":400}"#;
+        let t = epoll_with(&format!(r#"{{{row},"kernel_tcp_kib":0,{given_up}}}"#), "").table_markdown();
+        assert!(t.contains("| 1,200 (1,200 connect retries, 400 connections given up) |"), "{t}");
         // Rows from before retries were counted show the errors alone.
         let t = epoll_with(&format!(r#"{{{row},"kernel_tcp_kib":0}}"#), "").table_markdown();
         assert!(t.contains("| 1,200 |") && !t.contains("retries"), "{t}");

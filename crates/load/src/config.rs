@@ -213,6 +213,10 @@ pub struct LoadConfig {
     pub nodelay: bool,
     pub sources: Vec<IpAddr>,
     pub connect_timeout: Duration,
+    /// A connection that fails this many times in a row after its first attempt (refused,
+    /// timed out, or closed before any answer) is given up for the rest of the run; None:
+    /// retried for the whole run, backing off.
+    pub connect_retries: Option<u32>,
     pub reply_timeout: Duration,
     /// This process's first connection number (for `--procs`), so patterns differ across
     /// processes.

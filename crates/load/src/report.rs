@@ -41,6 +41,10 @@ pub struct Connections {
     /// backs off between them (`backoff`). Absent in reports from before it was counted.
     #[serde(default)]
     pub retries: u64,
+    /// Connections given up after `--connect-retries` failures in a row; absent in older
+    /// reports.
+    #[serde(default)]
+    pub abandoned: u64,
     pub connected: u64,
     /// Most connections open at once (summed over processes).
     pub peak_open: u64,
@@ -316,6 +320,9 @@ pub enum EndedEarly {
     /// Nothing was open and no connect had succeeded for the connect timeout: the server is
     /// gone, and waiting longer would measure nothing.
     NoConnection { reason: String, waited_s: f64 },
+    /// Every connection failed `--connect-retries` times in a row after its first attempt
+    /// and was given up.
+    AllGivenUp { retries: u32 },
 }
 
 impl std::fmt::Display for EndedEarly {
@@ -324,6 +331,13 @@ impl std::fmt::Display for EndedEarly {
             EndedEarly::Interrupted => f.write_str("interrupted (SIGINT or SIGTERM)"),
             EndedEarly::NoConnection { reason, waited_s } => {
                 write!(f, "no connection open and none succeeded for {waited_s:.1} s: {reason}")
+            }
+            EndedEarly::AllGivenUp { retries } => {
+                write!(
+                    f,
+                    "every connection was given up after {} failed attempts in a row (--connect-retries {retries})",
+                    retries + 1
+                )
             }
         }
     }
@@ -387,6 +401,7 @@ impl Report {
             m.duration_s = m.duration_s.max(r.duration_s);
             m.connections.attempted += r.connections.attempted;
             m.connections.retries += r.connections.retries;
+            m.connections.abandoned += r.connections.abandoned;
             m.connections.connected += r.connections.connected;
             m.connections.peak_open += r.connections.peak_open;
             m.requests.sent += r.requests.sent;
@@ -451,9 +466,13 @@ impl Report {
             0 => String::new(),
             n => format!(" ({n} of them retries after a failure, backing off)"),
         };
+        let abandoned = match self.connections.abandoned {
+            0 => String::new(),
+            n => format!(", {n} given up (--connect-retries)"),
+        };
         let _ = writeln!(
             s,
-            "  {sockets:<12} {} attempted{retries}, {} connected, {} {peak}",
+            "  {sockets:<12} {} attempted{retries}, {} connected, {} {peak}{abandoned}",
             self.connections.attempted, self.connections.connected, self.connections.peak_open
         );
         let _ = writeln!(

@@ -90,6 +90,10 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
         report.ended_early = Some(EndedEarly::NoConnection { reason: reason.clone(), waited_s });
     } else if stop.load(Relaxed) {
         report.ended_early = Some(EndedEarly::Interrupted);
+    } else if let Some(retries) =
+        shared.cfg.connect_retries.filter(|_| report.connections.abandoned >= shared.cfg.conns as u64)
+    {
+        report.ended_early = Some(EndedEarly::AllGivenUp { retries });
     }
     Ok(report)
 }
@@ -210,6 +214,7 @@ fn assemble(
     for r in results {
         total.attempted += r.attempted;
         total.retries += r.retries;
+        total.abandoned += r.abandoned;
         total.connected += r.connected;
         total.sent += r.sent;
         total.completed += r.completed;
@@ -233,6 +238,7 @@ fn assemble(
         connections: Connections {
             attempted: total.attempted,
             retries: total.retries,
+            abandoned: total.abandoned,
             connected: total.connected,
             peak_open: shared.peak_open.load(Relaxed),
         },

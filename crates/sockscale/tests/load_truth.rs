@@ -418,6 +418,54 @@ fn connections_closed_before_any_answer_back_off_like_refused_connects() {
     assert!(retries > 0 && retries <= 18 * 10, "{retries} reconnects in 3 s: closed connections do not back off\n{r}");
 }
 
+/// --connect-retries N: a connection refused N+1 times in a row is given up and counted, not
+/// retried for the rest of the run; the connections the server admitted go on being served.
+#[test]
+fn connect_retries_give_a_refused_connection_up_and_count_it() {
+    let server = ServerProc::start("epoll", &["--proto", "echo", "--max-conns", "2"]);
+    let dir = scratch("give-up");
+    let json = dir.join("r.json");
+    let addr = server.addr.to_string();
+    let args = ["echo", &addr, "-c", "20", "-t", "1", "-d", "3", "--connect-retries", "2", "--allow-errors", "--json"];
+    let out = load(&[&args[..], &[json.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = read_json(&json);
+    let c = &r["connections"];
+    // Two are admitted and held; each of the other 18 is tried three times, then given up.
+    assert_eq!(c["abandoned"].as_u64(), Some(18), "{r}");
+    assert_eq!(c["retries"].as_u64(), Some(36), "{r}");
+    assert_eq!(c["attempted"].as_u64(), Some(20 + 36), "{r}");
+    assert!(r["ended_early"].is_null(), "two connections were still held: {r}");
+    assert!(r["requests"]["completed"].as_u64().unwrap() > 0, "the admitted connections were not served: {r}");
+    assert!(stdout(&out).contains("18 given up (--connect-retries)"), "{}", stdout(&out));
+
+    // A -n run whose every connection is refused ends once they are all given up, and says
+    // so, rather than waiting for a budget it can never spend.
+    let full = ServerProc::start("epoll", &["--proto", "echo", "--max-conns", "1"]);
+    let holder = TcpStream::connect(full.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let json = dir.join("none.json");
+    let full_addr = full.addr.to_string();
+    let started = Instant::now();
+    let out = run_within(
+        Duration::from_secs(30),
+        Command::new(BIN).arg("load").args(["echo", &full_addr, "-c", "5", "-t", "1", "-n", "100"]).args([
+            "--connect-retries",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+    );
+    drop(holder);
+    assert!(!out.status.success(), "every request failed, yet exit 0: {}", stdout(&out));
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let r = read_json(&json);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(r["connections"]["abandoned"].as_u64(), Some(5), "{r}");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("every connection was given up after 2 failed attempts in a row"), "{text}");
+}
+
 #[test]
 fn the_json_path_is_checked_before_any_load_is_sent() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

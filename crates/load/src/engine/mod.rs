@@ -106,6 +106,8 @@ pub struct ThreadResult {
     pub attempted: u64,
     /// Attempts that retried a connection whose last connect or exchange failed.
     pub retries: u64,
+    /// Connections given up after `--connect-retries` failures in a row.
+    pub abandoned: u64,
     pub connected: u64,
     pub sent: u64,
     pub completed: u64,
@@ -126,6 +128,7 @@ impl Default for ThreadResult {
         ThreadResult {
             attempted: 0,
             retries: 0,
+            abandoned: 0,
             connected: 0,
             sent: 0,
             completed: 0,
@@ -334,6 +337,11 @@ impl<'a> Engine<'a> {
         if self.stopping() {
             return true;
         }
+        // Every connection of ours given up (--connect-retries): nothing is left to do.
+        if self.opened >= self.mine && self.conns.is_empty() && self.reconnects.is_empty() && self.result.abandoned > 0
+        {
+            return true;
+        }
         // With -n: done once the budget is spent and nothing of ours is still in flight or
         // claimed for a connection still to be made.
         self.shared.budget_spent()
@@ -530,6 +538,23 @@ impl<'a> Engine<'a> {
         if self.stopping() {
             return;
         }
+        let delay = match end {
+            End::Failed => {
+                let failures = self.connect_failures.entry(index).or_insert(0);
+                *failures = failures.saturating_add(1);
+                let failures = *failures;
+                if self.shared.cfg.connect_retries.is_some_and(|retries| failures > retries) {
+                    // Given up: the server refused it every time it was asked (a server at its
+                    // limit), and asking on would cost this core more than pacing the rest.
+                    self.result.abandoned += 1;
+                    self.connect_failures.remove(&index);
+                    self.carried_schedules.remove(&index);
+                    return;
+                }
+                crate::backoff::delay_ns(failures, index)
+            }
+            End::Done => 0,
+        };
         let prepaid = self.one_request_per_connection();
         if (prepaid && !self.shared.claim()) || (!prepaid && self.shared.budget_spent()) {
             return;
@@ -537,14 +562,6 @@ impl<'a> Engine<'a> {
         if prepaid {
             self.prepaid_pending += 1;
         }
-        let delay = match end {
-            End::Failed => {
-                let failures = self.connect_failures.entry(index).or_insert(0);
-                *failures = failures.saturating_add(1);
-                crate::backoff::delay_ns(*failures, index)
-            }
-            End::Done => 0,
-        };
         self.reconnects.push(Reverse((self.now_ns + delay, index, prepaid)));
     }
 
@@ -826,6 +843,7 @@ mod tests {
             nodelay: true,
             sources: Vec::new(),
             connect_timeout: Duration::from_secs(5),
+            connect_retries: None,
             reply_timeout: Duration::from_secs(10),
             first_conn: 0,
             total_conns: conns as u64,

@@ -87,6 +87,12 @@ pub struct Common {
     /// succeeding for this long ends with an error
     #[arg(long, default_value = "5", value_parser = parse_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub connect_timeout: Duration,
+    /// Give a connection up for the rest of the run once it has failed this many times in a
+    /// row after its first attempt (refused, timed out, or closed by the server before any
+    /// answer, as a server refusing when busy does); counted as given up. 0: never retry
+    /// [default: retry for the whole run, backing off from 50 ms to 2 s]
+    #[arg(long, value_name = "N")]
+    pub connect_retries: Option<u32>,
     /// Count a reply as timed out (UDP: lost) after this long
     #[arg(long = "timeout", default_value = "10", value_parser = parse_duration, value_name = "SECS", allow_negative_numbers = true)]
     pub reply_timeout: Duration,
@@ -432,6 +438,7 @@ fn base_config(
         nodelay: true,
         sources: common.source.clone().unwrap_or_default(),
         connect_timeout: common.connect_timeout,
+        connect_retries: common.connect_retries,
         reply_timeout: common.reply_timeout,
         first_conn,
         total_conns: common.conns as u64,
@@ -455,6 +462,7 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "source": common.source.as_ref().map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>()),
         "procs": common.procs,
         "connect_timeout_s": common.connect_timeout.as_secs_f64(),
+        "connect_retries": common.connect_retries,
         "timeout_s": common.reply_timeout.as_secs_f64(),
         "allow_errors": common.allow_errors,
     });
