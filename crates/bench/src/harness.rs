@@ -20,8 +20,8 @@ use crate::profile::Profile;
 use crate::results::{ConnectAttempts, HttpLatency, HttpPoint, KernelMemory, Row, RowKind, SampleCounts, UdpPoint};
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
-/// `--connect-retries` of the rate-limited row: four attempts in all.
-pub const RATE_ROW_CONNECT_RETRIES: u32 = 3;
+/// `--connect-retries` of the rate-limited row: three attempts in all.
+pub const RATE_ROW_CONNECT_RETRIES: u32 = 2;
 
 /// The processes the bench has started and not yet reaped.
 #[derive(Debug, Clone, Default)]
@@ -371,10 +371,11 @@ impl Harness<'_> {
         }
         if kind == RowKind::RateLimited {
             // The row measures paced connections, not reconnects: a connection the server
-            // refused four times in a row (over about 0.35 s of back-off) is at a server's
-            // limit and is given up, and the row counts it. Retried for the whole row, the
-            // 11,000 connections select refuses cost the load 57% of its core (47 µs of
-            // kernel time per refused connect on loopback), four attempts 16%.
+            // refused three times in a row (over about 0.15 s of back-off) is at the server's
+            // limit, and is given up and counted. Each refused loopback connect costs the load
+            // 47 µs (select) to 86 µs (blocking) of kernel time: retried for the whole row,
+            // select's 11,000 refusals took 57% of the load's core; four attempts each, 16%
+            // for select and 20.3% for blocking; three, 13% and 14% measured alone.
             args.extend(["--connect-retries".into(), RATE_ROW_CONNECT_RETRIES.to_string()]);
         }
         if kind == RowKind::Maximum {

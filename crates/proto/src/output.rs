@@ -12,6 +12,9 @@ pub enum Segment {
     Input(Range<usize>),
     /// Bytes owned elsewhere and shared by reference count, such as a pre-rendered response.
     Shared(Bytes),
+    /// A range of the response body the server sends from its body file
+    /// ([`crate::http::ResponseBody::File`]): the bytes never pass through this crate.
+    File(Range<u64>),
 }
 
 /// The segments produced by one call. A server keeps one and clears it between calls, so
@@ -45,6 +48,19 @@ impl Output {
         self.segments.push(Segment::Shared(bytes));
     }
 
+    pub fn push_file(&mut self, range: Range<u64>) {
+        if range.is_empty() {
+            return;
+        }
+        self.len += usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        self.segments.push(Segment::File(range));
+    }
+
+    /// Whether any segment is a file range (which [`Output::slice`] cannot give as bytes).
+    pub fn has_file(&self) -> bool {
+        self.segments.iter().any(|s| matches!(s, Segment::File(_)))
+    }
+
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }
@@ -63,19 +79,27 @@ impl Output {
         self.len = 0;
     }
 
-    /// The segment's bytes, resolving input ranges against `input`.
+    /// The segment's bytes, resolving input ranges against `input`; empty for a file range,
+    /// whose bytes are the server's to send.
     pub fn slice<'a>(segment: &'a Segment, input: &'a [u8]) -> &'a [u8] {
         match segment {
             Segment::Input(range) => &input[range.clone()],
             Segment::Shared(bytes) => bytes,
+            Segment::File(_) => &[],
         }
     }
 
-    /// All output flattened into one vector; for tests and slow paths.
+    /// All output flattened into one vector, a file range as `<file a..b>`; for tests and
+    /// slow paths.
     pub fn to_vec(&self, input: &[u8]) -> Vec<u8> {
-        let mut all = Vec::with_capacity(self.len);
+        let mut all = Vec::with_capacity(self.len.min(1 << 20));
         for segment in &self.segments {
-            all.extend_from_slice(Self::slice(segment, input));
+            match segment {
+                Segment::File(range) => {
+                    all.extend_from_slice(format!("<file {}..{}>", range.start, range.end).as_bytes())
+                }
+                other => all.extend_from_slice(Self::slice(other, input)),
+            }
         }
         all
     }

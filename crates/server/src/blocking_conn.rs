@@ -33,7 +33,7 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use socket2::Socket;
-use sockscale_proto::{Engine, Output, Protocol, Session};
+use sockscale_proto::{Engine, Protocol, Session};
 use sockscale_sys::{self as sys, Waker};
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
@@ -63,23 +63,7 @@ fn unix_now() -> u64 {
     sockscale_proto::http::unix_secs(SystemTime::now())
 }
 
-/// A protocol engine and the output it writes into: what a thread needs while it has input.
-#[derive(Debug)]
-pub struct Kit {
-    pub engine: Engine,
-    pub scratch: Output,
-}
-
-impl Kit {
-    pub fn new(protocol: &Protocol) -> Self {
-        Kit { engine: protocol.engine(unix_now()), scratch: Output::default() }
-    }
-
-    /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
-    pub fn tick(&mut self) {
-        self.engine.tick(unix_now());
-    }
-}
+pub use crate::conn::Kit;
 
 /// Everything the threads of a thread model share.
 pub struct Hub<'a> {
@@ -168,9 +152,14 @@ impl<'a> Hub<'a> {
     /// has input keeps as many engines as threads working at once, as the pool does for buffers.
     pub fn take_kit(&self) -> Kit {
         let kept = self.kits.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut kit = kept.unwrap_or_else(|| Kit::new(&self.protocol));
+        let mut kit = kept.unwrap_or_else(|| self.new_kit());
         kit.tick();
         kit
+    }
+
+    /// A new protocol kit for a thread of this hub.
+    pub fn new_kit(&self) -> Kit {
+        Kit::new(&self.protocol, self.cfg.body_file.as_ref())
     }
 
     pub fn put_kit(&self, mut kit: Kit) {
@@ -244,7 +233,7 @@ impl<'a> Hub<'a> {
         mut admit: impl FnMut(OwnedFd, &mut Admission<'_>),
     ) -> io::Result<()> {
         let fd = listener.as_raw_fd();
-        let mut refuser = Admission { engine: Kit::new(&self.protocol).engine, log: LogLimiter::refusals(), counters };
+        let mut refuser = Admission { engine: self.new_kit().engine, log: LogLimiter::refusals(), counters };
         let mut log = LogLimiter::accept_errors();
         let mut backoff = AcceptBackoff::default();
         loop {
@@ -428,7 +417,7 @@ pub fn feed(
     counters: &Counters,
 ) -> io::Result<(ConnPolicy, Pending)> {
     let fd = conn.fd.as_raw_fd();
-    let sent = conn.x.feed(fd, &mut kit.engine, &mut kit.scratch, input, now)?.map_or(0, |w| w.bytes);
+    let sent = conn.x.feed(fd, kit, input, now)?.map_or(0, |w| w.bytes);
     counters.bytes_out(sent);
     conn.x.policy.account(now, conn.x.pending(), sent > 0, limits);
     Ok((conn.x.policy, conn.x.pending()))
@@ -444,7 +433,7 @@ pub fn expired(
     now: Instant,
 ) -> Option<CloseReason> {
     let fd = conn.fd.as_raw_fd();
-    let (reason, sent) = conn.x.expire(fd, &mut kit.engine, &mut kit.scratch, now, limits)?;
+    let (reason, sent) = conn.x.expire(fd, kit, now, limits)?;
     counters.bytes_out(sent);
     Some(reason)
 }

@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sockscale_proto::http::HttpConfig;
+use sockscale_proto::http::{HttpConfig, ResponseBody};
 use sockscale_sys as sys;
 
+use crate::body::BodyFile;
 use crate::model::Model;
 
 /// What the server speaks.
@@ -95,6 +96,9 @@ pub struct Config {
     /// The port is shared with sibling server processes (`serve --procs`): bind with
     /// SO_REUSEPORT and skip the busy-port probe, which the parent process has done.
     pub shared_port: bool,
+    /// The open body file an HTTP service whose body is `ResponseBody::File` sends from
+    /// (`BodyFile::load`).
+    pub body_file: Option<Arc<BodyFile>>,
 }
 
 impl Default for Config {
@@ -126,6 +130,7 @@ impl Default for Config {
             max_outstanding_sends: 200,
             queue_depth: 128,
             shared_port: false,
+            body_file: None,
         }
     }
 }
@@ -142,6 +147,8 @@ pub enum ConfigError {
     PoolTooSmall { buffers: usize, threads: usize },
     #[error("--{flag} applies to TCP connections, and --proto udp has none")]
     NotForUdp { flag: &'static str },
+    #[error("the HTTP body is {body} bytes from a file, and the open body file has {file:?}")]
+    BodyFile { body: u64, file: Option<u64> },
 }
 
 impl Config {
@@ -189,6 +196,12 @@ impl Config {
             }
             if http.max_header_bytes == 0 {
                 return Err(ConfigError::Zero { flag: "max-header-bytes" });
+            }
+            if let ResponseBody::File { len } = http.body {
+                let file = self.body_file.as_ref().map(|f| f.len());
+                if file != Some(len) {
+                    return Err(ConfigError::BodyFile { body: len, file });
+                }
             }
         }
         if self.model.fixed_threads() && self.pool_buffers < self.threads {

@@ -8,12 +8,14 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
-use sockscale_proto::{Engine, Output, Segment, Session};
+use sockscale_proto::{Engine, Output, Protocol, Segment, Session};
 use sockscale_sys::{self as sys, Interest};
 
+use crate::body::BodyFile;
 use crate::policy::{close_reason, ConnPolicy, Limits, Pending};
 use crate::stats::CloseReason;
 
@@ -21,11 +23,31 @@ use crate::stats::CloseReason;
 /// are written in several calls.
 const IOV_BATCH: usize = 64;
 
+/// Bytes of a body file per `sendfile` call at most (nginx's `sendfile_max_chunk`), so one
+/// connection on a fast path cannot hold its thread for a whole large body, and a thread
+/// engine's blocking send comes back to its policies between chunks.
+pub const FILE_CHUNK: usize = 2 << 20;
+
+/// One piece of queued output.
+#[derive(Debug)]
+enum Chunk {
+    Bytes(Bytes),
+    /// Bytes `at..end` of the body file, sent from the page cache.
+    File {
+        file: Arc<BodyFile>,
+        at: u64,
+        end: u64,
+    },
+}
+
 /// Output the socket has not taken yet.
 #[derive(Debug, Default)]
 pub struct OutQueue {
-    chunks: VecDeque<Bytes>,
+    chunks: VecDeque<Chunk>,
+    /// Bytes held in memory.
     len: usize,
+    /// Bytes of the body file still to send.
+    file_len: u64,
 }
 
 /// What a write attempt achieved.
@@ -37,35 +59,59 @@ pub struct Written {
 }
 
 impl OutQueue {
+    /// Bytes held in memory for the client.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Bytes of the body file still to send.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.chunks.is_empty()
     }
 
     pub fn push(&mut self, bytes: Bytes) {
         if !bytes.is_empty() {
             self.len += bytes.len();
-            self.chunks.push_back(bytes);
+            self.chunks.push_back(Chunk::Bytes(bytes));
+        }
+    }
+
+    fn push_file(&mut self, file: &Arc<BodyFile>, at: u64, end: u64) {
+        if at < end {
+            self.file_len += end - at;
+            self.chunks.push_back(Chunk::File { file: file.clone(), at, end });
         }
     }
 
     /// Write queued output until the queue is empty or the socket refuses more.
     pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
         let mut written = Written::default();
-        while !self.chunks.is_empty() {
-            let mut iov = [IoSlice::new(&[]); IOV_BATCH];
-            let count = self.chunks.len().min(IOV_BATCH);
-            for (slot, chunk) in iov.iter_mut().zip(&self.chunks) {
-                *slot = IoSlice::new(chunk);
-            }
-            match sys::send_vectored(fd, &iov[..count]) {
-                Ok(n) => {
-                    written.bytes += n;
-                    self.consume(n);
+        loop {
+            let step = match self.chunks.front_mut() {
+                None => break,
+                Some(Chunk::File { file, at, end }) => {
+                    let want = usize::try_from(*end - *at).unwrap_or(usize::MAX).min(FILE_CHUNK);
+                    match sys::sendfile(fd, file.as_raw_fd(), at, want) {
+                        // The file ends before the length its head promised.
+                        Ok(0) => return Err(file.shrunk(*at)),
+                        Ok(n) => {
+                            self.file_len -= n as u64;
+                            if *at == *end {
+                                self.chunks.pop_front();
+                            }
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
+                Some(Chunk::Bytes(_)) => self.write_bytes_run(fd),
+            };
+            match step {
+                Ok(n) => written.bytes += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     written.blocked = true;
                     break;
@@ -77,10 +123,35 @@ impl OutQueue {
         Ok(written)
     }
 
+    /// One gathering send of the chunks in memory at the front of the queue, up to the first
+    /// file chunk; with `MSG_MORE` when one follows, so a head goes out with its body.
+    fn write_bytes_run(&mut self, fd: RawFd) -> io::Result<usize> {
+        let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+        let mut count = 0;
+        let mut more = false;
+        for chunk in &self.chunks {
+            match chunk {
+                Chunk::Bytes(bytes) if count < IOV_BATCH => {
+                    iov[count] = IoSlice::new(bytes);
+                    count += 1;
+                }
+                Chunk::Bytes(_) => break,
+                Chunk::File { .. } => {
+                    more = true;
+                    break;
+                }
+            }
+        }
+        let n = sys::send_vectored_with(fd, &iov[..count], more)?;
+        self.consume(n);
+        Ok(n)
+    }
+
+    /// Drop `n` bytes written from the chunks in memory at the front.
     fn consume(&mut self, mut n: usize) {
         self.len -= n;
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else {
+            let Some(Chunk::Bytes(front)) = self.chunks.front_mut() else {
                 break;
             };
             if n >= front.len() {
@@ -93,13 +164,24 @@ impl OutQueue {
         }
     }
 
-    /// Write `output`, whose input segments refer to `input`, behind anything already queued.
-    /// Whatever the socket does not take is queued, copying input bytes (the receive buffer is
-    /// about to go back to the pool) and sharing the rest.
-    pub fn send(&mut self, fd: RawFd, output: &Output, input: &[u8]) -> io::Result<Written> {
+    /// Write `output`, whose input segments refer to `input` and file segments to `body`,
+    /// behind anything already queued. Whatever the socket does not take is queued, copying
+    /// input bytes (the receive buffer is about to go back to the pool) and sharing the rest.
+    pub fn send(
+        &mut self,
+        fd: RawFd,
+        output: &Output,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<Written> {
         let segments = output.segments();
-        if !self.is_empty() {
-            self.queue_from(segments, 0, 0, input);
+        if output.has_file() {
+            // A file that shrank gets no response rather than a short one.
+            body.ok_or_else(no_body_file)?.check_whole()?;
+        }
+        if !self.is_empty() || output.has_file() {
+            // A file body goes through the queue: its head with MSG_MORE, then sendfile.
+            self.queue_from(segments, 0, 0, input, body)?;
             return self.flush(fd);
         }
         if let [only] = segments {
@@ -126,7 +208,7 @@ impl OutQueue {
             };
             written.bytes += n;
             if n < want {
-                self.queue_from(segments, next, n, input);
+                self.queue_from(segments, next, n, input, body)?;
                 // A short write means the socket buffer filled; confirm with the queue's own
                 // flush, which stops only at EAGAIN, so edge-triggered readiness is re-armed.
                 let more = self.flush(fd)?;
@@ -152,14 +234,28 @@ impl OutQueue {
         if n == bytes.len() {
             return Ok(Written { bytes: n, blocked: false });
         }
-        self.queue_from(std::slice::from_ref(segment), 0, n, input);
+        self.queue_from(std::slice::from_ref(segment), 0, n, input, None)?;
         let more = self.flush(fd)?;
         Ok(Written { bytes: n + more.bytes, blocked: more.blocked })
     }
 
     /// Queue `segments[first..]` minus their first `skip` bytes, which the socket took.
-    fn queue_from(&mut self, segments: &[Segment], first: usize, mut skip: usize, input: &[u8]) {
+    fn queue_from(
+        &mut self,
+        segments: &[Segment],
+        first: usize,
+        mut skip: usize,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<()> {
         for segment in &segments[first..] {
+            if let Segment::File(range) = segment {
+                let file = body.ok_or_else(no_body_file)?;
+                let skipped = range.start + skip as u64;
+                skip = skip.saturating_sub(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
+                self.push_file(file, skipped.min(range.end), range.end);
+                continue;
+            }
             let len = Output::slice(segment, input).len();
             if skip >= len {
                 skip -= len;
@@ -168,11 +264,41 @@ impl OutQueue {
             let bytes = match segment {
                 Segment::Input(range) => Bytes::copy_from_slice(&input[range.start + skip..range.end]),
                 Segment::Shared(shared) => shared.slice(skip..),
+                Segment::File(_) => unreachable!("handled above"),
             };
             skip = 0;
             self.push(bytes);
         }
+        Ok(())
     }
+}
+
+fn no_body_file() -> io::Error {
+    io::Error::other("a file body was answered with no body file open")
+}
+
+/// A thread's protocol engine, the output it writes into, and the body file its responses may
+/// name: what a thread needs to answer input.
+#[derive(Debug)]
+pub struct Kit {
+    pub engine: Engine,
+    pub scratch: Output,
+    pub body: Option<Arc<BodyFile>>,
+}
+
+impl Kit {
+    pub fn new(protocol: &Protocol, body: Option<&Arc<BodyFile>>) -> Self {
+        Kit { engine: protocol.engine(unix_now()), scratch: Output::default(), body: body.cloned() }
+    }
+
+    /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
+    pub fn tick(&mut self) {
+        self.engine.tick(unix_now());
+    }
+}
+
+fn unix_now() -> u64 {
+    sockscale_proto::http::unix_secs(std::time::SystemTime::now())
 }
 
 /// The close reason for a socket error (the policy's one table), logged when it is not the
@@ -203,7 +329,7 @@ impl Exchange {
 
     /// The output waiting for the client, as the policy counts it.
     pub fn pending(&self) -> Pending {
-        Pending::bytes(self.out.len())
+        Pending { bytes: self.out.len(), sends: 0, file_bytes: self.out.file_len() }
     }
 
     /// May the connection read now (readiness aside)?
@@ -231,18 +357,15 @@ impl Exchange {
     /// Feed `input`, read from `fd` at `now`, to the protocol and write its answer at once,
     /// straight from the input; what the socket refuses is queued. None when the protocol had
     /// nothing to say.
-    pub fn feed(
-        &mut self,
-        fd: RawFd,
-        engine: &mut Engine,
-        scratch: &mut Output,
-        input: &[u8],
-        now: Instant,
-    ) -> io::Result<Option<Written>> {
+    pub fn feed(&mut self, fd: RawFd, kit: &mut Kit, input: &[u8], now: Instant) -> io::Result<Option<Written>> {
         self.policy.on_received(now);
-        scratch.clear();
-        let verdict = engine.on_input(&mut self.session, input, now, scratch);
-        let written = if scratch.is_empty() { None } else { Some(self.out.send(fd, scratch, input)?) };
+        kit.scratch.clear();
+        let verdict = kit.engine.on_input(&mut self.session, input, now, &mut kit.scratch);
+        let written = if kit.scratch.is_empty() {
+            None
+        } else {
+            Some(self.out.send(fd, &kit.scratch, input, kit.body.as_ref())?)
+        };
         self.policy.on_verdict(verdict);
         Ok(written)
     }
@@ -266,21 +389,14 @@ impl Exchange {
     /// The connection's timer came due at `now`: the reason to close if a deadline expired
     /// (None: re-arm), and the bytes sent first. A protocol deadline gets the protocol's answer
     /// (HTTP's 408), with one non-blocking attempt to send it; the connection closes either way.
-    pub fn expire(
-        &mut self,
-        fd: RawFd,
-        engine: &mut Engine,
-        scratch: &mut Output,
-        now: Instant,
-        limits: &Limits,
-    ) -> Option<(CloseReason, usize)> {
-        let protocol_due = engine.deadline(&self.session).is_some_and(|at| at <= now);
+    pub fn expire(&mut self, fd: RawFd, kit: &mut Kit, now: Instant, limits: &Limits) -> Option<(CloseReason, usize)> {
+        let protocol_due = kit.engine.deadline(&self.session).is_some_and(|at| at <= now);
         let expired = self.policy.expired(now, limits, protocol_due)?;
         let mut sent = 0;
         if expired.answer {
-            scratch.clear();
-            engine.on_timeout(&mut self.session, now, scratch);
-            sent = self.out.send(fd, scratch, &[]).map_or(0, |w| w.bytes);
+            kit.scratch.clear();
+            kit.engine.on_timeout(&mut self.session, now, &mut kit.scratch);
+            sent = self.out.send(fd, &kit.scratch, &[], None).map_or(0, |w| w.bytes);
         }
         Some((expired.reason, sent))
     }
@@ -358,7 +474,7 @@ mod tests {
         output.push_shared(Bytes::from_static(b"head:"));
         output.push_input(0..input.len());
         let mut queue = OutQueue::default();
-        let w = queue.send(a.as_raw_fd(), &output, &input).unwrap();
+        let w = queue.send(a.as_raw_fd(), &output, &input, None).unwrap();
         assert!(w.blocked, "4 MiB does not fit a unix socket buffer");
         assert_eq!(w.bytes + queue.len(), 5 + input.len());
         let mut received = read_all(&mut b);
@@ -377,7 +493,7 @@ mod tests {
         let mut output = Output::default();
         output.push_input(0..input.len());
         let mut queue = OutQueue::default();
-        let w = queue.send(a.as_raw_fd(), &output, &input).unwrap();
+        let w = queue.send(a.as_raw_fd(), &output, &input, None).unwrap();
         assert!(w.blocked);
         assert_eq!(w.bytes + queue.len(), input.len());
         let mut received = read_all(&mut b);
@@ -396,7 +512,7 @@ mod tests {
             output.push_shared(Bytes::from(vec![i; 3]));
         }
         let mut queue = OutQueue::default();
-        let w = queue.send(a.as_raw_fd(), &output, &[]).unwrap();
+        let w = queue.send(a.as_raw_fd(), &output, &[], None).unwrap();
         assert_eq!(w, Written { bytes: 600, blocked: false });
         let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
         assert_eq!(read_all(&mut b), expected);

@@ -7,6 +7,7 @@
 
 mod admission;
 mod blocking_conn;
+mod body;
 mod config;
 mod conn;
 mod ctx;
@@ -25,6 +26,7 @@ mod stats;
 mod udp;
 mod uring;
 
+pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;

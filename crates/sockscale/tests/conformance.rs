@@ -439,6 +439,88 @@ pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
     assert!(warnings as f64 <= seconds.ceil() + 1.0, "logged {warnings} times in {seconds:.1} s: {stderr}");
 }
 
+/// A body file sent from the page cache (`--sendfile on`): the bytes are the file's, across
+/// several sendfile calls, pipelined with HEAD and keep-alive; a file larger than the server
+/// could hold costs it no memory; a file that shrinks under the server is never answered
+/// with a short body: a response that would need the missing bytes is not started.
+pub fn http_body_from_a_file(model: &str) {
+    let dir = std::env::temp_dir().join(format!("sockscale-file-body-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("body.bin");
+    // Past one sendfile call (2 MiB), and not a multiple of a page.
+    let data = pattern(7, (3 << 20) + 17);
+    std::fs::write(&path, &data).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", path.to_str().unwrap(), "--sendfile", "on"]);
+    let mut client = HttpReader::new(server.connect());
+    let mut batch = Vec::new();
+    for request in [GET, HEAD, GET] {
+        batch.extend_from_slice(request);
+    }
+    client.send(&batch);
+    for (i, head) in [false, true, false].into_iter().enumerate() {
+        let r = client.response(head).expect("response");
+        assert_eq!(r.status, 200, "response {i}");
+        assert_eq!(r.header("Content-Length"), Some(data.len().to_string().as_str()), "response {i}");
+        if head {
+            assert!(r.body.is_empty());
+        } else {
+            assert!(r.body == data, "response {i}: the body is not the file's bytes");
+        }
+    }
+    client.send(GET);
+    assert!(client.response(false).expect("keep-alive").body == data);
+
+    // Shrink the file: the next request gets no response at all, not a short one.
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 20).unwrap();
+    let mut cut = HttpReader::new(server.connect());
+    cut.send(GET);
+    assert!(cut.response(false).is_none(), "a response was started from a file shorter than its Content-Length");
+    // Restored, the file is served again.
+    std::fs::write(&path, &data).unwrap();
+    client.send(GET);
+    assert!(client.response(false).expect("after the file was restored").body == data);
+    drop(client);
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(done.stderr.contains("shorter than when the server opened it"), "{}", done.stderr);
+
+    // A sparse 512 MiB file: served whole, while the server's memory stays flat.
+    let sparse = dir.join("sparse.bin");
+    let len: u64 = 512 << 20;
+    std::fs::File::create(&sparse).unwrap().set_len(len).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", sparse.to_str().unwrap()]);
+    let baseline = server.rss_kib();
+    let mut stream = server.connect();
+    stream.write_all(GET).unwrap();
+    let mut received: u64 = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut head = Vec::new();
+    let mut peak = baseline;
+    while received < len {
+        let n = read_some(&mut stream, &mut buf).expect("read the body");
+        assert!(n > 0, "closed after {received} of {len} body bytes");
+        let mut chunk = &buf[..n];
+        if head.len() < 4 || !head.ends_with(b"\r\n\r\n") {
+            let end = chunk.windows(4).position(|w| w == b"\r\n\r\n").map_or(chunk.len(), |p| p + 4);
+            head.extend_from_slice(&chunk[..end]);
+            chunk = &chunk[end..];
+        }
+        assert!(chunk.iter().all(|&b| b == 0), "a sparse file reads as zeros");
+        received += chunk.len() as u64;
+        if received % (64 << 20) < n as u64 {
+            peak = peak.max(server.rss_kib());
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.contains(&format!("Content-Length: {len}\r\n")), "{head}");
+    peak = peak.max(server.rss_kib());
+    assert!(peak < baseline + 32 * 1024, "server RSS grew from {baseline} KiB to {peak} KiB serving a {len}-byte file");
+    drop(stream);
+    let done = server.stop();
+    assert!(done.counter("bytes_out") as u64 >= len);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {$(
@@ -448,6 +530,7 @@ macro_rules! conformance {
             #[test] fn http_keep_alive_reuses_one_connection() { if !super::unavailable(MODEL) { super::http_keep_alive_reuses_one_connection(MODEL) } }
             #[test] fn http_16_pipelined_requests_in_one_write() { if !super::unavailable(MODEL) { super::http_16_pipelined_requests_in_one_write(MODEL) } }
             #[test] fn http_10_head_and_connection_close() { if !super::unavailable(MODEL) { super::http_10_head_and_connection_close(MODEL) } }
+            #[test] fn http_body_from_a_file() { if !super::unavailable(MODEL) { super::http_body_from_a_file(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

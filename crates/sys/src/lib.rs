@@ -88,10 +88,20 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// Gather-write `bufs` with `sendmsg(MSG_NOSIGNAL)`: a peer that has gone away yields EPIPE
 /// instead of a SIGPIPE that would kill an embedding process that did not ignore it.
 pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    send_vectored_with(fd, bufs, false)
+}
+
+/// [`send_vectored`], with `MSG_MORE` when `more`: more output follows at once (a body the
+/// kernel sends from a file after this head), so the kernel holds a short segment back for it
+/// rather than sending the head in a packet of its own.
+pub fn send_vectored_with(fd: RawFd, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // One buffer (a whole HTTP response, one echo) is the common case; plain send skips
     // importing a msghdr and iovec array.
     if let [only] = bufs {
-        return send(fd, only);
+        // SAFETY: only is valid for reads of only.len() bytes.
+        let n = syscall!(send(fd, only.as_ptr().cast(), only.len(), flags))?;
+        return Ok(n as usize);
     }
     // SAFETY: zeroed msghdr is a valid "no address, no control data" header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -99,7 +109,20 @@ pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
     // SAFETY: msg points at bufs, which outlive the call and are only read by the kernel.
-    let n = syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL))?;
+    let n = syscall!(sendmsg(fd, &msg, flags))?;
+    Ok(n as usize)
+}
+
+/// `sendfile` of up to `count` bytes of `file` from `*offset` to the socket `fd`, advancing
+/// `*offset` by what was sent. 0 with `count` > 0 means the file ends before `*offset`: it is
+/// shorter than the caller thought.
+pub fn sendfile(fd: RawFd, file: RawFd, offset: &mut u64, count: usize) -> io::Result<usize> {
+    let mut off = libc::off_t::try_from(*offset).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    // The kernel sends at most this much per call (MAX_RW_COUNT) and says so by a short count.
+    let count = count.min(0x7fff_f000);
+    // SAFETY: off is a live off_t the kernel reads and updates; no other pointer is passed.
+    let n = syscall!(sendfile(fd, file, &mut off, count))?;
+    *offset = off as u64;
     Ok(n as usize)
 }
 

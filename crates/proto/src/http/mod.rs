@@ -30,10 +30,34 @@ use crate::{Closing, Output, Verdict};
 /// Length of the default generated page, as in the seed-003 benchmark.
 pub const DEFAULT_BODY_LEN: usize = 4096;
 
+/// The body of every 200 response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseBody {
+    /// Held in memory and written with the head in one send.
+    Bytes(Bytes),
+    /// `len` bytes the server sends from a file it holds open: the session answers with the
+    /// head and a [`crate::Segment::File`] naming the range, and the server moves the bytes
+    /// (sendfile) without this crate or the server's memory ever holding them.
+    File { len: u64 },
+}
+
+impl ResponseBody {
+    pub fn len(&self) -> u64 {
+        match self {
+            ResponseBody::Bytes(b) => b.len() as u64,
+            ResponseBody::File { len } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// The response body sent for every request.
-    pub body: Bytes,
+    pub body: ResponseBody,
     pub content_type: String,
     /// The `Server` header.
     pub server: String,
@@ -48,7 +72,7 @@ pub struct HttpConfig {
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            body: generated_page(DEFAULT_BODY_LEN),
+            body: ResponseBody::Bytes(generated_page(DEFAULT_BODY_LEN)),
             content_type: "text/html; charset=utf-8".into(),
             server: "sockscale".into(),
             max_header_bytes: 8192,
@@ -275,7 +299,7 @@ impl HttpSession {
             (true, true) => ConnectionMode::KeepAlive10,
             (true, false) => ConnectionMode::KeepAlive11,
         };
-        out.push_shared(responses.ok(mode, request.head_only));
+        responses.ok(mode, request.head_only, out);
         if keep_alive {
             None
         } else {

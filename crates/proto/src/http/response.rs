@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{HttpConfig, Status};
+use super::{HttpConfig, ResponseBody, Status};
+use crate::Output;
 
 /// How the connection continues after a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,7 @@ const MODES: [ConnectionMode; 3] = [ConnectionMode::KeepAlive11, ConnectionMode:
 
 #[derive(Debug, Clone)]
 struct Rendered {
-    /// Head and body.
+    /// Head and, for a body in memory, the body.
     full: Bytes,
     head_len: usize,
 }
@@ -58,13 +59,17 @@ impl Responses {
         }
     }
 
-    /// The 200 response; `head_only` for HEAD.
-    pub fn ok(&self, mode: ConnectionMode, head_only: bool) -> Bytes {
+    /// Queue the 200 response; `head_only` for HEAD. A body in a file follows its head as a
+    /// file range, which the server sends from the file.
+    pub fn ok(&self, mode: ConnectionMode, head_only: bool, out: &mut Output) {
         let rendered = &self.ok[mode as usize];
         if head_only {
-            rendered.full.slice(..rendered.head_len)
-        } else {
-            rendered.full.clone()
+            out.push_shared(rendered.full.slice(..rendered.head_len));
+            return;
+        }
+        out.push_shared(rendered.full.clone());
+        if let ResponseBody::File { len } = self.cfg.body {
+            out.push_file(0..len);
         }
     }
 
@@ -105,9 +110,13 @@ fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
         cfg.body.len(),
         connection
     );
-    let mut full = BytesMut::with_capacity(head.len() + cfg.body.len());
+    let in_memory: &[u8] = match &cfg.body {
+        ResponseBody::Bytes(body) => body,
+        ResponseBody::File { .. } => &[],
+    };
+    let mut full = BytesMut::with_capacity(head.len() + in_memory.len());
     full.put_slice(head.as_bytes());
-    full.put_slice(&cfg.body);
+    full.put_slice(in_memory);
     Rendered { full: full.freeze(), head_len: head.len() }
 }
 
@@ -164,11 +173,19 @@ mod tests {
     fn date_changes_only_with_the_second() {
         let cfg = Arc::new(HttpConfig::default());
         let mut r = Responses::new(cfg, 1_700_000_000);
-        let first = r.ok(ConnectionMode::KeepAlive11, false);
+        let ok = |r: &Responses| {
+            let mut out = Output::default();
+            r.ok(ConnectionMode::KeepAlive11, false, &mut out);
+            match out.segments() {
+                [crate::Segment::Shared(bytes)] => bytes.clone(),
+                other => panic!("one shared response expected: {other:?}"),
+            }
+        };
+        let first = ok(&r);
         r.tick(1_700_000_000);
-        assert!(std::ptr::eq(first.as_ptr(), r.ok(ConnectionMode::KeepAlive11, false).as_ptr()));
+        assert!(std::ptr::eq(first.as_ptr(), ok(&r).as_ptr()));
         r.tick(1_700_000_001);
-        let second = r.ok(ConnectionMode::KeepAlive11, false);
+        let second = ok(&r);
         assert_ne!(first, second);
         assert!(String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n"));
     }

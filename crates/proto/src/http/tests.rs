@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::Segment;
 
 const T0: u64 = 1_700_000_000;
 
 fn config() -> Arc<HttpConfig> {
-    Arc::new(HttpConfig { body: Bytes::from_static(b"0123456789"), ..HttpConfig::default() })
+    Arc::new(HttpConfig { body: ResponseBody::Bytes(Bytes::from_static(b"0123456789")), ..HttpConfig::default() })
 }
 
 /// Feed `chunks` one after another; collect all output and the last verdict.
@@ -42,7 +43,9 @@ fn statuses(output: &[u8]) -> Vec<u16> {
 }
 
 fn ok_response(mode: ConnectionMode, head_only: bool) -> Vec<u8> {
-    Responses::new(config(), T0).ok(mode, head_only).to_vec()
+    let mut out = Output::default();
+    Responses::new(config(), T0).ok(mode, head_only, &mut out);
+    out.to_vec(&[])
 }
 
 #[test]
@@ -326,4 +329,37 @@ fn rejection_does_not_depend_on_read_sizes() {
             assert_eq!(run_chunks(&[a, b]), whole, "split at {split}");
         }
     }
+}
+
+/// A body in a file: the head says its length, and the body follows as a file range the
+/// server sends; HEAD gets the head alone; pipelined requests keep their order.
+#[test]
+fn a_file_body_is_answered_with_its_head_and_a_file_range() {
+    let len = 5u64 << 30;
+    let cfg = Arc::new(HttpConfig { body: ResponseBody::File { len }, ..HttpConfig::default() });
+    let mut responses = Responses::new(cfg, T0);
+    let mut session = HttpSession::default();
+    let mut out = Output::default();
+    let input = b"GET / HTTP/1.1\r\nHost: x\r\n\r\nHEAD / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    let verdict = session.on_input(input, Instant::now(), &mut responses, &mut out);
+    assert_eq!(verdict, Verdict::Continue);
+    let kinds: Vec<String> = out
+        .segments()
+        .iter()
+        .map(|s| match s {
+            Segment::Shared(head) => {
+                let text = String::from_utf8_lossy(head);
+                assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+                assert!(text.contains(&format!("\r\nContent-Length: {len}\r\n")), "{text}");
+                assert!(text.ends_with("\r\n\r\n"), "a head alone, no body bytes: {text}");
+                "head".to_owned()
+            }
+            Segment::File(r) => format!("file {}..{}", r.start, r.end),
+            Segment::Input(r) => format!("input {r:?}"),
+        })
+        .collect();
+    let file = format!("file 0..{len}");
+    assert_eq!(kinds, ["head", &file, "head", "head", &file]);
+    let heads: usize = out.segments().iter().map(|s| Output::slice(s, input).len()).sum();
+    assert_eq!(out.len() as u64, heads as u64 + 2 * len, "the output's length counts the file ranges");
 }

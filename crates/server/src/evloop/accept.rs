@@ -215,9 +215,9 @@ impl<S: Selector> Worker<'_, S> {
             }
         }
         self.next_generation = self.next_generation.wrapping_add(1);
-        let mut conn = Conn::new(fd, self.engine.new_session(), self.now, generation);
+        let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
         conn.registered = Interest::READ;
-        let deadline = conn.x.deadline(&self.engine, &self.limits);
+        let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
         entry.insert(conn);
         self.counters.accepted();
@@ -230,6 +230,6 @@ impl<S: Selector> Worker<'_, S> {
 
     /// Close a connection the server will not serve, after the protocol's refusal.
     fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
+        admission::refuse(fd.as_raw_fd(), &mut self.kit.engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }

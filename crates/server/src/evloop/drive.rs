@@ -55,7 +55,7 @@ impl<S: Selector> Worker<'_, S> {
                     }
                     Ok(n) => {
                         self.counters.bytes_in(n);
-                        match conn.x.feed(fd, &mut self.engine, &mut self.scratch, &buf[..n], self.now) {
+                        match conn.x.feed(fd, &mut self.kit, &buf[..n], self.now) {
                             Ok(Some(w)) => {
                                 if w.bytes > 0 {
                                     progressed = true;
@@ -118,7 +118,7 @@ impl<S: Selector> Worker<'_, S> {
             // that already happened.
             self.resume.push(token);
         }
-        let deadline = conn.x.deadline(&self.engine, &self.limits);
+        let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
 
         let wanted = if self.edge {
@@ -145,7 +145,7 @@ impl<S: Selector> Worker<'_, S> {
             return;
         };
         let fd = conn.fd.as_raw_fd();
-        match conn.x.expire(fd, &mut self.engine, &mut self.scratch, self.now, &self.limits) {
+        match conn.x.expire(fd, &mut self.kit, self.now, &self.limits) {
             Some((reason, sent)) => {
                 self.counters.bytes_out(sent);
                 self.close(index, reason);

@@ -22,11 +22,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use slab::Slab;
-use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_proto::Protocol;
 use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 
 use crate::admission::LogLimiter;
 use crate::config::Config;
+use crate::conn::Kit;
 use crate::policy::{after, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
@@ -79,14 +80,14 @@ pub struct Worker<'a, S: Selector> {
     shutdown: Shutdown,
     waker: Arc<Waker>,
     source: Option<Source>,
-    engine: Engine,
+    /// The protocol engine, the output it writes into, and the body file.
+    kit: Kit,
     conns: Slab<crate::conn::Conn>,
     next_generation: u32,
     timers: Timers,
     /// Connections (and the listener) to drive again without waiting for an event.
     resume: Vec<u64>,
     resume_accept: bool,
-    scratch: Output,
     events: Vec<Event>,
     now: Instant,
     /// Set once draining: when to close whatever is left.
@@ -123,13 +124,12 @@ impl<'a, S: Selector> Worker<'a, S> {
             shutdown: parts.shutdown,
             waker,
             source: Some(source),
-            engine: parts.protocol.engine(unix_now()),
+            kit: Kit::new(&parts.protocol, parts.cfg.body_file.as_ref()),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
             resume: Vec::new(),
             resume_accept: false,
-            scratch: Output::default(),
             events: Vec::with_capacity(1024),
             now,
             drain_deadline: None,
@@ -172,7 +172,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             let wall = SystemTime::now();
             let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
             self.next_wall_check = self.now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
-            self.engine.tick(sockscale_proto::http::unix_secs(wall));
+            self.kit.engine.tick(sockscale_proto::http::unix_secs(wall));
         }
         let mut events = std::mem::take(&mut self.events);
         for event in events.drain(..) {
@@ -295,10 +295,6 @@ fn into_io(e: RegisterError) -> io::Error {
         RegisterError::Io(e) => e,
         RegisterError::Full(reason) => io::Error::other(reason),
     }
-}
-
-fn unix_now() -> u64 {
-    sockscale_proto::http::unix_secs(SystemTime::now())
 }
 
 #[cfg(test)]

@@ -244,7 +244,7 @@ enum Next {
 }
 
 fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters) -> io::Result<()> {
-    let mut kit = Kit::new(&hub.protocol);
+    let mut kit = hub.new_kit();
     while let Some(mut conn) = queue.pop() {
         match serve_round(hub, &mut conn, &mut kit, counters) {
             Next::Close(reason) => hub.close(*conn, counters, reason),
@@ -434,7 +434,7 @@ struct Watch<'w, 'h> {
 
 impl<'w, 'h> Watch<'w, 'h> {
     fn new(hub: &'w Hub<'h>, poller: &'w Poller, queue: &'w ReadyQueue, counters: &'w Counters) -> Self {
-        let kit = Kit::new(&hub.protocol);
+        let kit = hub.new_kit();
         Watch {
             hub,
             poller,

@@ -60,16 +60,21 @@ pub struct Pending {
     /// Sends queued behind the one in flight (completion engines; 0 for the others, which
     /// write at once and queue only bytes).
     pub sends: usize,
+    /// Bytes of a body file still to send (`--sendfile`). They take no memory, so they do not
+    /// count toward `--max-pending-send`; while any are owed the connection reads no further
+    /// request, so a pipelining client gets one file response at a time.
+    pub file_bytes: u64,
 }
 
 impl Pending {
     /// Output of an engine that writes at once and queues only the bytes refused.
+    #[cfg(test)]
     pub fn bytes(bytes: usize) -> Self {
-        Pending { bytes, sends: 0 }
+        Pending { bytes, sends: 0, file_bytes: 0 }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes == 0
+        self.bytes == 0 && self.file_bytes == 0
     }
 
     /// Over `--max-pending-send` or `--max-outstanding-sends`: the client is not keeping up.
@@ -193,6 +198,7 @@ impl ConnPolicy {
         let stopped = self.read_eof
             || self.closing.is_some()
             || pending.is_over(limits)
+            || pending.file_bytes > 0
             || (self.drain_until.is_some() && between_requests);
         !stopped
     }
@@ -351,7 +357,7 @@ mod tests {
         let mut p = ConnPolicy::new(t0);
         assert!(p.may_read(Pending::bytes(100), true, &l), "at the cap is not over it");
         assert!(!p.may_read(Pending::bytes(101), true, &l));
-        assert!(!p.may_read(Pending { bytes: 10, sends: 5 }, true, &l), "too many sends outstanding");
+        assert!(!p.may_read(Pending { bytes: 10, sends: 5, file_bytes: 0 }, true, &l), "too many sends outstanding");
         p.begin_drain(t0 + secs(5));
         assert!(p.may_read(Pending::default(), false, &l), "a request in progress may finish");
         assert!(!p.may_read(Pending::default(), true, &l));
@@ -425,11 +431,35 @@ mod tests {
         assert_eq!(p.expired(t1, &l, false), None);
     }
 
+    /// A body sent from a file takes no memory: owing a large one for longer than the send
+    /// timeout is no flood while the client keeps taking it, but it stops reading (one file
+    /// response at a time), a client that stops taking it is dropped, and the connection is
+    /// not finished until the last byte has gone.
+    #[test]
+    fn file_bytes_owed_stop_reading_but_are_no_flood() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut p = ConnPolicy::new(t0);
+        let owed = |file_bytes| Pending { bytes: 0, sends: 0, file_bytes };
+        assert!(!p.may_read(owed(1 << 40), true, &l), "reading goes on while a file body is owed");
+        for s in 0..60 {
+            p.on_sent(t0 + secs(s), 1000);
+            p.account(t0 + secs(s), owed((1 << 40) - s * 1000), true, &l);
+        }
+        assert_eq!(p.expired(t0 + secs(60), &l, false), None, "a client taking a large file body is not a flood");
+        assert_eq!(p.finished(owed(1), true), None);
+        assert_eq!(
+            p.expired(t0 + secs(59) + l.send_timeout, &l, false).map(|e| e.reason),
+            Some(CloseReason::SendTimeout)
+        );
+        p.account(t0 + secs(61), owed(0), true, &l);
+        assert!(p.may_read(owed(0), true, &l));
+    }
+
     #[test]
     fn too_many_outstanding_sends_is_a_flood() {
         let (t0, l) = (Instant::now(), limits());
         let mut p = ConnPolicy::new(t0);
-        p.account(t0, Pending { bytes: 10, sends: 5 }, false, &l);
+        p.account(t0, Pending { bytes: 10, sends: 5, file_bytes: 0 }, false, &l);
         assert_eq!(p.expired(t0 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::Flood));
     }
 

@@ -34,6 +34,8 @@ pub(super) struct InFlight {
     /// An echo sent straight from this ring buffer, given back on completion.
     ring_buffer: Option<(u16, usize)>,
     len: usize,
+    /// A body file follows: send with `MSG_MORE`, so the head goes out with it.
+    more: bool,
 }
 
 impl InFlight {
@@ -47,6 +49,7 @@ impl InFlight {
             chunks: Vec::new(),
             ring_buffer: None,
             len: 0,
+            more: false,
         })
     }
 
@@ -84,6 +87,7 @@ impl SpareSends {
         send.chunks.clear();
         send.ring_buffer = None;
         send.len = 0;
+        send.more = false;
         if self.boxes.len() < keep {
             self.boxes.push(send);
         }
@@ -100,12 +104,38 @@ impl SpareSends {
     }
 }
 
+/// Output queued behind the send in flight.
+#[derive(Debug)]
+enum Queued {
+    Bytes(Bytes),
+    /// Bytes `at..end` of the body file, sent by the worker with `sendfile` (`drive.rs`).
+    File {
+        at: u64,
+        end: u64,
+    },
+}
+
+/// What a connection's queue asks for next.
+pub(super) enum NextSend {
+    /// Nothing: a send or a writability poll is in flight, nothing is queued, or it closed.
+    Nothing,
+    /// Post this send.
+    Post(squeue::Entry),
+    /// Send bytes `at..end` of the body file now (the front of the queue).
+    File { at: u64, end: u64 },
+}
+
 pub(super) struct UConn {
     pub(super) fd: OwnedFd,
     pub(super) session: Session,
     pub(super) generation: u32,
-    queued: VecDeque<Bytes>,
+    queued: VecDeque<Queued>,
+    /// Bytes queued in memory.
     queued_len: usize,
+    /// Bytes of the body file queued.
+    queued_file: u64,
+    /// A poll for writability is in flight: the socket refused the body file.
+    pub(super) polling: bool,
     sending: Option<Box<InFlight>>,
     pub(super) recv_armed: bool,
     pub(super) recv_cancelling: bool,
@@ -125,6 +155,8 @@ impl UConn {
             generation,
             queued: VecDeque::new(),
             queued_len: 0,
+            queued_file: 0,
+            polling: false,
             sending: None,
             recv_armed: false,
             recv_cancelling: false,
@@ -139,12 +171,16 @@ impl UConn {
     /// Output not yet taken by the socket: bytes queued or in flight, and sends queued behind
     /// the one in flight (`--max-outstanding-sends`).
     pub(super) fn pending(&self) -> Pending {
-        Pending { bytes: self.queued_len + self.sending.as_ref().map_or(0, |s| s.len), sends: self.queued.len() }
+        Pending {
+            bytes: self.queued_len + self.sending.as_ref().map_or(0, |s| s.len),
+            sends: self.queued.len(),
+            file_bytes: self.queued_file,
+        }
     }
 
     /// Nothing is in flight or queued: output can go straight out.
     pub(super) fn is_quiet(&self) -> bool {
-        self.sending.is_none() && self.queued.is_empty()
+        self.sending.is_none() && !self.polling && self.queued.is_empty()
     }
 
     /// The multishot receive, counted in flight from now on.
@@ -179,26 +215,82 @@ impl UConn {
     /// Queue output behind what is queued.
     pub(super) fn queue(&mut self, chunk: Bytes) {
         self.queued_len += chunk.len();
-        self.queued.push_back(chunk);
+        self.queued.push_back(Queued::Bytes(chunk));
+    }
+
+    /// Queue bytes `at..end` of the body file behind what is queued.
+    pub(super) fn queue_file(&mut self, at: u64, end: u64) {
+        if at < end {
+            self.queued_file += end - at;
+            self.queued.push_back(Queued::File { at, end });
+        }
+    }
+
+    /// The file chunk at the front was sent up to `at`: keep the rest at the front, or drop it
+    /// when it is all sent.
+    pub(super) fn file_sent_to(&mut self, at: u64) {
+        if let Some(Queued::File { at: front, end }) = self.queued.front_mut() {
+            self.queued_file -= at - *front;
+            *front = at;
+            if *front >= *end {
+                self.queued.pop_front();
+            }
+        }
+    }
+
+    /// A poll for writability, posted when the socket refused the body file.
+    pub(super) fn poll_writable(&mut self, index: usize) -> squeue::Entry {
+        self.polling = true;
+        self.ops += 1;
+        opcode::PollAdd::new(types::Fd(self.fd.as_raw_fd()), libc::POLLOUT as u32).build().user_data(pack(
+            Op::Poll,
+            index,
+            self.generation,
+        ))
+    }
+
+    /// The writability poll has completed.
+    pub(super) fn poll_done(&mut self) {
+        self.polling = false;
+        self.ops -= 1;
     }
 
     /// Forget queued output (the connection is closing).
     pub(super) fn clear_queue(&mut self) {
         self.queued.clear();
         self.queued_len = 0;
+        self.queued_file = 0;
     }
 
-    /// A send of what is queued (up to `IOV_BATCH` chunks), unless a send is in flight,
-    /// nothing is queued or the connection is closed.
-    pub(super) fn send_queued(&mut self, index: usize, spares: &mut SpareSends) -> Option<squeue::Entry> {
-        if self.sending.is_some() || self.queued.is_empty() || self.closed {
-            return None;
+    /// What to do with the queue: a send of the bytes at its front (up to `IOV_BATCH` chunks,
+    /// up to a file chunk, with `MSG_MORE` before one), the file chunk at its front, or
+    /// nothing while a send or poll is in flight, nothing is queued or the connection closed.
+    pub(super) fn send_queued(&mut self, index: usize, spares: &mut SpareSends) -> NextSend {
+        if self.sending.is_some() || self.polling || self.closed {
+            return NextSend::Nothing;
+        }
+        match self.queued.front() {
+            None => return NextSend::Nothing,
+            Some(Queued::File { at, end }) => return NextSend::File { at: *at, end: *end },
+            Some(Queued::Bytes(_)) => {}
         }
         let mut send = spares.take();
-        let take = self.queued.len().min(IOV_BATCH);
-        send.chunks.extend(self.queued.drain(..take));
-        self.queued_len -= send.chunks.iter().map(Bytes::len).sum::<usize>();
-        Some(self.start_send(index, send, None))
+        while send.chunks.len() < IOV_BATCH {
+            match self.queued.front() {
+                Some(Queued::Bytes(_)) => {
+                    if let Some(Queued::Bytes(chunk)) = self.queued.pop_front() {
+                        self.queued_len -= chunk.len();
+                        send.chunks.push(chunk);
+                    }
+                }
+                Some(Queued::File { .. }) => {
+                    send.more = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        NextSend::Post(self.start_send(index, send, None))
     }
 
     /// A send of ring buffer `bid`, whose first bytes are `data` (an echo sent as received).
@@ -235,12 +327,13 @@ impl UConn {
         send.msg.msg_iov = send.iov.as_mut_ptr();
         send.msg.msg_iovlen = count as _;
         let fd = types::Fd(self.fd.as_raw_fd());
-        // One buffer (an echo, one response) goes as a plain send, which writtens importing a
+        let flags = libc::MSG_NOSIGNAL | if send.more { libc::MSG_MORE } else { 0 };
+        // One buffer (an echo, one response) goes as a plain send, which skips importing a
         // msghdr and iovec array; several are gathered with sendmsg.
         let entry = if count == 1 {
-            opcode::Send::new(fd, send.iov[0].iov_base as *const u8, send.len as u32).flags(libc::MSG_NOSIGNAL).build()
+            opcode::Send::new(fd, send.iov[0].iov_base as *const u8, send.len as u32).flags(flags).build()
         } else {
-            opcode::SendMsg::new(fd, &send.msg).flags(libc::MSG_NOSIGNAL as u32).build()
+            opcode::SendMsg::new(fd, &send.msg).flags(flags as u32).build()
         }
         .user_data(pack(Op::Send, index, self.generation));
         self.sending = Some(send);
@@ -257,7 +350,13 @@ impl UConn {
     /// The queued output, flattened (tests).
     #[cfg(test)]
     pub(super) fn queued_bytes(&self) -> Vec<u8> {
-        self.queued.iter().flat_map(|c| c.iter().copied()).collect()
+        self.queued
+            .iter()
+            .flat_map(|c| match c {
+                Queued::Bytes(b) => b.to_vec(),
+                Queued::File { at, end } => format!("<file {at}..{end}>").into_bytes(),
+            })
+            .collect()
     }
 
     /// Put back at the front of the queue, in order, whatever of `sent` the socket did not take
@@ -274,7 +373,7 @@ impl UConn {
                 let mut rest = chunk.clone();
                 rest.advance(written.saturating_sub(start));
                 self.queued_len += rest.len();
-                self.queued.push_front(rest);
+                self.queued.push_front(Queued::Bytes(rest));
             }
             end = start;
         }
@@ -282,7 +381,7 @@ impl UConn {
             if written < data.len() {
                 let rest = Bytes::copy_from_slice(&data[written..]);
                 self.queued_len += rest.len();
-                self.queued.push_front(rest);
+                self.queued.push_front(Queued::Bytes(rest));
             }
         }
     }

@@ -13,10 +13,10 @@ use bytes::Bytes;
 use io_uring::cqueue;
 use sockscale_proto::Segment;
 
-use super::conn::UConn;
+use super::conn::{NextSend, UConn};
 use super::worker::UringWorker;
 use crate::admission::Refusal;
-use crate::conn::closed_by_error;
+use crate::conn::{closed_by_error, FILE_CHUNK};
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
 
@@ -103,24 +103,103 @@ impl UringWorker<'_> {
             // Shared responses are queued by reference; input is copied, since the ring buffer
             // goes back to the kernel now (one allocation, only for echo output that cannot
             // be sent straight from the ring buffer).
+            if self.scratch.has_file() {
+                // A file that shrank gets no response rather than a short one.
+                let whole = match &self.cfg.body_file {
+                    Some(body) => body.check_whole(),
+                    None => Err(io::Error::other("a file body was answered with no body file open")),
+                };
+                if let Err(e) = whole {
+                    self.bufs.give_back(bid);
+                    return self.close(index, closed_by_error(&e));
+                }
+            }
             for segment in segments {
-                conn.queue(match segment {
-                    Segment::Input(range) => Bytes::copy_from_slice(&data[range.clone()]),
-                    Segment::Shared(bytes) => bytes.clone(),
-                });
+                match segment {
+                    Segment::Input(range) => conn.queue(Bytes::copy_from_slice(&data[range.clone()])),
+                    Segment::Shared(bytes) => conn.queue(bytes.clone()),
+                    Segment::File(range) => conn.queue_file(range.start, range.end),
+                }
             }
             self.bufs.give_back(bid);
-            self.send_queued(index);
+            let progressed = self.send_queued(index);
+            return self.settle(index, generation, progressed);
         }
         self.settle(index, generation, false);
     }
 
-    /// Send what is queued, if no send is in flight.
-    fn send_queued(&mut self, index: usize) {
-        let Some(conn) = self.conns.get_mut(index) else { return };
-        if let Some(entry) = conn.send_queued(index, &mut self.sends) {
-            self.push(entry);
+    /// Send what is queued, if no send or poll is in flight: post a send of the bytes at the
+    /// front, or send the body file at the front now. Whether body file bytes went out.
+    fn send_queued(&mut self, index: usize) -> bool {
+        let mut progressed = false;
+        loop {
+            let Some(conn) = self.conns.get_mut(index) else { return progressed };
+            match conn.send_queued(index, &mut self.sends) {
+                NextSend::Nothing => return progressed,
+                NextSend::Post(entry) => {
+                    self.push(entry);
+                    return progressed;
+                }
+                NextSend::File { at, end } => match self.send_file(index, at, end) {
+                    Some(sent) => progressed |= sent,
+                    None => return true,
+                },
+            }
         }
+    }
+
+    /// Send bytes `at..end` of the body file on connection `index` with `sendfile`, until they
+    /// are all sent (Some(true): go on with the queue) or the socket refuses more, when a poll
+    /// for writability is posted (None). io_uring has no sendfile, and its splice runs every
+    /// request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per chunk; so the ring
+    /// waits for writability and this thread moves the bytes, as the readiness engines do.
+    fn send_file(&mut self, index: usize, start: u64, end: u64) -> Option<bool> {
+        let Some(body) = self.cfg.body_file.clone() else {
+            self.close(index, closed_by_error(&io::Error::other("a file body was answered with no body file open")));
+            return None;
+        };
+        let conn = self.conns.get_mut(index)?;
+        let fd = conn.fd.as_raw_fd();
+        let mut at = start;
+        let outcome = loop {
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(FILE_CHUNK);
+            match sys::sendfile(fd, body.as_raw_fd(), &mut at, want) {
+                Ok(0) => break Err(body.shrunk(at)),
+                Ok(_) if at >= end => break Ok(true),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let sent = usize::try_from(at - start).unwrap_or(usize::MAX);
+        conn.file_sent_to(at);
+        conn.policy.on_sent(self.now, sent);
+        self.counters.bytes_out(sent);
+        match outcome {
+            Ok(true) => Some(sent > 0),
+            Ok(false) => {
+                let entry = conn.poll_writable(index);
+                self.push(entry);
+                None
+            }
+            Err(e) => {
+                self.close(index, closed_by_error(&e));
+                None
+            }
+        }
+    }
+
+    /// The socket may take more of the body file (or has failed, which the next sendfile
+    /// reports).
+    pub(super) fn on_poll(&mut self, index: usize, generation: u32) {
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
+        conn.poll_done();
+        if conn.closed {
+            return self.reclaim(index);
+        }
+        let progressed = self.send_queued(index);
+        self.settle(index, generation, progressed);
     }
 
     pub(super) fn on_send(&mut self, index: usize, generation: u32, result: i32) {
@@ -147,8 +226,8 @@ impl UringWorker<'_> {
         if result < 0 {
             return self.close(index, closed_by_error(&io::Error::from_raw_os_error(-result)));
         }
-        self.send_queued(index);
-        self.settle(index, generation, written > 0);
+        let file_sent = self.send_queued(index);
+        self.settle(index, generation, written > 0 || file_sent);
     }
 
     /// After any event: close if finished, update the policy clocks and the timer, and start

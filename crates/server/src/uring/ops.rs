@@ -16,6 +16,8 @@ pub(super) enum Op {
     Wake = 5,
     Inbox = 6,
     Udp = 7,
+    /// A poll for writability before the next `sendfile` of a body file.
+    Poll = 8,
 }
 
 /// The slot index worker-level operations (accept, wake-up, inbox, UDP, their cancels) carry.
@@ -36,6 +38,7 @@ pub(super) fn unpack(data: u64) -> (Option<Op>, usize, u32) {
         5 => Some(Op::Wake),
         6 => Some(Op::Inbox),
         7 => Some(Op::Udp),
+        8 => Some(Op::Poll),
         _ => None,
     };
     (op, (data & 0xffff_ffff) as usize, ((data >> 32) & 0xff_ffff) as u32)
@@ -47,7 +50,7 @@ mod tests {
 
     #[test]
     fn user_data_round_trips() {
-        for op in [Op::Recv, Op::Send, Op::Cancel, Op::Accept, Op::Wake, Op::Inbox, Op::Udp] {
+        for op in [Op::Recv, Op::Send, Op::Cancel, Op::Accept, Op::Wake, Op::Inbox, Op::Udp, Op::Poll] {
             for (index, generation) in [(0, 0), (7, 3), (WORKER_SLOT, 0), (0xffff_fffe, 0xff_ffff)] {
                 assert_eq!(unpack(pack(op, index, generation)), (Some(op), index, generation));
             }

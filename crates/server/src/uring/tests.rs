@@ -12,7 +12,7 @@ use bytes::Bytes;
 use socket2::{Domain, Socket, Type};
 use sockscale_proto::Protocol;
 
-use super::conn::{SpareSends, UConn};
+use super::conn::{NextSend, SpareSends, UConn};
 use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
@@ -139,10 +139,10 @@ fn a_short_send_requeues_the_rest_in_order() {
         for chunk in ["abc", "defg", "hi"] {
             conn.queue(Bytes::from_static(chunk.as_bytes()));
         }
-        let _entry = conn.send_queued(0, &mut spares).expect("a send");
+        let NextSend::Post(_entry) = conn.send_queued(0, &mut spares) else { panic!("a send") };
         assert_eq!(conn.pending().bytes, 9);
         conn.queue(Bytes::from_static(b"JK"));
-        assert!(conn.send_queued(0, &mut spares).is_none(), "one send in flight at a time");
+        assert!(matches!(conn.send_queued(0, &mut spares), NextSend::Nothing), "one send in flight at a time");
         let sent = conn.send_done().expect("the send in flight");
         conn.requeue_unsent(&sent, written, None);
         spares.give(sent, 1);

@@ -240,6 +240,7 @@ impl<'a> UringWorker<'a> {
         match op {
             Some(Op::Recv) => self.on_recv(index, generation, result, flags),
             Some(Op::Send) => self.on_send(index, generation, result),
+            Some(Op::Poll) => self.on_poll(index, generation),
             Some(Op::Cancel) => self.on_cancel(index, generation),
             Some(Op::Accept) => self.on_accept(result, flags),
             Some(Op::Wake) => {

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
-use sockscale_server::{Config, ListenerMode, Model, Server, Service};
+use sockscale_server::{BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service};
 
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -32,6 +31,16 @@ pub enum ListenerArg {
     Reuseport,
     /// One listener shared by all workers with EPOLLEXCLUSIVE
     Exclusive,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SendfileArg {
+    /// From the file (sendfile) from --sendfile-min up, from memory below it
+    Auto,
+    /// Always from the file, with sendfile
+    On,
+    /// Always from memory: the file is read once at start, in every process
+    Off,
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +67,13 @@ pub struct ServeArgs {
     /// HTTP response body file [default: a generated 4096-byte HTML page]
     #[arg(long, value_name = "FILE", help_heading = "HTTP")]
     pub body: Option<PathBuf>,
+    /// How --body FILE is sent: with sendfile from the page cache (memory flat in the file's
+    /// size, the seeds' TransmitFile) or from a copy in memory
+    #[arg(long, value_enum, default_value_t = SendfileArg::Auto, help_heading = "HTTP")]
+    pub sendfile: SendfileArg,
+    /// --sendfile auto sends bodies of at least this size from the file
+    #[arg(long, value_name = "BYTES", default_value_t = sockscale_server::AUTO_MIN_FILE_BYTES as usize, value_parser = parse_size, help_heading = "HTTP")]
+    pub sendfile_min: usize,
     /// Content-Type of the HTTP response
     #[arg(long, default_value = "text/html; charset=utf-8", help_heading = "HTTP")]
     pub content_type: String,
@@ -161,6 +177,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
+        let mut body_file = None;
         let service = match self.proto {
             Proto::Echo => Service::Echo,
             Proto::Udp => Service::UdpEcho,
@@ -173,8 +190,14 @@ impl ServeArgs {
                     ..HttpConfig::default()
                 };
                 if let Some(path) = &self.body {
-                    let body = std::fs::read(path).with_context(|| format!("cannot read --body {}", path.display()))?;
-                    http.body = Bytes::from(body);
+                    let mode = match self.sendfile {
+                        SendfileArg::Auto => SendfileMode::Auto,
+                        SendfileArg::On => SendfileMode::On,
+                        SendfileArg::Off => SendfileMode::Off,
+                    };
+                    let (body, file) = BodyFile::load(path, mode, self.sendfile_min as u64, u64::from(self.procs))?;
+                    http.body = body;
+                    body_file = file;
                 }
                 Service::Http(Arc::new(http))
             }
@@ -210,6 +233,7 @@ impl ServeArgs {
             max_outstanding_sends: self.max_outstanding_sends,
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
+            body_file,
         })
     }
 

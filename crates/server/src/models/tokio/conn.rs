@@ -133,15 +133,14 @@ impl Conn {
 
     /// The next instant a policy may act on this connection.
     fn deadline(&self, shared: &Shared, now: Instant) -> Instant {
-        with_local(shared, now, |local| self.x.deadline(&local.engine, &shared.limits))
+        with_local(shared, now, |local| self.x.deadline(&local.kit.engine, &shared.limits))
     }
 
     /// The timer came due: the reason to close if a deadline expired, or None to re-arm.
     fn on_deadline(&mut self, shared: &Shared, now: Instant) -> Option<CloseReason> {
         let fd = self.stream.as_raw_fd();
         let x = &mut self.x;
-        let expired =
-            with_local(shared, now, |local| x.expire(fd, &mut local.engine, &mut local.scratch, now, &shared.limits));
+        let expired = with_local(shared, now, |local| x.expire(fd, &mut local.kit, now, &shared.limits));
         let (reason, sent) = expired?;
         counters(shared).bytes_out(sent);
         Some(reason)
@@ -213,7 +212,7 @@ impl Conn {
             let x = &mut self.x;
             // Written here, straight from the receive buffer and the shared responses; only
             // what the socket refuses is copied into the queue.
-            let fed = with_local(shared, now, |local| x.feed(fd, &mut local.engine, &mut local.scratch, input, now));
+            let fed = with_local(shared, now, |local| x.feed(fd, &mut local.kit, input, now));
             match fed {
                 Ok(Some(w)) if w.bytes > 0 => {
                     turn.progressed = true;

@@ -65,11 +65,12 @@ use ::tokio::io::Interest;
 use ::tokio::net::{TcpListener, TcpStream};
 use ::tokio::sync::{mpsc, watch, Notify};
 use ::tokio::task::JoinSet;
-use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_proto::Protocol;
 use sockscale_sys::Waker;
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
+use crate::conn::Kit;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
 use crate::pool::BufferPool;
@@ -97,8 +98,7 @@ thread_local! {
 /// What one worker thread keeps for every task that runs on it.
 struct Local {
     server: u64,
-    engine: Engine,
-    scratch: Output,
+    kit: Kit,
     /// When to read the wall clock again for HTTP's Date (as `evloop::Worker::turn`).
     next_wall_check: Instant,
 }
@@ -422,7 +422,7 @@ fn admit(
     }
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
-    let session = with_local(shared, Instant::now(), |local| local.engine.new_session());
+    let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
     ::tokio::spawn(conn_task(Conn::new(stream, session), guard, stage.clone()));
 }
 
@@ -430,7 +430,7 @@ fn admit(
 fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter) {
     let fd = stream.as_raw_fd();
     with_local(shared, Instant::now(), |local| {
-        admission::refuse(fd, &mut local.engine, counters(shared), &shared.stats, log, Refusal::MaxConns);
+        admission::refuse(fd, &mut local.kit.engine, counters(shared), &shared.stats, log, Refusal::MaxConns);
     });
     drop(stream);
 }
@@ -484,15 +484,14 @@ fn with_local<R>(shared: &Shared, now: Instant, f: impl FnOnce(&mut Local) -> R)
         }
         let local = slot.get_or_insert_with(|| Local {
             server: shared.id,
-            engine: shared.protocol.engine(sockscale_proto::http::unix_secs(SystemTime::now())),
-            scratch: Output::default(),
+            kit: Kit::new(&shared.protocol, shared.cfg.body_file.as_ref()),
             next_wall_check: now,
         });
         if now >= local.next_wall_check {
             let wall = SystemTime::now();
             let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
             local.next_wall_check = now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
-            local.engine.tick(sockscale_proto::http::unix_secs(wall));
+            local.kit.engine.tick(sockscale_proto::http::unix_secs(wall));
         }
         f(local)
     })
@@ -641,9 +640,9 @@ mod tests {
         let echo = shared(Protocol::Echo);
         let http = shared(Protocol::Http(Arc::new(HttpConfig::default())));
         let now = Instant::now();
-        assert!(matches!(with_local(&echo, now, |l| l.engine.new_session()), Session::Echo(_)));
-        assert!(matches!(with_local(&http, now, |l| l.engine.new_session()), Session::Http(_)));
-        assert!(with_local(&http, now, |l| l.engine.refusal()).is_some_and(|b| b.starts_with(b"HTTP/1.1 503")));
-        assert!(with_local(&echo, now, |l| l.engine.refusal()).is_none());
+        assert!(matches!(with_local(&echo, now, |l| l.kit.engine.new_session()), Session::Echo(_)));
+        assert!(matches!(with_local(&http, now, |l| l.kit.engine.new_session()), Session::Http(_)));
+        assert!(with_local(&http, now, |l| l.kit.engine.refusal()).is_some_and(|b| b.starts_with(b"HTTP/1.1 503")));
+        assert!(with_local(&echo, now, |l| l.kit.engine.refusal()).is_none());
     }
 }
