@@ -25,9 +25,14 @@ pub enum ConnectionMode {
 
 const MODES: [ConnectionMode; 3] = [ConnectionMode::KeepAlive11, ConnectionMode::KeepAlive10, ConnectionMode::Close];
 
+/// Bodies in memory up to this size are rendered behind their head, into one buffer sent
+/// with one send; larger ones stay one shared buffer sent behind the head in the same writev,
+/// so a large body is never copied, neither per thread nor when the Date changes.
+const INLINE_BODY_MAX: usize = 64 << 10;
+
 #[derive(Debug, Clone)]
 struct Rendered {
-    /// Head and, for a body in memory, the body.
+    /// Head and, for a body in memory up to `INLINE_BODY_MAX`, the body.
     full: Bytes,
     head_len: usize,
 }
@@ -68,8 +73,10 @@ impl Responses {
             return;
         }
         out.push_shared(rendered.full.clone());
-        if let ResponseBody::File { len } = self.cfg.body {
-            out.push_file(0..len);
+        match &self.cfg.body {
+            ResponseBody::Bytes(body) if body.len() > INLINE_BODY_MAX => out.push_shared(body.clone()),
+            ResponseBody::Bytes(_) => {}
+            ResponseBody::File { len } => out.push_file(0..*len),
         }
     }
 
@@ -111,8 +118,8 @@ fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
         connection
     );
     let in_memory: &[u8] = match &cfg.body {
-        ResponseBody::Bytes(body) => body,
-        ResponseBody::File { .. } => &[],
+        ResponseBody::Bytes(body) if body.len() <= INLINE_BODY_MAX => body,
+        ResponseBody::Bytes(_) | ResponseBody::File { .. } => &[],
     };
     let mut full = BytesMut::with_capacity(head.len() + in_memory.len());
     full.put_slice(head.as_bytes());
@@ -188,5 +195,27 @@ mod tests {
         let second = ok(&r);
         assert_ne!(first, second);
         assert!(String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n"));
+    }
+
+    /// A large body in memory is shared, never copied: every response, in every second,
+    /// points at the configured buffer, behind its own head.
+    #[test]
+    fn a_large_body_in_memory_is_sent_behind_its_head_without_a_copy() {
+        let body = Bytes::from(vec![7u8; INLINE_BODY_MAX + 1]);
+        let cfg = Arc::new(HttpConfig { body: ResponseBody::Bytes(body.clone()), ..HttpConfig::default() });
+        let mut r = Responses::new(cfg, 1_700_000_000);
+        for second in 0..2 {
+            r.tick(1_700_000_000 + second);
+            let mut out = Output::default();
+            r.ok(ConnectionMode::KeepAlive11, false, &mut out);
+            let [crate::Segment::Shared(head), crate::Segment::Shared(sent)] = out.segments() else {
+                panic!("head and body expected: {:?}", out.segments().len())
+            };
+            assert!(String::from_utf8_lossy(head).ends_with(&format!("Content-Length: {}\r\n\r\n", body.len())));
+            assert!(std::ptr::eq(sent.as_ptr(), body.as_ptr()), "the body was copied");
+            let mut head_only = Output::default();
+            r.ok(ConnectionMode::KeepAlive11, true, &mut head_only);
+            assert_eq!(head_only.segments().len(), 1);
+        }
     }
 }
