@@ -16,7 +16,11 @@ depend on the client's speed, only on what each server spends per byte. Memory i
 VmRSS of the server process, sampled every 100 ms during the run. The servers take turns
 (every server once, then again, --repeat times), and the table reports medians and ranges.
 
-Usage: bench/file_body.py [--duration SECS] [--repeat N] [--sizes 64KiB,1MiB,64MiB] [--model epoll]
+With --veth the servers run in a network namespace of their own, behind a veth pair
+(10.77.0.2, as root), and wrk reaches them through it: the path of a real NIC's driver, where
+loopback's shortcuts do not apply.
+
+Usage: bench/file_body.py [--duration SECS] [--repeat N] [--sizes 64KiB,1MiB,64MiB] [--model epoll] [--veth]
 Writes bench-results/file_body-<stamp>/results.json and prints a markdown table.
 """
 import argparse
@@ -43,7 +47,7 @@ http {{
     keepalive_requests 1000000000;
     keepalive_timeout 75s;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen {host}:{port} backlog=4096;
         location / {{
             default_type application/octet-stream;
             root {dir};
@@ -79,22 +83,63 @@ def parse_size(text):
     return int(m.group(1)) * UNITS.get(m.group(2), 1)
 
 
-def start_nginx(workdir, extra):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_FILE_CONF.format(dir=workdir, port=port, extra=extra))
-    proc = subprocess.Popen(["taskset", "-c", common.SERVER_CPU, "nginx", "-c", str(conf), "-p", str(workdir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    common.wait_port(port)
+NETNS = "ssfilebody"
+VETH_HOST, VETH_SERVER = "10.77.0.1", "10.77.0.2"
+NEXT_PORT = [18080]
+
+
+def veth_up():
+    """A namespace for the servers, joined to this one by a veth pair."""
+    veth_down()
+    for cmd in (["ip", "netns", "add", NETNS],
+                ["ip", "link", "add", "ssfb0", "type", "veth", "peer", "name", "ssfb1"],
+                ["ip", "link", "set", "ssfb1", "netns", NETNS],
+                ["ip", "addr", "add", f"{VETH_HOST}/24", "dev", "ssfb0"],
+                ["ip", "link", "set", "ssfb0", "up"],
+                ["ip", "netns", "exec", NETNS, "ip", "addr", "add", f"{VETH_SERVER}/24", "dev", "ssfb1"],
+                ["ip", "netns", "exec", NETNS, "ip", "link", "set", "ssfb1", "up"],
+                ["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"]):
+        subprocess.run(cmd, check=True)
+
+
+def veth_down():
+    subprocess.run(["ip", "link", "del", "ssfb0"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+
+
+def server_prefix(veth):
+    """Run a server pinned to the server core, in the namespace with --veth."""
+    netns = ["ip", "netns", "exec", NETNS] if veth else []
+    return [*netns, "taskset", "-c", common.SERVER_CPU]
+
+
+def free_port():
+    NEXT_PORT[0] += 1
+    return NEXT_PORT[0]
+
+
+def start_sockscale(args, host, veth):
+    port = free_port()
+    proc = subprocess.Popen([*server_prefix(veth), str(common.BIN), "serve", "--listen", f"{host}:{port}", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=dict(os.environ, RUST_LOG="error"))
+    common.wait_port(port, host)
     return proc, port
 
 
-def fetch_length(port):
+def start_nginx(workdir, extra, host, veth):
+    port = free_port()
+    conf = workdir / "nginx.conf"
+    conf.write_text(NGINX_FILE_CONF.format(dir=workdir, host=host, port=port, extra=extra))
+    proc = subprocess.Popen([*server_prefix(veth), "nginx", "-c", str(conf), "-p", str(workdir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    common.wait_port(port, host)
+    return proc, port
+
+
+def fetch_length(host, port):
     import socket
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection((host, port)) as s:
         s.sendall(b"HEAD / HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
         head = b""
         while chunk := s.recv(4096):
@@ -112,7 +157,7 @@ def parse_wrk_bytes(out):
     return requests, float(m.group(1)) * scale, errors
 
 
-def run_one(pid, port, duration, conns):
+def run_one(pid, host, port, duration, conns):
     peak = [common.rss_kib(pid)]
     done = threading.Event()
 
@@ -126,7 +171,7 @@ def run_one(pid, port, duration, conns):
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        out, cpu, wall = common.measure(pid, ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", f"http://127.0.0.1:{port}/"])
+        out, cpu, wall = common.measure(pid, ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", f"http://{host}:{port}/"])
     finally:
         done.set()
         sampler.join()
@@ -143,11 +188,15 @@ def main():
     ap.add_argument("--conns", type=int, default=10)
     ap.add_argument("--sizes", default="64KiB,1MiB,64MiB")
     ap.add_argument("--model", default="epoll")
+    ap.add_argument("--veth", action="store_true", help="servers behind a veth pair in a namespace (root)")
     args = ap.parse_args()
+    host = VETH_SERVER if args.veth else "127.0.0.1"
+    if args.veth:
+        veth_up()
     sizes = [(s, parse_size(s)) for s in args.sizes.split(",")]
     common.ensure_debs(["nginx", "wrk"])
     common.build_sockscale()
-    out_dir = common.results_dir("file_body")
+    out_dir = common.results_dir("file_body-veth" if args.veth else "file_body")
     rows = []
     for label, size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -164,19 +213,19 @@ def main():
             body.read_bytes()
             servers = {}
             for name, extra in SOCKSCALE_VARIANTS.items():
-                servers[name] = common.start_sockscale(
-                    ["--proto", "http", "--model", args.model, "--threads", "1", "--body", str(body), *extra])
+                servers[name] = start_sockscale(
+                    ["--proto", "http", "--model", args.model, "--threads", "1", "--body", str(body), *extra], host, args.veth)
             for name, extra in NGINX_VARIANTS.items():
                 root = workdir / name.replace(" ", "-")
                 root.mkdir()
                 (root / "body.bin").symlink_to(body)
-                servers[name] = start_nginx(root, extra)
+                servers[name] = start_nginx(root, extra, host, args.veth)
             try:
                 for name, (proc, port) in servers.items():
-                    assert fetch_length(port) == size, f"{name} must serve the {size}-byte file"
+                    assert fetch_length(host, port) == size, f"{name} must serve the {size}-byte file"
                 for run in range(args.repeat):
                     for name, (proc, port) in servers.items():
-                        r = run_one(proc.pid, port, args.duration, args.conns)
+                        r = run_one(proc.pid, host, port, args.duration, args.conns)
                         r.update(size=label, size_bytes=size, server=name, run=run)
                         rows.append(r)
                         print(f"{label:>6} run {run} {name:26} {r['bytes'] / r['wall_s'] / 1e9:6.2f} GB/s  "
@@ -185,9 +234,11 @@ def main():
             finally:
                 for proc, _ in servers.values():
                     common.stop(proc)
+    if args.veth:
+        veth_down()
     common.write_json(out_dir / "results.json",
                       {"machine": common.machine(), "duration_s": args.duration, "repeat": args.repeat,
-                       "conns": args.conns, "model": args.model, "rows": rows})
+                       "conns": args.conns, "model": args.model, "veth": args.veth, "rows": rows})
     print(table(rows))
 
 

@@ -411,12 +411,17 @@ impl Report {
             m.statuses.add(&r.statuses);
             m.errors.add(&r.errors);
             m.udp.add(&r.udp);
-            if m.ended_early.is_none() {
-                m.ended_early.clone_from(&r.ended_early);
-            }
             m.cpu.user_s += r.cpu.user_s;
             m.cpu.system_s += r.cpu.system_s;
         }
+        // The first process's reason to end early; every connection given up only if every
+        // process gave all of its up (one that did, while the others ran on, did not end the run).
+        let given_up = |r: &Report| matches!(r.ended_early, Some(EndedEarly::AllGivenUp { .. }));
+        merged.ended_early = match reports.iter().find(|r| r.ended_early.is_some() && !given_up(r)) {
+            Some(r) => r.ended_early.clone(),
+            None if reports.iter().all(given_up) => reports.first().and_then(|r| r.ended_early.clone()),
+            None => None,
+        };
         merged.latency = Latency::from_histogram(&latency);
         merged.connect_latency = Latency::from_histogram(&connect);
         merged.compute_rates();

@@ -93,6 +93,14 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     } else if let Some(retries) =
         shared.cfg.connect_retries.filter(|_| report.connections.abandoned >= shared.cfg.conns as u64)
     {
+        if report.connections.connected == 0 {
+            // Nothing ever connected: the target takes no connection, as without the flag.
+            return Err(LoadError::CannotConnect {
+                target: shared.cfg.target.clone(),
+                reason: format!("every connection failed {} times in a row (--connect-retries {retries})", retries + 1),
+                waited_s: elapsed.as_secs_f64(),
+            });
+        }
         report.ended_early = Some(EndedEarly::AllGivenUp { retries });
     }
     Ok(report)

@@ -52,7 +52,7 @@ impl Output {
         if range.is_empty() {
             return;
         }
-        self.len += usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        self.len = self.len.saturating_add(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
         self.segments.push(Segment::File(range));
     }
 

@@ -50,7 +50,7 @@ pub struct BodyFile {
 pub enum BodyError {
     #[error("cannot read --body {path}: {error}")]
     Open { path: String, error: io::Error },
-    #[error("--body {path} is not a regular file")]
+    #[error("--body {path} is not a regular file, so it cannot be sent with sendfile: leave --sendfile at auto (it is read into memory) or give a file")]
     NotAFile { path: String },
     #[error(
         "--body {path} is {size} bytes; --sendfile off reads it into memory in each of {procs} process(es), more than the {available} bytes available (MemAvailable): use --sendfile auto or on, which send it from the file"
@@ -71,15 +71,17 @@ impl BodyFile {
         let shown = || path.display().to_string();
         let file = File::open(path).map_err(|error| BodyError::Open { path: shown(), error })?;
         let meta = file.metadata().map_err(|error| BodyError::Open { path: shown(), error })?;
-        if !meta.is_file() {
+        if meta.is_dir() || (!meta.is_file() && mode == SendfileMode::On) {
             return Err(BodyError::NotAFile { path: shown() });
         }
         let len = meta.len();
-        let from_file = match mode {
-            SendfileMode::On => true,
-            SendfileMode::Off => false,
-            SendfileMode::Auto => len >= min_file_bytes,
-        };
+        // A pipe or a device (`--body /dev/stdin`) has no length to promise: read it whole.
+        let from_file = meta.is_file()
+            && match mode {
+                SendfileMode::On => true,
+                SendfileMode::Off => false,
+                SendfileMode::Auto => len >= min_file_bytes,
+            };
         if from_file {
             let body = BodyFile { file, len, path: path.to_owned(), shrink_logged: AtomicBool::new(false) };
             return Ok((ResponseBody::File { len }, Some(Arc::new(body))));
@@ -90,7 +92,8 @@ impl BodyFile {
             }
         }
         let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        io::Read::read_to_end(&mut io::Read::take(&file, len), &mut bytes)
+        let limit = if meta.is_file() { len } else { u64::MAX };
+        io::Read::read_to_end(&mut io::Read::take(&file, limit), &mut bytes)
             .map_err(|error| BodyError::Open { path: shown(), error })?;
         Ok((ResponseBody::Bytes(Bytes::from(bytes)), None))
     }
@@ -192,6 +195,11 @@ mod tests {
     fn a_directory_or_a_missing_file_is_one_clear_error() {
         let err = BodyFile::load(&std::env::temp_dir(), SendfileMode::Auto, 1, 1).unwrap_err().to_string();
         assert!(err.contains("is not a regular file"), "{err}");
+        // A device has no length to send from: read whole with auto, refused with on.
+        let (body, file) = BodyFile::load(Path::new("/dev/null"), SendfileMode::Auto, 1, 1).unwrap();
+        assert_eq!((body, file.is_none()), (ResponseBody::Bytes(Bytes::new()), true));
+        let err = BodyFile::load(Path::new("/dev/null"), SendfileMode::On, 1, 1).unwrap_err().to_string();
+        assert!(err.contains("cannot be sent with sendfile"), "{err}");
         let err = BodyFile::load(Path::new("/no/such/body"), SendfileMode::Auto, 1, 1).unwrap_err().to_string();
         assert!(err.starts_with("cannot read --body /no/such/body"), "{err}");
     }

@@ -23,9 +23,9 @@ use crate::stats::CloseReason;
 /// are written in several calls.
 const IOV_BATCH: usize = 64;
 
-/// Bytes of a body file per `sendfile` call at most (nginx's `sendfile_max_chunk`), so one
-/// connection on a fast path cannot hold its thread for a whole large body, and a thread
-/// engine's blocking send comes back to its policies between chunks.
+/// Bytes of a body file per `sendfile` call at most (nginx's `sendfile_max_chunk`). A flush
+/// still goes on until the socket refuses more (edge-triggered readiness needs the EAGAIN),
+/// which on loopback comes within a call or two, as the socket buffer fills.
 pub const FILE_CHUNK: usize = 2 << 20;
 
 /// One piece of queued output.

@@ -460,10 +460,53 @@ fn connect_retries_give_a_refused_connection_up_and_count_it() {
     assert!(!out.status.success(), "every request failed, yet exit 0: {}", stdout(&out));
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     let r = read_json(&json);
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(r["connections"]["abandoned"].as_u64(), Some(5), "{r}");
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("every connection was given up after 2 failed attempts in a row"), "{text}");
+
+    // An HTTP server refusing when busy answers 503 and closes: a refusal too, given up.
+    let http = ServerProc::start("epoll", &["--proto", "http", "--max-conns", "1"]);
+    let holder = TcpStream::connect(http.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let json = dir.join("http.json");
+    let url = format!("http://{}/", http.addr);
+    let out = load(&[
+        "http",
+        &url,
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "-d",
+        "3",
+        "--connect-retries",
+        "1",
+        "--allow-errors",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    drop(holder);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = read_json(&json);
+    assert_eq!(r["connections"]["abandoned"].as_u64(), Some(4), "503s reconnected at once instead of backing off: {r}");
+    assert!(r["connections"]["attempted"].as_u64().unwrap() <= 8, "{r}");
+
+    // A target that takes no connection at all is an error, as without the flag.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = listener.local_addr().unwrap();
+    let probe = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let out = load(&["echo", &dead.to_string(), "-d", "5", "-c", "3", "-t", "1", "--connect-retries", "1"]);
+    drop(probe.join());
+    let _ = std::fs::remove_dir_all(&dir);
+    let refused = format!("cannot connect to {dead}: every connection failed 2 times in a row (--connect-retries 1)");
+    // (A connect that reached the accept queue before the listener closed is reset instead, as
+    // in a_server_gone_after_the_probe_ends_the_run_with_an_error.)
+    if out.status.code() == Some(1) {
+        let err = assert_one_line_error(&out, "a dead target with --connect-retries");
+        assert!(err.contains(&refused), "{err}");
+    } else {
+        assert_eq!(out.status.code(), Some(3), "{}{}", stdout(&out), stderr(&out));
+    }
 }
 
 #[test]

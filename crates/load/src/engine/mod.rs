@@ -648,6 +648,10 @@ impl<'a> Engine<'a> {
         if conn.answered {
             self.connect_failures.remove(&conn.index);
         }
+        // Closed normally but never answered with an accepted status (an HTTP server refusing
+        // when busy answers 503 with `Connection: close`): a refusal, which backs off and
+        // counts toward --connect-retries like any other.
+        let end = if end == End::Done && !conn.answered { End::Failed } else { end };
         // Requests in flight on a failed connection count toward -n as failures (as ab
         // counts them), so a broken server ends a -n run instead of retrying forever.
         if let Client::Udp(_) = conn.client {

@@ -61,8 +61,9 @@ pub struct Pending {
     /// write at once and queue only bytes).
     pub sends: usize,
     /// Bytes of a body file still to send (`--sendfile`). They take no memory, so they do not
-    /// count toward `--max-pending-send`; while any are owed the connection reads no further
-    /// request, so a pipelining client gets one file response at a time.
+    /// count toward `--max-pending-send`; while any are owed the connection stops reading
+    /// after the read in progress, so a pipelining client's requests wait in the socket
+    /// rather than as queued file ranges (each takes a few bytes, the requests of one read).
     pub file_bytes: u64,
 }
 

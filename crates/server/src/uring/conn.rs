@@ -132,8 +132,9 @@ pub(super) struct UConn {
     queued: VecDeque<Queued>,
     /// Bytes queued in memory.
     queued_len: usize,
-    /// Bytes of the body file queued.
+    /// Bytes of the body file queued, and the ranges they are in.
     queued_file: u64,
+    queued_file_ranges: usize,
     /// A poll for writability is in flight: the socket refused the body file.
     pub(super) polling: bool,
     sending: Option<Box<InFlight>>,
@@ -156,6 +157,7 @@ impl UConn {
             queued: VecDeque::new(),
             queued_len: 0,
             queued_file: 0,
+            queued_file_ranges: 0,
             polling: false,
             sending: None,
             recv_armed: false,
@@ -173,7 +175,8 @@ impl UConn {
     pub(super) fn pending(&self) -> Pending {
         Pending {
             bytes: self.queued_len + self.sending.as_ref().map_or(0, |s| s.len),
-            sends: self.queued.len(),
+            // A body file range is sent with sendfile, not as a ring send.
+            sends: self.queued.len() - self.queued_file_ranges,
             file_bytes: self.queued_file,
         }
     }
@@ -222,6 +225,7 @@ impl UConn {
     pub(super) fn queue_file(&mut self, at: u64, end: u64) {
         if at < end {
             self.queued_file += end - at;
+            self.queued_file_ranges += 1;
             self.queued.push_back(Queued::File { at, end });
         }
     }
@@ -234,6 +238,7 @@ impl UConn {
             *front = at;
             if *front >= *end {
                 self.queued.pop_front();
+                self.queued_file_ranges -= 1;
             }
         }
     }
@@ -260,6 +265,7 @@ impl UConn {
         self.queued.clear();
         self.queued_len = 0;
         self.queued_file = 0;
+        self.queued_file_ranges = 0;
     }
 
     /// What to do with the queue: a send of the bytes at its front (up to `IOV_BATCH` chunks,

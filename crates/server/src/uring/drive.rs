@@ -140,25 +140,28 @@ impl UringWorker<'_> {
                     self.push(entry);
                     return progressed;
                 }
-                NextSend::File { at, end } => match self.send_file(index, at, end) {
-                    Some(sent) => progressed |= sent,
-                    None => return true,
-                },
+                NextSend::File { at, end } => {
+                    let (sent, go_on) = self.send_file(index, at, end);
+                    progressed |= sent > 0;
+                    if !go_on {
+                        return progressed;
+                    }
+                }
             }
         }
     }
 
     /// Send bytes `at..end` of the body file on connection `index` with `sendfile`, until they
-    /// are all sent (Some(true): go on with the queue) or the socket refuses more, when a poll
-    /// for writability is posted (None). io_uring has no sendfile, and its splice runs every
+    /// are all sent (then go on with the queue: true) or the socket refuses more, when a poll
+    /// for writability is posted (false). Returns the bytes sent too. io_uring has no sendfile, and its splice runs every
     /// request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per chunk; so the ring
     /// waits for writability and this thread moves the bytes, as the readiness engines do.
-    fn send_file(&mut self, index: usize, start: u64, end: u64) -> Option<bool> {
+    fn send_file(&mut self, index: usize, start: u64, end: u64) -> (usize, bool) {
         let Some(body) = self.cfg.body_file.clone() else {
             self.close(index, closed_by_error(&io::Error::other("a file body was answered with no body file open")));
-            return None;
+            return (0, false);
         };
-        let conn = self.conns.get_mut(index)?;
+        let Some(conn) = self.conns.get_mut(index) else { return (0, false) };
         let fd = conn.fd.as_raw_fd();
         let mut at = start;
         let outcome = loop {
@@ -177,15 +180,15 @@ impl UringWorker<'_> {
         conn.policy.on_sent(self.now, sent);
         self.counters.bytes_out(sent);
         match outcome {
-            Ok(true) => Some(sent > 0),
+            Ok(true) => (sent, true),
             Ok(false) => {
                 let entry = conn.poll_writable(index);
                 self.push(entry);
-                None
+                (sent, false)
             }
             Err(e) => {
                 self.close(index, closed_by_error(&e));
-                None
+                (sent, false)
             }
         }
     }
