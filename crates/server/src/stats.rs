@@ -13,8 +13,12 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CloseReason {
-    /// The peer closed or reset it.
+    /// The peer closed it (FIN), or it went away while we wrote (EPIPE).
     Peer,
+    /// It was aborted: reset by the peer (ECONNRESET), aborted (ECONNABORTED), or timed out by
+    /// TCP's retransmissions (ETIMEDOUT). Counted apart from orderly closes because a storm of
+    /// these is what the seeds' admission control watches for.
+    Aborted,
     /// No traffic for the idle timeout.
     Idle,
     /// Nothing received for `--first-data-timeout` after it was accepted (the seeds' sweep of
@@ -37,8 +41,9 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 10] = [
+    pub const ALL: [CloseReason; 11] = [
         CloseReason::Peer,
+        CloseReason::Aborted,
         CloseReason::Idle,
         CloseReason::FirstData,
         CloseReason::HeaderTimeout,
@@ -53,6 +58,7 @@ impl CloseReason {
     pub fn name(self) -> &'static str {
         match self {
             CloseReason::Peer => "peer",
+            CloseReason::Aborted => "aborted",
             CloseReason::Idle => "idle",
             CloseReason::FirstData => "first_data",
             CloseReason::HeaderTimeout => "header_timeout",

@@ -521,6 +521,34 @@ pub fn http_body_from_a_file(model: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A connection reset by its client is counted as aborted (`closed_aborted`), apart from one
+/// closed in order (`closed_peer`): a storm of aborts is what admission control watches.
+pub fn a_reset_connection_is_counted_as_aborted(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "echo"]);
+    let mut orderly = server.connect();
+    echo_byte(&mut orderly, 1);
+    let mut reset = server.connect();
+    echo_byte(&mut reset, 2);
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: passes a live linger struct and its size for a socket this test owns.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&reset),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+    drop(reset);
+    drop(orderly);
+    std::thread::sleep(Duration::from_millis(500));
+    let done = server.stop();
+    assert_eq!(done.counter("closed_aborted"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_peer"), 1, "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {$(
@@ -531,6 +559,7 @@ macro_rules! conformance {
             #[test] fn http_16_pipelined_requests_in_one_write() { if !super::unavailable(MODEL) { super::http_16_pipelined_requests_in_one_write(MODEL) } }
             #[test] fn http_10_head_and_connection_close() { if !super::unavailable(MODEL) { super::http_10_head_and_connection_close(MODEL) } }
             #[test] fn http_body_from_a_file() { if !super::unavailable(MODEL) { super::http_body_from_a_file(MODEL) } }
+            #[test] fn a_reset_connection_is_counted_as_aborted() { if !super::unavailable(MODEL) { super::a_reset_connection_is_counted_as_aborted(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

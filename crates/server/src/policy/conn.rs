@@ -84,19 +84,14 @@ impl Pending {
     }
 }
 
-/// The close reason for a socket error: the one table every engine uses. Errors that mean the
-/// peer (or the path to it) went away are the peer's doing; anything else is an error.
+/// The close reason for a socket error: the one table every engine uses. A reset, an abort or
+/// TCP giving up on the peer is an abort (the seeds' admission control counts these); other
+/// errors that mean the peer (or the path to it) went away are the peer's doing; anything else
+/// is an error.
 pub fn close_reason(err: &io::Error) -> CloseReason {
     match err.raw_os_error() {
-        Some(
-            libc::ECONNRESET
-            | libc::EPIPE
-            | libc::ECONNABORTED
-            | libc::ETIMEDOUT
-            | libc::EHOSTUNREACH
-            | libc::ENETUNREACH
-            | libc::ENOTCONN,
-        ) => CloseReason::Peer,
+        Some(libc::ECONNRESET | libc::ECONNABORTED | libc::ETIMEDOUT) => CloseReason::Aborted,
+        Some(libc::EPIPE | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ENOTCONN) => CloseReason::Peer,
         _ => CloseReason::Error,
     }
 }
@@ -405,8 +400,11 @@ mod tests {
 
     #[test]
     fn socket_errors_have_one_table() {
-        for errno in [libc::ECONNRESET, libc::EPIPE, libc::ECONNABORTED, libc::ETIMEDOUT, libc::ENOTCONN] {
+        for errno in [libc::EPIPE, libc::ENOTCONN, libc::EHOSTUNREACH, libc::ENETUNREACH] {
             assert_eq!(close_reason(&io::Error::from_raw_os_error(errno)), CloseReason::Peer, "errno {errno}");
+        }
+        for errno in [libc::ECONNRESET, libc::ECONNABORTED, libc::ETIMEDOUT] {
+            assert_eq!(close_reason(&io::Error::from_raw_os_error(errno)), CloseReason::Aborted, "errno {errno}");
         }
         for errno in [libc::EBADF, libc::ENOMEM, libc::EINVAL] {
             assert_eq!(close_reason(&io::Error::from_raw_os_error(errno)), CloseReason::Error, "errno {errno}");
