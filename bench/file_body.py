@@ -252,7 +252,7 @@ def table(rows):
             runs = [r for r in at if r["server"] == name]
             per_cpu = [r["bytes_per_cpu_s"] / 1e9 for r in runs]
             lines.append([size, name, f"{med(r['bytes'] / r['wall_s'] for r in runs) / 1e9:.2f}",
-                          f"{med(r['server_cpu_pct'] for r in runs)}%",
+                          f"{med(r['server_cpu_pct'] for r in runs):.1f}%",
                           f"{med(per_cpu):.2f} ({min(per_cpu):.2f}-{max(per_cpu):.2f})",
                           f"{med(per_cpu) * 1e9 / best_nginx:.2f}x",
                           f"{max(r['peak_rss_kib'] for r in runs):,}",
