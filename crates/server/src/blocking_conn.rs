@@ -187,8 +187,7 @@ impl<'a> Hub<'a> {
 
     /// Account for a connection whose descriptor has been closed.
     pub fn closed(&self, counters: &Counters, reason: CloseReason) {
-        self.stats.close();
-        counters.closed(reason);
+        self.stats.closed(counters, reason);
         self.release();
     }
 
@@ -245,6 +244,12 @@ impl<'a> Hub<'a> {
             }
             if fds[1].revents != 0 || self.is_draining() {
                 return Ok(());
+            }
+            if self.stats.storm_holds() {
+                // An abort storm: leave connections in the backlog until one closes, or soon.
+                backoff.hold(Instant::now(), AcceptBackoff::STORM_RECHECK);
+                self.pause_accepting(&mut backoff)?;
+                continue;
             }
             for _ in 0..self.cfg.accept_batch {
                 match sys::accept(fd) {

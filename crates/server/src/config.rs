@@ -14,6 +14,7 @@ use sockscale_sys as sys;
 
 use crate::body::BodyFile;
 use crate::model::Model;
+use crate::policy::StormConfig;
 
 /// What the server speaks.
 #[derive(Debug, Clone)]
@@ -99,6 +100,9 @@ pub struct Config {
     /// The open body file an HTTP service whose body is `ResponseBody::File` sends from
     /// (`BodyFile::load`).
     pub body_file: Option<Arc<BodyFile>>,
+    /// `--abort-storm RATE` and `--abort-storm-resume N`: pause accepting while connections
+    /// are aborted faster than RATE a second, until fewer than N are established.
+    pub abort_storm: Option<StormConfig>,
 }
 
 impl Default for Config {
@@ -131,6 +135,7 @@ impl Default for Config {
             queue_depth: 128,
             shared_port: false,
             body_file: None,
+            abort_storm: None,
         }
     }
 }
@@ -180,6 +185,17 @@ impl Config {
         for (flag, value) in [("idle-timeout", self.idle_timeout), ("send-timeout", self.send_timeout)] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroDuration { flag });
+            }
+        }
+        if let Some(storm) = self.abort_storm {
+            if storm.rate == 0 {
+                return Err(ConfigError::Zero { flag: "abort-storm" });
+            }
+            if storm.resume_below == Some(0) {
+                return Err(ConfigError::Zero { flag: "abort-storm-resume" });
+            }
+            if self.service.is_udp() {
+                return Err(ConfigError::NotForUdp { flag: "abort-storm" });
             }
         }
         for (flag, value) in [("first-data-timeout", self.first_data_timeout), ("defer-accept", self.defer_accept)] {

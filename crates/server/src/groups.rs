@@ -222,6 +222,12 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     where
         F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
     {
+        if self.stats.storm_holds() {
+            // An abort storm: leave connections in the backlog until a group frees one, or soon.
+            self.wake.paused.store(true, Ordering::Release);
+            self.backoff.hold(Instant::now(), AcceptBackoff::STORM_RECHECK);
+            return;
+        }
         for _ in 0..self.cfg.accept_batch {
             match sys::accept(listener) {
                 Ok(fd) => {

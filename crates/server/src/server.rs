@@ -39,7 +39,7 @@ impl Server {
         }
         let listen = Listen::bind(&cfg)?;
         let addr = listen.local_addr();
-        let stats = Arc::new(Stats::new(cfg.threads.clamp(1, 64)));
+        let stats = Arc::new(Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm));
         let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
         let shutdown = Shutdown::new();
         let (ready_tx, ready_rx) = mpsc::channel();

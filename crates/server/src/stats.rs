@@ -5,9 +5,13 @@
 //! global counter, because `--max-conns` must compare against the whole process.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use serde::Serialize;
+
+use crate::policy::{AbortStorm, StormConfig, StormEvent};
 
 /// Why the server closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -189,15 +193,90 @@ pub struct Stats {
     current: AtomicUsize,
     /// Indexed by `Limit as usize`; rare events, so not sharded.
     limits: [AtomicU64; Limit::ALL.len()],
+    /// `--abort-storm`: the process's one detector, fed by every close.
+    storm: Option<StormGate>,
+}
+
+/// The abort-storm policy shared by every worker: aborts are rare, so a lock; acceptors read
+/// one flag while no storm is on.
+#[derive(Debug)]
+struct StormGate {
+    policy: Mutex<AbortStorm>,
+    paused: AtomicBool,
+    pauses: AtomicU64,
+    resumes: AtomicU64,
+}
+
+impl StormGate {
+    fn record(&self, event: Option<StormEvent>) {
+        match event {
+            Some(StormEvent::Paused { aborts, open, resume_below }) => {
+                self.paused.store(true, Relaxed);
+                self.pauses.fetch_add(1, Relaxed);
+                tracing::warn!(aborts, open, resume_below, "abort storm: {aborts} connections aborted within a second; accepting pauses until fewer than {resume_below} are established");
+            }
+            Some(StormEvent::Resumed { open }) => {
+                self.paused.store(false, Relaxed);
+                self.resumes.fetch_add(1, Relaxed);
+                tracing::info!(open, "abort storm over: accepting again");
+            }
+            None => {}
+        }
+    }
+
+    fn policy(&self) -> std::sync::MutexGuard<'_, AbortStorm> {
+        self.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Stats {
     pub fn new(shards: usize) -> Self {
+        Self::with_storm(shards, None)
+    }
+
+    /// Stats whose closes feed the abort-storm policy `storm` (`--abort-storm`).
+    pub fn with_storm(shards: usize, storm: Option<StormConfig>) -> Self {
         Stats {
             shards: (0..shards.max(1)).map(|_| Counters::default()).collect(),
             current: AtomicUsize::new(0),
             limits: Default::default(),
+            storm: storm.map(|cfg| StormGate {
+                policy: Mutex::new(AbortStorm::new(cfg, Instant::now())),
+                paused: AtomicBool::new(false),
+                pauses: AtomicU64::new(0),
+                resumes: AtomicU64::new(0),
+            }),
         }
+    }
+
+    /// A connection counted by `try_open` has closed for `reason`: counted in `counters`, and,
+    /// with `--abort-storm`, told to the storm policy (an abort may start a storm; any close
+    /// may end one).
+    pub fn closed(&self, counters: &Counters, reason: CloseReason) {
+        self.close();
+        counters.closed(reason);
+        let Some(gate) = &self.storm else { return };
+        if reason == CloseReason::Aborted {
+            let event = gate.policy().on_abort(Instant::now(), self.current());
+            gate.record(event);
+        }
+        if gate.paused.load(Relaxed) {
+            let event = gate.policy().on_open_count(self.current());
+            gate.record(event);
+        }
+    }
+
+    /// Whether an abort storm holds accepting now (`--abort-storm`); checked by every acceptor
+    /// before it takes connections in. Ends the storm if the connections established have
+    /// fallen below its threshold meanwhile.
+    pub fn storm_holds(&self) -> bool {
+        let Some(gate) = &self.storm else { return false };
+        if !gate.paused.load(Relaxed) {
+            return false;
+        }
+        let event = gate.policy().on_open_count(self.current());
+        gate.record(event);
+        gate.paused.load(Relaxed)
     }
 
     /// `limit` kept a connection out (a refusal), or paused accepting (an accept error).
@@ -235,6 +314,10 @@ impl Stats {
 
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot { connections: self.current() as u64, ..Snapshot::default() };
+        if let Some(gate) = &self.storm {
+            s.storm_pauses = gate.pauses.load(Relaxed);
+            s.storm_resumes = gate.resumes.load(Relaxed);
+        }
         for (total, count) in s.limits.iter_mut().zip(&self.limits) {
             *total = count.load(Relaxed);
         }
@@ -274,6 +357,9 @@ pub struct Snapshot {
     pub buffers_in_use: i64,
     /// Indexed by `Limit as usize`: refusals and accept pauses each limit caused.
     pub limits: [u64; Limit::ALL.len()],
+    /// Abort storms that paused accepting, and the resumes after them (`--abort-storm`).
+    pub storm_pauses: u64,
+    pub storm_resumes: u64,
 }
 
 impl Snapshot {
@@ -325,6 +411,18 @@ impl Snapshot {
             "Connections refused, and accept pauses, by the limit that caused them.",
             &limits,
         );
+        metric(
+            "storm_pauses_total",
+            "counter",
+            "Abort storms that paused accepting (--abort-storm).",
+            &one(self.storm_pauses),
+        );
+        metric(
+            "storm_resumes_total",
+            "counter",
+            "Resumes of accepting after an abort storm.",
+            &one(self.storm_resumes),
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -357,7 +455,7 @@ impl fmt::Display for Snapshot {
         for limit in Limit::ALL {
             write!(f, " limit_{}={}", limit.name(), self.limit(limit))?;
         }
-        Ok(())
+        write!(f, " storm_pauses={} storm_resumes={}", self.storm_pauses, self.storm_resumes)
     }
 }
 

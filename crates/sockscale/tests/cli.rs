@@ -314,10 +314,24 @@ fn zero_and_negative_durations_are_refused_naming_the_flag() {
 /// A policy for TCP connections asked of a UDP server is refused, not silently ignored.
 #[test]
 fn connection_policies_are_refused_for_udp_in_one_line() {
-    for flag in ["--first-data-timeout", "--defer-accept"] {
+    for flag in ["--first-data-timeout", "--defer-accept", "--abort-storm"] {
         let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--proto", "udp", flag, "1"]);
         assert_ne!(code, 0);
         assert_eq!(one_line(&err), format!("error: {flag} applies to TCP connections, and --proto udp has none"));
+    }
+}
+
+/// The abort-storm flags: a rate and a threshold of at least 1, and the threshold only with a
+/// rate.
+#[test]
+fn abort_storm_flags_are_checked_in_one_line() {
+    let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--abort-storm-resume", "5"]);
+    assert_ne!(code, 0);
+    assert_eq!(one_line(&err), "error: --abort-storm-resume needs --abort-storm RATE");
+    for (flag, other) in [("--abort-storm", "--abort-storm-resume"), ("--abort-storm-resume", "--abort-storm")] {
+        let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", other, "10", flag, "0"]);
+        assert_eq!(code, 2, "{flag} 0: {err}");
+        assert!(one_line(&err).starts_with(&format!("error: invalid value '0' for '{flag} ")), "{err}");
     }
 }
 

@@ -8,7 +8,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::UdpSocket;
+use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use sockscale_server::Policy;
@@ -527,26 +527,55 @@ pub fn a_reset_connection_is_counted_as_aborted(model: &str) {
     let server = ServerProc::start(model, &["--proto", "echo"]);
     let mut orderly = server.connect();
     echo_byte(&mut orderly, 1);
-    let mut reset = server.connect();
-    echo_byte(&mut reset, 2);
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: passes a live linger struct and its size for a socket this test owns.
-    let rc = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&reset),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-    drop(reset);
+    let mut reset_one = server.connect();
+    echo_byte(&mut reset_one, 2);
+    reset(reset_one);
     drop(orderly);
     std::thread::sleep(Duration::from_millis(500));
     let done = server.stop();
     assert_eq!(done.counter("closed_aborted"), 1, "{:?}", done.stdout);
     assert_eq!(done.counter("closed_peer"), 1, "{:?}", done.stdout);
+}
+
+/// Admission control under an abort storm: 30 connections reset within a second (more than
+/// `--abort-storm 20`) stop the server accepting while the 10 it kept are still served; a new
+/// client waits in the backlog until fewer than `--abort-storm-resume 5` are established, and
+/// is then served. Counted in the stats as one pause and one resume.
+pub fn abort_storm_pauses_accepting_until_below_the_threshold(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "echo", "--abort-storm", "20", "--abort-storm-resume", "5"]);
+    let mut kept: Vec<TcpStream> = (0..10).map(|_| server.connect()).collect();
+    for (i, s) in kept.iter_mut().enumerate() {
+        echo_byte(s, i as u8);
+    }
+    let mut doomed: Vec<TcpStream> = (0..30).map(|_| server.connect()).collect();
+    for s in &mut doomed {
+        echo_byte(s, 7);
+    }
+    for s in doomed {
+        reset(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // The kernel completes the handshake into the backlog; the server does not take it.
+    let mut late = server.connect();
+    late.write_all(&[9]).unwrap();
+    late.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+    let mut byte = [0u8; 1];
+    match read_some(&mut late, &mut byte) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("a new connection was served during the storm: {other:?}"),
+    }
+    for (i, s) in kept.iter_mut().enumerate() {
+        echo_byte(s, 100 + i as u8);
+    }
+    // 4 left, below 5: accepting resumes by itself, and the waiting client is served.
+    kept.truncate(4);
+    late.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    late.read_exact(&mut byte).expect("the waiting client is served once the storm is over");
+    assert_eq!(byte[0], 9);
+    let done = server.stop();
+    assert_eq!(done.counter("closed_aborted"), 30, "{:?}", done.stdout);
+    assert_eq!(done.counter("storm_pauses"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("storm_resumes"), 1, "{:?}", done.stdout);
 }
 
 /// Instantiate every case for each listed model.
@@ -560,6 +589,7 @@ macro_rules! conformance {
             #[test] fn http_10_head_and_connection_close() { if !super::unavailable(MODEL) { super::http_10_head_and_connection_close(MODEL) } }
             #[test] fn http_body_from_a_file() { if !super::unavailable(MODEL) { super::http_body_from_a_file(MODEL) } }
             #[test] fn a_reset_connection_is_counted_as_aborted() { if !super::unavailable(MODEL) { super::a_reset_connection_is_counted_as_aborted(MODEL) } }
+            #[test] fn abort_storm_pauses_accepting_until_below_the_threshold() { if !super::unavailable(MODEL) { super::abort_storm_pauses_accepting_until_below_the_threshold(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

@@ -25,7 +25,6 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -33,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sockscale_server::{Model, Policy};
-use support::{pattern, read_some, skip, unavailable, ServerProc, BIN};
+use support::{pattern, read_some, reset, skip, unavailable, ServerProc, BIN};
 
 /// The impairment asked of netem, on both ends of the link.
 const NETEM: &[&str] = &["netem", "delay", "50ms", "10ms", "loss", "2%", "reorder", "25%", "50%"];
@@ -343,23 +342,6 @@ impl Client {
         self.buf.clear();
         Ok(())
     }
-}
-
-/// Close with SO_LINGER 0, so the kernel sends RST instead of FIN.
-fn reset(stream: TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: a valid descriptor, and a pointer to a linger of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-    drop(stream);
 }
 
 /// Join, re-raising a thread's panic with its own message.

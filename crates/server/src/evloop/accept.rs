@@ -117,6 +117,13 @@ impl<S: Selector> Worker<'_, S> {
         if acceptor.backoff.is_paused() {
             return;
         }
+        if self.stats.storm_holds() {
+            // An abort storm: leave connections in the backlog; look again when one of ours
+            // closes, or soon.
+            acceptor.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
+            acceptor.deregister(&mut self.selector);
+            return;
+        }
         let fd = acceptor.fd();
         for _ in 0..self.cfg.accept_batch {
             match sys::accept(fd) {

@@ -172,8 +172,7 @@ impl<S: Selector> Worker<'_, S> {
             let _ = self.selector.deregister(conn.fd.as_raw_fd());
         }
         drop(conn);
-        self.stats.close();
-        self.counters.closed(reason);
+        self.stats.closed(self.counters, reason);
         // A descriptor is free again: a listener paused on EMFILE may take one more.
         self.resume_accepting(true);
     }

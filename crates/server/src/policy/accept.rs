@@ -69,6 +69,16 @@ impl AcceptBackoff {
         AcceptStep::Pause { until, pause, exhausted }
     }
 
+    /// Pause accepting for `pause` without an error: the abort-storm policy holds accepting,
+    /// and the acceptor looks again when due or when a connection closes.
+    pub fn hold(&mut self, now: Instant, pause: Duration) {
+        self.paused_until = Some(now + pause);
+    }
+
+    /// How often an acceptor held by an abort storm looks again, besides when a connection
+    /// closes.
+    pub const STORM_RECHECK: Duration = Duration::from_millis(100);
+
     /// When a paused acceptor should look again, if it is paused.
     pub fn paused_until(&self) -> Option<Instant> {
         self.paused_until

@@ -21,11 +21,14 @@
 //! | idle, first-data, header (408), flood, send-stall and drain deadlines: when, and which one fired | [`ConnPolicy::deadline`], [`ConnPolicy::expired`] |
 //! | pausing accept(2) on EMFILE/ENFILE/ENOBUFS/ENOMEM, and resuming | [`AcceptBackoff`] |
 //! | admitting a connection whose threads' memory maps still fit under vm.max_map_count | [`MapBudget`] |
+//! | pausing accepting in an abort storm (`--abort-storm`), and resuming below its threshold | [`AbortStorm`] |
 
 mod accept;
 mod conn;
+mod storm;
 mod threads;
 
 pub use accept::{AcceptBackoff, AcceptStep};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
+pub use storm::{AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;

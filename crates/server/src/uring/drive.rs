@@ -294,8 +294,7 @@ impl UringWorker<'_> {
         // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
         let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
         let cancel = conn.recv_armed && !conn.recv_cancelling;
-        self.stats.close();
-        self.counters.closed(reason);
+        self.stats.closed(self.counters, reason);
         if let Some(group) = &self.group {
             group.release();
         }

@@ -66,6 +66,9 @@ pub struct UringWorker<'a> {
     source: Option<UringSource>,
     accept_armed: bool,
     backoff: AcceptBackoff,
+    /// Connections the multishot accept took in after an abort storm began, served when it
+    /// ends (closed unserved if the server stops first).
+    storm_held: Vec<OwnedFd>,
     accept_log: LogLimiter,
     /// The per-connection limits of `cfg`.
     pub(super) limits: Limits,
@@ -127,6 +130,7 @@ impl<'a> UringWorker<'a> {
             source: Some(setup.source),
             accept_armed: false,
             backoff: AcceptBackoff::default(),
+            storm_held: Vec::new(),
             accept_log: LogLimiter::accept_errors(),
             limits: Limits::new(setup.cfg),
             refusal_log: LogLimiter::refusals(),
@@ -410,6 +414,24 @@ impl<'a> UringWorker<'a> {
             if self.drain_deadline.is_some() {
                 return;
             }
+            if self.stats.storm_holds() {
+                // An abort storm began while the multishot accept was armed: the kernel has
+                // taken this one in already, so it waits here, unserved, as it would have in the
+                // backlog; the multishot accept stops (its cancellation completes with
+                // ECANCELED) until the storm is over.
+                self.storm_held.push(fd);
+                if !self.backoff.is_paused() {
+                    self.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
+                    let cancel = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
+                        Op::Cancel,
+                        WORKER_SLOT,
+                        0,
+                    ));
+                    self.worker_ops += 1;
+                    self.push(cancel);
+                }
+                return;
+            }
             self.admit(fd, false);
         } else {
             // Cancelled by a drain, a connection that died in the queue: accept on. Out of
@@ -423,9 +445,17 @@ impl<'a> UringWorker<'a> {
         }
     }
 
-    /// The back-off ended, or at once when `freed` (a descriptor was freed): accept again.
+    /// The back-off ended, or at once when `freed` (a descriptor was freed): accept again,
+    /// unless an abort storm still holds accepting; connections held through one go first.
     pub(super) fn resume_accepting(&mut self, freed: bool) {
         if self.backoff.resume(self.now, freed) && self.drain_deadline.is_none() {
+            if self.stats.storm_holds() {
+                self.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
+                return;
+            }
+            for fd in std::mem::take(&mut self.storm_held) {
+                self.admit(fd, false);
+            }
             self.arm_accept();
         }
     }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
-use sockscale_server::{BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service};
+use sockscale_server::{BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig};
 
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -109,6 +109,15 @@ pub struct ServeArgs {
     /// seeds' AcceptEx with first data) [default: off]
     #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
     pub defer_accept: Option<Duration>,
+    /// Admission control under an abort storm (seed 004): when this many established
+    /// connections are aborted (reset, aborted, timed out) within one second, stop accepting
+    /// until fewer than --abort-storm-resume are established [default: off]
+    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Connections")]
+    pub abort_storm: Option<u32>,
+    /// With --abort-storm: resume accepting once fewer than N connections are established
+    /// [default: three quarters of the number when the storm began]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Connections")]
+    pub abort_storm_resume: Option<u64>,
     /// Bytes read from one connection before yielding to the others (fairness)
     #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Connections")]
     pub read_budget: usize,
@@ -219,6 +228,11 @@ impl ServeArgs {
             idle_timeout: self.idle_timeout,
             first_data_timeout: self.first_data_timeout,
             defer_accept: self.defer_accept,
+            abort_storm: match (self.abort_storm, self.abort_storm_resume) {
+                (Some(rate), resume) => Some(StormConfig { rate, resume_below: resume.map(|n| n as usize) }),
+                (None, Some(_)) => anyhow::bail!("--abort-storm-resume needs --abort-storm RATE"),
+                (None, None) => None,
+            },
             max_pending_send: self.max_pending_send,
             send_timeout: self.send_timeout,
             buffer_size: self.buffer_size,

@@ -413,6 +413,23 @@ pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Close with SO_LINGER 0, so the kernel sends RST instead of FIN.
+pub fn reset(stream: TcpStream) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a valid descriptor, and a pointer to a linger of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+    drop(stream);
+}
+
 /// Send one byte on an echo connection and check it comes back.
 pub fn echo_byte(stream: &mut TcpStream, byte: u8) {
     stream.write_all(&[byte]).expect("echo write");

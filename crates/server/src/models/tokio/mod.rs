@@ -362,6 +362,13 @@ async fn accept_loop(
     let mut refusal_log = LogLimiter::refusals();
     let mut in_a_row = 0;
     loop {
+        if shared.stats.storm_holds() {
+            // An abort storm: leave connections in the backlog until one closes, or soon.
+            if pause_accepting(&shared, &mut stage, AcceptBackoff::STORM_RECHECK).await {
+                return;
+            }
+            continue;
+        }
         let accepted = ::tokio::select! {
             biased;
             _ = stage.changed() => return,
@@ -369,6 +376,13 @@ async fn accept_loop(
         };
         let err = match accepted {
             Ok((stream, _)) => {
+                // A storm that began while this accept waited: the connection waits, unserved,
+                // as it would have in the backlog, until the storm is over.
+                while shared.stats.storm_holds() {
+                    if pause_accepting(&shared, &mut stage, AcceptBackoff::STORM_RECHECK).await {
+                        return;
+                    }
+                }
                 backoff.on_accepted();
                 admit(stream, &shared, &stage, &done, &mut refusal_log);
                 in_a_row += 1;
@@ -391,22 +405,28 @@ async fn accept_loop(
                 pause
             }
         };
-        let freed = shared.freed.notified();
-        ::tokio::pin!(freed);
-        freed.as_mut().enable();
-        shared.accept_paused.store(true, Ordering::SeqCst);
-        let stop = ::tokio::select! {
-            biased;
-            _ = stage.changed() => true,
-            () = ::tokio::time::sleep(pause) => false,
-            () = freed => false,
-        };
-        shared.accept_paused.store(false, Ordering::SeqCst);
-        if stop {
+        if pause_accepting(&shared, &mut stage, pause).await {
             return;
         }
         backoff.resume(Instant::now(), true);
     }
+}
+
+/// Wait out `pause` without accepting, ending early when a connection closes (a descriptor is
+/// free, or an abort storm may be over). True when the server stops meanwhile.
+async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, pause: Duration) -> bool {
+    let freed = shared.freed.notified();
+    ::tokio::pin!(freed);
+    freed.as_mut().enable();
+    shared.accept_paused.store(true, Ordering::SeqCst);
+    let stop = ::tokio::select! {
+        biased;
+        _ = stage.changed() => true,
+        () = ::tokio::time::sleep(pause) => false,
+        () = freed => false,
+    };
+    shared.accept_paused.store(false, Ordering::SeqCst);
+    stop
 }
 
 /// Admit one accepted connection and start its task, or refuse it beyond `--max-conns`.
@@ -459,8 +479,7 @@ impl Drop for Admitted {
         } else {
             CloseReason::Error
         });
-        self.shared.stats.close();
-        counters(&self.shared).closed(reason);
+        self.shared.stats.closed(counters(&self.shared), reason);
         // A descriptor is free again: a listener paused on EMFILE may take one more.
         if self.shared.accept_paused.load(Ordering::SeqCst) {
             self.shared.freed.notify_waiters();
