@@ -49,6 +49,10 @@ pub enum Policy {
     Udp,
     /// Back off, without spinning, when accept runs out of descriptors.
     AcceptBackoff,
+    /// Send `--body FILE` from the page cache with sendfile (`--sendfile`).
+    FileBody,
+    /// Pause accepting in an abort storm (`--abort-storm`).
+    AbortStorm,
 }
 
 /// How a model's threads are counted.
@@ -288,7 +292,7 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 8] = [
+    pub const ALL: [Policy; 10] = [
         Policy::IdleTimeout,
         Policy::FirstData,
         Policy::HeaderTimeout,
@@ -297,6 +301,8 @@ impl Policy {
         Policy::GracefulShutdown,
         Policy::Udp,
         Policy::AcceptBackoff,
+        Policy::FileBody,
+        Policy::AbortStorm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -309,6 +315,8 @@ impl Policy {
             Policy::GracefulShutdown => "graceful-shutdown",
             Policy::Udp => "udp",
             Policy::AcceptBackoff => "accept-backoff",
+            Policy::FileBody => "sendfile",
+            Policy::AbortStorm => "abort-storm",
         }
     }
 }

@@ -444,6 +444,9 @@ pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
 /// could hold costs it no memory; a file that shrinks under the server is never answered
 /// with a short body: a response that would need the missing bytes is not started.
 pub fn http_body_from_a_file(model: &str) {
+    if skip(model, Policy::FileBody) {
+        return;
+    }
     let dir = std::env::temp_dir().join(format!("sockscale-file-body-{model}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("body.bin");
@@ -542,6 +545,9 @@ pub fn a_reset_connection_is_counted_as_aborted(model: &str) {
 /// client waits in the backlog until fewer than `--abort-storm-resume 5` are established, and
 /// is then served. Counted in the stats as one pause and one resume.
 pub fn abort_storm_pauses_accepting_until_below_the_threshold(model: &str) {
+    if skip(model, Policy::AbortStorm) {
+        return;
+    }
     let server = ServerProc::start(model, &["--proto", "echo", "--abort-storm", "20", "--abort-storm-resume", "5"]);
     let mut kept: Vec<TcpStream> = (0..10).map(|_| server.connect()).collect();
     for (i, s) in kept.iter_mut().enumerate() {
