@@ -6,6 +6,9 @@
 //! echo through `sockscale load` verifies every byte, that large HTTP responses arrive
 //! byte-exact, that clients resetting in the middle of a response harm only themselves, and
 //! that no SIGPIPE kills the server: it is alive afterwards and exits with success on SIGTERM.
+//! A second test per model pulls the cable (every packet dropped) while 20 clients are
+//! mid-transfer, so their connections abort on the server's retransmission timeout, and checks
+//! that `--abort-storm` pauses accepting and resumes by itself (`abort_storm_under_loss`).
 //!
 //! The test needs root and iproute2 (`ip`, `tc`); without them each test prints why and passes
 //! without running. A kernel built without the netem qdisc (CONFIG_NET_SCH_NETEM unset, as on
@@ -117,8 +120,9 @@ fn remove_stale_namespaces() {
 struct Link {
     ns: String,
     host_if: String,
-    /// The server's address, inside the namespace.
+    /// The server's address, inside the namespace, and its device there.
     ns_ip: String,
+    ns_if: String,
     impairment: &'static str,
     /// The user-space netem between two TUN devices, when the kernel has none.
     emulator: Option<impair::Forwarder>,
@@ -136,7 +140,8 @@ impl Link {
         let _ = run("ip", &["link", "del", &host_if]);
         run("ip", &["netns", "add", &ns]).map_err(|e| format!("cannot create a network namespace: {e}"))?;
         // From here on the guard removes whatever was made.
-        let mut link = Link { ns, host_if, ns_ip: String::new(), impairment: "netem", emulator: None };
+        let mut link =
+            Link { ns, host_if, ns_ip: String::new(), ns_if: ns_if.clone(), impairment: "netem", emulator: None };
         let (host_ip, ns_ip) = free_subnet(pid, index)?;
         link.ns_ip = ns_ip.clone();
         let Err(e) = link.veth_netem(&ns_if, &host_ip) else { return Ok(link) };
@@ -183,6 +188,24 @@ impl Link {
             run("tc", &args)?;
         }
         Ok(())
+    }
+
+    /// Drop every packet both ways (`on`: netem `loss 100%`), or go back to the faults'
+    /// impairment.
+    fn blackout(&self, on: bool) {
+        if let Some(emulator) = &self.emulator {
+            return emulator.blackout(on);
+        }
+        let netem: Vec<&str> = if on { vec!["netem", "loss", "100%"] } else { NETEM.to_vec() };
+        for (ns, dev) in [(None, self.host_if.as_str()), (Some(self.ns.as_str()), self.ns_if.as_str())] {
+            let mut args: Vec<&str> = Vec::new();
+            if let Some(ns) = ns {
+                args.extend(["-n", ns]);
+            }
+            args.extend(["qdisc", "change", "dev", dev, "root"]);
+            args.extend(&netem);
+            run("tc", &args).unwrap_or_else(|e| panic!("changing the link's netem: {e}"));
+        }
     }
 
     /// Addresses both ends of the link (`ns_if` already in the namespace) and brings it up.
@@ -609,12 +632,96 @@ fn faults(model: &str) {
     );
 }
 
+/// Admission control under an abort storm caused by loss: 20 clients are mid-transfer when
+/// the link drops every packet, so the server's retransmissions time out (ETIMEDOUT, with
+/// `net.ipv4.tcp_retries2` lowered in its namespace) and the connections abort together. The
+/// server stops accepting; once the link is back, the 5 idle clients it kept are served, a new
+/// client waits until fewer than `--abort-storm-resume 3` are established, and is then served.
+fn abort_storm_under_loss(model: &str) {
+    if let Some(reason) = missing_prerequisite() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    remove_stale_namespaces();
+    let index = Model::ALL.len() + Model::ALL.iter().position(|m| m.name() == model).expect("a listed model");
+    let link = match Link::new(&format!("{model}-storm"), index) {
+        Ok(link) => link,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    // About 3 s of retransmissions before TCP gives up, instead of about 15 minutes.
+    run("ip", &["netns", "exec", &link.ns, "sysctl", "-q", "-w", "net.ipv4.tcp_retries2=3"])
+        .unwrap_or_else(|e| panic!("[{model}] cannot lower tcp_retries2 in the namespace: {e}"));
+    let server =
+        start_in_namespace(&link, model, &["--proto", "echo", "--abort-storm", "10", "--abort-storm-resume", "3"]);
+    let mut kept: Vec<TcpStream> = (0..5).map(|_| connect(server.addr)).collect();
+    for (i, s) in kept.iter_mut().enumerate() {
+        s.write_all(&[i as u8]).expect("kept write");
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).expect("kept echo");
+    }
+    std::thread::scope(|scope| {
+        let doomed: Vec<_> = (0..20u64)
+            .map(|i| {
+                let mut stream = connect(server.addr);
+                stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+                stream.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
+                let mut reader = stream.try_clone().expect("clone");
+                let writer = scope.spawn(move || {
+                    let _ = stream.write_all(&pattern(i, 1 << 20));
+                });
+                let reader = scope.spawn(move || {
+                    let mut buf = vec![0u8; 65536];
+                    while matches!(read_some(&mut reader, &mut buf), Ok(n) if n > 0) {}
+                });
+                (writer, reader)
+            })
+            .collect();
+        // Mid-transfer: the server has echoes in flight when the cable is pulled.
+        std::thread::sleep(Duration::from_millis(400));
+        link.blackout(true);
+        std::thread::sleep(Duration::from_secs(8));
+        link.blackout(false);
+        for (writer, reader) in doomed {
+            let _ = writer.join();
+            let _ = reader.join();
+        }
+    });
+    // The storm holds accepting: a new client's handshake completes into the backlog, but
+    // nothing serves it while 5 are established.
+    let mut late = connect(server.addr);
+    late.write_all(&[9]).expect("late write");
+    late.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    let mut byte = [0u8; 1];
+    match read_some(&mut late, &mut byte) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("[{model}] a new connection was served during the abort storm: {other:?}"),
+    }
+    for (i, s) in kept.iter_mut().enumerate() {
+        s.write_all(&[100 + i as u8]).expect("kept write after the storm");
+        s.read_exact(&mut byte)
+            .unwrap_or_else(|e| panic!("[{model}] a kept client is not served after the storm: {e}"));
+    }
+    kept.truncate(2);
+    late.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    late.read_exact(&mut byte).unwrap_or_else(|e| panic!("[{model}] the waiting client was never served: {e}"));
+    assert_eq!(byte[0], 9);
+    let done = server.stop_within(Duration::from_secs(20));
+    eprintln!("[{model}] abort storm under loss: {:?}", done.stdout.last());
+    assert!(done.counter("closed_aborted") >= 10, "[{model}] {:?}", done.stdout);
+    assert_eq!(done.counter("storm_pauses"), 1, "[{model}] {:?}", done.stdout);
+    assert_eq!(done.counter("storm_resumes"), 1, "[{model}] {:?}", done.stdout);
+}
+
 /// One test per model, each with its own namespace and link.
 macro_rules! faults {
     ($($model:ident),* $(,)?) => {$(
         mod $model {
             const MODEL: &str = stringify!($model);
             #[test] fn loss_reordering_resets_and_sigpipe() { if !super::unavailable(MODEL) { super::faults(MODEL) } }
+            #[test] fn abort_storm_under_loss() { if !super::unavailable(MODEL) { super::abort_storm_under_loss(MODEL) } }
         }
     )*};
 }

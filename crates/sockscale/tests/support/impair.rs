@@ -125,6 +125,8 @@ impl Direction {
 /// The forwarder between two TUN devices; stops (and closes both) when dropped.
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
+    /// Drop every packet, both ways (a cable pulled), while set.
+    blackout: Arc<AtomicBool>,
     wake: Arc<OwnedFd>,
     thread: Option<JoinHandle<Stats>>,
 }
@@ -139,12 +141,19 @@ impl Forwarder {
         // SAFETY: a fresh descriptor that nothing else owns.
         let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(wake) });
         let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, wake2) = (stop.clone(), wake.clone());
+        let blackout = Arc::new(AtomicBool::new(false));
+        let (stop2, blackout2, wake2) = (stop.clone(), blackout.clone(), wake.clone());
         let thread = std::thread::Builder::new()
             .name("netem".into())
-            .spawn(move || forward([a, b], netem, seed, &stop2, &wake2))
+            .spawn(move || forward([a, b], netem, seed, &stop2, &blackout2, &wake2))
             .map_err(|e| format!("cannot start the forwarder: {e}"))?;
-        Ok(Forwarder { stop, wake, thread: Some(thread) })
+        Ok(Forwarder { stop, blackout, wake, thread: Some(thread) })
+    }
+
+    /// Drop every packet from now on (`on`), as `loss 100%` would, or go back to the netem
+    /// asked for.
+    pub fn blackout(&self, on: bool) {
+        self.blackout.store(on, Ordering::SeqCst);
     }
 
     /// Stop forwarding and close both devices (which removes them); what was done.
@@ -166,7 +175,14 @@ impl Drop for Forwarder {
 /// Packets waiting: (due, arrival order, the index of the device to write to, the packet).
 type Queue = BinaryHeap<Reverse<(Instant, u64, usize, Vec<u8>)>>;
 
-fn forward(mut tuns: [File; 2], netem: Netem, seed: u64, stop: &AtomicBool, wake: &OwnedFd) -> Stats {
+fn forward(
+    mut tuns: [File; 2],
+    netem: Netem,
+    seed: u64,
+    stop: &AtomicBool,
+    blackout: &AtomicBool,
+    wake: &OwnedFd,
+) -> Stats {
     let mut dirs = [0, 1].map(|i| Direction { rng: Rng(seed ^ ((i + 1) * 0x5851_F42D_4C95_7F2D)), last_reorder: 0 });
     let mut queue = Queue::new();
     let mut stats = Stats::default();
@@ -201,6 +217,10 @@ fn forward(mut tuns: [File; 2], netem: Netem, seed: u64, stop: &AtomicBool, wake
                     break;
                 }
                 let now = Instant::now();
+                if blackout.load(Ordering::Relaxed) {
+                    stats.dropped += 1;
+                    continue;
+                }
                 match dirs[from].decide(&netem, now) {
                     None => stats.dropped += 1,
                     Some(due) if due <= now => {
