@@ -168,26 +168,36 @@ master_process off;
 worker_processes 1;
 error_log {dir}/error.log error;
 pid {dir}/nginx.pid;
-events {{ worker_connections 20000; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     access_log off;
     keepalive_requests 1000000000;
     keepalive_timeout 75s;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen {host}:{port} backlog=4096;
         location / {{
-            default_type "text/html; charset=utf-8";
+            default_type "{content_type}";
             root {dir};
-            try_files /page.html =404;
+            try_files /{page} =404;
         }}
     }}
     open_file_cache max=16 inactive=600s;
     open_file_cache_valid 600s;
-    # Measured: for a 4 KiB body nginx spends less CPU per request copying than with sendfile.
-    sendfile off;
     tcp_nodelay on;
+    {extra}
 }}
 """
+
+# Measured: for a 4 KiB body nginx spends less CPU per request copying than with sendfile.
+PAGE_NGINX = "sendfile off;"
+
+
+def nginx_conf(workdir, port, host="127.0.0.1", page="page.html", content_type="text/html; charset=utf-8",
+               extra=PAGE_NGINX, worker_connections=20000):
+    """The nginx configuration every benchmark runs: one worker, keep-alive without limit,
+    `page` in `workdir` served at /, and `extra` directives (sendfile and buffers)."""
+    return NGINX_CONF.format(dir=workdir, host=host, port=port, page=page, content_type=content_type, extra=extra,
+                             worker_connections=worker_connections)
 
 
 def start_nginx(workdir, body):
@@ -197,7 +207,7 @@ def start_nginx(workdir, body):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
+    conf.write_text(nginx_conf(workdir, port))
     proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, "nginx", "-c", str(conf), "-p", str(workdir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)

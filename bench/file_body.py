@@ -35,32 +35,6 @@ from pathlib import Path
 
 import common
 
-NGINX_FILE_CONF = """
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {dir}/error.log error;
-pid {dir}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000000;
-    keepalive_timeout 75s;
-    server {{
-        listen {host}:{port} backlog=4096;
-        location / {{
-            default_type application/octet-stream;
-            root {dir};
-            try_files /body.bin =404;
-        }}
-    }}
-    open_file_cache max=16 inactive=600s;
-    open_file_cache_valid 600s;
-    tcp_nodelay on;
-    {extra}
-}}
-"""
-
 NGINX_VARIANTS = {
     "nginx sendfile on": "sendfile on; tcp_nopush on;",
     "nginx sendfile off": "sendfile off;",
@@ -130,7 +104,9 @@ def start_sockscale(args, host, veth):
 def start_nginx(workdir, extra, host, veth):
     port = free_port()
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_FILE_CONF.format(dir=workdir, host=host, port=port, extra=extra))
+    conf.write_text(common.nginx_conf(workdir, port, host=host, page="body.bin",
+                                      content_type="application/octet-stream", extra=extra,
+                                      worker_connections=1024))
     proc = subprocess.Popen([*server_prefix(veth), "nginx", "-c", str(conf), "-p", str(workdir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     common.wait_port(port, host)

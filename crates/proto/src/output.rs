@@ -23,6 +23,8 @@ pub enum Segment {
 pub struct Output {
     segments: Vec<Segment>,
     len: usize,
+    /// A segment is a file range: asked on every send, so kept rather than searched for.
+    has_file: bool,
 }
 
 impl Output {
@@ -54,11 +56,12 @@ impl Output {
         }
         self.len = self.len.saturating_add(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
         self.segments.push(Segment::File(range));
+        self.has_file = true;
     }
 
     /// Whether any segment is a file range (which [`Output::slice`] cannot give as bytes).
     pub fn has_file(&self) -> bool {
-        self.segments.iter().any(|s| matches!(s, Segment::File(_)))
+        self.has_file
     }
 
     pub fn segments(&self) -> &[Segment] {
@@ -77,6 +80,7 @@ impl Output {
     pub fn clear(&mut self) {
         self.segments.clear();
         self.len = 0;
+        self.has_file = false;
     }
 
     /// The segment's bytes, resolving input ranges against `input`; empty for a file range,

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sockscale_proto::http::ResponseBody;
+use sockscale_proto::Output;
+use sockscale_sys as sys;
 
 /// `--sendfile`: how a body file is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +37,11 @@ pub enum SendfileMode {
 /// CPU-second): from memory 1.84 GB and from the file 1.68 at 16 KiB, 2.84 and 2.87 at 32 KiB,
 /// 3.14 and 4.09 at 64 KiB.
 pub const AUTO_MIN_FILE_BYTES: u64 = 32 << 10;
+
+/// Bytes of a body file per `sendfile` call at most (nginx's `sendfile_max_chunk`). A flush
+/// still goes on until the socket refuses more (edge-triggered readiness needs the EAGAIN),
+/// which on loopback comes within a call or two, as the socket buffer fills.
+pub const FILE_CHUNK: usize = 2 << 20;
 
 /// A body file held open for `sendfile`.
 #[derive(Debug)]
@@ -111,9 +118,28 @@ impl BodyFile {
         self.file.as_raw_fd()
     }
 
-    /// Ok if the file still holds every byte a response promises; checked before a response
-    /// from it is started, so that a file that shrank gets no response rather than a short one.
-    pub fn check_whole(&self) -> io::Result<()> {
+    /// Ok unless `output` names a range of the body file that cannot be sent whole: there is
+    /// no body file, or it shrank since the server opened it. Asked before a response from the
+    /// file is started, so that a file that shrank gets no response rather than a short one.
+    pub fn check_output(output: &Output, body: Option<&Arc<BodyFile>>) -> io::Result<()> {
+        if !output.has_file() {
+            return Ok(());
+        }
+        body.ok_or_else(no_body_file)?.check_whole()
+    }
+
+    /// One `sendfile` of bytes `*at..end` of the file to the socket `fd`, at most
+    /// [`FILE_CHUNK`], advancing `*at`. A file that ends before `end` (it shrank) is an error.
+    pub fn send_to(&self, fd: RawFd, at: &mut u64, end: u64) -> io::Result<usize> {
+        let want = usize::try_from(end - *at).unwrap_or(usize::MAX).min(FILE_CHUNK);
+        match sys::sendfile(fd, self.file.as_raw_fd(), at, want)? {
+            0 if want > 0 => Err(self.shrunk(*at)),
+            n => Ok(n),
+        }
+    }
+
+    /// Ok if the file still holds every byte a response promises.
+    fn check_whole(&self) -> io::Result<()> {
         let now = self.file.metadata()?.len();
         if now < self.len {
             return Err(self.shrunk(now));
@@ -134,6 +160,11 @@ impl BodyFile {
         }
         io::Error::new(io::ErrorKind::UnexpectedEof, format!("body file ended at {offset} of {} bytes", self.len))
     }
+}
+
+/// The error for a file range answered by a server that has no body file open.
+pub fn no_body_file() -> io::Error {
+    io::Error::other("a file body was answered with no body file open")
 }
 
 /// Bytes of memory available for new allocations, from /proc/meminfo's MemAvailable.

@@ -17,6 +17,7 @@ mod listener;
 mod metrics;
 mod model;
 mod models;
+mod out;
 mod policy;
 mod pool;
 mod server;

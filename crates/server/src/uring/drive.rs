@@ -16,7 +16,8 @@ use sockscale_proto::Segment;
 use super::conn::{NextSend, UConn};
 use super::worker::UringWorker;
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, FILE_CHUNK};
+use crate::body::{no_body_file, BodyFile};
+use crate::conn::closed_by_error;
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
 
@@ -103,16 +104,9 @@ impl UringWorker<'_> {
             // Shared responses are queued by reference; input is copied, since the ring buffer
             // goes back to the kernel now (one allocation, only for echo output that cannot
             // be sent straight from the ring buffer).
-            if self.scratch.has_file() {
-                // A file that shrank gets no response rather than a short one.
-                let whole = match &self.cfg.body_file {
-                    Some(body) => body.check_whole(),
-                    None => Err(io::Error::other("a file body was answered with no body file open")),
-                };
-                if let Err(e) = whole {
-                    self.bufs.give_back(bid);
-                    return self.close(index, closed_by_error(&e));
-                }
+            if let Err(e) = BodyFile::check_output(&self.scratch, self.cfg.body_file.as_ref()) {
+                self.bufs.give_back(bid);
+                return self.close(index, closed_by_error(&e));
             }
             for segment in segments {
                 match segment {
@@ -158,16 +152,14 @@ impl UringWorker<'_> {
     /// waits for writability and this thread moves the bytes, as the readiness engines do.
     fn send_file(&mut self, index: usize, start: u64, end: u64) -> (usize, bool) {
         let Some(body) = self.cfg.body_file.clone() else {
-            self.close(index, closed_by_error(&io::Error::other("a file body was answered with no body file open")));
+            self.close(index, closed_by_error(&no_body_file()));
             return (0, false);
         };
         let Some(conn) = self.conns.get_mut(index) else { return (0, false) };
         let fd = conn.fd.as_raw_fd();
         let mut at = start;
         let outcome = loop {
-            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(FILE_CHUNK);
-            match sys::sendfile(fd, body.as_raw_fd(), &mut at, want) {
-                Ok(0) => break Err(body.shrunk(at)),
+            match body.send_to(fd, &mut at, end) {
                 Ok(_) if at >= end => break Ok(true),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),

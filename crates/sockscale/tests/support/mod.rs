@@ -430,6 +430,17 @@ pub fn reset(stream: TcpStream) {
     drop(stream);
 }
 
+/// Panic with `what` if anything arrives on `stream` within `wait`: the server is not serving
+/// it (an echo client that sent a byte waits in the backlog).
+pub fn assert_unanswered(stream: &mut TcpStream, wait: Duration, what: &str) {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 1];
+    match read_some(stream, &mut byte) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
 /// Send one byte on an echo connection and check it comes back.
 pub fn echo_byte(stream: &mut TcpStream, byte: u8) {
     stream.write_all(&[byte]).expect("echo write");

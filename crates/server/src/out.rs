@@ -1,0 +1,340 @@
+//! The write half of the path of a byte.
+//!
+//! Output from the protocol is written at once with one gathering `sendmsg`, straight from the
+//! receive buffer for echo and from the shared pre-rendered bytes for HTTP; a body file's range
+//! goes with `sendfile` behind its head. Only what the socket refuses is kept, in the
+//! connection's [`OutQueue`]; its length is what the `--max-pending-send` and `--send-timeout`
+//! policies watch.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+use sockscale_proto::{Output, Segment};
+use sockscale_sys as sys;
+
+use crate::body::{no_body_file, BodyFile};
+
+/// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
+/// are written in several calls.
+const IOV_BATCH: usize = 64;
+
+/// One piece of queued output.
+#[derive(Debug)]
+enum Chunk {
+    Bytes(Bytes),
+    /// Bytes `at..end` of the body file, sent from the page cache.
+    File {
+        file: Arc<BodyFile>,
+        at: u64,
+        end: u64,
+    },
+}
+
+/// Output the socket has not taken yet.
+#[derive(Debug, Default)]
+pub struct OutQueue {
+    chunks: VecDeque<Chunk>,
+    /// Bytes held in memory.
+    len: usize,
+    /// Bytes of the body file still to send.
+    file_len: u64,
+}
+
+/// What a write attempt achieved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: usize,
+    /// The socket refused more (EAGAIN or a short write): wait for writability.
+    pub blocked: bool,
+}
+
+impl OutQueue {
+    /// Bytes held in memory for the client.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of the body file still to send.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    pub fn push(&mut self, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.chunks.push_back(Chunk::Bytes(bytes));
+        }
+    }
+
+    fn push_file(&mut self, file: &Arc<BodyFile>, at: u64, end: u64) {
+        if at < end {
+            self.file_len += end - at;
+            self.chunks.push_back(Chunk::File { file: file.clone(), at, end });
+        }
+    }
+
+    /// Write queued output until the queue is empty or the socket refuses more.
+    pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
+        let mut written = Written::default();
+        loop {
+            let step = match self.chunks.front_mut() {
+                None => break,
+                Some(Chunk::File { file, at, end }) => {
+                    let sent = file.send_to(fd, at, *end);
+                    let done = *at == *end;
+                    if let Ok(n) = sent {
+                        self.file_len -= n as u64;
+                        if done {
+                            self.chunks.pop_front();
+                        }
+                    }
+                    sent
+                }
+                Some(Chunk::Bytes(_)) => self.write_bytes_run(fd),
+            };
+            match step {
+                Ok(n) => written.bytes += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    written.blocked = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    /// One gathering send of the chunks in memory at the front of the queue, up to the first
+    /// file chunk; with `MSG_MORE` when one follows, so a head goes out with its body.
+    fn write_bytes_run(&mut self, fd: RawFd) -> io::Result<usize> {
+        let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+        let mut count = 0;
+        let mut more = false;
+        for chunk in &self.chunks {
+            match chunk {
+                Chunk::Bytes(bytes) if count < IOV_BATCH => {
+                    iov[count] = IoSlice::new(bytes);
+                    count += 1;
+                }
+                Chunk::Bytes(_) => break,
+                Chunk::File { .. } => {
+                    more = true;
+                    break;
+                }
+            }
+        }
+        let n = sys::send_vectored_with(fd, &iov[..count], more)?;
+        self.consume(n);
+        Ok(n)
+    }
+
+    /// Drop `n` bytes written from the chunks in memory at the front.
+    fn consume(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let Some(Chunk::Bytes(front)) = self.chunks.front_mut() else {
+                break;
+            };
+            if n >= front.len() {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// Write `output`, whose input segments refer to `input` and file segments to `body`,
+    /// behind anything already queued. Whatever the socket does not take is queued, copying
+    /// input bytes (the receive buffer is about to go back to the pool) and sharing the rest.
+    pub fn send(
+        &mut self,
+        fd: RawFd,
+        output: &Output,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<Written> {
+        let segments = output.segments();
+        BodyFile::check_output(output, body)?;
+        if !self.is_empty() || output.has_file() {
+            // A file body goes through the queue: its head with MSG_MORE, then sendfile.
+            self.queue_from(segments, 0, 0, input, body)?;
+            return self.flush(fd);
+        }
+        if let [only] = segments {
+            // One response or one echo: no iovec array to build.
+            return self.send_one(fd, only, input);
+        }
+        let mut written = Written::default();
+        let mut next = 0;
+        while next < segments.len() {
+            let batch = &segments[next..segments.len().min(next + IOV_BATCH)];
+            let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+            let mut want = 0;
+            for (slot, segment) in iov.iter_mut().zip(batch) {
+                *slot = IoSlice::new(Output::slice(segment, input));
+                want += slot.len();
+            }
+            let n = loop {
+                match sys::send_vectored(fd, &iov[..batch.len()]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            };
+            written.bytes += n;
+            if n < want {
+                self.queue_from(segments, next, n, input, body)?;
+                // A short write means the socket buffer filled; confirm with the queue's own
+                // flush, which stops only at EAGAIN, so edge-triggered readiness is re-armed.
+                let more = self.flush(fd)?;
+                written.bytes += more.bytes;
+                written.blocked = more.blocked;
+                return Ok(written);
+            }
+            next += batch.len();
+        }
+        Ok(written)
+    }
+
+    fn send_one(&mut self, fd: RawFd, segment: &Segment, input: &[u8]) -> io::Result<Written> {
+        let bytes = Output::slice(segment, input);
+        let n = loop {
+            match sys::send(fd, bytes) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        if n == bytes.len() {
+            return Ok(Written { bytes: n, blocked: false });
+        }
+        self.queue_from(std::slice::from_ref(segment), 0, n, input, None)?;
+        let more = self.flush(fd)?;
+        Ok(Written { bytes: n + more.bytes, blocked: more.blocked })
+    }
+
+    /// Queue `segments[first..]` minus their first `skip` bytes, which the socket took.
+    fn queue_from(
+        &mut self,
+        segments: &[Segment],
+        first: usize,
+        mut skip: usize,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<()> {
+        for segment in &segments[first..] {
+            if let Segment::File(range) = segment {
+                let file = body.ok_or_else(no_body_file)?;
+                let skipped = range.start + skip as u64;
+                skip = skip.saturating_sub(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
+                self.push_file(file, skipped.min(range.end), range.end);
+                continue;
+            }
+            let len = Output::slice(segment, input).len();
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let bytes = match segment {
+                Segment::Input(range) => Bytes::copy_from_slice(&input[range.start + skip..range.end]),
+                Segment::Shared(shared) => shared.slice(skip..),
+                Segment::File(_) => unreachable!("handled above"),
+            };
+            skip = 0;
+            self.push(bytes);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn pair() -> (UnixStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    fn read_all(s: &mut UnixStream) -> Vec<u8> {
+        use std::io::Read;
+        let mut all = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn send_queues_exactly_what_the_socket_refused() {
+        let (a, mut b) = pair();
+        let input: Vec<u8> = (0..4 << 20).map(|i| (i % 251) as u8).collect();
+        let mut output = Output::default();
+        output.push_shared(Bytes::from_static(b"head:"));
+        output.push_input(0..input.len());
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &input, None).unwrap();
+        assert!(w.blocked, "4 MiB does not fit a unix socket buffer");
+        assert_eq!(w.bytes + queue.len(), 5 + input.len());
+        let mut received = read_all(&mut b);
+        while !queue.is_empty() {
+            queue.flush(a.as_raw_fd()).unwrap();
+            received.extend(read_all(&mut b));
+        }
+        assert_eq!(&received[..5], b"head:");
+        assert_eq!(&received[5..], &input[..]);
+    }
+
+    #[test]
+    fn single_segment_short_write_queues_the_rest() {
+        let (a, mut b) = pair();
+        let input: Vec<u8> = (0..4 << 20).map(|i| (i % 253) as u8).collect();
+        let mut output = Output::default();
+        output.push_input(0..input.len());
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &input, None).unwrap();
+        assert!(w.blocked);
+        assert_eq!(w.bytes + queue.len(), input.len());
+        let mut received = read_all(&mut b);
+        while !queue.is_empty() {
+            queue.flush(a.as_raw_fd()).unwrap();
+            received.extend(read_all(&mut b));
+        }
+        assert_eq!(received, input);
+    }
+
+    #[test]
+    fn many_segments_are_written_in_batches_in_order() {
+        let (a, mut b) = pair();
+        let mut output = Output::default();
+        for i in 0..200u8 {
+            output.push_shared(Bytes::from(vec![i; 3]));
+        }
+        let mut queue = OutQueue::default();
+        let w = queue.send(a.as_raw_fd(), &output, &[], None).unwrap();
+        assert_eq!(w, Written { bytes: 600, blocked: false });
+        let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
+        assert_eq!(read_all(&mut b), expected);
+    }
+}
