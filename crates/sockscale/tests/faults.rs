@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sockscale_server::{Model, Policy};
-use support::{assert_unanswered, pattern, read_some, reset, skip, unavailable, ServerProc, BIN};
+use support::{pattern, read_some, reset, skip, unanswered, unavailable, ServerProc, BIN};
 
 /// The impairment asked of netem, on both ends of the link.
 const NETEM: &[&str] = &["netem", "delay", "50ms", "10ms", "loss", "2%", "reorder", "25%", "50%"];
@@ -654,8 +654,11 @@ fn abort_storm_under_loss(model: &str) {
     // About 3 s of retransmissions before TCP gives up, instead of about 15 minutes.
     run("ip", &["netns", "exec", &link.ns, "sysctl", "-q", "-w", "net.ipv4.tcp_retries2=3"])
         .unwrap_or_else(|e| panic!("[{model}] cannot lower tcp_retries2 in the namespace: {e}"));
+    // Each connection's retransmission timeout follows its own RTT estimate, so under load
+    // (a debug build, other tests beside it) the 20 aborts can spread over seconds: 3 a second
+    // is a storm however they spread.
     let server =
-        start_in_namespace(&link, model, &["--proto", "echo", "--abort-storm", "10", "--abort-storm-resume", "3"]);
+        start_in_namespace(&link, model, &["--proto", "echo", "--abort-storm", "3", "--abort-storm-resume", "3"]);
     let mut kept: Vec<TcpStream> = (0..5).map(|_| connect(server.addr)).collect();
     for (i, s) in kept.iter_mut().enumerate() {
         s.write_all(&[i as u8]).expect("kept write");
@@ -682,7 +685,7 @@ fn abort_storm_under_loss(model: &str) {
         // Mid-transfer: the server has echoes in flight when the cable is pulled.
         std::thread::sleep(Duration::from_millis(400));
         link.blackout(true);
-        std::thread::sleep(Duration::from_secs(8));
+        std::thread::sleep(Duration::from_secs(12));
         link.blackout(false);
         for (writer, reader) in doomed {
             let _ = writer.join();
@@ -693,8 +696,10 @@ fn abort_storm_under_loss(model: &str) {
     // nothing serves it while 5 are established.
     let mut late = connect(server.addr);
     late.write_all(&[9]).expect("late write");
-    let storm = format!("[{model}] a new connection was served during the abort storm");
-    assert_unanswered(&mut late, Duration::from_millis(1500), &storm);
+    if let Err(read) = unanswered(&mut late, Duration::from_millis(1500)) {
+        let done = server.stop_within(Duration::from_secs(20));
+        panic!("[{model}] a new connection was served during the abort storm: {read}; {:?}", done.stdout.last());
+    }
     let mut byte = [0u8; 1];
     for (i, s) in kept.iter_mut().enumerate() {
         s.write_all(&[100 + i as u8]).expect("kept write after the storm");

@@ -430,14 +430,14 @@ pub fn reset(stream: TcpStream) {
     drop(stream);
 }
 
-/// Panic with `what` if anything arrives on `stream` within `wait`: the server is not serving
-/// it (an echo client that sent a byte waits in the backlog).
-pub fn assert_unanswered(stream: &mut TcpStream, wait: Duration, what: &str) {
+/// Ok if nothing arrives on `stream` within `wait`: the server is not serving it (an echo
+/// client that sent a byte waits in the backlog); else what the read returned.
+pub fn unanswered(stream: &mut TcpStream, wait: Duration) -> Result<(), String> {
     stream.set_read_timeout(Some(wait)).unwrap();
     let mut byte = [0u8; 1];
     match read_some(stream, &mut byte) {
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-        other => panic!("{what}: {other:?}"),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(()),
+        other => Err(format!("{other:?}")),
     }
 }
 
