@@ -300,6 +300,16 @@ pub fn figures(results: &Results) -> Vec<Figure> {
         caption: "Responses per second the load generator received for GET / of a 4,096-byte page, over each point's measured time, at each concurrency; nginx with one worker when it was installed. Errors and client-bound points are marked in the HTTP tables.".to_owned(),
         panels: vec![http_panel(true), http_panel(false)],
     });
+    // A panel with nothing to place (no model measured, or no HTTP point of that kind) is left
+    // out, and a figure left with no panel is not drawn: an empty axis says nothing, and
+    // plotters cannot lay out a bar axis of no bars.
+    for figure in &mut figures {
+        figure.panels.retain(|p| match &p.plot {
+            Plot::Bars { bars, .. } => !bars.is_empty(),
+            Plot::Lines { series, .. } => series.iter().any(|s| !s.points.is_empty()),
+        });
+    }
+    figures.retain(|f| !f.panels.is_empty());
     figures
 }
 
@@ -576,6 +586,9 @@ fn page(results: &Results, svgs: &[(String, String)]) -> String {
         }
     }
     body.push_str("<h2>Charts</h2>\n");
+    if svgs.is_empty() {
+        body.push_str("<p>No charts: no model was measured.</p>\n");
+    }
     for (caption, svg) in svgs {
         let inline = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
         let _ = writeln!(body, "<figure>{inline}<figcaption>{}</figcaption></figure>", escape(caption));
@@ -833,6 +846,27 @@ mod tests {
             assert!(std::fs::metadata(dir.join(file)).is_ok_and(|m| m.len() > 0), "{file}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A run stopped before its first model ends has nothing to chart: the page says so, and
+    /// drawing does not panic on an axis of no bars (it did, in a debug build).
+    #[test]
+    fn a_run_with_no_model_measured_draws_a_page_without_charts() {
+        let r = Results { interrupted: true, ..Results::default() };
+        assert!(figures(&r).is_empty(), "no figure of nothing");
+        let dir = std::env::temp_dir().join(format!("sockscale-report-empty-{}", std::process::id()));
+        let written = render(&r, &dir).expect("render");
+        assert_eq!(written, vec![dir.join("report.html")]);
+        let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+        assert!(html.contains("<p>No charts: no model was measured.</p>"), "{html}");
+        let _ = std::fs::remove_dir_all(&dir);
+        // Models measured but no HTTP point: the echo figures, no HTTP figure.
+        let r = Results {
+            models: vec![ModelResult { model: "epoll".into(), ..ModelResult::default() }],
+            ..Results::default()
+        };
+        let files: Vec<&str> = figures(&r).iter().map(|f| f.file).collect();
+        assert_eq!(files, ["throughput", "cpu", "memory_per_connection", "threads"]);
     }
 
     #[test]
