@@ -193,6 +193,7 @@ impl<'a> Hub<'a> {
 
     /// Close `conn` (dropping it closes the descriptor) and account for it.
     pub fn close(&self, conn: Conn, counters: &Counters, reason: CloseReason) {
+        self.stats.delist(std::os::fd::AsRawFd::as_raw_fd(&conn.fd));
         drop(conn);
         self.closed(counters, reason);
     }

@@ -13,8 +13,8 @@ use sockscale_proto::http::{HttpConfig, ResponseBody};
 use sockscale_sys as sys;
 
 use crate::body::BodyFile;
-use crate::model::Model;
-use crate::policy::StormConfig;
+use crate::model::{Model, Policy};
+use crate::policy::{ActiveConfig, StormConfig};
 
 /// What the server speaks.
 #[derive(Debug, Clone)]
@@ -103,6 +103,9 @@ pub struct Config {
     /// `--abort-storm RATE` and `--abort-storm-resume N`: pause accepting while connections
     /// are aborted faster than RATE a second, until fewer than N are established.
     pub abort_storm: Option<StormConfig>,
+    /// `--active-set N`, `--active-grace`, `--active-turn`: read from only N connections at a
+    /// time, in FIFO order (the seeds' high-throughput strategy).
+    pub active_set: Option<ActiveConfig>,
 }
 
 impl Default for Config {
@@ -136,6 +139,7 @@ impl Default for Config {
             shared_port: false,
             body_file: None,
             abort_storm: None,
+            active_set: None,
         }
     }
 }
@@ -154,6 +158,8 @@ pub enum ConfigError {
     NotForUdp { flag: &'static str },
     #[error("the HTTP body is {body} bytes from a file, and the open body file has {file:?}")]
     BodyFile { body: u64, file: Option<u64> },
+    #[error("--{flag} is not available with --model {model}: {why}")]
+    ModelCannot { flag: &'static str, model: &'static str, why: &'static str },
 }
 
 impl Config {
@@ -196,6 +202,27 @@ impl Config {
             }
             if self.service.is_udp() {
                 return Err(ConfigError::NotForUdp { flag: "abort-storm" });
+            }
+        }
+        if let Some(active) = self.active_set {
+            if active.size == 0 {
+                return Err(ConfigError::Zero { flag: "active-set" });
+            }
+            for (flag, value) in [("active-grace", active.grace), ("active-turn", active.turn)] {
+                if value.is_zero() {
+                    return Err(ConfigError::ZeroDuration { flag });
+                }
+            }
+            if self.service.is_udp() {
+                return Err(ConfigError::NotForUdp { flag: "active-set" });
+            }
+        }
+        for (flag, policy, asked) in [
+            ("active-set", Policy::ActiveSet, self.active_set.is_some()),
+            ("abort-storm-shed", Policy::StormShed, self.abort_storm.is_some_and(|s| s.shed)),
+        ] {
+            if let Some(why) = self.model.limitation(policy).filter(|_| asked) {
+                return Err(ConfigError::ModelCannot { flag, model: self.model.name(), why });
             }
         }
         for (flag, value) in [("first-data-timeout", self.first_data_timeout), ("defer-accept", self.defer_accept)] {

@@ -32,7 +32,7 @@ pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;
 pub use model::{Capabilities, Ceiling, Limitation, Model, Policy, ThreadShape};
-pub use policy::StormConfig;
+pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};

@@ -53,6 +53,10 @@ pub enum Policy {
     FileBody,
     /// Pause accepting in an abort storm (`--abort-storm`).
     AbortStorm,
+    /// Close the newest connections as an abort storm begins (`--abort-storm-shed`).
+    StormShed,
+    /// Read from only the first N connections, in FIFO order (`--active-set`).
+    ActiveSet,
 }
 
 /// How a model's threads are counted.
@@ -116,7 +120,12 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::PerConnection,
         thread_detail: "an acceptor, then a receive thread and a send thread per connection (`--stack-size`, default 64 KiB)",
         waits: "each thread waits in poll(2) on its socket, then makes blocking-style calls",
-        cannot: &[],
+        cannot: &[
+            Limitation {
+                policy: Policy::ActiveSet,
+                why: "a connection waiting for its place would still hold its two threads and their stacks: an active set would bound no memory and no operation",
+            },
+        ],
         limits: &[
             "two threads per connection, so the thread limits (RLIMIT_NPROC, kernel.threads-max, kernel.pid_max, the cgroup's pids.max) and 8 memory maps per connection (vm.max_map_count: about 8,000 connections a process at the default 65,530): past them, connections are refused and counted (`limit_threads`, `limit_memory_maps`)",
             "every wake-up is a context switch: more CPU per byte than the readiness models",
@@ -131,7 +140,12 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::Fixed,
         thread_detail: "an accept thread, a poller, `--threads` workers",
         waits: "a bounded ready queue; workers serve one round (read, answer, blocking send) per turn; a poller (epoll) watches idle connections and their timeouts",
-        cannot: &[],
+        cannot: &[
+            Limitation {
+                policy: Policy::ActiveSet,
+                why: "its `--threads` workers already bound the connections served at once, fed from one FIFO ready queue: the pool is its active set",
+            },
+        ],
         limits: &[
             "new connections are refused when the queue holds `--queue-depth` (128) × `--threads`",
             "a slow reader ties up a worker for up to `--send-timeout`",
@@ -157,7 +171,12 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::GrowsWithConnections,
         thread_detail: "an acceptor plus one thread per group of 64 connections",
         waits: "poll(2) per group, level-triggered; the acceptor hands connections over through an eventfd inbox",
-        cannot: &[],
+        cannot: &[
+            Limitation {
+                policy: Policy::ActiveSet,
+                why: "each group of 64 runs its own loop: an active set per group would bound nothing, and one across groups needs the acceptor to hand out places (not built)",
+            },
+        ],
         limits: &["threads grow with connections (782 at 50,000)"],
         ceiling: None,
     },
@@ -207,7 +226,12 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::GrowsWithConnections,
         thread_detail: "an acceptor plus one ring and thread per group of 64 connections",
         waits: "io_uring per group, fed by the acceptor through an eventfd inbox",
-        cannot: &[Limitation {
+        cannot: &[
+            Limitation {
+                policy: Policy::ActiveSet,
+                why: "each group of 64 runs its own ring: an active set per group would bound nothing, and one across groups needs the acceptor to hand out places (not built)",
+            },
+            Limitation {
             policy: Policy::Udp,
             why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
         }],
@@ -224,7 +248,12 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` tokio workers",
         waits: "tokio's epoll reactor; one task per connection, readiness then a non-blocking read into a pool buffer",
-        cannot: &[],
+        cannot: &[
+            Limitation {
+                policy: Policy::ActiveSet,
+                why: "not built yet: tokio's tasks would need a FIFO gate across the runtime's workers (its readiness reactor already holds no buffer per waiting connection)",
+            },
+        ],
         limits: &[
             "about 1.8 KiB of user memory per idle connection (task and readiness record), against ~0.3 KiB for epoll",
             "`--listener` does not apply to TCP: one accept task on one shared listener",
@@ -292,7 +321,7 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 10] = [
+    pub const ALL: [Policy; 12] = [
         Policy::IdleTimeout,
         Policy::FirstData,
         Policy::HeaderTimeout,
@@ -303,6 +332,8 @@ impl Policy {
         Policy::AcceptBackoff,
         Policy::FileBody,
         Policy::AbortStorm,
+        Policy::StormShed,
+        Policy::ActiveSet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -317,6 +348,8 @@ impl Policy {
             Policy::AcceptBackoff => "accept-backoff",
             Policy::FileBody => "sendfile",
             Policy::AbortStorm => "abort-storm",
+            Policy::StormShed => "abort-storm-shed",
+            Policy::ActiveSet => "active-set",
         }
     }
 }

@@ -4,7 +4,9 @@
 //! uncontended relaxed add. Readers sum the shards. The current-connection count is the one
 //! global counter, because `--max-conns` must compare against the whole process.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -195,6 +197,20 @@ pub struct Stats {
     limits: [AtomicU64; Limit::ALL.len()],
     /// `--abort-storm`: the process's one detector, fed by every close.
     storm: Option<StormGate>,
+    /// `--active-set`: connections waiting for a place now, and places given by rotation.
+    waiting: AtomicI64,
+    rotations: AtomicU64,
+}
+
+/// `--abort-storm-shed`: every open connection's descriptor in accept order, so that the
+/// newest can be shed. Engines enlist a connection once it is theirs and delist it before its
+/// descriptor closes, so every descriptor here is open and is the connection enlisted (a
+/// shed holds the lock while it shuts descriptors down; a close waits for it).
+#[derive(Debug, Default)]
+struct Roster {
+    next: u64,
+    by_order: BTreeMap<u64, RawFd>,
+    by_fd: HashMap<RawFd, u64>,
 }
 
 /// The abort-storm policy shared by every worker: aborts are rare, so a lock; acceptors read
@@ -205,15 +221,29 @@ struct StormGate {
     paused: AtomicBool,
     pauses: AtomicU64,
     resumes: AtomicU64,
+    /// Connections closed to bring the congestion down (`--abort-storm-shed`).
+    shed: AtomicU64,
+    /// With `--abort-storm-shed`.
+    roster: Option<Mutex<Roster>>,
 }
 
 impl StormGate {
     fn record(&self, event: Option<StormEvent>) {
         match event {
-            Some(StormEvent::Paused { aborts, open, resume_below }) => {
+            Some(StormEvent::Paused { aborts, open, resume_below, shed }) => {
                 self.paused.store(true, Relaxed);
                 self.pauses.fetch_add(1, Relaxed);
                 tracing::warn!(aborts, open, resume_below, "abort storm: {aborts} connections aborted within a second; accepting pauses until fewer than {resume_below} are established");
+                if shed {
+                    let done = self.shed_newest(resume_below);
+                    self.shed.fetch_add(done as u64, Relaxed);
+                    if done > 0 {
+                        tracing::warn!(
+                            shed = done,
+                            "abort storm: closing the {done} newest connections to bring the congestion down"
+                        );
+                    }
+                }
             }
             Some(StormEvent::Resumed { open }) => {
                 self.paused.store(false, Relaxed);
@@ -226,6 +256,28 @@ impl StormGate {
 
     fn policy(&self) -> std::sync::MutexGuard<'_, AbortStorm> {
         self.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn roster(&self) -> Option<std::sync::MutexGuard<'_, Roster>> {
+        Some(self.roster.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Shut the newest connections down (both ways) until `keep` are left: each engine then
+    /// sees its connection end as it would a client's close, on whichever thread serves it, and
+    /// closes it. Returns how many were shut down. Counted from the roster, not the open count:
+    /// a connection a thread is closing right now is no longer listed, though not yet counted
+    /// closed, and must not make an older one go in its stead.
+    fn shed_newest(&self, keep: usize) -> usize {
+        let Some(mut roster) = self.roster() else { return 0 };
+        let mut done = 0;
+        while roster.by_order.len() > keep {
+            let Some((_, fd)) = roster.by_order.pop_last() else { break };
+            roster.by_fd.remove(&fd);
+            // The roster's lock is held: the engine cannot close this descriptor meanwhile.
+            let _ = sockscale_sys::shutdown_both(fd);
+            done += 1;
+        }
+        done
     }
 }
 
@@ -245,8 +297,49 @@ impl Stats {
                 paused: AtomicBool::new(false),
                 pauses: AtomicU64::new(0),
                 resumes: AtomicU64::new(0),
+                shed: AtomicU64::new(0),
+                roster: cfg.shed.then(|| Mutex::new(Roster::default())),
             }),
+            waiting: AtomicI64::new(0),
+            rotations: AtomicU64::new(0),
         }
+    }
+
+    /// With `--abort-storm-shed`: connection `fd` is open and served (after it was admitted);
+    /// it may be shed from now until [`Stats::delist`].
+    pub fn enlist(&self, fd: RawFd) {
+        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
+        let order = roster.next;
+        roster.next += 1;
+        roster.by_order.insert(order, fd);
+        if let Some(stale) = roster.by_fd.insert(fd, order) {
+            // A descriptor closed without being delisted: an engine's bug, never shed a reuse.
+            roster.by_order.remove(&stale);
+            debug_assert!(false, "descriptor {fd} enlisted twice");
+        }
+    }
+
+    /// Whether connections are listed for shedding (`--abort-storm-shed`).
+    pub fn sheds(&self) -> bool {
+        self.storm.as_ref().is_some_and(|g| g.roster.is_some())
+    }
+
+    /// Connection `fd` is about to close its descriptor: it can no longer be shed.
+    pub fn delist(&self, fd: RawFd) {
+        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
+        if let Some(order) = roster.by_fd.remove(&fd) {
+            roster.by_order.remove(&order);
+        }
+    }
+
+    /// `--active-set`: `delta` connections started (+) or stopped (-) waiting for a place.
+    pub fn waiting_changed(&self, delta: i64) {
+        self.waiting.fetch_add(delta, Relaxed);
+    }
+
+    /// `--active-set`: `n` places were given by rotation (idleness or a turn's end).
+    pub fn rotated(&self, n: usize) {
+        self.rotations.fetch_add(n as u64, Relaxed);
     }
 
     /// A connection counted by `try_open` has closed for `reason`: counted in `counters`, and,
@@ -317,7 +410,10 @@ impl Stats {
         if let Some(gate) = &self.storm {
             s.storm_pauses = gate.pauses.load(Relaxed);
             s.storm_resumes = gate.resumes.load(Relaxed);
+            s.storm_shed = gate.shed.load(Relaxed);
         }
+        s.waiting = self.waiting.load(Relaxed).max(0) as u64;
+        s.active_rotations = self.rotations.load(Relaxed);
         for (total, count) in s.limits.iter_mut().zip(&self.limits) {
             *total = count.load(Relaxed);
         }
@@ -360,6 +456,12 @@ pub struct Snapshot {
     /// Abort storms that paused accepting, and the resumes after them (`--abort-storm`).
     pub storm_pauses: u64,
     pub storm_resumes: u64,
+    /// Connections closed as a storm began (`--abort-storm-shed`).
+    pub storm_shed: u64,
+    /// Connections held without a read posted, waiting for a place in the active set, now
+    /// (`--active-set`), and places given by rotation (idleness or a turn's end).
+    pub waiting: u64,
+    pub active_rotations: u64,
 }
 
 impl Snapshot {
@@ -423,6 +525,24 @@ impl Snapshot {
             "Resumes of accepting after an abort storm.",
             &one(self.storm_resumes),
         );
+        metric(
+            "storm_shed_total",
+            "counter",
+            "Connections closed as an abort storm began (--abort-storm-shed).",
+            &one(self.storm_shed),
+        );
+        metric(
+            "active_set_waiting",
+            "gauge",
+            "Connections held without a read, waiting for a place in the active set (--active-set).",
+            &one(self.waiting),
+        );
+        metric(
+            "active_set_rotations_total",
+            "counter",
+            "Places in the active set given by rotation: an idle connection or one whose turn ended.",
+            &one(self.active_rotations),
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -455,7 +575,11 @@ impl fmt::Display for Snapshot {
         for limit in Limit::ALL {
             write!(f, " limit_{}={}", limit.name(), self.limit(limit))?;
         }
-        write!(f, " storm_pauses={} storm_resumes={}", self.storm_pauses, self.storm_resumes)
+        write!(
+            f,
+            " storm_pauses={} storm_resumes={} storm_shed={} waiting={} active_rotations={}",
+            self.storm_pauses, self.storm_resumes, self.storm_shed, self.waiting, self.active_rotations
+        )
     }
 }
 

@@ -222,12 +222,15 @@ impl<S: Selector> Worker<'_, S> {
             }
         }
         self.next_generation = self.next_generation.wrapping_add(1);
+        let fd_raw = fd.as_raw_fd();
         let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
         conn.registered = Interest::READ;
         let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
         entry.insert(conn);
         self.counters.accepted();
+        self.stats.enlist(fd_raw);
+        self.enter_active_set(tok);
         // Data that arrived with the connection is read now rather than after another wait:
         // epoll reports it anyway, but level-triggered selectors would need a full turn.
         if !self.edge {

@@ -55,6 +55,9 @@ impl<S: Selector> Worker<'_, S> {
                     }
                     Ok(n) => {
                         self.counters.bytes_in(n);
+                        if let Some(set) = &mut self.active {
+                            set.on_input(&token, self.now);
+                        }
                         match conn.x.feed(fd, &mut self.kit, &buf[..n], self.now) {
                             Ok(Some(w)) => {
                                 if w.bytes > 0 {
@@ -166,12 +169,15 @@ impl<S: Selector> Worker<'_, S> {
         let Some(conn) = self.conns.try_remove(index) else {
             return;
         };
+        self.stats.delist(conn.fd.as_raw_fd());
         // Level-triggered selectors keep descriptor tables; epoll forgets a closed descriptor
         // by itself, so it is spared the syscall.
         if !self.edge {
             let _ = self.selector.deregister(conn.fd.as_raw_fd());
         }
+        let (tok, was_waiting) = (super::token(index, conn.generation), conn.x.policy.is_waiting());
         drop(conn);
+        self.leave_active_set(tok, was_waiting);
         self.stats.closed(self.counters, reason);
         // A descriptor is free again: a listener paused on EMFILE may take one more.
         self.resume_accepting(true);

@@ -28,7 +28,7 @@ use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 use crate::admission::LogLimiter;
 use crate::config::Config;
 use crate::conn::Kit;
-use crate::policy::{after, Limits};
+use crate::policy::{after, ActiveConfig, ActiveSet, Entry, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
@@ -68,6 +68,8 @@ pub struct WorkerParts<'a> {
     pub pool: &'a BufferPool,
     pub shutdown: Shutdown,
     pub source: Source,
+    /// This worker's share of `--active-set`.
+    pub active: Option<ActiveConfig>,
 }
 
 /// One thread's event loop over selector `S`.
@@ -98,6 +100,8 @@ pub struct Worker<'a, S: Selector> {
     limits: Limits,
     /// When to read the wall clock again (see `turn`).
     next_wall_check: Instant,
+    /// `--active-set`: which connections read, keyed by token.
+    active: Option<ActiveSet<u64>>,
 }
 
 impl<'a, S: Selector> Worker<'a, S> {
@@ -137,6 +141,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             refusal_log: LogLimiter::refusals(),
             limits: Limits::new(parts.cfg),
             next_wall_check: now,
+            active: parts.active.map(ActiveSet::new),
         })
     }
 
@@ -189,7 +194,8 @@ impl<'a, S: Selector> Worker<'a, S> {
             return Some(Duration::ZERO);
         }
         let mut wake_at = self.timers.next();
-        for candidate in [self.drain_deadline, self.accept_resumes_at()].into_iter().flatten() {
+        let review = self.active.as_ref().and_then(ActiveSet::next_review);
+        for candidate in [self.drain_deadline, self.accept_resumes_at(), review].into_iter().flatten() {
             wake_at = Some(wake_at.map_or(candidate, |at| at.min(candidate)));
         }
         // Round up so a timer is never woken for a microsecond early and left unfired.
@@ -237,6 +243,7 @@ impl<'a, S: Selector> Worker<'a, S> {
 
     fn fire_timers(&mut self) {
         self.resume_accepting(false);
+        self.review_active_set();
         while let Some((at, token)) = self.timers.pop_due(self.now) {
             let (index, generation) = split(token);
             let Some(conn) = self.conns.get_mut(index) else {
@@ -256,6 +263,60 @@ impl<'a, S: Selector> Worker<'a, S> {
             Phase::Draining | Phase::Forced if self.drain_deadline.is_some() => {}
             Phase::Draining | Phase::Forced => self.begin_drain(),
         }
+    }
+
+    /// `--active-set`: a new connection (token `tok`) takes a place or waits for one.
+    pub(super) fn enter_active_set(&mut self, tok: u64) {
+        let Some(set) = &mut self.active else { return };
+        if set.enter(tok, self.now) == Entry::Waiting {
+            if let Some(conn) = self.conns.get_mut(split(tok).0) {
+                conn.x.policy.set_waiting(true, self.now);
+            }
+            self.stats.waiting_changed(1);
+        }
+    }
+
+    /// `--active-set`: connection `tok` is closing; the first waiting one takes its place.
+    pub(super) fn leave_active_set(&mut self, tok: u64, was_waiting: bool) {
+        let Some(set) = &mut self.active else { return };
+        if was_waiting {
+            self.stats.waiting_changed(-1);
+        }
+        if let Some(next) = set.leave(&tok, self.now) {
+            self.start_reading(next);
+        }
+    }
+
+    /// Give places up to waiting connections when a review is due.
+    fn review_active_set(&mut self) {
+        let Some(set) = &mut self.active else { return };
+        if set.next_review().is_none_or(|at| self.now < at) {
+            return;
+        }
+        let swaps = set.review(self.now);
+        self.stats.rotated(swaps.stop.len());
+        for tok in swaps.stop {
+            if let Some(conn) = self.conns.get_mut(split(tok).0) {
+                conn.x.policy.set_waiting(true, self.now);
+                self.stats.waiting_changed(1);
+            }
+            // Level-triggered selectors stop watching its input.
+            self.settle(tok, false);
+        }
+        for tok in swaps.start {
+            self.start_reading(tok);
+        }
+    }
+
+    /// A waiting connection was given a place: read what it has sent.
+    fn start_reading(&mut self, tok: u64) {
+        let Some(conn) = self.conns.get_mut(split(tok).0) else { return };
+        conn.x.policy.set_waiting(false, self.now);
+        self.stats.waiting_changed(-1);
+        // Its input may have arrived while no read was posted: look, whatever the selector
+        // last said (a spurious read costs one EAGAIN).
+        conn.readable = true;
+        self.resume.push(tok);
     }
 
     /// Stop taking connections and let each one end at its next request boundary.
@@ -364,6 +425,7 @@ mod tests {
                 pool: &pool,
                 shutdown: Shutdown::new(),
                 source: Source::Inbox(inbox),
+                active: None,
             };
             let mut worker = Worker::new(Recording { edge, watched: watched.clone() }, parts).expect("worker");
             worker.take_inbox();

@@ -128,6 +128,9 @@ fn admit<'scope, 'env>(
     }
     let counters = hub.stats.shard(id);
     let link = Arc::new(Link::new(Conn::new(fd, admission.new_session(), Instant::now(), 0)));
+    let raw = link.fd;
+    // Before its threads start: the receive thread delists it before the descriptor closes.
+    hub.stats.enlist(raw);
     let key = links.insert(link.clone());
     let builder = || std::thread::Builder::new().stack_size(hub.cfg.stack_size);
 
@@ -138,6 +141,7 @@ fn admit<'scope, 'env>(
         builder().name("sockscale-recv".into()).spawn_scoped(scope, move || {
             let reason = receive(hub, &link, counters, sender);
             links.remove(key);
+            hub.stats.delist(raw);
             // The last reference (the send thread has exited): this closes the descriptor
             // before it is accounted for, so a paused acceptor woken by `closed` finds it free.
             drop(link);
@@ -149,6 +153,7 @@ fn admit<'scope, 'env>(
         Err(e) => {
             // EAGAIN: a threads limit, or no memory for a stack. The send thread, if it started,
             // exits; the descriptor closes when the last reference goes.
+            hub.stats.delist(raw);
             hub.unopen();
             if let Some(link) = links.remove(key) {
                 link.end();

@@ -72,6 +72,8 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             pool,
             shutdown: ctx.shutdown.clone(),
             source,
+            // Each worker owns the connections its listener hands it: each keeps a share.
+            active: cfg.active_set.map(|a| a.share(i, threads)),
         };
         workers.push(Worker::new(Epoll::new().map_err(io_err)?, parts).map_err(io_err)?);
     }

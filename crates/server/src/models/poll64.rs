@@ -172,6 +172,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             pool: &pool,
             shutdown: ctx.shutdown.clone(),
             source: Source::Udp(Box::new(UdpEcho::new(ctx.listen.shared()))),
+            active: None,
         };
         let worker = Worker::new(PollSelector::new(GROUP_SIZE), parts).map_err(io_err)?;
         ctx.ready();
@@ -192,6 +193,8 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 pool,
                 shutdown: shutdown.clone(),
                 source: Source::Inbox(group.inbox),
+                // Refused by the model's capability data: a set per group of 64 would be none.
+                active: None,
             };
             let worker = Worker::new(PollSelector::for_group(group.load), parts)?;
             let shutdown = shutdown.clone();

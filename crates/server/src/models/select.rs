@@ -230,6 +230,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         pool: &pool,
         shutdown: ctx.shutdown.clone(),
         source,
+        active: cfg.active_set,
     };
     let worker = Worker::new(Select::new(), parts).map_err(io_err)?;
     ctx.ready();

@@ -403,6 +403,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             pool,
             shutdown: ctx.shutdown.clone(),
             source,
+            active: ctx.cfg.active_set,
         };
         let worker = Worker::new(selector, parts).map_err(io_err)?;
         ctx.ready();

@@ -154,9 +154,13 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
     conn.readable = false;
+    // Before a worker can take it: workers delist it before its descriptor closes.
+    let raw = conn.fd.as_raw_fd();
+    hub.stats.enlist(raw);
     match queue.admit(conn) {
         Ok(()) => counters.accepted(),
         Err(conn) => {
+            hub.stats.delist(raw);
             hub.unopen();
             admission.refuse(hub, conn.fd.as_raw_fd(), Refusal::QueueFull { bound: queue.bound });
         }

@@ -85,6 +85,8 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 source,
                 entries: 1024,
                 group: None,
+                // Each worker owns the connections its listener hands it: each keeps a share.
+                active: cfg.active_set.map(|a| a.share(i, threads)),
             };
             let handle =
                 std::thread::Builder::new().name(format!("sockscale-uring-{i}")).spawn_scoped(scope, move || {

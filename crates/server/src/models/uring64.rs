@@ -78,6 +78,8 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                         source: UringSource::Inbox(inbox),
                         entries: 256,
                         group: Some(load),
+                        // Refused by the model's capability data: a set per group of 64 would be none.
+                        active: None,
                     };
                     let worker = match UringWorker::new(setup) {
                         Ok(worker) => worker,

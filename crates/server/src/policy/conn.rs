@@ -122,6 +122,9 @@ pub struct ConnPolicy {
     drain_until: Option<Instant>,
     /// When the connection was accepted, until its first bytes arrive.
     silent_since: Option<Instant>,
+    /// Waiting for a place in the active set (`--active-set`): not read from, and its idle and
+    /// first-data clocks stand still (the wait is the server's doing, not the client's).
+    waiting: bool,
 }
 
 impl ConnPolicy {
@@ -134,7 +137,24 @@ impl ConnPolicy {
             read_eof: false,
             drain_until: None,
             silent_since: Some(now),
+            waiting: false,
         }
+    }
+
+    /// The connection waits for a place in the active set from `now` (true), or has been given
+    /// one at `now` (false): its idle and first-data clocks start again from there.
+    pub fn set_waiting(&mut self, waiting: bool, now: Instant) {
+        if self.waiting && !waiting {
+            self.last_activity = now;
+            if self.silent_since.is_some() {
+                self.silent_since = Some(now);
+            }
+        }
+        self.waiting = waiting;
+    }
+
+    pub fn is_waiting(&self) -> bool {
+        self.waiting
     }
 
     /// Bytes arrived.
@@ -145,7 +165,15 @@ impl ConnPolicy {
 
     /// When a connection still silent must have sent its first bytes, if that is asked.
     fn first_data_due(&self, limits: &Limits) -> Option<Instant> {
+        if self.waiting {
+            return None;
+        }
         Some(after(self.silent_since?, limits.first_data_timeout?))
+    }
+
+    /// When the connection is idle too long, unless it is waiting for a place.
+    fn idle_due(&self, limits: &Limits) -> Option<Instant> {
+        (!self.waiting).then(|| after(self.last_activity, limits.idle_timeout))
     }
 
     /// The socket took `bytes` of output.
@@ -189,9 +217,11 @@ impl ConnPolicy {
 
     /// May the connection read now? Not after EOF or a closing verdict, not while its output
     /// is over a cap (a client that does not read must not make the server buffer without
-    /// bound), not between requests while draining.
+    /// bound), not between requests while draining, not while it waits for a place in the
+    /// active set.
     pub fn may_read(&self, pending: Pending, between_requests: bool, limits: &Limits) -> bool {
-        let stopped = self.read_eof
+        let stopped = self.waiting
+            || self.read_eof
             || self.closing.is_some()
             || pending.is_over(limits)
             || pending.file_bytes > 0
@@ -242,10 +272,12 @@ impl ConnPolicy {
             self.stalled_since.map(|t| after(t, send)),
             self.first_data_due(limits),
             self.drain_until,
+            self.idle_due(limits),
         ]
         .into_iter()
         .flatten()
-        .fold(after(self.last_activity, limits.idle_timeout), Instant::min)
+        // Nothing due (a waiting connection with no output): wake in a century.
+        .fold(after(self.last_activity, Duration::MAX), Instant::min)
     }
 
     /// The deadline that has passed at `now`, if any, in the one order every engine applies:
@@ -261,7 +293,7 @@ impl ConnPolicy {
             CloseReason::FirstData
         } else if protocol_due {
             return Some(Expired { reason: CloseReason::HeaderTimeout, answer: true });
-        } else if after(self.last_activity, limits.idle_timeout) <= now {
+        } else if self.idle_due(limits).is_some_and(|at| at <= now) {
             CloseReason::Idle
         } else if self.drain_until.is_some_and(|at| at <= now) {
             CloseReason::Shutdown
@@ -363,6 +395,32 @@ mod tests {
         let mut closing = ConnPolicy::new(t0);
         assert!(!closing.on_verdict(Verdict::Close(Closing::Done)));
         assert!(!closing.may_read(Pending::default(), false, &l));
+    }
+
+    /// A connection waiting for a place in the active set reads nothing, and is neither idle
+    /// nor silent by the client's fault: its clocks start when it is given a place.
+    #[test]
+    fn a_waiting_connection_reads_nothing_and_its_idle_and_first_data_clocks_stand_still() {
+        let t0 = Instant::now();
+        let l = Limits { first_data_timeout: Some(secs(5)), ..limits() };
+        let mut p = ConnPolicy::new(t0);
+        p.set_waiting(true, t0);
+        assert!(!p.may_read(Pending::default(), true, &l));
+        assert_eq!(p.expired(t0 + secs(3600), &l, false), None, "an hour waiting is no timeout");
+        assert!(p.deadline(&l, None) > t0 + secs(365 * 24 * 3600), "nothing to wake for");
+        assert_eq!(p.finished(Pending::default(), true), None, "waiting is not finished");
+        let t1 = t0 + secs(3600);
+        p.set_waiting(false, t1);
+        assert!(p.may_read(Pending::default(), true, &l));
+        assert_eq!(p.deadline(&l, None), t1 + secs(5), "first data is due 5 s after the place is given");
+        assert_eq!(p.expired(t1 + secs(5), &l, false).map(|e| e.reason), Some(CloseReason::FirstData));
+        p.on_received(t1 + secs(1));
+        assert_eq!(p.expired(t1 + secs(61), &l, false).map(|e| e.reason), Some(CloseReason::Idle));
+        // The drain closes a waiting connection between requests, as any other.
+        let mut w = ConnPolicy::new(t0);
+        w.set_waiting(true, t0);
+        w.begin_drain(t0 + secs(5));
+        assert_eq!(w.finished(Pending::default(), true), Some(CloseReason::Shutdown));
     }
 
     #[test]

@@ -22,13 +22,16 @@
 //! | pausing accept(2) on EMFILE/ENFILE/ENOBUFS/ENOMEM, and resuming | [`AcceptBackoff`] |
 //! | admitting a connection whose threads' memory maps still fit under vm.max_map_count | [`MapBudget`] |
 //! | pausing accepting in an abort storm (`--abort-storm`), and resuming below its threshold | [`AbortStorm`] |
+//! | which connections read at all (`--active-set`, `--active-grace`, `--active-turn`): the first N in FIFO order, rotating on close, idleness and turns | [`ActiveSet`], [`ConnPolicy::set_waiting`] |
 
 mod accept;
+mod active;
 mod conn;
 mod storm;
 mod threads;
 
 pub use accept::{AcceptBackoff, AcceptStep};
+pub use active::{ActiveConfig, ActiveSet, Entry};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 pub use storm::{AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;

@@ -16,13 +16,18 @@ pub struct StormConfig {
     /// Resume accepting once fewer than this many connections are established; None: three
     /// quarters of the number when the storm began.
     pub resume_below: Option<usize>,
+    /// `--abort-storm-shed`: as a storm begins, close the newest connections down to the
+    /// threshold (seed 004: closing some connections brings the congestion down, so that the
+    /// others can be served, rather than losing many more to aborts).
+    pub shed: bool,
 }
 
 /// A change of state, for the server to count and log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StormEvent {
     /// Accepting stops until fewer than `resume_below` connections are established.
-    Paused { aborts: u32, open: usize, resume_below: usize },
+    /// `shed`: close the newest connections until `resume_below` are left (`--abort-storm-shed`).
+    Paused { aborts: u32, open: usize, resume_below: usize, shed: bool },
     /// Accepting goes on.
     Resumed { open: usize },
 }
@@ -83,7 +88,7 @@ impl AbortStorm {
         }
         let resume_below = self.cfg.resume_below.unwrap_or(open * 3 / 4).max(1);
         self.paused = Some(resume_below);
-        Some(StormEvent::Paused { aborts, open, resume_below })
+        Some(StormEvent::Paused { aborts, open, resume_below, shed: self.cfg.shed })
     }
 
     /// `open` connections are established now (one closed, or an acceptor looks again):
@@ -110,7 +115,7 @@ mod tests {
     #[test]
     fn a_rate_of_aborts_within_one_second_pauses_and_fewer_do_not() {
         let t0 = Instant::now();
-        let mut storm = AbortStorm::new(StormConfig { rate: 5, resume_below: None }, t0);
+        let mut storm = AbortStorm::new(StormConfig { rate: 5, resume_below: None, shed: false }, t0);
         // Four aborts a second, spread out: never a storm.
         for i in 0..20 {
             assert_eq!(storm.on_abort(t0 + ms(250 * i), 100), None, "abort {i}");
@@ -121,7 +126,7 @@ mod tests {
         }
         assert_eq!(
             storm.on_abort(t1 + ms(900), 80),
-            Some(StormEvent::Paused { aborts: 5, open: 80, resume_below: 60 }),
+            Some(StormEvent::Paused { aborts: 5, open: 80, resume_below: 60, shed: false }),
             "the fifth within the second"
         );
         assert!(storm.is_paused());
@@ -129,9 +134,21 @@ mod tests {
     }
 
     #[test]
+    fn shedding_closes_the_newest_down_to_the_threshold() {
+        let t0 = Instant::now();
+        let mut storm = AbortStorm::new(StormConfig { rate: 2, resume_below: None, shed: true }, t0);
+        storm.on_abort(t0, 101);
+        assert_eq!(
+            storm.on_abort(t0, 100),
+            Some(StormEvent::Paused { aborts: 2, open: 100, resume_below: 75, shed: true }),
+            "shed down to the threshold: a quarter by default"
+        );
+    }
+
+    #[test]
     fn old_aborts_leave_the_window() {
         let t0 = Instant::now();
-        let mut storm = AbortStorm::new(StormConfig { rate: 3, resume_below: Some(10) }, t0);
+        let mut storm = AbortStorm::new(StormConfig { rate: 3, resume_below: Some(10), shed: false }, t0);
         storm.on_abort(t0, 50);
         storm.on_abort(t0 + ms(100), 50);
         assert_eq!(storm.aborts_in_last_second(t0 + ms(100)), 2);
@@ -142,7 +159,7 @@ mod tests {
     #[test]
     fn accepting_resumes_below_the_threshold_by_itself() {
         let t0 = Instant::now();
-        let mut storm = AbortStorm::new(StormConfig { rate: 2, resume_below: Some(10) }, t0);
+        let mut storm = AbortStorm::new(StormConfig { rate: 2, resume_below: Some(10), shed: false }, t0);
         storm.on_abort(t0, 20);
         assert!(matches!(storm.on_abort(t0, 19), Some(StormEvent::Paused { resume_below: 10, .. })));
         assert_eq!(storm.on_open_count(10), None, "at the threshold is not below it");
@@ -154,8 +171,11 @@ mod tests {
     #[test]
     fn the_default_threshold_is_three_quarters_and_at_least_one() {
         let t0 = Instant::now();
-        let mut storm = AbortStorm::new(StormConfig { rate: 1, resume_below: None }, t0);
-        assert_eq!(storm.on_abort(t0, 0), Some(StormEvent::Paused { aborts: 1, open: 0, resume_below: 1 }));
+        let mut storm = AbortStorm::new(StormConfig { rate: 1, resume_below: None, shed: false }, t0);
+        assert_eq!(
+            storm.on_abort(t0, 0),
+            Some(StormEvent::Paused { aborts: 1, open: 0, resume_below: 1, shed: false })
+        );
         assert_eq!(storm.on_open_count(0), Some(StormEvent::Resumed { open: 0 }), "nothing left: resume");
     }
 }

@@ -18,6 +18,7 @@ use super::worker::UringWorker;
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile};
 use crate::conn::closed_by_error;
+use crate::policy::Entry;
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
 
@@ -30,8 +31,50 @@ impl UringWorker<'_> {
         }
         let generation = self.next_generation();
         let session = self.engine.new_session();
+        let raw = fd.as_raw_fd();
         let index = self.conns.insert(UConn::new(fd, session, generation, self.now));
         self.counters.accepted();
+        self.stats.enlist(raw);
+        let token = (u64::from(generation) << 32) | index as u64;
+        if let Some(set) = &mut self.active {
+            if set.enter(token, self.now) == Entry::Waiting {
+                if let Some(conn) = self.conns.get_mut(index) {
+                    conn.policy.set_waiting(true, self.now);
+                }
+                self.stats.waiting_changed(1);
+            }
+        }
+        self.settle(index, generation, false);
+    }
+
+    /// Give places in the active set up to waiting connections when a review is due: the ones
+    /// that stop have their receive cancelled, the ones that start get one.
+    pub(super) fn review_active_set(&mut self) {
+        let Some(set) = &mut self.active else { return };
+        if set.next_review().is_none_or(|at| self.now < at) {
+            return;
+        }
+        let swaps = set.review(self.now);
+        self.stats.rotated(swaps.stop.len());
+        for token in swaps.stop {
+            let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+            if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
+                conn.policy.set_waiting(true, self.now);
+                self.stats.waiting_changed(1);
+            }
+            self.settle(index, generation, false);
+        }
+        for token in swaps.start {
+            self.start_reading(token);
+        }
+    }
+
+    /// A waiting connection was given a place: post its receive.
+    fn start_reading(&mut self, token: u64) {
+        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
+        conn.policy.set_waiting(false, self.now);
+        self.stats.waiting_changed(-1);
         self.settle(index, generation, false);
     }
 
@@ -81,6 +124,9 @@ impl UringWorker<'_> {
         };
         let n = result as usize;
         conn.policy.on_received(self.now);
+        if let Some(set) = &mut self.active {
+            set.on_input(&((u64::from(generation) << 32) | index as u64), self.now);
+        }
         self.counters.bytes_in(n);
         if conn.policy.is_closing() {
             // The protocol has ended the exchange; a multishot receive may still deliver what
@@ -283,6 +329,9 @@ impl UringWorker<'_> {
         }
         conn.closed = true;
         conn.clear_queue();
+        // Before anything could close the descriptor: a shed must not reach a reused one.
+        self.stats.delist(conn.fd.as_raw_fd());
+        let (token, was_waiting) = ((u64::from(conn.generation) << 32) | index as u64, conn.policy.is_waiting());
         // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
         let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
         let cancel = conn.recv_armed && !conn.recv_cancelling;
@@ -293,6 +342,14 @@ impl UringWorker<'_> {
         self.resume_accepting(true);
         if cancel {
             self.cancel_recv(index);
+        }
+        if let Some(set) = &mut self.active {
+            if was_waiting {
+                self.stats.waiting_changed(-1);
+            }
+            if let Some(next) = set.leave(&token, self.now) {
+                self.start_reading(next);
+            }
         }
         self.reclaim(index);
     }

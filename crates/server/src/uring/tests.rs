@@ -66,6 +66,7 @@ fn a_failed_submit_loses_no_operation() {
                 source: UringSource::Listener(socket),
                 entries: 4,
                 group: None,
+                active: None,
             };
             let mut worker = UringWorker::new(setup).expect("a ring");
             worker.fail_submits = FAILURES;

@@ -20,7 +20,7 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
-use crate::policy::{after, AcceptBackoff, Limits};
+use crate::policy::{after, AcceptBackoff, ActiveConfig, ActiveSet, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{CloseReason, Counters, Stats};
@@ -50,6 +50,8 @@ pub struct WorkerSetup<'a> {
     /// The group this worker serves, when connections come in groups (uring64): a closed
     /// connection gives its slot back.
     pub group: Option<Arc<GroupLoad>>,
+    /// This worker's share of `--active-set`.
+    pub active: Option<ActiveConfig>,
 }
 
 pub struct UringWorker<'a> {
@@ -103,6 +105,8 @@ pub struct UringWorker<'a> {
     /// fail with EBUSY.
     #[cfg(test)]
     pub(super) fail_submits: u32,
+    /// `--active-set`: which connections have a receive posted, keyed by token.
+    pub(super) active: Option<ActiveSet<u64>>,
 }
 
 impl<'a> UringWorker<'a> {
@@ -154,6 +158,7 @@ impl<'a> UringWorker<'a> {
             submit_error_logged: false,
             #[cfg(test)]
             fail_submits: 0,
+            active: setup.active.map(ActiveSet::new),
         };
         worker.arm_wake();
         worker.arm_source();
@@ -208,7 +213,8 @@ impl<'a> UringWorker<'a> {
 
     fn wait_timeout(&self) -> Duration {
         let mut at = self.timers.next();
-        for candidate in [self.drain_deadline, self.backoff.paused_until()].into_iter().flatten() {
+        let review = self.active.as_ref().and_then(ActiveSet::next_review);
+        for candidate in [self.drain_deadline, self.backoff.paused_until(), review].into_iter().flatten() {
             at = Some(at.map_or(candidate, |a| a.min(candidate)));
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
@@ -542,6 +548,7 @@ impl<'a> UringWorker<'a> {
     }
 
     fn fire_timers(&mut self) {
+        self.review_active_set();
         while let Some((at, token)) = self.timers.pop_due(self.now) {
             let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
             let Some(conn) = self.conns.get_mut(index) else { continue };

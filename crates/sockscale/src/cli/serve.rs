@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
-use sockscale_server::{BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig};
+use sockscale_server::{
+    ActiveConfig, BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
+};
 
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -118,6 +120,23 @@ pub struct ServeArgs {
     /// [default: three quarters of the number when the storm began]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Connections")]
     pub abort_storm_resume: Option<u64>,
+    /// With --abort-storm: as a storm begins, also close the newest connections down to the
+    /// resume threshold (seed 004), counted as storm_shed
+    #[arg(long, help_heading = "Connections")]
+    pub abort_storm_shed: bool,
+    /// The seeds' high-throughput strategy: read from (and so serve) only N connections at a
+    /// time, in FIFO order; the rest are held, with no read posted, until one of the N closes,
+    /// idles past --active-grace or has had --active-turn [default: off]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Connections")]
+    pub active_set: Option<u64>,
+    /// With --active-set: an active connection that has sent nothing this long gives its place
+    /// to the next waiting one
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = "Connections")]
+    pub active_grace: Duration,
+    /// With --active-set: an active connection that has held its place this long while others
+    /// wait queues again at the back, so no waiting connection starves
+    #[arg(long, default_value = "1", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = "Connections")]
+    pub active_turn: Duration,
     /// Bytes read from one connection before yielding to the others (fairness)
     #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Connections")]
     pub read_budget: usize,
@@ -229,10 +248,18 @@ impl ServeArgs {
             first_data_timeout: self.first_data_timeout,
             defer_accept: self.defer_accept,
             abort_storm: match (self.abort_storm, self.abort_storm_resume) {
-                (Some(rate), resume) => Some(StormConfig { rate, resume_below: resume.map(|n| n as usize) }),
+                (Some(rate), resume) => {
+                    Some(StormConfig { rate, resume_below: resume.map(|n| n as usize), shed: self.abort_storm_shed })
+                }
+                (None, _) if self.abort_storm_shed => anyhow::bail!("--abort-storm-shed needs --abort-storm RATE"),
                 (None, Some(_)) => anyhow::bail!("--abort-storm-resume needs --abort-storm RATE"),
                 (None, None) => None,
             },
+            active_set: self.active_set.map(|n| ActiveConfig {
+                size: usize::try_from(n).unwrap_or(usize::MAX),
+                grace: self.active_grace,
+                turn: self.active_turn,
+            }),
             max_pending_send: self.max_pending_send,
             send_timeout: self.send_timeout,
             buffer_size: self.buffer_size,

@@ -95,9 +95,12 @@ impl ServerProc {
     pub fn start_limited(model: &str, args: &[&str], nofile: Option<u64>) -> ServerProc {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--model", model, "--listen", "127.0.0.1:0", "--threads", "2"])
-            .args(args)
-            .env("RUST_LOG", "warn");
+        cmd.args(["serve", "--model", model, "--listen", "127.0.0.1:0"]);
+        // Two workers unless the case chooses.
+        if !args.contains(&"--threads") {
+            cmd.args(["--threads", "2"]);
+        }
+        cmd.args(args).env("RUST_LOG", "warn");
         if let Some(limit) = nofile {
             // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
             unsafe {

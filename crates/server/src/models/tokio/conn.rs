@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::tokio::io::Interest;
@@ -16,12 +17,24 @@ use sockscale_sys as sys;
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::conn::{closed_by_error, Exchange, Written};
 use crate::policy::{ReadNext, ReadRound};
-use crate::stats::CloseReason;
+use crate::stats::{CloseReason, Stats};
 
 /// One connection's state between awaits.
 pub(super) struct Conn {
     stream: TcpStream,
     x: Exchange,
+    /// With `--abort-storm-shed`, the stats whose roster lists this connection: delisted when
+    /// the connection drops, however its task ends (a cancelled or panicked task included),
+    /// before the stream closes the descriptor.
+    listed: Option<Arc<Stats>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(stats) = self.listed.take() {
+            stats.delist(self.stream.as_raw_fd());
+        }
+    }
 }
 
 /// What one read turn achieved.
@@ -45,8 +58,14 @@ pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: wa
 }
 
 impl Conn {
-    pub(super) fn new(stream: TcpStream, session: Session) -> Self {
-        Conn { stream, x: Exchange::new(session, Instant::now()) }
+    /// A connection of `stats`' process, listed for shedding (`--abort-storm-shed`) until it
+    /// drops.
+    pub(super) fn new(stream: TcpStream, session: Session, stats: &Arc<Stats>) -> Self {
+        let listed = stats.sheds().then(|| {
+            stats.enlist(stream.as_raw_fd());
+            stats.clone()
+        });
+        Conn { stream, x: Exchange::new(session, Instant::now()), listed }
     }
 
     /// Serve until a policy, the protocol, the peer or the shutdown ends the connection.

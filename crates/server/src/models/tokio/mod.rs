@@ -443,7 +443,7 @@ fn admit(
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
-    ::tokio::spawn(conn_task(Conn::new(stream, session), guard, stage.clone()));
+    ::tokio::spawn(conn_task(Conn::new(stream, session, &shared.stats), guard, stage.clone()));
 }
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
