@@ -248,12 +248,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` tokio workers",
         waits: "tokio's epoll reactor; one task per connection, readiness then a non-blocking read into a pool buffer",
-        cannot: &[
-            Limitation {
-                policy: Policy::ActiveSet,
-                why: "not built yet: tokio's tasks would need a FIFO gate across the runtime's workers (its readiness reactor already holds no buffer per waiting connection)",
-            },
-        ],
+        cannot: &[],
         limits: &[
             "about 1.8 KiB of user memory per idle connection (task and readiness record), against ~0.3 KiB for epoll",
             "`--listener` does not apply to TCP: one accept task on one shared listener",

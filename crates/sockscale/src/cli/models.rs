@@ -297,6 +297,7 @@ mod tests {
         for model in Model::ALL {
             assert!(md.contains(&format!("| `{}`", model.name())), "{md}");
         }
-        assert!(help_line(Model::Uring64.capabilities()).contains("cannot: udp"));
+        let uring64 = help_line(Model::Uring64.capabilities());
+        assert!(uring64.contains("; cannot: active-set (") && uring64.contains("), udp (a UDP socket"), "{uring64}");
     }
 }

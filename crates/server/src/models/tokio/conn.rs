@@ -14,6 +14,7 @@ use ::tokio::sync::watch;
 use sockscale_proto::Session;
 use sockscale_sys as sys;
 
+use super::active::Seat;
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::conn::{closed_by_error, Exchange, Written};
 use crate::policy::{ReadNext, ReadRound};
@@ -27,6 +28,8 @@ pub(super) struct Conn {
     /// the connection drops, however its task ends (a cancelled or panicked task included),
     /// before the stream closes the descriptor.
     listed: Option<Arc<Stats>>,
+    /// `--active-set`: this connection's place (dropped with the connection, handing it on).
+    seat: Option<Seat>,
 }
 
 impl Drop for Conn {
@@ -60,12 +63,16 @@ pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: wa
 impl Conn {
     /// A connection of `stats`' process, listed for shedding (`--abort-storm-shed`) until it
     /// drops.
-    pub(super) fn new(stream: TcpStream, session: Session, stats: &Arc<Stats>) -> Self {
+    pub(super) fn new(stream: TcpStream, session: Session, stats: &Arc<Stats>, seat: Option<Seat>) -> Self {
         let listed = stats.sheds().then(|| {
             stats.enlist(stream.as_raw_fd());
             stats.clone()
         });
-        Conn { stream, x: Exchange::new(session, Instant::now()), listed }
+        let mut x = Exchange::new(session, Instant::now());
+        if seat.as_ref().is_some_and(|s| s.place.is_waiting()) {
+            x.policy.set_waiting(true, Instant::now());
+        }
+        Conn { stream, x, listed, seat }
     }
 
     /// Serve until a policy, the protocol, the peer or the shutdown ends the connection.
@@ -84,6 +91,12 @@ impl Conn {
         let mut progressed = false;
         loop {
             let now = Instant::now();
+            // The gate may have given this connection a place, or taken it.
+            if let Some(waiting) = self.seat.as_ref().map(|s| s.place.is_waiting()) {
+                if waiting != self.x.policy.is_waiting() {
+                    self.x.policy.set_waiting(waiting, now);
+                }
+            }
             if let Err(reason) = self.x.settle(now, progressed, limits) {
                 return reason;
             }
@@ -100,6 +113,7 @@ impl Conn {
                 (false, true) => Some(Interest::WRITABLE),
                 (false, false) => None,
             };
+            let place = self.seat.as_ref().map(|s| s.place.clone());
             ::tokio::select! {
                 biased;
                 changed = stage.changed(), if watching => match changed {
@@ -111,6 +125,13 @@ impl Conn {
                     // The publisher is gone only as the runtime shuts down; stop listening.
                     Err(_) => watching = false,
                 },
+                // `--active-set`: the gate gave this connection a place or took it.
+                () = async {
+                    match &place {
+                        Some(place) => place.changed.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 () = &mut timer => {
                     let now = Instant::now();
                     if let Some(reason) = self.on_deadline(shared, now) {
@@ -195,6 +216,9 @@ impl Conn {
         let limits = &shared.limits;
         let counters = counters(shared);
         let mut turn = ReadTurn { progressed: false, budget_spent: false, no_buffer: false };
+        if let Some(seat) = &self.seat {
+            seat.on_input(Instant::now());
+        }
         let Some(mut buf) = shared.pool.take(counters) else {
             turn.no_buffer = true;
             return Ok(turn);

@@ -52,6 +52,7 @@
 //! - `--max-outstanding-sends` concerns the completion models only.
 
 use std::cell::{Cell, RefCell};
+mod active;
 mod conn;
 
 use std::io;
@@ -79,6 +80,7 @@ use crate::stats::{CloseReason, Counters, Stats};
 use crate::udp::UdpEcho;
 use crate::ServerError;
 
+use active::ActiveGate;
 use conn::{conn_task, Conn};
 
 /// How long the model waits past the drain deadline for connection tasks that have not closed
@@ -118,6 +120,8 @@ struct Shared {
     /// Set when `run` gives up on the tasks still open after the drain; a connection task
     /// dropped before that was not cancelled but panicked.
     abandoning: AtomicBool,
+    /// `--active-set`: one FIFO set across the runtime.
+    active: Option<Arc<ActiveGate>>,
 }
 
 /// The shutdown phase as tasks see it, with the drain deadline fixed once for everyone.
@@ -157,6 +161,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         accept_paused: AtomicBool::new(false),
         freed: Notify::new(),
         abandoning: AtomicBool::new(false),
+        active: cfg.active_set.map(|a| Arc::new(ActiveGate::new(a, ctx.stats.clone()))),
     });
     let next_shard = Arc::new(AtomicUsize::new(0));
     let runtime = ::tokio::runtime::Builder::new_multi_thread()
@@ -202,6 +207,8 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
         sources.spawn(accept_loop(listener, shared.clone(), stage_rx.clone(), done_tx.clone()));
     }
     drop(done_tx);
+    // Dropped with the runtime: it ends only when the server does.
+    let reviews = shared.active.clone().map(|gate| ::tokio::spawn(gate.review_loop()));
     ctx.shutdown.register(waker);
     let watcher = ::tokio::spawn(watch_shutdown(waker_fd, ctx.shutdown.clone(), stage_tx, cfg.drain_timeout));
     ctx.ready();
@@ -232,6 +239,9 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     }
     shared.abandoning.store(true, Ordering::SeqCst);
     watcher.abort();
+    if let Some(reviews) = reviews {
+        reviews.abort();
+    }
     match failure {
         None => Ok(()),
         Some(e) => Err(io_err(io::Error::other(format!("a task panicked: {e}")))),
@@ -443,7 +453,8 @@ fn admit(
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
-    ::tokio::spawn(conn_task(Conn::new(stream, session, &shared.stats), guard, stage.clone()));
+    let seat = shared.active.as_ref().map(|gate| gate.enter(Instant::now()));
+    ::tokio::spawn(conn_task(Conn::new(stream, session, &shared.stats, seat), guard, stage.clone()));
 }
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
@@ -655,6 +666,7 @@ mod tests {
             accept_paused: AtomicBool::new(false),
             freed: Notify::new(),
             abandoning: AtomicBool::new(false),
+            active: None,
         };
         let echo = shared(Protocol::Echo);
         let http = shared(Protocol::Http(Arc::new(HttpConfig::default())));

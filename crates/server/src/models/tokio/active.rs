@@ -1,0 +1,132 @@
+//! `--active-set` on tokio: one FIFO set for the whole runtime. The policy is the shared
+//! [`ActiveSet`]; this is only who is told, and how: each connection task holds a [`Seat`]
+//! whose place flag the gate flips and whose `Notify` wakes the task to act on it, and one
+//! review task gives places up on time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ::tokio::sync::Notify;
+
+use crate::policy::{ActiveConfig, ActiveSet, Entry};
+use crate::stats::Stats;
+
+/// One connection's place, as its task sees it.
+#[derive(Debug, Default)]
+pub(super) struct Place {
+    waiting: AtomicBool,
+    /// Signalled whenever `waiting` changes; a permit is kept if the task is not waiting yet.
+    pub(super) changed: Notify,
+}
+
+impl Place {
+    pub(super) fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    fn set(&self, waiting: bool) {
+        self.waiting.store(waiting, Ordering::Release);
+        self.changed.notify_one();
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    set: ActiveSet<u64>,
+    places: HashMap<u64, Arc<Place>>,
+    next_id: u64,
+}
+
+/// The runtime's one active set.
+#[derive(Debug)]
+pub(super) struct ActiveGate {
+    state: Mutex<State>,
+    stats: Arc<Stats>,
+    cfg: ActiveConfig,
+}
+
+/// A connection's membership: leaves the set (handing its place on) when dropped, however the
+/// task ends.
+#[derive(Debug)]
+pub(super) struct Seat {
+    gate: Arc<ActiveGate>,
+    id: u64,
+    pub(super) place: Arc<Place>,
+}
+
+impl ActiveGate {
+    pub(super) fn new(cfg: ActiveConfig, stats: Arc<Stats>) -> Self {
+        let state = State { set: ActiveSet::new(cfg), places: HashMap::new(), next_id: 0 };
+        ActiveGate { state: Mutex::new(state), stats, cfg }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new connection takes a place or waits for one.
+    pub(super) fn enter(self: &Arc<Self>, now: Instant) -> Seat {
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        let place = Arc::new(Place::default());
+        if state.set.enter(id, now) == Entry::Waiting {
+            place.waiting.store(true, Ordering::Release);
+            self.stats.waiting_changed(1);
+        }
+        state.places.insert(id, place.clone());
+        Seat { gate: self.clone(), id, place }
+    }
+
+    /// The review task: give places up on time, until the runtime drops it.
+    pub(super) async fn review_loop(self: Arc<Self>) {
+        let every = self.cfg.review_every();
+        loop {
+            ::tokio::time::sleep(every).await;
+            let now = Instant::now();
+            let mut state = self.lock();
+            if state.set.next_review().is_none_or(|at| now < at) {
+                continue;
+            }
+            let swaps = state.set.review(now);
+            self.stats.rotated(swaps.stop.len());
+            for id in &swaps.stop {
+                if let Some(place) = state.places.get(id) {
+                    place.set(true);
+                    self.stats.waiting_changed(1);
+                }
+            }
+            for id in &swaps.start {
+                if let Some(place) = state.places.get(id) {
+                    place.set(false);
+                    self.stats.waiting_changed(-1);
+                }
+            }
+        }
+    }
+}
+
+impl Seat {
+    /// Input arrived at `now`.
+    pub(super) fn on_input(&self, now: Instant) {
+        self.gate.lock().set.on_input(&self.id, now);
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut state = self.gate.lock();
+        state.places.remove(&self.id);
+        if self.place.is_waiting() {
+            self.gate.stats.waiting_changed(-1);
+        }
+        if let Some(next) = state.set.leave(&self.id, Instant::now()) {
+            if let Some(place) = state.places.get(&next) {
+                place.set(false);
+                self.gate.stats.waiting_changed(-1);
+            }
+        }
+    }
+}
