@@ -96,6 +96,9 @@ pub fn close_reason(err: &io::Error) -> CloseReason {
     }
 }
 
+/// `ConnPolicy::waiting_idle_ms` of a connection that is not waiting.
+const NOT_WAITING: u32 = u32::MAX;
+
 /// A deadline that fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
@@ -123,8 +126,12 @@ pub struct ConnPolicy {
     /// When the connection was accepted, until its first bytes arrive.
     silent_since: Option<Instant>,
     /// Waiting for a place in the active set (`--active-set`): not read from, and its idle and
-    /// first-data clocks stand still (the wait is the server's doing, not the client's).
-    waiting: bool,
+    /// first-data clocks stand still (the wait is the server's doing, and what the client sends
+    /// meanwhile is not read). Holds how long the connection had been idle when it began to
+    /// wait, in milliseconds (a silent connection's first-data clock reads the same: nothing was
+    /// received, so nothing was sent); [`NOT_WAITING`] when it is not waiting. A bare u32, not
+    /// an Option, so that an idle connection stays within its memory budget.
+    waiting_idle_ms: u32,
 }
 
 impl ConnPolicy {
@@ -137,24 +144,33 @@ impl ConnPolicy {
             read_eof: false,
             drain_until: None,
             silent_since: Some(now),
-            waiting: false,
+            waiting_idle_ms: NOT_WAITING,
         }
     }
 
     /// The connection waits for a place in the active set from `now` (true), or has been given
-    /// one at `now` (false): its idle and first-data clocks start again from there.
+    /// one at `now` (false). Its idle and first-data clocks resume where they stood: the time
+    /// spent waiting is left out, so a client silent while it held a place is still closed once
+    /// the timeout's worth of such time has passed.
     pub fn set_waiting(&mut self, waiting: bool, now: Instant) {
-        if self.waiting && !waiting {
-            self.last_activity = now;
-            if self.silent_since.is_some() {
-                self.silent_since = Some(now);
+        match (self.is_waiting(), waiting) {
+            (false, true) => {
+                let idle = now.saturating_duration_since(self.last_activity).as_millis();
+                self.waiting_idle_ms = u32::try_from(idle).unwrap_or(u32::MAX).min(NOT_WAITING - 1);
             }
+            (true, false) => {
+                let idle = Duration::from_millis(u64::from(self.waiting_idle_ms));
+                let resumed = now.checked_sub(idle).unwrap_or(now);
+                self.last_activity = resumed;
+                self.silent_since = self.silent_since.map(|_| resumed);
+                self.waiting_idle_ms = NOT_WAITING;
+            }
+            _ => {}
         }
-        self.waiting = waiting;
     }
 
     pub fn is_waiting(&self) -> bool {
-        self.waiting
+        self.waiting_idle_ms != NOT_WAITING
     }
 
     /// Bytes arrived.
@@ -165,7 +181,7 @@ impl ConnPolicy {
 
     /// When a connection still silent must have sent its first bytes, if that is asked.
     fn first_data_due(&self, limits: &Limits) -> Option<Instant> {
-        if self.waiting {
+        if self.is_waiting() {
             return None;
         }
         Some(after(self.silent_since?, limits.first_data_timeout?))
@@ -173,7 +189,7 @@ impl ConnPolicy {
 
     /// When the connection is idle too long, unless it is waiting for a place.
     fn idle_due(&self, limits: &Limits) -> Option<Instant> {
-        (!self.waiting).then(|| after(self.last_activity, limits.idle_timeout))
+        (!self.is_waiting()).then(|| after(self.last_activity, limits.idle_timeout))
     }
 
     /// The socket took `bytes` of output.
@@ -220,7 +236,7 @@ impl ConnPolicy {
     /// bound), not between requests while draining, not while it waits for a place in the
     /// active set.
     pub fn may_read(&self, pending: Pending, between_requests: bool, limits: &Limits) -> bool {
-        let stopped = self.waiting
+        let stopped = self.is_waiting()
             || self.read_eof
             || self.closing.is_some()
             || pending.is_over(limits)
@@ -416,6 +432,14 @@ mod tests {
         assert_eq!(p.expired(t1 + secs(5), &l, false).map(|e| e.reason), Some(CloseReason::FirstData));
         p.on_received(t1 + secs(1));
         assert_eq!(p.expired(t1 + secs(61), &l, false).map(|e| e.reason), Some(CloseReason::Idle));
+        // Silent while it held a place, 40 s; then 100 s waiting; then 20 s more holding one: the
+        // idle timeout (60 s) counts the 40 + 20, not the wait.
+        let mut q = ConnPolicy::new(t0);
+        q.on_received(t0);
+        q.set_waiting(true, t0 + secs(40));
+        q.set_waiting(false, t0 + secs(140));
+        assert_eq!(q.expired(t0 + secs(159), &l, false), None);
+        assert_eq!(q.expired(t0 + secs(160), &l, false).map(|e| e.reason), Some(CloseReason::Idle));
         // The drain closes a waiting connection between requests, as any other.
         let mut w = ConnPolicy::new(t0);
         w.set_waiting(true, t0);
