@@ -15,8 +15,10 @@ pub mod pattern;
 pub mod rate;
 pub mod report;
 pub mod run;
+pub mod segment;
 pub mod source;
 
 pub use config::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress};
 pub use report::Report;
 pub use run::{preflight, run, LoadError};
+pub use segment::Segment;

@@ -31,6 +31,8 @@ pub enum ReportError {
     Format { path: String, reason: String },
     #[error("cannot merge reports of different modes ({0} and {1})")]
     Mode(String, String),
+    #[error("cannot merge: {0}")]
+    Segments(String),
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -309,6 +311,10 @@ pub struct Report {
     /// made); absent when it ran to its end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_early: Option<EndedEarly>,
+    /// The agent's part of a run split with `--segment I/N`; absent for a whole run (and in a
+    /// merge of every segment, which is the whole run again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<crate::Segment>,
 }
 
 /// Why a run ended before its -d or -n.
@@ -345,6 +351,47 @@ impl std::fmt::Display for EndedEarly {
 
 pub const SCHEMA: u32 = 1;
 
+/// Reports of a segmented run (`--segment I/N`) belong together only if every one is a segment
+/// of the same N, each index appears once, none is missing, and they ran the same workload
+/// against the same target. Reports without segments (side by side runs, `--procs` children)
+/// are not checked.
+fn check_segments(reports: &[Report]) -> Result<(), ReportError> {
+    let Some(first) = reports.iter().find_map(|r| r.segment) else { return Ok(()) };
+    let fail = |why: String| Err(ReportError::Segments(why));
+    let count = first.count;
+    let mut seen = vec![false; count as usize];
+    for (i, r) in reports.iter().enumerate() {
+        let Some(s) = r.segment else {
+            return fail(format!("report {} is a whole run, the others segments of {count}", i + 1));
+        };
+        if s.count != count {
+            return fail(format!("report {} is segment {s}, the others of {count}", i + 1));
+        }
+        if std::mem::replace(&mut seen[s.index as usize], true) {
+            return fail(format!("segment {s} is given twice (report {})", i + 1));
+        }
+        if r.mode != reports[0].mode || r.target != reports[0].target {
+            return fail(format!(
+                "report {} ran {} against {}, report 1 {} against {}",
+                i + 1,
+                r.mode,
+                r.target,
+                reports[0].mode,
+                reports[0].target
+            ));
+        }
+        if r.run_options() != reports[0].run_options() {
+            return fail(format!("report {} (segment {s}) ran with other options than report 1", i + 1));
+        }
+    }
+    let missing: Vec<String> =
+        seen.iter().enumerate().filter(|(_, s)| !**s).map(|(i, _)| format!("{i}/{count}")).collect();
+    if !missing.is_empty() {
+        return fail(format!("segment {} missing: merge all {count} segments of the run", missing.join(", ")));
+    }
+    Ok(())
+}
+
 impl Report {
     pub fn compute_rates(&mut self) {
         let d = self.duration_s.max(1e-9);
@@ -378,10 +425,12 @@ impl Report {
     /// Merge reports of runs that ran side by side (processes, machines): counters and
     /// histograms add, the duration is the longest.
     pub fn merge(reports: &[Report]) -> Result<Report, ReportError> {
+        check_segments(reports)?;
         let mut merged = reports.first().cloned().unwrap_or_default();
         if reports.is_empty() {
             return Ok(merged);
         }
+        merged.segment = None;
         let mut latency =
             merged.latency.histogram().map_err(|reason| ReportError::Format { path: "report 1".into(), reason })?;
         let mut connect = merged
@@ -426,6 +475,16 @@ impl Report {
         merged.connect_latency = Latency::from_histogram(&connect);
         merged.compute_rates();
         Ok(merged)
+    }
+
+    /// The options that describe the whole run: everything but how this process was started
+    /// (its segment, its --json path).
+    fn run_options(&self) -> serde_json::Value {
+        let mut options = self.options.clone();
+        if let Some(map) = options.as_object_mut() {
+            map.remove("segment");
+        }
+        options
     }
 
     /// Everything that failed: errors of every class, and UDP datagrams lost.

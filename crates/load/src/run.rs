@@ -263,6 +263,7 @@ fn assemble(
         },
         rates: Default::default(),
         ended_early: None,
+        segment: None,
     };
     report.compute_rates();
     report

@@ -243,6 +243,63 @@ fn merge_adds_histograms() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--segment I/N`: three agents (one taking its index from JOB_COMPLETION_INDEX, as a
+/// Kubernetes Indexed Job's pods do) split 7 connections and 701 requests exactly (3+2+2,
+/// 234+234+233); their merge counts what one process running the whole workload counts. A
+/// merge missing a segment, or holding one twice, is refused in one line.
+#[test]
+fn segments_of_one_run_add_up_and_merge_like_the_whole() {
+    let server = ServerProc::start("epoll", &["--proto", "echo"]);
+    let addr = server.addr.to_string();
+    let dir: PathBuf = std::env::temp_dir().join(format!("sockscale-segments-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let workload = ["load", "echo", &addr, "-c", "7", "-n", "701", "-t", "1", "-l", "64"];
+    let agents: Vec<(PathBuf, std::process::Child)> = (0..3)
+        .map(|i| {
+            let path = dir.join(format!("agent-{i}.json"));
+            let mut cmd = Command::new(BIN);
+            cmd.args(workload).arg("--json").arg(&path).stdout(std::process::Stdio::null());
+            if i == 2 {
+                cmd.args(["--segment", "auto/3"]).env("JOB_COMPLETION_INDEX", "2");
+            } else {
+                cmd.args(["--segment", &format!("{i}/3")]).env_remove("JOB_COMPLETION_INDEX");
+            }
+            (path, cmd.spawn().unwrap())
+        })
+        .collect();
+    let mut files = Vec::new();
+    for (i, (path, mut child)) in agents.into_iter().enumerate() {
+        assert!(child.wait().unwrap().success(), "agent {i}");
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(r["segment"], serde_json::json!({ "index": i, "count": 3 }), "{r}");
+        assert_eq!(n(&r, "connections.connected"), [3, 2, 2][i], "agent {i}");
+        assert_eq!(n(&r, "requests.completed"), [234, 234, 233][i], "agent {i}");
+        files.push(path);
+    }
+    let merged = dir.join("merged.json");
+    let out = Command::new(BIN).args(["load", "merge"]).args(&files).arg("--json").arg(&merged).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    let whole = load(&workload[1..]);
+    for field in
+        ["connections.connected", "connections.attempted", "requests.sent", "requests.completed", "latency.count"]
+    {
+        assert_eq!(n(&m, field), n(&whole, field), "{field}");
+    }
+    assert!(m.get("segment").is_none(), "the merge of every segment is the whole run: {m}");
+    for (files, why) in [
+        (vec![&files[0], &files[1]], "segment 2/3 missing"),
+        (vec![&files[0], &files[1], &files[1], &files[2]], "segment 1/3 is given twice"),
+    ] {
+        let out = Command::new(BIN).args(["load", "merge"]).args(files).output().unwrap();
+        assert!(!out.status.success(), "{why}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(why), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn errors_are_one_line_with_a_non_zero_exit() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

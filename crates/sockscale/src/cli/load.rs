@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use sockscale_load::report::EndedEarly;
-use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress, Report};
+use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress, Report, Segment};
 use sockscale_server::TerminationSignals;
 
 use crate::cli::procs;
@@ -104,6 +104,12 @@ pub struct Common {
     /// Exit 0 even when errors were counted (they are still counted and reported)
     #[arg(long)]
     pub allow_errors: bool,
+    /// Run segment I of N of a run split across N agents (machines, pods): this agent's share
+    /// of the connections and of -n, in proportion its share of -R and --connect-rate, so that
+    /// the N shares add up to exactly the whole; `load merge` joins the N reports. `auto/N`
+    /// takes I from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job)
+    #[arg(long, value_name = "I/N")]
+    pub segment: Option<Segment>,
     /// Internal: this process is slot K of N of a --procs run
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
@@ -217,6 +223,12 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         })?;
         sockscale_load::run(cfg, &stop)?
     };
+    let mut report = report;
+    if common.proc_slot.is_none() {
+        // The agent's report says which part of the run it is (a --procs child's is a part of
+        // that part, merged by its parent).
+        report.segment = common.segment;
+    }
     let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
     if let Some(sink) = json {
         sink.write(&report)?;
@@ -385,15 +397,29 @@ fn slot(common: &Common) -> Result<Option<(usize, usize)>> {
     Ok(Some(parsed))
 }
 
-/// This process's share of the run: (connections, first connection number, requests, rate).
-fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>)> {
+/// This process's share of the run: (connections, first connection number, requests, rate,
+/// connect rate). The agent's segment first (`--segment`), then this process's slot of it
+/// (`--procs`); connection numbers stay those of the whole run.
+fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>, Option<f64>)> {
+    let segment = common.segment.unwrap_or(Segment::WHOLE);
+    let total = common.conns as u64;
+    let mine = segment.range(total);
+    let conns = mine.end - mine.start;
+    let requests = common.requests.map(|n| segment.part(n));
+    let rate = common.total_rate.map(|r| segment.rate(r, total));
+    let connect_rate = common.connect_rate.map(|r| segment.rate(r, total));
     let Some((k, n)) = slot(common)? else {
-        return Ok((common.conns, 0, common.requests, common.total_rate));
+        return Ok((conns as usize, mine.start, requests, rate, connect_rate));
     };
-    let part = |total: u64| total / n as u64 + u64::from((k as u64) < total % n as u64);
-    let first =
-        (0..k).map(|i| common.conns as u64 / n as u64 + u64::from((i as u64) < common.conns as u64 % n as u64)).sum();
-    Ok((part(common.conns as u64) as usize, first, common.requests.map(part), common.total_rate.map(|r| r / n as f64)))
+    let slot = Segment { index: k as u32, count: n as u32 };
+    let part = slot.range(conns);
+    Ok((
+        (part.end - part.start) as usize,
+        mine.start + part.start,
+        requests.map(|q| slot.part(q)),
+        rate.map(|r| r / n as f64),
+        connect_rate.map(|r| r / n as f64),
+    ))
 }
 
 fn base_config(
@@ -403,7 +429,31 @@ fn base_config(
     target: String,
     options: serde_json::Value,
 ) -> Result<LoadConfig> {
-    // Every process of a --procs run needs a connection and, with -n, a request.
+    // Every agent of a segmented run, and every process of a --procs run, needs a
+    // connection and, with -n, a request.
+    if let Some(segment) = common.segment {
+        if (common.conns as u64) < u64::from(segment.count) {
+            bail!(
+                "-c {} is fewer than the {} segments of --segment {segment}: each agent needs a connection",
+                common.conns,
+                segment.count
+            );
+        }
+        if let Some(n) = common.requests.filter(|&n| n < u64::from(segment.count)) {
+            bail!(
+                "-n {n} is fewer than the {} segments of --segment {segment}: each agent needs a request",
+                segment.count
+            );
+        }
+        let conns = segment.part(common.conns as u64);
+        if conns < common.procs as u64 {
+            bail!(
+                "segment {segment} has {conns} of the {} connections, fewer than --procs {}: use --procs {conns} or fewer",
+                common.conns,
+                common.procs
+            );
+        }
+    }
     if common.conns < common.procs {
         bail!(
             "-c {} is fewer than --procs {}: each process needs a connection; use --procs {} or fewer",
@@ -415,7 +465,7 @@ fn base_config(
     if let Some(n) = common.requests.filter(|&n| n < common.procs as u64) {
         bail!("-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer", common.procs);
     }
-    let (conns, first_conn, requests, total_rate) = share(common)?;
+    let (conns, first_conn, requests, total_rate, connect_rate) = share(common)?;
     let duration = match (common.duration, common.requests) {
         (None, None) => Some(Duration::from_secs(10)),
         (d, _) => d,
@@ -432,7 +482,7 @@ fn base_config(
         requests,
         depth: 1,
         block: common.block,
-        connect_rate: common.connect_rate.map(|r| r / common.procs as f64),
+        connect_rate,
         block_byte_rate: None,
         total_rate,
         nodelay: true,
@@ -461,6 +511,7 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "connect_rate": common.connect_rate,
         "source": common.source.as_ref().map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>()),
         "procs": common.procs,
+        "segment": common.segment.map(|s| s.to_string()),
         "connect_timeout_s": common.connect_timeout.as_secs_f64(),
         "connect_retries": common.connect_retries,
         "timeout_s": common.reply_timeout.as_secs_f64(),
