@@ -397,10 +397,19 @@ fn slot(common: &Common) -> Result<Option<(usize, usize)>> {
     Ok(Some(parsed))
 }
 
-/// This process's share of the run: (connections, first connection number, requests, rate,
-/// connect rate). The agent's segment first (`--segment`), then this process's slot of it
-/// (`--procs`); connection numbers stay those of the whole run.
-fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>, Option<f64>)> {
+/// This process's share of a run.
+struct Share {
+    conns: usize,
+    /// The number of its first connection in the whole run.
+    first_conn: u64,
+    requests: Option<u64>,
+    total_rate: Option<f64>,
+    connect_rate: Option<f64>,
+}
+
+/// This process's share of the run: the agent's segment first (`--segment`), then this
+/// process's slot of it (`--procs`); connection numbers stay those of the whole run.
+fn share(common: &Common) -> Result<Share> {
     let segment = common.segment.unwrap_or(Segment::WHOLE);
     let total = common.conns as u64;
     let mine = segment.range(total);
@@ -409,17 +418,17 @@ fn share(common: &Common) -> Result<(usize, u64, Option<u64>, Option<f64>, Optio
     let rate = common.total_rate.map(|r| segment.rate(r, total));
     let connect_rate = common.connect_rate.map(|r| segment.rate(r, total));
     let Some((k, n)) = slot(common)? else {
-        return Ok((conns as usize, mine.start, requests, rate, connect_rate));
+        return Ok(Share { conns: conns as usize, first_conn: mine.start, requests, total_rate: rate, connect_rate });
     };
     let slot = Segment { index: k as u32, count: n as u32 };
     let part = slot.range(conns);
-    Ok((
-        (part.end - part.start) as usize,
-        mine.start + part.start,
-        requests.map(|q| slot.part(q)),
-        rate.map(|r| r / n as f64),
-        connect_rate.map(|r| r / n as f64),
-    ))
+    Ok(Share {
+        conns: (part.end - part.start) as usize,
+        first_conn: mine.start + part.start,
+        requests: requests.map(|q| slot.part(q)),
+        total_rate: rate.map(|r| r / n as f64),
+        connect_rate: connect_rate.map(|r| r / n as f64),
+    })
 }
 
 fn base_config(
@@ -465,7 +474,7 @@ fn base_config(
     if let Some(n) = common.requests.filter(|&n| n < common.procs as u64) {
         bail!("-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer", common.procs);
     }
-    let (conns, first_conn, requests, total_rate, connect_rate) = share(common)?;
+    let Share { conns, first_conn, requests, total_rate, connect_rate } = share(common)?;
     let duration = match (common.duration, common.requests) {
         (None, None) => Some(Duration::from_secs(10)),
         (d, _) => d,
