@@ -315,7 +315,47 @@ pub struct Report {
     /// merge of every segment, which is the whole run again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment: Option<crate::Segment>,
+    /// The machine that ran it (for a merge of segments, see `agents`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// When the measured phase ran, in Unix seconds; in a merge, the window common to every
+    /// report. Absent in reports from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// A merge of segments: every agent's segment, host, window and CPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<Agent>,
 }
+
+/// When a run's measured phase began and ended, and when it was asked to begin.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Window {
+    /// `--start-at`, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_unix_s: Option<f64>,
+    pub started_unix_s: f64,
+    pub ended_unix_s: f64,
+}
+
+impl Window {
+    /// How long after `--start-at` the run began (negative: before it); None without one.
+    pub fn late_s(&self) -> Option<f64> {
+        Some(self.started_unix_s - self.start_at_unix_s?)
+    }
+}
+
+/// One agent of a segmented run, as its own report said.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Agent {
+    pub segment: Option<crate::Segment>,
+    pub host: Option<String>,
+    pub window: Option<Window>,
+    pub cpu: Cpu,
+    pub completed: u64,
+}
+
+/// An agent that began more than this after `--start-at` is named in the merged summary.
+pub const LATE_START_S: f64 = 0.1;
 
 /// Why a run ended before its -d or -n.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -431,6 +471,38 @@ impl Report {
             return Ok(merged);
         }
         merged.segment = None;
+        if reports.iter().any(|r| r.segment.is_some()) {
+            merged.agents = reports
+                .iter()
+                .map(|r| Agent {
+                    segment: r.segment,
+                    host: r.host.clone(),
+                    window: r.window,
+                    cpu: r.cpu.clone(),
+                    completed: r.requests.completed,
+                })
+                .collect();
+            merged.agents.sort_by_key(|a| a.segment.map(|s| s.index));
+            merged.host = None;
+        }
+        // The window every report was measuring in: from the last start to the first end.
+        if let Some(windows) = reports.iter().map(|r| r.window).collect::<Option<Vec<Window>>>() {
+            let started = windows.iter().map(|w| w.started_unix_s).fold(f64::MIN, f64::max);
+            let ended = windows.iter().map(|w| w.ended_unix_s).fold(f64::MAX, f64::min);
+            if merged.segment.is_none() && reports.iter().any(|r| r.segment.is_some()) && started >= ended {
+                return Err(ReportError::Segments(format!(
+                    "the segments' measured windows do not overlap (the last began {:.1} s after the first ended): start them together, with --start-at",
+                    started - ended
+                )));
+            }
+            merged.window = Some(Window {
+                start_at_unix_s: windows[0].start_at_unix_s,
+                started_unix_s: started,
+                ended_unix_s: ended,
+            });
+        } else {
+            merged.window = None;
+        }
         let mut latency =
             merged.latency.histogram().map_err(|reason| ReportError::Format { path: "report 1".into(), reason })?;
         let mut connect = merged
@@ -521,6 +593,23 @@ impl Report {
             "{} load on {}: {:.2} s, {} process(es), {} thread(s)",
             self.mode, self.target, self.duration_s, self.procs, self.threads
         );
+        for agent in &self.agents {
+            let late = agent.window.and_then(|w| w.late_s());
+            let _ = writeln!(
+                s,
+                "  agent {} on {}: {} completed, {:.2} s CPU{}{}",
+                agent.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
+                agent.host.as_deref().unwrap_or("an unnamed host"),
+                agent.completed,
+                agent.cpu.total_s(),
+                late.map_or_else(String::new, |l| format!(", began {:+.3} s from --start-at", l)),
+                if late.is_some_and(|l| l > LATE_START_S) {
+                    " (late: its window is shorter than the others')"
+                } else {
+                    ""
+                },
+            );
+        }
         if let Some(why) = &self.ended_early {
             let _ = writeln!(s, "  ended early  {why}");
         }

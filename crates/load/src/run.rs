@@ -10,7 +10,7 @@ use crate::config::{LoadConfig, LoadConfigError, Mode, Progress};
 use crate::engine::{Engine, Live, Shared, ThreadResult};
 use crate::limits::{self, Demand, LimitError};
 use crate::pattern::Pattern;
-use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, Report, Requests, SCHEMA};
+use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, Report, Requests, Window, SCHEMA};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -41,6 +41,7 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     let threads = cfg.threads.min(cfg.conns).max(1);
     let cpu_before = sockscale_sys::cpu_times().unwrap_or_default();
     let start = Instant::now();
+    let started_unix_s = unix_now();
     let shared = Shared {
         pattern: Pattern::default(),
         requests,
@@ -78,6 +79,8 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     let elapsed = start.elapsed();
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
     let mut report = assemble(&shared, threads, results, elapsed, cpu_before, cpu_after);
+    report.window =
+        Some(Window { start_at_unix_s: None, started_unix_s, ended_unix_s: started_unix_s + elapsed.as_secs_f64() });
     if let Some(reason) = shared.gave_up.get() {
         let waited_s = shared.cfg.connect_timeout.as_secs_f64();
         if report.connections.connected == 0 {
@@ -264,7 +267,21 @@ fn assemble(
         rates: Default::default(),
         ended_early: None,
         segment: None,
+        host: host_name(),
+        window: None,
+        agents: Vec::new(),
     };
     report.compute_rates();
     report
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// This machine's name, as the kernel has it (a pod's name under Kubernetes).
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_owned()).filter(|n| !n.is_empty())
 }

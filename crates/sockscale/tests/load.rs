@@ -254,11 +254,14 @@ fn segments_of_one_run_add_up_and_merge_like_the_whole() {
     let dir: PathBuf = std::env::temp_dir().join(format!("sockscale-segments-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let workload = ["load", "echo", &addr, "-c", "7", "-n", "701", "-t", "1", "-l", "64"];
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let start_at = format!("{:.3}", now + 1.5);
     let agents: Vec<(PathBuf, std::process::Child)> = (0..3)
         .map(|i| {
             let path = dir.join(format!("agent-{i}.json"));
             let mut cmd = Command::new(BIN);
-            cmd.args(workload).arg("--json").arg(&path).stdout(std::process::Stdio::null());
+            cmd.args(workload).args(["--start-at", &start_at]).arg("--json").arg(&path);
+            cmd.stdout(std::process::Stdio::null());
             if i == 2 {
                 cmd.args(["--segment", "auto/3"]).env("JOB_COMPLETION_INDEX", "2");
             } else {
@@ -274,6 +277,9 @@ fn segments_of_one_run_add_up_and_merge_like_the_whole() {
         assert_eq!(r["segment"], serde_json::json!({ "index": i, "count": 3 }), "{r}");
         assert_eq!(n(&r, "connections.connected"), [3, 2, 2][i], "agent {i}");
         assert_eq!(n(&r, "requests.completed"), [234, 234, 233][i], "agent {i}");
+        // Each began at --start-at, give or take a process's wake-up.
+        let late = r["window"]["started_unix_s"].as_f64().unwrap() - r["window"]["start_at_unix_s"].as_f64().unwrap();
+        assert!((-0.001..0.5).contains(&late), "agent {i} began {late} s from --start-at");
         files.push(path);
     }
     let merged = dir.join("merged.json");
@@ -287,6 +293,40 @@ fn segments_of_one_run_add_up_and_merge_like_the_whole() {
         assert_eq!(n(&m, field), n(&whole, field), "{field}");
     }
     assert!(m.get("segment").is_none(), "the merge of every segment is the whole run: {m}");
+    let agents = m["agents"].as_array().expect("every agent");
+    assert_eq!(agents.iter().map(|a| a["completed"].as_u64().unwrap()).collect::<Vec<_>>(), [234, 234, 233]);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("agent 2/3 on ") && summary.contains("from --start-at"), "{summary}");
+    // Agents run one after another, with no common start: their windows do not overlap.
+    let apart: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let path = dir.join(format!("apart-{i}.json"));
+            let st = Command::new(BIN)
+                .args([
+                    "load",
+                    "echo",
+                    &addr,
+                    "-c",
+                    "2",
+                    "-n",
+                    "20",
+                    "-t",
+                    "1",
+                    "--segment",
+                    &format!("{i}/2"),
+                    "--json",
+                ])
+                .arg(&path)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            path
+        })
+        .collect();
+    let out = Command::new(BIN).args(["load", "merge"]).args(&apart).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("do not overlap") && err.lines().count() == 1, "{err}");
     for (files, why) in [
         (vec![&files[0], &files[1]], "segment 2/3 missing"),
         (vec![&files[0], &files[1], &files[1], &files[2]], "segment 1/3 is given twice"),

@@ -110,6 +110,11 @@ pub struct Common {
     /// takes I from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job)
     #[arg(long, value_name = "I/N")]
     pub segment: Option<Segment>,
+    /// Begin at this instant (RFC 3339, e.g. 2026-11-23T22:30:00Z, or Unix seconds), so that
+    /// the agents of a segmented run measure the same window; the report says how far from it
+    /// this one began. Connections are made after it, as without it
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    pub start_at: Option<std::time::SystemTime>,
     /// Internal: this process is slot K of N of a --procs run
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
@@ -221,7 +226,14 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         })?;
-        sockscale_load::run(cfg, &stop)?
+        if let Some(at) = common.start_at {
+            wait_until(at, &stop);
+        }
+        let mut report = sockscale_load::run(cfg, &stop)?;
+        if let (Some(at), Some(window)) = (common.start_at, report.window.as_mut()) {
+            window.start_at_unix_s = Some(unix_seconds(at));
+        }
+        report
     };
     let mut report = report;
     if common.proc_slot.is_none() {
@@ -383,6 +395,35 @@ fn resolve(target: &str) -> Result<SocketAddr> {
     addrs.next().with_context(|| format!("'{target}' resolves to no address"))
 }
 
+/// `--start-at`: RFC 3339 or Unix seconds, within a day from now.
+fn parse_start_at(text: &str) -> Result<std::time::SystemTime, String> {
+    let text = text.trim();
+    let at = match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => std::time::UNIX_EPOCH + Duration::from_secs_f64(secs),
+        Ok(_) => return Err(format!("'{text}' is not a time: Unix seconds are 0 or more")),
+        Err(_) => humantime::parse_rfc3339_weak(text).map_err(|e| {
+            format!("'{text}' is not a time ({e}): give RFC 3339 (2026-11-23T22:30:00Z) or Unix seconds")
+        })?,
+    };
+    let now = std::time::SystemTime::now();
+    if at.duration_since(now).is_ok_and(|ahead| ahead > Duration::from_secs(24 * 3600)) {
+        return Err(format!("'{text}' is more than a day away: a run waits for it in the foreground"));
+    }
+    Ok(at)
+}
+
+fn unix_seconds(at: std::time::SystemTime) -> f64 {
+    at.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Sleep until `at` (at once if it has passed), waking early if the run is stopped.
+fn wait_until(at: std::time::SystemTime, stop: &AtomicBool) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let Ok(left) = at.duration_since(std::time::SystemTime::now()) else { return };
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
 /// Which slot of a --procs run this process is: from the hidden --proc-slot in a child; in
 /// a --procs parent slot 0, the largest share, which the parent checks before starting any.
 fn slot(common: &Common) -> Result<Option<(usize, usize)>> {
@@ -521,6 +562,7 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "source": common.source.as_ref().map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>()),
         "procs": common.procs,
         "segment": common.segment.map(|s| s.to_string()),
+        "start_at": common.start_at.map(unix_seconds),
         "connect_timeout_s": common.connect_timeout.as_secs_f64(),
         "connect_retries": common.connect_retries,
         "timeout_s": common.reply_timeout.as_secs_f64(),
