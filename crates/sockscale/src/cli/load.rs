@@ -190,7 +190,8 @@ pub struct UdpArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// Reports written with --json
+    /// Reports written with --json, or directories of them (every *.json file in each, in
+    /// name order: the segments a Kubernetes Job left in one volume)
     #[arg(required = true, num_args = 1..)]
     pub reports: Vec<PathBuf>,
     /// Write the merged report here; '-' writes it to standard output and the summary to
@@ -255,7 +256,24 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
 
 fn merge(args: &MergeArgs) -> Result<()> {
     let json = args.json.as_deref().map(JsonSink::open).transpose()?;
-    let reports = args.reports.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
+    let mut paths = Vec::new();
+    for path in &args.reports {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot read the directory {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+                .collect();
+            if found.is_empty() {
+                bail!("{} holds no .json report", path.display());
+            }
+            found.sort();
+            paths.extend(found);
+        } else {
+            paths.push(path.clone());
+        }
+    }
+    let reports = paths.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
     let merged = Report::merge(&reports)?;
     let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
     if let Some(sink) = json {
