@@ -11,6 +11,70 @@ use std::process::Command;
 
 use support::{ServerProc, BIN};
 
+/// Run `ip ARGS`; its stderr on failure.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// The machines of a cluster on one host: a namespace each, joined by a bridge in a switch
+/// namespace of their own (nothing of the root namespace is touched); removed on drop.
+struct Cluster {
+    names: Vec<String>,
+}
+
+impl Cluster {
+    /// `machines` namespaces with 10.79.0.(10 + i)/24 each, or why this host cannot.
+    fn new(machines: usize) -> Result<Cluster, String> {
+        // SAFETY: geteuid has no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not running as root (network namespaces need it)".into());
+        }
+        let pid = std::process::id();
+        let switch = format!("ssk-{pid}-sw");
+        let mut cluster = Cluster { names: vec![switch.clone()] };
+        ip(&["netns", "add", &switch])?;
+        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+        for i in 0..machines {
+            let ns = format!("ssk-{pid}-{i}");
+            ip(&["netns", "add", &ns])?;
+            cluster.names.push(ns.clone());
+            let (inside, port) = (format!("ssk{pid}m{i}"), format!("ssk{pid}p{i}"));
+            ip(&["link", "add", &inside, "type", "veth", "peer", "name", &port])?;
+            ip(&["link", "set", &inside, "netns", &ns])?;
+            ip(&["link", "set", &port, "netns", &switch])?;
+            ip(&["-n", &switch, "link", "set", &port, "master", "br0"])?;
+            ip(&["-n", &switch, "link", "set", &port, "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Cluster::address(i)), "dev", &inside])?;
+            ip(&["-n", &ns, "link", "set", &inside, "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(cluster)
+    }
+
+    fn address(machine: usize) -> String {
+        format!("10.79.0.{}", 10 + machine)
+    }
+
+    /// The namespace of machine `i`.
+    fn ns(&self, machine: usize) -> &str {
+        &self.names[machine + 1]
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes")
 }
@@ -138,5 +202,76 @@ fn the_jobs_command_lines_run_every_segment_and_merge_them() {
         serde_json::from_str(&std::fs::read_to_string(merged.join("merged.json")).unwrap()).unwrap();
     assert_eq!(m["connections"]["connected"], 7, "{m}");
     assert_eq!(m["agents"].as_array().map(Vec::len), Some(agents), "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The cluster played on one machine: three agent "machines" and a server machine, each a
+/// network namespace with its own address on one bridge. Every agent runs the Indexed Job's
+/// command line with its JOB_COMPLETION_INDEX, from its own address, against the server; the
+/// merge Job's command joins what they wrote, and the server saw each agent's connections.
+#[test]
+fn the_job_runs_as_three_machines_in_namespaces_and_merges() {
+    let cluster = match Cluster::new(4) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let mut serve = Command::new("ip");
+    serve
+        .args(["netns", "exec", cluster.ns(3), BIN, "serve", "--model", "epoll", "--threads", "1", "--listen"])
+        .arg(format!("{}:0", Cluster::address(3)))
+        .env("RUST_LOG", "warn");
+    let server = ServerProc::spawn(serve);
+    let dir = std::env::temp_dir().join(format!("sockscale-cluster-{}", std::process::id()));
+    let (segments, merged) = (dir.join("segments"), dir.join("merged"));
+    std::fs::create_dir_all(&segments).unwrap();
+    std::fs::create_dir_all(&merged).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let mut vars: HashMap<&str, String> = HashMap::from([
+        ("TARGET", server.addr.to_string()),
+        ("CONNECTIONS", "10".to_owned()),
+        ("RATE", "1000".to_owned()),
+        ("DURATION", "1".to_owned()),
+        ("AGENTS", "3".to_owned()),
+        ("START_AT", format!("{:.3}", now + 2.0)),
+    ]);
+    let children: Vec<std::process::Child> = (0..3)
+        .map(|index| {
+            vars.insert("JOB_COMPLETION_INDEX", index.to_string());
+            let args: Vec<String> = job_args("load-job.yaml")
+                .iter()
+                .map(|a| expand(a, &vars).replace("/segments/", &format!("{}/", segments.display())))
+                .collect();
+            Command::new("ip")
+                .args(["netns", "exec", cluster.ns(index), BIN])
+                .args(&args)
+                .env("JOB_COMPLETION_INDEX", index.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, mut child) in children.into_iter().enumerate() {
+        assert!(child.wait().unwrap().success(), "agent {i}");
+    }
+    let out = Command::new(BIN)
+        .args(["load", "merge"])
+        .arg(&segments)
+        .arg("--json")
+        .arg(merged.join("merged.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("merged.json")).unwrap()).unwrap();
+    assert_eq!(m["connections"]["connected"], 10, "{m}");
+    assert_eq!(m["errors"].as_object().map(|e| e.values().filter_map(|v| v.as_u64()).sum::<u64>()), Some(0), "{m}");
+    let agents = m["agents"].as_array().expect("agents");
+    assert_eq!(agents.iter().map(|a| a["completed"].as_u64().unwrap_or(0) > 0).filter(|b| *b).count(), 3, "{m}");
+    let done = server.stop();
+    // 4 + 3 + 3 connections of the run, and each agent's one probe before it (`preflight`).
+    assert_eq!(done.counter("accepted"), 10 + 3, "{:?}", done.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
