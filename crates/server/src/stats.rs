@@ -211,6 +211,9 @@ struct Roster {
     next: u64,
     by_order: BTreeMap<u64, RawFd>,
     by_fd: HashMap<RawFd, u64>,
+    /// Listed connections waiting for a place in the active set: not shed. They carry no
+    /// traffic, and reading nothing, their engine would not see the shed until their turn.
+    waiting: std::collections::HashSet<RawFd>,
 }
 
 /// The abort-storm policy shared by every worker: aborts are rare, so a lock; acceptors read
@@ -269,10 +272,19 @@ impl StormGate {
     /// closed, and must not make an older one go in its stead.
     fn shed_newest(&self, keep: usize) -> usize {
         let Some(mut roster) = self.roster() else { return 0 };
+        let mut listed = roster.by_order.len();
+        let newest_first: Vec<(u64, RawFd)> = roster.by_order.iter().rev().map(|(o, fd)| (*o, *fd)).collect();
         let mut done = 0;
-        while roster.by_order.len() > keep {
-            let Some((_, fd)) = roster.by_order.pop_last() else { break };
+        for (order, fd) in newest_first {
+            if listed <= keep {
+                break;
+            }
+            if roster.waiting.contains(&fd) {
+                continue;
+            }
+            roster.by_order.remove(&order);
             roster.by_fd.remove(&fd);
+            listed -= 1;
             // The roster's lock is held: the engine cannot close this descriptor meanwhile.
             let _ = sockscale_sys::shutdown_both(fd);
             done += 1;
@@ -313,9 +325,11 @@ impl Stats {
         roster.next += 1;
         roster.by_order.insert(order, fd);
         if let Some(stale) = roster.by_fd.insert(fd, order) {
-            // A descriptor closed without being delisted: an engine's bug, never shed a reuse.
+            // A descriptor closed without being delisted (a worker that failed or panicked
+            // dropped its connections): its old entry is another connection's no more.
             roster.by_order.remove(&stale);
-            debug_assert!(false, "descriptor {fd} enlisted twice");
+            roster.waiting.remove(&fd);
+            tracing::warn!(fd, "a descriptor was listed for shedding twice: a connection closed unlisted");
         }
     }
 
@@ -329,6 +343,21 @@ impl Stats {
         let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
         if let Some(order) = roster.by_fd.remove(&fd) {
             roster.by_order.remove(&order);
+        }
+        roster.waiting.remove(&fd);
+    }
+
+    /// With `--abort-storm-shed` and `--active-set`: listed connection `fd` waits for a place
+    /// (`true`, it is not shed) or has one again.
+    pub fn shed_waiting(&self, fd: RawFd, waiting: bool) {
+        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
+        if !roster.by_fd.contains_key(&fd) {
+            return;
+        }
+        if waiting {
+            roster.waiting.insert(fd);
+        } else {
+            roster.waiting.remove(&fd);
         }
     }
 
@@ -586,6 +615,34 @@ impl fmt::Display for Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shed takes the newest listed connections down to the threshold, passing over those
+    /// waiting for an active-set place, and never one already delisted.
+    #[test]
+    fn the_shed_takes_the_newest_listed_that_do_not_wait() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let stats = Stats::with_storm(1, Some(StormConfig { rate: 1, resume_below: Some(1), shed: true }));
+        let pairs: Vec<(UnixStream, UnixStream)> = (0..4).map(|_| UnixStream::pair().expect("pair")).collect();
+        for (server, _) in &pairs {
+            stats.enlist(server.as_raw_fd());
+        }
+        stats.delist(pairs[1].0.as_raw_fd());
+        stats.shed_waiting(pairs[3].0.as_raw_fd(), true);
+        let gate = stats.storm.as_ref().expect("storm");
+        // Listed: 0, 2 and 3 (waiting). Down to 2: 3 is passed over, 2 is shed, 0 stays.
+        assert_eq!(gate.shed_newest(2), 1);
+        let shut = |i: usize| {
+            let mut client = &pairs[i].1;
+            client.set_nonblocking(true).expect("nonblocking");
+            matches!(client.read(&mut [0u8; 1]), Ok(0))
+        };
+        assert_eq!((shut(0), shut(1), shut(2), shut(3)), (false, false, true, false));
+        // Down to 1: the waiting one counts as kept, so 0 goes.
+        assert_eq!(gate.shed_newest(1), 1);
+        assert!(shut(0) && !shut(3));
+    }
 
     #[test]
     fn shards_sum_and_max_conns_is_enforced() {

@@ -271,6 +271,7 @@ impl<'a, S: Selector> Worker<'a, S> {
         if set.enter(tok, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
                 conn.x.policy.set_waiting(true, self.now);
+                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
             }
             self.stats.waiting_changed(1);
         }
@@ -293,11 +294,14 @@ impl<'a, S: Selector> Worker<'a, S> {
         if set.next_review().is_none_or(|at| self.now < at) {
             return;
         }
-        let swaps = set.review(self.now);
+        let conns = &self.conns;
+        let swaps =
+            set.review(self.now, |tok| conns.get(split(*tok).0).is_some_and(|c| c.x.session.is_between_requests()));
         self.stats.rotated(swaps.stop.len());
         for tok in swaps.stop {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
                 conn.x.policy.set_waiting(true, self.now);
+                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
                 self.stats.waiting_changed(1);
             }
             // Level-triggered selectors stop watching its input.
@@ -312,6 +316,7 @@ impl<'a, S: Selector> Worker<'a, S> {
     fn start_reading(&mut self, tok: u64) {
         let Some(conn) = self.conns.get_mut(split(tok).0) else { return };
         conn.x.policy.set_waiting(false, self.now);
+        self.stats.shed_waiting(conn.fd.as_raw_fd(), false);
         self.stats.waiting_changed(-1);
         // Its input may have arrived while no read was posted: look, whatever the selector
         // last said (a spurious read costs one EAGAIN).

@@ -164,8 +164,11 @@ impl<K: Copy + Eq + Hash> ActiveSet<K> {
 
     /// Give places up at `now`: each active connection idle for the grace time or holding its
     /// place for a turn makes room for a waiting one, as many as wait. The ones that stop queue
-    /// again at the back, behind the ones already waiting.
-    pub fn review(&mut self, now: Instant) -> Swaps<K> {
+    /// again at the back, behind the ones already waiting. Only a connection `between` requests
+    /// gives its place up: one stopped half-way through a request would have the rest of it
+    /// left unread while the protocol's own clock (HTTP's header timeout) runs on. A client
+    /// slow in the middle of a request holds its place until that clock closes it.
+    pub fn review(&mut self, now: Instant, between: impl Fn(&K) -> bool) -> Swaps<K> {
         let mut swaps = Swaps { stop: Vec::new(), start: Vec::new() };
         if self.waiting.is_empty() {
             self.next_review = None;
@@ -181,6 +184,7 @@ impl<K: Copy + Eq + Hash> ActiveSet<K> {
             .filter(|(_, p)| {
                 now.saturating_duration_since(p.last_input) >= grace || now.saturating_duration_since(p.since) >= turn
             })
+            .filter(|(k, _)| between(k))
             .map(|(k, p)| (p.since, *k))
             .collect();
         // The longest-held first, so a short queue goes to those that waited longest for it.
@@ -243,14 +247,14 @@ mod tests {
         set.enter(1, t0);
         set.enter(2, t0);
         set.on_input(&1, t0 + ms(40));
-        assert_eq!(set.review(t0 + ms(60)), Swaps { stop: vec![], start: vec![] }, "1 spoke 20 ms ago");
-        let swaps = set.review(t0 + ms(95));
+        assert_eq!(set.review(t0 + ms(60), |_| true), Swaps { stop: vec![], start: vec![] }, "1 spoke 20 ms ago");
+        let swaps = set.review(t0 + ms(95), |_| true);
         assert_eq!(swaps, Swaps { stop: vec![1], start: vec![2] });
         assert!(set.is_active(&2) && !set.is_active(&1));
         assert_eq!(set.waiting(), 1, "1 waits again at the back");
         // 2 is busy; nothing is idle; 1 waits until 2's turn ends or 2 idles.
         set.on_input(&2, t0 + ms(120));
-        assert!(set.review(t0 + ms(130)).stop.is_empty());
+        assert!(set.review(t0 + ms(130), |_| true).stop.is_empty());
     }
 
     #[test]
@@ -259,7 +263,10 @@ mod tests {
         let mut set = ActiveSet::new(cfg(2));
         set.enter(1, t0);
         assert_eq!(set.next_review(), None, "no review while no one waits");
-        assert!(set.review(t0 + ms(10_000)).stop.is_empty(), "an idle connection keeps its place when no one wants it");
+        assert!(
+            set.review(t0 + ms(10_000), |_| true).stop.is_empty(),
+            "an idle connection keeps its place when no one wants it"
+        );
         assert!(set.is_active(&1));
     }
 
@@ -284,7 +291,7 @@ mod tests {
             for k in &active {
                 set.on_input(k, now);
             }
-            for k in set.review(now).start {
+            for k in set.review(now, |_| true).start {
                 served[k] = true;
             }
             if served.iter().all(|s| *s) {
@@ -307,8 +314,18 @@ mod tests {
         set.enter(2, t0 + ms(10));
         set.enter(3, t0 + ms(20));
         set.enter(4, t0 + ms(30));
-        let swaps = set.review(t0 + ms(200));
+        let swaps = set.review(t0 + ms(200), |_| true);
         assert_eq!(swaps, Swaps { stop: vec![1], start: vec![4] }, "one waits: the longest-held gives way");
+    }
+
+    #[test]
+    fn a_connection_in_the_middle_of_a_request_keeps_its_place() {
+        let t0 = Instant::now();
+        let mut set = ActiveSet::new(cfg(1));
+        set.enter(1, t0);
+        set.enter(2, t0);
+        assert!(set.review(t0 + ms(500), |k| *k != 1).stop.is_empty(), "1 is half-way through a request");
+        assert_eq!(set.review(t0 + ms(600), |_| true), Swaps { stop: vec![1], start: vec![2] });
     }
 
     #[test]

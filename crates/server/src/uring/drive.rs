@@ -40,6 +40,7 @@ impl UringWorker<'_> {
             if set.enter(token, self.now) == Entry::Waiting {
                 if let Some(conn) = self.conns.get_mut(index) {
                     conn.policy.set_waiting(true, self.now);
+                    self.stats.shed_waiting(raw, true);
                 }
                 self.stats.waiting_changed(1);
             }
@@ -54,12 +55,16 @@ impl UringWorker<'_> {
         if set.next_review().is_none_or(|at| self.now < at) {
             return;
         }
-        let swaps = set.review(self.now);
+        let conns = &self.conns;
+        let between =
+            |token: &u64| conns.get((token & 0xffff_ffff) as usize).is_some_and(|c| c.session.is_between_requests());
+        let swaps = set.review(self.now, between);
         self.stats.rotated(swaps.stop.len());
         for token in swaps.stop {
             let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
             if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
                 conn.policy.set_waiting(true, self.now);
+                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
                 self.stats.waiting_changed(1);
             }
             self.settle(index, generation, false);
@@ -74,6 +79,7 @@ impl UringWorker<'_> {
         let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         conn.policy.set_waiting(false, self.now);
+        self.stats.shed_waiting(conn.fd.as_raw_fd(), false);
         self.stats.waiting_changed(-1);
         self.settle(index, generation, false);
     }
@@ -347,7 +353,11 @@ impl UringWorker<'_> {
             if was_waiting {
                 self.stats.waiting_changed(-1);
             }
-            if let Some(next) = set.leave(&token, self.now) {
+            let next = set.leave(&token, self.now);
+            // While draining, a waiting connection is between requests and closes itself: a
+            // place handed on now would only close it from inside this close, and the next
+            // from inside that one, as deep as the queue is long.
+            if let Some(next) = next.filter(|_| self.drain_deadline.is_none()) {
                 self.start_reading(next);
             }
         }

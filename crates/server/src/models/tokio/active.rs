@@ -4,6 +4,7 @@
 //! review task gives places up on time.
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -14,11 +15,14 @@ use crate::policy::{ActiveConfig, ActiveSet, Entry};
 use crate::stats::Stats;
 
 /// One connection's place, as its task sees it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Place {
     waiting: AtomicBool,
     /// Signalled whenever `waiting` changes; a permit is kept if the task is not waiting yet.
     pub(super) changed: Notify,
+    /// Kept by the task: its session is between requests (only then may it give its place up).
+    pub(super) between: AtomicBool,
+    fd: RawFd,
 }
 
 impl Place {
@@ -45,6 +49,8 @@ pub(super) struct ActiveGate {
     state: Mutex<State>,
     stats: Arc<Stats>,
     cfg: ActiveConfig,
+    /// Wakes the review task when a connection starts waiting (it sleeps while none does).
+    someone_waits: Notify,
 }
 
 /// A connection's membership: leaves the set (handing its place on) when dropped, however the
@@ -59,22 +65,29 @@ pub(super) struct Seat {
 impl ActiveGate {
     pub(super) fn new(cfg: ActiveConfig, stats: Arc<Stats>) -> Self {
         let state = State { set: ActiveSet::new(cfg), places: HashMap::new(), next_id: 0 };
-        ActiveGate { state: Mutex::new(state), stats, cfg }
+        ActiveGate { state: Mutex::new(state), stats, cfg, someone_waits: Notify::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new connection takes a place or waits for one.
-    pub(super) fn enter(self: &Arc<Self>, now: Instant) -> Seat {
+    /// A new connection, on descriptor `fd`, takes a place or waits for one.
+    pub(super) fn enter(self: &Arc<Self>, fd: RawFd, now: Instant) -> Seat {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        let place = Arc::new(Place::default());
+        let place = Arc::new(Place {
+            waiting: AtomicBool::new(false),
+            changed: Notify::new(),
+            between: AtomicBool::new(true),
+            fd,
+        });
         if state.set.enter(id, now) == Entry::Waiting {
             place.waiting.store(true, Ordering::Release);
             self.stats.waiting_changed(1);
+            self.stats.shed_waiting(fd, true);
+            self.someone_waits.notify_one();
         }
         state.places.insert(id, place.clone());
         Seat { gate: self.clone(), id, place }
@@ -84,23 +97,33 @@ impl ActiveGate {
     pub(super) async fn review_loop(self: Arc<Self>) {
         let every = self.cfg.review_every();
         loop {
+            let idle = self.lock().set.next_review().is_none();
+            if idle {
+                // Nobody waits: nothing to review until somebody does.
+                self.someone_waits.notified().await;
+            }
             ::tokio::time::sleep(every).await;
             let now = Instant::now();
-            let mut state = self.lock();
+            let mut guard = self.lock();
+            let state = &mut *guard;
             if state.set.next_review().is_none_or(|at| now < at) {
                 continue;
             }
-            let swaps = state.set.review(now);
+            let places = &state.places;
+            let between = |id: &u64| places.get(id).is_some_and(|p| p.between.load(Ordering::Acquire));
+            let swaps = state.set.review(now, between);
             self.stats.rotated(swaps.stop.len());
             for id in &swaps.stop {
                 if let Some(place) = state.places.get(id) {
                     place.set(true);
+                    self.stats.shed_waiting(place.fd, true);
                     self.stats.waiting_changed(1);
                 }
             }
             for id in &swaps.start {
                 if let Some(place) = state.places.get(id) {
                     place.set(false);
+                    self.stats.shed_waiting(place.fd, false);
                     self.stats.waiting_changed(-1);
                 }
             }
@@ -125,6 +148,7 @@ impl Drop for Seat {
         if let Some(next) = state.set.leave(&self.id, Instant::now()) {
             if let Some(place) = state.places.get(&next) {
                 place.set(false);
+                self.gate.stats.shed_waiting(place.fd, false);
                 self.gate.stats.waiting_changed(-1);
             }
         }

@@ -100,6 +100,9 @@ impl Conn {
             if let Err(reason) = self.x.settle(now, progressed, limits) {
                 return reason;
             }
+            if let Some(seat) = &self.seat {
+                seat.place.between.store(self.x.session.is_between_requests(), std::sync::atomic::Ordering::Release);
+            }
             progressed = false;
             let deadline = self.deadline(shared, now);
             if deadline < timer_at {

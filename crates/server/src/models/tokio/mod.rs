@@ -453,7 +453,7 @@ fn admit(
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
-    let seat = shared.active.as_ref().map(|gate| gate.enter(Instant::now()));
+    let seat = shared.active.as_ref().map(|gate| gate.enter(stream.as_raw_fd(), Instant::now()));
     ::tokio::spawn(conn_task(Conn::new(stream, session, &shared.stats, seat), guard, stage.clone()));
 }
 
