@@ -98,7 +98,7 @@ fn kubernetes_manifests_validate_against_the_schemas() {
         return;
     }
     let files = manifests();
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 5, "{files:?}");
     let out = Command::new("kubernetes-validate").arg("--strict").args(&files).output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // The validator can fail: a misspelt field of the Job is refused.
@@ -130,7 +130,29 @@ fn job_args(file: &str) -> Vec<String> {
     if let Some(inline) = first.trim().strip_prefix("args: [") {
         return inline.trim_end_matches(']').split(", ").map(|a| a.trim_matches('"').to_owned()).collect();
     }
-    lines.take_while(|l| l.trim_start().starts_with("- ")).map(|l| l.trim_start()[2..].trim().to_owned()).collect()
+    lines
+        .take_while(|l| l.trim_start().starts_with("- "))
+        .map(|l| l.trim_start()[2..].trim().trim_matches('"').to_owned())
+        .collect()
+}
+
+/// The server Deployment's command line serves: the same arguments, on a port of this host.
+#[test]
+fn the_server_deployments_command_line_serves() {
+    let args: Vec<String> = job_args("echo-server.yaml")
+        .into_iter()
+        .map(|a| if a == "0.0.0.0:9000" { "127.0.0.1:0".to_owned() } else { a })
+        .collect();
+    assert_eq!(args[0], "serve", "{args:?}");
+    let mut cmd = Command::new(BIN);
+    cmd.args(&args).env("RUST_LOG", "warn");
+    let server = ServerProc::spawn(cmd);
+    let mut stream = std::net::TcpStream::connect(server.addr).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    support::echo_byte(&mut stream, 42);
+    drop(stream);
+    let done = server.stop();
+    assert_eq!(done.counter("accepted"), 1, "{:?}", done.stdout);
 }
 
 /// `$(NAME)` replaced from `vars`, as the kubelet expands a container's args.
