@@ -29,7 +29,6 @@ Writes bench-results/abort_storm-<stamp>/results.json and prints a markdown tabl
 import argparse
 import json
 import os
-import re
 import socket
 import statistics
 import struct
@@ -45,33 +44,6 @@ CONFIGS = {
     "the same, --abort-storm-shed": ["--abort-storm", "100", "--abort-storm-resume", "150", "--abort-storm-shed"],
 }
 DURATION = 6.0
-
-
-class Server:
-    def __init__(self, model, extra):
-        self.proc = subprocess.Popen(
-            ["taskset", "-c", common.SERVER_CPU, str(common.BIN), "serve", "--listen", "127.0.0.1:0", "--proto", "echo",
-             "--model", model, "--threads", "1", "--stats-interval", "0.25", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, RUST_LOG="error"))
-        line = self.proc.stdout.readline()
-        m = re.match(r"listening on .*:(\d+)$", line.strip())
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"sockscale did not start: {line!r}")
-        self.port = int(m.group(1))
-        self.last = {}
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            if line.startswith("stats ") or line.startswith("final "):
-                self.last = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-
-    def stop(self):
-        common.stop(self.proc)
-        self.reader.join(timeout=2)
-        return {k: int(v) for k, v in self.last.items() if v.isdigit()}
 
 
 def storm(port, n):
@@ -100,7 +72,7 @@ def late_client(port, waits):
 
 
 def run_one(model, name, extra, kept, storm_n, late_n, rate):
-    server = Server(model, extra)
+    server = common.StatsServer(model, extra)
     report = f"/tmp/abort_storm_load_{os.getpid()}.json"
     try:
         load = subprocess.Popen(

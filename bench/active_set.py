@@ -24,9 +24,7 @@ Writes bench-results/active_set-<stamp>/results.json and prints a markdown table
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import threading
 import time
 
@@ -39,30 +37,18 @@ CONFIGS = {
 }
 
 
-class Server:
+class Server(common.StatsServer):
+    """The server, with its peak `waiting=` gauge and its peak RSS (sampled every 0.25 s)."""
+
     def __init__(self, model, extra):
-        self.proc = subprocess.Popen(
-            ["taskset", "-c", common.SERVER_CPU, str(common.BIN), "serve", "--listen", "127.0.0.1:0", "--proto", "echo",
-             "--model", model, "--threads", "1", "--max-conns", "20000", "--stats-interval", "0.25", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, RUST_LOG="error"))
-        line = self.proc.stdout.readline()
-        m = re.match(r"listening on .*:(\d+)$", line.strip())
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"sockscale did not start: {line!r}")
-        self.port = int(m.group(1))
-        self.last = {}
         self.peak_waiting = 0
         self.peak_rss = 0
         self.sampling = True
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__(model, ["--max-conns", "20000", *extra], on_stats=self._peak)
         threading.Thread(target=self._sample, daemon=True).start()
 
-    def _read(self):
-        for line in self.proc.stdout:
-            if line.startswith("stats ") or line.startswith("final "):
-                self.last = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-                self.peak_waiting = max(self.peak_waiting, int(self.last.get("waiting", 0)))
+    def _peak(self, fields):
+        self.peak_waiting = max(self.peak_waiting, int(fields.get("waiting", 0)))
 
     def _sample(self):
         while self.sampling:
@@ -74,7 +60,7 @@ class Server:
 
     def stop(self):
         self.sampling = False
-        common.stop(self.proc)
+        return super().stop()
 
 
 def run_one(model, name, extra, conns, duration):

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -274,3 +275,42 @@ def ratio_table(rows, baseline, contender):
     header = ["client", "conns", f"{baseline} req/s", f"{baseline} CPU", f"{baseline} req/CPU-s",
               f"{contender} req/s", f"{contender} CPU", f"{contender} req/CPU-s", "ratio, median (range)"]
     return markdown_table(header, table)
+
+
+class StatsServer:
+    """`sockscale serve --proto echo --model MODEL --threads 1 --stats-interval INTERVAL EXTRA`
+    pinned to the server core, with its latest stats line kept in `last` (key -> text).
+    `on_stats(fields)` is called for every stats line, for a script that wants more than the
+    latest (a peak)."""
+
+    def __init__(self, model, extra, interval=0.25, on_stats=None):
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", SERVER_CPU, str(BIN), "serve", "--listen", "127.0.0.1:0", "--proto", "echo",
+             "--model", model, "--threads", "1", "--stats-interval", str(interval), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, RUST_LOG="error"))
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening on .*:(\d+)$", line.strip())
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"sockscale did not start: {line!r}")
+        self.port = int(m.group(1))
+        self.last = {}
+        self.on_stats = on_stats
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.startswith("stats ") or line.startswith("final "):
+                self.last = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+                if self.on_stats:
+                    self.on_stats(self.last)
+
+    def counter(self, name):
+        return int(self.last.get(name, 0))
+
+    def stop(self):
+        """Stop it; returns its final counters."""
+        stop(self.proc)
+        self.reader.join(timeout=2)
+        return {k: int(v) for k, v in self.last.items() if v.isdigit()}

@@ -18,11 +18,8 @@ Writes bench-results/silent_connections-<stamp>/results.json and prints a markdo
 """
 import argparse
 import os
-import re
 import selectors
 import socket
-import subprocess
-import threading
 import time
 
 import common
@@ -34,36 +31,12 @@ CONFIGS = {
 }
 
 
-class Server:
+class Server(common.StatsServer):
     def __init__(self, model, extra):
-        self.proc = subprocess.Popen(
-            ["taskset", "-c", common.SERVER_CPU, str(common.BIN), "serve", "--listen", "127.0.0.1:0", "--proto", "echo",
-             "--model", model, "--threads", "1", "--stats-interval", "0.5", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, RUST_LOG="error"))
-        line = self.proc.stdout.readline()
-        m = re.match(r"listening on .*:(\d+)$", line.strip())
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"sockscale did not start: {line!r}")
-        self.port = int(m.group(1))
-        self.last = {}
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            if line.startswith("stats ") or line.startswith("final "):
-                self.last = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-
-    def counter(self, name):
-        return int(self.last.get(name, 0))
+        super().__init__(model, extra, interval=0.5)
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-
-    def stop(self):
-        common.stop(self.proc)
-        self.reader.join(timeout=2)
 
 
 def echo_rtt(port):

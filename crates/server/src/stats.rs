@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::policy::{AbortStorm, StormConfig, StormEvent};
+use crate::policy::{shed_choice, AbortStorm, StormConfig, StormEvent};
 
 /// Why the server closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -272,24 +272,16 @@ impl StormGate {
     /// closed, and must not make an older one go in its stead.
     fn shed_newest(&self, keep: usize) -> usize {
         let Some(mut roster) = self.roster() else { return 0 };
-        let mut listed = roster.by_order.len();
-        let newest_first: Vec<(u64, RawFd)> = roster.by_order.iter().rev().map(|(o, fd)| (*o, *fd)).collect();
-        let mut done = 0;
-        for (order, fd) in newest_first {
-            if listed <= keep {
-                break;
-            }
-            if roster.waiting.contains(&fd) {
-                continue;
-            }
+        let Roster { by_order, waiting, .. } = &*roster;
+        let newest_first = by_order.iter().rev().map(|(order, fd)| ((*order, *fd), waiting.contains(fd)));
+        let shed = shed_choice(newest_first, keep);
+        for &(order, fd) in &shed {
             roster.by_order.remove(&order);
             roster.by_fd.remove(&fd);
-            listed -= 1;
             // The roster's lock is held: the engine cannot close this descriptor meanwhile.
             let _ = sockscale_sys::shutdown_both(fd);
-            done += 1;
         }
-        done
+        shed.len()
     }
 }
 

@@ -165,6 +165,32 @@ fn expand(arg: &str, vars: &HashMap<&str, String>) -> String {
     out
 }
 
+/// Run the Indexed Job's command line `agents` times, as its pods would, side by side: each with
+/// its JOB_COMPLETION_INDEX (in the environment and expanded in the arguments) and its report
+/// in `segments`; `program(index)` is the command the arguments go to (the binary itself, or
+/// the binary inside a namespace). Every agent must succeed.
+fn run_agents(agents: usize, vars: &mut HashMap<&str, String>, segments: &Path, program: impl Fn(usize) -> Command) {
+    let children: Vec<std::process::Child> = (0..agents)
+        .map(|index| {
+            vars.insert("JOB_COMPLETION_INDEX", index.to_string());
+            let args: Vec<String> = job_args("load-job.yaml")
+                .iter()
+                .map(|a| expand(a, vars).replace("/segments/", &format!("{}/", segments.display())))
+                .collect();
+            assert!(args.iter().any(|a| a == &format!("auto/{agents}")), "{args:?}");
+            program(index)
+                .args(&args)
+                .env("JOB_COMPLETION_INDEX", index.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, mut child) in children.into_iter().enumerate() {
+        assert!(child.wait().unwrap().success(), "agent {i}");
+    }
+}
+
 /// The Jobs' own command lines, run as the cluster would run them: the ConfigMap's values with
 /// a local target and small totals, three agents with JOB_COMPLETION_INDEX 0, 1, 2 and the
 /// same --start-at, their reports in one directory, then the merge Job's command over it.
@@ -189,25 +215,7 @@ fn the_jobs_command_lines_run_every_segment_and_merge_them() {
         ("AGENTS", agents.to_string()),
         ("START_AT", format!("{:.3}", now + 1.5)),
     ]);
-    let children: Vec<std::process::Child> = (0..agents)
-        .map(|index| {
-            vars.insert("JOB_COMPLETION_INDEX", index.to_string());
-            let args: Vec<String> = job_args("load-job.yaml")
-                .iter()
-                .map(|a| expand(a, &vars).replace("/segments/", &format!("{}/", segments.display())))
-                .collect();
-            assert!(args.iter().any(|a| a == "auto/3"), "{args:?}");
-            Command::new(BIN)
-                .args(&args)
-                .env("JOB_COMPLETION_INDEX", index.to_string())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for (i, mut child) in children.into_iter().enumerate() {
-        assert!(child.wait().unwrap().success(), "agent {i}");
-    }
+    run_agents(agents, &mut vars, &segments, |_| Command::new(BIN));
     let args: Vec<String> = job_args("merge-job.yaml")
         .iter()
         .map(|a| {
@@ -259,25 +267,11 @@ fn the_job_runs_as_three_machines_in_namespaces_and_merges() {
         ("AGENTS", "3".to_owned()),
         ("START_AT", format!("{:.3}", now + 2.0)),
     ]);
-    let children: Vec<std::process::Child> = (0..3)
-        .map(|index| {
-            vars.insert("JOB_COMPLETION_INDEX", index.to_string());
-            let args: Vec<String> = job_args("load-job.yaml")
-                .iter()
-                .map(|a| expand(a, &vars).replace("/segments/", &format!("{}/", segments.display())))
-                .collect();
-            Command::new("ip")
-                .args(["netns", "exec", cluster.ns(index), BIN])
-                .args(&args)
-                .env("JOB_COMPLETION_INDEX", index.to_string())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for (i, mut child) in children.into_iter().enumerate() {
-        assert!(child.wait().unwrap().success(), "agent {i}");
-    }
+    run_agents(3, &mut vars, &segments, |index| {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", cluster.ns(index), BIN]);
+        cmd
+    });
     let out = Command::new(BIN)
         .args(["load", "merge"])
         .arg(&segments)

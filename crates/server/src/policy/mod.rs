@@ -33,5 +33,5 @@ mod threads;
 pub use accept::{AcceptBackoff, AcceptStep};
 pub use active::{ActiveConfig, ActiveSet, Entry};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
-pub use storm::{AbortStorm, StormConfig, StormEvent};
+pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;

@@ -104,6 +104,25 @@ impl AbortStorm {
     }
 }
 
+/// Which connections `--abort-storm-shed` closes: from `listed`, newest first, each with
+/// whether it waits for an active-set place, the newest that do not wait, until `keep` are left
+/// (a waiting one is kept: it carries no traffic, and reading nothing, its engine would not see
+/// the close until its turn).
+pub fn shed_choice<K>(listed: impl ExactSizeIterator<Item = (K, bool)>, keep: usize) -> Vec<K> {
+    let mut left = listed.len();
+    let mut shed = Vec::new();
+    for (key, waiting) in listed {
+        if left <= keep {
+            break;
+        }
+        if !waiting {
+            shed.push(key);
+            left -= 1;
+        }
+    }
+    shed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +162,14 @@ mod tests {
             Some(StormEvent::Paused { aborts: 2, open: 100, resume_below: 75, shed: true }),
             "shed down to the threshold: a quarter by default"
         );
+    }
+
+    #[test]
+    fn the_newest_that_do_not_wait_are_shed_down_to_the_threshold() {
+        let newest_first = [(5, false), (4, true), (3, false), (2, false), (1, false)];
+        assert_eq!(shed_choice(newest_first.into_iter(), 3), [5, 3], "4 waits: it is kept, and counts as kept");
+        assert_eq!(shed_choice(newest_first.into_iter(), 1), [5, 3, 2, 1]);
+        assert!(shed_choice(newest_first.into_iter(), 5).is_empty(), "at the threshold already");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use io_uring::cqueue;
 use sockscale_proto::Segment;
 
 use super::conn::{NextSend, UConn};
-use super::worker::UringWorker;
+use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile};
 use crate::conn::closed_by_error;
@@ -35,7 +35,7 @@ impl UringWorker<'_> {
         let index = self.conns.insert(UConn::new(fd, session, generation, self.now));
         self.counters.accepted();
         self.stats.enlist(raw);
-        let token = (u64::from(generation) << 32) | index as u64;
+        let token = conn_token(index, generation);
         if let Some(set) = &mut self.active {
             if set.enter(token, self.now) == Entry::Waiting {
                 if let Some(conn) = self.conns.get_mut(index) {
@@ -56,12 +56,11 @@ impl UringWorker<'_> {
             return;
         }
         let conns = &self.conns;
-        let between =
-            |token: &u64| conns.get((token & 0xffff_ffff) as usize).is_some_and(|c| c.session.is_between_requests());
+        let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.session.is_between_requests());
         let swaps = set.review(self.now, between);
         self.stats.rotated(swaps.stop.len());
         for token in swaps.stop {
-            let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+            let (index, generation) = split_token(token);
             if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
                 conn.policy.set_waiting(true, self.now);
                 self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
@@ -76,7 +75,7 @@ impl UringWorker<'_> {
 
     /// A waiting connection was given a place: post its receive.
     fn start_reading(&mut self, token: u64) {
-        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let (index, generation) = split_token(token);
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         conn.policy.set_waiting(false, self.now);
         self.stats.shed_waiting(conn.fd.as_raw_fd(), false);
@@ -131,7 +130,7 @@ impl UringWorker<'_> {
         let n = result as usize;
         conn.policy.on_received(self.now);
         if let Some(set) = &mut self.active {
-            set.on_input(&((u64::from(generation) << 32) | index as u64), self.now);
+            set.on_input(&conn_token(index, generation), self.now);
         }
         self.counters.bytes_in(n);
         if conn.policy.is_closing() {
@@ -291,7 +290,7 @@ impl UringWorker<'_> {
         conn.policy.account(self.now, pending, progressed, limits);
         let want_recv = conn.policy.may_read(pending, between_requests, limits);
         let deadline = conn.policy.deadline(limits, self.engine.deadline(&conn.session));
-        let token = (u64::from(generation) << 32) | index as u64;
+        let token = conn_token(index, generation);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
         let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
         if want_recv && !armed {
@@ -337,7 +336,7 @@ impl UringWorker<'_> {
         conn.clear_queue();
         // Before anything could close the descriptor: a shed must not reach a reused one.
         self.stats.delist(conn.fd.as_raw_fd());
-        let (token, was_waiting) = ((u64::from(conn.generation) << 32) | index as u64, conn.policy.is_waiting());
+        let (token, was_waiting) = (conn_token(index, conn.generation), conn.policy.is_waiting());
         // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
         let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
         let cancel = conn.recv_armed && !conn.recv_cancelling;

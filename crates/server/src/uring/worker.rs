@@ -37,6 +37,16 @@ pub enum UringSource {
 }
 
 /// What a model gives a worker thread to build its worker with.
+/// A connection's key for the timers and the active set: its slot and generation.
+pub(super) fn conn_token(index: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | index as u64
+}
+
+/// The slot and generation of a [`conn_token`].
+pub(super) fn split_token(token: u64) -> (usize, u32) {
+    ((token & 0xffff_ffff) as usize, (token >> 32) as u32)
+}
+
 pub struct WorkerSetup<'a> {
     pub cfg: &'a Config,
     pub protocol: Protocol,
@@ -550,7 +560,7 @@ impl<'a> UringWorker<'a> {
     fn fire_timers(&mut self) {
         self.review_active_set();
         while let Some((at, token)) = self.timers.pop_due(self.now) {
-            let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+            let (index, generation) = split_token(token);
             let Some(conn) = self.conns.get_mut(index) else { continue };
             if conn.generation != generation || conn.closed || conn.timer_at != Some(at) {
                 continue;
