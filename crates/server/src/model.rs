@@ -187,7 +187,10 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         threads: ThreadShape::One,
         thread_detail: "one, `sockscale-signal`, whatever `--threads` says",
         waits: "queued real-time signals (F_SETSIG, O_ASYNC) read through a signalfd; on queue overflow (SIGIO) a full poll(2) scan",
-        cannot: &[],
+        cannot: &[Limitation {
+            policy: Policy::StormShed,
+            why: "a shutdown made by another thread raises no signal on the socket, so the model would not see a shed connection end until its idle timeout",
+        }],
         limits: &[
             "a signal per segment costs more than an epoll wake-up under bulk traffic",
             "a signal queue overflow costs a poll(2) scan of every descriptor",

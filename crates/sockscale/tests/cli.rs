@@ -89,6 +89,7 @@ const URING64_NO_UDP: &str = "a UDP socket is one descriptor: there are no conne
 fn cannot(model: &str) -> &'static [&'static str] {
     match model {
         "blocking" | "threadpool" | "poll64" => &["active-set"],
+        "signal" => &["abort-storm-shed"],
         "uring64" => &["active-set", "udp"],
         _ => &[],
     }
