@@ -672,8 +672,13 @@ fn abort_storm_under_loss(model: &str) {
                 stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
                 stream.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
                 let mut reader = stream.try_clone().expect("clone");
+                // Writes until the link fails it, not a fixed amount: a transfer that has ended
+                // before the blackout leaves the server nothing to retransmit, so it never times
+                // out (in one CI run 13 of 20 1-MiB transfers had finished within 400 ms).
                 let writer = scope.spawn(move || {
-                    let _ = stream.write_all(&pattern(i, 1 << 20));
+                    let chunk = pattern(i, 64 << 10);
+                    let began = Instant::now();
+                    while began.elapsed() < Duration::from_secs(30) && stream.write_all(&chunk).is_ok() {}
                 });
                 let reader = scope.spawn(move || {
                     let mut buf = vec![0u8; 65536];
