@@ -228,6 +228,13 @@ pub struct LoadConfig {
     pub accept_status: AcceptedStatuses,
     /// The options as given, copied into the report.
     pub options: serde_json::Value,
+    /// Open every connection before the measured phase: nothing is sent until every
+    /// connection has connected or failed its first attempt, and the measured phase (its
+    /// duration, latency, CPU) begins when `run_with`'s hook returns.
+    pub connect_first: bool,
+    /// Exchanges each connection makes; after them it stays open and idle until the run ends
+    /// (with no -d or -n, the run ends when every connection has made them).
+    pub per_conn: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -238,8 +245,10 @@ pub enum LoadConfigError {
     UdpTooShort { min: usize },
     #[error("-l {len} is more than a UDP datagram can carry over {family} ({max} bytes)")]
     UdpTooLong { len: usize, max: usize, family: &'static str },
-    #[error("give a duration (-d) or a request count (-n)")]
+    #[error("give a duration (-d), a request count (-n) or exchanges per connection (--per-conn)")]
     NoEnd,
+    #[error("--per-conn counts exchanges on a kept-alive connection; without keep-alive every connection makes one (drop --no-keepalive or --per-conn)")]
+    PerConnWithoutKeepalive,
     #[error("{flag} must be a positive number")]
     Rate { flag: &'static str },
     #[error("{flag} must be longer than 0 s")]
@@ -282,7 +291,13 @@ impl LoadConfig {
             Mode::Http(h) => h.validate()?,
             _ => {}
         }
-        if self.duration.is_none() && self.requests.is_none() {
+        if self.per_conn == Some(0) {
+            return Err(LoadConfigError::Zero { flag: "-per-conn" });
+        }
+        if self.per_conn.is_some() && matches!(&self.mode, Mode::Http(h) if !h.keepalive) {
+            return Err(LoadConfigError::PerConnWithoutKeepalive);
+        }
+        if self.duration.is_none() && self.requests.is_none() && self.per_conn.is_none() {
             return Err(LoadConfigError::NoEnd);
         }
         for (flag, d) in [

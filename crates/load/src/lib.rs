@@ -20,5 +20,5 @@ pub mod source;
 
 pub use config::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress};
 pub use report::Report;
-pub use run::{preflight, run, LoadError};
+pub use run::{preflight, run, run_with, LoadError};
 pub use segment::Segment;

@@ -276,7 +276,14 @@ pub struct Rates {
     pub requests_per_cpu_s: f64,
     /// The load generator's CPU use, as a percentage of one core.
     pub cpu_percent: f64,
+    /// The load generator used 90% or more of the cores it could use (`client_cores`): its
+    /// figures may measure itself rather than the server.
+    #[serde(default)]
+    pub client_bound: bool,
 }
+
+/// A client that uses this share of the cores it can use or more is called client-bound.
+pub const CLIENT_BOUND_SHARE: f64 = 0.9;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Report {
@@ -306,7 +313,19 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Latency::is_empty")]
     pub connect_latency: Latency,
     pub cpu: Cpu,
+    /// The cores the load generator could use: its threads, at most the CPUs it was allowed
+    /// to run on; in a merge, added up per host and capped at that host's CPUs. 0 in reports
+    /// from before it was recorded (never judged client-bound).
+    #[serde(default)]
+    pub client_cores: u32,
+    /// The CPUs the load generator was allowed to run on (its affinity mask); in a merge of
+    /// several hosts, their sum.
+    #[serde(default)]
+    pub cpus: u32,
     pub rates: Rates,
+    /// `--connect-before-start`: the phase before the measured one, not in any other figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_start: Option<PreStart>,
     /// Why the run ended before its -d or -n did (interrupted, or no connection could be
     /// made); absent when it ran to its end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -344,6 +363,19 @@ impl Window {
     }
 }
 
+/// `--connect-before-start`: what was opened before the measured phase began.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PreStart {
+    /// Connections asked for.
+    pub wanted: u64,
+    /// Connections open when the measured phase began.
+    pub open: u64,
+    /// From the run's start until every connection had connected or failed once.
+    pub connect_s: f64,
+    /// The load generator's CPU until the measured phase began.
+    pub cpu: Cpu,
+}
+
 /// One agent of a segmented run, as its own report said.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Agent {
@@ -352,6 +384,12 @@ pub struct Agent {
     pub window: Option<Window>,
     pub cpu: Cpu,
     pub completed: u64,
+    #[serde(default)]
+    pub cpu_percent: f64,
+    #[serde(default)]
+    pub client_cores: u32,
+    #[serde(default)]
+    pub client_bound: bool,
 }
 
 /// An agent that began more than this after `--start-at` is named in the merged summary.
@@ -390,6 +428,23 @@ impl std::fmt::Display for EndedEarly {
 }
 
 pub const SCHEMA: u32 = 1;
+
+/// The cores a merged run could use, and its CPUs: reports of one host (its `--procs`
+/// processes, say) share that host's CPUs, so their cores add up to at most those; reports of
+/// different hosts (or of no named host) add up.
+fn cores_by_host(reports: &[Report]) -> (u32, u32) {
+    let mut hosts: Vec<(Option<&str>, u32, u32)> = Vec::new();
+    for r in reports {
+        match hosts.iter_mut().find(|(h, _, _)| h.is_some() && *h == r.host.as_deref()) {
+            Some((_, cores, cpus)) => {
+                *cores += r.client_cores;
+                *cpus = (*cpus).max(r.cpus);
+            }
+            None => hosts.push((r.host.as_deref(), r.client_cores, r.cpus)),
+        }
+    }
+    hosts.iter().fold((0, 0), |(cores, cpus), &(_, c, n)| (cores + if n > 0 { c.min(n) } else { c }, cpus + n))
+}
 
 /// Reports of a segmented run (`--segment I/N`) belong together only if every one is a segment
 /// of the same N, each index appears once, none is missing, and they ran the same workload
@@ -442,6 +497,7 @@ impl Report {
             received_bytes_per_s: self.bytes.received as f64 / d,
             requests_per_cpu_s: if cpu > 0.0 { self.requests.completed as f64 / cpu } else { 0.0 },
             cpu_percent: 100.0 * cpu / d,
+            client_bound: self.client_cores > 0 && cpu / d >= CLIENT_BOUND_SHARE * f64::from(self.client_cores),
         };
     }
 
@@ -480,6 +536,9 @@ impl Report {
                     window: r.window,
                     cpu: r.cpu.clone(),
                     completed: r.requests.completed,
+                    cpu_percent: r.rates.cpu_percent,
+                    client_cores: r.client_cores,
+                    client_bound: r.rates.client_bound,
                 })
                 .collect();
             merged.agents.sort_by_key(|a| a.segment.map(|s| s.index));
@@ -534,7 +593,17 @@ impl Report {
             m.udp.add(&r.udp);
             m.cpu.user_s += r.cpu.user_s;
             m.cpu.system_s += r.cpu.system_s;
+            m.pre_start = match (m.pre_start.take(), &r.pre_start) {
+                (Some(a), Some(b)) => Some(PreStart {
+                    wanted: a.wanted + b.wanted,
+                    open: a.open + b.open,
+                    connect_s: a.connect_s.max(b.connect_s),
+                    cpu: Cpu { user_s: a.cpu.user_s + b.cpu.user_s, system_s: a.cpu.system_s + b.cpu.system_s },
+                }),
+                (a, b) => a.or_else(|| b.clone()),
+            };
         }
+        (merged.client_cores, merged.cpus) = cores_by_host(reports);
         // The first process's reason to end early; every connection given up only if every
         // process gave all of its up (one that did, while the others ran on, did not end the run).
         let given_up = |r: &Report| matches!(r.ended_early, Some(EndedEarly::AllGivenUp { .. }));
@@ -597,11 +666,17 @@ impl Report {
             let late = agent.window.and_then(|w| w.late_s());
             let _ = writeln!(
                 s,
-                "  agent {} on {}: {} completed, {:.2} s CPU{}{}",
+                "  agent {} on {}: {} completed, {:.2} s CPU ({:.0}% of a core){}{}{}",
                 agent.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
                 agent.host.as_deref().unwrap_or("an unnamed host"),
                 agent.completed,
                 agent.cpu.total_s(),
+                agent.cpu_percent,
+                if agent.client_bound {
+                    format!(", client-bound on its {} core(s)", agent.client_cores)
+                } else {
+                    String::new()
+                },
                 late.map_or_else(String::new, |l| format!(", began {:+.3} s from --start-at", l)),
                 if late.is_some_and(|l| l > LATE_START_S) {
                     " (late: its window is shorter than the others')"
@@ -610,8 +685,26 @@ impl Report {
                 },
             );
         }
+        for warning in self.agent_warnings() {
+            let _ = writeln!(s, "  warning      {warning}");
+        }
         if let Some(why) = &self.ended_early {
             let _ = writeln!(s, "  ended early  {why}");
+        }
+        if let Some(p) = &self.pre_start {
+            let short = if p.open < p.wanted {
+                format!(" (the measured phase began with {} fewer than asked)", p.wanted - p.open)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "  before start {} of {} connections open after {:.2} s, {:.2} s CPU; not in the figures below{short}",
+                p.open,
+                p.wanted,
+                p.connect_s,
+                p.cpu.total_s()
+            );
         }
         let sockets = if self.mode == "udp" { "sockets" } else { "connections" };
         let peak = if self.procs > 1 { "open at most (the processes' peaks added)" } else { "open at most" };
@@ -712,7 +805,42 @@ impl Report {
             "  client CPU   {:.2} s user, {:.2} s system ({:.0}% of a core), {:.0} {what} per CPU-second",
             self.cpu.user_s, self.cpu.system_s, self.rates.cpu_percent, self.rates.requests_per_cpu_s
         );
+        if self.rates.client_bound {
+            let _ = write!(
+                s,
+                "\n  client-bound the load generator used {:.0}% of the {} core(s) it could use: these figures may measure it, not the server (add --procs, threads or machines)",
+                self.rates.cpu_percent,
+                self.client_cores
+            );
+        }
         s
+    }
+
+    /// A merge of segments: one line for each agent that was client-bound or started late,
+    /// since either makes the merged figures less than the sum of equal parts.
+    pub fn agent_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let name = |a: &Agent| {
+            format!(
+                "agent {} ({})",
+                a.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
+                a.host.as_deref().unwrap_or("an unnamed host")
+            )
+        };
+        for a in &self.agents {
+            if a.client_bound {
+                out.push(format!(
+                    "{} was client-bound ({:.0}% of its {} core(s)): its share may be short of what was asked",
+                    name(a),
+                    a.cpu_percent,
+                    a.client_cores
+                ));
+            }
+            if let Some(late) = a.window.and_then(|w| w.late_s()).filter(|&l| l > LATE_START_S) {
+                out.push(format!("{} began {late:.3} s after --start-at: the common window is shorter", name(a)));
+            }
+        }
+        out
     }
 }
 
@@ -758,6 +886,89 @@ mod tests {
         };
         r.compute_rates();
         r
+    }
+
+    /// A report of one process with `threads` threads on `host` (`cpus` CPUs) that used
+    /// `cpu_s` of CPU in 2 s.
+    fn agent(host: &str, cpus: u32, threads: u32, cpu_s: f64, segment: Option<crate::Segment>) -> Report {
+        let mut r = report_with(&[1000], 10);
+        (r.host, r.cpus, r.threads, r.client_cores) = (Some(host.into()), cpus, threads, threads.min(cpus));
+        r.cpu = Cpu { user_s: cpu_s / 2.0, system_s: cpu_s / 2.0 };
+        r.segment = segment;
+        r.compute_rates();
+        r
+    }
+
+    #[test]
+    fn client_bound_is_judged_against_the_cores_it_could_use() {
+        // 1.9 s of CPU in 2 s: 95% of one core.
+        assert!(agent("a", 4, 1, 1.9, None).rates.client_bound);
+        assert!(!agent("a", 4, 2, 1.9, None).rates.client_bound, "half of two cores");
+        // Eight threads on two CPUs can use two cores, not eight.
+        assert!(agent("a", 2, 8, 3.7, None).rates.client_bound);
+        // A report from before the field (0 cores) is never called client-bound.
+        let mut old = agent("a", 2, 1, 2.0, None);
+        old.client_cores = 0;
+        old.compute_rates();
+        assert!(!old.rates.client_bound);
+        let summary = agent("a", 4, 1, 1.9, None).summary();
+        assert!(summary.contains("client-bound the load generator used 95% of the 1 core(s)"), "{summary}");
+    }
+
+    #[test]
+    fn processes_of_one_host_share_its_cores_and_hosts_add_up() {
+        // --procs 3 on one 2-CPU host, 2 threads each: 2 cores, not 6.
+        let same: Vec<Report> = (0..3).map(|_| agent("box", 2, 2, 1.0, None)).collect();
+        let m = Report::merge(&same).unwrap();
+        assert_eq!((m.client_cores, m.cpus), (2, 2));
+        // 3 s of CPU over 2 s on 2 cores: 75%, not bound; the same on one core each of
+        // three hosts is bound.
+        assert!(!m.rates.client_bound);
+        let seg = |i| Some(crate::Segment { index: i, count: 3 });
+        let hosts: Vec<Report> = (0..3).map(|i| agent(&format!("h{i}"), 1, 1, 1.9, seg(i))).collect();
+        let m = Report::merge(&hosts).unwrap();
+        assert_eq!((m.client_cores, m.cpus), (3, 3));
+        assert!(m.rates.client_bound);
+    }
+
+    #[test]
+    fn a_merge_names_each_client_bound_or_late_agent() {
+        let seg = |i| Some(crate::Segment { index: i, count: 3 });
+        let window =
+            |late: f64| Window { start_at_unix_s: Some(100.0), started_unix_s: 100.0 + late, ended_unix_s: 110.0 };
+        let mut agents =
+            vec![agent("h0", 2, 2, 1.0, seg(0)), agent("h1", 2, 1, 1.95, seg(1)), agent("h2", 2, 2, 1.0, seg(2))];
+        for (a, late) in agents.iter_mut().zip([0.01, 0.02, 0.5]) {
+            a.window = Some(window(late));
+        }
+        let m = Report::merge(&agents).unwrap();
+        let warnings = m.agent_warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("agent 1/3 (h1) was client-bound (98% of its 1 core(s))"), "{warnings:?}");
+        assert!(warnings[1].starts_with("agent 2/3 (h2) began 0.500 s after --start-at"), "{warnings:?}");
+        assert!(m.agents[1].client_bound && !m.agents[0].client_bound);
+        assert!(m.summary().contains("  warning      agent 1/3 (h1) was client-bound"));
+    }
+
+    #[test]
+    fn the_phase_before_start_merges_and_is_reported_apart() {
+        let pre = |open, connect_s| PreStart { wanted: 10, open, connect_s, cpu: Cpu { user_s: 0.1, system_s: 0.2 } };
+        let mut a = report_with(&[1000], 10);
+        a.pre_start = Some(pre(10, 1.5));
+        let mut b = report_with(&[1000], 10);
+        b.pre_start = Some(pre(8, 2.5));
+        let m = Report::merge(&[a, b]).unwrap();
+        let p = m.pre_start.clone().unwrap();
+        assert_eq!((p.wanted, p.open, p.connect_s), (20, 18, 2.5));
+        assert!((p.cpu.total_s() - 0.6).abs() < 1e-9);
+        // The measured CPU is only the two runs' own.
+        assert!((m.cpu.total_s() - 2.0).abs() < 1e-9);
+        let summary = m.summary();
+        assert!(
+            summary.contains("before start 18 of 20 connections open after 2.50 s")
+                && summary.contains("began with 2 fewer than asked"),
+            "{summary}"
+        );
     }
 
     #[test]

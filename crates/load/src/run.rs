@@ -3,14 +3,13 @@
 
 use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::config::{LoadConfig, LoadConfigError, Mode, Progress};
-use crate::engine::{Engine, Live, Shared, ThreadResult};
+use crate::engine::{Engine, Shared, ThreadResult};
 use crate::limits::{self, Demand, LimitError};
-use crate::pattern::Pattern;
-use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, Report, Requests, Window, SCHEMA};
+use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, SCHEMA};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -30,6 +29,18 @@ pub enum LoadError {
 /// Run the load described by `cfg` to its end (duration or request count) or until `stop`
 /// is set, and report what was measured.
 pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
+    run_with(cfg, stop, |_| {})
+}
+
+/// [`run`], and with `cfg.connect_first`, call `before_start` once every connection has
+/// connected or failed its first attempt: the measured phase begins when it returns (it may
+/// wait for a start time, or for the word of a parent process). It is given `stop`, which it
+/// should heed.
+pub fn run_with(
+    cfg: LoadConfig,
+    stop: &AtomicBool,
+    before_start: impl FnOnce(&AtomicBool),
+) -> Result<Report, LoadError> {
     preflight(&cfg)?;
     let (requests, request_len, head_requests) = match &cfg.mode {
         Mode::Http(h) => {
@@ -40,24 +51,10 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
     };
     let threads = cfg.threads.min(cfg.conns).max(1);
     let cpu_before = sockscale_sys::cpu_times().unwrap_or_default();
-    let start = Instant::now();
-    let started_unix_s = unix_now();
-    let shared = Shared {
-        pattern: Pattern::default(),
-        requests,
-        request_len,
-        head_requests,
-        start,
-        end: cfg.duration.map(|d| start + d),
-        budget: cfg.requests.map(AtomicU64::new),
-        stop: AtomicBool::new(false),
-        last_connect_ns: AtomicU64::new(0),
-        gave_up: std::sync::OnceLock::new(),
-        open: AtomicU64::new(0),
-        peak_open: AtomicU64::new(0),
-        live: (0..threads).map(|_| Live::default()).collect(),
-        cfg,
-    };
+    let shared = Shared::new(cfg, requests, request_len, head_requests, threads).map_err(LoadError::Thread)?;
+    let mut started_unix_s = unix_now();
+    let mut cpu_at_start = cpu_before;
+    let mut pre_start = None;
     let results = std::thread::scope(|scope| -> Result<Vec<ThreadResult>, LoadError> {
         let mut handles = Vec::with_capacity(threads);
         for t in 0..threads {
@@ -71,14 +68,40 @@ pub fn run(cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
         let done = AtomicBool::new(false);
         std::thread::scope(|inner| {
             inner.spawn(|| show_progress(&shared, &done, stop));
+            if let Some(gate) = &shared.gate {
+                // Connect first: wait for every thread (or the end of the run), let the caller
+                // choose the instant, then open the gate.
+                while shared.ready.load(std::sync::atomic::Ordering::Acquire) < threads
+                    && !shared.stop.load(Relaxed)
+                    && !stop.load(Relaxed)
+                    && !handles.iter().all(|h| h.is_finished())
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let connect_s = shared.start.elapsed().as_secs_f64();
+                before_start(stop);
+                cpu_at_start = sockscale_sys::cpu_times().unwrap_or_default();
+                started_unix_s = unix_now();
+                // Counted before the gate opens: a short run may close them all at once.
+                pre_start = Some(PreStart {
+                    wanted: shared.cfg.conns as u64,
+                    open: shared.open.load(Relaxed),
+                    connect_s,
+                    cpu: cpu_between(cpu_before, cpu_at_start),
+                });
+                let _ = shared.began.set(Instant::now());
+                gate.wake();
+            }
             let results: Vec<ThreadResult> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
             done.store(true, Relaxed);
             Ok(results)
         })
     })?;
-    let elapsed = start.elapsed();
+    let began = *shared.began.get_or_init(Instant::now);
+    let elapsed = began.elapsed();
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
-    let mut report = assemble(&shared, threads, results, elapsed, cpu_before, cpu_after);
+    let mut report = assemble(&shared, threads, results, elapsed, cpu_at_start, cpu_after);
+    report.pre_start = pre_start;
     report.window =
         Some(Window { start_at_unix_s: None, started_unix_s, ended_unix_s: started_unix_s + elapsed.as_secs_f64() });
     if let Some(reason) = shared.gave_up.get() {
@@ -260,19 +283,30 @@ fn assemble(
         udp: total.udp,
         latency: Latency::from_histogram(&total.latency),
         connect_latency: Latency::from_histogram(&total.connect_latency),
-        cpu: Cpu {
-            user_s: cpu_after.0.saturating_sub(cpu_before.0).as_secs_f64(),
-            system_s: cpu_after.1.saturating_sub(cpu_before.1).as_secs_f64(),
-        },
+        cpu: cpu_between(cpu_before, cpu_after),
+        client_cores: 0,
+        cpus: 0,
         rates: Default::default(),
+        pre_start: None,
         ended_early: None,
         segment: None,
         host: host_name(),
         window: None,
         agents: Vec::new(),
     };
+    // What this process may run on: its affinity mask (and a cgroup's CPU quota).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    (report.cpus, report.client_cores) = (cpus, (threads as u32).min(cpus));
     report.compute_rates();
     report
+}
+
+/// The CPU used between two readings of (user, system).
+fn cpu_between(before: (Duration, Duration), after: (Duration, Duration)) -> Cpu {
+    Cpu {
+        user_s: after.0.saturating_sub(before.0).as_secs_f64(),
+        system_s: after.1.saturating_sub(before.1).as_secs_f64(),
+    }
 }
 
 /// Now, in Unix seconds.

@@ -360,3 +360,81 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&closed.to_string()) && err.contains("refused"), "{err}");
 }
+
+/// One connection as [`timing_echo_server`] saw it.
+struct Seen {
+    accepted: std::time::Instant,
+    first_byte: Option<std::time::Instant>,
+    echoed: usize,
+}
+
+/// An echo server that notes when it accepted each connection, when its first byte came and
+/// how many bytes it echoed (once the connection closed).
+fn timing_echo_server() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<Seen>>>) {
+    use std::io::Read;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let all = seen.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let accepted = std::time::Instant::now();
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let (mut buf, mut echoed, mut first_byte) = ([0u8; 4096], 0, None);
+                while let Ok(n) = stream.read(&mut buf) {
+                    first_byte.get_or_insert_with(std::time::Instant::now);
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    echoed += n;
+                }
+                all.lock().unwrap().push(Seen { accepted, first_byte: first_byte.filter(|_| echoed > 0), echoed });
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `--connect-before-start`: with connections paced over about 2 s, nothing is sent until the
+/// last is open (across `--procs` children too, which begin at the parent's word), and
+/// `--per-conn 1` then makes exactly one verified echo on each and ends the run. Without the
+/// flag the first bytes come about 2 s before the last connection, so the check can fail.
+#[test]
+fn connect_before_start_sends_nothing_until_every_connection_is_open() {
+    for (procs, first) in [("1", true), ("2", true), ("1", false)] {
+        let (addr, seen) = timing_echo_server();
+        let addr = addr.to_string();
+        let mut args = vec!["echo", &addr, "-c", "20", "-t", "2", "-l", "64", "--procs", procs, "--connect-rate", "10"];
+        if first {
+            args.extend(["--connect-before-start", "--per-conn", "1"]);
+        } else {
+            args.extend(["-d", "3"]);
+        }
+        let r = load(&args);
+        // Every connection (and every process's probe) reported once closed.
+        let closed = || seen.lock().unwrap().len();
+        let expected = 20 + if procs == "1" { 1 } else { 3 };
+        assert!(eventually(std::time::Duration::from_secs(5), || closed() >= expected), "{} closed", closed());
+        let seen = seen.lock().unwrap();
+        let last_accept = seen.iter().map(|s| s.accepted).max().unwrap();
+        let first_byte = seen.iter().filter_map(|s| s.first_byte).min().unwrap();
+        // A byte read before the last accept by more than a thread's wake-up was sent early.
+        let early = last_accept.checked_duration_since(first_byte).unwrap_or_default();
+        if !first {
+            assert!(early > std::time::Duration::from_secs(1), "the control run sent only {early:?} early");
+            continue;
+        }
+        assert!(
+            early < std::time::Duration::from_millis(200),
+            "--procs {procs}: a byte came {early:?} before the last connection"
+        );
+        assert_eq!(n(&r, "requests.completed"), 20, "{r}");
+        assert_eq!(n(&r, "latency.count"), 20, "{r}");
+        assert_eq!(n(&r, "pre_start.open"), 20, "{r}");
+        assert_eq!(n(&r, "pre_start.wanted"), 20, "{r}");
+        let mut echoed: Vec<usize> = seen.iter().map(|s| s.echoed).filter(|&b| b > 0).collect();
+        echoed.sort();
+        assert_eq!(echoed, vec![64; 20], "--procs {procs}: one 64-byte echo on each connection");
+    }
+}

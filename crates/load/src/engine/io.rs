@@ -22,7 +22,18 @@ impl Engine<'_> {
         if let Err(end) = self.pump(token) {
             return self.end(token, end);
         }
+        self.note_spent(token);
         self.settle(token);
+    }
+
+    /// `--per-conn`: a connection that has begun its exchanges and has none in flight is done.
+    fn note_spent(&mut self, token: u64) {
+        let Some(limit) = self.shared.cfg.per_conn else { return };
+        let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get(index).filter(|c| c.generation == generation) else { return };
+        if conn.exchanges >= limit && conn.client.outstanding() == 0 {
+            self.spent.insert(conn.index);
+        }
     }
 
     /// Read everything available. Some(end) if the connection is over.
@@ -153,7 +164,9 @@ impl Engine<'_> {
     fn pump(&mut self, token: u64) -> Result<(), End> {
         let shared = self.shared;
         let cfg = &shared.cfg;
-        let stopping = self.stopping();
+        // Before the measured phase nothing is begun.
+        let stopping = self.stopping() || !self.measuring;
+        let per_conn = cfg.per_conn.unwrap_or(u64::MAX);
         let now_ns = self.now_ns;
         let depth = self.depth;
         let interval = self.send_interval_ns;
@@ -165,7 +178,12 @@ impl Engine<'_> {
         let block = (conn.index / cfg.block as u64) as usize;
         loop {
             // Begin new exchanges while allowed.
-            while !stopping && !conn.closing && conn.client.outstanding() < depth && !conn.queued {
+            while !stopping
+                && !conn.closing
+                && conn.client.outstanding() < depth
+                && !conn.queued
+                && conn.exchanges < per_conn
+            {
                 let stamp = match interval {
                     Some(_) if conn.late == 0 => break,
                     Some(interval) => conn.next_send_ns.unwrap_or(now_ns).saturating_sub(conn.late * interval),
@@ -210,6 +228,7 @@ impl Engine<'_> {
                     conn.late -= 1;
                 }
                 self.result.sent += 1;
+                conn.exchanges += 1;
                 match &mut conn.client {
                     Client::Echo(c) => c.begin(stamp),
                     Client::Http(c) => c.begin(stamp, shared.request_len, shared.head_requests),
@@ -224,6 +243,7 @@ impl Engine<'_> {
                                 // The socket buffer is full: the datagram never left.
                                 c.cancel_last();
                                 self.result.sent -= 1;
+                                conn.exchanges -= 1;
                                 shared.unclaim(1);
                                 conn.writable = false;
                                 break;

@@ -37,6 +37,9 @@ const MAX_PENDING_CONNECTS: usize = 512;
 /// The slab index in a timer token that marks a `-r` block's deadline (the block number is
 /// in the high half); no connection slot gets this far.
 const PACER_SLOT: u64 = 0xffff_ffff;
+/// The epoll token of the measured phase's start signal (`Shared::gate`); no connection slot
+/// gets this far either.
+const GATE_TOKEN: u64 = 0xffff_fffe;
 
 fn pacer_token(block: usize) -> u64 {
     ((block as u64) << 32) | PACER_SLOT
@@ -56,8 +59,16 @@ pub struct Shared {
     pub requests: Vec<u8>,
     pub request_len: usize,
     pub head_requests: bool,
+    /// The clock's origin: every `*_ns` of the run counts from here.
     pub start: Instant,
-    pub end: Option<Instant>,
+    /// When the measured phase began: at `start`, or, with `connect_first`, when the run
+    /// opened the gate.
+    pub began: std::sync::OnceLock<Instant>,
+    /// With `connect_first`: made readable once, when the measured phase begins; every
+    /// thread watches it (edge-triggered, so one write wakes them all).
+    pub gate: Option<sockscale_sys::Waker>,
+    /// With `connect_first`: threads whose every connection has connected or failed once.
+    pub ready: std::sync::atomic::AtomicUsize,
     /// Requests (messages) left to send with `-n`.
     pub budget: Option<AtomicU64>,
     pub stop: AtomicBool,
@@ -88,6 +99,47 @@ impl Shared {
 
     fn budget_spent(&self) -> bool {
         self.budget.as_ref().is_some_and(|left| left.load(Relaxed) == 0)
+    }
+
+    /// When `-d` ends the measured phase; None before it began or without -d.
+    pub fn end(&self) -> Option<Instant> {
+        Some(*self.began.get()? + self.cfg.duration?)
+    }
+
+    /// A shared state for `cfg`, its measured phase beginning at once unless `connect_first`.
+    pub fn new(
+        cfg: LoadConfig,
+        requests: Vec<u8>,
+        request_len: usize,
+        head_requests: bool,
+        threads: usize,
+    ) -> std::io::Result<Self> {
+        let start = Instant::now();
+        let began = std::sync::OnceLock::new();
+        let gate = if cfg.connect_first {
+            Some(sockscale_sys::Waker::new()?)
+        } else {
+            let _ = began.set(start);
+            None
+        };
+        Ok(Shared {
+            pattern: Pattern::default(),
+            requests,
+            request_len,
+            head_requests,
+            start,
+            began,
+            gate,
+            ready: std::sync::atomic::AtomicUsize::new(0),
+            budget: cfg.requests.map(AtomicU64::new),
+            stop: AtomicBool::new(false),
+            last_connect_ns: AtomicU64::new(0),
+            gave_up: std::sync::OnceLock::new(),
+            open: AtomicU64::new(0),
+            peak_open: AtomicU64::new(0),
+            live: (0..threads).map(|_| Live::default()).collect(),
+            cfg,
+        })
     }
 }
 
@@ -196,6 +248,8 @@ struct Conn {
     answered: bool,
     /// Requests already claimed from `-n` for this connection before it connected.
     prepaid: u32,
+    /// Exchanges begun (for `--per-conn`), carried over a reconnect.
+    exchanges: u64,
     timer_at: Option<Instant>,
 }
 
@@ -249,6 +303,15 @@ pub struct Engine<'a> {
     /// Requests claimed from `-n` for connections not yet made or not yet sending: the run is
     /// not over while any is pending.
     prepaid_pending: u64,
+    /// The measured phase has begun: connections may send.
+    measuring: bool,
+    /// With `connect_first`: this thread has told the run it is ready.
+    told_ready: bool,
+    /// `--per-conn`: connections (by number) that have completed their exchanges.
+    spent: std::collections::HashSet<u64>,
+    /// `--per-conn`: exchanges begun by connections that ended, by connection number, taken
+    /// up by the reconnect so that a connection never makes more than its share.
+    carried_exchanges: HashMap<u64, u64>,
     result: ThreadResult,
 }
 
@@ -291,17 +354,28 @@ impl<'a> Engine<'a> {
             depth: cfg.per_conn_depth(),
             open: 0,
             prepaid_pending: 0,
+            measuring: shared.began.get().is_some(),
+            told_ready: false,
+            spent: std::collections::HashSet::new(),
+            carried_exchanges: HashMap::new(),
             result: ThreadResult::default(),
         })
     }
 
     pub fn run(mut self) -> ThreadResult {
+        if let Some(gate) = &self.shared.gate {
+            if let Err(e) = self.epoll.register(gate.fd().as_raw_fd(), GATE_TOKEN, Interest::READ, false) {
+                tracing::error!(error = %e, "cannot watch the start signal");
+                self.shared.stop.store(true, Relaxed);
+            }
+        }
         loop {
             self.tick();
             if self.finished() {
                 break;
             }
             self.open_due();
+            self.tell_ready();
             self.events.clear();
             let timeout = self.wait_timeout();
             if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
@@ -330,11 +404,62 @@ impl<'a> Engine<'a> {
     }
 
     fn stopping(&self) -> bool {
-        self.shared.stop.load(Relaxed) || self.shared.end.is_some_and(|end| self.now >= end)
+        self.shared.stop.load(Relaxed) || self.shared.end().is_some_and(|end| self.now >= end)
+    }
+
+    /// With `connect_first`: once every connection of this thread has connected or failed its
+    /// first attempt, say so (once).
+    fn tell_ready(&mut self) {
+        if !self.measuring && !self.told_ready && self.opened >= self.mine && self.pending_connects == 0 {
+            self.told_ready = true;
+            // Release: whoever sees this thread ready sees its connections counted open.
+            self.shared.ready.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// The measured phase begins: start every open-loop schedule from now and let every
+    /// connection send.
+    fn begin_measuring(&mut self) {
+        if self.measuring {
+            return;
+        }
+        self.measuring = true;
+        self.tick();
+        let tokens: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.connected)
+            .map(|(i, c)| (u64::from(c.generation) << 32) | i as u64)
+            .collect();
+        for token in tokens {
+            let first = self.conn_mut(token).map(|c| c.index).and_then(|index| self.first_send_ns(index));
+            if let Some(conn) = self.conn_mut(token) {
+                conn.next_send_ns = first;
+                conn.late = 0;
+            }
+            self.drive(token);
+        }
+    }
+
+    /// Open loop: when a new connection's first request is due, its connections' schedules
+    /// spread evenly over one interval from now.
+    fn first_send_ns(&self, index: u64) -> Option<u64> {
+        let interval = self.send_interval_ns?;
+        let slot = (index / self.threads as u64) % self.mine.max(1);
+        Some(self.now_ns + interval * slot / self.mine.max(1))
     }
 
     fn finished(&self) -> bool {
         if self.stopping() {
+            return true;
+        }
+        // --per-conn without -d: done once every connection of ours has made its exchanges
+        // (or was given up).
+        if self.shared.cfg.per_conn.is_some()
+            && self.shared.cfg.duration.is_none()
+            && self.opened >= self.mine
+            && self.spent.len() as u64 + self.result.abandoned >= self.mine
+        {
             return true;
         }
         // Every connection of ours given up (--connect-retries): nothing is left to do.
@@ -361,7 +486,7 @@ impl<'a> Engine<'a> {
         if let Some(&Reverse((due, _, _))) = self.reconnects.peek() {
             consider(due);
         }
-        if let Some(end) = self.shared.end {
+        if let Some(end) = self.shared.end() {
             at = Some(at.map_or(end, |a| a.min(end)));
         }
         // Wake at least every 100 ms to see a stop, a spent budget, or the progress clock.
@@ -467,6 +592,7 @@ impl<'a> Engine<'a> {
             closing: false,
             answered: false,
             prepaid: u32::from(prepaid),
+            exchanges: self.carried_exchanges.remove(&index).unwrap_or(0),
             timer_at: None,
         });
         self.pending_connects += 1;
@@ -567,6 +693,9 @@ impl<'a> Engine<'a> {
 
     fn on_event(&mut self, event: Event) {
         let token = event.token;
+        if token == GATE_TOKEN {
+            return self.begin_measuring();
+        }
         let Some(conn) = self.conn_mut(token) else { return };
         conn.readable |= event.readable || event.closed;
         conn.writable |= event.writable || event.closed;
@@ -593,24 +722,19 @@ impl<'a> Engine<'a> {
 
     fn on_connected(&mut self, token: u64) {
         let now_ns = self.now_ns;
-        let interval = self.send_interval_ns;
-        let mine = self.mine.max(1);
-        let threads = self.threads as u64;
-        let carried = self.conn_mut(token).map(|c| c.index).and_then(|i| self.carried_schedules.remove(&i));
+        let index = self.conn_mut(token).map(|c| c.index);
+        let carried = index.and_then(|i| self.carried_schedules.remove(&i));
+        // Before the measured phase this is a placeholder: the gate starts every schedule.
+        let first = index.and_then(|i| self.first_send_ns(i));
         let Some(conn) = self.conn_mut(token) else { return };
         conn.connected = true;
         let took = now_ns.saturating_sub(conn.connect_started_ns);
-        let index = conn.index;
-        if let Some(interval) = interval {
-            if let Some((next_send_ns, late)) = carried {
-                // A reconnect keeps the schedule of the connection it replaces.
-                conn.next_send_ns = next_send_ns;
-                conn.late = late;
-            } else {
-                // Spread the connections' schedules evenly over one interval.
-                let slot = (index / threads) % mine;
-                conn.next_send_ns = Some(now_ns + interval * slot / mine);
-            }
+        if let Some((next_send_ns, late)) = carried {
+            // A reconnect keeps the schedule of the connection it replaces.
+            conn.next_send_ns = next_send_ns;
+            conn.late = late;
+        } else {
+            conn.next_send_ns = first;
         }
         let tcp = !matches!(conn.client, Client::Udp(_));
         self.pending_connects -= 1;
@@ -638,6 +762,9 @@ impl<'a> Engine<'a> {
             }
         } else {
             self.pending_connects -= 1;
+        }
+        if conn.exchanges > 0 && self.shared.cfg.per_conn.is_some() {
+            self.carried_exchanges.insert(conn.index, conn.exchanges);
         }
         self.refund(conn.prepaid > 0);
         // A connect that succeeds is not yet service: a server refusing when busy accepts and
@@ -854,27 +981,13 @@ mod tests {
             progress: Progress::Off,
             accept_status: Default::default(),
             options: serde_json::Value::Null,
+            connect_first: false,
+            per_conn: None,
         }
     }
 
     fn run_one_thread(cfg: LoadConfig) -> ThreadResult {
-        let start = Instant::now();
-        let shared = Shared {
-            pattern: Pattern::default(),
-            requests: Vec::new(),
-            request_len: 0,
-            head_requests: false,
-            start,
-            end: cfg.duration.map(|d| start + d),
-            budget: None,
-            stop: AtomicBool::new(false),
-            last_connect_ns: AtomicU64::new(0),
-            gave_up: std::sync::OnceLock::new(),
-            open: AtomicU64::new(0),
-            peak_open: AtomicU64::new(0),
-            live: vec![Live::default()].into_boxed_slice(),
-            cfg,
-        };
+        let shared = Shared::new(cfg, Vec::new(), 0, false, 1).expect("shared");
         Engine::new(&shared, 0, 1).expect("engine").run()
     }
 

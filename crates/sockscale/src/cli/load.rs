@@ -115,6 +115,17 @@ pub struct Common {
     /// this one began. Connections are made after it, as without it
     #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
     pub start_at: Option<std::time::SystemTime>,
+    /// Open every connection first, send nothing until each has connected (or failed once),
+    /// then begin the measured phase: at --start-at if given, else at once (with --procs,
+    /// when every process is ready). Connecting is reported apart and counts in no other
+    /// figure
+    #[arg(long)]
+    pub connect_before_start: bool,
+    /// Exchanges each connection makes; after them it stays open, idle, until -d ends the run
+    /// (without -d or -n the run ends when every connection has made them), e.g. one verified
+    /// echo on each of many held connections
+    #[arg(long, value_name = "N", value_parser = at_least_one_u64, allow_negative_numbers = true)]
+    pub per_conn: Option<u64>,
     /// Internal: this process is slot K of N of a --procs run
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
@@ -227,10 +238,16 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         })?;
-        if let Some(at) = common.start_at {
+        let child_of_procs = common.proc_slot.is_some();
+        if let Some(at) = common.start_at.filter(|_| !cfg.connect_first) {
             wait_until(at, &stop);
         }
-        let mut report = sockscale_load::run(cfg, &stop)?;
+        let mut report = sockscale_load::run_with(cfg, &stop, |stop| match common.start_at {
+            Some(at) => wait_until(at, stop),
+            // A child of --procs: tell the parent it is ready and begin at its word.
+            None if child_of_procs => procs::ready_then_wait_for_go(stop),
+            None => {}
+        })?;
         if let (Some(at), Some(window)) = (common.start_at, report.window.as_mut()) {
             window.start_at_unix_s = Some(unix_seconds(at));
         }
@@ -534,9 +551,9 @@ fn base_config(
         bail!("-n {n} is fewer than --procs {}: each process needs a request; use --procs {n} or fewer", common.procs);
     }
     let Share { conns, first_conn, requests, total_rate, connect_rate } = share(common)?;
-    let duration = match (common.duration, common.requests) {
-        (None, None) => Some(Duration::from_secs(10)),
-        (d, _) => d,
+    let duration = match (common.duration, common.requests, common.per_conn) {
+        (None, None, None) => Some(Duration::from_secs(10)),
+        (d, _, _) => d,
     };
     let threads = common.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let progress = if common.proc_slot.is_some() { Progress::JsonLines } else { Progress::Line };
@@ -563,6 +580,8 @@ fn base_config(
         progress,
         accept_status: AcceptedStatuses::default(),
         options,
+        connect_first: common.connect_before_start,
+        per_conn: common.per_conn,
     })
 }
 
@@ -581,6 +600,8 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "procs": common.procs,
         "segment": common.segment.map(|s| s.to_string()),
         "start_at": common.start_at.map(unix_seconds),
+        "connect_before_start": common.connect_before_start,
+        "per_conn": common.per_conn,
         "connect_timeout_s": common.connect_timeout.as_secs_f64(),
         "connect_retries": common.connect_retries,
         "timeout_s": common.reply_timeout.as_secs_f64(),

@@ -44,11 +44,11 @@ fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
 /// (SIGKILL, the OOM killer): an orphaned server worker would hold the port, an orphaned load
 /// process go on sending. Called from the main thread only, which lives as long as the process:
 /// the kernel ties the signal to the thread that started the child.
-fn spawn(args: &[String], extra: &[String]) -> Result<Child> {
+fn spawn(args: &[String], extra: &[String], stdin: Stdio) -> Result<Child> {
     let exe = std::env::current_exe().context("cannot find this program to start child processes")?;
     let parent = std::process::id();
     let mut cmd = Command::new(exe);
-    cmd.args(args).args(extra).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+    cmd.args(args).args(extra).stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
     // (prctl, getppid), allocating nothing.
     unsafe {
@@ -84,16 +84,27 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
     let stopping = Arc::new(AtomicBool::new(false));
     forward_signals(pids.clone(), stopping)?;
     let live = Arc::new(Mutex::new(vec![(0u64, 0u64, 0u64); n]));
+    // --connect-before-start: each child says when its connections are open (or ends), and
+    // all begin together at the parent's word, given once every child has said so.
+    let gate = Arc::new(Gate::default());
     let mut children = Vec::with_capacity(n);
     let mut paths = Vec::with_capacity(n);
     for k in 0..n {
         let path = dir.join(format!("slot-{k}.json"));
         let extra = ["--proc-slot".to_owned(), format!("{k}/{n}"), "--json".to_owned(), path.display().to_string()];
-        let mut child = spawn(&args, &extra)?;
+        let mut child = spawn(&args, &extra, Stdio::piped())?;
         pids.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
+        if let Some(input) = child.stdin.take() {
+            gate.words.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(input));
+        }
         if let Some(out) = child.stdout.take() {
-            let live = live.clone();
-            std::thread::spawn(move || read_progress(k, out, &live));
+            let (live, gate) = (live.clone(), gate.clone());
+            std::thread::spawn(move || {
+                // A child that ended without saying it was ready must not hold the others.
+                if !read_progress(k, out, &live, &gate) {
+                    gate.settled(n);
+                }
+            });
         }
         children.push(child);
         paths.push(path);
@@ -149,15 +160,69 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
     Ok(Report::merge(&reports)?)
 }
 
-fn read_progress(k: usize, out: std::process::ChildStdout, live: &Mutex<Vec<(u64, u64, u64)>>) {
+/// The start of a `--procs` run's measured phase, for `--connect-before-start`.
+#[derive(Default)]
+struct Gate {
+    /// Each child's standard input: a line on it says "begin".
+    words: Mutex<Vec<Box<dyn Write + Send>>>,
+    /// Children that are ready or have ended.
+    settled: Mutex<usize>,
+}
+
+impl Gate {
+    /// One more child is ready (or gone); the last one opens the gate for all.
+    fn settled(&self, n: usize) {
+        let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        *settled += 1;
+        if *settled == n {
+            for input in self.words.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+                // A child that has ended cannot read it, and needs not.
+                let _ = input.write_all(b"go\n").and_then(|()| input.flush());
+            }
+        }
+    }
+}
+
+/// In a `--procs` child with `--connect-before-start`: say that every connection is open,
+/// then wait for the parent's word (or for its end, or a stop: then begin at once).
+pub fn ready_then_wait_for_go(stop: &AtomicBool) {
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{{\"ready\":true}}");
+        let _ = out.flush();
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        let _ = tx.send(());
+    });
+    while !stop.load(Ordering::Relaxed) {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Follow a child's progress lines; true if it said it was ready.
+fn read_progress(k: usize, out: std::process::ChildStdout, live: &Mutex<Vec<(u64, u64, u64)>>, gate: &Gate) -> bool {
+    let n = live.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let mut ready = false;
     for line in BufReader::new(out).lines().map_while(Result::ok) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        if v["ready"].as_bool() == Some(true) && !ready {
+            ready = true;
+            gate.settled(n);
+            continue;
+        }
         let p = &v["progress"];
         let get = |name: &str| p[name].as_u64().unwrap_or(0);
         if let Some(slot) = live.lock().unwrap_or_else(|e| e.into_inner()).get_mut(k) {
             *slot = (get("open"), get("completed"), get("errors"));
         }
     }
+    ready
 }
 
 /// One line from a worker of `serve --procs`.
@@ -183,7 +248,7 @@ pub fn run_serve_children(
     let (tx, rx) = mpsc::channel();
     let start_worker = |k: usize| -> Result<u32> {
         let extra = [listen[0].clone(), listen[1].clone(), "--proc-slot".to_owned(), format!("{k}/{n}")];
-        let mut child = spawn(&args, &extra)?;
+        let mut child = spawn(&args, &extra, Stdio::null())?;
         let pid = child.id();
         let out = child.stdout.take().context("worker stdout")?;
         let tx = tx.clone();
@@ -312,5 +377,37 @@ mod tests {
     fn counters_add_up() {
         let lines = vec!["accepted=2 closed_peer=1".to_owned(), "accepted=3 closed_peer=0".to_owned()];
         assert_eq!(sum_counters(&lines), "accepted=5 closed_peer=1");
+    }
+
+    /// A child's standard input, as the test sees what the parent wrote to it.
+    #[derive(Clone, Default)]
+    struct Input(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Input {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The word to begin goes to every child once, and only when the last of them is ready
+    /// or gone.
+    #[test]
+    fn the_gate_opens_when_every_child_is_ready_or_gone() {
+        let inputs: Vec<Input> = (0..3).map(|_| Input::default()).collect();
+        let gate = Gate::default();
+        for input in &inputs {
+            gate.words.lock().unwrap().push(Box::new(input.clone()));
+        }
+        let said =
+            || inputs.iter().map(|i| String::from_utf8(i.0.lock().unwrap().clone()).unwrap()).collect::<Vec<_>>();
+        gate.settled(3);
+        gate.settled(3);
+        assert_eq!(said(), ["", "", ""], "two of three ready: nobody begins");
+        gate.settled(3);
+        assert_eq!(said(), ["go\n", "go\n", "go\n"]);
     }
 }
