@@ -30,7 +30,7 @@ slab caches, and reports:
   end of the hold).
 
 Usage: bench/c1m.py [--conns 1000000] [--procs 60] [--sources 40] [--connect-rate 25000]
-                    [--hold 30] [--tcp-mem-pages 3000000] [--out DIR]
+                    [--hold 60] [--tcp-mem-pages 3000000] [--out DIR]
 """
 import argparse
 import json
@@ -136,6 +136,19 @@ def sockstat():
     return out
 
 
+NETSTAT_KEYS = ("ListenOverflows", "ListenDrops", "TCPTimeouts", "TCPSynRetrans", "TCPMemoryPressures", "TCPAbortOnMemory", "TCPReqQFullDrop")
+
+
+def netstat():
+    """TcpExt counters of /proc/net/netstat, and Tcp's RetransSegs."""
+    out = {}
+    lines = open("/proc/net/netstat").read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        for k, v in zip(names.split()[1:], values.split()[1:]):
+            out[k] = int(v)
+    return out
+
+
 def meminfo():
     out = {}
     for line in open("/proc/meminfo"):
@@ -168,6 +181,8 @@ def sample(server_pid, load_pid):
         "load_procs": len(load), "load_cpu_s": l_cpu, "load_rss_kib": l_rss,
         "sockstat": sockstat(), "meminfo": {k: v for k, v in meminfo().items() if k in ("MemAvailable", "Slab", "SUnreclaim", "SReclaimable")},
         "conntrack": int((read_sysctl("net.netfilter.nf_conntrack_count") or ["0"])[0]),
+        # The caches that hold 16 MiB or more: what the held sockets are made of.
+        "slab": {k: v for k, v in slab_caches().items() if v >= 16 << 20},
     }
 
 
@@ -177,7 +192,7 @@ def main():
     ap.add_argument("--procs", type=int, default=60, help="server and load processes each")
     ap.add_argument("--sources", type=int, default=40, help="source addresses 127.0.0.1-127.0.0.N")
     ap.add_argument("--connect-rate", type=int, default=25_000)
-    ap.add_argument("--hold", type=int, default=30, help="seconds the measured phase holds them")
+    ap.add_argument("--hold", type=int, default=60, help="seconds the measured phase holds them (the echoes take part of it)")
     ap.add_argument("--tcp-mem-pages", type=int, default=3_000_000)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -187,7 +202,7 @@ def main():
     out_dir = common.results_dir("c1m") if args.out is None else __import__("pathlib").Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     restore = prepare_system(args)
-    before = {"sockstat": sockstat(), "meminfo": meminfo(), "slab": slab_caches()}
+    before = {"sockstat": sockstat(), "meminfo": meminfo(), "slab": slab_caches(), "netstat": netstat()}
     env = dict(os.environ, RUST_LOG="error")
     server = subprocess.Popen(
         [str(common.BIN), "serve", "--model", "epoll", "--proto", "echo", "--listen", "127.0.0.1:0", "--procs", str(args.procs),
@@ -240,14 +255,18 @@ def main():
                 write_sysctl(name, value)
             except OSError:
                 print(f"c1m: could not put back {name} = {' '.join(value)}", file=sys.stderr)
+    after_netstat = netstat()
     final = server.stdout.read() + server.stderr.read()
     if not load_json.exists():
         sys.exit(f"c1m: the load wrote no report: {outputs.get('stderr', '').strip()}")
     report = json.load(open(load_json))
     window = report["window"]
-    # The idle part of the hold: from 5 s after the measured phase began (the echoes take a few
-    # seconds at most) to 2 s before its end (the closes at the end are not idle).
-    idle = [s for s in timeline if window["started_unix_s"] + 5 <= s["t"] <= window["ended_unix_s"] - 2]
+    # The idle part of the hold: from 2 s after the last echo came back (a million echoes begun
+    # at once take many seconds) to 2 s before the end (the closes at the end are not idle).
+    echoes_done = window["started_unix_s"] + report["latency"]["max_us"] / 1e6
+    idle = [s for s in timeline if echoes_done + 2 <= s["t"] <= window["ended_unix_s"] - 2]
+    if len(idle) < 5:
+        print(f"c1m: only {len(idle)} samples after the echoes: give a longer --hold for the idle figures", file=sys.stderr)
     held_samples = idle or timeline[-1:]
     peak = max(held_samples, key=lambda s: s["sockstat"]["TCP"]["inuse"])
     held = report["pre_start"]["open"]
@@ -270,6 +289,10 @@ def main():
         "kernel_tcp_buffer_bytes_per_conn": (peak["sockstat"]["TCP"]["mem"] - before["sockstat"]["TCP"]["mem"]) * PAGE / max(held, 1),
         "mem_available_drop_bytes_per_conn": (before["meminfo"]["MemAvailable"] - peak["meminfo"]["MemAvailable"]) * 1024 / max(held, 1),
         "sockstat_at_hold": peak["sockstat"],
+        "echo_phase_s": echoes_done - window["started_unix_s"],
+        "tcp_buffer_pages_peak": max(s["sockstat"]["TCP"]["mem"] for s in timeline),
+        # Dropped SYNs and handshakes show here: a listen queue that overflowed, a SYN retransmitted.
+        "netstat_delta": {k: after_netstat.get(k, 0) - before["netstat"].get(k, 0) for k in NETSTAT_KEYS},
         "idle_server_cpu_pct": (100 * (idle[-1]["server_cpu_s"] - idle[0]["server_cpu_s"]) / (idle[-1]["t"] - idle[0]["t"])
                                 if len(idle) >= 2 else None),
         "idle_load_cpu_pct": (100 * (idle[-1]["load_cpu_s"] - idle[0]["load_cpu_s"]) / (idle[-1]["t"] - idle[0]["t"])
@@ -278,10 +301,10 @@ def main():
         "load_summary": outputs.get("stdout", ""),
         "timeline": timeline,
     }
-    slab_after = slab_caches()
-    result["slab_growth_bytes_at_end"] = dict(sorted(((k, slab_after.get(k, 0) - v) for k, v in before["slab"].items()),
-                                                     key=lambda kv: -kv[1])[:12])
-    result["slab_growth_note"] = "read after the load ended and the server stopped: caches not yet reclaimed; see kernel_slab_bytes_per_conn for the figure while held"
+    # Per connection (both ends), the slab caches that grew most while the connections were held.
+    result["slab_bytes_per_conn_by_cache"] = dict(sorted(
+        ((k, round((v - before["slab"].get(k, 0)) / max(held, 1))) for k, v in peak["slab"].items()),
+        key=lambda kv: -kv[1])[:10])
     common.write_json(out_dir / "results.json", result)
     print(outputs.get("stdout", ""))
     rows = [[f"{args.conns:,}", f"{held:,}", f"{result['echoes_verified']:,}", sum(result["errors"].values()),

@@ -100,6 +100,9 @@ pub fn run_with(
     let began = *shared.began.get_or_init(Instant::now);
     let elapsed = began.elapsed();
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
+    let mut results = results;
+    // Closed now, after the measured phase was timed: tearing down is not part of it.
+    drop(results.iter_mut().flat_map(|r| std::mem::take(&mut r.unclosed)).collect::<Vec<_>>());
     let mut report = assemble(&shared, threads, results, elapsed, cpu_at_start, cpu_after);
     report.pre_start = pre_start;
     report.window =
