@@ -232,6 +232,11 @@ fn the_jobs_command_lines_run_every_segment_and_merge_them() {
         serde_json::from_str(&std::fs::read_to_string(merged.join("merged.json")).unwrap()).unwrap();
     assert_eq!(m["connections"]["connected"], 7, "{m}");
     assert_eq!(m["agents"].as_array().map(Vec::len), Some(agents), "{m}");
+    // The Job connects first: every connection was open before the common start.
+    assert_eq!((m["pre_start"]["open"].as_u64(), m["pre_start"]["wanted"].as_u64()), (Some(7), Some(7)), "{m}");
+    for agent in m["agents"].as_array().unwrap() {
+        assert_eq!(agent["client_bound"], false, "{agent}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
