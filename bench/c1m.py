@@ -109,13 +109,6 @@ def prepare_system(args):
     return restore
 
 
-def children(pid):
-    try:
-        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
-    except OSError:
-        return []
-
-
 def procs_cpu_rss(pids):
     cpu, rss = 0.0, 0
     for pid in pids:
@@ -171,8 +164,8 @@ def slab_caches():
 
 
 def sample(server_pid, load_pid):
-    server = children(server_pid)
-    load = children(load_pid)
+    server = common.children(server_pid)
+    load = common.children(load_pid)
     s_cpu, s_rss = procs_cpu_rss(server)
     l_cpu, l_rss = procs_cpu_rss(load)
     return {
@@ -216,7 +209,7 @@ def main():
             sys.exit(f"c1m: the server did not start: {line.strip() or server.stderr.read().strip()}")
         port = int(m.group(1))
         time.sleep(1)
-        server_idle = procs_cpu_rss(children(server.pid))
+        server_idle = procs_cpu_rss(common.children(server.pid))
         load_json = out_dir / "load.json"
         load_cmd = [str(common.BIN), "load", "echo", f"127.0.0.1:{port}", "-c", str(args.conns), "--procs", str(args.procs),
                     "-t", "1", "-l", "16", "--source", f"127.0.0.1-127.0.0.{args.sources}", "--connect-rate", str(args.connect_rate),

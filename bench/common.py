@@ -52,6 +52,14 @@ def rss_kib(pid):
     return 0
 
 
+def children(pid):
+    """The pids of a process's children (a `--procs` parent's workers); [] once it is gone."""
+    try:
+        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
 def wait_port(port, host="127.0.0.1", timeout=10.0):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -21,13 +21,6 @@ import time
 import common
 
 
-def children(pid):
-    try:
-        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
-    except OSError:
-        return []
-
-
 def fd_count(pid):
     import os
     return len(os.listdir(f"/proc/{pid}/fd"))
@@ -54,9 +47,9 @@ def main():
                                  "--source", "127.0.0.1-127.0.0.4", "-R", "5000", "-d", str(args.hold), "--json", str(out_dir / "load.json")],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         time.sleep(args.hold * 0.75)
-        kids = children(load.pid)
+        kids = common.children(load.pid)
         per_proc = [(common.rss_kib(k), fd_count(k)) for k in kids]
-        servers = [(common.rss_kib(k), fd_count(k)) for k in children(server.pid)]
+        servers = [(common.rss_kib(k), fd_count(k)) for k in common.children(server.pid)]
         sockstat = open("/proc/net/sockstat").read()
         summary = load.stdout.read()
         load.wait()

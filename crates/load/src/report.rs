@@ -392,6 +392,16 @@ pub struct Agent {
     pub client_bound: bool,
 }
 
+impl Agent {
+    /// "1/3" and the host, or "?" and "an unnamed host".
+    fn names(&self) -> (String, &str) {
+        (
+            self.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
+            self.host.as_deref().unwrap_or("an unnamed host"),
+        )
+    }
+}
+
 /// An agent that began more than this after `--start-at` is named in the merged summary.
 pub const LATE_START_S: f64 = 0.1;
 
@@ -664,11 +674,10 @@ impl Report {
         );
         for agent in &self.agents {
             let late = agent.window.and_then(|w| w.late_s());
+            let (segment, host) = agent.names();
             let _ = writeln!(
                 s,
-                "  agent {} on {}: {} completed, {:.2} s CPU ({:.0}% of a core){}{}{}",
-                agent.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
-                agent.host.as_deref().unwrap_or("an unnamed host"),
+                "  agent {segment} on {host}: {} completed, {:.2} s CPU ({:.0}% of a core){}{}{}",
                 agent.completed,
                 agent.cpu.total_s(),
                 agent.cpu_percent,
@@ -821,11 +830,8 @@ impl Report {
     pub fn agent_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         let name = |a: &Agent| {
-            format!(
-                "agent {} ({})",
-                a.segment.map_or_else(|| "?".to_owned(), |seg| seg.to_string()),
-                a.host.as_deref().unwrap_or("an unnamed host")
-            )
+            let (segment, host) = a.names();
+            format!("agent {segment} ({host})")
         };
         for a in &self.agents {
             if a.client_bound {

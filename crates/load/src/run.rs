@@ -55,7 +55,7 @@ pub fn run_with(
     let mut started_unix_s = unix_now();
     let mut cpu_at_start = cpu_before;
     let mut pre_start = None;
-    let results = std::thread::scope(|scope| -> Result<Vec<ThreadResult>, LoadError> {
+    let mut results = std::thread::scope(|scope| -> Result<Vec<ThreadResult>, LoadError> {
         let mut handles = Vec::with_capacity(threads);
         for t in 0..threads {
             let engine = Engine::new(&shared, t, threads).map_err(LoadError::Thread)?;
@@ -100,7 +100,6 @@ pub fn run_with(
     let began = *shared.began.get_or_init(Instant::now);
     let elapsed = began.elapsed();
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
-    let mut results = results;
     // Closed now, after the measured phase was timed: tearing down is not part of it.
     drop(results.iter_mut().flat_map(|r| std::mem::take(&mut r.unclosed)).collect::<Vec<_>>());
     let mut report = assemble(&shared, threads, results, elapsed, cpu_at_start, cpu_after);
