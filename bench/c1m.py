@@ -87,26 +87,38 @@ def needed_sysctls(args):
 def prepare_system(args):
     """Raise what must be raised; returns the old values to restore. Exits with one line when
     a limit cannot be set."""
+    # Checked before anything is changed, so that a refusal leaves the system as it was.
+    hard = subprocess.run(["bash", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()
+    per_proc = -(-args.conns // args.procs)
+    if hard != "unlimited" and per_proc + 100 > int(hard):
+        sys.exit(f"c1m: {per_proc} connections per process pass the open-files hard limit {hard}; "
+                 f"use --procs {-(-args.conns // (int(hard) - 500))} or more")
     restore = []
     for name, value, enough in needed_sysctls(args):
         cur = read_sysctl(name)
         if cur is None:
+            put_back(restore)
             sys.exit(f"c1m: cannot read {name}: this kernel does not have it")
         if enough(cur):
             continue
         try:
             write_sysctl(name, value)
         except OSError as e:
+            put_back(restore)
             sys.exit(f"c1m: {name} is {' '.join(cur)} and cannot be set to {' '.join(map(str, value))} ({e.strerror}); "
                      f"run as root, or set it first: sysctl -w {name}='{' '.join(map(str, value))}'")
         restore.append((name, cur))
         print(f"set {name} = {' '.join(map(str, value))} (was {' '.join(cur)})", file=sys.stderr)
-    hard = subprocess.run(["bash", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()
-    per_proc = -(-args.conns // args.procs)
-    if hard != "unlimited" and per_proc + 100 > int(hard):
-        sys.exit(f"c1m: {per_proc} connections per process pass the open-files hard limit {hard}; "
-                 f"use --procs {-(-args.conns // (int(hard) - 500))} or more")
     return restore
+
+
+def put_back(restore):
+    """Write back the values `prepare_system` replaced."""
+    for name, value in restore:
+        try:
+            write_sysctl(name, value)
+        except OSError:
+            print(f"c1m: could not put back {name} = {' '.join(value)}", file=sys.stderr)
 
 
 def procs_cpu_rss(pids):
@@ -243,11 +255,7 @@ def main():
         print(file=sys.stderr)
     finally:
         common.stop(server)
-        for name, value in restore:
-            try:
-                write_sysctl(name, value)
-            except OSError:
-                print(f"c1m: could not put back {name} = {' '.join(value)}", file=sys.stderr)
+        put_back(restore)
     after_netstat = netstat()
     final = server.stdout.read() + server.stderr.read()
     if not load_json.exists():
