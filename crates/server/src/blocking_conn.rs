@@ -447,7 +447,8 @@ pub fn expired(
 /// A connection noticed the drain: it finishes its exchange, closes at the next request
 /// boundary, and at the latest `--drain-timeout` from now.
 pub fn begin_drain(conn: &mut Conn, cfg: &Config) {
-    conn.x.begin_drain(after(Instant::now(), cfg.drain_timeout));
+    let now = Instant::now();
+    conn.x.begin_drain(conn.fd.as_raw_fd(), now, after(now, cfg.drain_timeout));
 }
 
 /// Serve `--proto udp` on `threads` threads, each blocked in poll(2) on its own SO_REUSEPORT

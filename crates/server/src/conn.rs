@@ -80,11 +80,13 @@ impl Exchange {
         self.policy.finished(self.pending(), self.session.is_between_requests())
     }
 
-    /// The server is draining: finish the exchange in progress, close at the next request
-    /// boundary, and close whatever is left at `until`.
-    pub fn begin_drain(&mut self, until: Instant) {
+    /// The server is draining from `now`: finish the exchange in progress, including a request
+    /// the kernel holds unread on `fd` (see [`ConnPolicy::begin_drain`]), close at the next
+    /// request boundary, and close whatever is left at `until`.
+    pub fn begin_drain(&mut self, fd: RawFd, now: Instant, until: Instant) {
         self.session.finish_current();
-        self.policy.begin_drain(until);
+        let unread = sockscale_sys::unread_bytes(fd).is_ok_and(|n| n > 0);
+        self.policy.begin_drain(now, until, unread);
     }
 
     /// When a policy may next act on this connection.

@@ -698,6 +698,55 @@ pub fn active_set_serves_the_first_n_and_every_one_in_turn(model: &str) {
     assert_eq!(done.counter("waiting"), 0, "nothing waits once every client is gone: {:?}", done.stdout);
 }
 
+/// A drain answers what was sent before it: a connection waiting for a place in the active
+/// set, whose request the server has not read, gets its answer before it is closed; one that
+/// sent nothing is closed at once, as is the active one between requests.
+pub fn the_drain_answers_a_waiting_connection(model: &str) {
+    if skip(model, Policy::ActiveSet) {
+        return;
+    }
+    let args = [
+        "--proto",
+        "echo",
+        "--threads",
+        "1",
+        "--active-set",
+        "1",
+        "--active-grace",
+        "30",
+        "--active-turn",
+        "30",
+        "--drain-timeout",
+        "5",
+    ];
+    let server = ServerProc::start(model, &args);
+    let mut active = server.connect();
+    echo_byte(&mut active, 1);
+    let mut asked = server.connect();
+    asked.write_all(&[2]).unwrap();
+    let mut silent = server.connect();
+    if let Err(read) = unanswered(&mut asked, Duration::from_millis(500)) {
+        panic!("a connection beyond an active set of 1 was served: {read}");
+    }
+    server.signal(libc::SIGTERM);
+    asked.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut byte = [0u8; 1];
+    asked.read_exact(&mut byte).expect("the request sent before the drain is answered");
+    assert_eq!(byte[0], 2);
+    for (name, s) in [("asked", &mut asked), ("silent", &mut silent), ("active", &mut active)] {
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        match s.read(&mut byte) {
+            Ok(0) => {}
+            other => panic!("the {name} connection was not closed by the drain: {other:?}"),
+        }
+    }
+    let done = server.stop_within(Duration::from_secs(5));
+    assert!(done.status.success(), "exit status {:?}", done.status);
+    assert!(done.took < Duration::from_secs(3), "drained in {:?}", done.took);
+    assert_eq!(done.counter("closed_shutdown"), 3, "{:?}", done.stdout);
+    assert_eq!(done.counter("waiting"), 0, "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {$(
@@ -712,6 +761,7 @@ macro_rules! conformance {
             #[test] fn abort_storm_pauses_accepting_until_below_the_threshold() { if !super::unavailable(MODEL) { super::abort_storm_pauses_accepting_until_below_the_threshold(MODEL) } }
             #[test] fn abort_storm_shed_closes_the_newest() { if !super::unavailable(MODEL) { super::abort_storm_shed_closes_the_newest(MODEL) } }
             #[test] fn active_set_serves_the_first_n_and_every_one_in_turn() { if !super::unavailable(MODEL) { super::active_set_serves_the_first_n_and_every_one_in_turn(MODEL) } }
+            #[test] fn the_drain_answers_a_waiting_connection() { if !super::unavailable(MODEL) { super::the_drain_answers_a_waiting_connection(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

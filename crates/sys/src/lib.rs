@@ -270,6 +270,14 @@ pub fn shutdown_both(fd: RawFd) -> io::Result<()> {
     syscall!(shutdown(fd, libc::SHUT_RDWR)).map(drop)
 }
 
+/// Bytes the kernel has received on socket `fd` and nobody has read yet (FIONREAD).
+pub fn unread_bytes(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points at a live local.
+    syscall!(ioctl(fd, libc::FIONREAD, &mut n as *mut libc::c_int))?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Clock ticks per second, the unit of CPU times in /proc/PID/stat.
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no memory arguments.

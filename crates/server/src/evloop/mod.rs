@@ -345,11 +345,19 @@ impl<'a, S: Selector> Worker<'a, S> {
             }
             None => {}
         }
+        // The drain ends the active set (see `ConnPolicy::begin_drain`): a waiting connection
+        // reads what it sent before the drain, or closes now if it sent nothing.
+        self.active = None;
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
             let (index, _) = split(t);
+            let mut waited = false;
             if let Some(conn) = self.conns.get_mut(index) {
-                conn.x.begin_drain(until);
+                waited = conn.x.policy.is_waiting();
+                conn.x.begin_drain(conn.fd.as_raw_fd(), self.now, until);
+            }
+            if waited {
+                self.start_reading(t);
             }
             self.settle(t, false);
         }

@@ -123,6 +123,10 @@ pub struct ConnPolicy {
     read_eof: bool,
     /// Draining: close between requests, and whatever is left at this instant.
     drain_until: Option<Instant>,
+    /// Draining, and the kernel held input nobody had read when the drain began: from the
+    /// client's side that request is in progress, so it is read and answered before the
+    /// connection counts as between requests. Cleared by the next bytes received.
+    drain_owes_read: bool,
     /// When the connection was accepted, until its first bytes arrive.
     silent_since: Option<Instant>,
     /// Waiting for a place in the active set (`--active-set`): not read from, and its idle and
@@ -143,6 +147,7 @@ impl ConnPolicy {
             closing: None,
             read_eof: false,
             drain_until: None,
+            drain_owes_read: false,
             silent_since: Some(now),
             waiting_idle_ms: NOT_WAITING,
         }
@@ -177,6 +182,7 @@ impl ConnPolicy {
     pub fn on_received(&mut self, now: Instant) {
         self.last_activity = now;
         self.silent_since = None;
+        self.drain_owes_read = false;
     }
 
     /// When a connection still silent must have sent its first bytes, if that is asked.
@@ -220,10 +226,25 @@ impl ConnPolicy {
         self.read_eof = true;
     }
 
-    /// The server began draining: close this connection at its next request boundary, and at
-    /// `until` whatever its state. The engine also asks the session to finish its exchange.
-    pub fn begin_drain(&mut self, until: Instant) {
+    /// The server began draining at `now`: close this connection at its next request
+    /// boundary, and at `until` whatever its state. The engine also asks the session to finish
+    /// its exchange. `unread_input`: the kernel holds bytes from the client nobody has read yet
+    /// (a connection waiting for a place in the active set, or input not yet reached by a read
+    /// turn). The client sent them before the drain, so they are a request in progress: they
+    /// are read and answered first. A waiting connection stops waiting: the drain ends the
+    /// active set, since from now on connections only leave, and `until` bounds the time.
+    pub fn begin_drain(&mut self, now: Instant, until: Instant, unread_input: bool) {
+        if self.drain_until.is_none() {
+            self.drain_owes_read = unread_input;
+        }
         self.drain_until.get_or_insert(until);
+        self.set_waiting(false, now);
+    }
+
+    /// Draining, and nothing the client sent before the drain is left to answer: the
+    /// connection may close at this request boundary.
+    fn drained_between(&self, between_requests: bool) -> bool {
+        self.drain_until.is_some() && between_requests && !self.drain_owes_read
     }
 
     /// The protocol has ended the exchange; input that still arrives is not for anyone.
@@ -241,7 +262,7 @@ impl ConnPolicy {
             || self.closing.is_some()
             || pending.is_over(limits)
             || pending.file_bytes > 0
-            || (self.drain_until.is_some() && between_requests);
+            || self.drained_between(between_requests);
         !stopped
     }
 
@@ -253,7 +274,7 @@ impl ConnPolicy {
         }
         self.closing.or(if self.read_eof {
             Some(CloseReason::Peer)
-        } else if self.drain_until.is_some() && between_requests {
+        } else if self.drained_between(between_requests) {
             Some(CloseReason::Shutdown)
         } else {
             None
@@ -402,7 +423,7 @@ mod tests {
         assert!(p.may_read(Pending::bytes(100), true, &l), "at the cap is not over it");
         assert!(!p.may_read(Pending::bytes(101), true, &l));
         assert!(!p.may_read(Pending { bytes: 10, sends: 5, file_bytes: 0 }, true, &l), "too many sends outstanding");
-        p.begin_drain(t0 + secs(5));
+        p.begin_drain(t0, t0 + secs(5), false);
         assert!(p.may_read(Pending::default(), false, &l), "a request in progress may finish");
         assert!(!p.may_read(Pending::default(), true, &l));
         let mut eof = ConnPolicy::new(t0);
@@ -440,11 +461,35 @@ mod tests {
         q.set_waiting(false, t0 + secs(140));
         assert_eq!(q.expired(t0 + secs(159), &l, false), None);
         assert_eq!(q.expired(t0 + secs(160), &l, false).map(|e| e.reason), Some(CloseReason::Idle));
-        // The drain closes a waiting connection between requests, as any other.
+        // The drain ends the wait: a waiting connection that sent nothing closes at once.
         let mut w = ConnPolicy::new(t0);
         w.set_waiting(true, t0);
-        w.begin_drain(t0 + secs(5));
+        w.begin_drain(t0, t0 + secs(5), false);
+        assert!(!w.is_waiting());
         assert_eq!(w.finished(Pending::default(), true), Some(CloseReason::Shutdown));
+    }
+
+    /// Input the kernel held unread when the drain began (a connection waiting for a place, or
+    /// input a read turn had not reached) was sent before the drain: it is read and answered,
+    /// and only then does the connection close between requests.
+    #[test]
+    fn the_drain_reads_and_answers_input_sent_before_it() {
+        let (t0, l) = (Instant::now(), limits());
+        let mut w = ConnPolicy::new(t0);
+        w.set_waiting(true, t0);
+        w.begin_drain(t0 + secs(1), t0 + secs(5), true);
+        assert!(!w.is_waiting(), "the drain ends the active set");
+        assert!(w.may_read(Pending::default(), true, &l), "what was sent before the drain is read");
+        assert_eq!(w.finished(Pending::default(), true), None, "not closed before it is read");
+        w.on_received(t0 + secs(1));
+        assert_eq!(w.finished(Pending::bytes(10), true), None, "the answer is flushed first");
+        assert!(!w.may_read(Pending::default(), true, &l), "nothing sent after the drain is read");
+        assert_eq!(w.finished(Pending::default(), true), Some(CloseReason::Shutdown));
+        // A second signal does not owe another read.
+        let mut d = ConnPolicy::new(t0);
+        d.begin_drain(t0, t0 + secs(5), false);
+        d.begin_drain(t0, t0 + secs(9), true);
+        assert_eq!(d.finished(Pending::default(), true), Some(CloseReason::Shutdown));
     }
 
     #[test]
@@ -475,7 +520,7 @@ mod tests {
         assert_eq!(p.finished(Pending::bytes(1), true), None, "output first");
         assert_eq!(p.finished(Pending::default(), true), Some(CloseReason::Peer));
         let mut d = ConnPolicy::new(t0);
-        d.begin_drain(t0 + secs(5));
+        d.begin_drain(t0, t0 + secs(5), false);
         assert_eq!(d.finished(Pending::default(), false), None, "mid-request");
         assert_eq!(d.finished(Pending::default(), true), Some(CloseReason::Shutdown));
     }
@@ -554,7 +599,7 @@ mod tests {
         assert_eq!(p.deadline(&l, None), t0 + secs(90), "nothing sent is no traffic");
         p.on_sent(t0 + secs(40), 1);
         assert_eq!(p.deadline(&l, Some(t0 + secs(50))), t0 + secs(50), "the protocol's deadline is earlier");
-        p.begin_drain(t0 + secs(45));
+        p.begin_drain(t0, t0 + secs(45), false);
         assert_eq!(p.deadline(&l, None), t0 + secs(45));
         assert_eq!(p.expired(t0 + secs(45), &l, false).map(|e| e.reason), Some(CloseReason::Shutdown));
     }

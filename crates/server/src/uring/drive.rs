@@ -352,11 +352,8 @@ impl UringWorker<'_> {
             if was_waiting {
                 self.stats.waiting_changed(-1);
             }
-            let next = set.leave(&token, self.now);
-            // While draining, a waiting connection is between requests and closes itself: a
-            // place handed on now would only close it from inside this close, and the next
-            // from inside that one, as deep as the queue is long.
-            if let Some(next) = next.filter(|_| self.drain_deadline.is_none()) {
+            // No set while draining (the drain ended it), so a close never opens another here.
+            if let Some(next) = set.leave(&token, self.now) {
                 self.start_reading(next);
             }
         }

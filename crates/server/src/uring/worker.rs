@@ -542,10 +542,20 @@ impl<'a> UringWorker<'a> {
         }
         let live: Vec<(usize, u32)> =
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
+        // The drain ends the active set (see `ConnPolicy::begin_drain`): a waiting connection
+        // reads what it sent before the drain, or closes now if it sent nothing.
+        self.active = None;
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
                 conn.session.finish_current();
-                conn.policy.begin_drain(until);
+                let waited = conn.policy.is_waiting();
+                let fd = conn.fd.as_raw_fd();
+                let unread = sockscale_sys::unread_bytes(fd).is_ok_and(|n| n > 0);
+                conn.policy.begin_drain(self.now, until, unread);
+                if waited {
+                    self.stats.shed_waiting(fd, false);
+                    self.stats.waiting_changed(-1);
+                }
             }
             self.settle(index, generation, false);
         }

@@ -81,7 +81,7 @@ impl Conn {
         // The drain may have begun between the accept and this task's first poll.
         match *stage.borrow_and_update() {
             Stage::Running => {}
-            Stage::Draining { until } => self.x.begin_drain(until),
+            Stage::Draining { until } => self.begin_drain(until),
             Stage::Forced => return CloseReason::Shutdown,
         }
         let mut watching = true;
@@ -122,7 +122,7 @@ impl Conn {
                 changed = stage.changed(), if watching => match changed {
                     Ok(()) => match *stage.borrow_and_update() {
                         Stage::Running => {}
-                        Stage::Draining { until } => self.x.begin_drain(until),
+                        Stage::Draining { until } => self.begin_drain(until),
                         Stage::Forced => return CloseReason::Shutdown,
                     },
                     // The publisher is gone only as the runtime shuts down; stop listening.
@@ -175,6 +175,19 @@ impl Conn {
     }
 
     /// The next instant a policy may act on this connection.
+    /// The drain began: finish the exchange, including a request the kernel holds unread. The
+    /// drain ends the active set (see `ConnPolicy::begin_drain`): the seat is given up, so a
+    /// waiting connection reads what it sent before the drain, or closes now if it sent nothing.
+    fn begin_drain(&mut self, until: Instant) {
+        let fd = self.stream.as_raw_fd();
+        if self.seat.take().is_some_and(|seat| seat.place.is_waiting()) {
+            if let Some(stats) = &self.listed {
+                stats.shed_waiting(fd, false);
+            }
+        }
+        self.x.begin_drain(fd, Instant::now(), until);
+    }
+
     fn deadline(&self, shared: &Shared, now: Instant) -> Instant {
         with_local(shared, now, |local| self.x.deadline(&local.kit.engine, &shared.limits))
     }
