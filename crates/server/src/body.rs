@@ -38,9 +38,13 @@ pub enum SendfileMode {
 /// 3.14 and 4.09 at 64 KiB.
 pub const AUTO_MIN_FILE_BYTES: u64 = 32 << 10;
 
-/// Bytes of a body file per `sendfile` call at most (nginx's `sendfile_max_chunk`). A flush
-/// still goes on until the socket refuses more (edge-triggered readiness needs the EAGAIN),
-/// which on loopback comes within a call or two, as the socket buffer fills.
+/// Bytes of a body file per `sendfile` call at most, and per turn of a connection: after one
+/// chunk that the socket took whole, the connection lets the others on its thread go first
+/// and comes back without waiting for writability (nginx's `sendfile_max_chunk`, whose write
+/// event is then posted to the back). Without the turn, a client that reads as fast as the
+/// server sends never fills its socket buffer, so no EAGAIN ever ends the flush: measured, one
+/// 4 GiB download on loopback held its worker for 10 s, and a HEAD on the same worker waited
+/// 1.8 s (p50) to 3.1 s.
 pub const FILE_CHUNK: usize = 2 << 20;
 
 /// A body file held open for `sendfile`.

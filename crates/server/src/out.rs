@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes};
 use sockscale_proto::{Output, Segment};
 use sockscale_sys as sys;
 
-use crate::body::{no_body_file, BodyFile};
+use crate::body::{no_body_file, BodyFile, FILE_CHUNK};
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
 /// are written in several calls.
@@ -49,6 +49,10 @@ pub struct Written {
     pub bytes: usize,
     /// The socket refused more (EAGAIN or a short write): wait for writability.
     pub blocked: bool,
+    /// A body file's turn ([`crate::body::FILE_CHUNK`]) was sent, the socket refusing
+    /// nothing, and output is left: flush again after the other connections, without waiting
+    /// for writability (no EAGAIN happened, so an edge-triggered waiter will not report it).
+    pub yielded: bool,
 }
 
 impl OutQueue {
@@ -80,14 +84,21 @@ impl OutQueue {
         }
     }
 
-    /// Write queued output until the queue is empty or the socket refuses more.
+    /// Write queued output until the queue is empty, the socket refuses more, or a body
+    /// file's turn is sent ([`Written::yielded`]).
     pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
         let mut written = Written::default();
+        let mut file_sent = 0;
         loop {
             let step = match self.chunks.front_mut() {
                 None => break,
+                Some(Chunk::File { .. }) if file_sent >= FILE_CHUNK => {
+                    written.yielded = true;
+                    break;
+                }
                 Some(Chunk::File { file, at, end }) => {
                     let sent = file.send_to(fd, at, *end);
+                    file_sent += sent.as_ref().map_or(0, |n| *n);
                     let done = *at == *end;
                     if let Ok(n) = sent {
                         self.file_len -= n as u64;
@@ -198,9 +209,7 @@ impl OutQueue {
                 // A short write means the socket buffer filled; confirm with the queue's own
                 // flush, which stops only at EAGAIN, so edge-triggered readiness is re-armed.
                 let more = self.flush(fd)?;
-                written.bytes += more.bytes;
-                written.blocked = more.blocked;
-                return Ok(written);
+                return Ok(Written { bytes: written.bytes + more.bytes, ..more });
             }
             next += batch.len();
         }
@@ -218,11 +227,11 @@ impl OutQueue {
             }
         };
         if n == bytes.len() {
-            return Ok(Written { bytes: n, blocked: false });
+            return Ok(Written { bytes: n, ..Written::default() });
         }
         self.queue_from(std::slice::from_ref(segment), 0, n, input, None)?;
         let more = self.flush(fd)?;
-        Ok(Written { bytes: n + more.bytes, blocked: more.blocked })
+        Ok(Written { bytes: n + more.bytes, ..more })
     }
 
     /// Queue `segments[first..]` minus their first `skip` bytes, which the socket took.
@@ -324,6 +333,38 @@ mod tests {
         assert_eq!(received, input);
     }
 
+    /// A client that takes every byte as fast as it comes never makes the socket refuse, so
+    /// only the turn ends a flush of a long body: one chunk a turn, and the bytes in order.
+    /// Written to a regular file, which never refuses (sendfile takes any output file; a head
+    /// would need a socket, so the body goes alone).
+    #[test]
+    fn a_body_file_is_sent_one_chunk_a_turn_to_a_peer_that_never_refuses() {
+        use std::io::Write;
+        let dir = std::env::temp_dir();
+        let pid = std::process::id();
+        let (src, dst) = (dir.join(format!("sockscale-turn-src-{pid}")), dir.join(format!("sockscale-turn-dst-{pid}")));
+        let len = 2 * FILE_CHUNK + 12_345;
+        let content: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+        std::fs::File::create(&src).unwrap().write_all(&content).unwrap();
+        let mode = crate::body::SendfileMode::On;
+        let (_, file) = BodyFile::load(&src, mode, 0, 1).unwrap();
+        let file = Arc::new(file.expect("sent from the file"));
+        let out = std::fs::File::create(&dst).unwrap();
+        let mut output = Output::default();
+        output.push_file(0..len as u64);
+        let mut queue = OutQueue::default();
+        let first = queue.send(out.as_raw_fd(), &output, &[], Some(&file)).unwrap();
+        assert_eq!((first.bytes, first.blocked, first.yielded), (FILE_CHUNK, false, true), "{first:?}");
+        let second = queue.flush(out.as_raw_fd()).unwrap();
+        assert_eq!((second.bytes, second.yielded), (FILE_CHUNK, true), "{second:?}");
+        let last = queue.flush(out.as_raw_fd()).unwrap();
+        assert_eq!((last.bytes, last.yielded), (12_345, false), "{last:?}");
+        assert!(queue.is_empty());
+        let written = std::fs::read(&dst).unwrap();
+        let _ = (std::fs::remove_file(&src), std::fs::remove_file(&dst));
+        assert!(written == content, "the body arrived whole and in order");
+    }
+
     #[test]
     fn many_segments_are_written_in_batches_in_order() {
         let (a, mut b) = pair();
@@ -333,7 +374,7 @@ mod tests {
         }
         let mut queue = OutQueue::default();
         let w = queue.send(a.as_raw_fd(), &output, &[], None).unwrap();
-        assert_eq!(w, Written { bytes: 600, blocked: false });
+        assert_eq!(w, Written { bytes: 600, ..Written::default() });
         let expected: Vec<u8> = (0..200u8).flat_map(|i| [i; 3]).collect();
         assert_eq!(read_all(&mut b), expected);
     }

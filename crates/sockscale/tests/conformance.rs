@@ -524,6 +524,62 @@ pub fn http_body_from_a_file(model: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A client that reads a long body as fast as it comes never makes its socket refuse, so only
+/// the file's turn (2 MiB) lets the worker serve anyone else: with one worker, HEADs on a second
+/// connection are each answered within a second while a 64 GiB download is flowing. Before the
+/// turn, a HEAD waited until the download's socket happened to fill, seconds at a time.
+pub fn a_long_download_leaves_the_worker_to_the_others(model: &str) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = std::env::temp_dir().join(format!("sockscale-turns-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sparse.bin");
+    let len: u64 = 64 << 30;
+    std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--threads", "1", "--body", path.to_str().unwrap()]);
+    let mut download = server.connect();
+    download.write_all(GET).unwrap();
+    let received = std::sync::Arc::new(AtomicU64::new(0));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (received, stop) = (received.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            download.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // Faster than the server can send: MSG_TRUNC has TCP drop what it received
+            // without copying it out, so the socket buffer never fills and no EAGAIN ever
+            // ends the server's flush. Until told to stop (bounded by the 64 GiB).
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: a null buffer is allowed with MSG_TRUNC on TCP: nothing is copied.
+                let n = unsafe { libc::recv(download.as_raw_fd(), std::ptr::null_mut(), 64 << 20, libc::MSG_TRUNC) };
+                if n <= 0 {
+                    break;
+                }
+                received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        })
+    };
+    let flowing = eventually(Duration::from_secs(10), || received.load(Ordering::Relaxed) > 16 << 20);
+    assert!(flowing, "the download did not start");
+    let mut other = HttpReader::new(server.connect());
+    // A turn takes about a millisecond; a second leaves room for a loaded machine.
+    other.stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    for i in 0..20 {
+        other.send(HEAD);
+        let r = other
+            .response(true)
+            .unwrap_or_else(|| panic!("HEAD {i} unanswered in 1 s while a download held the worker"));
+        assert_eq!(r.status, 200);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let during = received.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    reader.join().expect("reader");
+    assert!(during < len, "the HEADs were answered only once the download had ended ({during} bytes)");
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A connection reset by its client is counted as aborted (`closed_aborted`), apart from one
 /// closed in order (`closed_peer`): a storm of aborts is what admission control watches.
 pub fn a_reset_connection_is_counted_as_aborted(model: &str) {
@@ -757,6 +813,7 @@ macro_rules! conformance {
             #[test] fn http_16_pipelined_requests_in_one_write() { if !super::unavailable(MODEL) { super::http_16_pipelined_requests_in_one_write(MODEL) } }
             #[test] fn http_10_head_and_connection_close() { if !super::unavailable(MODEL) { super::http_10_head_and_connection_close(MODEL) } }
             #[test] fn http_body_from_a_file() { if !super::unavailable(MODEL) { super::http_body_from_a_file(MODEL) } }
+            #[test] fn a_long_download_leaves_the_worker_to_the_others() { if !super::unavailable(MODEL) { super::a_long_download_leaves_the_worker_to_the_others(MODEL) } }
             #[test] fn a_reset_connection_is_counted_as_aborted() { if !super::unavailable(MODEL) { super::a_reset_connection_is_counted_as_aborted(MODEL) } }
             #[test] fn abort_storm_pauses_accepting_until_below_the_threshold() { if !super::unavailable(MODEL) { super::abort_storm_pauses_accepting_until_below_the_threshold(MODEL) } }
             #[test] fn abort_storm_shed_closes_the_newest() { if !super::unavailable(MODEL) { super::abort_storm_shed_closes_the_newest(MODEL) } }

@@ -33,6 +33,10 @@ impl<S: Selector> Worker<'_, S> {
                         progressed = true;
                         self.counters.bytes_out(w.bytes);
                     }
+                    if w.yielded {
+                        // Fairness: the others first, then this body's next chunk.
+                        self.resume.push(token);
+                    }
                 }
                 Err(e) => return self.close_on_error(index, e),
             }
@@ -65,6 +69,9 @@ impl<S: Selector> Worker<'_, S> {
                                     self.counters.bytes_out(w.bytes);
                                 }
                                 conn.writable = !w.blocked;
+                                if w.yielded {
+                                    self.resume.push(token);
+                                }
                             }
                             Ok(None) => {}
                             Err(e) => {

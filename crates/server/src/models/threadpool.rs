@@ -305,9 +305,10 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
             conn.x.policy.on_eof();
         }
     }
-    if let Err(reason) = write_pending(hub, conn, counters) {
-        return Next::Close(reason);
-    }
+    let all_written = match write_pending(hub, conn, counters) {
+        Ok(all_written) => all_written,
+        Err(reason) => return Next::Close(reason),
+    };
     if let Some(reason) = conn.x.finished() {
         return Next::Close(reason);
     }
@@ -317,7 +318,7 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
         return Next::Close(reason);
     }
     conn.readable = matches!(end, ReadEnd::BudgetSpent | ReadEnd::Stopped);
-    if conn.readable {
+    if conn.readable || !all_written {
         Next::Again
     } else {
         Next::Idle
@@ -325,8 +326,10 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 }
 
 /// The blocking send: wait in poll(2) for room until everything queued is written, within the
-/// send policies (drive.rs order: Flood, then SendTimeout) and until a forced shutdown.
-fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<(), CloseReason> {
+/// send policies (drive.rs order: Flood, then SendTimeout) and until a forced shutdown; or
+/// until a body file's turn is sent (Ok(false)): the connection then goes to the back of the
+/// ready queue, so one long download does not hold a worker from the others.
+fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<bool, CloseReason> {
     let fd = conn.fd.as_raw_fd();
     // Only the send policies (and the drain's end) apply while writing: the idle clock restarts
     // on every write, so it is given as "never" here, and the stall clock always runs while
@@ -354,8 +357,11 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
         let written = conn.x.flush(fd, now).map_err(|e| closed_by_error(&e))?;
         counters.bytes_out(written.bytes);
         conn.x.policy.account(now, conn.x.pending(), written.bytes > 0, &hub.limits);
+        if written.yielded {
+            return Ok(false);
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The poller's shared side: an epoll set, and an inbox through which workers hand it

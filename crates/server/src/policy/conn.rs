@@ -352,7 +352,7 @@ pub struct ReadRound {
 pub enum ReadNext {
     /// Read again.
     More,
-    /// Stop: the connection is closing, or its output is over a cap.
+    /// Stop: the connection is closing, its output is over a cap, or body file bytes are owed.
     Stop,
     /// `--read-budget` is spent: let the other connections have their turn, then come back
     /// without waiting for an event (input may be left).
@@ -385,7 +385,8 @@ impl ReadRound {
         limits: &Limits,
     ) -> ReadNext {
         self.left = self.left.saturating_sub(got);
-        if conn.closing.is_some() || pending.is_over(limits) {
+        // Body file bytes owed stop reading, as in `may_read`: the next request waits for them.
+        if conn.closing.is_some() || pending.is_over(limits) || pending.file_bytes > 0 {
             ReadNext::Stop
         } else if self.left == 0 {
             ReadNext::Yield
@@ -629,6 +630,8 @@ mod tests {
         assert_eq!(round.after_read(200, 200, false, &p, Pending::default(), &l), ReadNext::Yield);
         let mut round = ReadRound::new(&l);
         assert_eq!(round.after_read(10, 1000, false, &p, Pending::bytes(101), &l), ReadNext::Stop);
+        let owed = Pending { bytes: 0, sends: 0, file_bytes: 1 };
+        assert_eq!(ReadRound::new(&l).after_read(1000, 1000, false, &p, owed, &l), ReadNext::Stop, "a file owed");
         let mut closing = p;
         closing.on_verdict(Verdict::Close(Closing::Done));
         assert_eq!(ReadRound::new(&l).after_read(1000, 1000, false, &closing, Pending::default(), &l), ReadNext::Stop);

@@ -16,11 +16,21 @@ use sockscale_proto::Segment;
 use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
-use crate::body::{no_body_file, BodyFile};
+use crate::body::{no_body_file, BodyFile, FILE_CHUNK};
 use crate::conn::closed_by_error;
 use crate::policy::Entry;
 use crate::stats::CloseReason;
 use sockscale_sys as sys;
+
+/// How a run of sendfile calls on one connection ended.
+enum FileStep {
+    /// The range is sent.
+    Done,
+    /// The socket refused more: wait for writability.
+    Blocked,
+    /// A turn's worth was sent: the others first.
+    Turn,
+}
 
 impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
@@ -197,8 +207,9 @@ impl UringWorker<'_> {
     }
 
     /// Send bytes `at..end` of the body file on connection `index` with `sendfile`, until they
-    /// are all sent (then go on with the queue: true) or the socket refuses more, when a poll
-    /// for writability is posted (false). Returns the bytes sent too. io_uring has no sendfile, and its splice runs every
+    /// are all sent (then go on with the queue: true), the socket refuses more (a poll for
+    /// writability is posted: false), or a turn ([`FILE_CHUNK`]) is sent (the connection goes
+    /// on next turn, `file_turns`: false). Returns the bytes sent too. io_uring has no sendfile, and its splice runs every
     /// request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per chunk; so the ring
     /// waits for writability and this thread moves the bytes, as the readiness engines do.
     fn send_file(&mut self, index: usize, start: u64, end: u64) -> (usize, bool) {
@@ -211,9 +222,10 @@ impl UringWorker<'_> {
         let mut at = start;
         let outcome = loop {
             match body.send_to(fd, &mut at, end) {
-                Ok(_) if at >= end => break Ok(true),
+                Ok(_) if at >= end => break Ok(FileStep::Done),
+                Ok(_) if at - start >= FILE_CHUNK as u64 => break Ok(FileStep::Turn),
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(FileStep::Blocked),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(e),
             }
@@ -223,8 +235,12 @@ impl UringWorker<'_> {
         conn.policy.on_sent(self.now, sent);
         self.counters.bytes_out(sent);
         match outcome {
-            Ok(true) => (sent, true),
-            Ok(false) => {
+            Ok(FileStep::Done) => (sent, true),
+            Ok(FileStep::Turn) => {
+                self.file_turns.push((index, conn.generation));
+                (sent, false)
+            }
+            Ok(FileStep::Blocked) => {
                 let entry = conn.poll_writable(index);
                 self.push(entry);
                 (sent, false)
@@ -232,6 +248,16 @@ impl UringWorker<'_> {
             Err(e) => {
                 self.close(index, closed_by_error(&e));
                 (sent, false)
+            }
+        }
+    }
+
+    /// Give each connection whose body file turn ended its next turn.
+    pub(super) fn take_file_turns(&mut self) {
+        for (index, generation) in std::mem::take(&mut self.file_turns) {
+            if self.conns.get(index).is_some_and(|c| c.generation == generation && !c.closed) {
+                let progressed = self.send_queued(index);
+                self.settle(index, generation, progressed);
             }
         }
     }

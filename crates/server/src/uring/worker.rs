@@ -102,6 +102,11 @@ pub struct UringWorker<'a> {
     pub(super) starved: Vec<(usize, u32)>,
     /// `starved` as last fed, emptied, swapped in next time (so feeding allocates nothing).
     starved_spare: Vec<(usize, u32)>,
+    /// Connections whose body file turn ended with the socket still taking bytes: sent on
+    /// next turn, after the ring has run what completed meanwhile. A poll for writability
+    /// would complete at once, inside the same reap, and so let one download starve the
+    /// worker's other connections (their completions wait, deferred, for the next wait).
+    pub(super) file_turns: Vec<(usize, u32)>,
     /// Worker-level operations in flight (accept, wake and inbox reads, UDP poll, cancels).
     worker_ops: usize,
     /// Cancelling everything before exit: re-arm nothing.
@@ -161,6 +166,7 @@ impl<'a> UringWorker<'a> {
             sends: SpareSends::default(),
             starved: Vec::new(),
             starved_spare: Vec::new(),
+            file_turns: Vec::new(),
             worker_ops: 0,
             tearing_down: false,
             cqes: Vec::with_capacity(1024),
@@ -217,6 +223,7 @@ impl<'a> UringWorker<'a> {
         self.reap();
         self.fire_timers();
         self.feed_starved();
+        self.take_file_turns();
         self.resume_accepting(false);
         Ok(())
     }
@@ -229,6 +236,10 @@ impl<'a> UringWorker<'a> {
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
         // the next deadline (at most a second, so a missed wake-up cannot hang a worker).
+        if !self.file_turns.is_empty() {
+            // Only look at what completed (running the deferred work), then send on.
+            return Duration::ZERO;
+        }
         let cap = if self.starved.is_empty() && self.backlog.is_empty() {
             Duration::from_secs(1)
         } else {

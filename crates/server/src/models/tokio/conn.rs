@@ -48,6 +48,8 @@ struct ReadTurn {
     budget_spent: bool,
     /// The pool had no buffer (only if buffers leak; kept defensive): wait a little.
     no_buffer: bool,
+    /// An answer's body file turn was sent with more to come: yield before flushing on.
+    yielded: bool,
 }
 
 /// One connection's task: serve it, then count its close. Built from the pieces the accept task
@@ -150,9 +152,10 @@ impl Conn {
                     };
                     // Flush first, as the readiness loop does: it may bring the queue back
                     // under --max-pending-send and so allow reading.
+                    let mut yielded = false;
                     if ready.is_writable() && !self.x.out.is_empty() {
                         match self.flush(shared) {
-                            Ok(p) => progressed = p,
+                            Ok(w) => (progressed, yielded) = (w.bytes > 0, w.yielded),
                             Err(reason) => return reason,
                         }
                     }
@@ -162,12 +165,18 @@ impl Conn {
                             Err(reason) => return reason,
                         };
                         progressed |= turn.progressed;
+                        yielded |= turn.yielded;
                         if turn.no_buffer {
                             ::tokio::time::sleep(Duration::from_millis(1)).await;
                         } else if turn.budget_spent {
                             // Fairness: let the other connections run, then read on.
-                            ::tokio::task::yield_now().await;
+                            yielded = true;
                         }
+                    }
+                    if yielded {
+                        // Fairness: the read budget or a body file's turn is spent; let the
+                        // other connections run, then go on.
+                        ::tokio::task::yield_now().await;
                     }
                 }
             }
@@ -202,8 +211,8 @@ impl Conn {
         Some(reason)
     }
 
-    /// Write queued output; Ok(whether the socket took any).
-    fn flush(&mut self, shared: &Shared) -> Result<bool, CloseReason> {
+    /// Write queued output; Ok(what the socket took, and whether a body file's turn ended it).
+    fn flush(&mut self, shared: &Shared) -> Result<Written, CloseReason> {
         let fd = self.stream.as_raw_fd();
         let x = &mut self.x;
         let mut written = Written::default();
@@ -223,7 +232,7 @@ impl Conn {
             }
         }
         counters(shared).bytes_out(written.bytes);
-        Ok(written.bytes > 0)
+        Ok(written)
     }
 
     /// Read within the budget into a pool buffer taken now and returned before the next await,
@@ -231,7 +240,7 @@ impl Conn {
     fn read(&mut self, shared: &Shared) -> Result<ReadTurn, CloseReason> {
         let limits = &shared.limits;
         let counters = counters(shared);
-        let mut turn = ReadTurn { progressed: false, budget_spent: false, no_buffer: false };
+        let mut turn = ReadTurn { progressed: false, budget_spent: false, no_buffer: false, yielded: false };
         if let Some(seat) = &self.seat {
             seat.on_input(Instant::now());
         }
@@ -273,11 +282,12 @@ impl Conn {
             // what the socket refuses is copied into the queue.
             let fed = with_local(shared, now, |local| x.feed(fd, &mut local.kit, input, now));
             match fed {
-                Ok(Some(w)) if w.bytes > 0 => {
-                    turn.progressed = true;
+                Ok(Some(w)) => {
+                    turn.progressed |= w.bytes > 0;
+                    turn.yielded |= w.yielded;
                     counters.bytes_out(w.bytes);
                 }
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(e) => return Err(closed_by_error(&e)),
             }
             match round.after_read(n, want, false, &self.x.policy, self.x.pending(), limits) {
