@@ -207,7 +207,8 @@ impl OutQueue {
             if n < want {
                 self.queue_from(segments, next, n, input, body)?;
                 // A short write means the socket buffer filled; confirm with the queue's own
-                // flush, which stops only at EAGAIN, so edge-triggered readiness is re-armed.
+                // flush, which stops at EAGAIN (edge-triggered readiness is then re-armed) or
+                // at a body file's turn (`yielded`, for the engine to resume).
                 let more = self.flush(fd)?;
                 return Ok(Written { bytes: written.bytes + more.bytes, ..more });
             }

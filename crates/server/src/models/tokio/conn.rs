@@ -183,7 +183,6 @@ impl Conn {
         }
     }
 
-    /// The next instant a policy may act on this connection.
     /// The drain began: finish the exchange, including a request the kernel holds unread. The
     /// drain ends the active set (see `ConnPolicy::begin_drain`): the seat is given up, so a
     /// waiting connection reads what it sent before the drain, or closes now if it sent nothing.
@@ -197,6 +196,7 @@ impl Conn {
         self.x.begin_drain(fd, Instant::now(), until);
     }
 
+    /// The next instant a policy may act on this connection.
     fn deadline(&self, shared: &Shared, now: Instant) -> Instant {
         with_local(shared, now, |local| self.x.deadline(&local.kit.engine, &shared.limits))
     }
