@@ -6,6 +6,11 @@
 //   pread     head with MSG_MORE, then pread into a CHUNK-byte buffer and send, in turn
 //   mmap      head and the file's mapping in one sendmsg
 //   splice    head with MSG_MORE, then file -> pipe (F_SETPIPE_SZ CHUNK) -> socket
+//   zerocopy  head with MSG_MORE, then the file's mapping in CHUNK-byte sends with MSG_ZEROCOPY
+//             (SO_ZEROCOPY); completions are read from the error queue after every send, and
+//             at exit the server prints how many the kernel reports it copied anyway
+//             (SO_EE_CODE_ZEROCOPY_COPIED: what loopback does)
+// SNDBUF=N in the environment sets SO_SNDBUF on every connection.
 //
 // gcc -O2 -pthread -o file_body_methods bench/reference/file_body_methods.c
 // taskset -c 0 ./file_body_methods 9500 FILE MODE [CHUNK] &
@@ -25,6 +30,25 @@
 #include <sys/sendfile.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <signal.h>
+#include <linux/errqueue.h>
+#include <stdatomic.h>
+static atomic_long zc_done, zc_copied;
+// Read every zerocopy completion waiting on c's error queue (without blocking).
+static void zc_reap(int c) {
+  for (;;) {
+    char control[128]; struct msghdr m = {0}; m.msg_control = control; m.msg_controllen = sizeof control;
+    if (recvmsg(c, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+      struct sock_extended_err *e = (void *)CMSG_DATA(cm);
+      if (e->ee_origin != SO_EE_ORIGIN_ZEROCOPY) continue;
+      long n = (long)e->ee_data - (long)e->ee_info + 1;
+      atomic_fetch_add(&zc_done, n);
+      if (e->ee_code & SO_EE_CODE_ZEROCOPY_COPIED) atomic_fetch_add(&zc_copied, n);
+    }
+  }
+}
+static void report(int sig) { (void)sig; fprintf(stderr, "zerocopy sends completed %ld, copied by the kernel %ld\n", (long)zc_done, (long)zc_copied); _exit(0); }
 static int fd_file; static off_t flen; static char *mem; static char *map; static const char *mode; static size_t chunk;
 static char head[256]; static int headlen;
 static int readreq(int c, char *buf, int *have) {
@@ -46,6 +70,7 @@ static void *conn(void *arg) {
       size_t want = flen - off < (off_t)chunk ? flen - off : chunk;
       if (!strcmp(mode, "sendfile")) { ssize_t w = sendfile(c, fd_file, &off, want); if (w <= 0) goto out; }
       else if (!strcmp(mode, "pread")) { ssize_t r = pread(fd_file, pb, want, off); if (r <= 0) goto out; if (sendall(c, pb, r, 0)) goto out; off += r; }
+      else if (!strcmp(mode, "zerocopy")) { const char *p = map + off; size_t n = want; while (n) { ssize_t w = send(c, p, n, MSG_ZEROCOPY | MSG_NOSIGNAL); if (w <= 0) goto out; p += w; n -= w; zc_reap(c); } off += want; }
       else if (!strcmp(mode, "splice")) { loff_t o = off; ssize_t r = splice(fd_file, &o, pfd[1], NULL, want, SPLICE_F_MOVE); if (r <= 0) goto out; ssize_t left = r; while (left) { ssize_t w = splice(pfd[0], NULL, c, NULL, left, SPLICE_F_MOVE | (off + r < flen ? SPLICE_F_MORE : 0)); if (w <= 0) goto out; left -= w; } off += r; }
     }
   }
@@ -60,5 +85,11 @@ int main(int argc, char **argv) {
   int l = socket(AF_INET, SOCK_STREAM, 0), one = 1; setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001)};
   if (bind(l, (void*)&a, sizeof a) || listen(l, 128)) { perror("listen"); return 1; }
-  for (;;) { int c = accept(l, NULL, NULL); if (c < 0) continue; setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); pthread_t t; pthread_create(&t, NULL, conn, (void*)(long)c); pthread_detach(t); }
+  signal(SIGTERM, report); signal(SIGINT, report);
+  signal(SIGPIPE, SIG_IGN);  // sendfile and splice have no MSG_NOSIGNAL; wrk closes mid-body at its end
+  int sndbuf = getenv("SNDBUF") ? atoi(getenv("SNDBUF")) : 0;
+  for (;;) { int c = accept(l, NULL, NULL); if (c < 0) continue; setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (sndbuf > 0) setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    if (!strcmp(mode, "zerocopy") && setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one)) perror("SO_ZEROCOPY");
+    pthread_t t; pthread_create(&t, NULL, conn, (void*)(long)c); pthread_detach(t); }
 }
