@@ -31,7 +31,7 @@ mod storm;
 mod threads;
 
 pub use accept::{AcceptBackoff, AcceptStep};
-pub use active::{ActiveConfig, ActiveSet, Entry};
+pub use active::{ActiveConfig, ActiveSet, Entry, Handover};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;

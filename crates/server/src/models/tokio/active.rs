@@ -1,7 +1,9 @@
 //! `--active-set` on tokio: one FIFO set for the whole runtime. The policy is the shared
 //! [`ActiveSet`]; this is only who is told, and how: each connection task holds a [`Seat`]
 //! whose place flag the gate flips and whose `Notify` wakes the task to act on it, and one
-//! review task gives places up on time.
+//! review task gives places up on time. A woken task may run long after its place was given
+//! (tokio runs it when the scheduler gets to it), so the set counts a place's grace and turn
+//! from when the task takes it up ([`Handover::ByTheConnection`]).
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
@@ -11,13 +13,16 @@ use std::time::Instant;
 
 use ::tokio::sync::Notify;
 
-use crate::policy::{ActiveConfig, ActiveSet, Entry};
+use crate::policy::{ActiveConfig, ActiveSet, Entry, Handover};
 use crate::stats::Stats;
 
 /// One connection's place, as its task sees it.
 #[derive(Debug)]
 pub(super) struct Place {
     waiting: AtomicBool,
+    /// The task has taken up the place it was last given (cleared by the gate with each place
+    /// it gives, so a place taken, given up and given again before the task ran is taken anew).
+    taken: AtomicBool,
     /// Signalled whenever `waiting` changes; a permit is kept if the task is not waiting yet.
     pub(super) changed: Notify,
     /// Kept by the task: its session is between requests (only then may it give its place up).
@@ -30,7 +35,15 @@ impl Place {
         self.waiting.load(Ordering::Acquire)
     }
 
+    /// Holding a place the task has not yet taken up (see [`Seat::take_up`]).
+    pub(super) fn is_given(&self) -> bool {
+        !self.is_waiting() && !self.taken.load(Ordering::Acquire)
+    }
+
     fn set(&self, waiting: bool) {
+        if !waiting {
+            self.taken.store(false, Ordering::Release);
+        }
         self.waiting.store(waiting, Ordering::Release);
         self.changed.notify_one();
     }
@@ -64,7 +77,8 @@ pub(super) struct Seat {
 
 impl ActiveGate {
     pub(super) fn new(cfg: ActiveConfig, stats: Arc<Stats>) -> Self {
-        let state = State { set: ActiveSet::new(cfg), places: HashMap::new(), next_id: 0 };
+        let set = ActiveSet::with_handover(cfg, Handover::ByTheConnection);
+        let state = State { set, places: HashMap::new(), next_id: 0 };
         ActiveGate { state: Mutex::new(state), stats, cfg, someone_waits: Notify::new() }
     }
 
@@ -79,6 +93,7 @@ impl ActiveGate {
         state.next_id += 1;
         let place = Arc::new(Place {
             waiting: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
             changed: Notify::new(),
             between: AtomicBool::new(true),
             fd,
@@ -132,6 +147,16 @@ impl ActiveGate {
 }
 
 impl Seat {
+    /// The task serves its connection from `now` on: the place's grace and turn start here.
+    pub(super) fn take_up(&self, now: Instant) {
+        let mut state = self.gate.lock();
+        // Under the lock, so a place the gate gives again meanwhile is not marked taken.
+        if self.place.is_given() {
+            state.set.take_up(&self.id, now);
+            self.place.taken.store(true, Ordering::Release);
+        }
+    }
+
     /// Input arrived at `now`.
     pub(super) fn on_input(&self, now: Instant) {
         self.gate.lock().set.on_input(&self.id, now);

@@ -94,9 +94,13 @@ impl Conn {
         loop {
             let now = Instant::now();
             // The gate may have given this connection a place, or taken it.
-            if let Some(waiting) = self.seat.as_ref().map(|s| s.place.is_waiting()) {
+            if let Some(seat) = &self.seat {
+                let waiting = seat.place.is_waiting();
                 if waiting != self.x.policy.is_waiting() {
                     self.x.policy.set_waiting(waiting, now);
+                }
+                if seat.place.is_given() {
+                    seat.take_up(now);
                 }
             }
             if let Err(reason) = self.x.settle(now, progressed, limits) {
