@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use sockscale_proto::Engine;
 
 use crate::policy::AcceptStep;
-use crate::stats::{Counters, Limit, Stats};
+use crate::policy::Limit;
+use crate::stats::{Counters, Stats};
 
 /// Let a kind of message through at most once a second per process, counting the ones held
 /// back. A handle is cheap and every worker holds its own, but all handles of one kind share

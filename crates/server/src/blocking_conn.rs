@@ -40,12 +40,13 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::ctx::ModelCtx;
+use crate::error::ServerError;
+use crate::policy::CloseReason;
 use crate::policy::{after, AcceptBackoff, AcceptStep, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
-use crate::stats::{CloseReason, Counters, Stats};
+use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 /// How long a thread waits before trying again when the shared buffer pool is empty.
 pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
@@ -106,7 +107,7 @@ impl<'a> Hub<'a> {
         shutdown.register(supervisor.clone());
         Ok(Hub {
             cfg,
-            limits: Limits::new(cfg),
+            limits: cfg.limits(),
             protocol,
             stats,
             pool,

@@ -47,6 +47,19 @@ pub const AUTO_MIN_FILE_BYTES: u64 = 32 << 10;
 /// 1.8 s (p50) to 3.1 s.
 pub const FILE_CHUNK: usize = 2 << 20;
 
+/// How [`BodyFile::send_turn`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileStep {
+    /// The range is sent.
+    Done,
+    /// The socket refused more: wait for writability.
+    Blocked,
+    /// The turn's bytes are sent and the socket refused nothing: the other connections go
+    /// first, then this one goes on without waiting for writability (no EAGAIN happened, so
+    /// an edge-triggered waiter would not report it).
+    Turn,
+}
+
 /// A body file held open for `sendfile`.
 #[derive(Debug)]
 pub struct BodyFile {
@@ -132,9 +145,27 @@ impl BodyFile {
         body.ok_or_else(no_body_file)?.check_whole()
     }
 
+    /// Send bytes `*at..end` of the file to the socket `fd`, advancing `*at`, until they are
+    /// all sent, the socket refuses more, or `turn` bytes are sent: the connection's turn
+    /// ([`FILE_CHUNK`]; less if it spent some on another range this turn). A file that ends
+    /// before `end` (it shrank) is an error.
+    pub fn send_turn(&self, fd: RawFd, at: &mut u64, end: u64, turn: usize) -> io::Result<FileStep> {
+        let start = *at;
+        loop {
+            match self.send_to(fd, at, end) {
+                Ok(_) if *at >= end => return Ok(FileStep::Done),
+                Ok(_) if *at - start >= turn as u64 => return Ok(FileStep::Turn),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(FileStep::Blocked),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// One `sendfile` of bytes `*at..end` of the file to the socket `fd`, at most
     /// [`FILE_CHUNK`], advancing `*at`. A file that ends before `end` (it shrank) is an error.
-    pub fn send_to(&self, fd: RawFd, at: &mut u64, end: u64) -> io::Result<usize> {
+    fn send_to(&self, fd: RawFd, at: &mut u64, end: u64) -> io::Result<usize> {
         let want = usize::try_from(end - *at).unwrap_or(usize::MAX).min(FILE_CHUNK);
         match sys::sendfile(fd, self.file.as_raw_fd(), at, want)? {
             0 if want > 0 => Err(self.shrunk(*at)),

@@ -14,7 +14,7 @@ use sockscale_sys as sys;
 
 use crate::body::BodyFile;
 use crate::model::{Model, Policy};
-use crate::policy::{ActiveConfig, StormConfig};
+use crate::policy::{ActiveConfig, Limits, StormConfig};
 
 /// What the server speaks.
 #[derive(Debug, Clone)]
@@ -163,6 +163,18 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The per-connection limits, copied once per worker.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            idle_timeout: self.idle_timeout,
+            send_timeout: self.send_timeout,
+            max_pending_send: self.max_pending_send,
+            max_outstanding_sends: self.max_outstanding_sends,
+            read_budget: self.read_budget,
+            first_data_timeout: self.first_data_timeout,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let page = sys::page_size();
         if self.buffer_size == 0 || self.buffer_size % page != 0 {

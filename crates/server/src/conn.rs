@@ -12,8 +12,8 @@ use sockscale_sys::Interest;
 
 use crate::body::BodyFile;
 pub use crate::out::{OutQueue, Written};
+use crate::policy::CloseReason;
 use crate::policy::{close_reason, ConnPolicy, Limits, Pending};
-use crate::stats::CloseReason;
 
 /// A thread's protocol engine, the output it writes into, and the body file its responses may
 /// name: what a thread needs to answer input.

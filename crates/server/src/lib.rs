@@ -11,6 +11,7 @@ mod body;
 mod config;
 mod conn;
 mod ctx;
+mod error;
 mod evloop;
 mod groups;
 mod listener;
@@ -29,40 +30,18 @@ mod uring;
 
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use config::{Config, ConfigError, ListenerMode, Service};
+pub use error::ServerError;
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;
 pub use model::{Capabilities, Ceiling, Limitation, Model, Policy, ThreadShape};
+pub use policy::CloseReason;
 pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
 pub use signals::TerminationSignals;
-pub use stats::{CloseReason, Snapshot, Stats};
+pub use stats::{Snapshot, Stats};
 pub use uring::unavailable as io_uring_unavailable;
-
-// The OS error is part of the message, so it is not also returned as `source()`: an error
-// printed with its chain (anyhow's `{:#}`) would show it twice.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Bind(#[from] listener::BindError),
-    #[error(transparent)]
-    Pool(#[from] pool::PoolError),
-    #[error(transparent)]
-    Metrics(#[from] metrics::MetricsError),
-    #[error("the {model} model does not serve UDP")]
-    NoUdp { model: &'static str },
-    #[error("{model} model: {error}")]
-    Io { model: &'static str, error: std::io::Error },
-    #[error("the {model} model is unavailable here: {reason}")]
-    Unavailable { model: &'static str, reason: String },
-    #[error("the {model} model stopped before it was ready")]
-    NotReady { model: &'static str },
-    #[error("the {model} model panicked")]
-    Panicked { model: &'static str },
-}
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes};
 use sockscale_proto::{Output, Segment};
 use sockscale_sys as sys;
 
-use crate::body::{no_body_file, BodyFile, FILE_CHUNK};
+use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
 /// are written in several calls.
@@ -89,35 +89,41 @@ impl OutQueue {
     pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
         let mut written = Written::default();
         let mut file_sent = 0;
-        loop {
-            let step = match self.chunks.front_mut() {
-                None => break,
-                Some(Chunk::File { .. }) if file_sent >= FILE_CHUNK => {
-                    written.yielded = true;
-                    break;
-                }
-                Some(Chunk::File { file, at, end }) => {
-                    let sent = file.send_to(fd, at, *end);
-                    file_sent += sent.as_ref().map_or(0, |n| *n);
-                    let done = *at == *end;
-                    if let Ok(n) = sent {
-                        self.file_len -= n as u64;
-                        if done {
-                            self.chunks.pop_front();
-                        }
+        while let Some(chunk) = self.chunks.front_mut() {
+            let Chunk::File { file, at, end } = chunk else {
+                match self.write_bytes_run(fd) {
+                    Ok(n) => written.bytes += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        written.blocked = true;
+                        break;
                     }
-                    sent
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
                 }
-                Some(Chunk::Bytes(_)) => self.write_bytes_run(fd),
+                continue;
             };
+            if file_sent >= FILE_CHUNK {
+                written.yielded = true;
+                break;
+            }
+            let from = *at;
+            let step = file.send_turn(fd, at, *end, FILE_CHUNK - file_sent)?;
+            let n = usize::try_from(*at - from).unwrap_or(usize::MAX);
+            file_sent += n;
+            written.bytes += n;
+            self.file_len -= n as u64;
             match step {
-                Ok(n) => written.bytes += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                FileStep::Done => {
+                    self.chunks.pop_front();
+                }
+                FileStep::Blocked => {
                     written.blocked = true;
                     break;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                FileStep::Turn => {
+                    written.yielded = true;
+                    break;
+                }
             }
         }
         Ok(written)

@@ -16,11 +16,11 @@ use std::thread::JoinHandle;
 
 use crate::config::Config;
 use crate::ctx::ModelCtx;
+use crate::error::ServerError;
 use crate::listener::Listen;
 use crate::metrics::MetricsServer;
 use crate::shutdown::Shutdown;
 use crate::stats::{Snapshot, Stats};
-use crate::ServerError;
 
 pub struct Server {
     addr: SocketAddr,

@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use sockscale_sys::{Interest, Selector};
 
 use super::{split, Worker};
+use crate::policy::CloseReason;
 use crate::policy::{close_reason, ReadNext, ReadRound};
-use crate::stats::CloseReason;
 
 impl<S: Selector> Worker<'_, S> {
     /// Do all the I/O a connection is ready for.

@@ -139,7 +139,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             drain_deadline: None,
             edge,
             refusal_log: LogLimiter::refusals(),
-            limits: Limits::new(parts.cfg),
+            limits: parts.cfg.limits(),
             next_wall_check: now,
             active: parts.active.map(ActiveSet::new),
         })

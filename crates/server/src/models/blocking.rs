@@ -49,11 +49,12 @@ use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
 use crate::conn::{closed_by_error, Conn};
+use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
+use crate::policy::CloseReason;
 use crate::policy::MapBudget;
 use crate::pool::BufferPool;
-use crate::stats::{CloseReason, Counters};
-use crate::ServerError;
+use crate::stats::Counters;
 
 /// `--model blocking`: see the module docs.
 pub struct BlockingModel;

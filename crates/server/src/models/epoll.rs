@@ -20,11 +20,11 @@ use std::sync::Arc;
 use sockscale_sys::Epoll;
 
 use crate::config::ListenerMode;
+use crate::error::ServerError;
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 /// `--model epoll`: see the module docs.
 pub struct EpollModel;

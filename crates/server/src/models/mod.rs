@@ -24,7 +24,7 @@ pub mod uring64;
 pub use crate::ctx::ModelCtx;
 pub use crate::model::Model;
 
-use crate::ServerError;
+use crate::error::ServerError;
 
 /// The contract every model file implements.
 pub trait IoModel: Sync {

@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use sockscale_sys::{self as sys, Event, Interest, RegisterError, Selector};
 
+use crate::error::ServerError;
 use crate::evloop::{Source, Worker, WorkerParts, INBOX};
 use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 /// Connections per group: WSAWaitForMultipleEvents' MAXIMUM_WAIT_OBJECTS.
 pub const GROUP_SIZE: usize = 64;

@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use sockscale_sys::{syscall, Event, Interest, RegisterError, Selector};
 
+use crate::error::ServerError;
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 const FD_SETSIZE: usize = libc::FD_SETSIZE;
 const WORD_BITS: usize = libc::c_ulong::BITS as usize;

@@ -34,11 +34,11 @@ use std::time::Duration;
 use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Selector};
 
 use crate::admission::LogLimiter;
+use crate::error::ServerError;
 use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 // From <asm-generic/fcntl.h>; libc exports them for musl only.
 const F_SETSIG: libc::c_int = 10;

@@ -59,12 +59,13 @@ use crate::blocking_conn::{
     begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
 };
 use crate::conn::{closed_by_error, Conn};
+use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
+use crate::policy::CloseReason;
 use crate::policy::Limits;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
-use crate::stats::{CloseReason, Counters};
-use crate::ServerError;
+use crate::stats::Counters;
 
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;

@@ -27,11 +27,11 @@
 
 use std::sync::{mpsc, Arc};
 
+use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 use crate::uring::{UringSource, UringWorker, WorkerSetup};
-use crate::ServerError;
 
 /// `--model uring`: see the module docs.
 pub struct UringModel;

@@ -16,11 +16,11 @@
 //!
 //! When io_uring is unavailable the model refuses to start with one line saying why.
 
+use crate::error::ServerError;
 use crate::groups::{GroupAcceptor, NewGroup};
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::pool::BufferPool;
 use crate::uring::{UringSource, UringWorker, WorkerSetup};
-use crate::ServerError;
 
 /// Connections per group, as WSAWaitForMultipleEvents' MAXIMUM_WAIT_OBJECTS.
 pub const GROUP_SIZE: usize = 64;

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use sockscale_proto::{Closing, Verdict};
 
-use crate::config::Config;
-use crate::stats::CloseReason;
+use super::CloseReason;
 
 /// `t + d`, capped far in the future instead of overflowing: a user may well ask for an idle
 /// timeout of a century.
@@ -37,19 +36,6 @@ pub struct Limits {
     /// `--first-data-timeout`: a connection that has sent nothing this long after it was
     /// accepted is closed.
     pub first_data_timeout: Option<Duration>,
-}
-
-impl Limits {
-    pub fn new(cfg: &Config) -> Self {
-        Limits {
-            idle_timeout: cfg.idle_timeout,
-            send_timeout: cfg.send_timeout,
-            max_pending_send: cfg.max_pending_send,
-            max_outstanding_sends: cfg.max_outstanding_sends,
-            read_budget: cfg.read_budget,
-            first_data_timeout: cfg.first_data_timeout,
-        }
-    }
 }
 
 /// Output a connection has produced that the client has not taken yet.

@@ -29,9 +29,11 @@ mod active;
 mod conn;
 mod storm;
 mod threads;
+mod words;
 
 pub use accept::{AcceptBackoff, AcceptStep};
 pub use active::{ActiveConfig, ActiveSet, Entry, Handover};
 pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;
+pub use words::{CloseReason, Limit};

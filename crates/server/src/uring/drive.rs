@@ -16,21 +16,11 @@ use sockscale_proto::Segment;
 use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
-use crate::body::{no_body_file, BodyFile, FILE_CHUNK};
+use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
 use crate::conn::closed_by_error;
+use crate::policy::CloseReason;
 use crate::policy::Entry;
-use crate::stats::CloseReason;
 use sockscale_sys as sys;
-
-/// How a run of sendfile calls on one connection ended.
-enum FileStep {
-    /// The range is sent.
-    Done,
-    /// The socket refused more: wait for writability.
-    Blocked,
-    /// A turn's worth was sent: the others first.
-    Turn,
-}
 
 impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
@@ -220,16 +210,7 @@ impl UringWorker<'_> {
         let Some(conn) = self.conns.get_mut(index) else { return (0, false) };
         let fd = conn.fd.as_raw_fd();
         let mut at = start;
-        let outcome = loop {
-            match body.send_to(fd, &mut at, end) {
-                Ok(_) if at >= end => break Ok(FileStep::Done),
-                Ok(_) if at - start >= FILE_CHUNK as u64 => break Ok(FileStep::Turn),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(FileStep::Blocked),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
+        let outcome = body.send_turn(fd, &mut at, end, FILE_CHUNK);
         let sent = usize::try_from(at - start).unwrap_or(usize::MAX);
         conn.file_sent_to(at);
         conn.policy.on_sent(self.now, sent);

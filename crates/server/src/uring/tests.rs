@@ -17,9 +17,10 @@ use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
 use crate::models::Model;
+use crate::policy::CloseReason;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
-use crate::stats::{CloseReason, Stats};
+use crate::stats::Stats;
 
 fn listener() -> (Arc<Socket>, SocketAddr) {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");

@@ -20,10 +20,11 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
+use crate::policy::CloseReason;
 use crate::policy::{after, AcceptBackoff, ActiveConfig, ActiveSet, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
-use crate::stats::{CloseReason, Counters, Stats};
+use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
 
 /// Where a worker's connections come from.
@@ -151,7 +152,7 @@ impl<'a> UringWorker<'a> {
             backoff: AcceptBackoff::default(),
             storm_held: Vec::new(),
             accept_log: LogLimiter::accept_errors(),
-            limits: Limits::new(setup.cfg),
+            limits: setup.cfg.limits(),
             refusal_log: LogLimiter::refusals(),
             group: setup.group,
             engine: setup.protocol.engine(sockscale_proto::http::unix_secs(SystemTime::now())),

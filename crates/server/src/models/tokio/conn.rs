@@ -17,8 +17,9 @@ use sockscale_sys as sys;
 use super::active::Seat;
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::conn::{closed_by_error, Exchange, Written};
+use crate::policy::CloseReason;
 use crate::policy::{ReadNext, ReadRound};
-use crate::stats::{CloseReason, Stats};
+use crate::stats::Stats;
 
 /// One connection's state between awaits.
 pub(super) struct Conn {

@@ -72,13 +72,14 @@ use sockscale_sys::Waker;
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::config::Config;
 use crate::conn::Kit;
+use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
+use crate::policy::CloseReason;
 use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
-use crate::stats::{CloseReason, Counters, Stats};
+use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
-use crate::ServerError;
 
 use active::ActiveGate;
 use conn::{conn_task, Conn};
@@ -154,7 +155,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let shared = Arc::new(Shared {
         id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
         cfg: cfg.clone(),
-        limits: Limits::new(&cfg),
+        limits: cfg.limits(),
         protocol: ctx.protocol.clone(),
         stats: ctx.stats.clone(),
         pool,
@@ -659,7 +660,7 @@ mod tests {
         let shared = |protocol: Protocol| Shared {
             id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
             cfg: Arc::new(Config::default()),
-            limits: Limits::new(&Config::default()),
+            limits: Config::default().limits(),
             protocol,
             stats: Arc::new(Stats::new(1)),
             pool: BufferPool::new(sockscale_sys::page_size(), 1, false).expect("pool"),
