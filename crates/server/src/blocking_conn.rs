@@ -13,11 +13,9 @@
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
 //!   and returns when every connection has drained or the drain deadline (or a second signal)
 //!   says the rest must close now;
-//! - [`read_round`], [`feed`], [`expired`]: one readable wake-up of a connection (a pool
-//!   buffer taken only once poll(2) said the socket is readable, at most `--read-budget` bytes
-//!   as `policy::ReadRound` says, the output written straight from the buffer by
-//!   [`Exchange::feed`](crate::conn::Exchange::feed)), and its deadlines, all decided by the
-//!   connection policy (`crate::policy`);
+//! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
+//!   (`policy::Lifecycle`, carried out by `conn::Exchange::turn`: a pool buffer taken only when
+//!   it asks for a read, the output written straight from the buffer);
 //! - [`serve_udp`]: UDP echo on a few threads blocked in poll(2).
 //!
 //! Connection sockets stay non-blocking, as `sys::accept` makes them: a thread "blocks" in
@@ -30,19 +28,20 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ScopedJoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use socket2::Socket;
 use sockscale_proto::{Engine, Protocol, Session};
 use sockscale_sys::{self as sys, Waker};
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::clock::unix_now;
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
-use crate::policy::{after, AcceptBackoff, AcceptStep, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
+use crate::policy::{AcceptBackoff, AcceptStep, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
@@ -58,10 +57,6 @@ const KITS_KEPT: usize = 256;
 /// A pollfd asking for `events` on `fd`.
 pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     libc::pollfd { fd, events, revents: 0 }
-}
-
-fn unix_now() -> u64 {
-    sockscale_proto::http::unix_secs(SystemTime::now())
 }
 
 pub use crate::conn::Kit;
@@ -309,7 +304,7 @@ impl<'a> Hub<'a> {
         while !self.is_draining() {
             self.wait_supervisor(None)?;
         }
-        let deadline = Instant::now() + self.cfg.drain_timeout;
+        let deadline = self.shutdown.drain_until().unwrap_or_else(Instant::now);
         let accepted = acceptor.join().unwrap_or_else(|_| Err(io::Error::other("the accept thread panicked")));
         loop {
             if self.live.load(Ordering::Acquire) == 0 {
@@ -359,97 +354,12 @@ impl Admission<'_> {
     }
 }
 
-/// How a read round ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadEnd {
-    /// The pool had no buffer: try again after [`POOL_BACKOFF`].
-    NoBuffer,
-    /// The peer sent FIN.
-    Eof,
-    /// The socket's queue is empty (a short read, or EAGAIN).
-    Drained,
-    /// `--read-budget` bytes were read; more may be waiting.
-    BudgetSpent,
-    /// `consume` asked to stop: the connection is closing or over `--max-pending-send`.
-    Stopped,
-}
-
-/// Read from a socket that poll(2) reported readable: take one pool buffer, read as
-/// `policy::ReadRound` says, pass each piece to `consume` (which feeds the connection and
-/// returns its policy and pending output, for the round to decide whether to read on), and give
-/// the buffer back before returning.
-pub fn read_round(
-    fd: RawFd,
-    pool: &BufferPool,
-    counters: &Counters,
-    limits: &Limits,
-    mut consume: impl FnMut(&[u8]) -> io::Result<(ConnPolicy, Pending)>,
-) -> io::Result<ReadEnd> {
-    let Some(mut buf) = pool.take(counters) else {
-        return Ok(ReadEnd::NoBuffer);
-    };
-    let mut round = ReadRound::new(limits);
-    loop {
-        let want = round.want(buf.len());
-        match sys::recv(fd, &mut buf[..want]) {
-            Ok(0) => return Ok(ReadEnd::Eof),
-            Ok(n) => {
-                counters.bytes_in(n);
-                let (policy, pending) = consume(&buf[..n])?;
-                // poll(2) is level-triggered: a hang-up is reported again, so a short read
-                // may be taken to mean drained.
-                match round.after_read(n, want, false, &policy, pending, limits) {
-                    ReadNext::More => {}
-                    ReadNext::Stop => return Ok(ReadEnd::Stopped),
-                    ReadNext::Yield => return Ok(ReadEnd::BudgetSpent),
-                    ReadNext::Drained => return Ok(ReadEnd::Drained),
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Feed `input`, read at `now`, to the connection's exchange (which writes the answer at once,
-/// straight from the input, and queues what the socket refuses), count what was written and
-/// update the flood and stall clocks. Returns the policy and pending output, for `read_round`.
-pub fn feed(
-    conn: &mut Conn,
-    kit: &mut Kit,
-    input: &[u8],
-    now: Instant,
-    limits: &Limits,
-    counters: &Counters,
-) -> io::Result<(ConnPolicy, Pending)> {
-    let fd = conn.fd.as_raw_fd();
-    let sent = conn.x.feed(fd, kit, input, now)?.map_or(0, |w| w.bytes);
-    counters.bytes_out(sent);
-    conn.x.policy.account(now, conn.x.pending(), sent > 0, limits);
-    Ok((conn.x.policy, conn.x.pending()))
-}
-
-/// The deadline that ends the connection at `now`, if one has expired, after the protocol's
-/// answer to it (HTTP's 408) where it has one.
-pub fn expired(
-    conn: &mut Conn,
-    kit: &mut Kit,
-    limits: &Limits,
-    counters: &Counters,
-    now: Instant,
-) -> Option<CloseReason> {
-    let fd = conn.fd.as_raw_fd();
-    let (reason, sent) = conn.x.expire(fd, kit, now, limits)?;
-    counters.bytes_out(sent);
-    Some(reason)
-}
-
 /// A connection noticed the drain: it finishes its exchange, closes at the next request
-/// boundary, and at the latest `--drain-timeout` from now.
-pub fn begin_drain(conn: &mut Conn, cfg: &Config) {
+/// boundary, and at the latest at the drain's one deadline.
+pub fn begin_drain(conn: &mut Conn, shutdown: &Shutdown) {
     let now = Instant::now();
-    conn.x.begin_drain(conn.fd.as_raw_fd(), now, after(now, cfg.drain_timeout));
+    let until = shutdown.drain_until().unwrap_or(now);
+    conn.x.begin_drain(conn.fd.as_raw_fd(), now, until);
 }
 
 /// Serve `--proto udp` on `threads` threads, each blocked in poll(2) on its own SO_REUSEPORT

@@ -11,9 +11,13 @@ use sockscale_proto::{Engine, Output, Protocol, Session};
 use sockscale_sys::Interest;
 
 use crate::body::BodyFile;
+use crate::clock::unix_now;
 pub use crate::out::{OutQueue, Written};
+pub use crate::policy::closed_by_error;
 use crate::policy::CloseReason;
-use crate::policy::{close_reason, ConnPolicy, Limits, Pending};
+use crate::policy::{Action, Delivery, Fed, Lifecycle, Limits, Pending, Wait};
+use crate::pool::BufferPool;
+use crate::stats::Counters;
 
 /// A thread's protocol engine, the output it writes into, and the body file its responses may
 /// name: what a thread needs to answer input.
@@ -35,34 +39,80 @@ impl Kit {
     }
 }
 
-fn unix_now() -> u64 {
-    sockscale_proto::http::unix_secs(std::time::SystemTime::now())
+/// How an engine that writes at once moves bytes on a connection's socket: plain system calls
+/// on the descriptor ([`RawSocket`]), or tokio's, which must also clear its readiness when a
+/// call says the socket is drained or full.
+pub trait Socket {
+    fn fd(&self) -> RawFd;
+
+    /// Read into `buf`. `short_drains`: the lifecycle takes a short read to mean the socket is
+    /// drained (no hang-up was reported), so a waiter that keeps readiness may forget it.
+    fn recv(&mut self, buf: &mut [u8], short_drains: bool) -> io::Result<usize>;
+
+    /// Write what `out` holds.
+    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written>;
+
+    /// Write `output` (segments of `input`, shared bytes, body file ranges) behind what `out`
+    /// holds, queueing what the socket refuses.
+    fn send(
+        &mut self,
+        out: &mut OutQueue,
+        output: &Output,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<Written>;
 }
 
-/// The close reason for a socket error (the policy's one table), logged when it is not the
-/// peer's doing.
-pub fn closed_by_error(err: &io::Error) -> CloseReason {
-    let reason = close_reason(err);
-    if reason == CloseReason::Error {
-        tracing::debug!(error = %err, "closing a connection after a socket error");
+/// A socket driven by plain non-blocking system calls (the readiness loop, the thread engines).
+pub struct RawSocket(pub RawFd);
+
+impl Socket for RawSocket {
+    fn fd(&self) -> RawFd {
+        self.0
     }
-    reason
+
+    fn recv(&mut self, buf: &mut [u8], _short_drains: bool) -> io::Result<usize> {
+        sockscale_sys::recv(self.0, buf)
+    }
+
+    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written> {
+        out.flush(self.0)
+    }
+
+    fn send(
+        &mut self,
+        out: &mut OutQueue,
+        output: &Output,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<Written> {
+        out.send(self.0, output, input, body)
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turned {
+    /// Close the connection for this reason.
+    Close(CloseReason),
+    /// Wait as the lifecycle says. `input`: bytes from the client arrived this turn (the
+    /// active set hears of it).
+    Wait { wait: Wait, input: bool },
 }
 
 /// A connection's exchange with its client, as every engine that writes at once keeps it (the
-/// readiness loop, the thread engines, tokio): the protocol session, the output the socket has
-/// not taken, and the connection's policy. It feeds input to the protocol, writes the answer,
-/// and asks the policy what follows; the engine around it only waits and carries out.
+/// readiness loop, the thread engines, tokio): its lifecycle (protocol session and policy) and
+/// the output the socket has not taken. [`Exchange::turn`] carries out the lifecycle's actions
+/// on a socket; the engine around it only waits.
 #[derive(Debug)]
 pub struct Exchange {
-    pub session: Session,
+    pub lc: Lifecycle,
     pub out: OutQueue,
-    pub policy: ConnPolicy,
 }
 
 impl Exchange {
     pub fn new(session: Session, now: Instant) -> Self {
-        Exchange { session, out: OutQueue::default(), policy: ConnPolicy::new(now) }
+        Exchange { lc: Lifecycle::new(session, now, Delivery::Pulled), out: OutQueue::default() }
     }
 
     /// The output waiting for the client, as the policy counts it.
@@ -72,74 +122,113 @@ impl Exchange {
 
     /// May the connection read now (readiness aside)?
     pub fn may_read(&self, limits: &Limits) -> bool {
-        self.policy.may_read(self.pending(), self.session.is_between_requests(), limits)
+        self.lc.may_read(self.pending(), limits)
     }
 
     /// Finished, and why (once the output is flushed).
     pub fn finished(&self) -> Option<CloseReason> {
-        self.policy.finished(self.pending(), self.session.is_between_requests())
+        self.lc.finished(self.pending())
     }
 
-    /// The server is draining from `now`: finish the exchange in progress, including a request
-    /// the kernel holds unread on `fd` (see [`ConnPolicy::begin_drain`]), close at the next
-    /// request boundary, and close whatever is left at `until`.
+    /// The server is draining from `now`: see [`Lifecycle::begin_drain`]; a request the kernel
+    /// holds unread on `fd` (FIONREAD) was sent before the drain.
     pub fn begin_drain(&mut self, fd: RawFd, now: Instant, until: Instant) {
-        self.session.finish_current();
         let unread = sockscale_sys::unread_bytes(fd).is_ok_and(|n| n > 0);
-        self.policy.begin_drain(now, until, unread);
+        self.lc.begin_drain(now, until, unread);
     }
 
     /// When a policy may next act on this connection.
     pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
-        self.policy.deadline(limits, engine.deadline(&self.session))
+        self.lc.deadline(engine, limits)
     }
 
-    /// Feed `input`, read from `fd` at `now`, to the protocol and write its answer at once,
-    /// straight from the input; what the socket refuses is queued. None when the protocol had
-    /// nothing to say.
-    pub fn feed(&mut self, fd: RawFd, kit: &mut Kit, input: &[u8], now: Instant) -> io::Result<Option<Written>> {
-        self.policy.on_received(now);
-        kit.scratch.clear();
-        let verdict = kit.engine.on_input(&mut self.session, input, now, &mut kit.scratch);
-        let written = if kit.scratch.is_empty() {
-            None
-        } else {
-            Some(self.out.send(fd, &kit.scratch, input, kit.body.as_ref())?)
-        };
-        self.policy.on_verdict(verdict);
-        Ok(written)
-    }
-
-    /// Write queued output at `now`.
-    pub fn flush(&mut self, fd: RawFd, now: Instant) -> io::Result<Written> {
-        let written = self.out.flush(fd)?;
-        self.policy.on_sent(now, written.bytes);
-        Ok(written)
-    }
-
-    /// After I/O: the reason to close if the connection is finished, or else Ok(whether the
-    /// output just came back under its caps, so that input left unread should be read now).
-    pub fn settle(&mut self, now: Instant, progressed: bool, limits: &Limits) -> Result<bool, CloseReason> {
-        if let Some(reason) = self.finished() {
-            return Err(reason);
+    /// One turn: carry out the lifecycle's actions on `socket` until it says to wait or to
+    /// close. A pool buffer is taken only when the lifecycle asks for a read, and given back
+    /// before returning.
+    pub fn turn(&mut self, socket: &mut impl Socket, io: &mut TurnIo<'_>, now: Instant) -> Turned {
+        let mut buf = None;
+        let mut input = false;
+        loop {
+            let pending = self.pending();
+            match self.lc.poll(now, pending, &io.kit.engine, io.limits) {
+                Action::Close(reason) => return Turned::Close(reason),
+                Action::Wait(wait) => return Turned::Wait { wait, input },
+                Action::Flush => match socket.flush(&mut self.out) {
+                    Ok(written) => {
+                        io.counters.bytes_out(written.bytes);
+                        self.lc.on_written(now, written);
+                    }
+                    Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                },
+                Action::Read { max } => {
+                    if buf.is_none() {
+                        buf = io.pool.take(io.counters);
+                    }
+                    let Some(buf) = buf.as_mut() else {
+                        self.lc.on_no_buffer();
+                        continue;
+                    };
+                    let want = max.min(buf.len());
+                    match socket.recv(&mut buf[..want], !self.lc.hangup_seen()) {
+                        Ok(0) => self.lc.on_eof(),
+                        Ok(n) => {
+                            io.counters.bytes_in(n);
+                            let kit = &mut *io.kit;
+                            let fed = self.lc.on_input(&buf[..n], want, now, &mut kit.engine, &mut kit.scratch);
+                            input |= fed.counted();
+                            if fed == Fed::Send {
+                                match socket.send(&mut self.out, &kit.scratch, &buf[..n], kit.body.as_ref()) {
+                                    Ok(written) => {
+                                        io.counters.bytes_out(written.bytes);
+                                        self.lc.on_written(now, written);
+                                    }
+                                    Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                                }
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.lc.on_drained(),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                    }
+                }
+            }
         }
-        Ok(self.policy.account(now, self.pending(), progressed, limits))
+    }
+
+    /// Write queued output on `fd` outside a turn (a thread engine's blocking send, or the
+    /// blocking model's send thread), keeping the flood and stall clocks as a turn does.
+    pub fn flush_now(&mut self, fd: RawFd, now: Instant, limits: &Limits) -> io::Result<Written> {
+        let written = self.out.flush(fd)?;
+        let pending = self.pending();
+        self.lc.account_written(now, written, pending, limits);
+        Ok(written)
     }
 
     /// The connection's timer came due at `now`: the reason to close if a deadline expired
-    /// (None: re-arm), and the bytes sent first. A protocol deadline gets the protocol's answer
-    /// (HTTP's 408), with one non-blocking attempt to send it; the connection closes either way.
+    /// (None: take a turn to re-arm). A deadline the protocol answers (HTTP's 408) gets its
+    /// whole answer in one non-blocking attempt; the connection closes either way.
     pub fn expire(&mut self, fd: RawFd, kit: &mut Kit, now: Instant, limits: &Limits) -> Option<(CloseReason, usize)> {
-        let protocol_due = kit.engine.deadline(&self.session).is_some_and(|at| at <= now);
-        let expired = self.policy.expired(now, limits, protocol_due)?;
-        let mut sent = 0;
-        if expired.answer {
-            kit.scratch.clear();
-            kit.engine.on_timeout(&mut self.session, now, &mut kit.scratch);
-            sent = self.out.send(fd, &kit.scratch, &[], None).map_or(0, |w| w.bytes);
-        }
-        Some((expired.reason, sent))
+        let expiry = self.lc.on_timer(now, &mut kit.engine, &mut kit.scratch, limits)?;
+        let sent = if expiry.answer { answer_once(fd, &kit.scratch) } else { 0 };
+        Some((expiry.reason, sent))
     }
+}
+
+/// One non-blocking attempt to send all of `output` (shared bytes: an answer such as HTTP's
+/// 408) to a connection about to close; how much went. Every engine answers this way.
+pub fn answer_once(fd: RawFd, output: &Output) -> usize {
+    let iov: Vec<std::io::IoSlice<'_>> =
+        output.segments().iter().map(|s| std::io::IoSlice::new(Output::slice(s, &[]))).collect();
+    sockscale_sys::send_vectored(fd, &iov).unwrap_or(0)
+}
+
+/// What a turn needs besides the connection: the thread's protocol kit, the buffer pool, the
+/// counters and the limits.
+pub struct TurnIo<'a> {
+    pub kit: &'a mut Kit,
+    pub pool: &'a BufferPool,
+    pub counters: &'a Counters,
+    pub limits: &'a Limits,
 }
 
 /// Everything the readiness loop and the thread engines keep for one connection between
@@ -150,15 +239,6 @@ pub struct Conn {
     pub x: Exchange,
     /// The connection's authoritative timer entry (see `sockscale_sys::Timers`).
     pub timer_at: Option<Instant>,
-    /// Readiness as last reported and not yet consumed (edge-triggered selectors report it
-    /// once).
-    pub readable: bool,
-    pub writable: bool,
-    /// The selector reported an error or a hang-up (RST, FIN). An edge-triggered selector will
-    /// not report it again, and a reset or FIN that arrived together with data is only seen
-    /// after the data is read, so from now on a short read is not taken to mean the socket is
-    /// drained: reading goes on until EOF, an error or EAGAIN.
-    pub hangup: bool,
     /// What the selector is currently watching for.
     pub registered: Interest,
     pub generation: u32,
@@ -166,16 +246,7 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(fd: std::os::fd::OwnedFd, session: Session, now: Instant, generation: u32) -> Self {
-        Conn {
-            fd,
-            x: Exchange::new(session, now),
-            timer_at: None,
-            readable: true,
-            writable: true,
-            hangup: false,
-            registered: Interest::NONE,
-            generation,
-        }
+        Conn { fd, x: Exchange::new(session, now), timer_at: None, registered: Interest::NONE, generation }
     }
 }
 

@@ -21,13 +21,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use socket2::Socket;
 use sockscale_proto::{Engine, Protocol};
 use sockscale_sys::{self as sys, Waker};
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::clock::unix_now;
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::policy::{AcceptBackoff, AcceptStep};
@@ -142,7 +143,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             stats,
             counters: stats.shard(0),
             shutdown,
-            engine: protocol.engine(unix_secs()),
+            engine: protocol.engine(unix_now()),
             listener,
             group_size,
             wake: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
@@ -299,11 +300,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     }
 
     fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        self.engine.tick(unix_secs());
+        self.engine.tick(unix_now());
         admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
-}
-
-fn unix_secs() -> u64 {
-    sockscale_proto::http::unix_secs(SystemTime::now())
 }

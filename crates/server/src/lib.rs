@@ -8,6 +8,7 @@
 mod admission;
 mod blocking_conn;
 mod body;
+mod clock;
 mod config;
 mod conn;
 mod ctx;
@@ -21,10 +22,12 @@ mod models;
 mod out;
 mod policy;
 mod pool;
+mod seats;
 mod server;
 mod shutdown;
 mod signals;
 mod stats;
+mod storm_gate;
 mod udp;
 mod uring;
 

@@ -16,6 +16,7 @@ use sockscale_proto::{Output, Segment};
 use sockscale_sys as sys;
 
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
+pub use crate::policy::Written;
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
 /// are written in several calls.
@@ -41,18 +42,6 @@ pub struct OutQueue {
     len: usize,
     /// Bytes of the body file still to send.
     file_len: u64,
-}
-
-/// What a write attempt achieved.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Written {
-    pub bytes: usize,
-    /// The socket refused more (EAGAIN or a short write): wait for writability.
-    pub blocked: bool,
-    /// A body file's turn ([`crate::body::FILE_CHUNK`]) was sent, the socket refusing
-    /// nothing, and output is left: flush again after the other connections, without waiting
-    /// for writability (no EAGAIN happened, so an edge-triggered waiter will not report it).
-    pub yielded: bool,
 }
 
 impl OutQueue {

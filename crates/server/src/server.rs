@@ -41,7 +41,7 @@ impl Server {
         let addr = listen.local_addr();
         let stats = Arc::new(Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm));
         let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
-        let shutdown = Shutdown::new();
+        let shutdown = Shutdown::with_drain_timeout(cfg.drain_timeout);
         let (ready_tx, ready_rx) = mpsc::channel();
         let ctx = ModelCtx::new(Arc::new(cfg.clone()), listen, stats.clone(), shutdown.clone(), ready_tx);
         let model = cfg.model;

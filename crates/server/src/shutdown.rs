@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sockscale_sys::Waker;
 
@@ -17,6 +18,15 @@ const FORCED: u8 = 2;
 struct Inner {
     state: AtomicU8,
     wakers: Mutex<Vec<Arc<Waker>>>,
+    drain: Mutex<DrainClock>,
+}
+
+/// The drain's one deadline: `--drain-timeout` from the first signal, computed once when the
+/// drain begins, so every thread of every engine closes what is left at the same instant.
+#[derive(Debug, Default)]
+struct DrainClock {
+    timeout: Option<Duration>,
+    until: Option<Instant>,
 }
 
 /// Shared by the server's threads and whoever may stop it. Cheap to clone.
@@ -38,10 +48,42 @@ impl Shutdown {
         Self::default()
     }
 
+    /// A shutdown whose drain lasts at most `timeout` (`--drain-timeout`; without one, the drain
+    /// lasts until a second signal forces the end).
+    pub fn with_drain_timeout(timeout: Duration) -> Self {
+        let shutdown = Self::default();
+        shutdown.clock().timeout = Some(timeout);
+        shutdown
+    }
+
+    fn clock(&self) -> std::sync::MutexGuard<'_, DrainClock> {
+        self.inner.drain.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Start a graceful drain.
     pub fn shutdown(&self) {
+        {
+            let mut clock = self.clock();
+            if clock.until.is_none() {
+                let now = Instant::now();
+                clock.until = Some(
+                    clock.timeout.map_or(crate::policy::after(now, Duration::MAX), |t| crate::policy::after(now, t)),
+                );
+            }
+        }
         let _ = self.inner.state.compare_exchange(RUNNING, DRAINING, Ordering::SeqCst, Ordering::SeqCst);
         self.wake_all();
+    }
+
+    /// When whatever the drain left must close: set once, by the first signal. None while
+    /// running. A forced end closes everything at once, whatever this says.
+    pub fn drain_until(&self) -> Option<Instant> {
+        if self.is_running() {
+            return None;
+        }
+        let mut clock = self.clock();
+        // Forced without a drain first: the end is now.
+        Some(*clock.until.get_or_insert_with(Instant::now))
     }
 
     /// End the drain now: close every connection.

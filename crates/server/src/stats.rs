@@ -4,16 +4,14 @@
 //! uncontended relaxed add. Readers sum the shards. The current-connection count is the one
 //! global counter, because `--max-conns` must compare against the whole process.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use serde::Serialize;
 
-use crate::policy::{shed_choice, AbortStorm, StormConfig, StormEvent};
+use crate::policy::StormConfig;
+use crate::storm_gate::StormGate;
 
 use crate::policy::{CloseReason, Limit};
 
@@ -79,89 +77,6 @@ pub struct Stats {
     rotations: AtomicU64,
 }
 
-/// `--abort-storm-shed`: every open connection's descriptor in accept order, so that the
-/// newest can be shed. Engines enlist a connection once it is theirs and delist it before its
-/// descriptor closes, so every descriptor here is open and is the connection enlisted (a
-/// shed holds the lock while it shuts descriptors down; a close waits for it).
-#[derive(Debug, Default)]
-struct Roster {
-    next: u64,
-    by_order: BTreeMap<u64, RawFd>,
-    by_fd: HashMap<RawFd, u64>,
-    /// Listed connections waiting for a place in the active set: not shed. They carry no
-    /// traffic, and reading nothing, their engine would not see the shed until their turn.
-    waiting: std::collections::HashSet<RawFd>,
-}
-
-/// The abort-storm policy shared by every worker: aborts are rare, so a lock; acceptors read
-/// one flag while no storm is on.
-#[derive(Debug)]
-struct StormGate {
-    policy: Mutex<AbortStorm>,
-    paused: AtomicBool,
-    pauses: AtomicU64,
-    resumes: AtomicU64,
-    /// Connections closed to bring the congestion down (`--abort-storm-shed`).
-    shed: AtomicU64,
-    /// With `--abort-storm-shed`.
-    roster: Option<Mutex<Roster>>,
-}
-
-impl StormGate {
-    fn record(&self, event: Option<StormEvent>) {
-        match event {
-            Some(StormEvent::Paused { aborts, open, resume_below, shed }) => {
-                self.paused.store(true, Relaxed);
-                self.pauses.fetch_add(1, Relaxed);
-                tracing::warn!(aborts, open, resume_below, "abort storm: {aborts} connections aborted within a second; accepting pauses until fewer than {resume_below} are established");
-                if shed {
-                    let done = self.shed_newest(resume_below);
-                    self.shed.fetch_add(done as u64, Relaxed);
-                    if done > 0 {
-                        tracing::warn!(
-                            shed = done,
-                            "abort storm: closing the {done} newest connections to bring the congestion down"
-                        );
-                    }
-                }
-            }
-            Some(StormEvent::Resumed { open }) => {
-                self.paused.store(false, Relaxed);
-                self.resumes.fetch_add(1, Relaxed);
-                tracing::info!(open, "abort storm over: accepting again");
-            }
-            None => {}
-        }
-    }
-
-    fn policy(&self) -> std::sync::MutexGuard<'_, AbortStorm> {
-        self.policy.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn roster(&self) -> Option<std::sync::MutexGuard<'_, Roster>> {
-        Some(self.roster.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Shut the newest connections down (both ways) until `keep` are left: each engine then
-    /// sees its connection end as it would a client's close, on whichever thread serves it, and
-    /// closes it. Returns how many were shut down. Counted from the roster, not the open count:
-    /// a connection a thread is closing right now is no longer listed, though not yet counted
-    /// closed, and must not make an older one go in its stead.
-    fn shed_newest(&self, keep: usize) -> usize {
-        let Some(mut roster) = self.roster() else { return 0 };
-        let Roster { by_order, waiting, .. } = &*roster;
-        let newest_first = by_order.iter().rev().map(|(order, fd)| ((*order, *fd), waiting.contains(fd)));
-        let shed = shed_choice(newest_first, keep);
-        for &(order, fd) in &shed {
-            roster.by_order.remove(&order);
-            roster.by_fd.remove(&fd);
-            // The roster's lock is held: the engine cannot close this descriptor meanwhile.
-            let _ = sockscale_sys::shutdown_both(fd);
-        }
-        shed.len()
-    }
-}
-
 impl Stats {
     pub fn new(shards: usize) -> Self {
         Self::with_storm(shards, None)
@@ -173,14 +88,7 @@ impl Stats {
             shards: (0..shards.max(1)).map(|_| Counters::default()).collect(),
             current: AtomicUsize::new(0),
             limits: Default::default(),
-            storm: storm.map(|cfg| StormGate {
-                policy: Mutex::new(AbortStorm::new(cfg, Instant::now())),
-                paused: AtomicBool::new(false),
-                pauses: AtomicU64::new(0),
-                resumes: AtomicU64::new(0),
-                shed: AtomicU64::new(0),
-                roster: cfg.shed.then(|| Mutex::new(Roster::default())),
-            }),
+            storm: storm.map(StormGate::new),
             waiting: AtomicI64::new(0),
             rotations: AtomicU64::new(0),
         }
@@ -189,44 +97,33 @@ impl Stats {
     /// With `--abort-storm-shed`: connection `fd` is open and served (after it was admitted);
     /// it may be shed from now until [`Stats::delist`].
     pub fn enlist(&self, fd: RawFd) {
-        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
-        let order = roster.next;
-        roster.next += 1;
-        roster.by_order.insert(order, fd);
-        if let Some(stale) = roster.by_fd.insert(fd, order) {
-            // A descriptor closed without being delisted (a worker that failed or panicked
-            // dropped its connections): its old entry is another connection's no more.
-            roster.by_order.remove(&stale);
-            roster.waiting.remove(&fd);
-            tracing::warn!(fd, "a descriptor was listed for shedding twice: a connection closed unlisted");
+        if let Some(gate) = &self.storm {
+            gate.enlist(fd);
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn storm_gate(&self) -> Option<&StormGate> {
+        self.storm.as_ref()
     }
 
     /// Whether connections are listed for shedding (`--abort-storm-shed`).
     pub fn sheds(&self) -> bool {
-        self.storm.as_ref().is_some_and(|g| g.roster.is_some())
+        self.storm.as_ref().is_some_and(StormGate::sheds)
     }
 
     /// Connection `fd` is about to close its descriptor: it can no longer be shed.
     pub fn delist(&self, fd: RawFd) {
-        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
-        if let Some(order) = roster.by_fd.remove(&fd) {
-            roster.by_order.remove(&order);
+        if let Some(gate) = &self.storm {
+            gate.delist(fd);
         }
-        roster.waiting.remove(&fd);
     }
 
     /// With `--abort-storm-shed` and `--active-set`: listed connection `fd` waits for a place
     /// (`true`, it is not shed) or has one again.
     pub fn shed_waiting(&self, fd: RawFd, waiting: bool) {
-        let Some(mut roster) = self.storm.as_ref().and_then(StormGate::roster) else { return };
-        if !roster.by_fd.contains_key(&fd) {
-            return;
-        }
-        if waiting {
-            roster.waiting.insert(fd);
-        } else {
-            roster.waiting.remove(&fd);
+        if let Some(gate) = &self.storm {
+            gate.shed_waiting(fd, waiting);
         }
     }
 
@@ -246,14 +143,8 @@ impl Stats {
     pub fn closed(&self, counters: &Counters, reason: CloseReason) {
         self.close();
         counters.closed(reason);
-        let Some(gate) = &self.storm else { return };
-        if reason == CloseReason::Aborted {
-            let event = gate.policy().on_abort(Instant::now(), self.current());
-            gate.record(event);
-        }
-        if gate.paused.load(Relaxed) {
-            let event = gate.policy().on_open_count(self.current());
-            gate.record(event);
+        if let Some(gate) = &self.storm {
+            gate.closed(reason, self.current());
         }
     }
 
@@ -261,13 +152,7 @@ impl Stats {
     /// before it takes connections in. Ends the storm if the connections established have
     /// fallen below its threshold meanwhile.
     pub fn storm_holds(&self) -> bool {
-        let Some(gate) = &self.storm else { return false };
-        if !gate.paused.load(Relaxed) {
-            return false;
-        }
-        let event = gate.policy().on_open_count(self.current());
-        gate.record(event);
-        gate.paused.load(Relaxed)
+        self.storm.as_ref().is_some_and(|gate| gate.holds(self.current()))
     }
 
     /// `limit` kept a connection out (a refusal), or paused accepting (an accept error).
@@ -306,9 +191,7 @@ impl Stats {
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot { connections: self.current() as u64, ..Snapshot::default() };
         if let Some(gate) = &self.storm {
-            s.storm_pauses = gate.pauses.load(Relaxed);
-            s.storm_resumes = gate.resumes.load(Relaxed);
-            s.storm_shed = gate.shed.load(Relaxed);
+            (s.storm_pauses, s.storm_resumes, s.storm_shed) = gate.counts();
         }
         s.waiting = self.waiting.load(Relaxed).max(0) as u64;
         s.active_rotations = self.rotations.load(Relaxed);
@@ -484,34 +367,6 @@ impl fmt::Display for Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The shed takes the newest listed connections down to the threshold, passing over those
-    /// waiting for an active-set place, and never one already delisted.
-    #[test]
-    fn the_shed_takes_the_newest_listed_that_do_not_wait() {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        use std::os::unix::net::UnixStream;
-        let stats = Stats::with_storm(1, Some(StormConfig { rate: 1, resume_below: Some(1), shed: true }));
-        let pairs: Vec<(UnixStream, UnixStream)> = (0..4).map(|_| UnixStream::pair().expect("pair")).collect();
-        for (server, _) in &pairs {
-            stats.enlist(server.as_raw_fd());
-        }
-        stats.delist(pairs[1].0.as_raw_fd());
-        stats.shed_waiting(pairs[3].0.as_raw_fd(), true);
-        let gate = stats.storm.as_ref().expect("storm");
-        // Listed: 0, 2 and 3 (waiting). Down to 2: 3 is passed over, 2 is shed, 0 stays.
-        assert_eq!(gate.shed_newest(2), 1);
-        let shut = |i: usize| {
-            let mut client = &pairs[i].1;
-            client.set_nonblocking(true).expect("nonblocking");
-            matches!(client.read(&mut [0u8; 1]), Ok(0))
-        };
-        assert_eq!((shut(0), shut(1), shut(2), shut(3)), (false, false, true, false));
-        // Down to 1: the waiting one counts as kept, so 0 goes.
-        assert_eq!(gate.shed_newest(1), 1);
-        assert!(shut(0) && !shut(3));
-    }
 
     #[test]
     fn shards_sum_and_max_conns_is_enforced() {

@@ -8,7 +8,7 @@
 //! and queueing, timers, flood control, draining — is here, written once.
 //!
 //! Edge- and level-triggered selectors are both supported. The loop remembers readiness it
-//! has not consumed (`Conn::readable`/`writable`) and re-drives a connection whose read budget
+//! has not consumed (in each connection's `policy::Lifecycle`) and re-drives a connection whose read budget
 //! ran out from its own `resume` list, so an edge is never lost; for level-triggered selectors
 //! it keeps the registered interest minimal (no write interest without pending output, no read
 //! interest while a connection is paused) so that waiting never spins.
@@ -19,17 +19,19 @@ mod drive;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 use sockscale_proto::Protocol;
 use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 
 use crate::admission::LogLimiter;
+use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::Kit;
-use crate::policy::{after, ActiveConfig, ActiveSet, Entry, Limits};
+use crate::policy::{ActiveConfig, ActiveSet, Entry, Limits};
 use crate::pool::BufferPool;
+use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
@@ -99,7 +101,7 @@ pub struct Worker<'a, S: Selector> {
     /// The per-connection limits of `cfg`.
     limits: Limits,
     /// When to read the wall clock again (see `turn`).
-    next_wall_check: Instant,
+    date: DateClock,
     /// `--active-set`: which connections read, keyed by token.
     active: Option<ActiveSet<u64>>,
 }
@@ -140,7 +142,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             edge,
             refusal_log: LogLimiter::refusals(),
             limits: parts.cfg.limits(),
-            next_wall_check: now,
+            date: DateClock::new(now),
             active: parts.active.map(ActiveSet::new),
         })
     }
@@ -171,14 +173,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        // The wall clock matters only for HTTP's Date, which changes once a second: read it
-        // when the monotonic clock says a second may have turned, not on every wake-up.
-        if self.now >= self.next_wall_check {
-            let wall = SystemTime::now();
-            let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            self.next_wall_check = self.now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
-            self.kit.engine.tick(sockscale_proto::http::unix_secs(wall));
-        }
+        self.date.tick(self.now, &mut self.kit.engine);
         let mut events = std::mem::take(&mut self.events);
         for event in events.drain(..) {
             self.dispatch(event);
@@ -219,9 +214,7 @@ impl<'a, S: Selector> Worker<'a, S> {
                 if conn.generation != generation {
                     return;
                 }
-                conn.readable |= event.readable || event.closed;
-                conn.writable |= event.writable || event.closed;
-                conn.hangup |= event.closed;
+                conn.x.lc.on_ready(event.readable, event.writable, event.closed);
                 self.drive(token);
             }
         }
@@ -270,19 +263,15 @@ impl<'a, S: Selector> Worker<'a, S> {
         let Some(set) = &mut self.active else { return };
         if set.enter(tok, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
-                conn.x.policy.set_waiting(true, self.now);
-                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
+                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
-            self.stats.waiting_changed(1);
         }
     }
 
     /// `--active-set`: connection `tok` is closing; the first waiting one takes its place.
     pub(super) fn leave_active_set(&mut self, tok: u64, was_waiting: bool) {
         let Some(set) = &mut self.active else { return };
-        if was_waiting {
-            self.stats.waiting_changed(-1);
-        }
+        seats::closed(was_waiting, self.stats);
         if let Some(next) = set.leave(&tok, self.now) {
             self.start_reading(next);
         }
@@ -295,38 +284,30 @@ impl<'a, S: Selector> Worker<'a, S> {
             return;
         }
         let conns = &self.conns;
-        let swaps =
-            set.review(self.now, |tok| conns.get(split(*tok).0).is_some_and(|c| c.x.session.is_between_requests()));
+        let swaps = set.review(self.now, |tok| conns.get(split(*tok).0).is_some_and(|c| c.x.lc.is_between_requests()));
         self.stats.rotated(swaps.stop.len());
         for tok in swaps.stop {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
-                conn.x.policy.set_waiting(true, self.now);
-                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
-                self.stats.waiting_changed(1);
+                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
             // Level-triggered selectors stop watching its input.
-            self.settle(tok, false);
+            self.drive(tok);
         }
         for tok in swaps.start {
             self.start_reading(tok);
         }
     }
 
-    /// A waiting connection was given a place: read what it has sent.
+    /// A waiting connection was given a place: read what it has sent, after the others.
     fn start_reading(&mut self, tok: u64) {
         let Some(conn) = self.conns.get_mut(split(tok).0) else { return };
-        conn.x.policy.set_waiting(false, self.now);
-        self.stats.shed_waiting(conn.fd.as_raw_fd(), false);
-        self.stats.waiting_changed(-1);
-        // Its input may have arrived while no read was posted: look, whatever the selector
-        // last said (a spurious read costs one EAGAIN).
-        conn.readable = true;
+        seats::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
         self.resume.push(tok);
     }
 
     /// Stop taking connections and let each one end at its next request boundary.
     fn begin_drain(&mut self) {
-        let until = after(self.now, self.cfg.drain_timeout);
+        let until = self.shutdown.drain_until().unwrap_or(self.now);
         self.drain_deadline = Some(until);
         match self.source.take() {
             Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
@@ -345,21 +326,15 @@ impl<'a, S: Selector> Worker<'a, S> {
             }
             None => {}
         }
-        // The drain ends the active set (see `ConnPolicy::begin_drain`): a waiting connection
+        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
         // reads what it sent before the drain, or closes now if it sent nothing.
         self.active = None;
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
-            let (index, _) = split(t);
-            let mut waited = false;
-            if let Some(conn) = self.conns.get_mut(index) {
-                waited = conn.x.policy.is_waiting();
-                conn.x.begin_drain(conn.fd.as_raw_fd(), self.now, until);
+            if let Some(conn) = self.conns.get_mut(split(t).0) {
+                seats::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
             }
-            if waited {
-                self.start_reading(t);
-            }
-            self.settle(t, false);
+            self.drive(t);
         }
     }
 }

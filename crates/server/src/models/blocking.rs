@@ -45,10 +45,8 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::blocking_conn::{
-    begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
-};
-use crate::conn::{closed_by_error, Conn};
+use crate::blocking_conn::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
+use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
 use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::CloseReason;
@@ -128,7 +126,10 @@ fn admit<'scope, 'env>(
         return;
     }
     let counters = hub.stats.shard(id);
-    let link = Arc::new(Link::new(Conn::new(fd, admission.new_session(), Instant::now(), 0)));
+    let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
+    // The receive thread polls before it reads.
+    conn.x.lc.readiness_unknown();
+    let link = Arc::new(Link::new(conn));
     let raw = link.fd;
     // Before its threads start: the receive thread delists it before the descriptor closes.
     hub.stats.enlist(raw);
@@ -271,7 +272,7 @@ impl Link {
 
 /// The receive thread: serves the connection until it ends, then stops the send thread.
 fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
-    let mut receiver = Receiver { hub, link, counters, draining: false, readable: false };
+    let mut receiver = Receiver { hub, link, counters, draining: false, ready: None };
     let reason = receiver.serve();
     link.end();
     let _ = sender.join();
@@ -284,8 +285,9 @@ struct Receiver<'r, 'h> {
     counters: &'r Counters,
     /// This thread has seen the drain start (and stopped polling the drain latch).
     draining: bool,
-    /// poll(2) said the socket is readable, and a read has not yet found it empty.
-    readable: bool,
+    /// poll(2) said the socket is readable (Some), and whether it reported a hang-up; handed
+    /// to the lifecycle at the next turn.
+    ready: Option<bool>,
 }
 
 /// What the receive thread does next.
@@ -293,8 +295,6 @@ enum Step {
     Close(CloseReason),
     /// Decide again at once.
     Again,
-    /// The pool is empty: wait briefly.
-    NoBuffer,
     /// Wait for input until the deadline.
     Poll(Instant),
     /// Wait for the send thread (version changes) until the deadline.
@@ -311,13 +311,14 @@ impl Receiver<'_, '_> {
             match step {
                 Step::Close(reason) => return reason,
                 Step::Again => {}
-                Step::NoBuffer => std::thread::sleep(POOL_BACKOFF),
                 Step::Poll(deadline) => self.poll(deadline),
                 Step::Wait(deadline, version) => self.wait(deadline, version),
             }
         }
     }
 
+    /// One turn of the connection's lifecycle, with the link locked: the receive thread reads
+    /// and answers at once; what the socket refuses waits for the send thread.
     fn step(&mut self, kit: &mut Kit) -> Step {
         let limits = &self.hub.limits;
         let mut st = self.link.lock();
@@ -329,52 +330,36 @@ impl Receiver<'_, '_> {
         }
         if !self.draining && self.hub.is_draining() {
             self.draining = true;
-            begin_drain(&mut st.conn, self.hub.cfg);
+            begin_drain(&mut st.conn, &self.hub.shutdown);
         }
-        if let Some(reason) = st.conn.x.finished() {
+        if let Some(hangup) = self.ready.take() {
+            st.conn.x.lc.on_ready(true, false, hangup);
+        }
+        let fd = self.link.fd;
+        let mut io = TurnIo { kit, pool: self.hub.pool, counters: self.counters, limits };
+        let turned = st.conn.x.turn(&mut RawSocket(fd), &mut io, Instant::now());
+        if !st.conn.x.out.is_empty() && st.sender_waiting {
+            self.link.to_sender.notify_one();
+        }
+        let wait = match turned {
+            Turned::Close(reason) => return Step::Close(reason),
+            Turned::Wait { wait, .. } => wait,
+        };
+        if let Some((reason, sent)) = st.conn.x.expire(fd, kit, Instant::now(), limits) {
+            self.counters.bytes_out(sent);
             return Step::Close(reason);
         }
-        // Input first, deadlines after, as drive.rs handles readiness before timers.
-        if self.readable && st.conn.x.may_read(limits) {
-            drop(st);
-            let (link, counters) = (self.link, self.counters);
-            let end = read_round(link.fd, self.hub.pool, counters, limits, |input| {
-                let mut st = link.lock();
-                let fed = feed(&mut st.conn, kit, input, Instant::now(), limits, counters)?;
-                if !st.conn.x.out.is_empty() && st.sender_waiting {
-                    link.to_sender.notify_one();
-                }
-                Ok(fed)
-            });
-            st = self.link.lock();
-            match end {
-                Ok(ReadEnd::NoBuffer) => return Step::NoBuffer,
-                Ok(ReadEnd::Eof) => {
-                    st.conn.x.policy.on_eof();
-                    self.readable = false;
-                }
-                Ok(ReadEnd::Drained) => self.readable = false,
-                Ok(ReadEnd::BudgetSpent | ReadEnd::Stopped) => {}
-                Err(e) => return Step::Close(closed_by_error(&e)),
-            }
-            // A closing verdict or EOF whose output is all written: nothing to wait for.
-            if let Some(reason) = st.conn.x.finished() {
-                return Step::Close(reason);
-            }
-        }
-        if let Some(reason) = expired(&mut st.conn, kit, limits, self.counters, Instant::now()) {
-            return Step::Close(reason);
-        }
-        if !st.conn.x.may_read(limits) {
-            // Closing, or over --max-pending-send: wait for the send thread (the next step
-            // closes the connection once its output is written).
-            return Step::Wait(st.conn.x.deadline(&kit.engine, limits), st.version);
-        }
-        if self.readable {
-            // The read budget ran out with input left: decide again, with a fresh buffer.
+        if wait.resume {
+            // The read budget ran out with input left: a fresh turn, with a fresh buffer.
             return Step::Again;
         }
-        Step::Poll(st.conn.x.deadline(&kit.engine, limits))
+        if !wait.read {
+            // Closing, over --max-pending-send, or no buffer to be had: wait for the send
+            // thread (the next turn closes the connection once its output is written) or the
+            // deadline.
+            return Step::Wait(wait.wake_at, st.version);
+        }
+        Step::Poll(wait.wake_at)
     }
 
     fn poll(&mut self, deadline: Instant) {
@@ -383,7 +368,10 @@ impl Receiver<'_, '_> {
         // Once the drain is seen, the latch (readable for good) would make every poll return.
         let watched = if self.draining { 1 } else { 2 };
         match sys::ppoll(&mut fds[..watched], Some(timeout)) {
-            Ok(_) => self.readable = fds[0].revents != 0,
+            Ok(_) if fds[0].revents != 0 => {
+                self.ready = Some(fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0);
+            }
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             // Not expected with valid descriptors; do not spin on it.
             Err(_) => std::thread::sleep(POOL_BACKOFF),
@@ -435,14 +423,10 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
         if st.ended {
             return;
         }
-        let now = Instant::now();
-        match st.conn.x.flush(link.fd, now) {
+        match st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits) {
             Ok(written) => {
-                let progressed = written.bytes > 0;
                 counters.bytes_out(written.bytes);
-                let pending = st.conn.x.pending();
-                st.conn.x.policy.account(now, pending, progressed, &hub.limits);
-                if progressed {
+                if written.bytes > 0 {
                     st.version += 1;
                     if st.receiver_waiting {
                         link.to_receiver.notify_one();

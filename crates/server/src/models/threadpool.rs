@@ -55,14 +55,11 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, syscall, Interest, Timers, Waker};
 
 use crate::admission::Refusal;
-use crate::blocking_conn::{
-    begin_drain, expired, feed, pollfd, read_round, Admission, Hub, Kit, ReadEnd, POOL_BACKOFF,
-};
-use crate::conn::{closed_by_error, Conn};
+use crate::blocking_conn::{begin_drain, pollfd, Admission, Hub, Kit};
+use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
 use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::CloseReason;
-use crate::policy::Limits;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
 use crate::stats::Counters;
@@ -154,7 +151,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
     let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
-    conn.readable = false;
+    conn.x.lc.readiness_unknown();
     // Before a worker can take it: workers delist it before its descriptor closes.
     let raw = conn.fd.as_raw_fd();
     hub.stats.enlist(raw);
@@ -268,8 +265,8 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
     Ok(())
 }
 
-/// One round of one connection: read what is there (within the budget), answer, and block
-/// until the answer is written.
+/// One round of one connection: a turn of its lifecycle (read what is there within the budget,
+/// answer), then block until the answer is written.
 fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Next {
     let limits = &hub.limits;
     if hub.is_forced() {
@@ -277,35 +274,22 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
     }
     kit.tick();
     if hub.is_draining() {
-        begin_drain(conn, hub.cfg);
+        begin_drain(conn, &hub.shutdown);
     }
-    // Input first, deadlines after, as drive.rs handles readiness before timers: input that
-    // waited in the queue proves the client was not idle, however long the wait was.
+    // Look before taking a buffer: a connection from the queue may have nothing to read.
     let fd = conn.fd.as_raw_fd();
-    let reading = conn.x.may_read(limits);
-    if reading && !conn.readable {
+    if conn.x.may_read(limits) && !conn.x.lc.is_readable() {
         let mut fds = [pollfd(fd, libc::POLLIN | libc::POLLRDHUP)];
-        conn.readable = matches!(sys::ppoll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0);
-    }
-    let mut end = ReadEnd::Drained;
-    if reading && conn.readable {
-        let round = read_round(fd, hub.pool, counters, limits, |input| {
-            feed(conn, kit, input, Instant::now(), limits, counters)
-        });
-        end = match round {
-            Ok(ReadEnd::NoBuffer) => {
-                // Cannot happen with --pool-buffers >= --threads (checked at start), since a
-                // worker holds one buffer at a time; if it does, wait rather than spin.
-                std::thread::sleep(POOL_BACKOFF);
-                return Next::Again;
-            }
-            Ok(end) => end,
-            Err(e) => return Next::Close(closed_by_error(&e)),
-        };
-        if end == ReadEnd::Eof {
-            conn.x.policy.on_eof();
+        if matches!(sys::ppoll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0) {
+            let hangup = fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+            conn.x.lc.on_ready(true, false, hangup);
         }
     }
+    let mut io = TurnIo { kit, pool: hub.pool, counters, limits };
+    let wait = match conn.x.turn(&mut RawSocket(fd), &mut io, Instant::now()) {
+        Turned::Close(reason) => return Next::Close(reason),
+        Turned::Wait { wait, .. } => wait,
+    };
     let all_written = match write_pending(hub, conn, counters) {
         Ok(all_written) => all_written,
         Err(reason) => return Next::Close(reason),
@@ -315,11 +299,12 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
     }
     // The poller keeps the deadlines of idle connections; this covers one that waited in the
     // queue with no input, and one that stays readable and so goes straight back to the queue.
-    if let Some(reason) = expired(conn, kit, limits, counters, Instant::now()) {
+    if let Some((reason, sent)) = conn.x.expire(fd, kit, Instant::now(), limits) {
+        counters.bytes_out(sent);
         return Next::Close(reason);
     }
-    conn.readable = matches!(end, ReadEnd::BudgetSpent | ReadEnd::Stopped);
-    if conn.readable || !all_written {
+    let readable = conn.x.lc.is_readable() && conn.x.may_read(limits);
+    if wait.resume || readable || !all_written {
         Next::Again
     } else {
         Next::Idle
@@ -327,21 +312,17 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 }
 
 /// The blocking send: wait in poll(2) for room until everything queued is written, within the
-/// send policies (drive.rs order: Flood, then SendTimeout) and until a forced shutdown; or
+/// send policies (flood, then send stall, then the drain's end) and until a forced shutdown; or
 /// until a body file's turn is sent (Ok(false)): the connection then goes to the back of the
 /// ready queue, so one long download does not hold a worker from the others.
 fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<bool, CloseReason> {
     let fd = conn.fd.as_raw_fd();
-    // Only the send policies (and the drain's end) apply while writing: the idle clock restarts
-    // on every write, so it is given as "never" here, and the stall clock always runs while
-    // output waits.
-    let sending = Limits { idle_timeout: Duration::MAX, ..hub.limits };
     while !conn.x.out.is_empty() {
         let now = Instant::now();
-        if let Some(expired) = conn.x.policy.expired(now, &sending, false) {
-            return Err(expired.reason);
+        if let Some(reason) = conn.x.lc.send_expired(now, &hub.limits) {
+            return Err(reason);
         }
-        let until = conn.x.policy.deadline(&sending, None);
+        let until = conn.x.lc.send_deadline(&hub.limits);
         let mut fds = [pollfd(fd, libc::POLLOUT), pollfd(hub.force_fd(), libc::POLLIN)];
         match sys::ppoll(&mut fds, Some(until.saturating_duration_since(now))) {
             Ok(_) => {}
@@ -354,10 +335,8 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
         if fds[0].revents == 0 {
             continue;
         }
-        let now = Instant::now();
-        let written = conn.x.flush(fd, now).map_err(|e| closed_by_error(&e))?;
+        let written = conn.x.flush_now(fd, Instant::now(), &hub.limits).map_err(|e| closed_by_error(&e))?;
         counters.bytes_out(written.bytes);
-        conn.x.policy.account(now, conn.x.pending(), written.bytes > 0, &hub.limits);
         if written.yielded {
             return Ok(false);
         }
@@ -508,7 +487,8 @@ impl<'w, 'h> Watch<'w, 'h> {
                     }
                 } else if let Some(mut conn) = self.conns.remove(&(event.u64 as u32)) {
                     // It has input (or a hang-up, which the read will find): to the workers.
-                    conn.readable = true;
+                    let hangup = event.events & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0;
+                    conn.x.lc.on_ready(true, false, hangup);
                     if let Err(conn) = self.queue.push(conn) {
                         self.hub.close(*conn, self.counters, CloseReason::Shutdown);
                     }
@@ -541,7 +521,7 @@ impl<'w, 'h> Watch<'w, 'h> {
 
     fn add(&mut self, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
-            begin_drain(&mut conn, self.hub.cfg);
+            begin_drain(&mut conn, &self.hub.shutdown);
             if let Some(reason) = conn.x.finished() {
                 return self.hub.close(*conn, self.counters, reason);
             }
@@ -580,7 +560,7 @@ impl<'w, 'h> Watch<'w, 'h> {
         let ids: Vec<u32> = self.conns.keys().copied().collect();
         for id in ids {
             let Some(conn) = self.conns.get_mut(&id) else { continue };
-            begin_drain(conn, self.hub.cfg);
+            begin_drain(conn, &self.hub.shutdown);
             if let Some(reason) = conn.x.finished() {
                 if let Some(conn) = self.conns.remove(&id) {
                     self.hub.close(*conn, self.counters, reason);
@@ -601,8 +581,10 @@ impl<'w, 'h> Watch<'w, 'h> {
                 continue;
             }
             conn.timer_at = None;
-            match expired(conn, &mut self.kit, &self.hub.limits, self.counters, now) {
-                Some(reason) => {
+            let fd = conn.fd.as_raw_fd();
+            match conn.x.expire(fd, &mut self.kit, now, &self.hub.limits) {
+                Some((reason, sent)) => {
+                    self.counters.bytes_out(sent);
                     if let Some(conn) = self.conns.remove(&id) {
                         self.hub.close(*conn, self.counters, reason);
                     }

@@ -1,8 +1,9 @@
 //! One connection's policy: when it may read, what input, output, EOF and errors mean, when
 //! its deadlines fall and which one fired, and when it is finished.
 //!
-//! The engine owns the socket, the protocol session and the output; it tells [`ConnPolicy`]
-//! what happened and how much output is still waiting ([`Pending`]), and does what it is told.
+//! The connection's lifecycle (`lifecycle.rs`) owns a [`ConnPolicy`] beside the protocol
+//! session; it tells the policy what happened and how much output is still waiting
+//! ([`Pending`]), and turns its answers into the engine's actions.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -82,6 +83,15 @@ pub fn close_reason(err: &io::Error) -> CloseReason {
     }
 }
 
+/// [`close_reason`], logged when it is not the peer's doing.
+pub fn closed_by_error(err: &io::Error) -> CloseReason {
+    let reason = close_reason(err);
+    if reason == CloseReason::Error {
+        tracing::debug!(error = %err, "closing a connection after a socket error");
+    }
+    reason
+}
+
 /// `ConnPolicy::waiting_idle_ms` of a connection that is not waiting.
 const NOT_WAITING: u32 = u32::MAX;
 
@@ -113,8 +123,11 @@ pub struct ConnPolicy {
     /// client's side that request is in progress, so it is read and answered before the
     /// connection counts as between requests. Cleared by the next bytes received.
     drain_owes_read: bool,
-    /// When the connection was accepted, until its first bytes arrive.
-    silent_since: Option<Instant>,
+    /// No bytes have arrived since the connection was accepted: its first-data clock runs from
+    /// `last_activity` (nothing arrived, and no protocol answers a client that has said
+    /// nothing, so the two are the same instant; a bool keeps an idle connection within its
+    /// memory budget, see `conn::size`).
+    silent: bool,
     /// Waiting for a place in the active set (`--active-set`): not read from, and its idle and
     /// first-data clocks stand still (the wait is the server's doing, and what the client sends
     /// meanwhile is not read). Holds how long the connection had been idle when it began to
@@ -134,7 +147,7 @@ impl ConnPolicy {
             read_eof: false,
             drain_until: None,
             drain_owes_read: false,
-            silent_since: Some(now),
+            silent: true,
             waiting_idle_ms: NOT_WAITING,
         }
     }
@@ -153,7 +166,6 @@ impl ConnPolicy {
                 let idle = Duration::from_millis(u64::from(self.waiting_idle_ms));
                 let resumed = now.checked_sub(idle).unwrap_or(now);
                 self.last_activity = resumed;
-                self.silent_since = self.silent_since.map(|_| resumed);
                 self.waiting_idle_ms = NOT_WAITING;
             }
             _ => {}
@@ -167,7 +179,7 @@ impl ConnPolicy {
     /// Bytes arrived.
     pub fn on_received(&mut self, now: Instant) {
         self.last_activity = now;
-        self.silent_since = None;
+        self.silent = false;
         self.drain_owes_read = false;
     }
 
@@ -176,7 +188,10 @@ impl ConnPolicy {
         if self.is_waiting() {
             return None;
         }
-        Some(after(self.silent_since?, limits.first_data_timeout?))
+        if !self.silent {
+            return None;
+        }
+        Some(after(self.last_activity, limits.first_data_timeout?))
     }
 
     /// When the connection is idle too long, unless it is waiting for a place.
@@ -328,9 +343,10 @@ impl ConnPolicy {
 }
 
 /// One read turn of a connection: how much to ask for, and after each read whether to go on.
+/// Four bytes, kept in every connection's lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadRound {
-    left: usize,
+    left: u32,
 }
 
 /// What to do after a read that returned bytes.
@@ -349,18 +365,43 @@ pub enum ReadNext {
 
 impl ReadRound {
     pub fn new(limits: &Limits) -> Self {
-        ReadRound { left: limits.read_budget }
+        ReadRound { left: u32::try_from(limits.read_budget).unwrap_or(u32::MAX) }
+    }
+
+    /// A round with nothing left to read (none under way).
+    pub fn spent() -> Self {
+        ReadRound { left: 0 }
     }
 
     /// How many bytes to ask for with a buffer of `buffer` bytes.
     pub fn want(&self, buffer: usize) -> usize {
-        self.left.min(buffer)
+        (self.left as usize).min(buffer)
     }
 
-    /// After `got` bytes (more than zero) of the `wanted` asked for were read and fed to the
+    /// `got` bytes were read.
+    pub fn consume(&mut self, got: usize) {
+        self.left = self.left.saturating_sub(u32::try_from(got).unwrap_or(u32::MAX));
+    }
+
+    /// After a read that returned bytes (`short`: fewer than asked) and was fed to the
     /// protocol, with `pending` output now waiting. `hangup`: the waiter reported a hang-up or
     /// error; its FIN or reset sits behind the data and raises no new event on an
     /// edge-triggered waiter, so a short read must not be taken to mean drained.
+    pub fn next(&self, short: bool, hangup: bool, conn: &ConnPolicy, pending: Pending, limits: &Limits) -> ReadNext {
+        // Body file bytes owed stop reading, as in `may_read`: the next request waits for them.
+        if conn.closing.is_some() || pending.is_over(limits) || pending.file_bytes > 0 {
+            ReadNext::Stop
+        } else if self.left == 0 {
+            ReadNext::Yield
+        } else if short && !hangup {
+            ReadNext::Drained
+        } else {
+            ReadNext::More
+        }
+    }
+
+    /// [`ReadRound::consume`] then [`ReadRound::next`], for `got` bytes of `wanted`.
+    #[cfg(test)]
     pub fn after_read(
         &mut self,
         got: usize,
@@ -370,17 +411,8 @@ impl ReadRound {
         pending: Pending,
         limits: &Limits,
     ) -> ReadNext {
-        self.left = self.left.saturating_sub(got);
-        // Body file bytes owed stop reading, as in `may_read`: the next request waits for them.
-        if conn.closing.is_some() || pending.is_over(limits) || pending.file_bytes > 0 {
-            ReadNext::Stop
-        } else if self.left == 0 {
-            ReadNext::Yield
-        } else if got < wanted && !hangup {
-            ReadNext::Drained
-        } else {
-            ReadNext::More
-        }
+        self.consume(got);
+        self.next(got < wanted, hangup, conn, pending, limits)
     }
 }
 
@@ -552,6 +584,7 @@ mod tests {
     fn file_bytes_owed_stop_reading_but_are_no_flood() {
         let (t0, l) = (Instant::now(), limits());
         let mut p = ConnPolicy::new(t0);
+        p.on_received(t0);
         let owed = |file_bytes| Pending { bytes: 0, sends: 0, file_bytes };
         assert!(!p.may_read(owed(1 << 40), true, &l), "reading goes on while a file body is owed");
         for s in 0..60 {

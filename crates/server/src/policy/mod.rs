@@ -7,14 +7,16 @@
 //! plain values.
 //!
 //! Every engine — the readiness loop (select, poll64, signal, epoll), the thread engines
-//! (blocking, threadpool), tokio and io_uring (uring, uring64) — asks these and carries out the
-//! answer. What stays in an engine is only *who waits for readiness or completion, on which
-//! thread*, and the system calls that carry a decision out.
+//! (blocking, threadpool), tokio and io_uring (uring, uring64) — drives each connection's
+//! [`Lifecycle`], which asks these, and carries out the actions it returns. What stays in an
+//! engine is only *who waits for readiness or completion, on which thread*, and the system
+//! calls that carry a decision out.
 //!
 //! | policy | decided by |
 //! |---|---|
+//! | the sequence of a connection's turn (flush, read within the budget, answer, settle), and what the engine waits for next | [`Lifecycle::poll`] |
 //! | may a connection read now (`--max-pending-send`, `--max-outstanding-sends`, EOF, closing, drain) | [`ConnPolicy::may_read`] |
-//! | how much to read before yielding (`--read-budget`), when a short read means drained | [`ReadRound`] |
+//! | how much to read before yielding (`--read-budget`), when a short read means drained | `ReadRound`, inside [`Lifecycle`] |
 //! | what a protocol verdict means | [`ConnPolicy::on_verdict`] |
 //! | what a socket error means | [`close_reason`] |
 //! | when a connection is finished, and why | [`ConnPolicy::finished`] |
@@ -27,13 +29,15 @@
 mod accept;
 mod active;
 mod conn;
+mod lifecycle;
 mod storm;
 mod threads;
 mod words;
 
 pub use accept::{AcceptBackoff, AcceptStep};
 pub use active::{ActiveConfig, ActiveSet, Entry, Handover};
-pub use conn::{after, close_reason, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
+pub use conn::{after, closed_by_error, Limits, Pending};
+pub use lifecycle::{Action, Delivery, Fed, Lifecycle, Wait, Written};
 pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;
 pub use words::{CloseReason, Limit};

@@ -8,7 +8,7 @@
 //!
 //! Nothing here knows the worker: the methods build the submission entries and keep the
 //! connection's own accounting (`ops`, `recv_armed`, the send in flight); the worker
-//! (`drive.rs`) pushes the entries and makes the policy decisions.
+//! (`drive.rs`) pushes the entries and carries out what the connection's lifecycle says.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -19,7 +19,7 @@ use io_uring::{opcode, squeue, types};
 use sockscale_proto::Session;
 
 use super::ops::{pack, Op, BUFFER_GROUP};
-use crate::policy::{ConnPolicy, Pending};
+use crate::policy::{Delivery, Lifecycle, Pending};
 
 const IOV_BATCH: usize = 64;
 
@@ -127,7 +127,9 @@ pub(super) enum NextSend {
 
 pub(super) struct UConn {
     pub(super) fd: OwnedFd,
-    pub(super) session: Session,
+    /// The connection's lifecycle (protocol session and policy), with input pushed by the
+    /// multishot receive.
+    pub(super) lc: Lifecycle,
     pub(super) generation: u32,
     queued: VecDeque<Queued>,
     /// Bytes queued in memory.
@@ -142,7 +144,6 @@ pub(super) struct UConn {
     pub(super) recv_cancelling: bool,
     /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
     pub(super) ops: u32,
-    pub(super) policy: ConnPolicy,
     pub(super) timer_at: Option<Instant>,
     /// Closed as far as the policies are concerned; waiting for its operations to finish.
     pub(super) closed: bool,
@@ -152,7 +153,7 @@ impl UConn {
     pub(super) fn new(fd: OwnedFd, session: Session, generation: u32, now: Instant) -> Self {
         UConn {
             fd,
-            session,
+            lc: Lifecycle::new(session, now, Delivery::Pushed),
             generation,
             queued: VecDeque::new(),
             queued_len: 0,
@@ -163,7 +164,6 @@ impl UConn {
             recv_armed: false,
             recv_cancelling: false,
             ops: 0,
-            policy: ConnPolicy::new(now),
             timer_at: None,
             closed: false,
         }

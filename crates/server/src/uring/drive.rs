@@ -1,6 +1,7 @@
-//! Driving one connection on a ring: receive completions feed the protocol, output is sent by
-//! one gathering send at a time, and the same policies as every model decide when to stop
-//! reading and when to close (`settle`, `on_deadline`, `close`, as in `evloop/drive.rs`).
+//! Driving one connection on a ring: receive completions feed its lifecycle
+//! (`policy::Lifecycle`, with input pushed), output is sent by one gathering send at a time,
+//! and after every completion `settle` carries out what the lifecycle says: post a send, keep
+//! or cancel the multishot receive, set the timer, close.
 //!
 //! The connection's own state and the entries it posts are `conn.rs`; this is the worker's
 //! side, which pushes them and owns what connections share (the buffer ring, the protocol
@@ -17,10 +18,9 @@ use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
-use crate::conn::closed_by_error;
-use crate::policy::CloseReason;
-use crate::policy::Entry;
-use sockscale_sys as sys;
+use crate::conn::{answer_once, closed_by_error};
+use crate::policy::{Action, CloseReason, Entry, Fed, Written};
+use crate::seats;
 
 impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
@@ -39,13 +39,11 @@ impl UringWorker<'_> {
         if let Some(set) = &mut self.active {
             if set.enter(token, self.now) == Entry::Waiting {
                 if let Some(conn) = self.conns.get_mut(index) {
-                    conn.policy.set_waiting(true, self.now);
-                    self.stats.shed_waiting(raw, true);
+                    seats::stop(&mut conn.lc, raw, self.now, self.stats);
                 }
-                self.stats.waiting_changed(1);
             }
         }
-        self.settle(index, generation, false);
+        self.settle(index, generation);
     }
 
     /// Give places in the active set up to waiting connections when a review is due: the ones
@@ -56,17 +54,15 @@ impl UringWorker<'_> {
             return;
         }
         let conns = &self.conns;
-        let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.session.is_between_requests());
+        let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.lc.is_between_requests());
         let swaps = set.review(self.now, between);
         self.stats.rotated(swaps.stop.len());
         for token in swaps.stop {
             let (index, generation) = split_token(token);
             if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
-                conn.policy.set_waiting(true, self.now);
-                self.stats.shed_waiting(conn.fd.as_raw_fd(), true);
-                self.stats.waiting_changed(1);
+                seats::stop(&mut conn.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
-            self.settle(index, generation, false);
+            self.settle(index, generation);
         }
         for token in swaps.start {
             self.start_reading(token);
@@ -77,10 +73,8 @@ impl UringWorker<'_> {
     fn start_reading(&mut self, token: u64) {
         let (index, generation) = split_token(token);
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
-        conn.policy.set_waiting(false, self.now);
-        self.stats.shed_waiting(conn.fd.as_raw_fd(), false);
-        self.stats.waiting_changed(-1);
-        self.settle(index, generation, false);
+        seats::start(&mut conn.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+        self.settle(index, generation);
     }
 
     fn arm_recv(&mut self, index: usize) {
@@ -119,30 +113,32 @@ impl UringWorker<'_> {
                 // Out of ring buffers: wait for some to come back, then receive again.
                 libc::ENOBUFS => self.starved.push((index, generation)),
                 libc::ECANCELED => {}
-                errno => return self.close(index, closed_by_error(&io::Error::from_raw_os_error(errno))),
+                errno => {
+                    let reason = conn.lc.on_failed(&io::Error::from_raw_os_error(errno));
+                    return self.close(index, reason);
+                }
             }
-            return self.settle(index, generation, false);
+            return self.settle(index, generation);
         }
         let Some(bid) = buffer.filter(|_| result > 0) else {
-            conn.policy.on_eof();
-            return self.settle(index, generation, false);
+            conn.lc.on_eof();
+            return self.settle(index, generation);
         };
         let n = result as usize;
-        conn.policy.on_received(self.now);
-        if let Some(set) = &mut self.active {
-            set.on_input(&conn_token(index, generation), self.now);
-        }
         self.counters.bytes_in(n);
-        if conn.policy.is_closing() {
-            // The protocol has ended the exchange; a multishot receive may still deliver what
-            // the client sent after it, which nobody will read.
-            self.bufs.give_back(bid);
-            return self.settle(index, generation, false);
-        }
         let data = self.bufs.get(bid, n);
-        self.scratch.clear();
-        let verdict = self.engine.on_input(&mut conn.session, data, self.now, &mut self.scratch);
-        conn.policy.on_verdict(verdict);
+        let fed = conn.lc.on_input(data, n, self.now, &mut self.engine, &mut self.scratch);
+        if fed.counted() {
+            if let Some(set) = &mut self.active {
+                set.on_input(&conn_token(index, generation), self.now);
+            }
+        }
+        if fed != Fed::Send {
+            // Nothing to send, or the protocol had already ended the exchange: input a
+            // multishot receive delivered after it is nobody's.
+            self.bufs.give_back(bid);
+            return self.settle(index, generation);
+        }
         let segments = self.scratch.segments();
         let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
         // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
@@ -167,29 +163,21 @@ impl UringWorker<'_> {
                 }
             }
             self.bufs.give_back(bid);
-            let progressed = self.send_queued(index);
-            return self.settle(index, generation, progressed);
         }
-        self.settle(index, generation, false);
+        self.settle(index, generation);
     }
 
     /// Send what is queued, if no send or poll is in flight: post a send of the bytes at the
-    /// front, or send the body file at the front now. Whether body file bytes went out.
-    fn send_queued(&mut self, index: usize) -> bool {
-        let mut progressed = false;
+    /// front, or send the body file at the front now (the lifecycle's flush).
+    fn send_queued(&mut self, index: usize) {
         loop {
-            let Some(conn) = self.conns.get_mut(index) else { return progressed };
+            let Some(conn) = self.conns.get_mut(index) else { return };
             match conn.send_queued(index, &mut self.sends) {
-                NextSend::Nothing => return progressed,
-                NextSend::Post(entry) => {
-                    self.push(entry);
-                    return progressed;
-                }
+                NextSend::Nothing => return,
+                NextSend::Post(entry) => return self.push(entry),
                 NextSend::File { at, end } => {
-                    let (sent, go_on) = self.send_file(index, at, end);
-                    progressed |= sent > 0;
-                    if !go_on {
-                        return progressed;
+                    if !self.send_file(index, at, end) {
+                        return;
                     }
                 }
             }
@@ -198,37 +186,39 @@ impl UringWorker<'_> {
 
     /// Send bytes `at..end` of the body file on connection `index` with `sendfile`, until they
     /// are all sent (then go on with the queue: true), the socket refuses more (a poll for
-    /// writability is posted: false), or a turn ([`FILE_CHUNK`]) is sent (the connection goes
-    /// on next turn, `file_turns`: false). Returns the bytes sent too. io_uring has no sendfile, and its splice runs every
-    /// request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per chunk; so the ring
-    /// waits for writability and this thread moves the bytes, as the readiness engines do.
-    fn send_file(&mut self, index: usize, start: u64, end: u64) -> (usize, bool) {
+    /// writability is posted: false), or a turn ([`FILE_CHUNK`]) is sent (the lifecycle then
+    /// has the connection come back after the others: false). io_uring has no sendfile, and
+    /// its splice runs every request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per
+    /// chunk; so the ring waits for writability and this thread moves the bytes, as the
+    /// readiness engines do.
+    fn send_file(&mut self, index: usize, start: u64, end: u64) -> bool {
         let Some(body) = self.cfg.body_file.clone() else {
             self.close(index, closed_by_error(&no_body_file()));
-            return (0, false);
+            return false;
         };
-        let Some(conn) = self.conns.get_mut(index) else { return (0, false) };
+        let Some(conn) = self.conns.get_mut(index) else { return false };
         let fd = conn.fd.as_raw_fd();
         let mut at = start;
         let outcome = body.send_turn(fd, &mut at, end, FILE_CHUNK);
         let sent = usize::try_from(at - start).unwrap_or(usize::MAX);
         conn.file_sent_to(at);
-        conn.policy.on_sent(self.now, sent);
         self.counters.bytes_out(sent);
-        match outcome {
-            Ok(FileStep::Done) => (sent, true),
-            Ok(FileStep::Turn) => {
-                self.file_turns.push((index, conn.generation));
-                (sent, false)
-            }
-            Ok(FileStep::Blocked) => {
-                let entry = conn.poll_writable(index);
-                self.push(entry);
-                (sent, false)
-            }
+        let step = match outcome {
+            Ok(step) => step,
             Err(e) => {
                 self.close(index, closed_by_error(&e));
-                (sent, false)
+                return false;
+            }
+        };
+        let yielded = step == FileStep::Turn;
+        conn.lc.on_written(self.now, Written { bytes: sent, blocked: step == FileStep::Blocked, yielded });
+        match step {
+            FileStep::Done => true,
+            FileStep::Turn => false,
+            FileStep::Blocked => {
+                let entry = conn.poll_writable(index);
+                self.push(entry);
+                false
             }
         }
     }
@@ -237,8 +227,7 @@ impl UringWorker<'_> {
     pub(super) fn take_file_turns(&mut self) {
         for (index, generation) in std::mem::take(&mut self.file_turns) {
             if self.conns.get(index).is_some_and(|c| c.generation == generation && !c.closed) {
-                let progressed = self.send_queued(index);
-                self.settle(index, generation, progressed);
+                self.settle(index, generation);
             }
         }
     }
@@ -251,15 +240,14 @@ impl UringWorker<'_> {
         if conn.closed {
             return self.reclaim(index);
         }
-        let progressed = self.send_queued(index);
-        self.settle(index, generation, progressed);
+        self.settle(index, generation);
     }
 
     pub(super) fn on_send(&mut self, index: usize, generation: u32, result: i32) {
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         let Some(sent) = conn.send_done() else { return };
         let written = usize::try_from(result).unwrap_or(0);
-        conn.policy.on_sent(self.now, written);
+        conn.lc.on_written(self.now, Written { bytes: written, blocked: written < sent.len(), yielded: false });
         self.counters.bytes_out(written);
         // Whatever the socket did not take goes back to the front of the queue, in order.
         if result >= 0 && written < sent.len() && !conn.closed {
@@ -279,56 +267,64 @@ impl UringWorker<'_> {
         if result < 0 {
             return self.close(index, closed_by_error(&io::Error::from_raw_os_error(-result)));
         }
-        let file_sent = self.send_queued(index);
-        self.settle(index, generation, written > 0 || file_sent);
+        self.settle(index, generation);
     }
 
-    /// After any event: close if finished, update the policy clocks and the timer, and start
-    /// or stop receiving as the policies allow.
-    pub(super) fn settle(&mut self, index: usize, generation: u32, progressed: bool) {
-        let limits = &self.limits;
-        let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else { return };
-        let (pending, between_requests) = (conn.pending(), conn.session.is_between_requests());
-        if let Some(reason) = conn.policy.finished(pending, between_requests) {
-            return self.close(index, reason);
-        }
-        // A multishot receive cannot be told to wait: pausing a connection cancels it, and a
-        // connection allowed to read again gets a new one.
-        conn.policy.account(self.now, pending, progressed, limits);
-        let want_recv = conn.policy.may_read(pending, between_requests, limits);
-        let deadline = conn.policy.deadline(limits, self.engine.deadline(&conn.session));
-        let token = conn_token(index, generation);
-        self.timers.schedule(&mut conn.timer_at, deadline, token);
-        let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
-        if want_recv && !armed {
-            if self.bufs.available() > 0 {
-                self.arm_recv(index);
-            } else if !self.starved.contains(&(index, generation)) {
-                self.starved.push((index, generation));
+    /// After any completion: carry out what the connection's lifecycle says, up to its wait —
+    /// post a send, close, set the timer, keep or cancel the multishot receive (a multishot
+    /// receive cannot be told to wait: a connection that may not read has it cancelled, and one
+    /// allowed to read again gets a new one).
+    pub(super) fn settle(&mut self, index: usize, generation: u32) {
+        loop {
+            let limits = &self.limits;
+            let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else {
+                return;
+            };
+            let wait = match conn.lc.poll(self.now, conn.pending(), &self.engine, limits) {
+                Action::Flush => {
+                    self.send_queued(index);
+                    continue;
+                }
+                Action::Close(reason) => return self.close(index, reason),
+                Action::Wait(wait) => wait,
+                // A pushed lifecycle never asks for a read.
+                Action::Read { .. } => continue,
+            };
+            let token = conn_token(index, generation);
+            self.timers.schedule(&mut conn.timer_at, wait.wake_at, token);
+            let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
+            if wait.read && !armed {
+                if self.bufs.available() > 0 {
+                    self.arm_recv(index);
+                } else if !self.starved.contains(&(index, generation)) {
+                    // The ring has no buffer: receive again when some come back.
+                    self.starved.push((index, generation));
+                }
+            } else if !wait.read && armed && !cancelling {
+                self.cancel_recv(index);
             }
-        } else if !want_recv && armed && !cancelling {
-            self.cancel_recv(index);
+            if wait.resume && !self.file_turns.contains(&(index, generation)) {
+                // A body file's turn was sent: the others first, then this one next turn.
+                self.file_turns.push((index, generation));
+            }
+            return;
         }
     }
 
+    /// The connection's timer came due: close it if a deadline expired (after one attempt to
+    /// send the protocol's whole answer, outside the ring, as every engine does), or settle,
+    /// which re-arms it.
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
         let now = self.now;
         let Some(conn) = self.conns.get_mut(index) else { return };
-        let protocol_due = self.engine.deadline(&conn.session).is_some_and(|at| at <= now);
-        let expired = conn.policy.expired(now, &self.limits, protocol_due);
-        if expired.is_some_and(|e| e.answer) {
-            self.scratch.clear();
-            self.engine.on_timeout(&mut conn.session, now, &mut self.scratch);
-            // One attempt to tell the client why, outside the ring: the connection closes now.
-            if let Some(Segment::Shared(bytes)) = self.scratch.segments().first() {
-                if let Ok(n) = sys::send(conn.fd.as_raw_fd(), bytes) {
-                    self.counters.bytes_out(n);
+        match conn.lc.on_timer(now, &mut self.engine, &mut self.scratch, &self.limits) {
+            Some(expiry) => {
+                if expiry.answer {
+                    self.counters.bytes_out(answer_once(conn.fd.as_raw_fd(), &self.scratch));
                 }
+                self.close(index, expiry.reason);
             }
-        }
-        match expired {
-            Some(expired) => self.close(index, expired.reason),
-            None => self.settle(index, generation, false),
+            None => self.settle(index, generation),
         }
     }
 
@@ -343,9 +339,9 @@ impl UringWorker<'_> {
         conn.clear_queue();
         // Before anything could close the descriptor: a shed must not reach a reused one.
         self.stats.delist(conn.fd.as_raw_fd());
-        let (token, was_waiting) = (conn_token(index, conn.generation), conn.policy.is_waiting());
+        let (token, was_waiting) = (conn_token(index, conn.generation), conn.lc.is_waiting());
         // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
-        let _ = sys::syscall!(shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR));
+        let _ = sockscale_sys::shutdown_both(conn.fd.as_raw_fd());
         let cancel = conn.recv_armed && !conn.recv_cancelling;
         self.stats.closed(self.counters, reason);
         if let Some(group) = &self.group {
@@ -356,9 +352,7 @@ impl UringWorker<'_> {
             self.cancel_recv(index);
         }
         if let Some(set) = &mut self.active {
-            if was_waiting {
-                self.stats.waiting_changed(-1);
-            }
+            seats::closed(was_waiting, self.stats);
             // No set while draining (the drain ended it), so a close never opens another here.
             if let Some(next) = set.leave(&token, self.now) {
                 self.start_reading(next);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
@@ -17,12 +17,14 @@ use super::bufring::BufRing;
 use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::clock::{unix_now, DateClock};
 use crate::config::Config;
 use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
 use crate::policy::CloseReason;
-use crate::policy::{after, AcceptBackoff, ActiveConfig, ActiveSet, Limits};
+use crate::policy::{AcceptBackoff, ActiveConfig, ActiveSet, Limits};
 use crate::pool::BufferPool;
+use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
@@ -93,7 +95,7 @@ pub struct UringWorker<'a> {
     pub(super) timers: Timers,
     pub(super) scratch: Output,
     pub(super) now: Instant,
-    next_wall_check: Instant,
+    date: DateClock,
     pub(super) drain_deadline: Option<Instant>,
     /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
     pub(super) held_buffers: usize,
@@ -155,13 +157,13 @@ impl<'a> UringWorker<'a> {
             limits: setup.cfg.limits(),
             refusal_log: LogLimiter::refusals(),
             group: setup.group,
-            engine: setup.protocol.engine(sockscale_proto::http::unix_secs(SystemTime::now())),
+            engine: setup.protocol.engine(unix_now()),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
             scratch: Output::default(),
             now,
-            next_wall_check: now,
+            date: DateClock::new(now),
             drain_deadline: None,
             held_buffers: 0,
             sends: SpareSends::default(),
@@ -215,12 +217,7 @@ impl<'a> UringWorker<'a> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        if self.now >= self.next_wall_check {
-            let wall = SystemTime::now();
-            let into = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            self.next_wall_check = self.now + Duration::from_nanos(1_000_000_000 - u64::from(into));
-            self.engine.tick(sockscale_proto::http::unix_secs(wall));
-        }
+        self.date.tick(self.now, &mut self.engine);
         self.reap();
         self.fire_timers();
         self.feed_starved();
@@ -524,7 +521,7 @@ impl<'a> UringWorker<'a> {
     }
 
     fn begin_drain(&mut self) {
-        let until = after(self.now, self.cfg.drain_timeout);
+        let until = self.shutdown.drain_until().unwrap_or(self.now);
         self.drain_deadline = Some(until);
         if self.accept_armed {
             let entry =
@@ -554,22 +551,14 @@ impl<'a> UringWorker<'a> {
         }
         let live: Vec<(usize, u32)> =
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
-        // The drain ends the active set (see `ConnPolicy::begin_drain`): a waiting connection
+        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
         // reads what it sent before the drain, or closes now if it sent nothing.
         self.active = None;
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
-                conn.session.finish_current();
-                let waited = conn.policy.is_waiting();
-                let fd = conn.fd.as_raw_fd();
-                let unread = sockscale_sys::unread_bytes(fd).is_ok_and(|n| n > 0);
-                conn.policy.begin_drain(self.now, until, unread);
-                if waited {
-                    self.stats.shed_waiting(fd, false);
-                    self.stats.waiting_changed(-1);
-                }
+                seats::drain(&mut conn.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
             }
-            self.settle(index, generation, false);
+            self.settle(index, generation);
         }
     }
 
@@ -598,7 +587,7 @@ impl<'a> UringWorker<'a> {
         }
         let mut starved = std::mem::replace(&mut self.starved, std::mem::take(&mut self.starved_spare));
         for (index, generation) in starved.drain(..) {
-            self.settle(index, generation, false);
+            self.settle(index, generation);
         }
         self.starved_spare = starved;
     }

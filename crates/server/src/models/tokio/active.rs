@@ -14,6 +14,7 @@ use std::time::Instant;
 use ::tokio::sync::Notify;
 
 use crate::policy::{ActiveConfig, ActiveSet, Entry, Handover};
+use crate::seats;
 use crate::stats::Stats;
 
 /// One connection's place, as its task sees it.
@@ -100,8 +101,7 @@ impl ActiveGate {
         });
         if state.set.enter(id, now) == Entry::Waiting {
             place.waiting.store(true, Ordering::Release);
-            self.stats.waiting_changed(1);
-            self.stats.shed_waiting(fd, true);
+            seats::count(&self.stats, fd, true);
             self.someone_waits.notify_one();
         }
         state.places.insert(id, place.clone());
@@ -131,15 +131,13 @@ impl ActiveGate {
             for id in &swaps.stop {
                 if let Some(place) = state.places.get(id) {
                     place.set(true);
-                    self.stats.shed_waiting(place.fd, true);
-                    self.stats.waiting_changed(1);
+                    seats::count(&self.stats, place.fd, true);
                 }
             }
             for id in &swaps.start {
                 if let Some(place) = state.places.get(id) {
                     place.set(false);
-                    self.stats.shed_waiting(place.fd, false);
-                    self.stats.waiting_changed(-1);
+                    seats::count(&self.stats, place.fd, false);
                 }
             }
         }
@@ -167,14 +165,11 @@ impl Drop for Seat {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
         state.places.remove(&self.id);
-        if self.place.is_waiting() {
-            self.gate.stats.waiting_changed(-1);
-        }
+        seats::closed(self.place.is_waiting(), &self.gate.stats);
         if let Some(next) = state.set.leave(&self.id, Instant::now()) {
             if let Some(place) = state.places.get(&next) {
                 place.set(false);
-                self.gate.stats.shed_waiting(place.fd, false);
-                self.gate.stats.waiting_changed(-1);
+                seats::count(&self.gate.stats, place.fd, false);
             }
         }
     }

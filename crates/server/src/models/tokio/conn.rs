@@ -4,21 +4,21 @@
 //! moves only when a deadline gets earlier.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ::tokio::io::Interest;
 use ::tokio::net::TcpStream;
 use ::tokio::sync::watch;
-use sockscale_proto::Session;
+use sockscale_proto::{Output, Session};
 use sockscale_sys as sys;
 
 use super::active::Seat;
 use super::{counters, with_local, Admitted, Shared, Stage};
-use crate::conn::{closed_by_error, Exchange, Written};
+use crate::body::BodyFile;
+use crate::conn::{closed_by_error, Exchange, OutQueue, Socket, TurnIo, Turned, Written};
 use crate::policy::CloseReason;
-use crate::policy::{ReadNext, ReadRound};
 use crate::stats::Stats;
 
 /// One connection's state between awaits.
@@ -41,18 +41,6 @@ impl Drop for Conn {
     }
 }
 
-/// What one read turn achieved.
-struct ReadTurn {
-    /// The socket took some output.
-    progressed: bool,
-    /// The read budget ran out with input possibly left: yield before reading on.
-    budget_spent: bool,
-    /// The pool had no buffer (only if buffers leak; kept defensive): wait a little.
-    no_buffer: bool,
-    /// An answer's body file turn was sent with more to come: yield before flushing on.
-    yielded: bool,
-}
-
 /// One connection's task: serve it, then count its close. Built from the pieces the accept task
 /// hands over, so that the connection's state is stored once in the task.
 pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: watch::Receiver<Stage>) {
@@ -73,14 +61,14 @@ impl Conn {
         });
         let mut x = Exchange::new(session, Instant::now());
         if seat.as_ref().is_some_and(|s| s.place.is_waiting()) {
-            x.policy.set_waiting(true, Instant::now());
+            x.lc.set_waiting(true, Instant::now());
         }
         Conn { stream, x, listed, seat }
     }
 
-    /// Serve until a policy, the protocol, the peer or the shutdown ends the connection.
+    /// Serve until a policy, the protocol, the peer or the shutdown ends the connection: take
+    /// a turn of the lifecycle, then wait as it says.
     async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<Stage>) -> CloseReason {
-        let limits = &shared.limits;
         // The drain may have begun between the accept and this task's first poll.
         match *stage.borrow_and_update() {
             Stage::Running => {}
@@ -91,33 +79,44 @@ impl Conn {
         let mut timer_at = self.deadline(shared, Instant::now());
         let timer = ::tokio::time::sleep_until(timer_at.into());
         ::tokio::pin!(timer);
-        let mut progressed = false;
         loop {
             let now = Instant::now();
             // The gate may have given this connection a place, or taken it.
             if let Some(seat) = &self.seat {
                 let waiting = seat.place.is_waiting();
-                if waiting != self.x.policy.is_waiting() {
-                    self.x.policy.set_waiting(waiting, now);
+                if waiting != self.x.lc.is_waiting() {
+                    self.x.lc.set_waiting(waiting, now);
                 }
                 if seat.place.is_given() {
                     seat.take_up(now);
                 }
             }
-            if let Err(reason) = self.x.settle(now, progressed, limits) {
-                return reason;
-            }
+            let wait = match self.turn(shared, now) {
+                Turned::Close(reason) => return reason,
+                Turned::Wait { wait, input } => {
+                    if input {
+                        if let Some(seat) = &self.seat {
+                            seat.on_input(now);
+                        }
+                    }
+                    wait
+                }
+            };
             if let Some(seat) = &self.seat {
-                seat.place.between.store(self.x.session.is_between_requests(), std::sync::atomic::Ordering::Release);
+                seat.place.between.store(self.x.lc.is_between_requests(), std::sync::atomic::Ordering::Release);
             }
-            progressed = false;
-            let deadline = self.deadline(shared, now);
-            if deadline < timer_at {
-                timer_at = deadline;
-                timer.as_mut().reset(deadline.into());
+            if wait.wake_at < timer_at {
+                timer_at = wait.wake_at;
+                timer.as_mut().reset(wait.wake_at.into());
+            }
+            if wait.resume {
+                // Fairness: the read budget or a body file's turn is spent; let the other
+                // connections run, then go on.
+                ::tokio::task::yield_now().await;
+                continue;
             }
             // One readiness future for both directions keeps the task small.
-            let interest = match (self.x.may_read(limits), !self.x.out.is_empty()) {
+            let interest = match (wait.read, wait.write) {
                 (true, true) => Some(Interest::READABLE | Interest::WRITABLE),
                 (true, false) => Some(Interest::READABLE),
                 (false, true) => Some(Interest::WRITABLE),
@@ -151,45 +150,30 @@ impl Conn {
                     timer.as_mut().reset(timer_at.into());
                 }
                 ready = self.stream.ready(interest.unwrap_or(Interest::READABLE)), if interest.is_some() => {
-                    let ready = match ready {
-                        Ok(ready) => ready,
+                    match ready {
+                        Ok(ready) => {
+                            let hangup = ready.is_read_closed() || ready.is_write_closed() || ready.is_error();
+                            self.x.lc.on_ready(ready.is_readable(), ready.is_writable(), hangup);
+                        }
                         Err(e) => return closed_by_error(&e),
-                    };
-                    // Flush first, as the readiness loop does: it may bring the queue back
-                    // under --max-pending-send and so allow reading.
-                    let mut yielded = false;
-                    if ready.is_writable() && !self.x.out.is_empty() {
-                        match self.flush(shared) {
-                            Ok(w) => (progressed, yielded) = (w.bytes > 0, w.yielded),
-                            Err(reason) => return reason,
-                        }
-                    }
-                    if ready.is_readable() && self.x.may_read(limits) {
-                        let turn = match self.read(shared) {
-                            Ok(turn) => turn,
-                            Err(reason) => return reason,
-                        };
-                        progressed |= turn.progressed;
-                        yielded |= turn.yielded;
-                        if turn.no_buffer {
-                            ::tokio::time::sleep(Duration::from_millis(1)).await;
-                        } else if turn.budget_spent {
-                            // Fairness: let the other connections run, then read on.
-                            yielded = true;
-                        }
-                    }
-                    if yielded {
-                        // Fairness: the read budget or a body file's turn is spent; let the
-                        // other connections run, then go on.
-                        ::tokio::task::yield_now().await;
                     }
                 }
             }
         }
     }
 
+    /// One turn of the lifecycle on this task's stream, with this worker thread's protocol kit.
+    fn turn(&mut self, shared: &Shared, now: Instant) -> Turned {
+        let (x, stream) = (&mut self.x, &self.stream);
+        with_local(shared, now, |local| {
+            let mut io =
+                TurnIo { kit: &mut local.kit, pool: &shared.pool, counters: counters(shared), limits: &shared.limits };
+            x.turn(&mut TokioSocket(stream), &mut io, now)
+        })
+    }
+
     /// The drain began: finish the exchange, including a request the kernel holds unread. The
-    /// drain ends the active set (see `ConnPolicy::begin_drain`): the seat is given up, so a
+    /// drain ends the active set (see `Lifecycle::begin_drain`): the seat is given up, so a
     /// waiting connection reads what it sent before the drain, or closes now if it sent nothing.
     fn begin_drain(&mut self, until: Instant) {
         let fd = self.stream.as_raw_fd();
@@ -215,95 +199,75 @@ impl Conn {
         counters(shared).bytes_out(sent);
         Some(reason)
     }
+}
 
-    /// Write queued output; Ok(what the socket took, and whether a body file's turn ended it).
-    fn flush(&mut self, shared: &Shared) -> Result<Written, CloseReason> {
-        let fd = self.stream.as_raw_fd();
-        let x = &mut self.x;
+/// A tokio stream as a turn's socket: reads and flushes go through `try_io`, so that a call
+/// that finds the socket drained or full clears tokio's readiness, and the next `ready()` waits
+/// for a new edge (only if no newer event came in meanwhile).
+struct TokioSocket<'s>(&'s TcpStream);
+
+impl Socket for TokioSocket<'_> {
+    fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    fn recv(&mut self, buf: &mut [u8], short_drains: bool) -> io::Result<usize> {
+        let fd = self.fd();
+        let mut received = None;
+        let attempt = self.0.try_io(Interest::READABLE, || {
+            let n = sys::recv(fd, buf)?;
+            received = Some(n);
+            // The lifecycle takes this short read to mean drained: forget the readiness now.
+            if short_drains && n > 0 && n < buf.len() {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        match (received, attempt) {
+            (Some(n), _) => Ok(n),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written> {
+        let fd = self.fd();
+        self.write(|| out.flush(fd))
+    }
+
+    fn send(
+        &mut self,
+        out: &mut OutQueue,
+        output: &Output,
+        input: &[u8],
+        body: Option<&Arc<BodyFile>>,
+    ) -> io::Result<Written> {
+        // Not through `try_io`: it would not call the write at all while tokio believes the
+        // socket full, and this output must be written or queued, never dropped. What the
+        // socket refuses is queued, and the next flush (through `try_io`) clears the readiness.
+        out.send(self.fd(), output, input, body)
+    }
+}
+
+impl TokioSocket<'_> {
+    /// A write through `try_io`: one the socket refused in part clears the write readiness. Only
+    /// for what stays queued if `try_io` does not call it.
+    fn write(&mut self, mut write: impl FnMut() -> io::Result<Written>) -> io::Result<Written> {
         let mut written = Written::default();
-        // Through try_io, so that EAGAIN clears tokio's write readiness and the next
-        // writable() waits for the edge.
-        let attempt = self.stream.try_io(Interest::WRITABLE, || {
-            written = x.flush(fd, Instant::now())?;
+        let attempt = self.0.try_io(Interest::WRITABLE, || {
+            written = write()?;
             if written.blocked {
                 Err(io::ErrorKind::WouldBlock.into())
             } else {
                 Ok(())
             }
         });
-        if let Err(e) = attempt {
-            if e.kind() != io::ErrorKind::WouldBlock {
-                return Err(closed_by_error(&e));
-            }
+        match attempt {
+            Ok(()) => Ok(written),
+            // Refused in part, or not tried because tokio knows the socket is full.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Written { blocked: true, ..written }),
+            Err(e) => Err(e),
         }
-        counters(shared).bytes_out(written.bytes);
-        Ok(written)
-    }
-
-    /// Read within the budget into a pool buffer taken now and returned before the next await,
-    /// feed the protocol and write its answer.
-    fn read(&mut self, shared: &Shared) -> Result<ReadTurn, CloseReason> {
-        let limits = &shared.limits;
-        let counters = counters(shared);
-        let mut turn = ReadTurn { progressed: false, budget_spent: false, no_buffer: false, yielded: false };
-        if let Some(seat) = &self.seat {
-            seat.on_input(Instant::now());
-        }
-        let Some(mut buf) = shared.pool.take(counters) else {
-            turn.no_buffer = true;
-            return Ok(turn);
-        };
-        let fd = self.stream.as_raw_fd();
-        let mut round = ReadRound::new(limits);
-        loop {
-            let want = round.want(buf.len());
-            let mut received = None;
-            let attempt = self.stream.try_io(Interest::READABLE, || {
-                let n = sys::recv(fd, &mut buf[..want])?;
-                received = Some(n);
-                // A short read emptied the socket's queue, and any later byte raises a new
-                // edge: have tokio forget the readiness now (only if no newer event came in).
-                if n > 0 && n < want {
-                    Err(io::ErrorKind::WouldBlock.into())
-                } else {
-                    Ok(())
-                }
-            });
-            let n = match (received, attempt) {
-                (Some(n), _) => n,
-                (None, Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(closed_by_error(&e)),
-                (None, _) => break,
-            };
-            if n == 0 {
-                self.x.policy.on_eof();
-                break;
-            }
-            counters.bytes_in(n);
-            let now = Instant::now();
-            let input = &buf[..n];
-            let x = &mut self.x;
-            // Written here, straight from the receive buffer and the shared responses; only
-            // what the socket refuses is copied into the queue.
-            let fed = with_local(shared, now, |local| x.feed(fd, &mut local.kit, input, now));
-            match fed {
-                Ok(Some(w)) => {
-                    turn.progressed |= w.bytes > 0;
-                    turn.yielded |= w.yielded;
-                    counters.bytes_out(w.bytes);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(closed_by_error(&e)),
-            }
-            match round.after_read(n, want, false, &self.x.policy, self.x.pending(), limits) {
-                ReadNext::More => {}
-                ReadNext::Stop | ReadNext::Drained => break,
-                ReadNext::Yield => {
-                    turn.budget_spent = true;
-                    break;
-                }
-            }
-        }
-        Ok(turn)
     }
 }

@@ -59,7 +59,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
@@ -70,6 +70,7 @@ use sockscale_proto::Protocol;
 use sockscale_sys::Waker;
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::Kit;
 use crate::error::ServerError;
@@ -103,7 +104,7 @@ struct Local {
     server: u64,
     kit: Kit,
     /// When to read the wall clock again for HTTP's Date (as `evloop::Worker::turn`).
-    next_wall_check: Instant,
+    date: DateClock,
 }
 
 /// Everything the tasks of one server share.
@@ -211,7 +212,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     // Dropped with the runtime: it ends only when the server does.
     let reviews = shared.active.clone().map(|gate| ::tokio::spawn(gate.review_loop()));
     ctx.shutdown.register(waker);
-    let watcher = ::tokio::spawn(watch_shutdown(waker_fd, ctx.shutdown.clone(), stage_tx, cfg.drain_timeout));
+    let watcher = ::tokio::spawn(watch_shutdown(waker_fd, ctx.shutdown.clone(), stage_tx));
     ctx.ready();
 
     // The sources run until the drain begins; one that panics stops the server rather than
@@ -250,14 +251,14 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
 }
 
 /// Publish the shutdown phase to every task when the `Shutdown` waker fires.
-async fn watch_shutdown(fd: AsyncFd<WakerFd>, shutdown: Shutdown, stage: watch::Sender<Stage>, drain: Duration) {
+async fn watch_shutdown(fd: AsyncFd<WakerFd>, shutdown: Shutdown, stage: watch::Sender<Stage>) {
     loop {
         match shutdown.phase() {
             Phase::Running => {}
             Phase::Draining => {
                 stage.send_if_modified(|s| match s {
                     Stage::Running => {
-                        *s = Stage::Draining { until: after(Instant::now(), drain) };
+                        *s = Stage::Draining { until: shutdown.drain_until().unwrap_or_else(Instant::now) };
                         true
                     }
                     _ => false,
@@ -516,14 +517,9 @@ fn with_local<R>(shared: &Shared, now: Instant, f: impl FnOnce(&mut Local) -> R)
         let local = slot.get_or_insert_with(|| Local {
             server: shared.id,
             kit: Kit::new(&shared.protocol, shared.cfg.body_file.as_ref()),
-            next_wall_check: now,
+            date: DateClock::new(now),
         });
-        if now >= local.next_wall_check {
-            let wall = SystemTime::now();
-            let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            local.next_wall_check = now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
-            local.kit.engine.tick(sockscale_proto::http::unix_secs(wall));
-        }
+        local.date.tick(now, &mut local.kit.engine);
         f(local)
     })
 }
