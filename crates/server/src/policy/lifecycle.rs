@@ -146,32 +146,38 @@ enum Stage {
 /// One bit each of what a lifecycle remembers between calls, so an idle connection stays
 /// within its memory budget (see `conn::size`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Flags(u8);
+struct Flags(u16);
 
 impl Flags {
     /// Readiness reported and not yet consumed (edge-triggered waiters report it once).
-    const READABLE: u8 = 1;
-    const WRITABLE: u8 = 1 << 1;
+    const READABLE: u16 = 1;
+    const WRITABLE: u16 = 1 << 1;
     /// The waiter reported an error or a hang-up: a reset or FIN that arrived together with
     /// data is seen only after the data is read and raises no new edge, so from now on a short
     /// read does not mean drained; reading goes on until EOF, an error or EAGAIN.
-    const HANGUP: u8 = 1 << 2;
+    const HANGUP: u16 = 1 << 2;
     /// The socket took some output this turn.
-    const PROGRESSED: u8 = 1 << 3;
+    const PROGRESSED: u16 = 1 << 3;
     /// Come back after the others (see [`Wait::resume`]).
-    const RESUME: u8 = 1 << 4;
+    const RESUME: u16 = 1 << 4;
     /// The pool had no buffer: read again at the next timer, [`NO_BUFFER_RETRY`] later.
-    const STARVED: u8 = 1 << 5;
+    const STARVED: u16 = 1 << 5;
     /// The read being judged was short.
-    const SHORT: u8 = 1 << 6;
+    const SHORT: u16 = 1 << 6;
     /// Input is pushed ([`Delivery::Pushed`]).
-    const PUSHED: u8 = 1 << 7;
+    const PUSHED: u16 = 1 << 7;
+    /// A readable edge came while readiness was still unconsumed (reported merged with another
+    /// by the waiter, or while the turn was not reading): it may announce a FIN behind data not
+    /// yet read, which raises no edge of its own and, from a waiter that cannot say "hang-up"
+    /// (a signal's band is POLLIN for data and FIN alike), looks like more data. Until the
+    /// socket says EAGAIN, a short read does not mean drained.
+    const LATE_EDGE: u16 = 1 << 8;
 
-    fn has(self, bit: u8) -> bool {
+    fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
     }
 
-    fn set(&mut self, bit: u8, on: bool) {
+    fn set(&mut self, bit: u16, on: bool) {
         if on {
             self.0 |= bit;
         } else {
@@ -180,7 +186,7 @@ impl Flags {
     }
 
     /// Clear `bit`, returning whether it was set.
-    fn take(&mut self, bit: u8) -> bool {
+    fn take(&mut self, bit: u16) -> bool {
         let was = self.has(bit);
         self.set(bit, false);
         was
@@ -233,6 +239,9 @@ impl Lifecycle {
     /// The waiter reported the socket ready. `hangup`: it reported an error or a hang-up.
     pub fn on_ready(&mut self, readable: bool, writable: bool, hangup: bool) {
         if (readable || hangup) && self.pulled() {
+            if readable && self.is_readable() {
+                self.flags.set(Flags::LATE_EDGE, true);
+            }
             self.flags.set(Flags::READABLE, true);
         }
         if writable || hangup {
@@ -328,7 +337,8 @@ impl Lifecycle {
                 Stage::Judge => {
                     let short = self.flags.take(Flags::SHORT);
                     self.stage = Stage::Settle;
-                    match self.round.next(short, self.hangup_seen(), &self.policy, pending, limits) {
+                    let unsure = self.hangup_seen() || self.flags.has(Flags::LATE_EDGE);
+                    match self.round.next(short, unsure, &self.policy, pending, limits) {
                         ReadNext::More => self.stage = Stage::Reading,
                         ReadNext::Stop => {}
                         // Fairness: the others first, then this one again.
@@ -419,6 +429,7 @@ impl Lifecycle {
     /// After [`Action::Read`]: nothing was there (EAGAIN).
     pub fn on_drained(&mut self) {
         self.flags.set(Flags::READABLE, false);
+        self.flags.set(Flags::LATE_EDGE, false);
         self.end_round();
     }
 
@@ -550,6 +561,36 @@ mod tests {
         assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 997 }, "short, but a hang-up was seen");
         lc.on_eof();
         assert_eq!(lc.poll(t0, none, &engine, &l), Action::Close(CloseReason::Peer));
+    }
+
+    /// A readable edge that comes while readiness is unconsumed (the turn was waiting to write)
+    /// may be a FIN behind the data: the short read that follows is not taken to mean drained,
+    /// and reading goes on to EOF. Once the socket says EAGAIN, short reads are trusted again.
+    #[test]
+    fn a_late_edge_is_read_to_the_end() {
+        let (t0, l) = (Instant::now(), limits());
+        let (mut engine, mut out) = echo();
+        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        lc.on_ready(true, false, false);
+        let none = Pending::default();
+        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
+        lc.on_input(b"abc", 1000, t0, &mut engine, &mut out);
+        lc.on_written(t0, Written { bytes: 3, ..Written::default() });
+        assert_eq!(
+            lc.poll(t0, none, &engine, &l),
+            Action::Read { max: 997 },
+            "a late edge: the short read is not trusted"
+        );
+        lc.on_drained();
+        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Wait(_)));
+        lc.on_ready(true, false, false);
+        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
+        lc.on_input(b"abc", 1000, t0, &mut engine, &mut out);
+        lc.on_written(t0, Written { bytes: 3, ..Written::default() });
+        assert!(
+            matches!(lc.poll(t0, none, &engine, &l), Action::Wait(_)),
+            "EAGAIN cleared it: a short read means drained"
+        );
     }
 
     /// The read budget ends the turn with a promise to come back after the others.
