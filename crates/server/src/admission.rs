@@ -1,4 +1,4 @@
-//! What every acceptor shares besides the back-off policy (`policy::AcceptBackoff`): refusing a
+//! What every acceptor shares besides the accept gate (`policy::AcceptGate`): refusing a
 //! connection the server will not serve, and logging at most once a second.
 //!
 //! Refusing is the seeds' "refuse clients when busy": the connection is accepted, given the
@@ -107,6 +107,9 @@ pub enum Refusal<'a> {
     MaxConns,
     /// The model cannot watch another descriptor; the selector's reason.
     Full(&'a str),
+    /// The selector failed to watch this one (ENOMEM, ENOSPC: `max_user_watches`). Once a
+    /// connection is served, the same failure is a close with `CloseReason::Error`.
+    Unwatchable(&'a io::Error),
     /// No thread could be started for the connection.
     Thread(&'a io::Error),
     /// No thread could be started for another connection group.
@@ -126,6 +129,7 @@ impl Refusal<'_> {
             Refusal::MaxConns => Some(Limit::MaxConns),
             Refusal::Full(_) => Some(Limit::Ceiling),
             Refusal::Thread(e) | Refusal::Group(e) => Some(Limit::of_error(e).unwrap_or(Limit::Threads)),
+            Refusal::Unwatchable(e) => Limit::of_error(e),
             Refusal::QueueFull { .. } => Some(Limit::Queue),
             Refusal::MemoryMaps { .. } => Some(Limit::MemoryMaps),
             Refusal::ShuttingDown => None,
@@ -138,6 +142,7 @@ impl Display for Refusal<'_> {
         match self {
             Refusal::MaxConns => f.write_str("--max-conns reached"),
             Refusal::Full(reason) => f.write_str(reason),
+            Refusal::Unwatchable(e) => write!(f, "cannot watch an accepted connection: {e}"),
             Refusal::Thread(e) => write!(f, "cannot start a thread for a connection: {e}"),
             Refusal::Group(e) => write!(f, "cannot start another connection group: {e}"),
             Refusal::QueueFull { bound } => {

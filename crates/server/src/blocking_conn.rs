@@ -7,9 +7,8 @@
 //! - [`Hub`]: what every thread of the model shares — config, counters, the buffer pool, the
 //!   shutdown latches, the count of live connections, pooled protocol engines;
 //! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
-//!   drain latch, takes up to `--accept-batch` per wake-up, refuses beyond `--max-conns`, and on
-//!   EMFILE/ENFILE/ENOBUFS/ENOMEM pauses as `policy::AcceptBackoff` says (cut short when a
-//!   connection closes);
+//!   drain latch and carries out what `policy::AcceptGate` answers (batch, back-off, storm
+//!   hold; a pause is cut short when a connection closes), refusing beyond `--max-conns`;
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
 //!   and returns when every connection has drained or the drain deadline (or a second signal)
 //!   says the rest must close now;
@@ -41,7 +40,7 @@ use crate::conn::Conn;
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
-use crate::policy::{AcceptBackoff, AcceptStep, Limits};
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
@@ -231,7 +230,7 @@ impl<'a> Hub<'a> {
         let fd = listener.as_raw_fd();
         let mut refuser = Admission { engine: self.new_kit().engine, log: LogLimiter::refusals(), counters };
         let mut log = LogLimiter::accept_errors();
-        let mut backoff = AcceptBackoff::default();
+        let mut gate = AcceptGate::new(self.cfg.accept_batch);
         loop {
             let mut fds = [pollfd(fd, libc::POLLIN), pollfd(self.drain_fd(), libc::POLLIN)];
             match sys::ppoll(&mut fds, None) {
@@ -242,41 +241,43 @@ impl<'a> Hub<'a> {
             if fds[1].revents != 0 || self.is_draining() {
                 return Ok(());
             }
-            if self.stats.storm_holds() {
-                // An abort storm: leave connections in the backlog until one closes, or soon.
-                backoff.hold(Instant::now(), AcceptBackoff::STORM_RECHECK);
-                self.pause_accepting(&mut backoff)?;
-                continue;
-            }
-            for _ in 0..self.cfg.accept_batch {
-                match sys::accept(fd) {
-                    Ok(conn) => {
-                        backoff.on_accepted();
-                        admit(conn, &mut refuser);
-                    }
-                    Err(e) => match backoff.on_error(Instant::now(), &e) {
-                        AcceptStep::Empty => break,
-                        AcceptStep::Retry => {}
-                        step @ AcceptStep::Pause { .. } => {
-                            accept_paused(&mut log, self.stats, Instant::now(), &e, step);
-                            self.pause_accepting(&mut backoff)?;
-                            break;
+            // poll is level-triggered: what a spent batch leaves is reported again at once.
+            loop {
+                let (now, storm) = (Instant::now(), self.stats.storm_holds());
+                match gate.next(now, storm) {
+                    AcceptNext::Admit(conn) => admit(conn, &mut refuser),
+                    AcceptNext::Accept => match sys::accept(fd) {
+                        Ok(conn) => {
+                            if let Some(conn) = gate.on_taken(conn, storm) {
+                                admit(conn, &mut refuser);
+                            }
+                        }
+                        Err(e) => {
+                            let (failed, step) = gate.on_error(now, &e);
+                            accept_paused(&mut log, self.stats, now, &e, step);
+                            if failed == AcceptFailed::Empty {
+                                break;
+                            }
                         }
                     },
+                    AcceptNext::Spent => break,
+                    AcceptNext::Closed { until } => {
+                        self.pause_accepting(&mut gate, until)?;
+                        break;
+                    }
                 }
             }
         }
     }
 
-    /// Sleep out the back-off's pause without touching the listener, waking early when a
-    /// connection closes (a descriptor is free) or a drain starts. The listener stays readable
-    /// all the while, so waiting on it would spin.
-    fn pause_accepting(&self, backoff: &mut AcceptBackoff) -> io::Result<()> {
+    /// Sleep until `until` without touching the listener, which stays readable all the while
+    /// (waiting on it would spin), waking early when a connection closes (a descriptor is free,
+    /// a storm may be over) or a drain starts.
+    fn pause_accepting(&self, gate: &mut AcceptGate<OwnedFd>, until: Instant) -> io::Result<()> {
         self.accept_paused.store(true, Ordering::Release);
         let result = loop {
             let now = Instant::now();
-            let Some(until) = backoff.paused_until() else { break Ok(()) };
-            if backoff.resume(now, false) {
+            if now >= until {
                 break Ok(());
             }
             let mut fds =
@@ -284,7 +285,7 @@ impl<'a> Hub<'a> {
             match sys::ppoll(&mut fds, Some(until - now)) {
                 Ok(0) => {}
                 Ok(_) => {
-                    backoff.resume(now, true);
+                    gate.on_freed(Instant::now());
                     break Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

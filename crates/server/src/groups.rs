@@ -30,8 +30,8 @@ use sockscale_sys::{self as sys, Waker};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::evloop::Inbox;
-use crate::policy::{AcceptBackoff, AcceptStep};
+use crate::inbox::Inbox;
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext};
 use crate::shutdown::Shutdown;
 use crate::stats::{Counters, Stats};
 
@@ -98,13 +98,13 @@ struct AcceptorWake {
 /// What a new group gets: its number, where its connections arrive, and the load it releases.
 pub struct NewGroup {
     pub index: usize,
-    pub inbox: Arc<Inbox>,
+    pub inbox: Arc<Inbox<OwnedFd>>,
     pub load: Arc<GroupLoad>,
 }
 
 /// One group as the acceptor sees it.
 struct Group<'scope> {
-    inbox: Arc<Inbox>,
+    inbox: Arc<Inbox<OwnedFd>>,
     load: Arc<GroupLoad>,
     thread: ScopedJoinHandle<'scope, io::Result<()>>,
 }
@@ -122,7 +122,7 @@ pub struct GroupAcceptor<'scope, 'env> {
     wake: Arc<AcceptorWake>,
     groups: Vec<Group<'scope>>,
     /// While it backs off after EMFILE and the like, the listener is not watched.
-    backoff: AcceptBackoff,
+    gate: AcceptGate<OwnedFd>,
     accept_log: LogLimiter,
     refusal_log: LogLimiter,
 }
@@ -148,7 +148,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             group_size,
             wake: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
             groups: Vec::new(),
-            backoff: AcceptBackoff::default(),
+            gate: AcceptGate::new(cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             refusal_log: LogLimiter::refusals(),
         })
@@ -190,9 +190,10 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         ];
         while self.shutdown.is_running() {
             let now = Instant::now();
-            self.resume(now, false);
-            let watched = if self.backoff.is_paused() { 1 } else { 2 };
-            let timeout = self.backoff.paused_until().map(|at| at.saturating_duration_since(now));
+            let closed_until = self.gate.is_closed().then(|| self.gate.resumes_at()).flatten().filter(|at| *at > now);
+            // While the gate is closed, the listener (ready all the while) is not watched.
+            let watched = if closed_until.is_some() { 1 } else { 2 };
+            let timeout = closed_until.map(|at| at.saturating_duration_since(now));
             match sys::ppoll(&mut fds[..watched], timeout) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -201,54 +202,46 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             if fds[0].revents != 0 {
                 // Shutdown (checked by the loop condition), or a group freed a descriptor.
                 self.wake.waker.reset();
-                self.resume(Instant::now(), true);
+                self.gate.on_freed(Instant::now());
             }
-            if watched == 2 && fds[1].revents != 0 {
-                self.accept_batch(scope, listener, start);
+            if watched == 1 || fds[1].revents != 0 {
+                self.accept_turn(scope, listener, start);
             }
         }
         Ok(())
     }
 
-    /// End a pause that is over, or at once when `freed` (a group closed a connection).
-    fn resume(&mut self, now: Instant, freed: bool) {
-        if self.backoff.resume(now, freed) {
-            self.wake.paused.store(false, Ordering::Release);
-        }
-    }
-
-    /// Up to `--accept-batch` connections; poll is level-triggered, so what the batch leaves is
-    /// reported again at once.
-    fn accept_batch<F>(&mut self, scope: &'scope Scope<'scope, 'env>, listener: RawFd, start: &mut F)
+    /// Carry out what the gate answers until the queue is empty, the batch spent (poll is
+    /// level-triggered, so what it leaves is reported again at once) or the gate closed.
+    fn accept_turn<F>(&mut self, scope: &'scope Scope<'scope, 'env>, listener: RawFd, start: &mut F)
     where
         F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
     {
-        if self.stats.storm_holds() {
-            // An abort storm: leave connections in the backlog until a group frees one, or soon.
-            self.wake.paused.store(true, Ordering::Release);
-            self.backoff.hold(Instant::now(), AcceptBackoff::STORM_RECHECK);
-            return;
-        }
-        for _ in 0..self.cfg.accept_batch {
-            match sys::accept(listener) {
-                Ok(fd) => {
-                    self.backoff.on_accepted();
-                    self.hand_over(scope, fd, start);
-                }
-                Err(e) => match self.backoff.on_error(Instant::now(), &e) {
-                    AcceptStep::Empty => return,
-                    AcceptStep::Retry => {}
-                    step @ AcceptStep::Pause { .. } => return self.paused(&e, step),
+        loop {
+            let (now, storm) = (Instant::now(), self.stats.storm_holds());
+            match self.gate.next(now, storm) {
+                AcceptNext::Admit(fd) => self.hand_over(scope, fd, start),
+                AcceptNext::Accept => match sys::accept(listener) {
+                    Ok(fd) => {
+                        if let Some(fd) = self.gate.on_taken(fd, storm) {
+                            self.hand_over(scope, fd, start);
+                        }
+                    }
+                    Err(e) => {
+                        let (failed, step) = self.gate.on_error(now, &e);
+                        accept_paused(&mut self.accept_log, self.stats, now, &e, step);
+                        if failed == AcceptFailed::Empty {
+                            break;
+                        }
+                    }
                 },
+                AcceptNext::Spent => break,
+                AcceptNext::Closed { .. } => break,
             }
         }
-    }
-
-    /// Accepting is paused: have groups wake this thread when they free a descriptor.
-    fn paused(&mut self, err: &io::Error, step: AcceptStep) {
-        // Before any group can close a connection unseen.
-        self.wake.paused.store(true, Ordering::Release);
-        accept_paused(&mut self.accept_log, self.stats, Instant::now(), err, step);
+        // Groups wake this thread when they free a descriptor only while it is closed: set
+        // before any group can close a connection unseen.
+        self.wake.paused.store(self.gate.is_closed(), Ordering::Release);
     }
 
     fn hand_over<F>(&mut self, scope: &'scope Scope<'scope, 'env>, fd: OwnedFd, start: &mut F)

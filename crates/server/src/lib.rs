@@ -15,6 +15,7 @@ mod ctx;
 mod error;
 mod evloop;
 mod groups;
+mod inbox;
 mod listener;
 mod metrics;
 mod model;

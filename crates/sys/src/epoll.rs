@@ -28,6 +28,14 @@ impl Epoll {
         Ok(Epoll { fd, ready: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS], no_pwait2: false })
     }
 
+    /// Watch `fd` for input (or a hang-up) once, level-triggered: after one report it is not
+    /// reported again until armed anew (EPOLLONESHOT). `first`: it is not in the set yet. The
+    /// thread pool's poller hands each idle connection to one worker this way.
+    pub fn arm_oneshot(&mut self, fd: RawFd, token: u64, first: bool) -> io::Result<()> {
+        let op = if first { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+        self.ctl(op, fd, (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32, token)
+    }
+
     fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         let mut event = libc::epoll_event { events, u64: token };
         // SAFETY: event is a live epoll_event for the duration of the call.

@@ -1,29 +1,23 @@
-//! Taking connections in: the accept policy of the seeds, on a readiness selector.
-//!
-//! - Up to `--accept-batch` accepts per wake-up (the AcceptEx low/high watermark, turned
-//!   around: instead of keeping N accepts posted, take up to N each time the listener is
-//!   ready); if the batch ran out before the queue did, the listener is driven again on the
-//!   next turn, after the connections already ready have had theirs.
-//! - Beyond `--max-conns`, a connection is refused (`admission::refuse`).
-//! - When accept fails for lack of descriptors or memory, `policy::AcceptBackoff` says for how
-//!   long to pause; meanwhile the listener is taken out of the selector, so the loop never
-//!   spins on a listener it cannot serve, and it comes back early when one of this worker's
-//!   connections closes and frees a descriptor.
+//! Taking connections in on a readiness selector: the loop carries out what the accept gate
+//! (`policy::AcceptGate`: batch, back-off, abort-storm hold) answers. While the gate is closed
+//! the listener is taken out of the selector, so the loop never spins on a listener it cannot
+//! serve; it comes back when the gate's time is due or one of this worker's connections
+//! closes. A spent batch drives the listener again on the next turn, after the connections
+//! already ready have had theirs. Beyond `--max-conns` a connection is refused
+//! (`admission::refuse`).
 
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use socket2::Socket;
-use sockscale_sys::{self as sys, Interest, RegisterError, Selector, Waker};
+use sockscale_sys::{self as sys, Interest, RegisterError, Selector};
 
 use super::{token, Worker, LISTENER};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::conn::Conn;
-use crate::policy::{AcceptBackoff, AcceptStep};
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext};
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -31,17 +25,17 @@ pub struct Acceptor {
     /// EPOLLEXCLUSIVE-style sharing with other workers.
     exclusive: bool,
     registered: bool,
-    backoff: AcceptBackoff,
+    gate: AcceptGate<OwnedFd>,
     log: LogLimiter,
 }
 
 impl Acceptor {
-    pub fn new(socket: Arc<Socket>, exclusive: bool) -> Self {
+    pub fn new(socket: Arc<Socket>, exclusive: bool, batch: usize) -> Self {
         Acceptor {
             socket,
             exclusive,
             registered: false,
-            backoff: AcceptBackoff::default(),
+            gate: AcceptGate::new(batch),
             log: LogLimiter::accept_errors(),
         }
     }
@@ -66,122 +60,72 @@ impl Acceptor {
     }
 }
 
-/// Connections accepted by another thread, waiting for a worker to take them. The acceptor
-/// has already counted them against `--max-conns`.
-#[derive(Debug)]
-pub struct Inbox {
-    queue: Mutex<VecDeque<OwnedFd>>,
-    waker: Waker,
-    closed: AtomicBool,
-}
-
-impl Inbox {
-    pub fn new() -> io::Result<Self> {
-        Ok(Inbox { queue: Mutex::new(VecDeque::new()), waker: Waker::new()?, closed: AtomicBool::new(false) })
-    }
-
-    /// Hand a connection over; gives it back if the worker has stopped taking connections.
-    pub fn push(&self, fd: OwnedFd) -> Result<(), OwnedFd> {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if self.closed.load(Ordering::Acquire) {
-            return Err(fd);
-        }
-        queue.push_back(fd);
-        drop(queue);
-        self.waker.wake();
-        Ok(())
-    }
-
-    pub fn waker(&self) -> &Waker {
-        &self.waker
-    }
-
-    /// Stop taking connections; returns those never taken.
-    pub fn close(&self) -> Vec<OwnedFd> {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        self.closed.store(true, Ordering::Release);
-        queue.drain(..).collect()
-    }
-
-    pub(crate) fn take_all(&self) -> Vec<OwnedFd> {
-        self.waker.reset();
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect()
-    }
-}
-
 impl<S: Selector> Worker<'_, S> {
     pub(super) fn accept_ready(&mut self) {
-        let Some(super::Source::Listener(acceptor)) = &mut self.source else {
-            return;
-        };
-        if acceptor.backoff.is_paused() {
-            return;
-        }
-        if self.stats.storm_holds() {
-            // An abort storm: leave connections in the backlog; look again when one of ours
-            // closes, or soon.
-            acceptor.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
-            acceptor.deregister(&mut self.selector);
-            return;
-        }
-        let fd = acceptor.fd();
-        for _ in 0..self.cfg.accept_batch {
-            match sys::accept(fd) {
-                Ok(conn) => {
-                    if let Some(super::Source::Listener(acceptor)) = &mut self.source {
-                        acceptor.backoff.on_accepted();
+        loop {
+            let (now, stats) = (self.now, self.stats);
+            let storm = stats.storm_holds();
+            let Some(super::Source::Listener(acceptor)) = &mut self.source else {
+                return;
+            };
+            match acceptor.gate.next(now, storm) {
+                AcceptNext::Admit(fd) => self.on_accepted(fd, false),
+                AcceptNext::Accept => {
+                    if let Err(e) = acceptor.register(&mut self.selector) {
+                        tracing::error!(error = %e, "cannot watch the listener again");
+                        let (_, step) = acceptor.gate.on_error(now, &e);
+                        accept_paused(&mut acceptor.log, stats, now, &e, step);
+                        continue;
                     }
-                    self.on_accepted(conn, false);
+                    match sys::accept(acceptor.fd()) {
+                        Ok(fd) => {
+                            if let Some(fd) = acceptor.gate.on_taken(fd, storm) {
+                                self.on_accepted(fd, false);
+                            }
+                        }
+                        Err(e) => {
+                            let (failed, step) = acceptor.gate.on_error(now, &e);
+                            accept_paused(&mut acceptor.log, stats, now, &e, step);
+                            if failed == AcceptFailed::Empty {
+                                return;
+                            }
+                        }
+                    }
                 }
-                Err(e) => {
-                    self.on_accept_error(e);
+                AcceptNext::Spent => {
+                    self.resume_accept = true;
                     return;
                 }
-            }
-        }
-        // The batch ran out first: more may be queued, and an edge-triggered listener will
-        // not say so again.
-        self.resume_accept = true;
-    }
-
-    fn on_accept_error(&mut self, err: io::Error) {
-        let (now, stats) = (self.now, self.stats);
-        let Some(super::Source::Listener(acceptor)) = &mut self.source else {
-            return;
-        };
-        match acceptor.backoff.on_error(now, &err) {
-            AcceptStep::Empty => {}
-            AcceptStep::Retry => self.resume_accept = true,
-            step @ AcceptStep::Pause { .. } => {
-                accept_paused(&mut acceptor.log, stats, now, &err, step);
-                acceptor.deregister(&mut self.selector);
+                AcceptNext::Closed { .. } => {
+                    acceptor.deregister(&mut self.selector);
+                    return;
+                }
             }
         }
     }
 
     pub(super) fn accept_resumes_at(&self) -> Option<Instant> {
         match &self.source {
-            Some(super::Source::Listener(acceptor)) => acceptor.backoff.paused_until(),
+            Some(super::Source::Listener(acceptor)) => acceptor.gate.resumes_at(),
             _ => None,
         }
     }
 
-    /// Listen again if the back-off is over, or at once if `freed` (a connection closed, so a
-    /// descriptor is free), and look at the queue.
+    /// Look at the queue again if the gate's time is due, or at once if `freed` (a connection
+    /// closed: a descriptor is free, and a storm may be over).
     pub(super) fn resume_accepting(&mut self, freed: bool) {
         let now = self.now;
         let Some(super::Source::Listener(acceptor)) = &mut self.source else {
             return;
         };
-        if !acceptor.backoff.resume(now, freed) {
+        if !acceptor.gate.is_closed() {
             return;
         }
-        if let Err(e) = acceptor.register(&mut self.selector) {
-            tracing::error!(error = %e, "cannot watch the listener again");
-            acceptor.backoff.on_error(now, &e);
-            return;
+        let open =
+            if freed { acceptor.gate.on_freed(now) } else { acceptor.gate.resumes_at().is_some_and(|at| at <= now) };
+        if open {
+            self.resume_accept = true;
         }
-        self.resume_accept = true;
     }
 
     pub(super) fn take_inbox(&mut self) {
@@ -189,7 +133,9 @@ impl<S: Selector> Worker<'_, S> {
             return;
         };
         let inbox = inbox.clone();
-        for fd in inbox.take_all() {
+        let mut fds = Vec::new();
+        inbox.take_into(&mut fds);
+        for fd in fds {
             self.on_accepted(fd, true);
         }
     }
@@ -216,8 +162,7 @@ impl<S: Selector> Worker<'_, S> {
             }
             Err(RegisterError::Io(e)) => {
                 self.stats.close();
-                self.counters.refused();
-                tracing::warn!(error = %e, "cannot watch an accepted connection; closing it");
+                self.refuse(fd, Refusal::Unwatchable(&e));
                 return;
             }
         }

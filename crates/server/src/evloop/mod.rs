@@ -17,7 +17,7 @@ mod accept;
 mod drive;
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,8 @@ use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::UdpEcho;
 
-pub use accept::{Acceptor, Inbox};
+pub use crate::inbox::Inbox;
+pub use accept::Acceptor;
 
 pub(crate) const WAKER: u64 = u64::MAX;
 pub(crate) const LISTENER: u64 = u64::MAX - 1;
@@ -56,7 +57,9 @@ pub enum Source {
     /// It accepts from its own (or a shared) listener.
     Listener(Acceptor),
     /// Another thread accepts and hands connections over (poll64's acceptor).
-    Inbox(Arc<Inbox>),
+    /// Connections accepted by another thread (the groups' acceptor), counted against
+    /// `--max-conns` already.
+    Inbox(Arc<Inbox<OwnedFd>>),
     /// It serves UDP datagrams instead.
     Udp(Box<UdpEcho>),
 }

@@ -58,7 +58,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         sources.push(if ctx.listen.is_udp() {
             Source::Udp(Box::new(UdpEcho::new(socket)))
         } else {
-            Source::Listener(Acceptor::new(socket, cfg.listener_mode == ListenerMode::Exclusive))
+            Source::Listener(Acceptor::new(socket, cfg.listener_mode == ListenerMode::Exclusive, cfg.accept_batch))
         });
     }
 

@@ -220,7 +220,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let source = if ctx.listen.is_udp() {
         Source::Udp(Box::new(UdpEcho::new(socket)))
     } else {
-        Source::Listener(Acceptor::new(socket, false))
+        Source::Listener(Acceptor::new(socket, false, ctx.cfg.accept_batch))
     };
     let parts = WorkerParts {
         cfg,

@@ -48,16 +48,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sockscale_sys::{self as sys, syscall, Interest, Timers, Waker};
+use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
 use crate::blocking_conn::{begin_drain, pollfd, Admission, Hub, Kit};
 use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
 use crate::error::ServerError;
+use crate::inbox::Inbox;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::CloseReason;
 use crate::pool::BufferPool;
@@ -66,7 +67,6 @@ use crate::stats::Counters;
 
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
-const MAX_EVENTS: usize = 256;
 
 /// `--model threadpool`: see the module docs.
 pub struct ThreadpoolModel;
@@ -90,7 +90,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
     let queue = ReadyQueue::new(cfg.queue_depth.saturating_mul(cfg.threads));
-    let poller = Poller::new(&ctx.shutdown).map_err(io_err)?;
+    let poller = new_poller(&ctx.shutdown).map_err(io_err)?;
     let listener = ctx.listen.shared();
     std::thread::scope(|scope| {
         let (hub, queue, poller, listener) = (&hub, &queue, &poller, &listener);
@@ -256,7 +256,7 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
                 }
             }
             Next::Idle => {
-                if let Err(conn) = poller.give(conn) {
+                if let Err(conn) = poller.push(conn) {
                     hub.close(*conn, counters, CloseReason::Shutdown);
                 }
             }
@@ -344,66 +344,15 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
     Ok(true)
 }
 
-/// The poller's shared side: an epoll set, and an inbox through which workers hand it
-/// connections.
-struct Poller {
-    epoll: OwnedFd,
-    /// Woken by `give`, `stop` and shutdown phase changes.
-    waker: Arc<Waker>,
-    inbox: Mutex<Inbox>,
-}
+/// The poller's shared side: the inbox through which workers hand it idle connections (boxed
+/// once by the acceptor: every hand-over between threads moves a pointer), woken also by
+/// shutdown phase changes.
+type Poller = Inbox<Box<Conn>>;
 
-#[derive(Default)]
-struct Inbox {
-    // Connections travel boxed between the acceptor, the queue, the workers and the poller;
-    // unboxing them here would copy each one in and out.
-    #[allow(clippy::vec_box)]
-    conns: Vec<Box<Conn>>,
-    stopped: bool,
-}
-
-impl Poller {
-    fn new(shutdown: &Shutdown) -> io::Result<Self> {
-        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        // SAFETY: epoll_create1 just returned this descriptor; nothing else owns it.
-        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
-        let poller = Poller { epoll, waker: Arc::new(Waker::new()?), inbox: Mutex::default() };
-        poller.ctl(libc::EPOLL_CTL_ADD, poller.waker.fd().as_raw_fd(), libc::EPOLLIN as u32, WAKER)?;
-        shutdown.register(poller.waker.clone());
-        Ok(poller)
-    }
-
-    fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut event = libc::epoll_event { events, u64: token };
-        // SAFETY: event is a live epoll_event for the duration of the call.
-        syscall!(epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event)).map(drop)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inbox> {
-        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Hand over an idle connection; gives it back once the poller has stopped.
-    fn give(&self, conn: Box<Conn>) -> Result<(), Box<Conn>> {
-        let mut inbox = self.lock();
-        if inbox.stopped {
-            return Err(conn);
-        }
-        // A non-empty inbox has a wake-up pending already (the poller resets the waker before
-        // it empties the inbox).
-        let wake = inbox.conns.is_empty();
-        inbox.conns.push(conn);
-        drop(inbox);
-        if wake {
-            self.waker.wake();
-        }
-        Ok(())
-    }
-
-    fn stop(&self) {
-        self.lock().stopped = true;
-        self.waker.wake();
-    }
+fn new_poller(shutdown: &Shutdown) -> io::Result<Poller> {
+    let poller = Inbox::new()?;
+    shutdown.register(poller.shared_waker());
+    Ok(poller)
 }
 
 /// The poller thread: idle connections, by id, and their deadlines.
@@ -443,11 +392,7 @@ impl<'w, 'h> Watch<'w, 'h> {
         let result = self.watch();
         // However it ended, nothing handed over later may be lost: close what is held, and
         // make later hand-overs come back to their worker.
-        let left = {
-            let mut inbox = self.poller.lock();
-            inbox.stopped = true;
-            std::mem::take(&mut inbox.conns)
-        };
+        let left = self.poller.close();
         let held = std::mem::take(&mut self.conns);
         for conn in left.into_iter().chain(held.into_values()) {
             self.hub.close(*conn, self.counters, CloseReason::Shutdown);
@@ -460,35 +405,32 @@ impl<'w, 'h> Watch<'w, 'h> {
     }
 
     fn watch(&mut self) -> io::Result<()> {
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let into_io = |e: RegisterError| match e {
+            RegisterError::Io(e) => e,
+            RegisterError::Full(reason) => io::Error::other(reason),
+        };
+        let mut epoll = Epoll::new()?;
+        // Edge-triggered: every wake() is a new edge, and the inbox is emptied after a reset.
+        epoll.register(self.poller.waker().fd().as_raw_fd(), WAKER, Interest::READ, false).map_err(into_io)?;
+        let mut events = Vec::with_capacity(256);
         loop {
-            // Milliseconds, rounded up, so a deadline is never woken for early and left unfired.
-            let timeout = self.timers.next().map_or(-1, |at| {
-                let wait = at.saturating_duration_since(Instant::now());
-                i32::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
-            });
-            // SAFETY: events has MAX_EVENTS initialised slots the kernel may overwrite.
-            let ready = match syscall!(epoll_wait(
-                self.poller.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                MAX_EVENTS as i32,
-                timeout
-            )) {
-                Ok(n) => n as usize,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            let timeout = self.timers.next().map(|at| at.saturating_duration_since(Instant::now()));
+            events.clear();
+            match epoll.select(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
-            };
+            }
             let now = Instant::now();
             self.kit.tick();
-            for event in &events[..ready] {
-                if event.u64 == WAKER {
-                    if self.take_inbox(now) {
+            for event in &events {
+                if event.token == WAKER {
+                    if self.take_inbox(&mut epoll, now) {
                         return Ok(());
                     }
-                } else if let Some(mut conn) = self.conns.remove(&(event.u64 as u32)) {
+                } else if let Some(mut conn) = self.conns.remove(&(event.token as u32)) {
                     // It has input (or a hang-up, which the read will find): to the workers.
-                    let hangup = event.events & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0;
-                    conn.x.lc.on_ready(true, false, hangup);
+                    conn.x.lc.on_ready(true, false, event.closed);
                     if let Err(conn) = self.queue.push(conn) {
                         self.hub.close(*conn, self.counters, CloseReason::Shutdown);
                     }
@@ -502,24 +444,19 @@ impl<'w, 'h> Watch<'w, 'h> {
     }
 
     /// Watch the connections workers handed over. Returns true once the poller must stop.
-    fn take_inbox(&mut self, now: Instant) -> bool {
-        self.poller.waker.reset();
-        // Swapped with the poller's own empty vector rather than taken, so that neither side
+    fn take_inbox(&mut self, epoll: &mut Epoll, now: Instant) -> bool {
+        // Swapped with the inbox's own empty vector rather than taken, so that neither side
         // allocates again once both have grown to the traffic (steady state allocates nothing).
         let mut conns = std::mem::take(&mut self.taken);
-        let stopped = {
-            let mut inbox = self.poller.lock();
-            std::mem::swap(&mut inbox.conns, &mut conns);
-            inbox.stopped
-        };
+        let stopped = self.poller.take_into(&mut conns);
         for conn in conns.drain(..) {
-            self.add(conn, now);
+            self.add(epoll, conn, now);
         }
         self.taken = conns;
         stopped
     }
 
-    fn add(&mut self, mut conn: Box<Conn>, now: Instant) {
+    fn add(&mut self, epoll: &mut Epoll, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
             begin_drain(&mut conn, &self.hub.shutdown);
             if let Some(reason) = conn.x.finished() {
@@ -541,9 +478,7 @@ impl<'w, 'h> Watch<'w, 'h> {
             conn.timer_at = None;
         }
         let token = u64::from(conn.generation);
-        let op = if conn.registered.read { libc::EPOLL_CTL_MOD } else { libc::EPOLL_CTL_ADD };
-        let events = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
-        if let Err(e) = self.poller.ctl(op, conn.fd.as_raw_fd(), events, token) {
+        if let Err(e) = epoll.arm_oneshot(conn.fd.as_raw_fd(), token, !conn.registered.read) {
             tracing::warn!(error = %e, "cannot watch a connection; closing it");
             return self.hub.close(*conn, self.counters, CloseReason::Error);
         }

@@ -416,11 +416,10 @@ impl ReadRound {
     }
 }
 
+/// The limits the policy's and the lifecycle's unit tests start from.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> Limits {
+impl Limits {
+    pub(crate) fn example() -> Self {
         Limits {
             idle_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(10),
@@ -429,6 +428,15 @@ mod tests {
             read_budget: 1000,
             first_data_timeout: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits::example()
     }
 
     fn secs(s: u64) -> Duration {

@@ -494,14 +494,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits {
-            idle_timeout: Duration::from_secs(60),
-            send_timeout: Duration::from_secs(10),
-            max_pending_send: 100,
-            max_outstanding_sends: 4,
-            read_budget: 1000,
-            first_data_timeout: None,
-        }
+        Limits::example()
     }
 
     fn echo() -> (Engine, Output) {

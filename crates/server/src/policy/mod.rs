@@ -21,7 +21,7 @@
 //! | what a socket error means | [`close_reason`] |
 //! | when a connection is finished, and why | [`ConnPolicy::finished`] |
 //! | idle, first-data, header (408), flood, send-stall and drain deadlines: when, and which one fired | [`ConnPolicy::deadline`], [`ConnPolicy::expired`] |
-//! | pausing accept(2) on EMFILE/ENFILE/ENOBUFS/ENOMEM, and resuming | [`AcceptBackoff`] |
+//! | what an acceptor does next: admit a held connection, take one, end a spent `--accept-batch`, or take none until a time (back-off on EMFILE/ENFILE/ENOBUFS/ENOMEM, abort-storm hold) | [`AcceptGate`] |
 //! | admitting a connection whose threads' memory maps still fit under vm.max_map_count | [`MapBudget`] |
 //! | pausing accepting in an abort storm (`--abort-storm`), and resuming below its threshold | [`AbortStorm`] |
 //! | which connections read at all (`--active-set`, `--active-grace`, `--active-turn`): the first N in FIFO order, rotating on close, idleness and turns | [`ActiveSet`], [`ConnPolicy::set_waiting`] |
@@ -34,7 +34,7 @@ mod storm;
 mod threads;
 mod words;
 
-pub use accept::{AcceptBackoff, AcceptStep};
+pub use accept::{AcceptFailed, AcceptGate, AcceptNext, AcceptStep};
 pub use active::{ActiveConfig, ActiveSet, Entry, Handover};
 pub use conn::{after, closed_by_error, Limits, Pending};
 pub use lifecycle::{Action, Delivery, Fed, Lifecycle, Wait, Written};

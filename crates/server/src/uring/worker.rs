@@ -19,10 +19,10 @@ use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::{unix_now, DateClock};
 use crate::config::Config;
-use crate::evloop::Inbox;
 use crate::groups::GroupLoad;
+use crate::inbox::Inbox;
 use crate::policy::CloseReason;
-use crate::policy::{AcceptBackoff, ActiveConfig, ActiveSet, Limits};
+use crate::policy::{AcceptGate, AcceptNext, ActiveConfig, ActiveSet, Limits};
 use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
@@ -34,7 +34,7 @@ pub enum UringSource {
     /// Its own listener, with a multishot accept.
     Listener(Arc<Socket>),
     /// Another thread accepts and hands connections over (uring64's acceptor).
-    Inbox(Arc<Inbox>),
+    Inbox(Arc<Inbox<OwnedFd>>),
     /// A UDP socket: readiness from a multishot poll, datagrams in recvmmsg batches.
     Udp(Box<UdpEcho>),
 }
@@ -80,10 +80,11 @@ pub struct UringWorker<'a> {
     inbox_buf: Box<[u8; 8]>,
     source: Option<UringSource>,
     accept_armed: bool,
-    backoff: AcceptBackoff,
-    /// Connections the multishot accept took in after an abort storm began, served when it
-    /// ends (closed unserved if the server stops first).
-    storm_held: Vec<OwnedFd>,
+    /// A cancellation of the multishot accept is in flight.
+    accept_cancelling: bool,
+    /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
+    /// in after a storm began, served when it ends (closed unserved if the server stops first).
+    gate: AcceptGate<OwnedFd>,
     accept_log: LogLimiter,
     /// The per-connection limits of `cfg`.
     pub(super) limits: Limits,
@@ -151,8 +152,8 @@ impl<'a> UringWorker<'a> {
             inbox_buf: Box::new([0; 8]),
             source: Some(setup.source),
             accept_armed: false,
-            backoff: AcceptBackoff::default(),
-            storm_held: Vec::new(),
+            accept_cancelling: false,
+            gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             limits: setup.cfg.limits(),
             refusal_log: LogLimiter::refusals(),
@@ -229,7 +230,7 @@ impl<'a> UringWorker<'a> {
     fn wait_timeout(&self) -> Duration {
         let mut at = self.timers.next();
         let review = self.active.as_ref().and_then(ActiveSet::next_review);
-        for candidate in [self.drain_deadline, self.backoff.paused_until(), review].into_iter().flatten() {
+        for candidate in [self.drain_deadline, self.gate.resumes_at(), review].into_iter().flatten() {
             at = Some(at.map_or(candidate, |a| a.min(candidate)));
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
@@ -413,9 +414,35 @@ impl<'a> UringWorker<'a> {
         }
     }
 
+    /// Carry out what the accept gate answers: admit the connections it held, keep the multishot
+    /// accept armed while it is open, cancel it while it is closed. The kernel completes the
+    /// multishot accept as connections come, so the batch does not apply.
     fn arm_accept(&mut self) {
         let Some(fd) = self.listener_fd() else { return };
-        if self.accept_armed || self.backoff.is_paused() {
+        if self.drain_deadline.is_some() || self.tearing_down {
+            return;
+        }
+        loop {
+            match self.gate.next(self.now, self.stats.storm_holds()) {
+                AcceptNext::Admit(held) => self.admit(held, false),
+                AcceptNext::Spent => {}
+                AcceptNext::Accept => break,
+                AcceptNext::Closed { .. } => {
+                    if self.accept_armed && !self.accept_cancelling {
+                        let cancel = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
+                            Op::Cancel,
+                            WORKER_SLOT,
+                            0,
+                        ));
+                        self.accept_cancelling = true;
+                        self.worker_ops += 1;
+                        self.push(cancel);
+                    }
+                    return;
+                }
+            }
+        }
+        if self.accept_armed {
             return;
         }
         let entry = opcode::AcceptMulti::new(types::Fd(fd))
@@ -430,57 +457,40 @@ impl<'a> UringWorker<'a> {
     fn on_accept(&mut self, result: i32, flags: u32) {
         if !cqueue::more(flags) {
             self.accept_armed = false;
+            self.accept_cancelling = false;
             self.worker_ops -= 1;
         }
         if result >= 0 {
             // SAFETY: a successful accept completion's result is a new descriptor we own.
             let fd = unsafe { OwnedFd::from_raw_fd(result) };
-            self.backoff.on_accepted();
             if self.drain_deadline.is_some() {
                 return;
             }
-            if self.stats.storm_holds() {
-                // An abort storm began while the multishot accept was armed: the kernel has
-                // taken this one in already, so it waits here, unserved, as it would have in the
-                // backlog; the multishot accept stops (its cancellation completes with
-                // ECANCELED) until the storm is over.
-                self.storm_held.push(fd);
-                if !self.backoff.is_paused() {
-                    self.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
-                    let cancel = opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(
-                        Op::Cancel,
-                        WORKER_SLOT,
-                        0,
-                    ));
-                    self.worker_ops += 1;
-                    self.push(cancel);
-                }
-                return;
-            }
-            self.admit(fd, false);
-        } else {
-            // Cancelled by a drain, a connection that died in the queue: accept on. Out of
-            // descriptors: the multishot accept is not re-armed until the back-off ends.
-            let err = io::Error::from_raw_os_error(-result);
-            let step = self.backoff.on_error(self.now, &err);
-            accept_paused(&mut self.accept_log, self.stats, self.now, &err, step);
-        }
-        if !self.accept_armed && self.drain_deadline.is_none() && !self.tearing_down {
-            self.arm_accept();
-        }
-    }
-
-    /// The back-off ended, or at once when `freed` (a descriptor was freed): accept again,
-    /// unless an abort storm still holds accepting; connections held through one go first.
-    pub(super) fn resume_accepting(&mut self, freed: bool) {
-        if self.backoff.resume(self.now, freed) && self.drain_deadline.is_none() {
-            if self.stats.storm_holds() {
-                self.backoff.hold(self.now, AcceptBackoff::STORM_RECHECK);
-                return;
-            }
-            for fd in std::mem::take(&mut self.storm_held) {
+            // An abort storm that began while the multishot accept was armed: the kernel has
+            // taken this one in already, so the gate holds it, unserved as it would have been in
+            // the backlog, and arm_accept cancels the multishot accept until the storm is over.
+            if let Some(fd) = self.gate.on_taken(fd, self.stats.storm_holds()) {
                 self.admit(fd, false);
             }
+        } else {
+            // Cancelled (a storm, a drain), a connection that died in the queue: accept on. Out
+            // of descriptors: the gate closes, and the multishot accept is re-armed when it opens.
+            let err = io::Error::from_raw_os_error(-result);
+            let (_, step) = self.gate.on_error(self.now, &err);
+            accept_paused(&mut self.accept_log, self.stats, self.now, &err, step);
+        }
+        self.arm_accept();
+    }
+
+    /// Look at the gate again when its time is due, or at once when `freed` (a descriptor was
+    /// freed, and a storm may be over).
+    pub(super) fn resume_accepting(&mut self, freed: bool) {
+        if !self.gate.is_closed() {
+            return;
+        }
+        let open =
+            if freed { self.gate.on_freed(self.now) } else { self.gate.resumes_at().is_some_and(|at| at <= self.now) };
+        if open {
             self.arm_accept();
         }
     }
@@ -488,7 +498,9 @@ impl<'a> UringWorker<'a> {
     fn take_inbox(&mut self) {
         let Some(UringSource::Inbox(inbox)) = &self.source else { return };
         let inbox = inbox.clone();
-        for fd in inbox.take_all() {
+        let mut fds = Vec::new();
+        inbox.take_into(&mut fds);
+        for fd in fds {
             self.admit(fd, true);
         }
         if self.drain_deadline.is_none() && !self.tearing_down {

@@ -76,7 +76,7 @@ use crate::conn::Kit;
 use crate::error::ServerError;
 use crate::models::{IoModel, Model, ModelCtx};
 use crate::policy::CloseReason;
-use crate::policy::{after, AcceptBackoff, AcceptStep, Limits};
+use crate::policy::{after, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
@@ -359,7 +359,9 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
     }
 }
 
-/// Take connections until the drain begins, backing off when descriptors or memory run out.
+/// Take connections until the drain begins, carrying out what the accept gate answers (batch,
+/// back-off, abort-storm hold). tokio reports an empty queue by waiting, so the gate never
+/// hears of one.
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -369,76 +371,71 @@ async fn accept_loop(
     if *stage.borrow_and_update() != Stage::Running {
         return;
     }
-    let mut backoff = AcceptBackoff::default();
+    let mut gate = AcceptGate::new(shared.cfg.accept_batch);
     let mut error_log = LogLimiter::accept_errors();
     let mut refusal_log = LogLimiter::refusals();
-    let mut in_a_row = 0;
     loop {
-        if shared.stats.storm_holds() {
-            // An abort storm: leave connections in the backlog until one closes, or soon.
-            if pause_accepting(&shared, &mut stage, AcceptBackoff::STORM_RECHECK).await {
-                return;
-            }
-            continue;
-        }
-        let accepted = ::tokio::select! {
-            biased;
-            _ = stage.changed() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let err = match accepted {
-            Ok((stream, _)) => {
-                // A storm that began while this accept waited: the connection waits, unserved,
-                // as it would have in the backlog, until the storm is over.
-                while shared.stats.storm_holds() {
-                    if pause_accepting(&shared, &mut stage, AcceptBackoff::STORM_RECHECK).await {
-                        return;
+        match gate.next(Instant::now(), shared.stats.storm_holds()) {
+            AcceptNext::Admit(stream) => admit(stream, &shared, &stage, &done, &mut refusal_log),
+            AcceptNext::Accept => {
+                let accepted = ::tokio::select! {
+                    biased;
+                    _ = stage.changed() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                match accepted {
+                    Ok((stream, _)) => {
+                        // A storm that began while this accept waited: the gate holds the
+                        // connection, unserved as it would have been in the backlog.
+                        if let Some(stream) = gate.on_taken(stream, shared.stats.storm_holds()) {
+                            admit(stream, &shared, &stage, &done, &mut refusal_log);
+                        }
+                    }
+                    Err(e) => {
+                        let now = Instant::now();
+                        let (_, step) = gate.on_error(now, &e);
+                        accept_paused(&mut error_log, &shared.stats, now, &e, step);
                     }
                 }
-                backoff.on_accepted();
-                admit(stream, &shared, &stage, &done, &mut refusal_log);
-                in_a_row += 1;
-                if in_a_row >= shared.cfg.accept_batch {
-                    // The batch is spent: let the connections already ready have their turn.
-                    in_a_row = 0;
-                    ::tokio::task::yield_now().await;
+            }
+            // The batch is spent: let the connections already ready have their turn.
+            AcceptNext::Spent => ::tokio::task::yield_now().await,
+            // tokio keeps the listener ready after an error, so accepting now would spin.
+            AcceptNext::Closed { until } => match pause_accepting(&shared, &mut stage, until).await {
+                Paused::Stopped => return,
+                Paused::Due => {}
+                Paused::Freed => {
+                    gate.on_freed(Instant::now());
                 }
-                continue;
-            }
-            Err(e) => e,
-        };
-        in_a_row = 0;
-        let pause = match backoff.on_error(Instant::now(), &err) {
-            AcceptStep::Empty | AcceptStep::Retry => continue,
-            step @ AcceptStep::Pause { pause, .. } => {
-                // tokio keeps the listener ready after an error, so retrying now would spin:
-                // pause, and come back early when a connection closes and frees a descriptor.
-                accept_paused(&mut error_log, &shared.stats, Instant::now(), &err, step);
-                pause
-            }
-        };
-        if pause_accepting(&shared, &mut stage, pause).await {
-            return;
+            },
         }
-        backoff.resume(Instant::now(), true);
     }
 }
 
-/// Wait out `pause` without accepting, ending early when a connection closes (a descriptor is
-/// free, or an abort storm may be over). True when the server stops meanwhile.
-async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, pause: Duration) -> bool {
+/// How a pause of the acceptor ended.
+enum Paused {
+    Due,
+    /// A connection closed: a descriptor is free, or an abort storm may be over.
+    Freed,
+    /// The server stops.
+    Stopped,
+}
+
+/// Wait until `until` without accepting, ending early when a connection closes or the server
+/// stops.
+async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, until: Instant) -> Paused {
     let freed = shared.freed.notified();
     ::tokio::pin!(freed);
     freed.as_mut().enable();
     shared.accept_paused.store(true, Ordering::SeqCst);
-    let stop = ::tokio::select! {
+    let ended = ::tokio::select! {
         biased;
-        _ = stage.changed() => true,
-        () = ::tokio::time::sleep(pause) => false,
-        () = freed => false,
+        _ = stage.changed() => Paused::Stopped,
+        () = ::tokio::time::sleep_until(until.into()) => Paused::Due,
+        () = freed => Paused::Freed,
     };
     shared.accept_paused.store(false, Ordering::SeqCst);
-    stop
+    ended
 }
 
 /// Admit one accepted connection and start its task, or refuse it beyond `--max-conns`.
