@@ -2,18 +2,17 @@
 //!
 //! One protocol layer (`sockscale-proto`) served by many I/O models, all sharing one set of
 //! resource policies. See `ARCHITECTURE.md` for the layers and the path of a byte; the module
-//! docs of `evloop` and `models` describe the model contract, and `model` holds what each model
+//! docs of `readiness` and `models` describe the model contract, and `model` holds what each model
 //! can do, as data.
 
 mod admission;
-mod blocking_conn;
 mod body;
 mod clock;
+mod completion;
 mod config;
 mod conn;
 mod ctx;
 mod error;
-mod evloop;
 mod groups;
 mod inbox;
 mod listener;
@@ -23,16 +22,19 @@ mod models;
 mod out;
 mod policy;
 mod pool;
+mod readiness;
+mod runtime;
 mod seats;
 mod server;
 mod shutdown;
 mod signals;
 mod stats;
 mod storm_gate;
+mod threads;
 mod udp;
-mod uring;
 
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
+pub use completion::unavailable as io_uring_unavailable;
 pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation};
@@ -45,7 +47,6 @@ pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
 pub use signals::TerminationSignals;
 pub use stats::{Snapshot, Stats};
-pub use uring::unavailable as io_uring_unavailable;
 
 #[cfg(test)]
 mod tests {

@@ -45,14 +45,15 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::blocking_conn::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
 use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::policy::MapBudget;
 use crate::pool::BufferPool;
 use crate::stats::Counters;
+use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
 
 /// `--model blocking`: see the module docs.
 pub struct BlockingModel;
@@ -70,7 +71,7 @@ impl IoModel for BlockingModel {
 fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Blocking.name(), error: source };
     if ctx.listen.is_udp() {
-        return crate::blocking_conn::serve_udp(&ctx, Model::Blocking.name(), ctx.cfg.threads);
+        return crate::threads::serve_udp(&ctx, Model::Blocking.name(), ctx.cfg.threads);
     }
     let cfg = &*ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;

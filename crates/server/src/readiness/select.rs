@@ -2,7 +2,7 @@
 //! non-blocking select server.
 //!
 //! One thread — the model's own, whatever `--threads` says — runs the shared event loop
-//! (`evloop`) over [`Select`]. The listener (or the UDP socket), the loop's wake-up eventfd and
+//! (`readiness`) over [`Select`]. The listener (or the UDP socket), the loop's wake-up eventfd and
 //! every connection live in two master fd_sets, read and write, beside a token table indexed by
 //! descriptor. Each wait copies the masters, passes select(2) one more than the highest
 //! registered descriptor, and reads the result a word at a time, so a wait costs in proportion
@@ -24,10 +24,11 @@ use std::time::Duration;
 
 use sockscale_sys::{syscall, Event, Interest, RegisterError, Selector};
 
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
+use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
 use crate::udp::UdpEcho;
 
 const FD_SETSIZE: usize = libc::FD_SETSIZE;

@@ -11,7 +11,7 @@
 //!
 //! Readiness comes from tokio's I/O driver (mio: one edge-triggered epoll instance for the
 //! runtime, polled by whichever worker is idle). Every policy is the readiness engine's
-//! (`evloop/drive.rs`), restated in async form:
+//! (`readiness/drive.rs`), restated in async form:
 //!
 //! - Zero-byte receives: a connection awaits readiness (`TcpStream::ready`) and only then takes a
 //!   pool buffer; the buffer goes back before the task next awaits, so an idle connection holds
@@ -73,8 +73,9 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::Kit;
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::policy::{after, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
@@ -103,7 +104,7 @@ thread_local! {
 struct Local {
     server: u64,
     kit: Kit,
-    /// When to read the wall clock again for HTTP's Date (as `evloop::Worker::turn`).
+    /// When to read the wall clock again for HTTP's Date (as `readiness::Worker::turn`).
     date: DateClock,
 }
 
@@ -531,7 +532,7 @@ mod tests {
 
     use super::*;
     use crate::config::Service;
-    use crate::models::Model;
+    use crate::model::Model;
     use crate::server::Server;
 
     fn config(service: Service) -> Config {

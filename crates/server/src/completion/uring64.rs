@@ -16,11 +16,12 @@
 //!
 //! When io_uring is unavailable the model refuses to start with one line saying why.
 
+use crate::completion::{UringSource, UringWorker, WorkerSetup};
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
 use crate::groups::{GroupAcceptor, NewGroup};
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
-use crate::uring::{UringSource, UringWorker, WorkerSetup};
 
 /// Connections per group, as WSAWaitForMultipleEvents' MAXIMUM_WAIT_OBJECTS.
 pub const GROUP_SIZE: usize = 64;
@@ -36,7 +37,7 @@ impl IoModel for Uring64Model {
     }
 
     fn unavailable(&self) -> Option<String> {
-        crate::uring::unavailable()
+        crate::completion::unavailable()
     }
 
     fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {

@@ -27,11 +27,12 @@
 
 use std::sync::{mpsc, Arc};
 
+use crate::completion::{UringSource, UringWorker, WorkerSetup};
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
-use crate::uring::{UringSource, UringWorker, WorkerSetup};
 
 /// `--model uring`: see the module docs.
 pub struct UringModel;
@@ -42,7 +43,7 @@ impl IoModel for UringModel {
     }
 
     fn unavailable(&self) -> Option<String> {
-        crate::uring::unavailable()
+        crate::completion::unavailable()
     }
 
     fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {

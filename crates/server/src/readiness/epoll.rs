@@ -2,7 +2,7 @@
 //!
 //! This is the core engine of sockscale, the Linux counterpart of nothing in the seeds'
 //! table because Windows had no such call: each of `--threads` workers owns an epoll instance,
-//! a slice of the buffer pool and its own listener, and runs the shared event loop (`evloop`)
+//! a slice of the buffer pool and its own listener, and runs the shared event loop (`readiness`)
 //! with non-blocking sockets registered once for EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET.
 //!
 //! Listeners: `--listener reuseport` (the default) gives every worker its own SO_REUSEPORT
@@ -20,10 +20,11 @@ use std::sync::Arc;
 use sockscale_sys::Epoll;
 
 use crate::config::ListenerMode;
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
+use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
 use crate::udp::UdpEcho;
 
 /// `--model epoll`: see the module docs.

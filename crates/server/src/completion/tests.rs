@@ -16,7 +16,7 @@ use super::conn::{NextSend, SpareSends, UConn};
 use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
-use crate::models::Model;
+use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;

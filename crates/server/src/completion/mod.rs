@@ -15,7 +15,7 @@
 //! - `worker`: the ring, the loop that submits and reaps, worker-level operations (accept,
 //!   wake-up, inbox, UDP), the drain and teardown, and `push`, which never drops an entry;
 //! - `drive`: the worker's side of a connection — its completions, and the policy decisions
-//!   `settle`, `on_deadline`, `close` (as `evloop/drive.rs` for the readiness models);
+//!   `settle`, `on_deadline`, `close` (as `readiness/drive.rs` for the readiness models);
 //! - `conn`: a connection's own state and the entries it posts (it knows nothing of the worker);
 //! - `ops`: what an operation's user data encodes; `bufring`: the provided-buffer ring.
 
@@ -25,6 +25,8 @@ mod drive;
 mod ops;
 #[cfg(test)]
 mod tests;
+pub mod uring;
+pub mod uring64;
 mod worker;
 
 use std::io;

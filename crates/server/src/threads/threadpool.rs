@@ -13,7 +13,7 @@
 //!   at the back of the ready queue. When the queue already holds `--queue-depth` x
 //!   `--threads` connections, the workers are not keeping up: the new connection is refused
 //!   (HTTP gets a 503), counted and logged at most once a second. Out of descriptors, it backs
-//!   off as every acceptor does (`blocking_conn::Hub::accept_loop`).
+//!   off as every acceptor does (`threads::Hub::accept_loop`).
 //! - **Ready queue**: connections with input (or new ones), first in first out, under a mutex
 //!   and a condition variable. The bound applies to admissions only: a connection already
 //!   admitted that comes back from the poller is never refused, so the queue holds at most one
@@ -55,15 +55,16 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
-use crate::blocking_conn::{begin_drain, pollfd, Admission, Hub, Kit};
 use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
 use crate::inbox::Inbox;
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
 use crate::stats::Counters;
+use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
 
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
@@ -85,7 +86,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Threadpool.name(), error: source };
     let cfg = &*ctx.cfg;
     if ctx.listen.is_udp() {
-        return crate::blocking_conn::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);
+        return crate::threads::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);
     }
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;

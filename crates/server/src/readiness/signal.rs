@@ -2,7 +2,7 @@
 //! counterpart of WSAAsyncSelect, which posts a window message per socket event.
 //!
 //! One thread, `sockscale-signal`, whatever `--threads` says, runs the shared event loop
-//! (`evloop`) over [`SignalSelector`]. Every socket it watches (the listener or the UDP socket,
+//! (`readiness`) over [`SignalSelector`]. Every socket it watches (the listener or the UDP socket,
 //! and each connection) is set to raise SIGRTMIN+4 on every change of readiness: F_SETOWN_EX with
 //! F_OWNER_TID names this thread as the one to signal, F_SETSIG picks the real-time signal (which
 //! carries the descriptor and a POLLIN/POLLOUT/POLLERR/POLLHUP band, and queues instead of
@@ -34,10 +34,11 @@ use std::time::Duration;
 use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Selector};
 
 use crate::admission::LogLimiter;
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::evloop::{Acceptor, Source, Worker, WorkerParts};
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
+use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
 use crate::udp::UdpEcho;
 
 // From <asm-generic/fcntl.h>; libc exports them for musl only.
@@ -431,7 +432,7 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evloop::WAKER;
+    use crate::readiness::WAKER;
     use sockscale_sys::Waker;
     use std::io::Write;
     use std::os::unix::net::UnixStream;

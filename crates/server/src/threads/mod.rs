@@ -2,7 +2,7 @@
 //!
 //! `--model blocking` (two threads per connection) and `--model threadpool` (an accept thread,
 //! a bounded queue, a fixed set of workers) wait differently, but every policy is the same as
-//! in the readiness event loop (`evloop/drive.rs`), and so is the code that applies it, here:
+//! in the readiness event loop (`readiness/drive.rs`), and so is the code that applies it, here:
 //!
 //! - [`Hub`]: what every thread of the model shares — config, counters, the buffer pool, the
 //!   shutdown latches, the count of live connections, pooled protocol engines;
@@ -21,6 +21,9 @@
 //! ppoll(2) on its one socket, plus a latch eventfd where it must hear about shutdown. A
 //! blocking socket with SO_RCVTIMEO/SO_SNDTIMEO would behave the same but could not be woken by
 //! a shutdown, and its timeouts would not follow deadlines that move (idle, header, send).
+
+pub mod blocking;
+pub mod threadpool;
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -335,7 +338,7 @@ impl<'a> Hub<'a> {
 }
 
 /// The acceptor's side of a connection's start: a session for each admitted connection, and
-/// refusals as `evloop/accept.rs` makes them (the protocol's refusal first, HTTP 503; counted
+/// refusals as `readiness/accept.rs` makes them (the protocol's refusal first, HTTP 503; counted
 /// as refused; logged at most once a second).
 pub struct Admission<'c> {
     engine: Engine,

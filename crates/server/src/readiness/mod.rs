@@ -15,6 +15,10 @@
 
 mod accept;
 mod drive;
+pub mod epoll;
+pub mod poll64;
+pub mod select;
+pub mod signal;
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};

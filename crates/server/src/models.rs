@@ -1,44 +1,28 @@
-//! The I/O models, one file each, behind one contract: [`IoModel`].
+//! The I/O models, one file each, behind one contract: [`IoModel`]. The files live with their
+//! family's shared engine: `readiness/` (select, poll64, signal, epoll over the event loop),
+//! `completion/` (uring, uring64 over the io_uring worker), `threads/` (blocking, threadpool
+//! over the hub), `runtime/` (tokio).
 //!
 //! A model receives the bound port, the configuration, the protocol, the counters and the
 //! shutdown signal ([`ModelCtx`]); it calls [`ModelCtx::ready`] once it is serving; and it
 //! returns when a shutdown has drained. What a model decides is only *who waits for readiness
 //! or completion, on which thread*: the path of a byte and every policy come from the shared
-//! code (the readiness event loop in `evloop`, the buffer pool, the protocol crate).
+//! code (the readiness event loop in `readiness`, the buffer pool, the protocol crate).
 //!
 //! What each model is and can do — seed counterpart, threads, how it waits, the policies it
 //! cannot honour, known limits — is data, in one table ([`crate::model::CAPABILITIES`]); a model
 //! file holds only its module docs about who waits on which thread, and its run code.
 //! [`engine`] is the only place that picks a model's file.
 
-pub mod blocking;
-pub mod epoll;
-pub mod poll64;
-pub mod select;
-pub mod signal;
-pub mod threadpool;
-pub mod tokio;
-pub mod uring;
-pub mod uring64;
+use crate::completion::{uring, uring64};
+use crate::readiness::{epoll, poll64, select, signal};
+use crate::runtime as tokio;
+use crate::threads::{blocking, threadpool};
 
-pub use crate::ctx::ModelCtx;
+pub use crate::ctx::{IoModel, ModelCtx};
 pub use crate::model::Model;
 
 use crate::error::ServerError;
-
-/// The contract every model file implements.
-pub trait IoModel: Sync {
-    /// Which model this is; its capabilities are `self.model().capabilities()`.
-    fn model(&self) -> Model;
-
-    /// Why this model cannot run on this machine (io_uring disabled, say), or None.
-    fn unavailable(&self) -> Option<String> {
-        None
-    }
-
-    /// Serve until a shutdown has drained.
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError>;
-}
 
 /// The file that implements `model`.
 pub fn engine(model: Model) -> &'static dyn IoModel {

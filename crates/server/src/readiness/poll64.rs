@@ -5,7 +5,7 @@
 //! Threads grow with connections, through the acceptor of `groups` (shared with `uring64`): the
 //! model's own thread accepts and hands each connection to the first group with room, starting
 //! another group, `sockscale-p64-N`, when every group is full. A group is a thread running the
-//! shared event loop (`evloop`) over a [`PollSelector`] whose pollfd array holds at most 64
+//! shared event loop (`readiness`) over a [`PollSelector`] whose pollfd array holds at most 64
 //! connections plus the group's two wake-up eventfds (shutdown, inbox). Readiness is
 //! level-triggered, with the registered interest kept minimal by the loop. At 50,000
 //! connections that is 782 group threads, as the seed's 791.
@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use sockscale_sys::{self as sys, Event, Interest, RegisterError, Selector};
 
+use crate::ctx::{IoModel, ModelCtx};
 use crate::error::ServerError;
-use crate::evloop::{Source, Worker, WorkerParts, INBOX};
 use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
-use crate::models::{IoModel, Model, ModelCtx};
+use crate::model::Model;
 use crate::pool::BufferPool;
+use crate::readiness::{Source, Worker, WorkerParts, INBOX};
 use crate::udp::UdpEcho;
 
 /// Connections per group: WSAWaitForMultipleEvents' MAXIMUM_WAIT_OBJECTS.
@@ -214,8 +215,8 @@ fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evloop::WAKER;
     use crate::groups::testing;
+    use crate::readiness::WAKER;
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
