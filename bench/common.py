@@ -37,6 +37,12 @@ def build_sockscale():
     return str(BIN)
 
 
+def model_names():
+    """Every model, from the binary's own table (`sockscale models --json`), in its order."""
+    out = subprocess.run([str(BIN), "models", "--json"], check=True, capture_output=True, text=True).stdout
+    return [m["name"] for m in json.loads(out)]
+
+
 def cpu_seconds(pid):
     """User plus system CPU time of a process (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:

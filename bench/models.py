@@ -28,7 +28,6 @@ from pathlib import Path
 
 import common
 
-MODELS = ["blocking", "threadpool", "select", "poll64", "signal", "epoll", "uring", "uring64", "tokio"]
 
 TOKIO_ECHO = r'''
 // tokio's examples/echo.rs, as published, with the address taken from argv[1].
@@ -112,10 +111,10 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--frevib", help="path to a built io_uring_echo_server")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="", help="comma-separated (default: every model of `sockscale models --json`)")
     args = ap.parse_args()
     common.build_sockscale()
-    models = [m for m in args.models.split(",") if m]
+    models = [m for m in args.models.split(",") if m] or common.model_names()
     peers = {"tokio-echo-example": (lambda exe: lambda port: [exe, f"127.0.0.1:{port}"])(build_tokio_echo())}
     notes = []
     if args.frevib and os.path.exists(args.frevib):

@@ -63,7 +63,6 @@ from pathlib import Path
 
 import common
 
-MODELS = ["blocking", "threadpool", "select", "poll64", "signal", "epoll", "uring", "uring64", "tokio"]
 PROTOS = ["echo", "http", "udp"]
 IDLE_TIMEOUT = 5
 HEADER_TIMEOUT = 3
@@ -639,7 +638,7 @@ def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=600, help="total seconds over all models (default 600)")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="", help="comma-separated (default: every model of `sockscale models --json`)")
     ap.add_argument("--sample-interval", type=float, default=5)
     ap.add_argument("--fd-tolerance", type=int, default=0)
     ap.add_argument("--report", help="redraw the tables from a soak JSON file and exit")
@@ -658,11 +657,12 @@ def main():
         data = json.loads(Path(args.report).read_text())
         print(tables(data))
         return 0 if all(m["pass"] for m in data["models"]) else 1
-    models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in MODELS]
+    common.build_sockscale()
+    known = common.model_names()
+    models = [m for m in args.models.split(",") if m] or known
+    unknown = [m for m in models if m not in known]
     if unknown:
         ap.error(f"unknown model(s): {', '.join(unknown)}")
-    common.build_sockscale()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = common.ROOT / "bench-results"
     out_dir.mkdir(exist_ok=True)

@@ -1,5 +1,4 @@
-//! The model contract, [`IoModel`], and what the server hands a model to serve with,
-//! [`ModelCtx`].
+//! What the server hands a model to serve with: [`ModelCtx`].
 //!
 //! Its own module, below both the model files and the helpers they share (`threads`), so
 //! that neither has to import the module that picks a model's file (`models.rs`).
@@ -10,25 +9,9 @@ use std::sync::Arc;
 use sockscale_proto::Protocol;
 
 use crate::config::{Config, Service};
-use crate::error::ServerError;
 use crate::listener::Listen;
-use crate::model::Model;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
-
-/// The contract every model file implements.
-pub trait IoModel: Sync {
-    /// Which model this is; its capabilities are `self.model().capabilities()`.
-    fn model(&self) -> Model;
-
-    /// Why this model cannot run on this machine (io_uring disabled, say), or None.
-    fn unavailable(&self) -> Option<String> {
-        None
-    }
-
-    /// Serve until a shutdown has drained.
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError>;
-}
 
 /// Everything a model needs to serve.
 pub struct ModelCtx {

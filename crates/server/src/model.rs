@@ -59,6 +59,33 @@ pub enum Policy {
     ActiveSet,
 }
 
+/// Which shared engine a model runs on: the family decides how a connection's lifecycle is
+/// carried out; the model only who waits on which thread. The source layout follows it (a
+/// directory per family, the model's file beside its family's engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// A selector reports readiness; the event loop (`readiness/`) reads and writes.
+    Readiness,
+    /// The kernel completes posted operations (`completion/`, io_uring).
+    Completion,
+    /// Threads block on one connection each, or take turns from a queue (`threads/`).
+    Threads,
+    /// An async runtime's reactor and tasks (`runtime/`, tokio).
+    Runtime,
+}
+
+impl Family {
+    /// A short identifier, for machines and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Readiness => "readiness",
+            Family::Completion => "completion",
+            Family::Threads => "threads",
+            Family::Runtime => "runtime",
+        }
+    }
+}
+
 /// How a model's threads are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ThreadShape {
@@ -87,6 +114,7 @@ pub struct Capabilities {
     pub name: &'static str,
     /// The model of the seeds' Winsock comparison this one stands for, if any.
     pub seed: Option<&'static str>,
+    pub family: Family,
     pub threads: ThreadShape,
     /// Which threads exist, in one line.
     pub thread_detail: &'static str,
@@ -111,12 +139,14 @@ pub struct Ceiling {
     pub set_by: &'static str,
 }
 
-/// The models' capabilities, in the order of [`Model::ALL`] (a test checks it).
-pub static CAPABILITIES: [Capabilities; 9] = [
+/// The models' capabilities, one row per model, in the order of the [`Model`] enum (a test
+/// checks it): [`Model::ALL`] is read from it.
+pub const CAPABILITIES: &[Capabilities] = &[
     Capabilities {
         model: Model::Blocking,
         name: "blocking",
         seed: Some("the blocking server"),
+        family: Family::Threads,
         threads: ThreadShape::PerConnection,
         thread_detail: "an acceptor, then a receive thread and a send thread per connection (`--stack-size`, default 64 KiB)",
         waits: "each thread waits in poll(2) on its socket, then makes blocking-style calls",
@@ -137,6 +167,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Threadpool,
         name: "threadpool",
         seed: Some("seed 003's multithreaded server"),
+        family: Family::Threads,
         threads: ThreadShape::Fixed,
         thread_detail: "an accept thread, a poller, `--threads` workers",
         waits: "a bounded ready queue; workers serve one round (read, answer, blocking send) per turn; a poller (epoll) watches idle connections and their timeouts",
@@ -157,6 +188,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Select,
         name: "select",
         seed: Some("the non-blocking select server"),
+        family: Family::Readiness,
         threads: ThreadShape::One,
         thread_detail: "one, the model's own, whatever `--threads` says",
         waits: "select(2) over the whole descriptor range, level-triggered",
@@ -168,6 +200,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Poll64,
         name: "poll64",
         seed: Some("WSAEventSelect, 64 events per thread"),
+        family: Family::Readiness,
         threads: ThreadShape::GrowsWithConnections,
         thread_detail: "an acceptor plus one thread per group of 64 connections",
         waits: "poll(2) per group, level-triggered; the acceptor hands connections over through an eventfd inbox",
@@ -184,6 +217,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Signal,
         name: "signal",
         seed: Some("WSAAsyncSelect"),
+        family: Family::Readiness,
         threads: ThreadShape::One,
         thread_detail: "one, `sockscale-signal`, whatever `--threads` says",
         waits: "queued real-time signals (F_SETSIG, O_ASYNC) read through a signalfd; on queue overflow (SIGIO) a full poll(2) scan",
@@ -201,6 +235,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Epoll,
         name: "epoll",
         seed: None,
+        family: Family::Readiness,
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` workers (default: CPUs)",
         waits: "edge-triggered epoll, one instance and one SO_REUSEPORT listener per thread (`--listener exclusive`: one listener with EPOLLEXCLUSIVE)",
@@ -212,6 +247,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Uring,
         name: "uring",
         seed: Some("I/O completion ports"),
+        family: Family::Completion,
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` workers, a ring each",
         waits: "io_uring: multishot accept, multishot receive from a provided-buffer ring (no buffer per idle connection), one gathering send in flight per connection, completions reaped in batches; `--threads 1` is the completion-routine (APC) counterpart",
@@ -226,6 +262,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Uring64,
         name: "uring64",
         seed: Some("overlapped I/O with events, 64 per thread"),
+        family: Family::Completion,
         threads: ThreadShape::GrowsWithConnections,
         thread_detail: "an acceptor plus one ring and thread per group of 64 connections",
         waits: "io_uring per group, fed by the acceptor through an eventfd inbox",
@@ -248,6 +285,7 @@ pub static CAPABILITIES: [Capabilities; 9] = [
         model: Model::Tokio,
         name: "tokio",
         seed: Some("boost::asio (seed 003)"),
+        family: Family::Runtime,
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` tokio workers",
         waits: "tokio's epoll reactor; one task per connection, readiness then a non-blocking read into a pool buffer",
@@ -262,17 +300,21 @@ pub static CAPABILITIES: [Capabilities; 9] = [
 ];
 
 impl Model {
-    pub const ALL: [Model; 9] = [
-        Model::Blocking,
-        Model::Threadpool,
-        Model::Select,
-        Model::Poll64,
-        Model::Signal,
-        Model::Epoll,
-        Model::Uring,
-        Model::Uring64,
-        Model::Tokio,
-    ];
+    /// Every model, in the table's order.
+    pub const ALL: [Model; CAPABILITIES.len()] = {
+        let mut all = [Model::Blocking; CAPABILITIES.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = CAPABILITIES[i].model;
+            i += 1;
+        }
+        all
+    };
+
+    /// The family of shared engine it runs on.
+    pub fn family(self) -> Family {
+        self.capabilities().family
+    }
 
     /// This model's row of [`CAPABILITIES`].
     pub fn capabilities(self) -> &'static Capabilities {
@@ -386,11 +428,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_is_in_the_order_of_all() {
+    fn the_table_is_in_the_order_of_the_enum() {
         for (i, model) in Model::ALL.into_iter().enumerate() {
-            assert_eq!(CAPABILITIES[i].model, model);
+            assert_eq!(model as usize, i, "{model}: the row's place is the enum's order");
             assert_eq!(model.capabilities().model, model);
         }
+    }
+
+    #[test]
+    fn families_are_as_the_layout_says() {
+        let of = |f: Family| Model::ALL.into_iter().filter(|m| m.family() == f).collect::<Vec<_>>();
+        assert_eq!(of(Family::Readiness), [Model::Select, Model::Poll64, Model::Signal, Model::Epoll]);
+        assert_eq!(of(Family::Completion), [Model::Uring, Model::Uring64]);
+        assert_eq!(of(Family::Threads), [Model::Blocking, Model::Threadpool]);
+        assert_eq!(of(Family::Runtime), [Model::Tokio]);
     }
 
     #[test]

@@ -81,8 +81,13 @@ fn succeeds(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-const MODELS: [&str; 9] =
-    ["blocking", "threadpool", "select", "poll64", "signal", "epoll", "uring", "uring64", "tokio"];
+/// Every model's name, as `sockscale models --json` lists them: the tests follow the table, so a
+/// new model is checked here without an edit.
+fn model_names() -> Vec<String> {
+    let json: serde_json::Value = serde_json::from_str(&succeeds(&["models", "--json"])).expect("JSON");
+    let models = json.as_array().expect("an array");
+    models.iter().map(|m| m["name"].as_str().expect("a name").to_owned()).collect()
+}
 const URING64_NO_UDP: &str = "a UDP socket is one descriptor: there are no connections to put in groups of 64";
 
 /// The policies each model cannot honour, in the capability data's order.
@@ -102,7 +107,7 @@ fn an_unknown_model_gets_one_line_listing_the_valid_names() {
     let line = one_line(&err);
     assert!(line.contains("'x'") && line.contains("--model"), "{line}");
     let listed = line.split_once("expected one of: ").map(|(_, names)| names).unwrap_or_default();
-    assert_eq!(listed, format!("{})", MODELS.join(", ")), "{line}");
+    assert_eq!(listed, format!("{})", model_names().join(", ")), "{line}");
 }
 
 #[test]
@@ -114,7 +119,8 @@ fn serve_help_names_every_model_and_what_it_cannot_do() {
         .skip(1)
         .map(|entry| entry.split("\n\n").next().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
-    for model in MODELS {
+    for model in model_names() {
+        let model = model.as_str();
         let entry = entries
             .iter()
             .find(|e| e.starts_with(&format!("{model}: ")))
@@ -143,9 +149,10 @@ fn serve_help_names_every_model_and_what_it_cannot_do() {
 fn models_lists_every_model_with_what_it_cannot_do() {
     let text = succeeds(&["models"]);
     // The summary table: a row per model, UDP "no" for uring64 only, and what it cannot honour.
-    let rows: Vec<Vec<&str>> =
-        text.lines().skip(1).take(MODELS.len()).map(|l| l.split_whitespace().collect()).collect();
-    for (row, model) in rows.iter().zip(MODELS) {
+    let names = model_names();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).take(names.len()).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), names.len(), "{text}");
+    for (row, model) in rows.iter().zip(names.iter().map(String::as_str)) {
         assert_eq!(row[0], model, "{text}");
         // The last columns: UDP, cannot honour (one or more words), available here.
         let available = row[row.len() - 1];
@@ -163,7 +170,7 @@ fn models_lists_every_model_with_what_it_cannot_do() {
     // The details, with the reason.
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(flat.contains(&format!("udp: {URING64_NO_UDP}")), "{text}");
-    let honour_all = MODELS.iter().filter(|m| cannot(m).is_empty()).count();
+    let honour_all = names.iter().filter(|m| cannot(m).is_empty()).count();
     assert_eq!(flat.matches("cannot honour: nothing: every policy is honoured").count(), honour_all, "{text}");
     for field in ["seed counterpart", "threads", "waits:", "known limits:", "available here"] {
         assert!(text.contains(field), "sockscale models lacks {field}:\n{text}");
@@ -171,9 +178,16 @@ fn models_lists_every_model_with_what_it_cannot_do() {
 
     let json: serde_json::Value = serde_json::from_str(&succeeds(&["models", "--json"])).expect("JSON");
     let models = json.as_array().expect("an array");
-    assert_eq!(models.iter().map(|m| m["name"].as_str().unwrap_or_default()).collect::<Vec<_>>(), MODELS);
+    let library: Vec<&str> = sockscale_server::Model::ALL.iter().map(|m| m.name()).collect();
+    assert_eq!(names, library, "the binary lists the library's models, in order");
     for m in models {
         let name = m["name"].as_str().unwrap_or_default();
+        // The family is where the model's file lives: the layout and the data agree.
+        let family = m["family"].as_str().unwrap_or_default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/src/");
+        let file =
+            if family == "runtime" { format!("{dir}runtime/mod.rs") } else { format!("{dir}{family}/{name}.rs") };
+        assert!(std::path::Path::new(&file).is_file(), "{name} is a {family} model, but {file} does not exist");
         assert_eq!(m["udp"], name != "uring64", "{m}");
         let listed: Vec<&str> = m["cannot_honour"]
             .as_array()

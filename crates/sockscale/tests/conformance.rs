@@ -845,7 +845,17 @@ pub fn a_half_closed_client_gets_every_byte_back(model: &str) {
 
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
-    ($($model:ident),* $(,)?) => {$(
+    ($($model:ident),* $(,)?) => {
+    /// A model missing from the list below would go untested: the list is every model the
+    /// binary knows (`sockscale models --json`), in its order.
+    #[test]
+    fn every_model_is_in_the_suite() {
+        let out = std::process::Command::new(BIN).args(["models", "--json"]).output().expect("run sockscale models");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("models --json");
+        let known: Vec<&str> = json.as_array().expect("an array").iter().filter_map(|m| m["name"].as_str()).collect();
+        assert_eq!([$(stringify!($model)),*].as_slice(), known.as_slice(), "the conformance! line and the models differ");
+    }
+    $(
         mod $model {
             const MODEL: &str = stringify!($model);
             #[test] fn echo_1mib_on_200_connections() { if !super::unavailable(MODEL) { super::echo_1mib_on_200_connections(MODEL) } }

@@ -28,30 +28,14 @@
 use std::sync::{mpsc, Arc};
 
 use crate::completion::{UringSource, UringWorker, WorkerSetup};
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::udp::UdpEcho;
 
-/// `--model uring`: see the module docs.
-pub struct UringModel;
-
-impl IoModel for UringModel {
-    fn model(&self) -> Model {
-        Model::Uring
-    }
-
-    fn unavailable(&self) -> Option<String> {
-        crate::completion::unavailable()
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model uring`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let threads = cfg.threads;
     let io_err = |source| ServerError::Io { model: Model::Uring.name(), error: source };

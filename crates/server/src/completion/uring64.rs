@@ -17,7 +17,7 @@
 //! When io_uring is unavailable the model refuses to start with one line saying why.
 
 use crate::completion::{UringSource, UringWorker, WorkerSetup};
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::groups::{GroupAcceptor, NewGroup};
 use crate::model::Model;
@@ -28,24 +28,8 @@ pub const GROUP_SIZE: usize = 64;
 /// Receive buffers per group at most.
 const GROUP_BUFFERS: usize = 16;
 
-/// `--model uring64`: see the module docs.
-pub struct Uring64Model;
-
-impl IoModel for Uring64Model {
-    fn model(&self) -> Model {
-        Model::Uring64
-    }
-
-    fn unavailable(&self) -> Option<String> {
-        crate::completion::unavailable()
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model uring64`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let io_err = |source| ServerError::Io { model: Model::Uring64.name(), error: source };
     if ctx.listen.is_udp() {

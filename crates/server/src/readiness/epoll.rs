@@ -20,27 +20,15 @@ use std::sync::Arc;
 use sockscale_sys::Epoll;
 
 use crate::config::ListenerMode;
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
 use crate::udp::UdpEcho;
 
-/// `--model epoll`: see the module docs.
-pub struct EpollModel;
-
-impl IoModel for EpollModel {
-    fn model(&self) -> Model {
-        Model::Epoll
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model epoll`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let threads = cfg.threads;
     let per_worker = (cfg.pool_buffers / threads).max(1);

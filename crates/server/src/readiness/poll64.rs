@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use sockscale_sys::{self as sys, Event, Interest, RegisterError, Selector};
 
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
 use crate::model::Model;
@@ -147,20 +147,8 @@ impl Selector for PollSelector {
     }
 }
 
-/// `--model poll64`: see the module docs.
-pub struct Poll64Model;
-
-impl IoModel for Poll64Model {
-    fn model(&self) -> Model {
-        Model::Poll64
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model poll64`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let io_err = |source| ServerError::Io { model: Model::Poll64.name(), error: source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;

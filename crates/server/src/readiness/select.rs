@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use sockscale_sys::{syscall, Event, Interest, RegisterError, Selector};
 
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
@@ -200,20 +200,8 @@ impl Selector for Select {
     }
 }
 
-/// `--model select`: see the module docs.
-pub struct SelectModel;
-
-impl IoModel for SelectModel {
-    fn model(&self) -> Model {
-        Model::Select
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model select`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = &ctx.cfg;
     let io_err = |source| ServerError::Io { model: Model::Select.name(), error: source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;

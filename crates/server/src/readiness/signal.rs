@@ -34,7 +34,7 @@ use std::time::Duration;
 use sockscale_sys::{self as sys, syscall, Event, Interest, RegisterError, Selector};
 
 use crate::admission::LogLimiter;
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
@@ -381,20 +381,8 @@ impl Drop for SignalSelector {
     }
 }
 
-/// `--model signal`: see the module docs.
-pub struct SignalModel;
-
-impl IoModel for SignalModel {
-    fn model(&self) -> Model {
-        Model::Signal
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model signal`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Signal.name(), error: source };
     let cfg = &ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;

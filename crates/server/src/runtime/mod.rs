@@ -73,7 +73,7 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::Kit;
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::policy::CloseReason;
@@ -135,20 +135,8 @@ enum Stage {
     Forced,
 }
 
-/// `--model tokio`: see the module docs.
-pub struct TokioModel;
-
-impl IoModel for TokioModel {
-    fn model(&self) -> Model {
-        Model::Tokio
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model tokio`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let cfg = ctx.cfg.clone();
     let io_err = |source| ServerError::Io { model: Model::Tokio.name(), error: source };
     // One pool for the runtime: buffers are only held between two awaits, so at most one per

@@ -46,7 +46,7 @@ use sockscale_sys as sys;
 
 use crate::admission::Refusal;
 use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::policy::CloseReason;
@@ -55,20 +55,8 @@ use crate::pool::BufferPool;
 use crate::stats::Counters;
 use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
 
-/// `--model blocking`: see the module docs.
-pub struct BlockingModel;
-
-impl IoModel for BlockingModel {
-    fn model(&self) -> Model {
-        Model::Blocking
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model blocking`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Blocking.name(), error: source };
     if ctx.listen.is_udp() {
         return crate::threads::serve_udp(&ctx, Model::Blocking.name(), ctx.cfg.threads);

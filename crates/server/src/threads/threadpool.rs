@@ -56,7 +56,7 @@ use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timer
 
 use crate::admission::Refusal;
 use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
-use crate::ctx::{IoModel, ModelCtx};
+use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::inbox::Inbox;
 use crate::model::Model;
@@ -69,20 +69,8 @@ use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
 
-/// `--model threadpool`: see the module docs.
-pub struct ThreadpoolModel;
-
-impl IoModel for ThreadpoolModel {
-    fn model(&self) -> Model {
-        Model::Threadpool
-    }
-
-    fn run(&self, ctx: ModelCtx) -> Result<(), ServerError> {
-        run(ctx)
-    }
-}
-
-fn run(ctx: ModelCtx) -> Result<(), ServerError> {
+/// `--model threadpool`: serve until a shutdown has drained (see the module docs).
+pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Threadpool.name(), error: source };
     let cfg = &*ctx.cfg;
     if ctx.listen.is_udp() {

@@ -143,6 +143,7 @@ impl Row {
             "name": c.name,
             "default": c.model == default_model(),
             "seed": c.seed,
+            "family": c.family.name(),
             "threads": c.threads.name(),
             "threads_detail": plain(c.thread_detail),
             "waits": plain(c.waits),
@@ -160,13 +161,14 @@ impl Row {
 
 /// A summary table, then each model in full.
 fn text(rows: &[Row]) -> String {
-    let header = ["model", "seed counterpart", "threads", "UDP", "cannot honour", "available here"];
-    let cells: Vec<[String; 6]> = rows
+    let header = ["model", "seed counterpart", "family", "threads", "UDP", "cannot honour", "available here"];
+    let cells: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
             [
                 r.name(),
                 r.seed().to_owned(),
+                r.caps.family.name().to_owned(),
                 r.caps.threads.to_string(),
                 r.udp().to_owned(),
                 r.cannot(),
