@@ -77,10 +77,10 @@ def wait_port(port, host="127.0.0.1", timeout=10.0):
     raise RuntimeError(f"nothing listening on {host}:{port}")
 
 
-def start_sockscale(args, cpu=SERVER_CPU):
-    """Start `sockscale serve ARGS` pinned to `cpu`; returns (process, port)."""
+def start_sockscale(args, cpu=SERVER_CPU, binary=BIN):
+    """Start `sockscale serve ARGS` (of `binary`) pinned to `cpu`; returns (process, port)."""
     proc = subprocess.Popen(
-        ["taskset", "-c", cpu, str(BIN), "serve", "--listen", "127.0.0.1:0", *args],
+        ["taskset", "-c", cpu, str(binary), "serve", "--listen", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ, RUST_LOG="error"),
     )
