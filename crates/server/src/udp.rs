@@ -10,15 +10,38 @@
 //! count to each datagram, and the growth of that count is reported as `datagrams_overflowed`.
 //! Zero-length datagrams are echoed as zero-length datagrams, and ICMP errors caused by earlier
 //! replies (the peer's port closed) concern that peer only and are skipped.
+//!
+//! Every engine serves the socket through [`UdpEcho::serve`] and does what its [`UdpTurn`] says:
+//! a spent budget comes back after the others, a drained socket waits for readiness, and a
+//! failed receive (logged here, at most once a second per process) is looked at again only
+//! [`ERROR_PAUSE`] later: the socket may still be reported ready, and an error that persists
+//! would spin a level-triggered waiter. A UDP worker serves nothing else, so its pause delays
+//! no connection.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use socket2::Socket;
 use sockscale_sys::syscall;
 
+use crate::admission::LogLimiter;
 use crate::stats::Counters;
+
+/// How long a worker waits after a failed receive before it looks again.
+pub const ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// What one turn of serving the socket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpTurn {
+    /// The socket is empty: wait for the next datagram's readiness.
+    Drained,
+    /// The read budget ran out with datagrams possibly left: come back after the others.
+    Spent,
+    /// The receive failed (already logged): look again [`ERROR_PAUSE`] later.
+    Failed,
+}
 
 pub const BATCH: usize = 32;
 const SLOT: usize = 64 << 10;
@@ -36,6 +59,7 @@ pub struct UdpEcho {
     overflow_seen: Option<u32>,
     /// The drop count carried by the newest datagram of the last batch, if any carried one.
     overflow_newest: Option<u32>,
+    errors: LogLimiter,
 }
 
 impl UdpEcho {
@@ -63,6 +87,7 @@ impl UdpEcho {
             // The count starts at zero for a new socket; None until the option is known on.
             overflow_seen: overflow_counted.ok().map(|_| 0),
             overflow_newest: None,
+            errors: LogLimiter::udp_errors(),
         }
     }
 
@@ -70,9 +95,22 @@ impl UdpEcho {
         self.socket.as_raw_fd()
     }
 
-    /// Echo datagrams until the socket is empty or `budget` bytes were received. Returns true
-    /// if the budget ran out with datagrams possibly left.
-    pub fn serve(&mut self, budget: usize, counters: &Counters) -> io::Result<bool> {
+    /// Echo datagrams until the socket is empty or `budget` bytes were received.
+    pub fn serve(&mut self, budget: usize, counters: &Counters) -> UdpTurn {
+        match self.serve_batches(budget, counters) {
+            Ok(true) => UdpTurn::Spent,
+            Ok(false) => UdpTurn::Drained,
+            Err(e) => {
+                if let Some(suppressed) = self.errors.allow(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, "UDP receive failed");
+                }
+                UdpTurn::Failed
+            }
+        }
+    }
+
+    /// Returns true if the budget ran out with datagrams possibly left.
+    fn serve_batches(&mut self, budget: usize, counters: &Counters) -> io::Result<bool> {
         let mut received_bytes = 0;
         loop {
             let received = match self.receive() {

@@ -27,7 +27,7 @@ use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::UdpEcho;
+use crate::udp::{self, UdpEcho, UdpTurn};
 
 /// Where a worker's connections come from.
 pub enum UringSource {
@@ -82,6 +82,8 @@ pub struct UringWorker<'a> {
     accept_armed: bool,
     /// A cancellation of the multishot accept is in flight.
     accept_cancelling: bool,
+    /// The UDP socket is served again on the next turn (a spent budget, a failed receive).
+    udp_more: bool,
     /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
     /// in after a storm began, served when it ends (closed unserved if the server stops first).
     gate: AcceptGate<OwnedFd>,
@@ -153,6 +155,7 @@ impl<'a> UringWorker<'a> {
             source: Some(setup.source),
             accept_armed: false,
             accept_cancelling: false,
+            udp_more: false,
             gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             limits: setup.cfg.limits(),
@@ -223,6 +226,9 @@ impl<'a> UringWorker<'a> {
         self.fire_timers();
         self.feed_starved();
         self.take_file_turns();
+        if std::mem::take(&mut self.udp_more) {
+            self.udp_turn();
+        }
         self.resume_accepting(false);
         Ok(())
     }
@@ -235,7 +241,7 @@ impl<'a> UringWorker<'a> {
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
         // the next deadline (at most a second, so a missed wake-up cannot hang a worker).
-        if !self.file_turns.is_empty() {
+        if !self.file_turns.is_empty() || self.udp_more {
             // Only look at what completed (running the deferred work), then send on.
             return Duration::ZERO;
         }
@@ -509,21 +515,24 @@ impl<'a> UringWorker<'a> {
     }
 
     fn serve_udp(&mut self, flags: u32) {
-        let Some(UringSource::Udp(udp)) = &mut self.source else { return };
-        // Drain the socket in batches; the multishot poll reports the next arrival.
-        loop {
-            match udp.serve(self.cfg.read_budget, self.counters) {
-                Ok(true) => continue,
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "UDP receive failed");
-                    break;
-                }
-            }
-        }
+        self.udp_turn();
         if !cqueue::more(flags) && self.drain_deadline.is_none() && !self.tearing_down {
             self.arm_source();
         }
+    }
+
+    /// One turn of the UDP socket; the multishot poll reports the next arrival, and a spent
+    /// budget or a failed receive comes back on the next turn, after the ring's completions.
+    fn udp_turn(&mut self) {
+        let Some(UringSource::Udp(udp)) = &mut self.source else { return };
+        self.udp_more = match udp.serve(self.cfg.read_budget, self.counters) {
+            UdpTurn::Spent => true,
+            UdpTurn::Drained => false,
+            UdpTurn::Failed => {
+                std::thread::sleep(udp::ERROR_PAUSE);
+                true
+            }
+        };
     }
 
     fn on_phase_change(&mut self) {

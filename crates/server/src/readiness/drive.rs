@@ -10,6 +10,7 @@ use sockscale_sys::{Interest, Selector};
 use super::{split, Worker};
 use crate::conn::{RawSocket, TurnIo, Turned};
 use crate::policy::{closed_by_error, CloseReason, Wait};
+use crate::udp::{self, UdpTurn};
 
 impl<S: Selector> Worker<'_, S> {
     /// Take a turn on a connection: carry out what its lifecycle asks (flush, read within the
@@ -116,9 +117,13 @@ impl<S: Selector> Worker<'_, S> {
             return;
         };
         match udp.serve(self.limits.read_budget, self.counters) {
-            Ok(true) => self.resume.push(super::UDP),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "UDP receive failed"),
+            UdpTurn::Spent => self.resume.push(super::UDP),
+            UdpTurn::Drained => {}
+            // A UDP worker serves only this socket: its pause delays nothing else.
+            UdpTurn::Failed => {
+                std::thread::sleep(udp::ERROR_PAUSE);
+                self.resume.push(super::UDP);
+            }
         }
     }
 }

@@ -24,8 +24,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
-use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
-use crate::udp::UdpEcho;
+use crate::readiness::{Source, Worker, WorkerParts};
 
 /// `--model epoll`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -44,11 +43,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         } else {
             Arc::new(ctx.listen.bind_another().map_err(io_err)?)
         };
-        sources.push(if ctx.listen.is_udp() {
-            Source::Udp(Box::new(UdpEcho::new(socket)))
-        } else {
-            Source::Listener(Acceptor::new(socket, cfg.listener_mode == ListenerMode::Exclusive, cfg.accept_batch))
-        });
+        sources.push(Source::own(socket, ctx.listen.is_udp(), cfg.listener_mode == ListenerMode::Exclusive, cfg));
     }
 
     let mut workers = Vec::with_capacity(threads);

@@ -60,12 +60,23 @@ fn split(token: u64) -> (usize, u32) {
 pub enum Source {
     /// It accepts from its own (or a shared) listener.
     Listener(Acceptor),
-    /// Another thread accepts and hands connections over (poll64's acceptor).
     /// Connections accepted by another thread (the groups' acceptor), counted against
     /// `--max-conns` already.
     Inbox(Arc<Inbox<OwnedFd>>),
     /// It serves UDP datagrams instead.
     Udp(Box<UdpEcho>),
+}
+
+impl Source {
+    /// A worker's own socket: the UDP socket under `--proto udp`, else a listener it accepts
+    /// from (`exclusive`: shared with other workers under EPOLLEXCLUSIVE).
+    pub fn own(socket: Arc<socket2::Socket>, udp: bool, exclusive: bool, cfg: &Config) -> Source {
+        if udp {
+            Source::Udp(Box::new(UdpEcho::new(socket)))
+        } else {
+            Source::Listener(Acceptor::new(socket, exclusive, cfg.accept_batch))
+        }
+    }
 }
 
 /// What a model hands a worker.

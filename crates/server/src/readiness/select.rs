@@ -28,8 +28,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
-use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
-use crate::udp::UdpEcho;
+use crate::readiness::{Source, Worker, WorkerParts};
 
 const FD_SETSIZE: usize = libc::FD_SETSIZE;
 const WORD_BITS: usize = libc::c_ulong::BITS as usize;
@@ -206,11 +205,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model: Model::Select.name(), error: source };
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let socket = ctx.listen.shared();
-    let source = if ctx.listen.is_udp() {
-        Source::Udp(Box::new(UdpEcho::new(socket)))
-    } else {
-        Source::Listener(Acceptor::new(socket, false, ctx.cfg.accept_batch))
-    };
+    let source = Source::own(socket, ctx.listen.is_udp(), false, cfg);
     let parts = WorkerParts {
         cfg,
         protocol: ctx.protocol.clone(),

@@ -38,8 +38,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
-use crate::readiness::{Acceptor, Source, Worker, WorkerParts};
-use crate::udp::UdpEcho;
+use crate::readiness::{Source, Worker, WorkerParts};
 
 // From <asm-generic/fcntl.h>; libc exports them for musl only.
 const F_SETSIG: libc::c_int = 10;
@@ -392,11 +391,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let serve = move || -> Result<(), ServerError> {
         let selector = SignalSelector::new(readiness_signal()).map_err(io_err)?;
         let socket = ctx.listen.shared();
-        let source = if ctx.listen.is_udp() {
-            Source::Udp(Box::new(UdpEcho::new(socket)))
-        } else {
-            Source::Listener(Acceptor::new(socket, false, ctx.cfg.accept_batch))
-        };
+        let source = Source::own(socket, ctx.listen.is_udp(), false, &ctx.cfg);
         let parts = WorkerParts {
             cfg: &ctx.cfg,
             protocol: ctx.protocol.clone(),

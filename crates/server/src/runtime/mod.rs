@@ -81,7 +81,7 @@ use crate::policy::{after, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::UdpEcho;
+use crate::udp::{self, UdpEcho, UdpTurn};
 
 use active::ActiveGate;
 use conn::{conn_task, Conn};
@@ -313,7 +313,6 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
     if *stage.borrow_and_update() != Stage::Running {
         return;
     }
-    let mut errors = LogLimiter::udp_errors();
     loop {
         let mut guard = ::tokio::select! {
             biased;
@@ -326,22 +325,14 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
                 }
             },
         };
-        let budget_left = guard.try_io(|inner| {
-            let served = inner.get_mut().0.serve(shared.cfg.read_budget, counters(&shared));
-            match served {
-                Ok(true) => Ok(()),
-                // Drained: forget the readiness until the next datagram raises an edge.
-                Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => {
-                    if let Some(suppressed) = errors.allow(Instant::now()) {
-                        tracing::warn!(error = %e, suppressed, "UDP receive failed");
-                    }
-                    // As the readiness loop does, wait for the next edge rather than retry.
-                    Err(io::ErrorKind::WouldBlock.into())
-                }
-            }
+        let turn = guard.try_io(|inner| match inner.get_mut().0.serve(shared.cfg.read_budget, counters(&shared)) {
+            // Drained: forget the readiness until the next datagram raises an edge.
+            UdpTurn::Drained => Err(io::ErrorKind::WouldBlock.into()),
+            turn => Ok(turn),
         });
-        if matches!(budget_left, Ok(Ok(()))) {
+        if let Ok(Ok(UdpTurn::Failed)) = turn {
+            ::tokio::time::sleep(udp::ERROR_PAUSE).await;
+        } else if let Ok(Ok(UdpTurn::Spent)) = turn {
             // The budget ran out with datagrams possibly left: let other tasks run first.
             ::tokio::task::yield_now().await;
         }

@@ -47,7 +47,7 @@ use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::UdpEcho;
+use crate::udp::{self, UdpEcho, UdpTurn};
 
 /// How long a thread waits before trying again when the shared buffer pool is empty.
 pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
@@ -408,7 +408,6 @@ pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<
 }
 
 fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
-    let mut log = LogLimiter::udp_errors();
     loop {
         let mut fds = [pollfd(udp.fd(), libc::POLLIN), pollfd(drain, libc::POLLIN)];
         match sys::ppoll(&mut fds, None) {
@@ -420,15 +419,9 @@ fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters
             return Ok(());
         }
         match udp.serve(budget, counters) {
-            // The budget ran out with datagrams left: poll says so at once.
-            Ok(_) => {}
-            Err(e) => {
-                if let Some(suppressed) = log.allow(Instant::now()) {
-                    tracing::warn!(error = %e, suppressed, "UDP receive failed");
-                }
-                // Do not spin on an error that persists.
-                std::thread::sleep(POOL_BACKOFF * 10);
-            }
+            // A spent budget: poll says so again at once, and the drain is checked between.
+            UdpTurn::Spent | UdpTurn::Drained => {}
+            UdpTurn::Failed => std::thread::sleep(udp::ERROR_PAUSE),
         }
     }
 }
