@@ -1,0 +1,17 @@
+//! sockscale's TLS stage: rustls driven through in-memory slices, so that a session is fed the
+//! ciphertext a socket received and the time, and hands back plaintext and the records to send.
+//! No socket is inside; every engine (readiness, completion, threads, runtime) drives it alike,
+//! between the socket's bytes and the protocol's state machine.
+//!
+//! - [`ServerTls`]: the certificate chain and key from PEM files, checked before listening
+//!   (missing, unreadable, empty, mismatched, expired: one error naming the file), with TLS 1.3
+//!   and 1.2, ALPN, a bounded session cache and rotating ticket keys.
+//! - [`ServerSession`]: one connection's session: [`ServerSession::receive`],
+//!   [`ServerSession::send`], [`ServerSession::take_ciphertext`], and what the handshake
+//!   agreed on ([`Negotiated`]) or why it failed ([`Failure`]).
+
+mod config;
+mod server;
+
+pub use config::{ServerOptions, ServerTls, TlsConfigError};
+pub use server::{Failure, FailureReason, Negotiated, Received, ServerSession};
