@@ -105,6 +105,15 @@ impl Engine {
         }
     }
 
+    /// How long a request's head may take to arrive (HTTP's header timeout), if the protocol
+    /// has such a limit: a stage below the protocol (a TLS handshake) is held to it too.
+    pub fn header_timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            Engine::Http(responses) => Some(responses.config().header_timeout),
+            _ => None,
+        }
+    }
+
     /// Called when `deadline` has passed: queues the protocol's timeout answer, if it has one.
     pub fn on_timeout(&mut self, session: &mut Session, now: Instant, out: &mut Output) -> Verdict {
         match (self, session) {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use sockscale_proto::http::{HttpConfig, ResponseBody};
 use sockscale_sys as sys;
 
+use sockscale_tls::ServerTls;
+
 use crate::body::BodyFile;
 use crate::model::{Model, Policy};
 use crate::policy::{ActiveConfig, Limits, StormConfig};
@@ -106,6 +108,9 @@ pub struct Config {
     /// `--active-set N`, `--active-grace`, `--active-turn`: read from only N connections at a
     /// time, in FIFO order (the seeds' high-throughput strategy).
     pub active_set: Option<ActiveConfig>,
+    /// `--tls-cert`, `--tls-key`: serve TLS with this certificate (read and checked before
+    /// anything listens).
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for Config {
@@ -138,6 +143,7 @@ impl Default for Config {
             queue_depth: 128,
             shared_port: false,
             body_file: None,
+            tls: None,
             abort_storm: None,
             active_set: None,
         }
@@ -160,6 +166,8 @@ pub enum ConfigError {
     BodyFile { body: u64, file: Option<u64> },
     #[error("--{flag} is not available with --model {model}: {why}")]
     ModelCannot { flag: &'static str, model: &'static str, why: &'static str },
+    #[error("--body FILE sent from the page cache (sendfile) is not served over TLS yet (it would be read and encrypted in bounded chunks; not built): add --sendfile off to serve it from memory")]
+    TlsFileBody,
 }
 
 impl Config {
@@ -229,7 +237,14 @@ impl Config {
                 return Err(ConfigError::NotForUdp { flag: "active-set" });
             }
         }
+        if self.tls.is_some() && self.service.is_udp() {
+            return Err(ConfigError::NotForUdp { flag: "tls-cert" });
+        }
+        if self.tls.is_some() && self.body_file.is_some() {
+            return Err(ConfigError::TlsFileBody);
+        }
         for (flag, policy, asked) in [
+            ("tls-cert", Policy::Tls, self.tls.is_some()),
             ("active-set", Policy::ActiveSet, self.active_set.is_some()),
             ("abort-storm-shed", Policy::StormShed, self.abort_storm.is_some_and(|s| s.shed)),
         ] {

@@ -7,8 +7,10 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use sockscale_proto::{Engine, Output, Protocol, Session};
 use sockscale_sys::Interest;
+use sockscale_tls::{ServerSession, ServerTls};
 
 use crate::body::BodyFile;
 use crate::clock::unix_now;
@@ -19,23 +21,49 @@ use crate::policy::{Action, Delivery, Fed, Lifecycle, Limits, Pending, Wait};
 use crate::pool::BufferPool;
 use crate::stats::Counters;
 
-/// A thread's protocol engine, the output it writes into, and the body file its responses may
-/// name: what a thread needs to answer input.
+/// A thread's protocol engine, the output it writes into, the body file its responses may
+/// name, and its TLS configuration and scratch buffers: what a thread needs to answer input.
 #[derive(Debug)]
 pub struct Kit {
     pub engine: Engine,
     pub scratch: Output,
     pub body: Option<Arc<BodyFile>>,
+    pub tls: Option<ServerTls>,
+    /// What the TLS stage decrypted from one read (the thread's, not a connection's: an idle
+    /// connection keeps no buffer).
+    plain: Vec<u8>,
+    /// An answer flattened before it is encrypted.
+    flat: Vec<u8>,
 }
 
 impl Kit {
-    pub fn new(protocol: &Protocol, body: Option<&Arc<BodyFile>>) -> Self {
-        Kit { engine: protocol.engine(unix_now()), scratch: Output::default(), body: body.cloned() }
+    pub fn new(protocol: &Protocol, body: Option<&Arc<BodyFile>>, tls: Option<&ServerTls>) -> Self {
+        Kit {
+            engine: protocol.engine(unix_now()),
+            scratch: Output::default(),
+            body: body.cloned(),
+            tls: tls.cloned(),
+            plain: Vec::new(),
+            flat: Vec::new(),
+        }
     }
 
     /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
     pub fn tick(&mut self) {
         self.engine.tick(unix_now());
+    }
+}
+
+/// A new connection's TLS session when the server speaks TLS (boxed: a plaintext connection
+/// pays one pointer). A session rustls cannot start is a failed handshake.
+pub fn tls_session(tls: Option<&ServerTls>, counters: &Counters, now: Instant) -> Option<Box<ServerSession>> {
+    let tls = tls?;
+    match ServerSession::new(tls, now) {
+        Ok(session) => Some(Box::new(session)),
+        Err(failure) => {
+            counters.tls_failed(failure.reason);
+            None
+        }
     }
 }
 
@@ -108,11 +136,14 @@ pub enum Turned {
 pub struct Exchange {
     pub lc: Lifecycle,
     pub out: OutQueue,
+    /// The TLS stage between the socket's bytes and the protocol, when the server speaks TLS:
+    /// boxed, so a plaintext connection pays one pointer.
+    pub tls: Option<Box<ServerSession>>,
 }
 
 impl Exchange {
     pub fn new(session: Session, now: Instant) -> Self {
-        Exchange { lc: Lifecycle::new(session, now, Delivery::Pulled), out: OutQueue::default() }
+        Exchange { lc: Lifecycle::new(session, now, Delivery::Pulled), out: OutQueue::default(), tls: None }
     }
 
     /// The output waiting for the client, as the policy counts it.
@@ -139,7 +170,13 @@ impl Exchange {
 
     /// When a policy may next act on this connection.
     pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
-        self.lc.deadline(engine, limits)
+        let policy = self.lc.deadline(engine, limits);
+        self.handshake_deadline(engine).map_or(policy, |at| at.min(policy))
+    }
+
+    /// A TLS handshake under way is held to the protocol's header timeout, from acceptance.
+    fn handshake_deadline(&self, engine: &Engine) -> Option<Instant> {
+        self.tls.as_ref()?.handshake_deadline(engine.header_timeout()?)
     }
 
     /// One turn: carry out the lifecycle's actions on `socket` until it says to wait or to
@@ -152,7 +189,12 @@ impl Exchange {
             let pending = self.pending();
             match self.lc.poll(now, pending, &io.kit.engine, io.limits) {
                 Action::Close(reason) => return Turned::Close(reason),
-                Action::Wait(wait) => return Turned::Wait { wait, input },
+                Action::Wait(mut wait) => {
+                    if let Some(at) = self.handshake_deadline(&io.kit.engine) {
+                        wait.wake_at = wait.wake_at.min(at);
+                    }
+                    return Turned::Wait { wait, input };
+                }
                 Action::Flush => match socket.flush(&mut self.out) {
                     Ok(written) => {
                         io.counters.bytes_out(written.bytes);
@@ -171,6 +213,24 @@ impl Exchange {
                     let want = max.min(buf.len());
                     match socket.recv(&mut buf[..want], !self.lc.hangup_seen()) {
                         Ok(0) => self.lc.on_eof(),
+                        Ok(n) if self.tls.is_some() => {
+                            io.counters.bytes_in(n);
+                            let fed = match self.through_tls(&mut buf[..n], want, io, now) {
+                                Ok(fed) => fed,
+                                Err(reason) => return Turned::Close(reason),
+                            };
+                            input |= fed.counted();
+                            // The handshake's flight and the answer's records go at once.
+                            if !self.out.is_empty() {
+                                match socket.flush(&mut self.out) {
+                                    Ok(written) => {
+                                        io.counters.bytes_out(written.bytes);
+                                        self.lc.on_written(now, written);
+                                    }
+                                    Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                                }
+                            }
+                        }
                         Ok(n) => {
                             io.counters.bytes_in(n);
                             let kit = &mut *io.kit;
@@ -195,6 +255,55 @@ impl Exchange {
         }
     }
 
+    /// Ciphertext `read` of `wanted` bytes, through the TLS stage: the handshake's records and
+    /// the answer's, encrypted, are queued in `out`. Err: close, for this reason.
+    fn through_tls(
+        &mut self,
+        read: &mut [u8],
+        wanted: usize,
+        io: &mut TurnIo<'_>,
+        now: Instant,
+    ) -> Result<Fed, CloseReason> {
+        let Some(tls) = self.tls.as_deref_mut() else {
+            return Err(CloseReason::Error);
+        };
+        self.lc.on_read(read.len(), wanted);
+        let kit = &mut *io.kit;
+        kit.plain.clear();
+        let mut records = Vec::new();
+        match tls.receive(read, now, &mut kit.plain, &mut records) {
+            Ok(received) => {
+                if let Some(took) = received.handshake_done {
+                    io.counters.tls_handshake(took, tls.negotiated().is_some_and(|n| n.resumed));
+                }
+            }
+            Err(failure) => {
+                io.counters.tls_failed(failure.reason);
+                return Err(CloseReason::Protocol);
+            }
+        }
+        if !records.is_empty() {
+            self.out.push(Bytes::from(records));
+        }
+        let fed = self.lc.on_plaintext(&kit.plain, now, &mut kit.engine, &mut kit.scratch);
+        if fed == Fed::Send {
+            if kit.scratch.has_file() {
+                // Refused by the configuration (`ConfigError::TlsFileBody`); never sent in clear.
+                return Err(CloseReason::Error);
+            }
+            kit.flat.clear();
+            for segment in kit.scratch.segments() {
+                kit.flat.extend_from_slice(Output::slice(segment, &kit.plain));
+            }
+            let mut records = Vec::with_capacity(kit.flat.len() + 64);
+            if tls.send(&kit.flat, &mut records).is_err() {
+                return Err(CloseReason::Protocol);
+            }
+            self.out.push(Bytes::from(records));
+        }
+        Ok(fed)
+    }
+
     /// Write queued output on `fd` outside a turn (a thread engine's blocking send, or the
     /// blocking model's send thread), keeping the flood and stall clocks as a turn does.
     pub fn flush_now(&mut self, fd: RawFd, now: Instant, limits: &Limits) -> io::Result<Written> {
@@ -208,8 +317,27 @@ impl Exchange {
     /// (None: take a turn to re-arm). A deadline the protocol answers (HTTP's 408) gets its
     /// whole answer in one non-blocking attempt; the connection closes either way.
     pub fn expire(&mut self, fd: RawFd, kit: &mut Kit, now: Instant, limits: &Limits) -> Option<(CloseReason, usize)> {
+        if self.handshake_deadline(&kit.engine).is_some_and(|at| at <= now) {
+            return Some((CloseReason::HeaderTimeout, 0));
+        }
         let expiry = self.lc.on_timer(now, &mut kit.engine, &mut kit.scratch, limits)?;
-        let sent = if expiry.answer { answer_once(fd, &kit.scratch) } else { 0 };
+        let sent = match self.tls.as_deref_mut() {
+            _ if !expiry.answer => 0,
+            None => answer_once(fd, &kit.scratch),
+            // A handshake that never finished gets no answer: there is no key to send it with.
+            Some(tls) if tls.is_handshaking() => 0,
+            Some(tls) => {
+                kit.flat.clear();
+                for segment in kit.scratch.segments() {
+                    kit.flat.extend_from_slice(Output::slice(segment, &[]));
+                }
+                let mut records = Vec::new();
+                match tls.send(&kit.flat, &mut records) {
+                    Ok(()) => sockscale_sys::send(fd, &records).unwrap_or(0),
+                    Err(_) => 0,
+                }
+            }
+        };
         Some((expiry.reason, sent))
     }
 }

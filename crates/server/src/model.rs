@@ -57,6 +57,8 @@ pub enum Policy {
     StormShed,
     /// Read from only the first N connections, in FIFO order (`--active-set`).
     ActiveSet,
+    /// Serve TLS (`--tls-cert`, `--tls-key`) through the TLS stage.
+    Tls,
 }
 
 /// Which shared engine a model runs on: the family decides how a connection's lifecycle is
@@ -251,7 +253,10 @@ pub const CAPABILITIES: &[Capabilities] = &[
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` workers, a ring each",
         waits: "io_uring: multishot accept, multishot receive from a provided-buffer ring (no buffer per idle connection), one gathering send in flight per connection, completions reaped in batches; `--threads 1` is the completion-routine (APC) counterpart",
-        cannot: &[],
+        cannot: &[Limitation {
+            policy: Policy::Tls,
+            why: "the completion engine keeps its own output queue beside its lifecycle and does not yet pass its bytes through the TLS stage (issue 24: not built yet)",
+        }],
         limits: &[
             "needs Linux 6.0 and io_uring allowed (`kernel.io_uring_disabled`, seccomp), and it says why when it is not",
             "`--accept-batch` does not apply",
@@ -272,9 +277,14 @@ pub const CAPABILITIES: &[Capabilities] = &[
                 why: "each group of 64 runs its own ring: an active set per group would bound nothing, and one across groups needs the acceptor to hand out places (not built)",
             },
             Limitation {
-            policy: Policy::Udp,
-            why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
-        }],
+                policy: Policy::Udp,
+                why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
+            },
+            Limitation {
+                policy: Policy::Tls,
+                why: "the completion engine keeps its own output queue beside its lifecycle and does not yet pass its bytes through the TLS stage (issue 24: not built yet)",
+            },
+        ],
         limits: &[
             "threads grow with connections",
             "needs Linux 6.0 and io_uring allowed, as uring",
@@ -361,7 +371,7 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 12] = [
+    pub const ALL: [Policy; 13] = [
         Policy::IdleTimeout,
         Policy::FirstData,
         Policy::HeaderTimeout,
@@ -374,6 +384,7 @@ impl Policy {
         Policy::AbortStorm,
         Policy::StormShed,
         Policy::ActiveSet,
+        Policy::Tls,
     ];
 
     pub fn name(self) -> &'static str {
@@ -390,6 +401,7 @@ impl Policy {
             Policy::AbortStorm => "abort-storm",
             Policy::StormShed => "abort-storm-shed",
             Policy::ActiveSet => "active-set",
+            Policy::Tls => "tls",
         }
     }
 }

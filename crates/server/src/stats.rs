@@ -13,6 +13,8 @@ use serde::Serialize;
 use crate::policy::StormConfig;
 use crate::storm_gate::StormGate;
 
+use sockscale_tls::FailureReason;
+
 use crate::policy::{CloseReason, Limit};
 
 /// One worker's counters, alone on its cache lines.
@@ -29,6 +31,10 @@ pub struct Counters {
     datagrams_dropped: AtomicU64,
     datagrams_overflowed: AtomicU64,
     buffers_in_use: AtomicI64,
+    tls_handshakes: AtomicU64,
+    tls_resumed: AtomicU64,
+    tls_handshake_micros: AtomicU64,
+    tls_failed: [AtomicU64; FailureReason::ALL.len()],
 }
 
 impl Counters {
@@ -51,6 +57,18 @@ impl Counters {
         self.datagrams_in.fetch_add(received as u64, Relaxed);
         self.datagrams_out.fetch_add(sent as u64, Relaxed);
         self.datagrams_dropped.fetch_add(dropped as u64, Relaxed);
+    }
+    /// A TLS handshake completed, `took` after its first byte; `resumed`: not a full one.
+    pub fn tls_handshake(&self, took: std::time::Duration, resumed: bool) {
+        self.tls_handshakes.fetch_add(1, Relaxed);
+        if resumed {
+            self.tls_resumed.fetch_add(1, Relaxed);
+        }
+        self.tls_handshake_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
+    }
+    /// A TLS session failed (the connection is closed).
+    pub fn tls_failed(&self, reason: FailureReason) {
+        self.tls_failed[reason as usize].fetch_add(1, Relaxed);
     }
     /// Datagrams the kernel dropped before the server saw them (receive queue full).
     pub fn datagrams_overflowed(&self, n: u64) {
@@ -211,6 +229,12 @@ impl Stats {
             s.datagrams_dropped += c.datagrams_dropped.load(Relaxed);
             s.datagrams_overflowed += c.datagrams_overflowed.load(Relaxed);
             s.buffers_in_use += c.buffers_in_use.load(Relaxed);
+            s.tls_handshakes += c.tls_handshakes.load(Relaxed);
+            s.tls_resumed += c.tls_resumed.load(Relaxed);
+            s.tls_handshake_micros += c.tls_handshake_micros.load(Relaxed);
+            for (total, count) in s.tls_failed.iter_mut().zip(&c.tls_failed) {
+                *total += count.load(Relaxed);
+            }
         }
         s
     }
@@ -243,6 +267,13 @@ pub struct Snapshot {
     /// (`--active-set`), and places given by rotation (idleness or a turn's end).
     pub waiting: u64,
     pub active_rotations: u64,
+    /// TLS handshakes completed, those of them resumed, and their summed time (first byte to
+    /// done), in microseconds.
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
+    pub tls_handshake_micros: u64,
+    /// Indexed by `FailureReason as usize`: TLS sessions that failed.
+    pub tls_failed: [u64; FailureReason::ALL.len()],
 }
 
 impl Snapshot {
@@ -324,6 +355,19 @@ impl Snapshot {
             "Places in the active set given by rotation: an idle connection or one whose turn ended.",
             &one(self.active_rotations),
         );
+        metric("tls_handshakes_total", "counter", "TLS handshakes completed.", &one(self.tls_handshakes));
+        metric("tls_resumed_total", "counter", "TLS handshakes that resumed a session.", &one(self.tls_resumed));
+        metric(
+            "tls_handshake_seconds_total",
+            "counter",
+            "Time TLS handshakes took, first byte to done, summed.",
+            &[(String::new(), format!("{:.6}", self.tls_handshake_micros as f64 / 1e6))],
+        );
+        let failed: Vec<_> = FailureReason::ALL
+            .iter()
+            .map(|r| (format!("{{reason=\"{}\"}}", r.name()), self.tls_failed[*r as usize].to_string()))
+            .collect();
+        metric("tls_failed_total", "counter", "TLS sessions that failed, by reason.", &failed);
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -360,7 +404,17 @@ impl fmt::Display for Snapshot {
             f,
             " storm_pauses={} storm_resumes={} storm_shed={} waiting={} active_rotations={}",
             self.storm_pauses, self.storm_resumes, self.storm_shed, self.waiting, self.active_rotations
-        )
+        )?;
+        let mean_us = self.tls_handshake_micros.checked_div(self.tls_handshakes).unwrap_or(0);
+        write!(
+            f,
+            " tls_handshakes={} tls_resumed={} tls_handshake_mean_us={}",
+            self.tls_handshakes, self.tls_resumed, mean_us
+        )?;
+        for reason in FailureReason::ALL {
+            write!(f, " tls_failed_{}={}", reason.name(), self.tls_failed[reason as usize])?;
+        }
+        Ok(())
     }
 }
 

@@ -95,7 +95,8 @@ fn cannot(model: &str) -> &'static [&'static str] {
     match model {
         "blocking" | "threadpool" | "poll64" => &["active-set"],
         "signal" => &["abort-storm-shed"],
-        "uring64" => &["active-set", "udp"],
+        "uring" => &["tls"],
+        "uring64" => &["active-set", "udp", "tls"],
         _ => &[],
     }
 }

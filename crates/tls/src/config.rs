@@ -15,8 +15,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 /// What can be wrong with a certificate and key. Each says which file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
-    #[error("{path}: cannot read it: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    /// The I/O error is part of the message, not a source: the one line says it once.
+    #[error("{path}: cannot read it: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{path}: no PEM certificate in it (-----BEGIN CERTIFICATE-----)")]
     NoCertificate { path: PathBuf },
     #[error("{path}: not a PEM certificate chain: {reason}")]
@@ -68,8 +69,7 @@ impl ServerTls {
         now: SystemTime,
         options: &ServerOptions,
     ) -> Result<Self, TlsConfigError> {
-        let read =
-            |path: &Path| std::fs::read(path).map_err(|source| TlsConfigError::Read { path: path.into(), source });
+        let read = |path: &Path| std::fs::read(path).map_err(|error| TlsConfigError::Read { path: path.into(), error });
         Self::from_pem(&read(cert)?, cert, &read(key)?, key, now, options)
     }
 

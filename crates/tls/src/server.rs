@@ -92,6 +92,8 @@ pub struct ServerSession {
     partial: Vec<u8>,
     /// Plaintext given before the handshake allowed it to be sent.
     waiting: Vec<u8>,
+    /// When the session was opened (the connection accepted).
+    opened: Instant,
     /// When the first ciphertext byte arrived.
     began: Option<Instant>,
     /// The first byte did not begin a TLS handshake record.
@@ -114,12 +116,14 @@ impl std::fmt::Debug for ServerSession {
 }
 
 impl ServerSession {
-    pub fn new(tls: &ServerTls) -> Result<Self, Failure> {
+    /// A session for a connection accepted at `now`.
+    pub fn new(tls: &ServerTls, now: Instant) -> Result<Self, Failure> {
         let conn = UnbufferedServerConnection::new(tls.config.clone()).map_err(|e| classify(&e, false))?;
         Ok(ServerSession {
             conn,
             partial: Vec::new(),
             waiting: Vec::new(),
+            opened: now,
             began: None,
             not_tls: false,
             handshaking: true,
@@ -315,6 +319,12 @@ impl ServerSession {
 
     pub fn is_handshaking(&self) -> bool {
         self.handshaking
+    }
+
+    /// While the handshake is under way, when it must be done if it may take `limit` from the
+    /// connection's acceptance (a stalled ClientHello is closed then, like a slow request head).
+    pub fn handshake_deadline(&self, limit: Duration) -> Option<Instant> {
+        self.handshaking.then(|| self.opened.checked_add(limit).unwrap_or(self.opened))
     }
 
     /// The bytes kept between receives (a record received in part, plaintext waiting for the

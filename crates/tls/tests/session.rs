@@ -102,7 +102,7 @@ fn pump(client: &mut ClientConnection, server: &mut ServerSession, now: Instant)
 fn connect(config: &Arc<rustls::ClientConfig>, tls: &ServerTls) -> (ClientConnection, ServerSession) {
     let client =
         ClientConnection::new(config.clone(), ServerName::try_from("localhost").expect("name")).expect("client");
-    (client, ServerSession::new(tls).expect("session"))
+    (client, ServerSession::new(tls, Instant::now()).expect("session"))
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_second_connection_resumes_with_tickets_and_with_the_session_cache() {
 fn plain_http_or_garbage_on_a_tls_port_is_named_and_gets_no_answer() {
     let (tls, _) = server(&[b"http/1.1"]);
     for junk in [&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..], &[0u8; 64][..], b"\x16\x03\x01\x00\x05hello"] {
-        let mut session = ServerSession::new(&tls).expect("session");
+        let mut session = ServerSession::new(&tls, Instant::now()).expect("session");
         let (mut plain, mut alert) = (Vec::new(), Vec::new());
         let failure =
             session.receive(&mut junk.to_vec(), Instant::now(), &mut plain, &mut alert).expect_err("not a handshake");
@@ -375,7 +375,7 @@ fn hostile_bytes_in_any_pieces_never_panic() {
             bytes.truncate(1 + (next() as usize) % bytes.len());
             bytes
         };
-        let mut session = ServerSession::new(&tls).expect("session");
+        let mut session = ServerSession::new(&tls, Instant::now()).expect("session");
         let (mut plain, mut out) = (Vec::new(), Vec::new());
         let mut rest = input.as_mut_slice();
         while !rest.is_empty() {

@@ -386,16 +386,32 @@ impl Lifecycle {
         engine: &mut Engine,
         out: &mut Output,
     ) -> Fed {
+        self.on_read(input.len(), wanted);
+        self.on_plaintext(input, now, engine, out)
+    }
+
+    /// After [`Action::Read`]: `read` bytes came of the `wanted` asked for, before any stage
+    /// below the protocol (TLS) turned them into the protocol's input.
+    pub fn on_read(&mut self, read: usize, wanted: usize) {
         if self.stage == Stage::Reading {
-            self.round.consume(input.len());
-            self.flags.set(Flags::SHORT, input.len() < wanted);
+            self.round.consume(read);
+            self.flags.set(Flags::SHORT, read < wanted);
             self.stage = Stage::Judge;
         }
+    }
+
+    /// The protocol's input, at `now` (what a read brought, or what the TLS stage decrypted
+    /// from it): the session answers into `out`.
+    pub fn on_plaintext(&mut self, input: &[u8], now: Instant, engine: &mut Engine, out: &mut Output) -> Fed {
         out.clear();
         if self.policy.is_closing() {
             return Fed::Discarded;
         }
         self.policy.on_received(now);
+        if input.is_empty() {
+            // Handshake records only: activity, but nothing for the protocol.
+            return Fed::Quiet;
+        }
         let verdict = engine.on_input(&mut self.session, input, now, out);
         self.policy.on_verdict(verdict);
         if out.is_empty() {

@@ -16,7 +16,7 @@ use sockscale_sys::{self as sys, Interest, RegisterError, Selector};
 
 use super::{token, Worker, LISTENER};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
-use crate::conn::Conn;
+use crate::conn::{tls_session, Conn};
 use crate::policy::{AcceptFailed, AcceptGate, AcceptNext};
 
 /// A listener as one worker sees it.
@@ -169,6 +169,7 @@ impl<S: Selector> Worker<'_, S> {
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
         let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
+        conn.x.tls = tls_session(self.kit.tls.as_ref(), self.counters, self.now);
         conn.registered = Interest::READ;
         let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);

@@ -148,7 +148,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             shutdown: parts.shutdown,
             waker,
             source: Some(source),
-            kit: Kit::new(&parts.protocol, parts.cfg.body_file.as_ref()),
+            kit: Kit::new(&parts.protocol, parts.cfg.body_file.as_ref(), parts.cfg.tls.as_ref()),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),

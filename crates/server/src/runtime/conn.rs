@@ -24,7 +24,7 @@ use crate::stats::Stats;
 /// One connection's state between awaits.
 pub(super) struct Conn {
     stream: TcpStream,
-    x: Exchange,
+    pub(super) x: Exchange,
     /// With `--abort-storm-shed`, the stats whose roster lists this connection: delisted when
     /// the connection drops, however its task ends (a cancelled or panicked task included),
     /// before the stream closes the descriptor.

@@ -72,7 +72,7 @@ use sockscale_sys::Waker;
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::DateClock;
 use crate::config::Config;
-use crate::conn::Kit;
+use crate::conn::{tls_session, Kit};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -433,7 +433,9 @@ fn admit(
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
     let seat = shared.active.as_ref().map(|gate| gate.enter(stream.as_raw_fd(), Instant::now()));
-    ::tokio::spawn(conn_task(Conn::new(stream, session, &shared.stats, seat), guard, stage.clone()));
+    let mut conn = Conn::new(stream, session, &shared.stats, seat);
+    conn.x.tls = tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now());
+    ::tokio::spawn(conn_task(conn, guard, stage.clone()));
 }
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
@@ -493,7 +495,7 @@ fn with_local<R>(shared: &Shared, now: Instant, f: impl FnOnce(&mut Local) -> R)
         }
         let local = slot.get_or_insert_with(|| Local {
             server: shared.id,
-            kit: Kit::new(&shared.protocol, shared.cfg.body_file.as_ref()),
+            kit: Kit::new(&shared.protocol, shared.cfg.body_file.as_ref(), shared.cfg.tls.as_ref()),
             date: DateClock::new(now),
         });
         local.date.tick(now, &mut local.kit.engine);

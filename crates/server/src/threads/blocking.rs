@@ -45,7 +45,7 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{closed_by_error, tls_session, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -116,6 +116,7 @@ fn admit<'scope, 'env>(
     }
     let counters = hub.stats.shard(id);
     let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
+    conn.x.tls = tls_session(hub.cfg.tls.as_ref(), counters, Instant::now());
     // The receive thread polls before it reads.
     conn.x.lc.readiness_unknown();
     let link = Arc::new(Link::new(conn));

@@ -157,7 +157,7 @@ impl<'a> Hub<'a> {
 
     /// A new protocol kit for a thread of this hub.
     pub fn new_kit(&self) -> Kit {
-        Kit::new(&self.protocol, self.cfg.body_file.as_ref())
+        Kit::new(&self.protocol, self.cfg.body_file.as_ref(), self.cfg.tls.as_ref())
     }
 
     pub fn put_kit(&self, mut kit: Kit) {

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{closed_by_error, tls_session, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::inbox::Inbox;
@@ -138,6 +138,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
     }
     // Boxed once here, so every hand-over between threads after this moves a pointer.
     let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
+    conn.x.tls = tls_session(hub.cfg.tls.as_ref(), counters, Instant::now());
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
     conn.x.lc.readiness_unknown();

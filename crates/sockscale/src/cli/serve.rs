@@ -4,7 +4,7 @@ use crate::output::say;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -13,6 +13,7 @@ use sockscale_server::TerminationSignals;
 use sockscale_server::{
     ActiveConfig, BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
 };
+use sockscale_tls::{ServerOptions, ServerTls};
 
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -33,6 +34,12 @@ pub enum ListenerArg {
     Reuseport,
     /// One listener shared by all workers with EPOLLEXCLUSIVE
     Exclusive,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -197,6 +204,18 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
 
+    /// Serve TLS (1.3 and 1.2) with this PEM certificate chain, leaf first (with --tls-key)
+    #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = "TLS")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM: PKCS#8, SEC1 or PKCS#1 (with --tls-cert)
+    #[arg(long, value_name = "FILE", requires = "tls_cert", help_heading = "TLS")]
+    pub tls_key: Option<PathBuf>,
+    /// TLS sessions remembered for resumption by session ID, at most (0: none)
+    #[arg(long, value_name = "N", default_value_t = 4096, help_heading = "TLS")]
+    pub tls_session_cache: usize,
+    /// Resumption tickets (stateless, encrypted with rotating keys)
+    #[arg(long, value_enum, default_value_t = OnOff::On, help_heading = "TLS")]
+    pub tls_tickets: OnOff,
     /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest; 0
     /// closes every connection at once
     #[arg(long, default_value = "5", value_parser = parse_duration_or_zero, value_name = "SECS", help_heading = "Lifecycle")]
@@ -229,6 +248,18 @@ impl ServeArgs {
                 }
                 Service::Http(Arc::new(http))
             }
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let alpn = if self.proto == Proto::Http { vec![b"http/1.1".to_vec()] } else { Vec::new() };
+                let options = ServerOptions {
+                    session_cache: self.tls_session_cache,
+                    tickets: self.tls_tickets == OnOff::On,
+                    alpn,
+                };
+                Some(ServerTls::from_pem_files(cert, key, SystemTime::now(), &options)?)
+            }
+            _ => None,
         };
         let defaults = Config::default();
         Ok(Config {
@@ -275,6 +306,7 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
             body_file,
+            tls,
         })
     }
 
