@@ -843,6 +843,86 @@ pub fn a_half_closed_client_gets_every_byte_back(model: &str) {
     assert_eq!(done.counter("closed_peer"), 1, "{:?}", done.stdout);
 }
 
+/// TLS 1.3 and 1.2, each with two GETs on one connection (keep-alive), ALPN http/1.1 agreed;
+/// the stats count the handshakes.
+pub fn tls_keep_alive_over_tls13_and_tls12(model: &str) {
+    if skip(model, Policy::Tls) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("keepalive-{model}"));
+    let args = cert.args();
+    let server = ServerProc::start(model, &["--proto", "http", &args[0], &args[1], &args[2], &args[3]]);
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let config = cert.client(&[version], &[b"http/1.1"]);
+        let mut c = HttpReader::new(tls::over(server.connect(), &config));
+        for _ in 0..2 {
+            c.send(GET);
+            let r = c.response(false).expect("an answer over TLS");
+            assert_eq!(r.status, 200, "{version:?}");
+        }
+        assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+        assert_eq!(c.stream.conn.protocol_version(), Some(version.version));
+    }
+    let done = server.stop();
+    assert_eq!(done.counter("tls_handshakes"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("accepted"), 2, "one connection each: {:?}", done.stdout);
+}
+
+/// 100 KB echoed through TLS comes back intact; a second connection with the first one's
+/// session is resumed, and counted so.
+pub fn tls_echo_is_intact_and_resumption_is_counted(model: &str) {
+    if skip(model, Policy::Tls) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("echo-{model}"));
+    let args = cert.args();
+    let server = ServerProc::start(model, &["--proto", "echo", &args[0], &args[1], &args[2], &args[3]]);
+    let config = cert.client(&[&rustls::version::TLS13], &[]);
+    let data = pattern(17, 100_000);
+    for _ in 0..2 {
+        let mut stream = tls::over(server.connect(), &config);
+        stream.sock.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        stream.write_all(&data).expect("write over TLS");
+        let mut got = vec![0; data.len()];
+        stream.read_exact(&mut got).expect("the echo over TLS");
+        assert!(got == data, "the echo differs");
+    }
+    let done = server.stop();
+    assert_eq!(done.counter("tls_handshakes"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("tls_resumed"), 1, "the second resumed the first: {:?}", done.stdout);
+}
+
+/// Plain HTTP on a TLS port is closed at once (counted as not TLS), and a ClientHello that
+/// stalls is closed at the header deadline, while a TLS client is served meanwhile.
+pub fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(model: &str) {
+    if skip(model, Policy::Tls) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("hostile-{model}"));
+    let args = cert.args();
+    let server =
+        ServerProc::start(model, &["--proto", "http", "--header-timeout", "1", &args[0], &args[1], &args[2], &args[3]]);
+    let mut plain = HttpReader::new(server.connect());
+    plain.send(GET);
+    assert!(plain.response(false).is_none(), "no HTTP answer on a TLS port");
+    let mut stalled = server.connect();
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x00, 0x80]).expect("a record header");
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let started = Instant::now();
+    let config = cert.client(&[&rustls::version::TLS13], &[b"http/1.1"]);
+    let mut served = HttpReader::new(tls::over(server.connect(), &config));
+    served.send(GET);
+    assert_eq!(served.response(false).expect("served meanwhile").status, 200);
+    let mut byte = [0u8; 1];
+    let closed = matches!(read_some(&mut stalled, &mut byte), Ok(0) | Err(_));
+    let elapsed = started.elapsed();
+    assert!(closed, "the stalled handshake was closed");
+    assert!(elapsed >= Duration::from_millis(800) && elapsed < Duration::from_secs(4), "closed after {elapsed:?}");
+    let done = server.stop();
+    assert_eq!(done.counter("tls_failed_not_tls"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_header_timeout"), 1, "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -871,6 +951,9 @@ macro_rules! conformance {
             #[test] fn the_drain_answers_a_waiting_connection() { if !super::unavailable(MODEL) { super::the_drain_answers_a_waiting_connection(MODEL) } }
             #[test] fn requests_after_a_closing_one_are_not_answered() { if !super::unavailable(MODEL) { super::requests_after_a_closing_one_are_not_answered(MODEL) } }
             #[test] fn a_half_closed_client_gets_every_byte_back() { if !super::unavailable(MODEL) { super::a_half_closed_client_gets_every_byte_back(MODEL) } }
+            #[test] fn tls_keep_alive_over_tls13_and_tls12() { if !super::unavailable(MODEL) { super::tls_keep_alive_over_tls13_and_tls12(MODEL) } }
+            #[test] fn tls_echo_is_intact_and_resumption_is_counted() { if !super::unavailable(MODEL) { super::tls_echo_is_intact_and_resumption_is_counted(MODEL) } }
+            #[test] fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served() { if !super::unavailable(MODEL) { super::tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

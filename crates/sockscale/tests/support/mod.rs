@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
 
 /// Skip (returning true) when `model` cannot run on this machine, saying why.
+pub mod tls;
+
 pub fn unavailable(model: &str) -> bool {
     let parsed = sockscale_server::Model::from_str(model).expect("a model the library knows");
     match parsed.unavailable() {
@@ -311,13 +313,14 @@ impl Response {
 }
 
 /// Reads responses off a stream, keeping bytes that belong to the next one.
-pub struct HttpReader {
-    pub stream: TcpStream,
+/// An HTTP/1.1 client over a stream: a TCP socket, or a TLS session over one.
+pub struct HttpReader<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
-impl HttpReader {
-    pub fn new(stream: TcpStream) -> Self {
+impl<S: Read + Write> HttpReader<S> {
+    pub fn new(stream: S) -> Self {
         HttpReader { stream, buf: Vec::new() }
     }
 
@@ -372,7 +375,12 @@ impl HttpReader {
         match read_some(&mut self.stream, &mut byte) {
             Ok(0) => true,
             Ok(_) => false,
-            Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted),
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            ),
         }
     }
 
@@ -384,7 +392,10 @@ impl HttpReader {
                 self.buf.extend_from_slice(&chunk[..n]);
                 true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => false,
+            // A TLS client sees a close without close_notify as UnexpectedEof.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof) => {
+                false
+            }
             Err(e) => panic!("read failed: {e}"),
         }
     }
