@@ -29,11 +29,7 @@ pub struct Kit {
     pub scratch: Output,
     pub body: Option<Arc<BodyFile>>,
     pub tls: Option<ServerTls>,
-    /// What the TLS stage decrypted from one read (the thread's, not a connection's: an idle
-    /// connection keeps no buffer).
-    plain: Vec<u8>,
-    /// An answer flattened before it is encrypted.
-    flat: Vec<u8>,
+    pub tls_scratch: TlsScratch,
 }
 
 impl Kit {
@@ -43,8 +39,7 @@ impl Kit {
             scratch: Output::default(),
             body: body.cloned(),
             tls: tls.cloned(),
-            plain: Vec::new(),
-            flat: Vec::new(),
+            tls_scratch: TlsScratch::default(),
         }
     }
 
@@ -176,7 +171,7 @@ impl Exchange {
 
     /// A TLS handshake under way is held to the protocol's header timeout, from acceptance.
     fn handshake_deadline(&self, engine: &Engine) -> Option<Instant> {
-        self.tls.as_ref()?.handshake_deadline(engine.header_timeout()?)
+        handshake_deadline(self.tls.as_deref(), engine)
     }
 
     /// One turn: carry out the lifecycle's actions on `socket` until it says to wait or to
@@ -269,39 +264,18 @@ impl Exchange {
         };
         self.lc.on_read(read.len(), wanted);
         let kit = &mut *io.kit;
-        kit.plain.clear();
-        let mut records = Vec::new();
-        match tls.receive(read, now, &mut kit.plain, &mut records) {
-            Ok(received) => {
-                if let Some(took) = received.handshake_done {
-                    io.counters.tls_handshake(took, tls.negotiated().is_some_and(|n| n.resumed));
-                }
-            }
-            Err(failure) => {
-                io.counters.tls_failed(failure.reason);
-                return Err(CloseReason::Protocol);
-            }
-        }
-        if !records.is_empty() {
-            self.out.push(Bytes::from(records));
-        }
-        let fed = self.lc.on_plaintext(&kit.plain, now, &mut kit.engine, &mut kit.scratch);
-        if fed == Fed::Send {
-            if kit.scratch.has_file() {
-                // Refused by the configuration (`ConfigError::TlsFileBody`); never sent in clear.
-                return Err(CloseReason::Error);
-            }
-            kit.flat.clear();
-            for segment in kit.scratch.segments() {
-                kit.flat.extend_from_slice(Output::slice(segment, &kit.plain));
-            }
-            let mut records = Vec::with_capacity(kit.flat.len() + 64);
-            if tls.send(&kit.flat, &mut records).is_err() {
-                return Err(CloseReason::Protocol);
-            }
-            self.out.push(Bytes::from(records));
-        }
-        Ok(fed)
+        let out = &mut self.out;
+        tls_input(
+            tls,
+            &mut self.lc,
+            read,
+            now,
+            &mut kit.engine,
+            &mut kit.scratch,
+            &mut kit.tls_scratch,
+            io.counters,
+            |records| out.push(records),
+        )
     }
 
     /// Write queued output on `fd` outside a turn (a thread engine's blocking send, or the
@@ -324,22 +298,93 @@ impl Exchange {
         let sent = match self.tls.as_deref_mut() {
             _ if !expiry.answer => 0,
             None => answer_once(fd, &kit.scratch),
-            // A handshake that never finished gets no answer: there is no key to send it with.
-            Some(tls) if tls.is_handshaking() => 0,
-            Some(tls) => {
-                kit.flat.clear();
-                for segment in kit.scratch.segments() {
-                    kit.flat.extend_from_slice(Output::slice(segment, &[]));
-                }
-                let mut records = Vec::new();
-                match tls.send(&kit.flat, &mut records) {
-                    Ok(()) => sockscale_sys::send(fd, &records).unwrap_or(0),
-                    Err(_) => 0,
-                }
-            }
+            Some(tls) => tls_answer_once(tls, fd, &kit.scratch, &mut kit.tls_scratch),
         };
         Some((expiry.reason, sent))
     }
+}
+
+/// A thread's buffers for the TLS stage: what one read decrypted to, and an answer flattened
+/// before it is encrypted (the thread's, not a connection's: an idle connection keeps none).
+#[derive(Debug, Default)]
+pub struct TlsScratch {
+    plain: Vec<u8>,
+    flat: Vec<u8>,
+}
+
+/// One read's ciphertext through a connection's TLS stage, for every engine (the exchange of
+/// the engines that write at once, and io_uring's): the handshake is counted when it
+/// completes, the plaintext goes to the lifecycle's protocol, and the records to send (the
+/// handshake's, and the answer flattened and encrypted) are handed to `queue`. Err: close, for
+/// this reason (the failure is counted).
+#[allow(clippy::too_many_arguments)]
+pub fn tls_input(
+    tls: &mut ServerSession,
+    lc: &mut Lifecycle,
+    read: &mut [u8],
+    now: Instant,
+    engine: &mut Engine,
+    scratch: &mut Output,
+    buffers: &mut TlsScratch,
+    counters: &Counters,
+    mut queue: impl FnMut(Bytes),
+) -> Result<Fed, CloseReason> {
+    buffers.plain.clear();
+    let mut records = Vec::new();
+    match tls.receive(read, now, &mut buffers.plain, &mut records) {
+        Ok(received) => {
+            if let Some(took) = received.handshake_done {
+                counters.tls_handshake(took, tls.negotiated().is_some_and(|n| n.resumed));
+            }
+        }
+        Err(failure) => {
+            counters.tls_failed(failure.reason);
+            return Err(CloseReason::Protocol);
+        }
+    }
+    if !records.is_empty() {
+        queue(Bytes::from(records));
+    }
+    let fed = lc.on_plaintext(&buffers.plain, now, engine, scratch);
+    if fed == Fed::Send {
+        if scratch.has_file() {
+            // Refused by the configuration (`ConfigError::TlsFileBody`); never sent in clear.
+            return Err(CloseReason::Error);
+        }
+        buffers.flat.clear();
+        for segment in scratch.segments() {
+            buffers.flat.extend_from_slice(Output::slice(segment, &buffers.plain));
+        }
+        let mut records = Vec::with_capacity(buffers.flat.len() + 64);
+        if tls.send(&buffers.flat, &mut records).is_err() {
+            return Err(CloseReason::Protocol);
+        }
+        queue(Bytes::from(records));
+    }
+    Ok(fed)
+}
+
+/// [`answer_once`] through TLS: the protocol's answer to an expired deadline, encrypted, in
+/// one non-blocking attempt. A handshake that never finished gets none: there is no key.
+pub fn tls_answer_once(tls: &mut ServerSession, fd: RawFd, output: &Output, buffers: &mut TlsScratch) -> usize {
+    if tls.is_handshaking() {
+        return 0;
+    }
+    buffers.flat.clear();
+    for segment in output.segments() {
+        buffers.flat.extend_from_slice(Output::slice(segment, &[]));
+    }
+    let mut records = Vec::new();
+    match tls.send(&buffers.flat, &mut records) {
+        Ok(()) => sockscale_sys::send(fd, &records).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// While a connection's TLS handshake is under way, it is held to the protocol's header
+/// timeout from acceptance (a stalled ClientHello is closed then, like a slow request head).
+pub fn handshake_deadline(tls: Option<&ServerSession>, engine: &Engine) -> Option<Instant> {
+    tls?.handshake_deadline(engine.header_timeout()?)
 }
 
 /// One non-blocking attempt to send all of `output` (shared bytes: an answer such as HTTP's

@@ -253,10 +253,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         threads: ThreadShape::Fixed,
         thread_detail: "`--threads` workers, a ring each",
         waits: "io_uring: multishot accept, multishot receive from a provided-buffer ring (no buffer per idle connection), one gathering send in flight per connection, completions reaped in batches; `--threads 1` is the completion-routine (APC) counterpart",
-        cannot: &[Limitation {
-            policy: Policy::Tls,
-            why: "the completion engine keeps its own output queue beside its lifecycle and does not yet pass its bytes through the TLS stage (issue 24: not built yet)",
-        }],
+        cannot: &[],
         limits: &[
             "needs Linux 6.0 and io_uring allowed (`kernel.io_uring_disabled`, seccomp), and it says why when it is not",
             "`--accept-batch` does not apply",
@@ -279,10 +276,6 @@ pub const CAPABILITIES: &[Capabilities] = &[
             Limitation {
                 policy: Policy::Udp,
                 why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
-            },
-            Limitation {
-                policy: Policy::Tls,
-                why: "the completion engine keeps its own output queue beside its lifecycle and does not yet pass its bytes through the TLS stage (issue 24: not built yet)",
             },
         ],
         limits: &[

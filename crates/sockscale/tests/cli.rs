@@ -95,8 +95,7 @@ fn cannot(model: &str) -> &'static [&'static str] {
     match model {
         "blocking" | "threadpool" | "poll64" => &["active-set"],
         "signal" => &["abort-storm-shed"],
-        "uring" => &["tls"],
-        "uring64" => &["active-set", "udp", "tls"],
+        "uring64" => &["active-set", "udp"],
         _ => &[],
     }
 }

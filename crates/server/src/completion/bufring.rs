@@ -80,6 +80,17 @@ impl<'a> BufRing<'a> {
     }
 
     /// The first `len` bytes of buffer `bid`.
+    /// As [`BufRing::get`], writable: the buffer is this thread's until given back (the TLS
+    /// stage decrypts in place).
+    pub fn get_mut(&mut self, bid: u16, len: usize) -> &mut [u8] {
+        let len = len.min(self.pool.buffer_size());
+        let ptr = self.pool.buffer_ptr(usize::from(bid) % self.pool.capacity());
+        // SAFETY: as for `get`; and `&mut self` makes this the only reference into the ring's
+        // buffers for its lifetime, while the kernel leaves a delivered buffer alone until it
+        // is given back.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+
     pub fn get(&self, bid: u16, len: usize) -> &[u8] {
         let len = len.min(self.pool.buffer_size());
         let ptr = self.pool.buffer_ptr(usize::from(bid) % self.pool.capacity());

@@ -147,6 +147,8 @@ pub(super) struct UConn {
     pub(super) timer_at: Option<Instant>,
     /// Closed as far as the policies are concerned; waiting for its operations to finish.
     pub(super) closed: bool,
+    /// The TLS stage between the ring's bytes and the protocol, when the server speaks TLS.
+    pub(super) tls: Option<Box<sockscale_tls::ServerSession>>,
 }
 
 impl UConn {
@@ -166,6 +168,7 @@ impl UConn {
             ops: 0,
             timer_at: None,
             closed: false,
+            tls: None,
         }
     }
 

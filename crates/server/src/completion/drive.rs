@@ -18,7 +18,7 @@ use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
-use crate::conn::{answer_once, closed_by_error};
+use crate::conn::{answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_input, tls_session};
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
 use crate::seats;
 
@@ -32,7 +32,9 @@ impl UringWorker<'_> {
         let generation = self.next_generation();
         let session = self.engine.new_session();
         let raw = fd.as_raw_fd();
-        let index = self.conns.insert(UConn::new(fd, session, generation, self.now));
+        let mut conn = UConn::new(fd, session, generation, self.now);
+        conn.tls = tls_session(self.cfg.tls.as_ref(), self.counters, self.now);
+        let index = self.conns.insert(conn);
         self.counters.accepted();
         self.stats.enlist(raw);
         let token = conn_token(index, generation);
@@ -126,6 +128,38 @@ impl UringWorker<'_> {
         };
         let n = result as usize;
         self.counters.bytes_in(n);
+        if let Some(tls) = conn.tls.as_deref_mut() {
+            let read = self.bufs.get_mut(bid, n);
+            // At most two: the handshake's records and the answer's.
+            let mut records = Vec::with_capacity(2);
+            let fed = tls_input(
+                tls,
+                &mut conn.lc,
+                read,
+                self.now,
+                &mut self.engine,
+                &mut self.scratch,
+                &mut self.tls_scratch,
+                self.counters,
+                |bytes| records.push(bytes),
+            );
+            for bytes in records {
+                conn.queue(bytes);
+            }
+            // The plaintext was copied out of the ring buffer: it goes back at once.
+            self.bufs.give_back(bid);
+            return match fed {
+                Ok(fed) => {
+                    if fed.counted() {
+                        if let Some(set) = &mut self.active {
+                            set.on_input(&conn_token(index, generation), self.now);
+                        }
+                    }
+                    self.settle(index, generation)
+                }
+                Err(reason) => self.close(index, reason),
+            };
+        }
         let data = self.bufs.get(bid, n);
         let fed = conn.lc.on_input(data, n, self.now, &mut self.engine, &mut self.scratch);
         if fed.counted() {
@@ -291,7 +325,9 @@ impl UringWorker<'_> {
                 Action::Read { .. } => continue,
             };
             let token = conn_token(index, generation);
-            self.timers.schedule(&mut conn.timer_at, wait.wake_at, token);
+            let wake_at =
+                handshake_deadline(conn.tls.as_deref(), &self.engine).map_or(wait.wake_at, |at| at.min(wait.wake_at));
+            self.timers.schedule(&mut conn.timer_at, wake_at, token);
             let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
             if wait.read && !armed {
                 if self.bufs.available() > 0 {
@@ -317,10 +353,18 @@ impl UringWorker<'_> {
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
         let now = self.now;
         let Some(conn) = self.conns.get_mut(index) else { return };
+        if handshake_deadline(conn.tls.as_deref(), &self.engine).is_some_and(|at| at <= now) {
+            return self.close(index, CloseReason::HeaderTimeout);
+        }
         match conn.lc.on_timer(now, &mut self.engine, &mut self.scratch, &self.limits) {
             Some(expiry) => {
                 if expiry.answer {
-                    self.counters.bytes_out(answer_once(conn.fd.as_raw_fd(), &self.scratch));
+                    let fd = conn.fd.as_raw_fd();
+                    let sent = match conn.tls.as_deref_mut() {
+                        None => answer_once(fd, &self.scratch),
+                        Some(tls) => tls_answer_once(tls, fd, &self.scratch, &mut self.tls_scratch),
+                    };
+                    self.counters.bytes_out(sent);
                 }
                 self.close(index, expiry.reason);
             }

@@ -84,6 +84,8 @@ pub struct UringWorker<'a> {
     accept_cancelling: bool,
     /// The UDP socket is served again on the next turn (a spent budget, a failed receive).
     udp_more: bool,
+    /// The worker's buffers for the TLS stage.
+    pub(super) tls_scratch: crate::conn::TlsScratch,
     /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
     /// in after a storm began, served when it ends (closed unserved if the server stops first).
     gate: AcceptGate<OwnedFd>,
@@ -156,6 +158,7 @@ impl<'a> UringWorker<'a> {
             accept_armed: false,
             accept_cancelling: false,
             udp_more: false,
+            tls_scratch: crate::conn::TlsScratch::default(),
             gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             limits: setup.cfg.limits(),
