@@ -101,8 +101,9 @@ pub struct ServerSession {
     handshaking: bool,
     /// The peer's close_notify was seen.
     peer_closed: bool,
-    /// The session failed: nothing more is read or sent.
-    failed: Option<Failure>,
+    /// The session failed: nothing more is read or sent (the reason only: an idle session's
+    /// every byte counts, and the detail was returned when it failed).
+    failed: Option<FailureReason>,
 }
 
 impl std::fmt::Debug for ServerSession {
@@ -142,8 +143,8 @@ impl ServerSession {
         plaintext: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<Received, Failure> {
-        if let Some(failure) = &self.failed {
-            return Err(failure.clone());
+        if let Some(reason) = self.failed {
+            return Err(Failure { reason, detail: "the session had failed".to_owned() });
         }
         if let (None, Some(&first)) = (self.began, ciphertext.first()) {
             self.began = Some(now);
@@ -172,7 +173,7 @@ impl ServerSession {
             })
         };
         if let Err(failure) = result {
-            self.failed = Some(failure.clone());
+            self.failed = Some(failure.reason);
             return Err(failure);
         }
         let handshake_done = if was_handshaking && !self.handshaking {
@@ -257,8 +258,8 @@ impl ServerSession {
     /// Encrypt `plaintext` into records appended to `out`. Before the handshake completes it
     /// is held, and encrypted as soon as the handshake allows.
     pub fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
-        if let Some(failure) = &self.failed {
-            return Err(failure.clone());
+        if let Some(reason) = self.failed {
+            return Err(Failure { reason, detail: "the session had failed".to_owned() });
         }
         if self.handshaking {
             self.waiting.extend_from_slice(plaintext);
