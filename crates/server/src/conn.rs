@@ -183,7 +183,13 @@ impl Exchange {
         loop {
             let pending = self.pending();
             match self.lc.poll(now, pending, &io.kit.engine, io.limits) {
-                Action::Close(reason) => return Turned::Close(reason),
+                Action::Close(reason) => {
+                    // Only behind everything sent: records go out in the order they were sealed.
+                    if self.out.is_empty() {
+                        tls_close_notify(self.tls.as_deref_mut(), socket.fd(), reason);
+                    }
+                    return Turned::Close(reason);
+                }
                 Action::Wait(mut wait) => {
                     if let Some(at) = self.handshake_deadline(&io.kit.engine) {
                         wait.wake_at = wait.wake_at.min(at);
@@ -378,6 +384,21 @@ pub fn tls_answer_once(tls: &mut ServerSession, fd: RawFd, output: &Output, buff
     match tls.send(&buffers.flat, &mut records) {
         Ok(()) => sockscale_sys::send(fd, &records).unwrap_or(0),
         Err(_) => 0,
+    }
+}
+
+/// End a TLS session the server closes in good order (the exchange is done, idle, or the
+/// server stops): one non-blocking attempt to send close_notify, so a client that reads to the
+/// end sees the end and not a truncation. Not after an abort, an error or the peer's close.
+pub fn tls_close_notify(tls: Option<&mut ServerSession>, fd: RawFd, reason: CloseReason) {
+    let Some(tls) = tls else { return };
+    if !matches!(reason, CloseReason::Done | CloseReason::Idle | CloseReason::Shutdown | CloseReason::Protocol) {
+        return;
+    }
+    let mut records = Vec::new();
+    tls.close(&mut records);
+    if !records.is_empty() {
+        let _ = sockscale_sys::send(fd, &records);
     }
 }
 

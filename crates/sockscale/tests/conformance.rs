@@ -862,6 +862,12 @@ pub fn tls_keep_alive_over_tls13_and_tls12(model: &str) {
         }
         assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
         assert_eq!(c.stream.conn.protocol_version(), Some(version.version));
+        // The exchange ends in good order: close_notify, so reading to the end is no truncation.
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        assert_eq!(c.response(false).expect("the closing request's answer").status, 200);
+        let mut byte = [0u8; 1];
+        let end = c.stream.read(&mut byte);
+        assert!(matches!(end, Ok(0)), "a clean TLS close (close_notify), not {end:?}");
     }
     let done = server.stop();
     assert_eq!(done.counter("tls_handshakes"), 2, "{:?}", done.stdout);

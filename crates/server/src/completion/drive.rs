@@ -18,7 +18,9 @@ use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
-use crate::conn::{answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_input, tls_session};
+use crate::conn::{
+    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_session,
+};
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
 use crate::seats;
 
@@ -319,7 +321,13 @@ impl UringWorker<'_> {
                     self.send_queued(index);
                     continue;
                 }
-                Action::Close(reason) => return self.close(index, reason),
+                Action::Close(reason) => {
+                    // Only behind everything sent: records go out in the order they were sealed.
+                    if conn.pending().is_empty() {
+                        tls_close_notify(conn.tls.as_deref_mut(), conn.fd.as_raw_fd(), reason);
+                    }
+                    return self.close(index, reason);
+                }
                 Action::Wait(wait) => wait,
                 // A pushed lifecycle never asks for a read.
                 Action::Read { .. } => continue,
