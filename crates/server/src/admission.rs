@@ -118,6 +118,10 @@ pub enum Refusal<'a> {
     MemoryMaps { max_map_count: u64 },
     /// `bound` connections already wait for a worker.
     QueueFull { bound: usize },
+    /// `max` TLS handshakes are in progress (`--max-handshakes`).
+    Handshakes { max: usize },
+    /// No TLS session could be made for the connection.
+    TlsUnavailable,
     /// The server is draining.
     ShuttingDown,
 }
@@ -132,6 +136,8 @@ impl Refusal<'_> {
             Refusal::Unwatchable(e) => Limit::of_error(e),
             Refusal::QueueFull { .. } => Some(Limit::Queue),
             Refusal::MemoryMaps { .. } => Some(Limit::MemoryMaps),
+            Refusal::Handshakes { .. } => Some(Limit::Handshakes),
+            Refusal::TlsUnavailable => None,
             Refusal::ShuttingDown => None,
         }
     }
@@ -152,6 +158,8 @@ impl Display for Refusal<'_> {
                 f,
                 "another connection's threads would pass the process's memory-map limit (vm.max_map_count {max_map_count})"
             ),
+            Refusal::Handshakes { max } => write!(f, "{max} TLS handshakes are in progress (--max-handshakes)"),
+            Refusal::TlsUnavailable => f.write_str("no TLS session could be made for the connection"),
             Refusal::ShuttingDown => f.write_str("the server is shutting down"),
         }
     }
@@ -162,7 +170,7 @@ impl Display for Refusal<'_> {
 /// second. Every acceptor refuses through this.
 pub fn refuse(
     fd: RawFd,
-    engine: &mut Engine,
+    engine: Option<&mut Engine>,
     counters: &Counters,
     stats: &Stats,
     log: &mut LogLimiter,
@@ -172,7 +180,9 @@ pub fn refuse(
     if let Some(limit) = why.limit() {
         stats.limit_hit(limit);
     }
-    if let Some(refusal) = engine.refusal() {
+    // A TLS server passes no engine: its protocol's refusal cannot be sent in clear before a
+    // handshake, and a handshake is what a refused connection is not given.
+    if let Some(refusal) = engine.and_then(Engine::refusal) {
         send_refusal(fd, &refusal);
     }
     if let Some(suppressed) = log.allow(Instant::now()) {

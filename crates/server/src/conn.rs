@@ -12,6 +12,7 @@ use sockscale_proto::{Engine, Output, Protocol, Session};
 use sockscale_sys::Interest;
 use sockscale_tls::{ServerSession, ServerTls};
 
+use crate::admission::Refusal;
 use crate::body::BodyFile;
 use crate::clock::unix_now;
 pub use crate::out::{OutQueue, Written};
@@ -50,15 +51,22 @@ impl Kit {
 }
 
 /// A new connection's TLS session when the server speaks TLS (boxed: a plaintext connection
-/// pays one pointer). A session rustls cannot start is a failed handshake.
-pub fn tls_session(tls: Option<&ServerTls>, counters: &Counters, now: Instant) -> Option<Box<ServerSession>> {
-    let tls = tls?;
+/// pays one pointer), or the refusal when `--max-handshakes` are in progress. A session rustls
+/// cannot start is a failed handshake (counted; the connection is served in clear never: it
+/// closes at its first read, having no session).
+pub fn tls_session(
+    tls: Option<&ServerTls>,
+    counters: &Counters,
+    now: Instant,
+) -> Result<Option<Box<ServerSession>>, Refusal<'static>> {
+    let Some(tls) = tls else { return Ok(None) };
     match ServerSession::new(tls, now) {
-        Ok(session) => Some(Box::new(session)),
-        Err(failure) => {
+        Ok(Ok(session)) => Ok(Some(Box::new(session))),
+        Ok(Err(failure)) => {
             counters.tls_failed(failure.reason);
-            None
+            Err(Refusal::TlsUnavailable)
         }
+        Err(busy) => Err(Refusal::Handshakes { max: busy.max }),
     }
 }
 

@@ -294,6 +294,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
 
     fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
         self.engine.tick(unix_now());
-        admission::refuse(fd.as_raw_fd(), &mut self.engine, self.counters, self.stats, &mut self.refusal_log, why);
+        let engine = self.cfg.tls.is_none().then_some(&mut self.engine);
+        admission::refuse(fd.as_raw_fd(), engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }

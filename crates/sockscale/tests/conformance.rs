@@ -929,6 +929,42 @@ pub fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(mo
     assert_eq!(done.counter("closed_header_timeout"), 1, "{:?}", done.stdout);
 }
 
+/// `--max-handshakes 1`: while one handshake is under way (a stalled ClientHello), a new
+/// connection is refused at once, without a byte in clear; once the stalled one is closed at
+/// the header deadline, a TLS client is served.
+pub fn tls_handshakes_beyond_the_maximum_are_refused(model: &str) {
+    if skip(model, Policy::Tls) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("max-handshakes-{model}"));
+    let args = cert.args();
+    let server = ServerProc::start(
+        model,
+        &["--proto", "http", "--header-timeout", "1", "--max-handshakes", "1", &args[0], &args[1], &args[2], &args[3]],
+    );
+    let mut stalled = server.connect();
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x00, 0x80]).expect("a record header");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut refused = server.connect();
+    refused.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut byte = [0u8; 1];
+    let read = read_some(&mut refused, &mut byte);
+    assert!(matches!(read, Ok(0) | Err(_)), "refused without an answer in clear: {read:?}");
+    // The stalled handshake ends at its deadline, and its place is free again.
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    assert!(matches!(read_some(&mut stalled, &mut byte), Ok(0) | Err(_)));
+    let config = cert.client(&[&rustls::version::TLS13], &[b"http/1.1"]);
+    let served = eventually(Duration::from_secs(5), || {
+        let mut c = HttpReader::new(tls::over(server.connect(), &config));
+        c.stream.sock.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+        c.stream.write_all(GET).is_ok() && c.response(false).is_some_and(|r| r.status == 200)
+    });
+    assert!(served, "a TLS client is served once the place is free");
+    let done = server.stop();
+    assert!(done.counter("limit_handshakes") >= 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_header_timeout"), 1, "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -960,6 +996,7 @@ macro_rules! conformance {
             #[test] fn tls_keep_alive_over_tls13_and_tls12() { if !super::unavailable(MODEL) { super::tls_keep_alive_over_tls13_and_tls12(MODEL) } }
             #[test] fn tls_echo_is_intact_and_resumption_is_counted() { if !super::unavailable(MODEL) { super::tls_echo_is_intact_and_resumption_is_counted(MODEL) } }
             #[test] fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served() { if !super::unavailable(MODEL) { super::tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(MODEL) } }
+            #[test] fn tls_handshakes_beyond_the_maximum_are_refused() { if !super::unavailable(MODEL) { super::tls_handshakes_beyond_the_maximum_are_refused(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }

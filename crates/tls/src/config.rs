@@ -3,6 +3,7 @@
 //! that names the file and the problem.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -46,11 +47,15 @@ pub struct ServerOptions {
     pub tickets: bool,
     /// ALPN protocols offered, in preference order (`http/1.1`; none for echo).
     pub alpn: Vec<Vec<u8>>,
+    /// Handshakes in progress at once, at most, over every session of this configuration: a
+    /// new session beyond it is refused ([`crate::Busy`]), so a flood of handshakes (the
+    /// expensive part of TLS) cannot take the CPU from connections already served.
+    pub max_handshakes: Option<usize>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { session_cache: 4096, tickets: true, alpn: Vec::new() }
+        ServerOptions { session_cache: 4096, tickets: true, alpn: Vec::new(), max_handshakes: None }
     }
 }
 
@@ -58,6 +63,16 @@ impl Default for ServerOptions {
 #[derive(Debug, Clone)]
 pub struct ServerTls {
     pub(crate) config: Arc<rustls::ServerConfig>,
+    /// Handshakes in progress now, shared by every clone, and the most allowed.
+    pub(crate) handshakes: Arc<AtomicUsize>,
+    pub(crate) max_handshakes: Option<usize>,
+}
+
+impl ServerTls {
+    /// Handshakes in progress now.
+    pub fn handshakes_in_progress(&self) -> usize {
+        self.handshakes.load(Ordering::Relaxed)
+    }
 }
 
 impl ServerTls {
@@ -105,7 +120,11 @@ impl ServerTls {
         } else {
             config.send_tls13_tickets = 0;
         }
-        Ok(ServerTls { config: Arc::new(config) })
+        Ok(ServerTls {
+            config: Arc::new(config),
+            handshakes: Arc::new(AtomicUsize::new(0)),
+            max_handshakes: options.max_handshakes,
+        })
     }
 }
 

@@ -14,4 +14,4 @@ mod config;
 mod server;
 
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
-pub use server::{Failure, FailureReason, Negotiated, Received, ServerSession};
+pub use server::{Busy, Failure, FailureReason, Negotiated, Received, ServerSession};

@@ -7,6 +7,8 @@
 //! Between receives it keeps only a record that arrived in part (its bytes, copied out of the
 //! caller's buffer); an idle session holds no buffer, as the seeds' zero-byte receive asks.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::server::UnbufferedServerConnection;
@@ -72,6 +74,13 @@ impl std::fmt::Display for FailureReason {
     }
 }
 
+/// A new session refused: `max` handshakes are in progress (`ServerOptions::max_handshakes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{max} TLS handshakes are in progress (--max-handshakes)")]
+pub struct Busy {
+    pub max: usize,
+}
+
 /// What a completed handshake agreed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Negotiated {
@@ -101,6 +110,9 @@ pub struct ServerSession {
     handshaking: bool,
     /// The peer's close_notify was seen.
     peer_closed: bool,
+    /// This session's place among the handshakes in progress, given up when the handshake
+    /// completes or fails, or the session ends.
+    slot: Option<Arc<AtomicUsize>>,
     /// The session failed: nothing more is read or sent (the reason only: an idle session's
     /// every byte counts, and the detail was returned when it failed).
     failed: Option<FailureReason>,
@@ -117,10 +129,26 @@ impl std::fmt::Debug for ServerSession {
 }
 
 impl ServerSession {
-    /// A session for a connection accepted at `now`.
-    pub fn new(tls: &ServerTls, now: Instant) -> Result<Self, Failure> {
-        let conn = UnbufferedServerConnection::new(tls.config.clone()).map_err(|e| classify(&e, false))?;
-        Ok(ServerSession {
+    /// A session for a connection accepted at `now`. Err(Busy): refuse the connection.
+    pub fn new(tls: &ServerTls, now: Instant) -> Result<Result<Self, Failure>, Busy> {
+        let slot = match tls.max_handshakes {
+            Some(max) => {
+                if tls.handshakes.fetch_add(1, Ordering::Relaxed) >= max {
+                    tls.handshakes.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Busy { max });
+                }
+                Some(tls.handshakes.clone())
+            }
+            None => None,
+        };
+        let conn = match UnbufferedServerConnection::new(tls.config.clone()) {
+            Ok(conn) => conn,
+            Err(e) => {
+                release(slot);
+                return Ok(Err(classify(&e, false)));
+            }
+        };
+        Ok(Ok(ServerSession {
             conn,
             partial: Vec::new(),
             waiting: Vec::new(),
@@ -129,8 +157,9 @@ impl ServerSession {
             not_tls: false,
             handshaking: true,
             peer_closed: false,
+            slot,
             failed: None,
-        })
+        }))
     }
 
     /// Take `ciphertext` as received at `now` (it is decrypted in place, so it is the caller's
@@ -174,7 +203,11 @@ impl ServerSession {
         };
         if let Err(failure) = result {
             self.failed = Some(failure.reason);
+            release(self.slot.take());
             return Err(failure);
+        }
+        if !self.handshaking {
+            release(self.slot.take());
         }
         let handshake_done = if was_handshaking && !self.handshaking {
             self.began.map(|began| now.saturating_duration_since(began))
@@ -351,6 +384,19 @@ impl ServerSession {
             alpn: self.conn.alpn_protocol().map(<[u8]>::to_vec),
             resumed: self.conn.handshake_kind() == Some(HandshakeKind::Resumed),
         })
+    }
+}
+
+impl Drop for ServerSession {
+    fn drop(&mut self) {
+        release(self.slot.take());
+    }
+}
+
+/// Give up a place among the handshakes in progress.
+fn release(slot: Option<Arc<AtomicUsize>>) {
+    if let Some(count) = slot {
+        count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

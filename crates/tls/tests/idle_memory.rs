@@ -79,7 +79,7 @@ fn an_idle_session_after_a_request_holds_little() {
     for _ in 0..SESSIONS {
         let mut client =
             rustls::ClientConnection::new(config.clone(), ServerName::try_from("localhost").expect("n")).expect("c");
-        let mut session = ServerSession::new(&tls, Instant::now()).expect("s");
+        let mut session = ServerSession::new(&tls, Instant::now()).expect("s").expect("s");
         client.writer().write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("w");
         let mut plain = Vec::new();
         for _ in 0..10 {

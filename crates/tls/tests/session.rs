@@ -102,7 +102,7 @@ fn pump(client: &mut ClientConnection, server: &mut ServerSession, now: Instant)
 fn connect(config: &Arc<rustls::ClientConfig>, tls: &ServerTls) -> (ClientConnection, ServerSession) {
     let client =
         ClientConnection::new(config.clone(), ServerName::try_from("localhost").expect("name")).expect("client");
-    (client, ServerSession::new(tls, Instant::now()).expect("session"))
+    (client, ServerSession::new(tls, Instant::now()).expect("session").expect("session"))
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_second_connection_resumes_with_tickets_and_with_the_session_cache() {
 fn plain_http_or_garbage_on_a_tls_port_is_named_and_gets_no_answer() {
     let (tls, _) = server(&[b"http/1.1"]);
     for junk in [&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..], &[0u8; 64][..], b"\x16\x03\x01\x00\x05hello"] {
-        let mut session = ServerSession::new(&tls, Instant::now()).expect("session");
+        let mut session = ServerSession::new(&tls, Instant::now()).expect("session").expect("session");
         let (mut plain, mut alert) = (Vec::new(), Vec::new());
         let failure =
             session.receive(&mut junk.to_vec(), Instant::now(), &mut plain, &mut alert).expect_err("not a handshake");
@@ -375,7 +375,7 @@ fn hostile_bytes_in_any_pieces_never_panic() {
             bytes.truncate(1 + (next() as usize) % bytes.len());
             bytes
         };
-        let mut session = ServerSession::new(&tls, Instant::now()).expect("session");
+        let mut session = ServerSession::new(&tls, Instant::now()).expect("session").expect("session");
         let (mut plain, mut out) = (Vec::new(), Vec::new());
         let mut rest = input.as_mut_slice();
         while !rest.is_empty() {
@@ -388,4 +388,36 @@ fn hostile_bytes_in_any_pieces_never_panic() {
         }
         assert!(plain.is_empty(), "no plaintext before a handshake");
     }
+}
+
+/// `max_handshakes`: sessions beyond it are refused while that many handshakes are under way;
+/// a place comes back when a handshake completes, or its session ends.
+#[test]
+fn handshakes_in_progress_are_bounded() {
+    let (ca, cert, key) = certificates();
+    let options = ServerOptions { max_handshakes: Some(2), ..ServerOptions::default() };
+    let tls = ServerTls::from_pem(
+        cert.as_bytes(),
+        Path::new("c"),
+        key.as_bytes(),
+        Path::new("k"),
+        SystemTime::now(),
+        &options,
+    )
+    .expect("tls");
+    let now = Instant::now();
+    let first = ServerSession::new(&tls, now).expect("room").expect("session");
+    let config = client_config(&ca, &[&rustls::version::TLS13], &[]);
+    let (mut client, mut second) = connect(&config, &tls);
+    assert_eq!(tls.handshakes_in_progress(), 2);
+    assert_eq!(ServerSession::new(&tls, now).map(drop).expect_err("full").max, 2);
+    client.writer().write_all(b"x").expect("write");
+    pump(&mut client, &mut second, now);
+    assert!(!second.is_handshaking());
+    assert_eq!(tls.handshakes_in_progress(), 1, "a completed handshake gives its place back");
+    let third = ServerSession::new(&tls, now).expect("room again").expect("session");
+    assert!(ServerSession::new(&tls, now).is_err());
+    drop(first);
+    drop(third);
+    assert_eq!(tls.handshakes_in_progress(), 0, "an ended session gives its place back");
 }

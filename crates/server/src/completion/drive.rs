@@ -31,11 +31,18 @@ impl UringWorker<'_> {
         if !counted && !self.stats.try_open(self.cfg.max_conns) {
             return self.refuse(fd, Refusal::MaxConns);
         }
+        let tls = match tls_session(self.cfg.tls.as_ref(), self.counters, self.now) {
+            Ok(tls) => tls,
+            Err(refusal) => {
+                self.stats.close();
+                return self.refuse(fd, refusal);
+            }
+        };
         let generation = self.next_generation();
         let session = self.engine.new_session();
         let raw = fd.as_raw_fd();
         let mut conn = UConn::new(fd, session, generation, self.now);
-        conn.tls = tls_session(self.cfg.tls.as_ref(), self.counters, self.now);
+        conn.tls = tls;
         let index = self.conns.insert(conn);
         self.counters.accepted();
         self.stats.enlist(raw);

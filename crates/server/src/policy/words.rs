@@ -91,10 +91,12 @@ pub enum Limit {
     MaxConns,
     /// The model's queue of connections waiting for a worker was full.
     Queue,
+    /// `--max-handshakes` TLS handshakes were in progress.
+    Handshakes,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 8] = [
+    pub const ALL: [Limit; 9] = [
         Limit::OpenFiles,
         Limit::SystemFiles,
         Limit::Memory,
@@ -103,6 +105,7 @@ impl Limit {
         Limit::Ceiling,
         Limit::MaxConns,
         Limit::Queue,
+        Limit::Handshakes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +118,7 @@ impl Limit {
             Limit::Ceiling => "ceiling",
             Limit::MaxConns => "max_conns",
             Limit::Queue => "queue",
+            Limit::Handshakes => "handshakes",
         }
     }
 

@@ -147,6 +147,14 @@ impl<S: Selector> Worker<'_, S> {
             self.refuse(fd, Refusal::MaxConns);
             return;
         }
+        let tls = match tls_session(self.kit.tls.as_ref(), self.counters, self.now) {
+            Ok(tls) => tls,
+            Err(refusal) => {
+                self.stats.close();
+                self.refuse(fd, refusal);
+                return;
+            }
+        };
         let entry = self.conns.vacant_entry();
         let index = entry.key();
         let generation = self.next_generation;
@@ -169,7 +177,7 @@ impl<S: Selector> Worker<'_, S> {
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
         let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
-        conn.x.tls = tls_session(self.kit.tls.as_ref(), self.counters, self.now);
+        conn.x.tls = tls;
         conn.registered = Interest::READ;
         let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
@@ -186,6 +194,7 @@ impl<S: Selector> Worker<'_, S> {
 
     /// Close a connection the server will not serve, after the protocol's refusal.
     fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        admission::refuse(fd.as_raw_fd(), &mut self.kit.engine, self.counters, self.stats, &mut self.refusal_log, why);
+        let engine = self.cfg.tls.is_none().then_some(&mut self.kit.engine);
+        admission::refuse(fd.as_raw_fd(), engine, self.counters, self.stats, &mut self.refusal_log, why);
     }
 }

@@ -427,22 +427,30 @@ fn admit(
     refusal_log: &mut LogLimiter,
 ) {
     if !shared.stats.try_open(shared.cfg.max_conns) {
-        return refuse(stream, shared, refusal_log);
+        return refuse(stream, shared, refusal_log, Refusal::MaxConns);
     }
+    let tls = match tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now()) {
+        Ok(tls) => tls,
+        Err(refusal) => {
+            shared.stats.close();
+            return refuse(stream, shared, refusal_log, refusal);
+        }
+    };
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
     let seat = shared.active.as_ref().map(|gate| gate.enter(stream.as_raw_fd(), Instant::now()));
     let mut conn = Conn::new(stream, session, &shared.stats, seat);
-    conn.x.tls = tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now());
+    conn.x.tls = tls;
     ::tokio::spawn(conn_task(conn, guard, stage.clone()));
 }
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
-fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter) {
+fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter, why: Refusal<'_>) {
     let fd = stream.as_raw_fd();
     with_local(shared, Instant::now(), |local| {
-        admission::refuse(fd, &mut local.kit.engine, counters(shared), &shared.stats, log, Refusal::MaxConns);
+        let engine = shared.cfg.tls.is_none().then_some(&mut local.kit.engine);
+        admission::refuse(fd, engine, counters(shared), &shared.stats, log, why);
     });
     drop(stream);
 }

@@ -115,8 +115,16 @@ fn admit<'scope, 'env>(
         return;
     }
     let counters = hub.stats.shard(id);
+    let tls = match tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()) {
+        Ok(tls) => tls,
+        Err(refusal) => {
+            hub.unopen();
+            admission.refuse(hub, fd.as_raw_fd(), refusal);
+            return;
+        }
+    };
     let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
-    conn.x.tls = tls_session(hub.cfg.tls.as_ref(), counters, Instant::now());
+    conn.x.tls = tls;
     // The receive thread polls before it reads.
     conn.x.lc.readiness_unknown();
     let link = Arc::new(Link::new(conn));

@@ -354,7 +354,8 @@ impl Admission<'_> {
     /// Refuse the connection on `fd` (the caller closes it afterwards), saying `why` in the log.
     pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: Refusal<'_>) {
         self.engine.tick(unix_now());
-        admission::refuse(fd, &mut self.engine, self.counters, hub.stats, &mut self.log, why);
+        let engine = hub.cfg.tls.is_none().then_some(&mut self.engine);
+        admission::refuse(fd, engine, self.counters, hub.stats, &mut self.log, why);
     }
 }
 

@@ -136,9 +136,17 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
         admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
         return;
     }
+    let tls = match tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()) {
+        Ok(tls) => tls,
+        Err(refusal) => {
+            hub.unopen();
+            admission.refuse(hub, fd.as_raw_fd(), refusal);
+            return;
+        }
+    };
     // Boxed once here, so every hand-over between threads after this moves a pointer.
     let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
-    conn.x.tls = tls_session(hub.cfg.tls.as_ref(), counters, Instant::now());
+    conn.x.tls = tls;
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
     conn.x.lc.readiness_unknown();

@@ -213,6 +213,10 @@ pub struct ServeArgs {
     /// TLS sessions remembered for resumption by session ID, at most (0: none)
     #[arg(long, value_name = "N", default_value_t = 4096, help_heading = "TLS")]
     pub tls_session_cache: usize,
+    /// TLS handshakes in progress at once, at most; connections beyond it are refused (closed
+    /// at once, counted as limit_handshakes) so a handshake flood cannot starve served ones
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "tls_cert", help_heading = "TLS")]
+    pub max_handshakes: Option<u64>,
     /// Resumption tickets (stateless, encrypted with rotating keys)
     #[arg(long, value_enum, default_value_t = OnOff::On, help_heading = "TLS")]
     pub tls_tickets: OnOff,
@@ -256,6 +260,7 @@ impl ServeArgs {
                     session_cache: self.tls_session_cache,
                     tickets: self.tls_tickets == OnOff::On,
                     alpn,
+                    max_handshakes: self.max_handshakes.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
                 };
                 Some(ServerTls::from_pem_files(cert, key, SystemTime::now(), &options)?)
             }
