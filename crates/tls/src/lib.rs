@@ -9,9 +9,14 @@
 //! - [`ServerSession`]: one connection's session: [`ServerSession::receive`],
 //!   [`ServerSession::send`], [`ServerSession::take_ciphertext`], and what the handshake
 //!   agreed on ([`Negotiated`]) or why it failed ([`Failure`]).
+//! - [`ClientTls`], [`ClientSession`]: the client side (the load generator's), over the same
+//!   record loop, trusting the system's roots, a CA file, or anyone (`--insecure`).
 
+mod client;
 mod config;
 mod server;
+mod stage;
 
+pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
 pub use server::{Busy, Failure, FailureReason, Negotiated, Received, ServerSession};

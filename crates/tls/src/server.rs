@@ -12,14 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus};
-use rustls::HandshakeKind;
 
 use crate::config::ServerTls;
-
-/// The first byte of a TLS record that carries a handshake message: a connection whose first
-/// byte is anything else is not speaking TLS (plain HTTP on a TLS port, say).
-const HANDSHAKE_RECORD: u8 = 0x16;
+use crate::stage::{classify, Stage};
 
 /// What one batch of received ciphertext came to.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -51,11 +46,18 @@ pub enum FailureReason {
     PeerAlert,
     /// A malformed or unexpected message.
     Protocol,
+    /// The peer's certificate failed verification (a client's view of the server).
+    Certificate,
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 4] =
-        [FailureReason::NotTls, FailureReason::Incompatible, FailureReason::PeerAlert, FailureReason::Protocol];
+    pub const ALL: [FailureReason; 5] = [
+        FailureReason::NotTls,
+        FailureReason::Incompatible,
+        FailureReason::PeerAlert,
+        FailureReason::Protocol,
+        FailureReason::Certificate,
+    ];
 
     /// A short identifier, for counters.
     pub fn name(self) -> &'static str {
@@ -64,6 +66,7 @@ impl FailureReason {
             FailureReason::Incompatible => "incompatible",
             FailureReason::PeerAlert => "peer_alert",
             FailureReason::Protocol => "protocol",
+            FailureReason::Certificate => "certificate",
         }
     }
 }
@@ -95,36 +98,15 @@ pub struct Negotiated {
 
 /// One server-side TLS session.
 pub struct ServerSession {
-    conn: UnbufferedServerConnection,
-    /// A record received in part, kept until the rest arrives; empty (and unallocated) when the
-    /// connection is idle between whole records.
-    partial: Vec<u8>,
-    /// Plaintext given before the handshake allowed it to be sent.
-    waiting: Vec<u8>,
-    /// When the session was opened (the connection accepted).
-    opened: Instant,
-    /// When the first ciphertext byte arrived.
-    began: Option<Instant>,
-    /// The first byte did not begin a TLS handshake record.
-    not_tls: bool,
-    handshaking: bool,
-    /// The peer's close_notify was seen.
-    peer_closed: bool,
+    stage: Stage<UnbufferedServerConnection>,
     /// This session's place among the handshakes in progress, given up when the handshake
     /// completes or fails, or the session ends.
     slot: Option<Arc<AtomicUsize>>,
-    /// The session failed: nothing more is read or sent (the reason only: an idle session's
-    /// every byte counts, and the detail was returned when it failed).
-    failed: Option<FailureReason>,
 }
 
 impl std::fmt::Debug for ServerSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerSession")
-            .field("handshaking", &self.handshaking)
-            .field("partial", &self.partial.len())
-            .field("failed", &self.failed)
-            .finish_non_exhaustive()
+        f.debug_struct("ServerSession").field("handshaking", &self.stage.is_handshaking()).finish_non_exhaustive()
     }
 }
 
@@ -141,25 +123,13 @@ impl ServerSession {
             }
             None => None,
         };
-        let conn = match UnbufferedServerConnection::new(tls.config.clone()) {
-            Ok(conn) => conn,
+        match UnbufferedServerConnection::new(tls.config.clone()) {
+            Ok(conn) => Ok(Ok(ServerSession { stage: Stage::new(conn, now), slot })),
             Err(e) => {
                 release(slot);
-                return Ok(Err(classify(&e, false)));
+                Ok(Err(classify(&e, false)))
             }
-        };
-        Ok(Ok(ServerSession {
-            conn,
-            partial: Vec::new(),
-            waiting: Vec::new(),
-            opened: now,
-            began: None,
-            not_tls: false,
-            handshaking: true,
-            peer_closed: false,
-            slot,
-            failed: None,
-        }))
+        }
     }
 
     /// Take `ciphertext` as received at `now` (it is decrypted in place, so it is the caller's
@@ -172,218 +142,43 @@ impl ServerSession {
         plaintext: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<Received, Failure> {
-        if let Some(reason) = self.failed {
-            return Err(Failure { reason, detail: "the session had failed".to_owned() });
-        }
-        if let (None, Some(&first)) = (self.began, ciphertext.first()) {
-            self.began = Some(now);
-            self.not_tls = first != HANDSHAKE_RECORD;
-        }
-        let before = plaintext.len();
-        let was_handshaking = self.handshaking;
-        let result = if self.partial.is_empty() {
-            // The common case: whole records, decrypted where they lie.
-            let left = self.process(ciphertext, plaintext, out);
-            left.map(|left| {
-                if left > 0 {
-                    self.partial.extend_from_slice(&ciphertext[ciphertext.len() - left..]);
-                }
-            })
-        } else {
-            let mut joined = std::mem::take(&mut self.partial);
-            joined.extend_from_slice(ciphertext);
-            let left = self.process(&mut joined, plaintext, out);
-            left.map(|left| {
-                joined.drain(..joined.len() - left);
-                if !joined.is_empty() {
-                    joined.shrink_to_fit();
-                    self.partial = joined;
-                }
-            })
-        };
-        if let Err(failure) = result {
-            self.failed = Some(failure.reason);
-            release(self.slot.take());
-            return Err(failure);
-        }
-        if !self.handshaking {
+        let received = self.stage.receive(ciphertext, now, plaintext, out);
+        if received.is_err() || !self.stage.is_handshaking() {
             release(self.slot.take());
         }
-        let handshake_done = if was_handshaking && !self.handshaking {
-            self.began.map(|began| now.saturating_duration_since(began))
-        } else {
-            None
-        };
-        Ok(Received { plaintext: plaintext.len() - before, handshake_done, closed: self.peer_closed })
-    }
-
-    /// Run rustls over `buf` until it needs more input or has nothing to do; returns how many
-    /// bytes at the end of `buf` are a record not yet whole.
-    fn process(&mut self, buf: &mut [u8], plaintext: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<usize, Failure> {
-        let mut offset = 0;
-        // Each round consumes input or produces output; the bound only turns a rustls state
-        // that repeats forever into a failure instead of a hang.
-        for _ in 0..MAX_ROUNDS {
-            let UnbufferedStatus { mut discard, state } = self.conn.process_tls_records(&mut buf[offset..]);
-            let state = match state {
-                Ok(state) => state,
-                // No alert is sent: after an error rustls's unbuffered connection must not be
-                // driven again (its handshake deframer still points into the input that failed),
-                // and a close is all a client that fails the handshake is owed.
-                Err(e) => return Err(classify(&e, self.not_tls)),
-            };
-            let more = match state {
-                ConnectionState::ReadTraffic(mut traffic) => {
-                    while let Some(record) = traffic.next_record() {
-                        let record = record.map_err(|e| classify(&e, false))?;
-                        discard += record.discard;
-                        plaintext.extend_from_slice(record.payload);
-                    }
-                    true
-                }
-                ConnectionState::ReadEarlyData(mut early) => {
-                    while let Some(record) = early.next_record() {
-                        let record = record.map_err(|e| classify(&e, false))?;
-                        discard += record.discard;
-                        plaintext.extend_from_slice(record.payload);
-                    }
-                    true
-                }
-                ConnectionState::EncodeTlsData(mut encode) => {
-                    append(out, |room| {
-                        encode.encode(room).map_err(|e| match e {
-                            EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
-                                Some(required_size)
-                            }
-                            EncodeError::AlreadyEncoded => None,
-                        })
-                    });
-                    true
-                }
-                ConnectionState::TransmitTlsData(transmit) => {
-                    // The records are in `out` already: the caller sends them.
-                    transmit.done();
-                    true
-                }
-                ConnectionState::PeerClosed => {
-                    self.peer_closed = true;
-                    true
-                }
-                ConnectionState::BlockedHandshake | ConnectionState::Closed => false,
-                ConnectionState::WriteTraffic(mut write) => {
-                    self.handshaking = false;
-                    if !self.waiting.is_empty() {
-                        let waiting = std::mem::take(&mut self.waiting);
-                        encrypt(&mut write, &waiting, out)?;
-                    }
-                    false
-                }
-                _ => false,
-            };
-            offset += discard;
-            if !more {
-                return Ok(buf.len() - offset);
-            }
-        }
-        Err(stuck())
+        received
     }
 
     /// Encrypt `plaintext` into records appended to `out`. Before the handshake completes it
     /// is held, and encrypted as soon as the handshake allows.
     pub fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
-        if let Some(reason) = self.failed {
-            return Err(Failure { reason, detail: "the session had failed".to_owned() });
-        }
-        if self.handshaking {
-            self.waiting.extend_from_slice(plaintext);
-            return Ok(());
-        }
-        for _ in 0..MAX_ROUNDS {
-            let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut []);
-            match state {
-                Ok(ConnectionState::WriteTraffic(mut write)) => return encrypt(&mut write, plaintext, out),
-                // Tickets or a key update waiting to go out first.
-                Ok(ConnectionState::EncodeTlsData(mut encode)) => append(out, |room| {
-                    encode.encode(room).map_err(|e| match e {
-                        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
-                        EncodeError::AlreadyEncoded => None,
-                    })
-                }),
-                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
-                Ok(other) => {
-                    let detail = format!("cannot send in state {other:?}");
-                    return Err(Failure { reason: FailureReason::Protocol, detail });
-                }
-                Err(e) => return Err(classify(&e, false)),
-            }
-        }
-        Err(stuck())
+        self.stage.send(plaintext, out)
     }
 
     /// End the session politely: append a close_notify alert to `out`.
     pub fn close(&mut self, out: &mut Vec<u8>) {
-        if self.handshaking || self.failed.is_some() {
-            return;
-        }
-        for _ in 0..4 {
-            let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut []);
-            match state {
-                Ok(ConnectionState::WriteTraffic(mut write)) => {
-                    append(out, |room| {
-                        write.queue_close_notify(room).map_err(|e| match e {
-                            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
-                                Some(required_size)
-                            }
-                            EncryptError::EncryptExhausted => None,
-                        })
-                    });
-                    return;
-                }
-                Ok(ConnectionState::EncodeTlsData(mut encode)) => append(out, |room| {
-                    encode.encode(room).map_err(|e| match e {
-                        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
-                        EncodeError::AlreadyEncoded => None,
-                    })
-                }),
-                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
-                _ => return,
-            }
-        }
+        self.stage.close(out)
     }
 
     pub fn is_handshaking(&self) -> bool {
-        self.handshaking
+        self.stage.is_handshaking()
     }
 
     /// While the handshake is under way, when it must be done if it may take `limit` from the
     /// connection's acceptance (a stalled ClientHello is closed then, like a slow request head).
     pub fn handshake_deadline(&self, limit: Duration) -> Option<Instant> {
-        self.handshaking.then(|| self.opened.checked_add(limit).unwrap_or(self.opened))
+        self.stage.handshake_deadline(limit)
     }
 
     /// The bytes kept between receives (a record received in part, plaintext waiting for the
     /// handshake): what an idle session costs beyond its fixed state.
     pub fn buffered(&self) -> usize {
-        self.partial.capacity() + self.waiting.capacity()
+        self.stage.buffered()
     }
 
     /// What the handshake agreed on, once it is done.
     pub fn negotiated(&self) -> Option<Negotiated> {
-        if self.handshaking {
-            return None;
-        }
-        let version = match self.conn.protocol_version()? {
-            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
-            rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
-            _ => "other",
-        };
-        let suite = self.conn.negotiated_cipher_suite()?.suite();
-        Some(Negotiated {
-            version,
-            suite: suite.as_str().map_or_else(|| format!("{suite:?}"), str::to_owned),
-            alpn: self.conn.alpn_protocol().map(<[u8]>::to_vec),
-            resumed: self.conn.handshake_kind() == Some(HandshakeKind::Resumed),
-        })
+        self.stage.negotiated()
     }
 }
 
@@ -398,63 +193,4 @@ fn release(slot: Option<Arc<AtomicUsize>>) {
     if let Some(count) = slot {
         count.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// Rounds of rustls's state machine per call, at most (a handshake flight takes a handful).
-const MAX_ROUNDS: usize = 10_000;
-
-fn stuck() -> Failure {
-    Failure { reason: FailureReason::Protocol, detail: "the TLS state machine made no progress".to_owned() }
-}
-
-/// Append what `write` puts into a slice of spare room to `out`, growing the room when `write`
-/// says how much it needs (`Err(Some(n))`); `Err(None)`: nothing to write.
-fn append(out: &mut Vec<u8>, mut write: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>) {
-    let start = out.len();
-    let mut room = 512;
-    loop {
-        out.resize(start + room, 0);
-        match write(&mut out[start..]) {
-            Ok(n) => {
-                out.truncate(start + n);
-                return;
-            }
-            Err(Some(needed)) if needed > room => room = needed,
-            Err(_) => {
-                out.truncate(start);
-                return;
-            }
-        }
-    }
-}
-
-fn encrypt(
-    write: &mut rustls::unbuffered::WriteTraffic<'_, rustls::server::ServerConnectionData>,
-    plaintext: &[u8],
-    out: &mut Vec<u8>,
-) -> Result<(), Failure> {
-    let mut failed = None;
-    append(out, |room| {
-        write.encrypt(plaintext, room).map_err(|e| match e {
-            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
-            EncryptError::EncryptExhausted => {
-                failed = Some(Failure { reason: FailureReason::Protocol, detail: e.to_string() });
-                None
-            }
-        })
-    });
-    failed.map_or(Ok(()), Err)
-}
-
-/// Name a rustls error. `not_tls`: the client's first byte did not begin a handshake record,
-/// so whatever rustls says, the client is not speaking TLS.
-fn classify(error: &rustls::Error, not_tls: bool) -> Failure {
-    use rustls::Error as E;
-    let reason = match error {
-        _ if not_tls => FailureReason::NotTls,
-        E::PeerIncompatible(_) | E::NoApplicationProtocol => FailureReason::Incompatible,
-        E::AlertReceived(_) => FailureReason::PeerAlert,
-        _ => FailureReason::Protocol,
-    };
-    Failure { reason, detail: error.to_string() }
 }

@@ -1,0 +1,175 @@
+//! One client-side TLS session as an I/O-free stage (the load generator's): the same record
+//! loop as the server's ([`crate::stage`]), started by a ClientHello instead of answering one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{Resumption, UnbufferedClientConnection};
+use rustls::crypto::ring as provider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::version::{TLS12, TLS13};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls_pki_types::pem::PemObject;
+
+use crate::config::TlsConfigError;
+use crate::server::{Failure, FailureReason, Negotiated, Received};
+use crate::stage::{classify, Stage};
+
+/// Whom the client trusts to have signed the server's certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// The system's roots (a PEM bundle: `SSL_CERT_FILE`, else Debian's
+    /// /etc/ssl/certs/ca-certificates.crt).
+    System,
+    /// The certificates in this PEM file (`--cacert FILE`).
+    CaFile(PathBuf),
+    /// Anyone: the certificate is not verified (`--insecure`).
+    Insecure,
+}
+
+/// The system's bundle of roots.
+pub fn system_bundle() -> PathBuf {
+    std::env::var_os("SSL_CERT_FILE").map_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"), PathBuf::from)
+}
+
+/// A client's TLS configuration, shared by every connection.
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl ClientTls {
+    /// TLS 1.3 and 1.2, trusting `trust`, offering `alpn`; `resume`: keep sessions and resume
+    /// them on new connections (tickets or session IDs), else every handshake is full.
+    pub fn new(trust: &Trust, alpn: Vec<Vec<u8>>, resume: bool) -> Result<Self, TlsConfigError> {
+        let provider = Arc::new(provider::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&TLS13, &TLS12])
+            .map_err(|e| TlsConfigError::Setup(e.to_string()))?;
+        let mut config = match trust {
+            Trust::Insecure => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+            Trust::System => builder.with_root_certificates(roots(&system_bundle())?).with_no_client_auth(),
+            Trust::CaFile(path) => builder.with_root_certificates(roots(path)?).with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn;
+        if !resume {
+            config.resumption = Resumption::disabled();
+        }
+        Ok(ClientTls { config: Arc::new(config) })
+    }
+}
+
+fn roots(path: &Path) -> Result<rustls::RootCertStore, TlsConfigError> {
+    let pem = std::fs::read(path).map_err(|error| TlsConfigError::Read { path: path.into(), error })?;
+    let mut store = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| TlsConfigError::BadCertificate { path: path.into(), reason: e.to_string() })?;
+        // A bundle may hold a certificate webpki cannot use as an anchor; the others still count.
+        let _ = store.add(cert);
+    }
+    if store.is_empty() {
+        return Err(TlsConfigError::NoCertificate { path: path.into() });
+    }
+    Ok(store)
+}
+
+/// `--insecure`: every certificate is accepted, signatures still checked for the handshake's
+/// integrity by the provider's algorithms.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// One client-side TLS session.
+pub struct ClientSession {
+    stage: Stage<UnbufferedClientConnection>,
+}
+
+impl std::fmt::Debug for ClientSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSession").field("handshaking", &self.stage.is_handshaking()).finish_non_exhaustive()
+    }
+}
+
+impl ClientSession {
+    /// A session to `server_name` (sent as SNI, and checked against the certificate), opened at
+    /// `now`: its ClientHello is appended to `out`, and the handshake is timed from `now`.
+    pub fn start(tls: &ClientTls, server_name: &str, now: Instant, out: &mut Vec<u8>) -> Result<Self, Failure> {
+        let name = ServerName::try_from(server_name.to_owned())
+            .map_err(|e| Failure { reason: FailureReason::Protocol, detail: format!("{server_name}: {e}") })?;
+        let conn = UnbufferedClientConnection::new(tls.config.clone(), name).map_err(|e| classify(&e, false))?;
+        let mut stage = Stage::new(conn, now);
+        stage.receive(&mut [], now, &mut Vec::new(), out)?;
+        stage.began_at(now);
+        Ok(ClientSession { stage })
+    }
+
+    /// Take `ciphertext` received at `now` (decrypted in place), appending the plaintext to
+    /// `plaintext` and the records to send to `out`.
+    pub fn receive(
+        &mut self,
+        ciphertext: &mut [u8],
+        now: Instant,
+        plaintext: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<Received, Failure> {
+        self.stage.receive(ciphertext, now, plaintext, out)
+    }
+
+    /// Encrypt `plaintext` into records appended to `out` (held until the handshake allows).
+    pub fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+        self.stage.send(plaintext, out)
+    }
+
+    /// Append a close_notify alert to `out`.
+    pub fn close(&mut self, out: &mut Vec<u8>) {
+        self.stage.close(out)
+    }
+
+    pub fn is_handshaking(&self) -> bool {
+        self.stage.is_handshaking()
+    }
+
+    /// What the handshake agreed on, once it is done.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.stage.negotiated()
+    }
+}

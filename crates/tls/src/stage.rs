@@ -1,0 +1,354 @@
+//! The record loop both sides share: rustls's unbuffered API driven over the caller's buffers.
+//! A [`Stage`] is fed received ciphertext (decrypted in place) and plaintext to send, and
+//! appends plaintext and records to the caller's buffers; between calls it keeps only a record
+//! that arrived in part, and plaintext given before the handshake allowed it.
+
+use std::ops::DerefMut;
+use std::time::{Duration, Instant};
+
+use rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedConnectionCommon, UnbufferedStatus,
+    WriteTraffic,
+};
+use rustls::HandshakeKind;
+
+use crate::server::{Failure, FailureReason, Negotiated, Received};
+
+/// The first byte of a TLS record that carries a handshake message: a peer whose first byte is
+/// anything else is not speaking TLS (plain HTTP on a TLS port, say).
+const HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Rounds of rustls's state machine per call, at most (a handshake flight takes a handful).
+const MAX_ROUNDS: usize = 10_000;
+
+/// A rustls unbuffered connection of either side: how its records are processed.
+pub(crate) trait Records: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> {
+    type Data;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
+}
+
+impl Records for rustls::server::UnbufferedServerConnection {
+    type Data = rustls::server::ServerConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
+    }
+}
+
+impl Records for rustls::client::UnbufferedClientConnection {
+    type Data = rustls::client::ClientConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
+        self.process_tls_records(incoming)
+    }
+}
+
+/// One TLS session's record loop (see the module).
+pub(crate) struct Stage<C> {
+    conn: C,
+    /// A record received in part, kept until the rest arrives; empty (and unallocated) when the
+    /// connection is idle between whole records.
+    partial: Vec<u8>,
+    /// Plaintext given before the handshake allowed it to be sent.
+    waiting: Vec<u8>,
+    /// When the session was opened.
+    opened: Instant,
+    /// When the first ciphertext byte arrived.
+    began: Option<Instant>,
+    /// The peer's first byte did not begin a TLS handshake record.
+    not_tls: bool,
+    handshaking: bool,
+    /// The peer's close_notify was seen.
+    peer_closed: bool,
+    /// The session failed: nothing more is read or sent (the reason only: an idle session's
+    /// every byte counts, and the detail was returned when it failed).
+    failed: Option<FailureReason>,
+}
+
+impl<C: Records> Stage<C> {
+    pub(crate) fn new(conn: C, now: Instant) -> Self {
+        Stage {
+            conn,
+            partial: Vec::new(),
+            waiting: Vec::new(),
+            opened: now,
+            began: None,
+            not_tls: false,
+            handshaking: true,
+            peer_closed: false,
+            failed: None,
+        }
+    }
+
+    /// Take `ciphertext` as received at `now` (it is decrypted in place, so it is the caller's
+    /// receive buffer), appending what it decrypts to `plaintext` and the records to send to
+    /// `out`. On a failure, close the connection.
+    pub(crate) fn receive(
+        &mut self,
+        ciphertext: &mut [u8],
+        now: Instant,
+        plaintext: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<Received, Failure> {
+        if let Some(reason) = self.failed {
+            return Err(Failure { reason, detail: "the session had failed".to_owned() });
+        }
+        if let (None, Some(&first)) = (self.began, ciphertext.first()) {
+            self.began = Some(now);
+            self.not_tls = first != HANDSHAKE_RECORD;
+        }
+        let before = plaintext.len();
+        let was_handshaking = self.handshaking;
+        let result = if self.partial.is_empty() {
+            // The common case: whole records, decrypted where they lie.
+            let left = self.process(ciphertext, plaintext, out);
+            left.map(|left| {
+                if left > 0 {
+                    self.partial.extend_from_slice(&ciphertext[ciphertext.len() - left..]);
+                }
+            })
+        } else {
+            let mut joined = std::mem::take(&mut self.partial);
+            joined.extend_from_slice(ciphertext);
+            let left = self.process(&mut joined, plaintext, out);
+            left.map(|left| {
+                joined.drain(..joined.len() - left);
+                if !joined.is_empty() {
+                    joined.shrink_to_fit();
+                    self.partial = joined;
+                }
+            })
+        };
+        if let Err(failure) = result {
+            self.failed = Some(failure.reason);
+            return Err(failure);
+        }
+        let handshake_done = if was_handshaking && !self.handshaking {
+            self.began.map(|began| now.saturating_duration_since(began))
+        } else {
+            None
+        };
+        Ok(Received { plaintext: plaintext.len() - before, handshake_done, closed: self.peer_closed })
+    }
+
+    /// Run rustls over `buf` until it needs more input or has nothing to do; returns how many
+    /// bytes at the end of `buf` are a record not yet whole.
+    fn process(&mut self, buf: &mut [u8], plaintext: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<usize, Failure> {
+        let mut offset = 0;
+        // Each round consumes input or produces output; the bound only turns a rustls state
+        // that repeats forever into a failure instead of a hang.
+        for _ in 0..MAX_ROUNDS {
+            let UnbufferedStatus { mut discard, state } = self.conn.process(&mut buf[offset..]);
+            let state = match state {
+                Ok(state) => state,
+                // No alert is sent: after an error rustls's unbuffered connection must not be
+                // driven again (its handshake deframer still points into the input that failed),
+                // and a close is all a client that fails the handshake is owed.
+                Err(e) => return Err(classify(&e, self.not_tls)),
+            };
+            let more = match state {
+                ConnectionState::ReadTraffic(mut traffic) => {
+                    while let Some(record) = traffic.next_record() {
+                        let record = record.map_err(|e| classify(&e, false))?;
+                        discard += record.discard;
+                        plaintext.extend_from_slice(record.payload);
+                    }
+                    true
+                }
+                // Early (0-RTT) data is never accepted: the server's configuration allows none.
+                ConnectionState::ReadEarlyData(_) => {
+                    return Err(Failure { reason: FailureReason::Protocol, detail: "unexpected early data".to_owned() })
+                }
+                ConnectionState::EncodeTlsData(mut encode) => {
+                    append(out, |room| {
+                        encode.encode(room).map_err(|e| match e {
+                            EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+                                Some(required_size)
+                            }
+                            EncodeError::AlreadyEncoded => None,
+                        })
+                    });
+                    true
+                }
+                ConnectionState::TransmitTlsData(transmit) => {
+                    // The records are in `out` already: the caller sends them.
+                    transmit.done();
+                    true
+                }
+                ConnectionState::PeerClosed => {
+                    self.peer_closed = true;
+                    true
+                }
+                ConnectionState::BlockedHandshake | ConnectionState::Closed => false,
+                ConnectionState::WriteTraffic(mut write) => {
+                    self.handshaking = false;
+                    if !self.waiting.is_empty() {
+                        let waiting = std::mem::take(&mut self.waiting);
+                        encrypt(&mut write, &waiting, out)?;
+                    }
+                    false
+                }
+                _ => false,
+            };
+            offset += discard;
+            if !more {
+                return Ok(buf.len() - offset);
+            }
+        }
+        Err(stuck())
+    }
+
+    /// Encrypt `plaintext` into records appended to `out`. Before the handshake completes it
+    /// is held, and encrypted as soon as the handshake allows.
+    pub(crate) fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+        if let Some(reason) = self.failed {
+            return Err(Failure { reason, detail: "the session had failed".to_owned() });
+        }
+        if self.handshaking {
+            self.waiting.extend_from_slice(plaintext);
+            return Ok(());
+        }
+        for _ in 0..MAX_ROUNDS {
+            let UnbufferedStatus { state, .. } = self.conn.process(&mut []);
+            match state {
+                Ok(ConnectionState::WriteTraffic(mut write)) => return encrypt(&mut write, plaintext, out),
+                // Tickets or a key update waiting to go out first.
+                Ok(ConnectionState::EncodeTlsData(mut encode)) => append(out, |room| {
+                    encode.encode(room).map_err(|e| match e {
+                        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
+                        EncodeError::AlreadyEncoded => None,
+                    })
+                }),
+                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
+                Ok(other) => {
+                    let detail = format!("cannot send in state {other:?}");
+                    return Err(Failure { reason: FailureReason::Protocol, detail });
+                }
+                Err(e) => return Err(classify(&e, false)),
+            }
+        }
+        Err(stuck())
+    }
+
+    /// End the session politely: append a close_notify alert to `out`.
+    pub(crate) fn close(&mut self, out: &mut Vec<u8>) {
+        if self.handshaking || self.failed.is_some() {
+            return;
+        }
+        for _ in 0..4 {
+            let UnbufferedStatus { state, .. } = self.conn.process(&mut []);
+            match state {
+                Ok(ConnectionState::WriteTraffic(mut write)) => {
+                    append(out, |room| {
+                        write.queue_close_notify(room).map_err(|e| match e {
+                            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+                                Some(required_size)
+                            }
+                            EncryptError::EncryptExhausted => None,
+                        })
+                    });
+                    return;
+                }
+                Ok(ConnectionState::EncodeTlsData(mut encode)) => append(out, |room| {
+                    encode.encode(room).map_err(|e| match e {
+                        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
+                        EncodeError::AlreadyEncoded => None,
+                    })
+                }),
+                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
+                _ => return,
+            }
+        }
+    }
+
+    /// Time the handshake from `now` (a client's, from its ClientHello).
+    pub(crate) fn began_at(&mut self, now: Instant) {
+        self.began = Some(now);
+    }
+
+    pub(crate) fn is_handshaking(&self) -> bool {
+        self.handshaking
+    }
+
+    /// While the handshake is under way, when it must be done if it may take `limit` from the
+    /// connection's acceptance (a stalled ClientHello is closed then, like a slow request head).
+    pub(crate) fn handshake_deadline(&self, limit: Duration) -> Option<Instant> {
+        self.handshaking.then(|| self.opened.checked_add(limit).unwrap_or(self.opened))
+    }
+
+    /// The bytes kept between receives (a record received in part, plaintext waiting for the
+    /// handshake): what an idle session costs beyond its fixed state.
+    pub(crate) fn buffered(&self) -> usize {
+        self.partial.capacity() + self.waiting.capacity()
+    }
+
+    /// What the handshake agreed on, once it is done.
+    pub(crate) fn negotiated(&self) -> Option<Negotiated> {
+        if self.handshaking {
+            return None;
+        }
+        let version = match self.conn.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+            _ => "other",
+        };
+        let suite = self.conn.negotiated_cipher_suite()?.suite();
+        Some(Negotiated {
+            version,
+            suite: suite.as_str().map_or_else(|| format!("{suite:?}"), str::to_owned),
+            alpn: self.conn.alpn_protocol().map(<[u8]>::to_vec),
+            resumed: self.conn.handshake_kind() == Some(HandshakeKind::Resumed),
+        })
+    }
+}
+
+fn stuck() -> Failure {
+    Failure { reason: FailureReason::Protocol, detail: "the TLS state machine made no progress".to_owned() }
+}
+
+/// Append what `write` puts into a slice of spare room to `out`, growing the room when `write`
+/// says how much it needs (`Err(Some(n))`); `Err(None)`: nothing to write.
+fn append(out: &mut Vec<u8>, mut write: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>) {
+    let start = out.len();
+    let mut room = 512;
+    loop {
+        out.resize(start + room, 0);
+        match write(&mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return;
+            }
+            Err(Some(needed)) if needed > room => room = needed,
+            Err(_) => {
+                out.truncate(start);
+                return;
+            }
+        }
+    }
+}
+
+fn encrypt<D>(write: &mut WriteTraffic<'_, D>, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let mut failed = None;
+    append(out, |room| {
+        write.encrypt(plaintext, room).map_err(|e| match e {
+            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
+            EncryptError::EncryptExhausted => {
+                failed = Some(Failure { reason: FailureReason::Protocol, detail: e.to_string() });
+                None
+            }
+        })
+    });
+    failed.map_or(Ok(()), Err)
+}
+
+/// Name a rustls error. `not_tls`: the client's first byte did not begin a handshake record,
+/// so whatever rustls says, the client is not speaking TLS.
+pub(crate) fn classify(error: &rustls::Error, not_tls: bool) -> Failure {
+    use rustls::Error as E;
+    let reason = match error {
+        _ if not_tls => FailureReason::NotTls,
+        E::PeerIncompatible(_) | E::NoApplicationProtocol => FailureReason::Incompatible,
+        E::AlertReceived(_) => FailureReason::PeerAlert,
+        E::InvalidCertificate(_) => FailureReason::Certificate,
+        _ => FailureReason::Protocol,
+    };
+    Failure { reason, detail: error.to_string() }
+}
