@@ -1,32 +1,27 @@
 //! The client stage against the server stage, both in memory: what the load generator and the
 //! server will do over a socket, with every byte visible.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use sockscale_tls::{
     ClientSession, ClientTls, FailureReason, ServerOptions, ServerSession, ServerTls, TlsConfigError, Trust,
 };
 
 /// A CA file on disk, and a server configuration with a leaf it signed.
 fn setup(name: &str) -> (PathBuf, ServerTls) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("key");
-    let leaf = CertificateParams::new(vec!["localhost".to_owned()]).expect("p").signed_by(&key, &issuer).expect("leaf");
+    let (ca, leaf, key) = common::certificates();
     let dir = std::env::temp_dir().join(format!("sockscale-tls-client-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let ca_path = dir.join("ca.pem");
-    std::fs::write(&ca_path, ca.pem()).expect("write");
+    std::fs::write(&ca_path, ca).expect("write");
     let options = ServerOptions { alpn: vec![b"http/1.1".to_vec()], ..ServerOptions::default() };
     let tls = ServerTls::from_pem(
-        leaf.pem().as_bytes(),
+        leaf.as_bytes(),
         Path::new("c"),
-        key.serialize_pem().as_bytes(),
+        key.as_bytes(),
         Path::new("k"),
         SystemTime::now(),
         &options,

@@ -2,6 +2,8 @@
 //! seeds' discipline says an idle connection holds no buffer. Counted by a global allocator, in
 //! its own test binary so no other test allocates meanwhile.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::path::Path;
@@ -9,7 +11,6 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use sockscale_tls::{ServerOptions, ServerSession, ServerTls};
@@ -42,26 +43,19 @@ static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn an_idle_session_after_a_request_holds_little() {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().expect("key");
-    let leaf =
-        CertificateParams::new(vec!["localhost".to_owned()]).expect("p").signed_by(&leaf_key, &issuer).expect("leaf");
+    let (ca, leaf, leaf_key) = common::certificates();
     let options = ServerOptions { alpn: vec![b"http/1.1".to_vec()], ..ServerOptions::default() };
     let tls = ServerTls::from_pem(
-        leaf.pem().as_bytes(),
+        leaf.as_bytes(),
         Path::new("c"),
-        leaf_key.serialize_pem().as_bytes(),
+        leaf_key.as_bytes(),
         Path::new("k"),
         SystemTime::now(),
         &options,
     )
     .expect("tls");
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).expect("pem")).expect("root");
+    roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).expect("pem")).expect("root");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -7,25 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+mod common;
+
+use common::certificates;
+use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConnection;
 use sockscale_tls::{FailureReason, ServerOptions, ServerSession, ServerTls, TlsConfigError};
-
-/// A CA, and a leaf for `localhost` signed by it: (CA PEM, leaf PEM, leaf key PEM).
-fn certificates() -> (String, String, String) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().expect("CA key");
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().expect("leaf key");
-    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
-        .expect("params")
-        .signed_by(&leaf_key, &issuer)
-        .expect("leaf");
-    (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
-}
 
 fn server(alpn: &[&[u8]]) -> (ServerTls, String) {
     let (ca, cert, key) = certificates();
