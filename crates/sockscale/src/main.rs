@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         Command::Report(args) => cli::bench::report(args),
         Command::Plan(args) => cli::bench::plan(args),
         Command::Models(args) => cli::models::run(args),
+        Command::Cert(args) => cli::cert::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,8 +14,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 
 use crate::config::TlsConfigError;
-use crate::server::{Failure, FailureReason, Negotiated, Received};
 use crate::stage::{classify, Stage};
+use crate::words::{Failure, FailureReason, Negotiated, Received};
 
 /// Whom the client trusts to have signed the server's certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]

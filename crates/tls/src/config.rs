@@ -33,6 +33,10 @@ pub enum TlsConfigError {
     Expired { path: PathBuf, not_after: String },
     #[error("{path}: the certificate is not valid before {not_before} (its notBefore)")]
     NotYetValid { path: PathBuf, not_before: String },
+    #[error("{path}: cannot write it: {error}")]
+    Write { path: PathBuf, error: std::io::Error },
+    #[error("{path} is there already: remove it or choose another directory")]
+    Exists { path: PathBuf },
     #[error("cannot set up TLS: {0}")]
     Setup(String),
 }

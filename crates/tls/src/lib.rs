@@ -11,12 +11,17 @@
 //!   agreed on ([`Negotiated`]) or why it failed ([`Failure`]).
 //! - [`ClientTls`], [`ClientSession`]: the client side (the load generator's), over the same
 //!   record loop, trusting the system's roots, a CA file, or anyone (`--insecure`).
+//! - [`TestCertificate`]: a private CA and a leaf it signed, made on the spot (`sockscale cert`).
 
+mod certs;
 mod client;
 mod config;
 mod server;
 mod stage;
+mod words;
 
+pub use certs::{CertificateFiles, TestCertificate};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
-pub use server::{Busy, Failure, FailureReason, Negotiated, Received, ServerSession};
+pub use server::{Busy, ServerSession};
+pub use words::{Failure, FailureReason, Negotiated, Received};

@@ -12,7 +12,7 @@ use rustls::unbuffered::{
 };
 use rustls::HandshakeKind;
 
-use crate::server::{Failure, FailureReason, Negotiated, Received};
+use crate::words::{Failure, FailureReason, Negotiated, Received};
 
 /// The first byte of a TLS record that carries a handshake message: a peer whose first byte is
 /// anything else is not speaking TLS (plain HTTP on a TLS port, say).

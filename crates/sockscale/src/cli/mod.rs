@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each turning flags into a library config.
 
 pub mod bench;
+pub mod cert;
 pub mod load;
 pub mod models;
 pub mod procs;
@@ -36,4 +37,6 @@ pub enum Command {
     Plan(bench::PlanArgs),
     /// List the I/O models and what each can do (from the code's own table), and which run here
     Models(models::ModelsArgs),
+    /// Make a private CA and a certificate it signed (ECDSA P-256), for trying TLS out
+    Cert(cert::CertArgs),
 }

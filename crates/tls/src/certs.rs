@@ -1,0 +1,96 @@
+//! Certificates for trying TLS out: a private CA and a leaf it signed (ECDSA P-256), made on the
+//! spot with rcgen, as `sockscale cert` and the bench use them. Nothing here is for a service
+//! the public reaches: the CA's key is thrown away, so the leaf cannot be renewed, only made
+//! again.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::config::TlsConfigError;
+
+/// A CA certificate and a leaf certificate and key, PEM.
+#[derive(Debug, Clone)]
+pub struct TestCertificate {
+    /// The CA that signed the leaf: what a client is told to trust (`--cacert`).
+    pub ca_pem: String,
+    /// The leaf certificate followed by nothing else (the CA is the trust anchor).
+    pub cert_pem: String,
+    /// The leaf's private key, PKCS#8.
+    pub key_pem: String,
+}
+
+/// Where [`TestCertificate::write`] put the three files.
+#[derive(Debug, Clone)]
+pub struct CertificateFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TestCertificate {
+    /// A fresh CA and a leaf for `names` (DNS names or IP addresses, as subject alternative
+    /// names), both ECDSA P-256.
+    pub fn generate(names: &[String]) -> Result<TestCertificate, TlsConfigError> {
+        let setup = |e: rcgen::Error| TlsConfigError::Setup(format!("cannot make a certificate: {e}"));
+        if names.is_empty() {
+            return Err(TlsConfigError::Setup("a certificate needs at least one name".to_owned()));
+        }
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(setup)?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sockscale test CA");
+        let ca_key = rcgen::KeyPair::generate().map_err(setup)?;
+        let ca = ca_params.self_signed(&ca_key).map_err(setup)?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().map_err(setup)?;
+        let mut leaf_params = rcgen::CertificateParams::new(names.to_vec()).map_err(setup)?;
+        leaf_params.distinguished_name.push(rcgen::DnType::CommonName, names[0].clone());
+        let leaf = leaf_params.signed_by(&key, &issuer).map_err(setup)?;
+        Ok(TestCertificate { ca_pem: ca.pem(), cert_pem: leaf.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// Write `ca.pem`, `cert.pem` and `key.pem` (the key readable by its owner only) into
+    /// `dir`, which must exist; a file already there is not overwritten.
+    pub fn write(&self, dir: &Path) -> Result<CertificateFiles, TlsConfigError> {
+        let files = CertificateFiles { ca: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        for (path, text, mode) in
+            [(&files.ca, &self.ca_pem, 0o644), (&files.cert, &self.cert_pem, 0o644), (&files.key, &self.key_pem, 0o600)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let write = |path: &Path| -> std::io::Result<()> {
+                let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+                file.write_all(text.as_bytes())
+            };
+            write(path).map_err(|error| match error.kind() {
+                std::io::ErrorKind::AlreadyExists => TlsConfigError::Exists { path: path.clone() },
+                _ => TlsConfigError::Write { path: path.clone(), error },
+            })?;
+        }
+        Ok(files)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leaf_is_signed_by_the_ca_and_a_server_takes_it() {
+        let made = TestCertificate::generate(&["localhost".to_owned(), "127.0.0.1".to_owned()]).expect("generate");
+        let dir = std::env::temp_dir().join(format!("sockscale-certs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let files = made.write(&dir).expect("write");
+        crate::ServerTls::from_pem_files(
+            &files.cert,
+            &files.key,
+            std::time::SystemTime::now(),
+            &crate::ServerOptions::default(),
+        )
+        .expect("a server takes it");
+        crate::ClientTls::new(&crate::Trust::CaFile(files.ca.clone()), Vec::new(), true).expect("a client trusts it");
+        let again = made.write(&dir).expect_err("no overwrite").to_string();
+        assert!(again.contains("ca.pem"), "{again}");
+        std::fs::remove_dir_all(&dir).expect("clean");
+        assert!(TestCertificate::generate(&[]).is_err());
+    }
+}
