@@ -166,8 +166,6 @@ pub enum ConfigError {
     BodyFile { body: u64, file: Option<u64> },
     #[error("--{flag} is not available with --model {model}: {why}")]
     ModelCannot { flag: &'static str, model: &'static str, why: &'static str },
-    #[error("--body FILE sent from the page cache (sendfile) is not served over TLS yet (it would be read and encrypted in bounded chunks; not built): add --sendfile off to serve it from memory")]
-    TlsFileBody,
 }
 
 impl Config {
@@ -239,9 +237,6 @@ impl Config {
         }
         if self.tls.is_some() && self.service.is_udp() {
             return Err(ConfigError::NotForUdp { flag: "tls-cert" });
-        }
-        if self.tls.is_some() && self.body_file.is_some() {
-            return Err(ConfigError::TlsFileBody);
         }
         for (flag, policy, asked) in [
             ("tls-cert", Policy::Tls, self.tls.is_some()),

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use sockscale_proto::{Engine, Output, Protocol, Session};
+use sockscale_proto::{Engine, Output, Protocol, Segment, Session};
 use sockscale_sys::Interest;
 use sockscale_tls::{ServerSession, ServerTls};
 
 use crate::admission::Refusal;
-use crate::body::BodyFile;
+use crate::body::{BodyFile, FileScratch, Seal};
 use crate::clock::unix_now;
 pub use crate::out::{OutQueue, Written};
 pub use crate::policy::closed_by_error;
@@ -80,8 +80,9 @@ pub trait Socket {
     /// drained (no hang-up was reported), so a waiter that keeps readiness may forget it.
     fn recv(&mut self, buf: &mut [u8], short_drains: bool) -> io::Result<usize>;
 
-    /// Write what `out` holds.
-    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written>;
+    /// Write what `out` holds; `seal`: a TLS connection's session and the thread's scratch
+    /// (see [`OutQueue::flush`]).
+    fn flush(&mut self, out: &mut OutQueue, seal: Option<&mut Seal<'_>>) -> io::Result<Written>;
 
     /// Write `output` (segments of `input`, shared bytes, body file ranges) behind what `out`
     /// holds, queueing what the socket refuses.
@@ -106,8 +107,8 @@ impl Socket for RawSocket {
         sockscale_sys::recv(self.0, buf)
     }
 
-    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written> {
-        out.flush(self.0)
+    fn flush(&mut self, out: &mut OutQueue, seal: Option<&mut Seal<'_>>) -> io::Result<Written> {
+        out.flush(self.0, seal)
     }
 
     fn send(
@@ -164,6 +165,15 @@ impl Exchange {
         self.lc.finished(self.pending())
     }
 
+    /// Finished, and why, as [`Exchange::finished`], for an engine that closes outside a turn
+    /// (the thread pool, once its blocking send has written a body): a TLS session ended in
+    /// good order sends close_notify, as a turn's close does.
+    pub fn finish(&mut self, fd: RawFd) -> Option<CloseReason> {
+        let reason = self.finished()?;
+        tls_close_notify(self.tls.as_deref_mut(), fd, reason);
+        Some(reason)
+    }
+
     /// The server is draining from `now`: see [`Lifecycle::begin_drain`]; a request the kernel
     /// holds unread on `fd` (FIONREAD) was sent before the drain.
     pub fn begin_drain(&mut self, fd: RawFd, now: Instant, until: Instant) {
@@ -204,13 +214,16 @@ impl Exchange {
                     }
                     return Turned::Wait { wait, input };
                 }
-                Action::Flush => match socket.flush(&mut self.out) {
-                    Ok(written) => {
-                        io.counters.bytes_out(written.bytes);
-                        self.lc.on_written(now, written);
+                Action::Flush => {
+                    let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
+                    match socket.flush(&mut self.out, seal.as_mut()) {
+                        Ok(written) => {
+                            io.counters.written(&written);
+                            self.lc.on_written(now, written);
+                        }
+                        Err(e) => return Turned::Close(self.lc.on_failed(&e)),
                     }
-                    Err(e) => return Turned::Close(self.lc.on_failed(&e)),
-                },
+                }
                 Action::Read { max } => {
                     if buf.is_none() {
                         buf = io.pool.take(io.counters);
@@ -231,9 +244,10 @@ impl Exchange {
                             input |= fed.counted();
                             // The handshake's flight and the answer's records go at once.
                             if !self.out.is_empty() {
-                                match socket.flush(&mut self.out) {
+                                let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
+                                match socket.flush(&mut self.out, seal.as_mut()) {
                                     Ok(written) => {
-                                        io.counters.bytes_out(written.bytes);
+                                        io.counters.written(&written);
                                         self.lc.on_written(now, written);
                                     }
                                     Err(e) => return Turned::Close(self.lc.on_failed(&e)),
@@ -248,7 +262,7 @@ impl Exchange {
                             if fed == Fed::Send {
                                 match socket.send(&mut self.out, &kit.scratch, &buf[..n], kit.body.as_ref()) {
                                     Ok(written) => {
-                                        io.counters.bytes_out(written.bytes);
+                                        io.counters.written(&written);
                                         self.lc.on_written(now, written);
                                     }
                                     Err(e) => return Turned::Close(self.lc.on_failed(&e)),
@@ -277,25 +291,32 @@ impl Exchange {
             return Err(CloseReason::Error);
         };
         self.lc.on_read(read.len(), wanted);
-        let kit = &mut *io.kit;
+        let Kit { engine, scratch, body, tls_scratch, .. } = &mut *io.kit;
         let out = &mut self.out;
-        tls_input(
-            tls,
-            &mut self.lc,
-            read,
-            now,
-            &mut kit.engine,
-            &mut kit.scratch,
-            &mut kit.tls_scratch,
-            io.counters,
-            |records| out.push(records),
-        )
+        let queue = |item| match item {
+            TlsOut::Records(records) => out.push(records),
+            TlsOut::File(range) => {
+                if let Some(file) = body.as_ref() {
+                    out.push_sealed_file(file, range);
+                }
+            }
+            TlsOut::Clear(plain) => out.push_clear(plain),
+        };
+        let mut io = TlsIo { engine, scratch, buffers: tls_scratch, body: body.as_ref(), counters: io.counters };
+        tls_input(tls, &mut self.lc, read, now, &mut io, queue)
     }
 
     /// Write queued output on `fd` outside a turn (a thread engine's blocking send, or the
     /// blocking model's send thread), keeping the flood and stall clocks as a turn does.
-    pub fn flush_now(&mut self, fd: RawFd, now: Instant, limits: &Limits) -> io::Result<Written> {
-        let written = self.out.flush(fd)?;
+    /// `scratch`: the thread's, which a TLS connection's body file is sealed in.
+    pub fn flush_now(
+        &mut self,
+        fd: RawFd,
+        now: Instant,
+        limits: &Limits,
+        scratch: &mut TlsScratch,
+    ) -> io::Result<Written> {
+        let written = self.out.flush(fd, seal(&mut self.tls, scratch).as_mut())?;
         let pending = self.pending();
         self.lc.account_written(now, written, pending, limits);
         Ok(written)
@@ -318,31 +339,56 @@ impl Exchange {
     }
 }
 
-/// A thread's buffers for the TLS stage: what one read decrypted to, and an answer flattened
-/// before it is encrypted (the thread's, not a connection's: an idle connection keeps none).
+/// A thread's buffers for the TLS stage: what one read decrypted to, an answer flattened
+/// before it is encrypted, and a body file chunk and its records (the thread's, not a
+/// connection's: an idle connection keeps none).
 #[derive(Debug, Default)]
 pub struct TlsScratch {
     plain: Vec<u8>,
     flat: Vec<u8>,
+    pub file: FileScratch,
+}
+
+/// A TLS connection's session with the thread's scratch, to flush its output with.
+fn seal<'a>(tls: &'a mut Option<Box<ServerSession>>, scratch: &'a mut TlsScratch) -> Option<Seal<'a>> {
+    tls.as_deref_mut().map(|session| Seal { session, scratch: &mut scratch.file })
+}
+
+/// What one read through TLS queues, in order: records to send as they are, a body file range
+/// to read and encrypt a chunk at a time as the socket takes it, and plaintext behind such a
+/// range, to encrypt when it reaches the front (records go out in the order they are sealed).
+#[derive(Debug)]
+pub enum TlsOut {
+    Records(Bytes),
+    File(std::ops::Range<u64>),
+    Clear(Bytes),
+}
+
+/// What [`tls_input`] works with besides the session and the lifecycle: the thread's protocol
+/// engine, its output scratch, its TLS buffers, the body file and the counters.
+pub struct TlsIo<'a> {
+    pub engine: &'a mut Engine,
+    pub scratch: &'a mut Output,
+    pub buffers: &'a mut TlsScratch,
+    pub body: Option<&'a Arc<BodyFile>>,
+    pub counters: &'a Counters,
 }
 
 /// One read's ciphertext through a connection's TLS stage, for every engine (the exchange of
 /// the engines that write at once, and io_uring's): the handshake is counted when it
-/// completes, the plaintext goes to the lifecycle's protocol, and the records to send (the
-/// handshake's, and the answer flattened and encrypted) are handed to `queue`. Err: close, for
-/// this reason (the failure is counted).
-#[allow(clippy::too_many_arguments)]
+/// completes, the plaintext goes to the lifecycle's protocol, and what to send (the
+/// handshake's records, the answer flattened and encrypted, a body file range to seal as it
+/// goes, and plaintext behind it) is handed to `queue` in order. Err: close, for this reason
+/// (the failure is counted).
 pub fn tls_input(
     tls: &mut ServerSession,
     lc: &mut Lifecycle,
     read: &mut [u8],
     now: Instant,
-    engine: &mut Engine,
-    scratch: &mut Output,
-    buffers: &mut TlsScratch,
-    counters: &Counters,
-    mut queue: impl FnMut(Bytes),
+    io: &mut TlsIo<'_>,
+    mut queue: impl FnMut(TlsOut),
 ) -> Result<Fed, CloseReason> {
+    let TlsIo { engine, scratch, buffers, body, counters } = io;
     buffers.plain.clear();
     let mut records = Vec::new();
     match tls.receive(read, now, &mut buffers.plain, &mut records) {
@@ -357,25 +403,55 @@ pub fn tls_input(
         }
     }
     if !records.is_empty() {
-        queue(Bytes::from(records));
+        queue(TlsOut::Records(Bytes::from(records)));
     }
     let fed = lc.on_plaintext(&buffers.plain, now, engine, scratch);
-    if fed == Fed::Send {
-        if scratch.has_file() {
-            // Refused by the configuration (`ConfigError::TlsFileBody`); never sent in clear.
-            return Err(CloseReason::Error);
-        }
-        buffers.flat.clear();
-        for segment in scratch.segments() {
+    if fed != Fed::Send {
+        return Ok(fed);
+    }
+    // A file that shrank gets no response started from it, as in clear.
+    if let Err(e) = BodyFile::check_output(scratch, *body) {
+        return Err(closed_by_error(&e));
+    }
+    // Runs of segments in memory, flattened: encrypted now up to the first file range, and
+    // behind one, encrypted when they reach the front of the queue.
+    let mut behind_file = false;
+    buffers.flat.clear();
+    for segment in scratch.segments() {
+        let Segment::File(range) = segment else {
             buffers.flat.extend_from_slice(Output::slice(segment, &buffers.plain));
-        }
-        let mut records = Vec::with_capacity(buffers.flat.len() + 64);
-        if tls.send(&buffers.flat, &mut records).is_err() {
+            continue;
+        };
+        seal_run(tls, &mut buffers.flat, behind_file, &mut queue)?;
+        queue(TlsOut::File(range.clone()));
+        behind_file = true;
+    }
+    seal_run(tls, &mut buffers.flat, behind_file, &mut queue)?;
+    Ok(fed)
+}
+
+/// Queue the flattened run `flat` (emptied): encrypted, or, `behind_file`, as plaintext to be
+/// encrypted once the file range ahead of it is.
+fn seal_run(
+    tls: &mut ServerSession,
+    flat: &mut Vec<u8>,
+    behind_file: bool,
+    queue: &mut impl FnMut(TlsOut),
+) -> Result<(), CloseReason> {
+    if flat.is_empty() {
+        return Ok(());
+    }
+    if behind_file {
+        queue(TlsOut::Clear(Bytes::copy_from_slice(flat)));
+    } else {
+        let mut records = Vec::with_capacity(flat.len() + 64);
+        if tls.send(flat, &mut records).is_err() {
             return Err(CloseReason::Protocol);
         }
-        queue(Bytes::from(records));
+        queue(TlsOut::Records(Bytes::from(records)));
     }
-    Ok(fed)
+    flat.clear();
+    Ok(())
 }
 
 /// [`answer_once`] through TLS: the protocol's answer to an expired deadline, encrypted, in

@@ -39,7 +39,7 @@ pub use config::{Config, ConfigError, ListenerMode, Service};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation};
 pub use metrics::MetricsError;
-pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape};
+pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, TLS_FILE_BODY};
 pub use policy::CloseReason;
 pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;

@@ -141,6 +141,11 @@ pub struct Ceiling {
     pub set_by: &'static str,
 }
 
+/// What every model does with a `--body` file under TLS, said once for all of them (`sockscale
+/// models`, the log at start): the bytes go through the TLS stage in the thread's buffers, so
+/// the file is not sent with sendfile. The sizes are `body::SEAL_CHUNK` and `body::FILE_CHUNK`.
+pub const TLS_FILE_BODY: &str = "under TLS a `--body` file is read and encrypted in 64 KiB chunks, at most 2 MiB a turn, in the thread's buffers (memory stays flat in the body's size); sendfile is off, since it would send the page cache in clear, and kernel TLS (kTLS), which would encrypt behind it, is not supported: this machine's kernel offers no `tls` ULP to build and test it on";
+
 /// The models' capabilities, one row per model, in the order of the [`Model`] enum (a test
 /// checks it): [`Model::ALL`] is read from it.
 pub const CAPABILITIES: &[Capabilities] = &[

@@ -5,6 +5,10 @@
 //! goes with `sendfile` behind its head. Only what the socket refuses is kept, in the
 //! connection's [`OutQueue`]; its length is what the `--max-pending-send` and `--send-timeout`
 //! policies watch.
+//!
+//! A TLS connection queues its records (encrypted as they are produced), a body file range to
+//! be sealed a chunk at a time as the socket takes it ([`BodyFile::turn`] with the session), and
+//! behind such a range, plaintext that is encrypted only when it reaches the front.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -15,7 +19,7 @@ use bytes::{Buf, Bytes};
 use sockscale_proto::{Output, Segment};
 use sockscale_sys as sys;
 
-use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
+use crate::body::{no_body_file, no_session, seal_behind, BodyFile, FileRange, FileStep, Seal, FILE_CHUNK};
 pub use crate::policy::Written;
 
 /// iovecs per `sendmsg`: enough for 16 pipelined responses several times over; larger outputs
@@ -26,21 +30,25 @@ const IOV_BATCH: usize = 64;
 #[derive(Debug)]
 enum Chunk {
     Bytes(Bytes),
-    /// Bytes `at..end` of the body file, sent from the page cache.
+    /// A range of the body file: sent from the page cache, or, `sealed`, read and encrypted a
+    /// chunk at a time (TLS).
     File {
         file: Arc<BodyFile>,
-        at: u64,
-        end: u64,
+        range: FileRange,
+        sealed: bool,
     },
+    /// TLS plaintext behind a sealed file range, encrypted when it reaches the front.
+    Clear(Bytes),
 }
 
 /// Output the socket has not taken yet.
 #[derive(Debug, Default)]
 pub struct OutQueue {
     chunks: VecDeque<Chunk>,
-    /// Bytes held in memory.
+    /// Bytes held in memory (records of a file chunk apart).
     len: usize,
-    /// Bytes of the body file still to send.
+    /// Bytes of the body file still to send, with the records of a sealed chunk the socket
+    /// refused (at most one chunk's: they stop reading like the file's bytes, and are no flood).
     file_len: u64,
 }
 
@@ -50,7 +58,7 @@ impl OutQueue {
         self.len
     }
 
-    /// Bytes of the body file still to send.
+    /// Bytes of the body file still to send (and of its sealed records held).
     pub fn file_len(&self) -> u64 {
         self.file_len
     }
@@ -66,42 +74,76 @@ impl OutQueue {
         }
     }
 
-    fn push_file(&mut self, file: &Arc<BodyFile>, at: u64, end: u64) {
+    fn push_file(&mut self, file: &Arc<BodyFile>, at: u64, end: u64, sealed: bool) {
         if at < end {
             self.file_len += end - at;
-            self.chunks.push_back(Chunk::File { file: file.clone(), at, end });
+            self.chunks.push_back(Chunk::File { file: file.clone(), range: FileRange::new(at, end), sealed });
+        }
+    }
+
+    /// Queue bytes `range` of the body file for a TLS connection: read and encrypted a chunk
+    /// at a time as the socket takes them, never sent in clear.
+    pub fn push_sealed_file(&mut self, file: &Arc<BodyFile>, range: std::ops::Range<u64>) {
+        self.push_file(file, range.start, range.end, true);
+    }
+
+    /// Queue TLS plaintext, to be encrypted when it reaches the front (it follows a sealed
+    /// file range, whose records must go first).
+    pub fn push_clear(&mut self, plain: Bytes) {
+        if !plain.is_empty() {
+            self.len += plain.len();
+            self.chunks.push_back(Chunk::Clear(plain));
         }
     }
 
     /// Write queued output until the queue is empty, the socket refuses more, or a body
-    /// file's turn is sent ([`Written::yielded`]).
-    pub fn flush(&mut self, fd: RawFd) -> io::Result<Written> {
+    /// file's turn is sent ([`Written::yielded`]). `seal`: a TLS connection's session and the
+    /// thread's scratch, which its file ranges and plaintext are encrypted with.
+    pub fn flush(&mut self, fd: RawFd, mut seal: Option<&mut Seal<'_>>) -> io::Result<Written> {
         let mut written = Written::default();
         let mut file_sent = 0;
         while let Some(chunk) = self.chunks.front_mut() {
-            let Chunk::File { file, at, end } = chunk else {
-                match self.write_bytes_run(fd) {
-                    Ok(n) => written.bytes += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        written.blocked = true;
-                        break;
+            let (file, range, sealed) = match chunk {
+                Chunk::Bytes(_) => {
+                    match self.write_bytes_run(fd) {
+                        Ok(n) => written.bytes += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            written.blocked = true;
+                            break;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+                    continue;
                 }
-                continue;
+                Chunk::Clear(plain) => {
+                    let seal = seal.as_deref_mut().ok_or_else(no_session)?;
+                    let records = seal_behind(seal.session, plain)?;
+                    self.len = self.len - plain.len() + records.len();
+                    *chunk = Chunk::Bytes(records);
+                    continue;
+                }
+                Chunk::File { file, range, sealed } => (file, range, *sealed),
             };
             if file_sent >= FILE_CHUNK {
                 written.yielded = true;
                 break;
             }
-            let from = *at;
-            let step = file.send_turn(fd, at, *end, FILE_CHUNK - file_sent)?;
-            let n = usize::try_from(*at - from).unwrap_or(usize::MAX);
+            let seal = match seal.as_deref_mut() {
+                Some(seal) if sealed => Some(seal),
+                None if sealed => return Err(no_session()),
+                _ => None,
+            };
+            let owed = range.owed();
+            let turn = file.turn(fd, range, seal, FILE_CHUNK - file_sent)?;
+            self.file_len = self.file_len - owed + range.owed();
+            let n = usize::try_from(turn.file).unwrap_or(usize::MAX);
             file_sent += n;
-            written.bytes += n;
-            self.file_len -= n as u64;
-            match step {
+            written.bytes += turn.sent;
+            if sealed {
+                written.sealed += turn.file;
+            }
+            match turn.step {
                 FileStep::Done => {
                     self.chunks.pop_front();
                 }
@@ -131,7 +173,7 @@ impl OutQueue {
                     count += 1;
                 }
                 Chunk::Bytes(_) => break,
-                Chunk::File { .. } => {
+                Chunk::File { .. } | Chunk::Clear(_) => {
                     more = true;
                     break;
                 }
@@ -174,7 +216,7 @@ impl OutQueue {
         if !self.is_empty() || output.has_file() {
             // A file body goes through the queue: its head with MSG_MORE, then sendfile.
             self.queue_from(segments, 0, 0, input, body)?;
-            return self.flush(fd);
+            return self.flush(fd, None);
         }
         if let [only] = segments {
             // One response or one echo: no iovec array to build.
@@ -204,7 +246,7 @@ impl OutQueue {
                 // A short write means the socket buffer filled; confirm with the queue's own
                 // flush, which stops at EAGAIN (edge-triggered readiness is then re-armed) or
                 // at a body file's turn (`yielded`, for the engine to resume).
-                let more = self.flush(fd)?;
+                let more = self.flush(fd, None)?;
                 return Ok(Written { bytes: written.bytes + more.bytes, ..more });
             }
             next += batch.len();
@@ -226,7 +268,7 @@ impl OutQueue {
             return Ok(Written { bytes: n, ..Written::default() });
         }
         self.queue_from(std::slice::from_ref(segment), 0, n, input, None)?;
-        let more = self.flush(fd)?;
+        let more = self.flush(fd, None)?;
         Ok(Written { bytes: n + more.bytes, ..more })
     }
 
@@ -244,7 +286,7 @@ impl OutQueue {
                 let file = body.ok_or_else(no_body_file)?;
                 let skipped = range.start + skip as u64;
                 skip = skip.saturating_sub(usize::try_from(range.end - range.start).unwrap_or(usize::MAX));
-                self.push_file(file, skipped.min(range.end), range.end);
+                self.push_file(file, skipped.min(range.end), range.end, false);
                 continue;
             }
             let len = Output::slice(segment, input).len();
@@ -304,7 +346,7 @@ mod tests {
         assert_eq!(w.bytes + queue.len(), 5 + input.len());
         let mut received = read_all(&mut b);
         while !queue.is_empty() {
-            queue.flush(a.as_raw_fd()).unwrap();
+            queue.flush(a.as_raw_fd(), None).unwrap();
             received.extend(read_all(&mut b));
         }
         assert_eq!(&received[..5], b"head:");
@@ -323,7 +365,7 @@ mod tests {
         assert_eq!(w.bytes + queue.len(), input.len());
         let mut received = read_all(&mut b);
         while !queue.is_empty() {
-            queue.flush(a.as_raw_fd()).unwrap();
+            queue.flush(a.as_raw_fd(), None).unwrap();
             received.extend(read_all(&mut b));
         }
         assert_eq!(received, input);
@@ -351,14 +393,72 @@ mod tests {
         let mut queue = OutQueue::default();
         let first = queue.send(out.as_raw_fd(), &output, &[], Some(&file)).unwrap();
         assert_eq!((first.bytes, first.blocked, first.yielded), (FILE_CHUNK, false, true), "{first:?}");
-        let second = queue.flush(out.as_raw_fd()).unwrap();
+        let second = queue.flush(out.as_raw_fd(), None).unwrap();
         assert_eq!((second.bytes, second.yielded), (FILE_CHUNK, true), "{second:?}");
-        let last = queue.flush(out.as_raw_fd()).unwrap();
+        let last = queue.flush(out.as_raw_fd(), None).unwrap();
         assert_eq!((last.bytes, last.yielded), (12_345, false), "{last:?}");
         assert!(queue.is_empty());
         let written = std::fs::read(&dst).unwrap();
         let _ = (std::fs::remove_file(&src), std::fs::remove_file(&dst));
         assert!(written == content, "the body arrived whole and in order");
+    }
+
+    /// A TLS connection's queue: a head's records, a body file range sealed a chunk at a time
+    /// as the socket takes it, and a pipelined answer behind it, encrypted only once the range
+    /// is (records go out in the order they are sealed). Over a socket pair with a reader that
+    /// keeps up: no flush seals more than a turn of the file, the records held between flushes
+    /// are at most one chunk's, and the client decrypts head, file and tail in order.
+    #[test]
+    fn a_sealed_body_file_goes_through_the_queue_in_bounded_turns() {
+        use crate::body::{tls_pair, FileScratch, Seal, SEAL_CHUNK};
+        use std::io::{Read, Write};
+        let dir = std::env::temp_dir();
+        let src = dir.join(format!("sockscale-sealed-src-{}", std::process::id()));
+        let len = 2 * FILE_CHUNK + 12_345;
+        let content: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::File::create(&src).unwrap().write_all(&content).unwrap();
+        let (_, file) = BodyFile::load(&src, crate::body::SendfileMode::On, 0, 1).unwrap();
+        let file = Arc::new(file.expect("sent from the file"));
+        let (mut session, mut client) = tls_pair::new();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            b.read_to_end(&mut all).unwrap();
+            all
+        });
+        let mut queue = OutQueue::default();
+        let mut head = Vec::new();
+        session.send(b"head;", &mut head).unwrap();
+        queue.push(Bytes::from(head));
+        queue.push_sealed_file(&file, 0..len as u64);
+        queue.push_clear(Bytes::from_static(b";tail"));
+        let mut scratch = FileScratch::default();
+        let (mut sealed, mut flushes) = (0u64, 0);
+        while !queue.is_empty() {
+            let w =
+                queue.flush(a.as_raw_fd(), Some(&mut Seal { session: &mut session, scratch: &mut scratch })).unwrap();
+            flushes += 1;
+            assert!(w.sealed <= FILE_CHUNK as u64, "one flush sealed {} bytes of the file", w.sealed);
+            assert!(w.blocked || w.yielded || queue.is_empty(), "{w:?}");
+            sealed += w.sealed;
+            let held = queue.file_len() - (len as u64 - sealed).min(queue.file_len());
+            assert!(held < SEAL_CHUNK as u64 + 256, "{held} bytes of records held");
+            if w.blocked {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        assert_eq!(sealed, len as u64);
+        assert!(flushes >= 3, "at least a turn per FILE_CHUNK: {flushes} flushes");
+        drop(a);
+        let mut wire = reader.join().unwrap();
+        let plain = tls_pair::decrypt(&mut client, &mut wire);
+        let _ = std::fs::remove_file(&src);
+        assert_eq!((&plain[..5], &plain[plain.len() - 5..]), (&b"head;"[..], &b";tail"[..]));
+        assert!(plain[5..plain.len() - 5] == content[..], "the body arrived whole and in order");
+        // Flushed without its session, a sealed range is an error, never sent in clear.
+        queue.push_sealed_file(&file, 0..10);
+        assert!(queue.flush(0, None).is_err());
     }
 
     #[test]

@@ -37,6 +37,9 @@ impl Server {
         if cfg.service.is_udp() && !cfg.model.serves_udp() {
             return Err(ServerError::NoUdp { model: cfg.model.name() });
         }
+        if cfg.tls.is_some() && cfg.body_file.is_some() {
+            tracing::info!("{}", crate::model::TLS_FILE_BODY.replace('`', ""));
+        }
         let listen = Listen::bind(&cfg)?;
         let addr = listen.local_addr();
         let stats = Arc::new(Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm));

@@ -15,7 +15,7 @@ use crate::storm_gate::StormGate;
 
 use sockscale_tls::FailureReason;
 
-use crate::policy::{CloseReason, Limit};
+use crate::policy::{CloseReason, Limit, Written};
 
 /// One worker's counters, alone on its cache lines.
 #[derive(Debug, Default)]
@@ -35,6 +35,7 @@ pub struct Counters {
     tls_resumed: AtomicU64,
     tls_handshake_micros: AtomicU64,
     tls_failed: [AtomicU64; FailureReason::ALL.len()],
+    tls_file_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -52,6 +53,13 @@ impl Counters {
     }
     pub fn bytes_out(&self, n: usize) {
         self.bytes_out.fetch_add(n as u64, Relaxed);
+    }
+    /// A write: its bytes, and the body file bytes it read and encrypted for TLS.
+    pub fn written(&self, written: &Written) {
+        self.bytes_out(written.bytes);
+        if written.sealed > 0 {
+            self.tls_file_bytes.fetch_add(written.sealed, Relaxed);
+        }
     }
     pub fn datagrams(&self, received: usize, sent: usize, dropped: usize) {
         self.datagrams_in.fetch_add(received as u64, Relaxed);
@@ -235,6 +243,7 @@ impl Stats {
             for (total, count) in s.tls_failed.iter_mut().zip(&c.tls_failed) {
                 *total += count.load(Relaxed);
             }
+            s.tls_file_bytes += c.tls_file_bytes.load(Relaxed);
         }
         s
     }
@@ -274,6 +283,9 @@ pub struct Snapshot {
     pub tls_handshake_micros: u64,
     /// Indexed by `FailureReason as usize`: TLS sessions that failed.
     pub tls_failed: [u64; FailureReason::ALL.len()],
+    /// Body file bytes read and encrypted in chunks for TLS: under TLS sendfile is off (it
+    /// would send the page cache in clear, and kernel TLS is not built).
+    pub tls_file_bytes: u64,
 }
 
 impl Snapshot {
@@ -368,6 +380,12 @@ impl Snapshot {
             .map(|r| (format!("{{reason=\"{}\"}}", r.name()), self.tls_failed[*r as usize].to_string()))
             .collect();
         metric("tls_failed_total", "counter", "TLS sessions that failed, by reason.", &failed);
+        metric(
+            "tls_file_bytes_total",
+            "counter",
+            "Body file bytes read and encrypted in chunks for TLS (sendfile is off under TLS: no kernel TLS).",
+            &one(self.tls_file_bytes),
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -414,6 +432,7 @@ impl fmt::Display for Snapshot {
         for reason in FailureReason::ALL {
             write!(f, " tls_failed_{}={}", reason.name(), self.tls_failed[reason as usize])?;
         }
+        write!(f, " tls_file_bytes={}", self.tls_file_bytes)?;
         Ok(())
     }
 }

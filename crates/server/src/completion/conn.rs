@@ -19,6 +19,7 @@ use io_uring::{opcode, squeue, types};
 use sockscale_proto::Session;
 
 use super::ops::{pack, Op, BUFFER_GROUP};
+use crate::body::{no_session, seal_behind, FileRange};
 use crate::policy::{Delivery, Lifecycle, Pending};
 
 const IOV_BATCH: usize = 64;
@@ -108,11 +109,11 @@ impl SpareSends {
 #[derive(Debug)]
 enum Queued {
     Bytes(Bytes),
-    /// Bytes `at..end` of the body file, sent by the worker with `sendfile` (`drive.rs`).
-    File {
-        at: u64,
-        end: u64,
-    },
+    /// A range of the body file, sent by the worker (`drive.rs`): with `sendfile`, or read and
+    /// encrypted a chunk at a time when the connection speaks TLS.
+    File(FileRange),
+    /// TLS plaintext behind a file range, encrypted when it reaches the front.
+    Clear(Bytes),
 }
 
 /// What a connection's queue asks for next.
@@ -121,8 +122,10 @@ pub(super) enum NextSend {
     Nothing,
     /// Post this send.
     Post(squeue::Entry),
-    /// Send bytes `at..end` of the body file now (the front of the queue).
-    File { at: u64, end: u64 },
+    /// Send the body file range at the front of the queue now.
+    File,
+    /// Output could not be sealed for TLS: close.
+    Failed(std::io::Error),
 }
 
 pub(super) struct UConn {
@@ -134,7 +137,8 @@ pub(super) struct UConn {
     queued: VecDeque<Queued>,
     /// Bytes queued in memory.
     queued_len: usize,
-    /// Bytes of the body file queued, and the ranges they are in.
+    /// Bytes of the body file queued (with a sealed chunk's records held), and the ranges they
+    /// are in.
     queued_file: u64,
     queued_file_ranges: usize,
     /// A poll for writability is in flight: the socket refused the body file.
@@ -229,17 +233,32 @@ impl UConn {
         if at < end {
             self.queued_file += end - at;
             self.queued_file_ranges += 1;
-            self.queued.push_back(Queued::File { at, end });
+            self.queued.push_back(Queued::File(FileRange::new(at, end)));
         }
     }
 
-    /// The file chunk at the front was sent up to `at`: keep the rest at the front, or drop it
-    /// when it is all sent.
-    pub(super) fn file_sent_to(&mut self, at: u64) {
-        if let Some(Queued::File { at: front, end }) = self.queued.front_mut() {
-            self.queued_file -= at - *front;
-            *front = at;
-            if *front >= *end {
+    /// Queue TLS plaintext behind what is queued, to be encrypted when it reaches the front.
+    pub(super) fn queue_clear(&mut self, plain: Bytes) {
+        self.queued_len += plain.len();
+        self.queued.push_back(Queued::Clear(plain));
+    }
+
+    /// The file range at the front of the queue, with the connection's TLS session (if any) to
+    /// seal it with.
+    pub(super) fn file_front(&mut self) -> Option<(&mut FileRange, Option<&mut sockscale_tls::ServerSession>)> {
+        match self.queued.front_mut() {
+            Some(Queued::File(range)) => Some((range, self.tls.as_deref_mut())),
+            _ => None,
+        }
+    }
+
+    /// The file range at the front went through a turn, owing `owed` bytes before it: count
+    /// what it sent, and drop it when it is all sent.
+    pub(super) fn file_turned(&mut self, owed: u64) {
+        if let Some(Queued::File(range)) = self.queued.front() {
+            let now = range.owed();
+            self.queued_file = self.queued_file - owed + now;
+            if now == 0 {
                 self.queued.pop_front();
                 self.queued_file_ranges -= 1;
             }
@@ -278,9 +297,23 @@ impl UConn {
         if self.sending.is_some() || self.polling || self.closed {
             return NextSend::Nothing;
         }
-        match self.queued.front() {
+        match self.queued.front_mut() {
             None => return NextSend::Nothing,
-            Some(Queued::File { at, end }) => return NextSend::File { at: *at, end: *end },
+            Some(Queued::File(_)) => return NextSend::File,
+            Some(Queued::Clear(plain)) => {
+                // Its turn to be sealed: the file range ahead of it has been.
+                let sealed = match self.tls.as_deref_mut() {
+                    Some(session) => seal_behind(session, plain),
+                    None => Err(no_session()),
+                };
+                match sealed {
+                    Ok(records) => {
+                        self.queued_len = self.queued_len - plain.len() + records.len();
+                        self.queued[0] = Queued::Bytes(records);
+                    }
+                    Err(e) => return NextSend::Failed(e),
+                }
+            }
             Some(Queued::Bytes(_)) => {}
         }
         let mut send = spares.take();
@@ -292,7 +325,7 @@ impl UConn {
                         send.chunks.push(chunk);
                     }
                 }
-                Some(Queued::File { .. }) => {
+                Some(Queued::File(_) | Queued::Clear(_)) => {
                     send.more = true;
                     break;
                 }
@@ -363,7 +396,8 @@ impl UConn {
             .iter()
             .flat_map(|c| match c {
                 Queued::Bytes(b) => b.to_vec(),
-                Queued::File { at, end } => format!("<file {at}..{end}>").into_bytes(),
+                Queued::File(range) => format!("<file {}..{}>", range.at, range.end).into_bytes(),
+                Queued::Clear(plain) => plain.to_vec(),
             })
             .collect()
     }

@@ -17,9 +17,10 @@ use sockscale_proto::Segment;
 use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
-use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
+use crate::body::{no_body_file, BodyFile, FileStep, Seal, FILE_CHUNK};
 use crate::conn::{
-    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_session,
+    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_session, TlsIo,
+    TlsOut,
 };
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
 use crate::seats;
@@ -139,21 +140,22 @@ impl UringWorker<'_> {
         self.counters.bytes_in(n);
         if let Some(tls) = conn.tls.as_deref_mut() {
             let read = self.bufs.get_mut(bid, n);
-            // At most two: the handshake's records and the answer's.
-            let mut records = Vec::with_capacity(2);
-            let fed = tls_input(
-                tls,
-                &mut conn.lc,
-                read,
-                self.now,
-                &mut self.engine,
-                &mut self.scratch,
-                &mut self.tls_scratch,
-                self.counters,
-                |bytes| records.push(bytes),
-            );
-            for bytes in records {
-                conn.queue(bytes);
+            // Mostly two: the handshake's records and the answer's.
+            let mut queued = Vec::with_capacity(2);
+            let mut io = TlsIo {
+                engine: &mut self.engine,
+                scratch: &mut self.scratch,
+                buffers: &mut self.tls_scratch,
+                body: self.cfg.body_file.as_ref(),
+                counters: self.counters,
+            };
+            let fed = tls_input(tls, &mut conn.lc, read, self.now, &mut io, |item| queued.push(item));
+            for item in queued {
+                match item {
+                    TlsOut::Records(records) => conn.queue(records),
+                    TlsOut::File(range) => conn.queue_file(range.start, range.end),
+                    TlsOut::Clear(plain) => conn.queue_clear(plain),
+                }
             }
             // The plaintext was copied out of the ring buffer: it goes back at once.
             self.bufs.give_back(bid);
@@ -218,44 +220,52 @@ impl UringWorker<'_> {
             match conn.send_queued(index, &mut self.sends) {
                 NextSend::Nothing => return,
                 NextSend::Post(entry) => return self.push(entry),
-                NextSend::File { at, end } => {
-                    if !self.send_file(index, at, end) {
+                NextSend::File => {
+                    if !self.send_file(index) {
                         return;
                     }
                 }
+                NextSend::Failed(e) => return self.close(index, closed_by_error(&e)),
             }
         }
     }
 
-    /// Send bytes `at..end` of the body file on connection `index` with `sendfile`, until they
-    /// are all sent (then go on with the queue: true), the socket refuses more (a poll for
-    /// writability is posted: false), or a turn ([`FILE_CHUNK`]) is sent (the lifecycle then
-    /// has the connection come back after the others: false). io_uring has no sendfile, and
-    /// its splice runs every request on an io-wq thread (REQ_F_FORCE_ASYNC), a thread hop per
-    /// chunk; so the ring waits for writability and this thread moves the bytes, as the
-    /// readiness engines do.
-    fn send_file(&mut self, index: usize, start: u64, end: u64) -> bool {
+    /// Send the body file range at the front of connection `index`'s queue, a turn of it
+    /// ([`BodyFile::turn`]: with `sendfile`, or read and encrypted a chunk at a time under
+    /// TLS), until it is all sent (then go on with the queue: true), the socket refuses more (a
+    /// poll for writability is posted: false), or a turn ([`FILE_CHUNK`]) is sent (the
+    /// lifecycle then has the connection come back after the others: false). io_uring has no
+    /// sendfile, and its splice runs every request on an io-wq thread (REQ_F_FORCE_ASYNC), a
+    /// thread hop per chunk; so the ring waits for writability and this thread moves the
+    /// bytes, as the readiness engines do.
+    fn send_file(&mut self, index: usize) -> bool {
         let Some(body) = self.cfg.body_file.clone() else {
             self.close(index, closed_by_error(&no_body_file()));
             return false;
         };
         let Some(conn) = self.conns.get_mut(index) else { return false };
         let fd = conn.fd.as_raw_fd();
-        let mut at = start;
-        let outcome = body.send_turn(fd, &mut at, end, FILE_CHUNK);
-        let sent = usize::try_from(at - start).unwrap_or(usize::MAX);
-        conn.file_sent_to(at);
-        self.counters.bytes_out(sent);
-        let step = match outcome {
-            Ok(step) => step,
+        let Some((range, session)) = conn.file_front() else { return true };
+        let owed = range.owed();
+        let mut seal = session.map(|session| Seal { session, scratch: &mut self.tls_scratch.file });
+        let outcome = body.turn(fd, range, seal.as_mut(), FILE_CHUNK);
+        conn.file_turned(owed);
+        let turn = match outcome {
+            Ok(turn) => turn,
             Err(e) => {
                 self.close(index, closed_by_error(&e));
                 return false;
             }
         };
-        let yielded = step == FileStep::Turn;
-        conn.lc.on_written(self.now, Written { bytes: sent, blocked: step == FileStep::Blocked, yielded });
-        match step {
+        let written = Written {
+            bytes: turn.sent,
+            blocked: turn.step == FileStep::Blocked,
+            yielded: turn.step == FileStep::Turn,
+            sealed: if conn.tls.is_some() { turn.file } else { 0 },
+        };
+        self.counters.written(&written);
+        conn.lc.on_written(self.now, written);
+        match turn.step {
             FileStep::Done => true,
             FileStep::Turn => false,
             FileStep::Blocked => {
@@ -290,7 +300,7 @@ impl UringWorker<'_> {
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         let Some(sent) = conn.send_done() else { return };
         let written = usize::try_from(result).unwrap_or(0);
-        conn.lc.on_written(self.now, Written { bytes: written, blocked: written < sent.len(), yielded: false });
+        conn.lc.on_written(self.now, Written { bytes: written, blocked: written < sent.len(), ..Written::default() });
         self.counters.bytes_out(written);
         // Whatever the socket did not take goes back to the front of the queue, in order.
         if result >= 0 && written < sent.len() && !conn.closed {

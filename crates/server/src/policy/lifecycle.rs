@@ -76,6 +76,8 @@ pub struct Written {
     /// again after the other connections, without waiting for writability (no EAGAIN
     /// happened, so an edge-triggered waiter will not report it).
     pub yielded: bool,
+    /// Bytes of a body file read and encrypted for TLS (counted as `tls_file_bytes`).
+    pub sealed: u64,
 }
 
 /// What the engine does next for this connection.
@@ -544,7 +546,7 @@ mod tests {
         );
         assert_eq!(lc.on_input(b"hello", 1000, t0, &mut engine, &mut out), Fed::Send);
         assert_eq!(out.to_vec(b"hello"), b"hello");
-        lc.on_written(t0, Written { bytes: 5, blocked: false, yielded: false });
+        lc.on_written(t0, Written { bytes: 5, ..Written::default() });
         let w = wait(lc.poll(t0, none, &engine, &l));
         assert!(w.read && !w.write && !w.resume, "{w:?}");
         assert!(!lc.is_readable(), "a short read drained the socket");
@@ -628,7 +630,7 @@ mod tests {
         assert_eq!(lc.poll(t0, Pending::default(), &engine, &l), Action::Read { max: 1000 });
         let input = [b'x'; 1000];
         lc.on_input(&input, 1000, t0, &mut engine, &mut out);
-        lc.on_written(t0, Written { bytes: 0, blocked: true, yielded: false });
+        lc.on_written(t0, Written { blocked: true, ..Written::default() });
         let over = Pending::bytes(1000);
         let w = wait(lc.poll(t0, over, &engine, &l));
         assert!(!w.read && w.write && !w.resume, "{w:?}");
@@ -750,7 +752,7 @@ mod tests {
         let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
         let owed = Pending { bytes: 0, sends: 0, file_bytes: 1 << 30 };
         assert_eq!(lc.poll(t0, owed, &engine, &l), Action::Flush);
-        lc.on_written(t0, Written { bytes: 2 << 20, blocked: false, yielded: true });
+        lc.on_written(t0, Written { bytes: 2 << 20, yielded: true, ..Written::default() });
         let w = wait(lc.poll(t0, owed, &engine, &l));
         assert!(w.resume && !w.read && w.write, "{w:?}");
         assert_eq!(lc.poll(t0, owed, &engine, &l), Action::Flush);

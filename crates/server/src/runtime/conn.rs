@@ -16,7 +16,7 @@ use sockscale_sys as sys;
 
 use super::active::Seat;
 use super::{counters, with_local, Admitted, Shared, Stage};
-use crate::body::BodyFile;
+use crate::body::{BodyFile, Seal};
 use crate::conn::{closed_by_error, Exchange, OutQueue, Socket, TurnIo, Turned, Written};
 use crate::policy::CloseReason;
 use crate::stats::Stats;
@@ -231,9 +231,9 @@ impl Socket for TokioSocket<'_> {
         }
     }
 
-    fn flush(&mut self, out: &mut OutQueue) -> io::Result<Written> {
+    fn flush(&mut self, out: &mut OutQueue, mut seal: Option<&mut Seal<'_>>) -> io::Result<Written> {
         let fd = self.fd();
-        self.write(|| out.flush(fd))
+        self.write(|| out.flush(fd, seal.as_deref_mut()))
     }
 
     fn send(

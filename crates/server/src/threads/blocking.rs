@@ -409,14 +409,20 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
             }
             continue;
         }
+        // A kit is lent for the flush (taken before the link's lock, as the receive thread
+        // does): a TLS connection's body file is sealed in its scratch.
+        let mut kit = hub.take_kit();
         let mut st = link.lock();
         st.sender_polling = false;
         if st.ended {
+            hub.put_kit(kit);
             return;
         }
-        match st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits) {
+        let flushed = st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits, &mut kit.tls_scratch);
+        hub.put_kit(kit);
+        match flushed {
             Ok(written) => {
-                counters.bytes_out(written.bytes);
+                counters.written(&written);
                 if written.bytes > 0 {
                     st.version += 1;
                     if st.receiver_waiting {

@@ -281,11 +281,11 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
         Turned::Close(reason) => return Next::Close(reason),
         Turned::Wait { wait, .. } => wait,
     };
-    let all_written = match write_pending(hub, conn, counters) {
+    let all_written = match write_pending(hub, conn, kit, counters) {
         Ok(all_written) => all_written,
         Err(reason) => return Next::Close(reason),
     };
-    if let Some(reason) = conn.x.finished() {
+    if let Some(reason) = conn.x.finish(fd) {
         return Next::Close(reason);
     }
     // The poller keeps the deadlines of idle connections; this covers one that waited in the
@@ -306,7 +306,7 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 /// send policies (flood, then send stall, then the drain's end) and until a forced shutdown; or
 /// until a body file's turn is sent (Ok(false)): the connection then goes to the back of the
 /// ready queue, so one long download does not hold a worker from the others.
-fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<bool, CloseReason> {
+fn write_pending(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Result<bool, CloseReason> {
     let fd = conn.fd.as_raw_fd();
     while !conn.x.out.is_empty() {
         let now = Instant::now();
@@ -326,8 +326,9 @@ fn write_pending(hub: &Hub<'_>, conn: &mut Conn, counters: &Counters) -> Result<
         if fds[0].revents == 0 {
             continue;
         }
-        let written = conn.x.flush_now(fd, Instant::now(), &hub.limits).map_err(|e| closed_by_error(&e))?;
-        counters.bytes_out(written.bytes);
+        let written =
+            conn.x.flush_now(fd, Instant::now(), &hub.limits, &mut kit.tls_scratch).map_err(|e| closed_by_error(&e))?;
+        counters.written(&written);
         if written.yielded {
             return Ok(false);
         }
@@ -450,7 +451,7 @@ impl<'w, 'h> Watch<'w, 'h> {
     fn add(&mut self, epoll: &mut Epoll, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
             begin_drain(&mut conn, &self.hub.shutdown);
-            if let Some(reason) = conn.x.finished() {
+            if let Some(reason) = conn.x.finish(conn.fd.as_raw_fd()) {
                 return self.hub.close(*conn, self.counters, reason);
             }
         }
@@ -487,7 +488,7 @@ impl<'w, 'h> Watch<'w, 'h> {
         for id in ids {
             let Some(conn) = self.conns.get_mut(&id) else { continue };
             begin_drain(conn, &self.hub.shutdown);
-            if let Some(reason) = conn.x.finished() {
+            if let Some(reason) = conn.x.finish(conn.fd.as_raw_fd()) {
                 if let Some(conn) = self.conns.remove(&id) {
                     self.hub.close(*conn, self.counters, reason);
                 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::Args;
-use sockscale_server::{Capabilities, Config, Model};
+use sockscale_server::{Capabilities, Config, Model, TLS_FILE_BODY};
 
 use crate::output::say;
 
@@ -155,6 +155,7 @@ impl Row {
             "known_limits": c.limits.iter().map(|l| plain(l)).collect::<Vec<_>>(),
             "available": self.unavailable.is_none(),
             "unavailable": self.unavailable,
+            "tls_file_body": plain(TLS_FILE_BODY),
         })
     }
 }
@@ -191,6 +192,8 @@ fn text(rows: &[Row]) -> String {
     for row in &cells {
         out.push(line(&row.each_ref().map(String::as_str)));
     }
+    out.push(String::new());
+    out.push(field("every model", &plain(TLS_FILE_BODY)));
     for r in rows {
         let c = r.caps;
         out.push(String::new());
@@ -275,6 +278,8 @@ fn markdown() -> String {
         let limits = if c.limits.is_empty() { "none known".to_owned() } else { c.limits.join("; ") };
         out.push(format!("| {name} | {seed} | {} | {} | {udp} | {cannot} | {limits} |", c.thread_detail, c.waits));
     }
+    out.push(String::new());
+    out.push(format!("Every model: {TLS_FILE_BODY}."));
     out.join("\n")
 }
 
