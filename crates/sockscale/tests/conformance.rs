@@ -965,7 +965,6 @@ pub fn tls_handshakes_beyond_the_maximum_are_refused(model: &str) {
     assert_eq!(done.counter("closed_header_timeout"), 1, "{:?}", done.stdout);
 }
 
-<<<<<<< HEAD
 /// `sockscale load` over TLS: a certificate signed by another CA is refused before the run
 /// with its reason and exit 1; with the right CA, a connection per request resumes the
 /// sessions it keeps, and the client's count of resumed handshakes is the server's.
@@ -1008,7 +1007,8 @@ pub fn tls_load_verifies_the_certificate_and_resumes(model: &str) {
     // The server also saw the probe's full handshake, and the refused client's attempt failed.
     assert_eq!(done.counter("tls_resumed"), resumed, "{:?}", done.stdout);
     assert_eq!(done.counter("tls_handshakes"), full + resumed + 1, "{:?}", done.stdout);
-=======
+}
+
 /// A `--body` file over TLS (issue 24): sendfile would send it in clear, so it is read and
 /// encrypted a chunk at a time. 3 MiB and 17 bytes (more than a turn of 2 MiB) arrive intact
 /// to a GET, a HEAD and a GET pipelined in one write (the HEAD's answer behind the first body is
@@ -1091,7 +1091,6 @@ pub fn tls_body_from_a_file_is_read_and_encrypted_in_chunks(model: &str) {
     // Less the turn cut short by the client closing: its bytes are not counted.
     assert!(done.counter("tls_file_bytes") >= (256 - 2) << 20, "{:?}", done.stdout);
     let _ = std::fs::remove_dir_all(&dir);
->>>>>>> tls-body
 }
 
 /// Instantiate every case for each listed model.
@@ -1125,11 +1124,8 @@ macro_rules! conformance {
             #[test] fn tls_keep_alive_over_tls13_and_tls12() { if !super::unavailable(MODEL) { super::tls_keep_alive_over_tls13_and_tls12(MODEL) } }
             #[test] fn tls_echo_is_intact_and_resumption_is_counted() { if !super::unavailable(MODEL) { super::tls_echo_is_intact_and_resumption_is_counted(MODEL) } }
             #[test] fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served() { if !super::unavailable(MODEL) { super::tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(MODEL) } }
-<<<<<<< HEAD
             #[test] fn tls_load_verifies_the_certificate_and_resumes() { if !super::unavailable(MODEL) { super::tls_load_verifies_the_certificate_and_resumes(MODEL) } }
-=======
             #[test] fn tls_body_from_a_file_is_read_and_encrypted_in_chunks() { if !super::unavailable(MODEL) { super::tls_body_from_a_file_is_read_and_encrypted_in_chunks(MODEL) } }
->>>>>>> tls-body
             #[test] fn tls_handshakes_beyond_the_maximum_are_refused() { if !super::unavailable(MODEL) { super::tls_handshakes_beyond_the_maximum_are_refused(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }
