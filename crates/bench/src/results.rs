@@ -301,6 +301,75 @@ pub struct HttpPoint {
     /// written before it was kept, and when no request completed.
     #[serde(default)]
     pub latency: Option<HttpLatency>,
+    /// Over TLS (HTTPS). False for plain HTTP, and in results written before HTTPS was measured.
+    #[serde(default)]
+    pub tls: bool,
+    /// HTTPS only: whether the load resumed TLS sessions when it opened a new connection
+    /// (`--tls-resume`). The bench runs its HTTPS points with it off, so that every new
+    /// connection is a full handshake. Absent for plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_resume: Option<bool>,
+    /// The server's CPU over the point (user + system, from /proc/PID/stat before and after
+    /// the load ran), as a percentage of one core. Absent when it could not be read, and in
+    /// results written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_pct: Option<f64>,
+}
+
+/// What one HTTP point measured, as the tables and charts name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HttpWorkload {
+    /// Plain HTTP, requests over open connections.
+    KeepAlive,
+    /// Plain HTTP, a new TCP connection for every request.
+    NewConnection,
+    /// HTTPS, requests over open connections (one handshake each, when it opened).
+    TlsKeepAlive,
+    /// HTTPS, a new connection for every request, each a full handshake.
+    TlsFullHandshake,
+    /// HTTPS, a new connection for every request, each resuming the session of an earlier one.
+    TlsResumed,
+}
+
+impl HttpWorkload {
+    /// Every workload, in the order the tables list them.
+    pub const ALL: [HttpWorkload; 5] = [
+        HttpWorkload::KeepAlive,
+        HttpWorkload::NewConnection,
+        HttpWorkload::TlsKeepAlive,
+        HttpWorkload::TlsFullHandshake,
+        HttpWorkload::TlsResumed,
+    ];
+
+    pub fn tls(self) -> bool {
+        !matches!(self, HttpWorkload::KeepAlive | HttpWorkload::NewConnection)
+    }
+
+    pub fn keepalive(self) -> bool {
+        matches!(self, HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive)
+    }
+
+    /// How each request reaches the server, as the tables' second column says it.
+    pub fn connection(self) -> &'static str {
+        match self {
+            HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive => "keep-alive",
+            HttpWorkload::NewConnection => "new connection per request",
+            HttpWorkload::TlsFullHandshake => "new connection per request, full handshake",
+            HttpWorkload::TlsResumed => "new connection per request, resumed handshake",
+        }
+    }
+}
+
+impl HttpPoint {
+    pub fn workload(&self) -> HttpWorkload {
+        match (self.tls, self.keepalive, self.tls_resume) {
+            (false, true, _) => HttpWorkload::KeepAlive,
+            (false, false, _) => HttpWorkload::NewConnection,
+            (true, true, _) => HttpWorkload::TlsKeepAlive,
+            (true, false, Some(true)) => HttpWorkload::TlsResumed,
+            (true, false, _) => HttpWorkload::TlsFullHandshake,
+        }
+    }
 }
 
 /// Request latency of one HTTP point: each request from being sent to its whole response
