@@ -179,6 +179,16 @@ impl std::fmt::Display for AcceptedStatuses {
     }
 }
 
+/// TLS for a run (https://, `echo --tls`): whom to trust, what to offer, whether to resume.
+#[derive(Debug, Clone)]
+pub struct LoadTls {
+    pub client: sockscale_tls::ClientTls,
+    /// The name sent as SNI and checked against the certificate (the URL's host, or `--sni`).
+    pub server_name: String,
+    /// Reconnects resume an earlier session (`--tls-resume on`); else every handshake is full.
+    pub resume: bool,
+}
+
 /// How progress is shown while running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
@@ -235,6 +245,8 @@ pub struct LoadConfig {
     /// Exchanges each connection makes; after them it stays open and idle until the run ends
     /// (with no -d or -n, the run ends when every connection has made them).
     pub per_conn: Option<u64>,
+    /// TLS over every connection; None: plaintext.
+    pub tls: Option<LoadTls>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -121,6 +121,9 @@ pub struct Errors {
     pub verify_mismatch: u64,
     /// HTTP responses with a status not accepted (by default anything but 2xx).
     pub http_status: u64,
+    /// A TLS handshake or session that failed (its reason in `tls.failures`), or a handshake
+    /// that did not finish within the reply timeout.
+    pub tls: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
 }
@@ -130,7 +133,7 @@ impl Errors {
         self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 12] {
+    fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
@@ -143,6 +146,7 @@ impl Errors {
             ("bad response", self.bad_response),
             ("verification mismatch", self.verify_mismatch),
             ("HTTP status", self.http_status),
+            ("TLS failed", self.tls),
             ("other", self.other),
         ]
     }
@@ -160,6 +164,7 @@ impl Errors {
         self.bad_response += o.bad_response;
         self.verify_mismatch += o.verify_mismatch;
         self.http_status += o.http_status;
+        self.tls += o.tls;
         self.other += o.other;
     }
 }
@@ -254,6 +259,126 @@ impl Latency {
     }
 }
 
+/// TLS: the handshakes, what they agreed on, and what failed; absent for a plaintext run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Tls {
+    pub handshakes: Handshakes,
+    /// Failed handshakes and sessions by reason (`certificate`, `protocol`, `peer_alert`,
+    /// `incompatible`, `not_tls`, `timeout`).
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// The first failure in words (a certificate that failed verification says why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
+    /// From the ClientHello to the end of the handshake, for every handshake that completed:
+    /// apart from the requests' latency, which counts from the first request.
+    pub handshake_latency: Latency,
+    /// What the handshakes agreed on, with how many connections agreed on each.
+    pub negotiated: Vec<Agreed>,
+    /// The bytes the sockets moved (records, handshakes, alerts); `bytes` counts the
+    /// application's.
+    pub wire: ByteCounts,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Handshakes {
+    /// Full handshakes (a certificate sent and verified, a key exchanged).
+    pub full: u64,
+    /// Abbreviated handshakes that resumed an earlier session (a ticket or a session ID).
+    pub resumed: u64,
+    /// Handshakes that failed or did not finish.
+    pub failed: u64,
+}
+
+/// One set of agreed parameters and the connections that agreed on it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Agreed {
+    pub version: String,
+    pub suite: String,
+    pub alpn: Option<String>,
+    pub connections: u64,
+}
+
+impl Tls {
+    /// Add another's counts and histogram to these.
+    pub fn add(&mut self, o: &Tls) -> Result<(), String> {
+        self.handshakes.full += o.handshakes.full;
+        self.handshakes.resumed += o.handshakes.resumed;
+        self.handshakes.failed += o.handshakes.failed;
+        for (reason, n) in &o.failures {
+            *self.failures.entry(reason.clone()).or_default() += n;
+        }
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&o.first_failure);
+        }
+        let mut latency = self.handshake_latency.histogram()?;
+        latency.add(o.handshake_latency.histogram()?).map_err(|e| format!("{e:?}"))?;
+        self.handshake_latency = Latency::from_histogram(&latency);
+        for agreed in &o.negotiated {
+            self.agreed(&agreed.version, &agreed.suite, agreed.alpn.as_deref(), agreed.connections);
+        }
+        self.wire.sent += o.wire.sent;
+        self.wire.received += o.wire.received;
+        Ok(())
+    }
+
+    /// Count `n` connections that agreed on these parameters.
+    pub fn agreed(&mut self, version: &str, suite: &str, alpn: Option<&str>, n: u64) {
+        match self.negotiated.iter_mut().find(|a| a.version == version && a.suite == suite && a.alpn.as_deref() == alpn)
+        {
+            Some(a) => a.connections += n,
+            None => {
+                self.negotiated.push(Agreed {
+                    version: version.to_owned(),
+                    suite: suite.to_owned(),
+                    alpn: alpn.map(str::to_owned),
+                    connections: n,
+                });
+                self.negotiated.sort();
+            }
+        }
+    }
+
+    /// The summary's lines for TLS.
+    fn summary(&self, s: &mut String) {
+        let agreed: Vec<String> = self
+            .negotiated
+            .iter()
+            .map(|a| {
+                let alpn = a.alpn.as_deref().map_or_else(|| "no ALPN".to_owned(), |p| format!("ALPN {p}"));
+                format!("{} {} {alpn} ({} connections)", a.version, a.suite, a.connections)
+            })
+            .collect();
+        let agreed = if agreed.is_empty() { "no handshake completed".to_owned() } else { agreed.join("; ") };
+        let _ = writeln!(s, "  tls          {agreed}");
+        let h = &self.handshakes;
+        let failures: Vec<String> = self.failures.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+        let failed = if failures.is_empty() { String::new() } else { format!(" ({})", failures.join(", ")) };
+        let _ = writeln!(s, "  handshakes   {} full, {} resumed, {} failed{failed}", h.full, h.resumed, h.failed);
+        if let Some(first) = &self.first_failure {
+            let _ = writeln!(s, "  first failed {first}");
+        }
+        let l = &self.handshake_latency;
+        if !l.is_empty() {
+            let _ = writeln!(
+                s,
+                "  handshake    p50 {} p90 {} p99 {} max {} (mean {}, {} samples; not in the latency above)",
+                human_us(l.p50_us),
+                human_us(l.p90_us),
+                human_us(l.p99_us),
+                human_us(l.max_us),
+                human_us(l.mean_us),
+                l.count
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  on the wire  {} sent, {} received (records and handshakes)",
+            self.wire.sent, self.wire.received
+        );
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Cpu {
     pub user_s: f64,
@@ -312,6 +437,9 @@ pub struct Report {
     /// TCP handshakes; absent when none completed (always for UDP, which has none).
     #[serde(default, skip_serializing_if = "Latency::is_empty")]
     pub connect_latency: Latency,
+    /// TLS runs only (https://, `echo --tls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
     pub cpu: Cpu,
     /// The cores the load generator could use: its threads, at most the CPUs it was allowed
     /// to run on; in a merge, added up per host and capped at that host's CPUs. 0 in reports
@@ -522,7 +650,8 @@ impl Report {
                 reason: format!("schema {} (expected {SCHEMA})", report.schema),
             });
         }
-        for latency in [&report.latency, &report.connect_latency] {
+        let tls_latency = report.tls.as_ref().map(|t| &t.handshake_latency);
+        for latency in [&report.latency, &report.connect_latency].into_iter().chain(tls_latency) {
             latency.histogram().map_err(|reason| ReportError::Format { path: path.into(), reason })?;
         }
         Ok(report)
@@ -601,6 +730,13 @@ impl Report {
             m.statuses.add(&r.statuses);
             m.errors.add(&r.errors);
             m.udp.add(&r.udp);
+            m.tls = match (m.tls.take(), &r.tls) {
+                (Some(mut a), Some(b)) => {
+                    a.add(b).map_err(bad)?;
+                    Some(a)
+                }
+                (a, b) => a.or_else(|| b.clone()),
+            };
             m.cpu.user_s += r.cpu.user_s;
             m.cpu.system_s += r.cpu.system_s;
             m.pre_start = match (m.pre_start.take(), &r.pre_start) {
@@ -802,6 +938,9 @@ impl Report {
                 human_us(c.p99_us),
                 human_us(c.max_us)
             );
+        }
+        if let Some(tls) = &self.tls {
+            tls.summary(&mut s);
         }
         let failures = self.failures();
         if failures == 0 {
@@ -1086,5 +1225,57 @@ mod tests {
         r.options = serde_json::json!({ "rate": 5.0 });
         let text = r.summary();
         assert!(text.contains("asked 5/s, sent 5/s\n"), "{text}");
+    }
+
+    fn tls_block(full: u64, resumed: u64, handshake_ns: &[u64]) -> Tls {
+        let mut h = new_histogram();
+        for &v in handshake_ns {
+            h.record(v).unwrap();
+        }
+        let mut tls = Tls {
+            handshakes: Handshakes { full, resumed, failed: 0 },
+            handshake_latency: Latency::from_histogram(&h),
+            wire: ByteCounts { sent: 100, received: 1000 },
+            ..Tls::default()
+        };
+        tls.agreed("TLSv1.3", "TLS13_AES_256_GCM_SHA384", Some("http/1.1"), full + resumed);
+        tls
+    }
+
+    #[test]
+    fn tls_blocks_merge_and_the_summary_names_failures() {
+        let mut a = report_with(&[1_000], 1);
+        a.tls = Some(tls_block(2, 1, &[2_000_000, 3_000_000, 500_000]));
+        let mut b = report_with(&[1_000], 1);
+        let mut tb = tls_block(1, 0, &[4_000_000]);
+        tb.agreed("TLSv1.2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", Some("http/1.1"), 1);
+        tb.failures.insert("certificate".into(), 2);
+        tb.handshakes.failed = 2;
+        tb.first_failure = Some("certificate: invalid peer certificate: UnknownIssuer".into());
+        b.tls = Some(tb);
+        b.errors.tls = 2;
+        let m = Report::merge(&[a, b]).unwrap();
+        let tls = m.tls.as_ref().expect("merged TLS block");
+        assert_eq!(tls.handshakes, Handshakes { full: 3, resumed: 1, failed: 2 });
+        assert_eq!(tls.handshake_latency.count, 4);
+        assert!((tls.handshake_latency.max_us - 4_000.0).abs() < 10.0, "{}", tls.handshake_latency.max_us);
+        assert_eq!(tls.negotiated.len(), 2, "{:?}", tls.negotiated);
+        let v13 = tls.negotiated.iter().find(|n| n.version == "TLSv1.3").expect("1.3");
+        assert_eq!(v13.connections, 4);
+        assert_eq!(tls.wire, ByteCounts { sent: 200, received: 2000 });
+        let text = m.summary();
+        assert!(text.contains("handshakes   3 full, 1 resumed, 2 failed (certificate 2)"), "{text}");
+        assert!(text.contains("first failed certificate: invalid peer certificate: UnknownIssuer"), "{text}");
+        assert!(text.contains("errors       2: TLS failed 2"), "{text}");
+        let json = serde_json::to_string(&m).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        let (back, merged) = (back.tls.expect("TLS after a round trip"), m.tls.clone().expect("TLS"));
+        assert_eq!(
+            (back.handshakes, &back.negotiated, &back.handshake_latency.hdr),
+            (merged.handshakes, &merged.negotiated, &merged.handshake_latency.hdr)
+        );
+        let plain = report_with(&[1_000], 1);
+        assert!(serde_json::to_value(&plain).unwrap().get("tls").is_none(), "no TLS block without TLS");
+        assert!(!plain.summary().contains("handshakes"));
     }
 }

@@ -6,7 +6,9 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crate::config::{LoadConfig, LoadConfigError, Mode, Progress};
+use sockscale_tls::{ClientSession, FailureReason};
+
+use crate::config::{LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
 use crate::engine::{Engine, Shared, ThreadResult};
 use crate::limits::{self, Demand, LimitError};
 use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, SCHEMA};
@@ -22,6 +24,9 @@ pub enum LoadError {
     /// The probe got through but no connection of the run ever did.
     #[error("cannot connect to {target}: {reason} (no connection succeeded in {waited_s:.1} s)")]
     CannotConnect { target: String, reason: String, waited_s: f64 },
+    /// The probe's TLS handshake failed: the run would fail every one.
+    #[error("TLS handshake with {target} failed: {reason}{hint}")]
+    Tls { target: String, reason: String, hint: &'static str },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
 }
@@ -181,11 +186,62 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
         _ => {
             let stream =
                 TcpStream::connect_timeout(&cfg.addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
-            drop(stream);
+            if let Some(tls) = &cfg.tls {
+                handshake(stream, tls, cfg.connect_timeout.max(cfg.reply_timeout))
+                    .map_err(|(reason, hint)| LoadError::Tls { target: cfg.target.clone(), reason, hint })?;
+            }
             Ok(())
         }
     }
 }
+
+/// The probe's TLS handshake, blocking, within `timeout`: a certificate the client does not
+/// trust, a server that does not speak TLS, or nothing in common fails it here, once, with the
+/// reason, instead of failing every connection of the run. It resumes nothing and leaves no
+/// session behind, so the run's first handshakes are as they would be without it.
+fn handshake(mut stream: TcpStream, tls: &LoadTls, timeout: Duration) -> Result<(), (String, &'static str)> {
+    use std::io::Read;
+    let io = |e: std::io::Error| (format!("{e} during the handshake"), "");
+    let client = tls.client.without_resumption();
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    let mut session = ClientSession::start(&client, &tls.server_name, Instant::now(), &mut out)
+        .map_err(|failure| (failure.to_string(), ""))?;
+    let mut buf = vec![0u8; 32 << 10];
+    let mut plain = Vec::new();
+    loop {
+        stream.write_all(&out).map_err(io)?;
+        out.clear();
+        if !session.is_handshaking() {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err((format!("no handshake within {:.1} s", timeout.as_secs_f64()), ""));
+        }
+        stream.set_read_timeout(Some(left)).map_err(io)?;
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return Err(("the server closed the connection during the handshake".into(), NOT_TLS_HINT)),
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err((format!("no handshake within {:.1} s", timeout.as_secs_f64()), NOT_TLS_HINT))
+            }
+            Err(e) => return Err(io(e)),
+        };
+        session.receive(&mut buf[..n], Instant::now(), &mut plain, &mut out).map_err(|failure| {
+            let hint = match failure.reason {
+                FailureReason::Certificate => {
+                    " (trust its CA with --cacert FILE, or skip verification with --insecure)"
+                }
+                FailureReason::Protocol | FailureReason::NotTls => NOT_TLS_HINT,
+                _ => "",
+            };
+            (failure.to_string(), hint)
+        })?;
+    }
+}
+
+const NOT_TLS_HINT: &str = " (is it serving TLS on that port?)";
 
 fn show_progress(shared: &Shared, done: &AtomicBool, stop: &AtomicBool) {
     let mode = shared.cfg.progress;
@@ -262,6 +318,7 @@ fn assemble(
         // Same bounds on every histogram, so adding cannot fail.
         let _ = total.latency.add(&r.latency);
         let _ = total.connect_latency.add(&r.connect_latency);
+        total.tls.add(&r.tls);
     }
     let mut report = Report {
         schema: SCHEMA,
@@ -285,6 +342,7 @@ fn assemble(
         udp: total.udp,
         latency: Latency::from_histogram(&total.latency),
         connect_latency: Latency::from_histogram(&total.connect_latency),
+        tls: cfg.tls.as_ref().map(|_| total.tls.report()),
         cpu: cpu_between(cpu_before, cpu_after),
         client_cores: 0,
         cpus: 0,

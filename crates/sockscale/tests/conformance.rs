@@ -965,6 +965,47 @@ pub fn tls_handshakes_beyond_the_maximum_are_refused(model: &str) {
     assert_eq!(done.counter("closed_header_timeout"), 1, "{:?}", done.stdout);
 }
 
+/// `sockscale load` over TLS: a certificate signed by another CA is refused before the run
+/// with its reason and exit 1; with the right CA, a connection per request resumes the
+/// sessions it keeps, and the client's count of resumed handshakes is the server's.
+pub fn tls_load_verifies_the_certificate_and_resumes(model: &str) {
+    if skip(model, Policy::Tls) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("load-{model}"));
+    let other = tls::TestCert::new(&format!("load-other-{model}"));
+    let args = cert.args();
+    let server = ServerProc::start(model, &["--proto", "http", &args[0], &args[1], &args[2], &args[3]]);
+    let url = format!("https://localhost:{}/", server.addr.port());
+    let load = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["load", "http", &url, "-c", "4", "-t", "1", "--json", "-"])
+            .args(extra)
+            .output()
+            .expect("run sockscale load")
+    };
+    let untrusted = load(&["-n", "10", "--cacert", other.ca_file.to_str().expect("path")]);
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("certificate: invalid peer certificate") && stderr.contains("--cacert"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    let run = load(&["-n", "40", "--no-keepalive", "--cacert", cert.ca_file.to_str().expect("path")]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).expect("the JSON report");
+    assert_eq!(report["requests"]["completed"], 40, "{report}");
+    let tls = &report["tls"];
+    let (full, resumed) =
+        (tls["handshakes"]["full"].as_i64().unwrap_or(-1), tls["handshakes"]["resumed"].as_i64().unwrap_or(-1));
+    assert!(full >= 1 && resumed >= 1 && full + resumed >= 40, "{tls}");
+    assert_eq!(tls["handshakes"]["failed"], 0, "{tls}");
+    assert_eq!(tls["negotiated"][0]["alpn"], "http/1.1", "{tls}");
+    assert_eq!(tls["handshake_latency"]["count"].as_i64(), Some(full + resumed), "{tls}");
+    let done = server.stop();
+    // The server also saw the probe's full handshake, and the refused client's attempt failed.
+    assert_eq!(done.counter("tls_resumed"), resumed, "{:?}", done.stdout);
+    assert_eq!(done.counter("tls_handshakes"), full + resumed + 1, "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -996,6 +1037,7 @@ macro_rules! conformance {
             #[test] fn tls_keep_alive_over_tls13_and_tls12() { if !super::unavailable(MODEL) { super::tls_keep_alive_over_tls13_and_tls12(MODEL) } }
             #[test] fn tls_echo_is_intact_and_resumption_is_counted() { if !super::unavailable(MODEL) { super::tls_echo_is_intact_and_resumption_is_counted(MODEL) } }
             #[test] fn tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served() { if !super::unavailable(MODEL) { super::tls_plain_bytes_and_a_stalled_hello_are_closed_while_others_are_served(MODEL) } }
+            #[test] fn tls_load_verifies_the_certificate_and_resumes() { if !super::unavailable(MODEL) { super::tls_load_verifies_the_certificate_and_resumes(MODEL) } }
             #[test] fn tls_handshakes_beyond_the_maximum_are_refused() { if !super::unavailable(MODEL) { super::tls_handshakes_beyond_the_maximum_are_refused(MODEL) } }
             #[test] fn http_errors_400_414_431() { if !super::unavailable(MODEL) { super::http_errors_400_414_431(MODEL) } }
             #[test] fn idle_timeout() { if !super::unavailable(MODEL) { super::idle_timeout(MODEL) } }

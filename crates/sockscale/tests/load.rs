@@ -438,3 +438,45 @@ fn connect_before_start_sends_nothing_until_every_connection_is_open() {
         assert_eq!(echoed, vec![64; 20], "--procs {procs}: one 64-byte echo on each connection");
     }
 }
+
+/// Over TLS: every echoed byte is verified through the session; two processes' reports merge
+/// their TLS blocks (one handshake per connection, the bytes on the wire beyond the echoed
+/// ones); an open-loop HTTPS run keeps its rate and times handshakes apart from requests.
+#[test]
+fn tls_echo_across_processes_and_open_loop_https() {
+    let cert = tls::TestCert::new("load-echo");
+    let args = cert.args();
+    let ca = cert.ca_file.to_str().expect("path");
+    let echo = ServerProc::start("epoll", &["--proto", "echo", &args[0], &args[1], &args[2], &args[3]]);
+    let target = format!("localhost:{}", echo.addr.port());
+    let r = load(&[
+        "echo", &target, "--tls", "--cacert", ca, "-c", "4", "--procs", "2", "-t", "1", "-l", "100000", "-n", "40",
+    ]);
+    assert_eq!(n(&r, "requests.completed"), 40);
+    assert_eq!(n(&r, "bytes.received"), 40 * 100_000);
+    assert_eq!(n(&r, "errors.verify_mismatch") + n(&r, "errors.tls"), 0);
+    assert_eq!(n(&r, "tls.handshakes.full") + n(&r, "tls.handshakes.resumed"), 4, "{}", r["tls"]);
+    assert!(n(&r, "tls.wire.received") > 40 * 100_000, "{}", r["tls"]);
+    assert_eq!(r["tls"]["negotiated"][0]["alpn"], serde_json::Value::Null, "echo offers no ALPN");
+
+    let http = ServerProc::start("epoll", &["--proto", "http", &args[0], &args[1], &args[2], &args[3]]);
+    let url = format!("https://localhost:{}/", http.addr.port());
+    let r = load(&["http", &url, "--cacert", ca, "-c", "4", "-R", "200", "-d", "2", "-t", "1"]);
+    let completed = n(&r, "requests.completed");
+    assert!((300..=440).contains(&completed), "200/s for 2 s: {completed}");
+    assert_eq!(n(&r, "errors.tls"), 0);
+    assert_eq!(n(&r, "tls.handshake_latency.count"), 4, "{}", r["tls"]);
+    assert_eq!(r["tls"]["negotiated"][0]["version"], "TLSv1.3");
+
+    let plain = load(&["http", &format!("http://{}/", http.addr), "-c", "1", "-n", "1", "-t", "1", "--allow-errors"]);
+    assert!(plain.get("tls").is_none(), "no TLS block for a plaintext run");
+    let out =
+        Command::new(BIN).args(["load", "http", &url, "--insecure", "--cacert", ca, "-n", "1"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "--insecure and --cacert conflict");
+    let out = Command::new(BIN)
+        .args(["load", "http", "http://127.0.0.1:1/", "--cacert", ca, "-n", "1"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--cacert is for an https:// URL"), "{stderr}");
+}

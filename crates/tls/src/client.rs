@@ -62,6 +62,14 @@ impl ClientTls {
         }
         Ok(ClientTls { config: Arc::new(config) })
     }
+
+    /// The same trust and ALPN, resuming nothing: a probe's handshake must not leave a session
+    /// behind for the run's first connection to resume.
+    pub fn without_resumption(&self) -> ClientTls {
+        let mut config = (*self.config).clone();
+        config.resumption = Resumption::disabled();
+        ClientTls { config: Arc::new(config) }
+    }
 }
 
 fn roots(path: &Path) -> Result<rustls::RootCertStore, TlsConfigError> {

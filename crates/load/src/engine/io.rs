@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 
 use sockscale_sys as sys;
 
+use super::tls::MAX_RECORDS_AHEAD;
 use super::{pacer_token, Client, End, Engine, Pacer};
 use crate::client::{Failure, Reply};
 use crate::config::Mode;
@@ -40,13 +41,17 @@ impl Engine<'_> {
     fn receive(&mut self, token: u64) -> Option<End> {
         let shared = self.shared;
         let now_ns = self.now_ns;
+        let now = self.now;
         let result = &mut self.result;
         let rbuf = &mut self.rbuf;
+        let plain = &mut self.plain;
         let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let conn = self.conns.get_mut(index).filter(|c| c.generation == generation)?;
         let udp = matches!(conn.client, Client::Udp(_));
         let fd = conn.socket.as_raw_fd();
         let mut eof = false;
+        // TLS: the peer's close_notify (no more plaintext comes).
+        let mut tls_closed = false;
         while conn.readable {
             let n = match sys::recv(fd, rbuf) {
                 Ok(0) if !udp => {
@@ -73,8 +78,32 @@ impl Engine<'_> {
                     return Some(End::Failed);
                 }
             };
-            result.bytes_received += n as u64;
-            let data = &rbuf[..n];
+            let data: &[u8] = match conn.tls.as_deref_mut() {
+                None => {
+                    result.bytes_received += n as u64;
+                    &rbuf[..n]
+                }
+                Some(tls) => {
+                    result.tls.wire.received += n as u64;
+                    plain.clear();
+                    let handshaking = tls.handshaking();
+                    match tls.session.receive(&mut rbuf[..n], now, plain, &mut tls.records) {
+                        Ok(received) => {
+                            if let Some(took) = received.handshake_done {
+                                result.tls.handshake_done(took, tls.session.negotiated());
+                            }
+                            tls_closed = received.closed;
+                        }
+                        Err(failure) => {
+                            result.errors.tls += 1;
+                            result.tls.failed(failure.reason.name(), || failure.to_string(), handshaking);
+                            return Some(End::Failed);
+                        }
+                    }
+                    result.bytes_received += plain.len() as u64;
+                    &plain[..]
+                }
+            };
             let answered = &mut conn.answered;
             let outcome = match &mut conn.client {
                 Client::Echo(c) => c.on_data(&shared.pattern, data, |stamp| {
@@ -121,6 +150,12 @@ impl Engine<'_> {
                     Failure::BadResponse(_) => result.errors.bad_response += 1,
                 }
                 return Some(End::Failed);
+            }
+            if tls_closed {
+                // Nothing more will be decrypted: the same as the end of the stream.
+                eof = true;
+                conn.readable = false;
+                break;
             }
             // A short TCP read emptied the socket (unless a hang-up waits behind the data); a
             // datagram socket is read to EAGAIN.
@@ -176,9 +211,12 @@ impl Engine<'_> {
             return Ok(());
         }
         let block = (conn.index / cfg.block as u64) as usize;
+        let fd = conn.socket.as_raw_fd();
         loop {
-            // Begin new exchanges while allowed.
+            // Begin new exchanges while allowed (over TLS, once the handshake is done: its time
+            // is not a request's).
             while !stopping
+                && !conn.tls.as_deref().is_some_and(|t| t.handshaking())
                 && !conn.closing
                 && conn.client.outstanding() < depth
                 && !conn.queued
@@ -256,6 +294,58 @@ impl Engine<'_> {
                     }
                 }
             }
+            if let Some(tls) = conn.tls.as_deref_mut() {
+                // Encrypt what is unsent (unless records enough wait already), then write the
+                // records in one call.
+                let unsent: &[u8] = match &conn.client {
+                    Client::Echo(c) if c.unsent > 0 => c.to_send(&shared.pattern),
+                    Client::Http(c) if c.unsent > 0 => c.to_send(&shared.requests),
+                    _ => &[],
+                };
+                let plaintext = unsent.len();
+                if plaintext > 0 && tls.records.len() < MAX_RECORDS_AHEAD && !tls.handshaking() {
+                    if let Err(failure) = tls.session.send(unsent, &mut tls.records) {
+                        self.result.errors.tls += 1;
+                        self.result.tls.failed(failure.reason.name(), || failure.to_string(), false);
+                        return Err(End::Failed);
+                    }
+                    self.result.bytes_sent += plaintext as u64;
+                    match &mut conn.client {
+                        Client::Echo(c) => c.sent(plaintext),
+                        Client::Http(c) => c.sent(plaintext),
+                        Client::Udp(_) => {}
+                    }
+                }
+                if tls.records.is_empty() || !conn.writable {
+                    return Ok(());
+                }
+                match sys::send(fd, &tls.records) {
+                    Ok(n) => {
+                        self.result.tls.wire.sent += n as u64;
+                        tls.written(n);
+                        if !tls.records.is_empty() {
+                            conn.writable = false;
+                            return Ok(());
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        conn.writable = false;
+                        return Ok(());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        match e.raw_os_error() {
+                            Some(libc::ECONNRESET | libc::EPIPE) => self.result.errors.reset += 1,
+                            _ => self.result.errors.other += 1,
+                        }
+                        return Err(End::Failed);
+                    }
+                }
+                if plaintext == 0 || tls.handshaking() {
+                    return Ok(());
+                }
+                continue;
+            }
             // Write what is unsent, all in one call.
             let unsent: &[u8] = match &conn.client {
                 Client::Echo(c) if c.unsent > 0 => c.to_send(&shared.pattern),
@@ -265,7 +355,7 @@ impl Engine<'_> {
             if !conn.writable {
                 return Ok(());
             }
-            let n = match sys::send(conn.socket.as_raw_fd(), unsent) {
+            let n = match sys::send(fd, unsent) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -13,6 +13,10 @@
 //! pattern phase and its `-r` block (`i / block`).
 
 mod io;
+mod tls;
+
+pub use self::tls::ThreadTls;
+use self::tls::TlsConn;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -170,6 +174,7 @@ pub struct ThreadResult {
     pub udp: Udp,
     pub latency: Histogram<u64>,
     pub connect_latency: Histogram<u64>,
+    pub tls: ThreadTls,
     /// Deadlines that fired (connection timers and pacing timers): the work a run does
     /// besides moving bytes, which waiting connections must not multiply.
     pub timer_fires: u64,
@@ -195,6 +200,7 @@ impl Default for ThreadResult {
             udp: Udp::default(),
             latency: new_histogram(),
             connect_latency: new_histogram(),
+            tls: ThreadTls::default(),
             timer_fires: 0,
             unclosed: Vec::new(),
         }
@@ -233,6 +239,9 @@ struct Conn {
     connected: bool,
     connect_started_ns: u64,
     client: Client,
+    /// The TLS session (https://, `echo --tls`); boxed, so a plaintext connection pays a
+    /// pointer.
+    tls: Option<Box<TlsConn>>,
     readable: bool,
     writable: bool,
     /// epoll reported an error or hang-up. A FIN or reset that came with data is seen only
@@ -277,6 +286,8 @@ pub struct Engine<'a> {
     next_generation: u32,
     timers: Timers,
     rbuf: Vec<u8>,
+    /// TLS: the plaintext of one read, decrypted from `rbuf`.
+    plain: Vec<u8>,
     dgram: Vec<u8>,
     now: Instant,
     now_ns: u64,
@@ -342,6 +353,7 @@ impl<'a> Engine<'a> {
             next_generation: 0,
             timers: Timers::default(),
             rbuf: vec![0; 64 << 10],
+            plain: Vec::new(),
             dgram: Vec::new(),
             now: Instant::now(),
             now_ns: 0,
@@ -587,6 +599,7 @@ impl<'a> Engine<'a> {
             connected: false,
             connect_started_ns: self.now_ns,
             client,
+            tls: None,
             readable: false,
             writable: true,
             hangup: false,
@@ -752,6 +765,22 @@ impl<'a> Engine<'a> {
         self.shared.last_connect_ns.fetch_max(now_ns, Relaxed);
         let open = self.shared.open.fetch_add(1, Relaxed) + 1;
         self.shared.peak_open.fetch_max(open, Relaxed);
+        if let Some(tls) = &self.shared.cfg.tls {
+            // The handshake is timed from its ClientHello, apart from the TCP connect before
+            // it and the requests after it; requests begin once it is done.
+            match TlsConn::start(tls, self.now, now_ns) {
+                Ok(session) => {
+                    if let Some(conn) = self.conn_mut(token) {
+                        conn.tls = Some(session);
+                    }
+                }
+                Err(failure) => {
+                    self.result.errors.tls += 1;
+                    self.result.tls.failed(failure.reason.name(), || failure.to_string(), true);
+                    return self.end(token, End::Failed);
+                }
+            }
+        }
         self.drive(token);
     }
 
@@ -837,6 +866,16 @@ impl<'a> Engine<'a> {
             }
             return self.settle(token);
         }
+        if let Some(tls) = conn.tls.as_deref().filter(|t| t.handshaking() && now_ns >= t.started_ns + reply_timeout) {
+            let waited = now_ns - tls.started_ns;
+            self.result.errors.tls += 1;
+            self.result.tls.failed(
+                "timeout",
+                || format!("timeout: the handshake was not done after {:.1} s (--timeout)", waited as f64 / 1e9),
+                true,
+            );
+            return self.end(token, End::Failed);
+        }
         if let Client::Udp(udp) = &mut conn.client {
             let lost = udp.expire(now_ns.saturating_sub(reply_timeout));
             self.result.udp.lost += lost;
@@ -905,6 +944,9 @@ impl<'a> Engine<'a> {
         } else {
             if let Some(oldest) = conn.client.oldest() {
                 consider(oldest + reply_timeout);
+            }
+            if let Some(tls) = conn.tls.as_deref().filter(|t| t.handshaking()) {
+                consider(tls.started_ns + reply_timeout);
             }
             if let Some(next) = conn.next_send_ns {
                 consider(next);
@@ -989,6 +1031,7 @@ mod tests {
             options: serde_json::Value::Null,
             connect_first: false,
             per_conn: None,
+            tls: None,
         }
     }
 

@@ -13,10 +13,12 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use sockscale_load::report::EndedEarly;
-use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, Mode, Progress, Report, Segment};
+use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, LoadTls, Mode, Progress, Report, Segment};
 use sockscale_server::TerminationSignals;
+use sockscale_tls::{ClientTls, Trust};
 
 use crate::cli::procs;
+use crate::cli::serve::OnOff;
 use crate::units::{parse_duration, parse_size};
 
 /// What the load subcommands count as an error, and their exit statuses.
@@ -131,6 +133,65 @@ pub struct Common {
     pub proc_slot: Option<String>,
 }
 
+/// TLS options of `load http https://...` and `load echo --tls`.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// Trust the CA certificates in this PEM file instead of the system's roots
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub cacert: Option<PathBuf>,
+    /// Do not verify the server's certificate (the handshake's signatures are still checked)
+    #[arg(long, short = 'k', conflicts_with = "cacert", help_heading = "TLS")]
+    pub insecure: bool,
+    /// Resume earlier sessions on new connections (tickets, session IDs); off: every handshake
+    /// is full [default: on]
+    #[arg(long, value_name = "on|off", help_heading = "TLS")]
+    pub tls_resume: Option<OnOff>,
+    /// The server name sent as SNI and checked against the certificate [default: the host of
+    /// the URL or address]
+    #[arg(long, value_name = "NAME", help_heading = "TLS")]
+    pub sni: Option<String>,
+}
+
+impl TlsArgs {
+    /// The first TLS flag given, for a run without TLS to refuse.
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.cacert.is_some(), "--cacert"),
+            (self.insecure, "--insecure"),
+            (self.tls_resume.is_some(), "--tls-resume"),
+            (self.sni.is_some(), "--sni"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// The run's TLS, for the server `host`, offering `alpn`.
+    fn config(&self, host: &str, alpn: &[&[u8]]) -> Result<LoadTls> {
+        let trust = match (&self.cacert, self.insecure) {
+            (_, true) => Trust::Insecure,
+            (Some(path), false) => Trust::CaFile(path.clone()),
+            (None, false) => Trust::System,
+        };
+        let resume = self.tls_resume != Some(OnOff::Off);
+        let client =
+            ClientTls::new(&trust, alpn.iter().map(|p| p.to_vec()).collect(), resume).map_err(|e| match trust {
+                Trust::System => anyhow::anyhow!("{e} (the system's roots; give --cacert FILE or --insecure)"),
+                _ => anyhow::anyhow!("--cacert {e}"),
+            })?;
+        let server_name = self.sni.clone().unwrap_or_else(|| host.to_owned());
+        Ok(LoadTls { client, server_name, resume })
+    }
+
+    fn options(&self) -> serde_json::Value {
+        serde_json::json!({
+            "cacert": self.cacert.as_ref().map(|p| p.display().to_string()),
+            "insecure": self.insecure,
+            "resume": self.tls_resume != Some(OnOff::Off),
+            "sni": self.sni,
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct EchoArgs {
     /// Server address, e.g. 127.0.0.1:8080
@@ -147,13 +208,19 @@ pub struct EchoArgs {
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
+    /// Speak TLS (1.3 or 1.2, no ALPN) to the server; every echoed byte is still verified
+    #[arg(long, help_heading = "TLS")]
+    pub tls: bool,
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     #[command(flatten)]
     pub common: Common,
 }
 
 #[derive(Debug, Args)]
 pub struct HttpArgs {
-    /// URL, e.g. http://127.0.0.1:8080/
+    /// URL, e.g. http://127.0.0.1:8080/ or https://localhost:8443/ (TLS 1.3 or 1.2, ALPN
+    /// http/1.1, the certificate verified unless --insecure)
     pub url: String,
     /// A new connection for every request, as ab does without -k
     #[arg(long)]
@@ -181,6 +248,8 @@ pub struct HttpArgs {
     /// Request body from a file
     #[arg(long, value_name = "FILE")]
     pub body: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     #[command(flatten)]
     pub common: Common,
 }
@@ -582,6 +651,7 @@ fn base_config(
         options,
         connect_first: common.connect_before_start,
         per_conn: common.per_conn,
+        tls: None,
     })
 }
 
@@ -615,18 +685,25 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
 
 fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
     let addr = resolve(&a.addr)?;
+    let tls = match (a.tls, a.tls_args.given()) {
+        (true, _) => Some(a.tls_args.config(host_of(&a.addr), &[])?),
+        (false, Some(flag)) => bail!("{flag} is for a TLS run: add --tls"),
+        (false, None) => None,
+    };
     let options = options_json(
         "echo",
         &a.addr,
         &a.common,
         serde_json::json!({
             "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "nodelay": !a.no_nodelay,
+            "tls": a.tls.then(|| a.tls_args.options()),
         }),
     );
     let mut cfg = base_config(&a.common, Mode::Echo { msg_len: a.length }, addr, a.addr.clone(), options)?;
     cfg.depth = a.depth;
     cfg.block_byte_rate = a.byte_rate.map(|r| r as f64);
     cfg.nodelay = !a.no_nodelay;
+    cfg.tls = tls;
     Ok(cfg)
 }
 
@@ -639,8 +716,13 @@ fn udp_config(a: &UdpArgs) -> Result<LoadConfig> {
 }
 
 fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
-    let (authority, path) = parse_url(&a.url)?;
-    let addr = resolve(&with_default_port(&authority))?;
+    let Url { https, authority, path } = parse_url(&a.url)?;
+    let addr = resolve(&with_default_port(&authority, if https { 443 } else { 80 }))?;
+    let tls = match (https, a.tls_args.given()) {
+        (true, _) => Some(a.tls_args.config(host_of(&authority), &[b"http/1.1"])?),
+        (false, Some(flag)) => bail!("{flag} is for an https:// URL"),
+        (false, None) => None,
+    };
     let mut headers = Vec::new();
     for h in &a.headers {
         let (name, value) = h.split_once(':').with_context(|| format!("-H '{h}' is not 'Name: value'"))?;
@@ -670,23 +752,31 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
             "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
+            "tls": https.then(|| a.tls_args.options()),
         }),
     );
     let mut cfg = base_config(&a.common, Mode::Http(request), addr, a.url.clone(), options)?;
     cfg.nodelay = !a.no_nodelay;
     cfg.accept_status = a.accept_status.clone();
+    cfg.tls = tls;
     Ok(cfg)
 }
 
-/// Split `http://host[:port]/path` into the authority and the path.
-fn parse_url(url: &str) -> Result<(String, String)> {
-    let rest = url.strip_prefix("http://").with_context(|| {
-        if url.starts_with("https://") {
-            format!("'{url}': https is not supported; use an http:// URL")
-        } else {
-            format!("'{url}' is not an http:// URL")
-        }
-    })?;
+/// A URL taken apart.
+#[derive(Debug, PartialEq, Eq)]
+struct Url {
+    https: bool,
+    authority: String,
+    path: String,
+}
+
+/// Split `http[s]://host[:port]/path` into the scheme, the authority and the path.
+fn parse_url(url: &str) -> Result<Url> {
+    let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => bail!("'{url}' is not an http:// or https:// URL"),
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -694,10 +784,18 @@ fn parse_url(url: &str) -> Result<(String, String)> {
     if authority.is_empty() {
         bail!("'{url}' has no host");
     }
-    Ok((authority.to_owned(), path.to_owned()))
+    Ok(Url { https, authority: authority.to_owned(), path: path.to_owned() })
 }
 
-fn with_default_port(authority: &str) -> String {
+/// The host of `host:port`, `host`, `[v6]:port` or `[v6]`: the TLS server name.
+fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(host, _)| host);
+    }
+    authority.rsplit_once(':').map_or(authority, |(host, _)| host)
+}
+
+fn with_default_port(authority: &str, port: u16) -> String {
     let has_port = match authority.rfind(']') {
         Some(bracket) => authority[bracket..].contains(':'),
         None => authority.contains(':'),
@@ -705,7 +803,7 @@ fn with_default_port(authority: &str) -> String {
     if has_port {
         authority.to_owned()
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{port}")
     }
 }
 
@@ -715,12 +813,19 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(parse_url("http://127.0.0.1:8080/a/b").unwrap(), ("127.0.0.1:8080".into(), "/a/b".into()));
-        assert_eq!(parse_url("http://localhost").unwrap(), ("localhost".into(), "/".into()));
-        assert!(parse_url("https://x/").unwrap_err().to_string().contains("https"));
-        assert!(parse_url("ftp://x/").is_err());
-        assert_eq!(with_default_port("localhost"), "localhost:80");
-        assert_eq!(with_default_port("[::1]:81"), "[::1]:81");
-        assert_eq!(with_default_port("[::1]"), "[::1]:80");
+        let url = |https, authority: &str, path: &str| Url { https, authority: authority.into(), path: path.into() };
+        assert_eq!(parse_url("http://127.0.0.1:8080/a/b").unwrap(), url(false, "127.0.0.1:8080", "/a/b"));
+        assert_eq!(parse_url("http://localhost").unwrap(), url(false, "localhost", "/"));
+        assert_eq!(parse_url("https://localhost:8443/x").unwrap(), url(true, "localhost:8443", "/x"));
+        assert!(parse_url("ftp://x/").unwrap_err().to_string().contains("https://"));
+        assert_eq!(with_default_port("localhost", 80), "localhost:80");
+        assert_eq!(with_default_port("localhost", 443), "localhost:443");
+        assert_eq!(with_default_port("[::1]:81", 80), "[::1]:81");
+        assert_eq!(with_default_port("[::1]", 80), "[::1]:80");
+        assert_eq!(host_of("localhost:8443"), "localhost");
+        assert_eq!(host_of("localhost"), "localhost");
+        assert_eq!(host_of("[::1]:8443"), "::1");
+        assert_eq!(host_of("[::1]"), "::1");
+        assert_eq!(host_of("127.0.0.1:1"), "127.0.0.1");
     }
 }

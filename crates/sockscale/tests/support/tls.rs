@@ -14,6 +14,8 @@ use rustls::{ClientConnection, StreamOwned};
 pub struct TestCert {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The CA's certificate, PEM, for `load --cacert`.
+    pub ca_file: PathBuf,
     ca: CertificateDer<'static>,
     dir: PathBuf,
 }
@@ -36,8 +38,10 @@ impl TestCert {
         let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&cert_path, leaf.pem()).expect("write cert");
         std::fs::write(&key_path, key.serialize_pem()).expect("write key");
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).expect("write CA");
         let ca = CertificateDer::from_pem_slice(ca.pem().as_bytes()).expect("CA PEM");
-        TestCert { cert: cert_path, key: key_path, ca, dir }
+        TestCert { cert: cert_path, key: key_path, ca_file, ca, dir }
     }
 
     /// `serve` arguments that turn TLS on with this certificate.
