@@ -18,7 +18,8 @@ use sockscale_load::Report;
 
 use crate::profile::Profile;
 use crate::results::{
-    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, KernelMemory, Row, RowKind, SampleCounts, UdpPoint,
+    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, KernelMemory, Row, RowKind, SampleCounts, TlsHandshakes,
+    UdpPoint,
 };
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
@@ -535,6 +536,7 @@ impl Harness<'_> {
                 tls: workload.tls(),
                 tls_resume: workload.tls().then_some(false),
                 server_cpu_pct,
+                handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
             });
             progress();
         }

@@ -314,6 +314,60 @@ pub struct HttpPoint {
     /// results written before it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_pct: Option<f64>,
+    /// HTTPS only: the handshakes the load generator made, and what they agreed on. Absent for
+    /// plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshakes: Option<TlsHandshakes>,
+}
+
+/// The TLS handshakes of one HTTPS point, as the load generator counted them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TlsHandshakes {
+    /// Full handshakes: a certificate sent and verified, a key exchanged.
+    pub full: u64,
+    /// Handshakes that resumed an earlier session.
+    pub resumed: u64,
+    /// Handshakes that failed or did not finish (each also a request error).
+    pub failed: u64,
+    /// Failed handshakes by reason (`certificate`, `protocol`, `timeout`, …), those above 0.
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// From the ClientHello to the handshake's end, for those that completed; `None` when none
+    /// did.
+    pub latency: Option<HttpLatency>,
+    /// What the handshakes agreed on, with the connections that agreed on each.
+    pub negotiated: Vec<Negotiated>,
+}
+
+/// A protocol version, cipher suite and ALPN protocol the handshakes of a point agreed on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Negotiated {
+    pub version: String,
+    pub suite: String,
+    pub alpn: Option<String>,
+    pub connections: u64,
+}
+
+impl TlsHandshakes {
+    pub fn from_report(t: &sockscale_load::report::Tls) -> TlsHandshakes {
+        TlsHandshakes {
+            full: t.handshakes.full,
+            resumed: t.handshakes.resumed,
+            failed: t.handshakes.failed,
+            failures: t.failures.iter().filter(|&(_, &n)| n > 0).map(|(k, &n)| (k.clone(), n)).collect(),
+            latency: HttpLatency::from_report(&t.handshake_latency),
+            negotiated: t
+                .negotiated
+                .iter()
+                .map(|a| Negotiated {
+                    version: a.version.clone(),
+                    suite: a.suite.clone(),
+                    alpn: a.alpn.clone(),
+                    connections: a.connections,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// What one HTTP point measured, as the tables and charts name it.

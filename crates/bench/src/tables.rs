@@ -308,6 +308,11 @@ impl Results {
         if tls {
             s.push_str("The same page over TLS: the load generator offers TLS 1.3 and 1.2 and verifies the server's certificate (ECDSA P-256, made for the run) against the run's own CA. Keep-alive rows pay one handshake per connection, when it opens; the other rows open a new connection for every request, each a full handshake (`--tls-resume off`: no session is resumed). nginx serves it with OpenSSL, sockscale with rustls.\n\n");
         }
+        if tls {
+            if let Some(agreed) = self.negotiated() {
+                let _ = write!(s, "{agreed}\n\n");
+            }
+        }
         s.push_str("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
         s.push_str(&table(&|p| {
             format!(
@@ -347,6 +352,33 @@ impl Results {
                 None => NOT_MEASURED.into(),
             }));
         }
+        if tls {
+            s.push_str(
+                "\n### TLS handshakes: full / resumed / failed, and handshake p50 / p99 ms\n\nThe load generator's count of the point's handshakes, and each from its ClientHello to the handshake's end (apart from the requests' latency above, which counts from the request).\n\n",
+            );
+            s.push_str(&table(&|p| match &p.handshakes {
+                Some(h) => {
+                    let failures = if h.failures.is_empty() {
+                        String::new()
+                    } else {
+                        let reasons: Vec<String> =
+                            h.failures.iter().map(|(why, n)| format!("{why} {}", thousands(*n))).collect();
+                        format!(" ({})", reasons.join(", "))
+                    };
+                    let latency = h.latency.map_or_else(
+                        || format!("; {NOT_MEASURED}"),
+                        |l| format!("; {} / {}", decimal(l.p50_ms), decimal(l.p99_ms)),
+                    );
+                    format!(
+                        "{} / {} / {}{failures}{latency}",
+                        thousands(h.full),
+                        thousands(h.resumed),
+                        thousands(h.failed)
+                    )
+                }
+                None => NOT_MEASURED.into(),
+            }));
+        }
         // Said once, under the plain sweep: it names the sweep that failed.
         if let Some(nginx) = self.nginx.as_ref().filter(|_| !tls) {
             if let Some(error) = &nginx.error {
@@ -354,6 +386,30 @@ impl Results {
             }
         }
         s
+    }
+
+    /// What each server's HTTPS handshakes agreed on (version, suite, ALPN), in one paragraph;
+    /// `None` when no point recorded it.
+    fn negotiated(&self) -> Option<String> {
+        let mut by_model = Vec::new();
+        for m in self.all_results() {
+            let mut agreed: Vec<String> = m
+                .http
+                .iter()
+                .filter_map(|p| p.handshakes.as_ref())
+                .flat_map(|h| &h.negotiated)
+                .map(|n| match &n.alpn {
+                    Some(alpn) => format!("{} {}, ALPN {alpn}", n.version, n.suite),
+                    None => format!("{} {}, no ALPN", n.version, n.suite),
+                })
+                .collect();
+            agreed.sort();
+            agreed.dedup();
+            if !agreed.is_empty() {
+                by_model.push(format!("{}: {}", m.model, agreed.join("; ")));
+            }
+        }
+        (!by_model.is_empty()).then(|| format!("Negotiated: {}.", by_model.join("; ")))
     }
 
     pub fn udp_markdown(&self) -> String {
@@ -804,11 +860,14 @@ mod tests {
             )
         };
         let full = r#","tls":true,"tls_resume":false,"server_cpu_pct":98.0"#;
+        let handshakes = r#","handshakes":{"full":1002,"resumed":0,"failed":2,"failures":{"timeout":2},
+            "latency":{"count":1002,"mean_ms":1.5,"p50_ms":1.25,"p90_ms":2.0,"p99_ms":3.5,"max_ms":9.0},
+            "negotiated":[{"version":"TLSv1.3","suite":"TLS13_AES_256_GCM_SHA384","alpn":"http/1.1","connections":1002}]}"#;
         let points = [
             point(true, "", 50_000.0, 0.15),
             point(false, "", 20_000.0, 0.4),
             point(true, full, 40_000.0, 0.19),
-            point(false, full, 2_000.0, 4.5),
+            point(false, &format!("{full}{handshakes}"), 2_000.0, 4.5),
         ];
         epoll_with("", &points.join(","))
     }
@@ -829,6 +888,14 @@ mod tests {
             "{https}"
         );
         assert!(!https.contains("50,000") && !https.contains("20,000"), "no HTTP point among HTTPS's: {https}");
+        assert!(https.contains("Negotiated: epoll: TLSv1.3 TLS13_AES_256_GCM_SHA384, ALPN http/1.1."), "{https}");
+        assert!(
+            https.contains(
+                "| epoll | new connection per request, full handshake | 1,002 / 0 / 2 (timeout 2); 1.25 / 3.50 |"
+            ),
+            "{https}"
+        );
+        assert!(https.contains("| epoll | keep-alive | not measured |"), "no handshake counts kept: {https}");
         // 2,000 responses/s on 98% of a core: 2,041 per CPU-second.
         assert!(https.contains("| epoll | new connection per request, full handshake | 98% (2,041) |"), "{https}");
         let all = tables_markdown(&r);

@@ -166,6 +166,17 @@ fn assert_https_points(name: &str, http: &[serde_json::Value]) {
         assert_eq!(p["errors"], 0, "{name}: {p}");
         assert!(p["latency"]["count"].as_u64().is_some_and(|n| n > 0), "{name}: no request completed: {p}");
         assert!(p["requests_per_s"].as_f64().is_some_and(|r| r > 0.0), "{name}: {p}");
+        let h = &p["handshakes"];
+        assert_eq!((&h["resumed"], &h["failed"]), (&0.into(), &0.into()), "{name}: none resumed, none failed: {p}");
+        let (full, requests) = (h["full"].as_u64().unwrap_or(0), p["latency"]["count"].as_u64().unwrap_or(0));
+        if p["keepalive"] == true {
+            // One handshake per connection: 10 connections (and a few more, when a request
+            // still in flight as the run ended closed its connection).
+            assert!((10..requests).contains(&full), "{name}: {full} handshakes, {requests} requests: {p}");
+        } else {
+            assert!(full >= requests, "{name}: a full handshake per request: {full} for {requests}: {p}");
+        }
+        assert!(h["negotiated"][0]["version"].as_str().is_some_and(|v| v.starts_with("TLSv1.")), "{name}: {p}");
     }
     let plain = http.iter().filter(|p| p["tls"] == false).count();
     assert_eq!(plain, 4, "{name}: the plain points stay plain: {http:?}");
