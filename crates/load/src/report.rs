@@ -151,6 +151,14 @@ impl Errors {
         ]
     }
 
+    /// A send that failed: reset (ECONNRESET, EPIPE) or other.
+    pub fn count_send_error(&mut self, e: &std::io::Error) {
+        match e.raw_os_error() {
+            Some(libc::ECONNRESET | libc::EPIPE) => self.reset += 1,
+            _ => self.other += 1,
+        }
+    }
+
     /// Add another's counts to these.
     pub fn add(&mut self, o: &Errors) {
         self.connect_refused += o.connect_refused;
@@ -302,6 +310,15 @@ pub struct Agreed {
 impl Tls {
     /// Add another's counts and histogram to these.
     pub fn add(&mut self, o: &Tls) -> Result<(), String> {
+        self.add_counts(o);
+        let mut latency = self.handshake_latency.histogram()?;
+        latency.add(o.handshake_latency.histogram()?).map_err(|e| format!("{e:?}"))?;
+        self.handshake_latency = Latency::from_histogram(&latency);
+        Ok(())
+    }
+
+    /// Add another's counts to these (not the handshake latency).
+    pub fn add_counts(&mut self, o: &Tls) {
         self.handshakes.full += o.handshakes.full;
         self.handshakes.resumed += o.handshakes.resumed;
         self.handshakes.failed += o.handshakes.failed;
@@ -311,15 +328,11 @@ impl Tls {
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&o.first_failure);
         }
-        let mut latency = self.handshake_latency.histogram()?;
-        latency.add(o.handshake_latency.histogram()?).map_err(|e| format!("{e:?}"))?;
-        self.handshake_latency = Latency::from_histogram(&latency);
         for agreed in &o.negotiated {
             self.agreed(&agreed.version, &agreed.suite, agreed.alpn.as_deref(), agreed.connections);
         }
         self.wire.sent += o.wire.sent;
         self.wire.received += o.wire.received;
-        Ok(())
     }
 
     /// Count `n` connections that agreed on these parameters.

@@ -468,6 +468,28 @@ fn tls_echo_across_processes_and_open_loop_https() {
     assert_eq!(n(&r, "tls.handshake_latency.count"), 4, "{}", r["tls"]);
     assert_eq!(r["tls"]["negotiated"][0]["version"], "TLSv1.3");
 
+    // 50 connections reconnecting together each want a ticket of their own (a TLS 1.3 ticket is
+    // used once): only the first handshake of each is full.
+    let r = load(&["http", &url, "--cacert", ca, "-c", "50", "-n", "400", "--no-keepalive", "-t", "1"]);
+    assert_eq!(n(&r, "requests.completed"), 400);
+    assert_eq!(n(&r, "tls.handshakes.full"), 50, "{}", r["tls"]);
+    assert_eq!(n(&r, "tls.handshakes.resumed"), 350, "{}", r["tls"]);
+    let r = load(&[
+        "http",
+        &url,
+        "--cacert",
+        ca,
+        "-c",
+        "5",
+        "-n",
+        "20",
+        "--no-keepalive",
+        "--tls-resume",
+        "off",
+        "-t",
+        "1",
+    ]);
+    assert_eq!((n(&r, "tls.handshakes.full"), n(&r, "tls.handshakes.resumed")), (20, 0), "{}", r["tls"]);
     let plain = load(&["http", &format!("http://{}/", http.addr), "-c", "1", "-n", "1", "-t", "1", "--allow-errors"]);
     assert!(plain.get("tls").is_none(), "no TLS block for a plaintext run");
     let out =

@@ -84,7 +84,7 @@ impl Engine<'_> {
                     &rbuf[..n]
                 }
                 Some(tls) => {
-                    result.tls.wire.received += n as u64;
+                    result.tls.counts.wire.received += n as u64;
                     plain.clear();
                     let handshaking = tls.handshaking();
                     match tls.session.receive(&mut rbuf[..n], now, plain, &mut tls.records) {
@@ -321,7 +321,7 @@ impl Engine<'_> {
                 }
                 match sys::send(fd, &tls.records) {
                     Ok(n) => {
-                        self.result.tls.wire.sent += n as u64;
+                        self.result.tls.counts.wire.sent += n as u64;
                         tls.written(n);
                         if !tls.records.is_empty() {
                             conn.writable = false;
@@ -334,10 +334,7 @@ impl Engine<'_> {
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        match e.raw_os_error() {
-                            Some(libc::ECONNRESET | libc::EPIPE) => self.result.errors.reset += 1,
-                            _ => self.result.errors.other += 1,
-                        }
+                        self.result.errors.count_send_error(&e);
                         return Err(End::Failed);
                     }
                 }
@@ -360,10 +357,7 @@ impl Engine<'_> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    match e.raw_os_error() {
-                        Some(libc::ECONNRESET | libc::EPIPE) => self.result.errors.reset += 1,
-                        _ => self.result.errors.other += 1,
-                    }
+                    self.result.errors.count_send_error(&e);
                     return Err(End::Failed);
                 }
             };

@@ -3,15 +3,13 @@
 //! decrypted in place, and hands the plaintext to the client; what the client would send is
 //! encrypted into the connection's records, which the engine writes like any other bytes.
 
-use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use sockscale_tls::{ClientSession, Failure, Negotiated};
 
 use crate::config::LoadTls;
-use crate::report::{new_histogram, ByteCounts, Handshakes, Latency, Tls};
+use crate::report::{new_histogram, Latency, Tls};
 
 /// Records encrypted ahead of the socket at most: past this the client's bytes wait unencrypted
 /// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
@@ -50,27 +48,17 @@ impl TlsConn {
     }
 }
 
-/// One thread's TLS figures.
+/// One thread's TLS figures: the report's block, and the handshake latency as a histogram
+/// until the report encodes it.
 #[derive(Debug)]
 pub struct ThreadTls {
-    pub handshakes: Handshakes,
-    pub failures: BTreeMap<&'static str, u64>,
-    pub first_failure: Option<String>,
+    pub counts: Tls,
     pub handshake_latency: Histogram<u64>,
-    pub negotiated: HashMap<(&'static str, String, Option<Vec<u8>>), u64>,
-    pub wire: ByteCounts,
 }
 
 impl Default for ThreadTls {
     fn default() -> Self {
-        ThreadTls {
-            handshakes: Handshakes::default(),
-            failures: BTreeMap::new(),
-            first_failure: None,
-            handshake_latency: new_histogram(),
-            negotiated: HashMap::new(),
-            wire: ByteCounts::default(),
-        }
+        ThreadTls { counts: Tls::default(), handshake_latency: new_histogram() }
     }
 }
 
@@ -79,57 +67,33 @@ impl ThreadTls {
         self.handshake_latency.saturating_record((took.as_nanos() as u64).max(1));
         let Some(n) = negotiated else { return };
         if n.resumed {
-            self.handshakes.resumed += 1;
+            self.counts.handshakes.resumed += 1;
         } else {
-            self.handshakes.full += 1;
+            self.counts.handshakes.full += 1;
         }
-        *self.negotiated.entry((n.version, n.suite, n.alpn)).or_default() += 1;
+        let alpn = n.alpn.as_deref().map(String::from_utf8_lossy);
+        self.counts.agreed(n.version, &n.suite, alpn.as_deref(), 1);
     }
 
     /// A session failed: during its handshake, or after it (a bad record).
     pub fn failed(&mut self, reason: &'static str, detail: impl FnOnce() -> String, handshaking: bool) {
-        *self.failures.entry(reason).or_default() += 1;
+        *self.counts.failures.entry(reason.to_owned()).or_default() += 1;
         if handshaking {
-            self.handshakes.failed += 1;
+            self.counts.handshakes.failed += 1;
         }
-        if self.first_failure.is_none() {
-            self.first_failure = Some(detail());
+        if self.counts.first_failure.is_none() {
+            self.counts.first_failure = Some(detail());
         }
     }
 
     pub fn add(&mut self, o: &ThreadTls) {
-        self.handshakes.full += o.handshakes.full;
-        self.handshakes.resumed += o.handshakes.resumed;
-        self.handshakes.failed += o.handshakes.failed;
-        for (reason, n) in &o.failures {
-            *self.failures.entry(reason).or_default() += n;
-        }
-        if self.first_failure.is_none() {
-            self.first_failure.clone_from(&o.first_failure);
-        }
+        self.counts.add_counts(&o.counts);
         // Same bounds on every histogram, so adding cannot fail.
         let _ = self.handshake_latency.add(&o.handshake_latency);
-        for (key, n) in &o.negotiated {
-            *self.negotiated.entry(key.clone()).or_default() += n;
-        }
-        self.wire.sent += o.wire.sent;
-        self.wire.received += o.wire.received;
     }
 
     /// The report's block.
     pub fn report(&self) -> Tls {
-        let mut tls = Tls {
-            handshakes: self.handshakes,
-            failures: self.failures.iter().map(|(reason, n)| ((*reason).to_owned(), *n)).collect(),
-            first_failure: self.first_failure.clone(),
-            handshake_latency: Latency::from_histogram(&self.handshake_latency),
-            negotiated: Vec::new(),
-            wire: self.wire.clone(),
-        };
-        for ((version, suite, alpn), n) in &self.negotiated {
-            let alpn = alpn.as_deref().map(String::from_utf8_lossy);
-            tls.agreed(version, suite, alpn.as_deref(), *n);
-        }
-        tls
+        Tls { handshake_latency: Latency::from_histogram(&self.handshake_latency), ..self.counts.clone() }
     }
 }

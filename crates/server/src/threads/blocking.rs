@@ -45,7 +45,7 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, tls_session, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -115,14 +115,7 @@ fn admit<'scope, 'env>(
         return;
     }
     let counters = hub.stats.shard(id);
-    let tls = match tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()) {
-        Ok(tls) => tls,
-        Err(refusal) => {
-            hub.unopen();
-            admission.refuse(hub, fd.as_raw_fd(), refusal);
-            return;
-        }
-    };
+    let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
     let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
     conn.x.tls = tls;
     // The receive thread polls before it reads.

@@ -35,11 +35,12 @@ use std::time::{Duration, Instant};
 use socket2::Socket;
 use sockscale_proto::{Engine, Protocol, Session};
 use sockscale_sys::{self as sys, Waker};
+use sockscale_tls::ServerSession;
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::conn::Conn;
+use crate::conn::{tls_session, Conn};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
@@ -356,6 +357,20 @@ impl Admission<'_> {
         self.engine.tick(unix_now());
         let engine = hub.cfg.tls.is_none().then_some(&mut self.engine);
         admission::refuse(fd, engine, self.counters, hub.stats, &mut self.log, why);
+    }
+
+    /// The TLS session (None in clear) of a connection that took its place with [`Hub::open`];
+    /// Err after refusing it (`--max-handshakes`), its place given back.
+    pub fn tls_session(
+        &mut self,
+        hub: &Hub<'_>,
+        fd: RawFd,
+        counters: &Counters,
+    ) -> Result<Option<Box<ServerSession>>, ()> {
+        tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()).map_err(|refusal| {
+            hub.unopen();
+            self.refuse(hub, fd, refusal);
+        })
     }
 }
 

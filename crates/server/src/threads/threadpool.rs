@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, tls_session, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::inbox::Inbox;
@@ -136,14 +136,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
         admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
         return;
     }
-    let tls = match tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()) {
-        Ok(tls) => tls,
-        Err(refusal) => {
-            hub.unopen();
-            admission.refuse(hub, fd.as_raw_fd(), refusal);
-            return;
-        }
-    };
+    let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
     // Boxed once here, so every hand-over between threads after this moves a pointer.
     let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
     conn.x.tls = tls;
