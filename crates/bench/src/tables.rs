@@ -316,10 +316,11 @@ impl Results {
         s.push_str("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
         s.push_str(&table(&|p| {
             format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 thousands(p.requests_per_s as u64),
                 if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
-                if p.client_bound { " (client-bound)" } else { "" }
+                if p.client_bound { " (client-bound)" } else { "" },
+                handshakes_short(p)
             )
         }));
         s.push_str(
@@ -536,6 +537,20 @@ const PROCS_NOTE: &str = "\"N server processes\": past the open-files limit ({li
 
 /// Under the table when some server figure of a row had no sample.
 const UNSAMPLED_NOTE: &str = "\"not measured\" in Connected, Memory Used, CPU Usage or Threads: no sample was taken while the row ran. Connected comes from the server's own stats lines, and it printed no stats line; memory, threads and CPU come from /proc/PID/status and /proc/PID/stat, which could not be read (the server exited, or /proc is not readable).";
+
+/// After an HTTPS keep-alive point whose connections did not all get through their handshake
+/// within the point: how many did. Its rate then counts the handshakes of a sweep still opening
+/// its connections, not requests over connections already open.
+fn handshakes_short(p: &HttpPoint) -> String {
+    match &p.handshakes {
+        Some(h) if p.keepalive && h.full + h.resumed < p.concurrency => format!(
+            " (only {} of {} connections through their handshake)",
+            thousands(h.full + h.resumed),
+            thousands(p.concurrency)
+        ),
+        _ => String::new(),
+    }
+}
 
 /// Like [`thousands`], with a minus sign when negative.
 pub fn signed_thousands(n: i64) -> String {
@@ -896,12 +911,24 @@ mod tests {
             "{https}"
         );
         assert!(https.contains("| epoll | keep-alive | not measured |"), "no handshake counts kept: {https}");
+        // A keep-alive point whose connections were still handshaking says so after its rate.
+        let mut r = r;
+        let slow = r.models[0].http.iter_mut().find(|p| p.tls && p.keepalive).expect("an HTTPS keep-alive point");
+        slow.handshakes = Some(crate::results::TlsHandshakes { full: 7, ..Default::default() });
+        let https = r.https_markdown();
+        assert!(
+            https.contains("| epoll | keep-alive | 40,000 (only 7 of 10 connections through their handshake) |"),
+            "{https}"
+        );
         // 2,000 responses/s on 98% of a core: 2,041 per CPU-second.
         assert!(https.contains("| epoll | new connection per request, full handshake | 98% (2,041) |"), "{https}");
         let all = tables_markdown(&r);
         let (plain, tls) = all.split_once("## HTTPS 4 KiB responses by concurrency").expect("an HTTPS section");
         assert!(plain.contains("## HTTP 4 KiB responses by concurrency") && plain.contains("| epoll | yes | 50,000 |"));
-        assert!(tls.contains("| epoll | keep-alive | 40,000 |") && tls.contains("`--tls-resume off`"), "{tls}");
+        assert!(
+            tls.contains("| epoll | keep-alive | 40,000 (only 7 of 10") && tls.contains("`--tls-resume off`"),
+            "{tls}"
+        );
         let csv = r.http_csv();
         assert!(
             csv.lines().next().is_some_and(|h| h.ends_with(",client_bound,tls,tls_resume,server_cpu_pct")),
