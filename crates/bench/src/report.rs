@@ -822,11 +822,14 @@ mod tests {
         }
     }
 
+    /// A model's line: its name and its points.
+    type ModelLine = (String, Vec<(f64, f64)>);
+
     #[test]
     fn https_has_a_figure_of_its_own_one_workload_a_panel_one_line_a_model() {
         let r = with_https();
         let figures = figures(&r);
-        let lines = |file: &str| -> Vec<(HttpWorkload, Vec<(String, Vec<(f64, f64)>)>)> {
+        let lines = |file: &str| -> Vec<(HttpWorkload, Vec<ModelLine>)> {
             let f = figures.iter().find(|f| f.file == file).unwrap_or_else(|| panic!("no {file} figure"));
             f.panels
                 .iter()
