@@ -17,8 +17,21 @@ use std::time::{Duration, Instant};
 use sockscale_load::Report;
 
 use crate::profile::Profile;
-use crate::results::{ConnectAttempts, HttpLatency, HttpPoint, KernelMemory, Row, RowKind, SampleCounts, UdpPoint};
+use crate::results::{
+    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, KernelMemory, Row, RowKind, SampleCounts, TlsHandshakes,
+    UdpPoint,
+};
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
+
+/// What an HTTP sweep speaks to its server.
+#[derive(Debug, Clone, Copy)]
+pub enum Scheme<'a> {
+    Http,
+    /// HTTPS, trusting the run's own CA (`--cacert`).
+    Https {
+        ca: &'a Path,
+    },
+}
 
 /// `--connect-retries` of the rate-limited row: three attempts in all.
 pub const RATE_ROW_CONNECT_RETRIES: u32 = 2;
@@ -51,6 +64,9 @@ pub struct Harness<'a> {
     pub interrupted: &'a AtomicBool,
     pub children: Children,
     pub scratch: PathBuf,
+    /// The run's certificate for the HTTPS points (a private CA and a leaf for 127.0.0.1,
+    /// ECDSA P-256, made in the scratch directory), or why it could not be made.
+    pub certificate: Result<sockscale_tls::CertificateFiles, String>,
 }
 
 /// A server (one process, or a `--procs` supervisor and its workers), its port, and what its
@@ -447,43 +463,82 @@ impl Harness<'_> {
         })
     }
 
-    /// The seed-003 sweep against a server already listening on `port`.
-    pub fn http_sweep(&self, port: u16, mut progress: impl FnMut()) -> Result<Vec<HttpPoint>, String> {
+    /// The seed-003 sweep against a server already listening on `port`: plain HTTP at the
+    /// profile's `http_concurrency`, with and without keep-alive, or HTTPS at its
+    /// `https_concurrency`, keep-alive and a new connection (a full handshake) per request.
+    /// `server` is the server's pid, whose CPU each point reads.
+    pub fn http_sweep(
+        &self,
+        port: u16,
+        server: Option<u32>,
+        scheme: Scheme<'_>,
+        mut progress: impl FnMut(),
+    ) -> Result<Vec<HttpPoint>, String> {
         let p = self.profile;
+        let workloads: Vec<(u64, HttpWorkload)> = match scheme {
+            Scheme::Http => p
+                .http_concurrency
+                .iter()
+                .flat_map(|&c| [(c, HttpWorkload::KeepAlive), (c, HttpWorkload::NewConnection)])
+                .collect(),
+            Scheme::Https { .. } => p
+                .https_concurrency
+                .iter()
+                .flat_map(|&c| [(c, HttpWorkload::TlsKeepAlive), (c, HttpWorkload::TlsFullHandshake)])
+                .collect(),
+        };
         let mut points = Vec::new();
-        for &c in &p.http_concurrency {
-            for keepalive in [true, false] {
-                if self.interrupted() {
-                    return Ok(points);
-                }
-                let mut args: Vec<String> = vec![
-                    "http".into(),
-                    format!("http://127.0.0.1:{port}/"),
-                    "-c".into(),
-                    c.to_string(),
-                    "-d".into(),
-                    format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
-                    "-t".into(),
-                    self.client_threads(),
-                ];
-                if !keepalive {
-                    args.push("--no-keepalive".into());
-                }
-                args.extend(self.spread(c));
-                let report = self.load(&args)?;
-                let rps = report.rates.requests_per_s;
-                points.push(HttpPoint {
-                    concurrency: c,
-                    keepalive,
-                    requests_per_s: rps,
-                    mean_ms: report.latency.mean_us / 1000.0,
-                    ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
-                    latency: HttpLatency::from_report(&report.latency),
-                    errors: report.errors.total(),
-                    client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
-                });
-                progress();
+        for (c, workload) in workloads {
+            if self.interrupted() {
+                return Ok(points);
             }
+            let url = match scheme {
+                Scheme::Http => format!("http://127.0.0.1:{port}/"),
+                Scheme::Https { .. } => format!("https://127.0.0.1:{port}/"),
+            };
+            let mut args: Vec<String> = vec![
+                "http".into(),
+                url,
+                "-c".into(),
+                c.to_string(),
+                "-d".into(),
+                format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
+                "-t".into(),
+                self.client_threads(),
+            ];
+            if !workload.keepalive() {
+                args.push("--no-keepalive".into());
+            }
+            if let Scheme::Https { ca } = scheme {
+                args.extend(["--cacert".into(), ca.display().to_string()]);
+                // Every new connection a full handshake: the row measures what the issue asks,
+                // and keep-alive rows pay one full handshake per connection, not a resumed one.
+                args.extend(["--tls-resume".into(), "off".into()]);
+            }
+            args.extend(self.spread(c));
+            let before = server.and_then(|pid| crate::sampler::cpu_ticks(pid).map(|t| (Instant::now(), t)));
+            let report = self.load(&args)?;
+            let server_cpu_pct = before.and_then(|(then, ticks)| {
+                let used = crate::sampler::cpu_ticks(server?)?.checked_sub(ticks)? as f64;
+                let secs = then.elapsed().as_secs_f64();
+                (secs > 0.0).then(|| 100.0 * used / sockscale_sys::clock_ticks_per_second() as f64 / secs)
+            });
+            let rps = report.rates.requests_per_s;
+            points.push(HttpPoint {
+                concurrency: c,
+                keepalive: workload.keepalive(),
+                requests_per_s: rps,
+                mean_ms: report.latency.mean_us / 1000.0,
+                ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
+                latency: HttpLatency::from_report(&report.latency),
+                errors: report.errors.total(),
+                client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
+                tls: workload.tls(),
+                tls_resume: workload.tls().then_some(false),
+                server_cpu_pct,
+                handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
+            });
+            progress();
         }
         Ok(points)
     }

@@ -8,13 +8,15 @@
 //!
 //! With measured results the same question is answered from what this machine did: the growth
 //! of server memory, kernel socket memory and CPU per connection between the measured rows is
-//! extrapolated to the target connection count.
+//! extrapolated to the target connection count. The HTTP and HTTPS sweeps add what one server
+//! core served, and the CPU a full TLS handshake for every one of the target's connections
+//! would take.
 
 use std::fmt::Write as _;
 
 use sockscale_server::Model;
 
-use crate::results::{ModelResult, Results, Row, RowKind};
+use crate::results::{HttpPoint, HttpWorkload, ModelResult, Results, Row, RowKind};
 use crate::tables::thousands;
 
 /// One line of Table 14-1.
@@ -503,7 +505,88 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
             let _ = writeln!(s, "- {note}");
         }
     }
+    if let Some(http) = http_capacity(results, target) {
+        s.push('\n');
+        s.push_str(&http);
+    }
     Ok(s)
+}
+
+/// The best point of one HTTP workload for one model: the most responses per second over the
+/// sweep's concurrencies.
+fn best(m: &ModelResult, workload: HttpWorkload) -> Option<&HttpPoint> {
+    m.http
+        .iter()
+        .filter(|p| p.workload() == workload && p.requests_per_s > 0.0)
+        .max_by(|a, b| a.requests_per_s.total_cmp(&b.requests_per_s))
+}
+
+/// A best point in a cell: its rate, where it was reached, and what qualifies it.
+fn rate_cell(m: &ModelResult, workload: HttpWorkload) -> String {
+    match best(m, workload) {
+        Some(p) => format!(
+            "{}/s at c={}{}{}",
+            thousands(p.requests_per_s.round() as u64),
+            thousands(p.concurrency),
+            if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
+            if p.client_bound { " (client-bound: at least)" } else { "" }
+        ),
+        None if m.http.iter().any(|p| p.workload() == workload) => "no responses".into(),
+        None => "not measured".into(),
+    }
+}
+
+/// Server CPU-seconds for `target` full handshakes, from the best HTTPS point with a new
+/// connection per request: at its full handshakes per server CPU-second when the server's CPU
+/// was read, else at its rate (the server's whole core assumed).
+fn handshakes_cell(m: &ModelResult, target: u64) -> String {
+    let Some(p) = best(m, HttpWorkload::TlsFullHandshake) else {
+        return "not measured".into();
+    };
+    let (per_cpu_s, how) = match p.server_cpu_pct.filter(|&c| c > 0.0) {
+        Some(cpu) => (p.requests_per_s * 100.0 / cpu, format!("{:.0}% of its core", cpu)),
+        None => (p.requests_per_s, "server CPU not measured: its whole core assumed".to_owned()),
+    };
+    let seconds = target as f64 / per_cpu_s;
+    format!(
+        "{} s ({} handshakes per CPU-second at c={}, {how})",
+        crate::tables::decimal(seconds),
+        thousands(per_cpu_s.round() as u64),
+        thousands(p.concurrency)
+    )
+}
+
+/// What the HTTP and HTTPS sweeps measured, model by model, as a capacity table: the best
+/// responses per second of each workload on the server's one core, and what a reconnect of
+/// every one of `target` connections (a full handshake each) would cost at the measured rate.
+/// `None` when the results have no HTTP point.
+pub fn http_capacity(results: &Results, target: u64) -> Option<String> {
+    let measured: Vec<&ModelResult> = results.all_results().filter(|m| !m.http.is_empty()).collect();
+    if measured.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "HTTP and HTTPS on one server core, as measured (4 KiB responses; the best point of each sweep, not extrapolated), and the server CPU that {} full TLS handshakes take (extrapolated from the best point with a new connection per request)\n\n| model | HTTP keep-alive | HTTPS keep-alive | HTTP, new connection per request | HTTPS, new connection per request (full handshake) | {} full handshakes, server CPU-seconds |\n|---|---|---|---|---|---|\n",
+        thousands(target),
+        thousands(target)
+    );
+    for m in measured {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            m.model,
+            rate_cell(m, HttpWorkload::KeepAlive),
+            rate_cell(m, HttpWorkload::TlsKeepAlive),
+            rate_cell(m, HttpWorkload::NewConnection),
+            rate_cell(m, HttpWorkload::TlsFullHandshake),
+            handshakes_cell(m, target)
+        );
+    }
+    s.push_str("\nEach rate is the most responses per second over the sweep's concurrencies, with the server pinned to one core and the load generator on the others; a client-bound point was limited by the load generator, so the server's rate is at least that. Over HTTPS with a new connection per request every response costs a full handshake (the load resumes no session), so that column is the rate of full handshakes the server completed: its most only where its CPU was near all of its core, which is why the last column counts handshakes per server CPU-second instead. The last column extrapolates it to every one of the target's connections coming back at once (a restart, a failover): the server CPU-seconds their handshakes take at the handshakes per CPU-second measured (seconds on one core; a server that spreads them over N cores takes 1/N of the time). It leaves out the load generator's own cost of verifying each certificate, which the bench spends on its other cores.\n");
+    if results.all_results().all(|m| m.http.iter().all(|p| !p.tls)) {
+        s.push_str("\nThese results have no HTTPS point (written before HTTPS was measured, or the HTTPS sweep failed): HTTPS is not measured.\n");
+    }
+    Some(s)
 }
 
 /// The bytes per second each connection sent in the rate-limited rows, from the run's
@@ -523,6 +606,63 @@ pub enum PlanError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn http_point(concurrency: u64, workload: HttpWorkload, requests_per_s: f64, cpu: Option<f64>) -> HttpPoint {
+        HttpPoint {
+            concurrency,
+            keepalive: workload.keepalive(),
+            tls: workload.tls(),
+            tls_resume: workload.tls().then_some(false),
+            requests_per_s,
+            server_cpu_pct: cpu,
+            client_bound: requests_per_s == 9_000.0,
+            ..HttpPoint::default()
+        }
+    }
+
+    /// The HTTP and HTTPS capacity: the best point of each workload, and the CPU of a full
+    /// handshake for each of the target's connections, from plain values.
+    #[test]
+    fn plan_shows_http_and_https_capacity_and_the_cpu_of_a_handshake_per_connection() {
+        use HttpWorkload::*;
+        let mut r = results(vec![epoll()]);
+        r.models[0].http = vec![
+            http_point(10, KeepAlive, 40_000.0, Some(100.0)),
+            http_point(100, KeepAlive, 50_000.0, Some(100.0)),
+            http_point(10, NewConnection, 9_000.0, Some(60.0)),
+            http_point(10, TlsKeepAlive, 30_000.0, Some(100.0)),
+            http_point(100, TlsKeepAlive, 20_000.0, Some(100.0)),
+            // 2,000 full handshakes a second on 80% of the core: 2,500 per CPU-second, so
+            // 50,000 take 20 s of it.
+            http_point(10, TlsFullHandshake, 2_000.0, Some(80.0)),
+            http_point(100, TlsFullHandshake, 1_500.0, Some(100.0)),
+        ];
+        r.nginx = Some(ModelResult {
+            model: "nginx".into(),
+            http: vec![http_point(10, KeepAlive, 60_000.0, None), http_point(10, TlsFullHandshake, 1_000.0, None)],
+            ..ModelResult::default()
+        });
+        let text = predict(&r, 50_000).expect("a plan");
+        assert!(
+            text.contains("| epoll | 50,000/s at c=100 | 30,000/s at c=10 | 9,000/s at c=10 (client-bound: at least) | 2,000/s at c=10 | 20.0 s (2,500 handshakes per CPU-second at c=10, 80% of its core) |"),
+            "{text}"
+        );
+        // nginx's CPU not read: its whole core assumed, and said so.
+        assert!(
+            text.contains("| nginx | 60,000/s at c=10 | not measured | not measured | 1,000/s at c=10 | 50.0 s (1,000 handshakes per CPU-second at c=10, server CPU not measured: its whole core assumed) |"),
+            "{text}"
+        );
+        assert!(!text.contains("have no HTTPS point"), "{text}");
+        // Results from before HTTPS: the HTTP capacity, and HTTPS said to be not measured.
+        r.models[0].http.retain(|p| !p.tls);
+        r.nginx = None;
+        let text = predict(&r, 50_000).expect("a plan");
+        assert!(text.contains("| epoll | 50,000/s at c=100 | not measured | 9,000/s at c=10 (client-bound: at least) | not measured | not measured |"), "{text}");
+        assert!(text.contains("These results have no HTTPS point"), "{text}");
+        // No HTTP point at all: no such table.
+        r.models[0].http.clear();
+        assert!(!predict(&r, 50_000).expect("a plan").contains("HTTP and HTTPS on one server core"));
+    }
 
     /// Every figure of seed 004's Table 14-1 (16 KiB buffers, a 200-byte context).
     #[test]

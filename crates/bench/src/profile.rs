@@ -1,7 +1,8 @@
 //! The sizes of a bench run. The seed ran 7,000 flooding and 12,000 rate-limited connections
 //! and pushed to 50,000 on three client machines; `full` is that scale, `default` fits the
-//! five-minute budget on a 2-core machine (3 min 25 s for every model, measured), `tiny` takes
-//! about 8 s a model and is for tests.
+//! five-minute budget on a 2-core machine (3 min 25 s for every model before HTTPS, measured;
+//! the HTTPS points add about 7 s a model and nginx), `tiny` takes about 9 s a model and is for
+//! tests.
 
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub struct Profile {
     pub row_time: Duration,
     /// The seed-003 sweep.
     pub http_concurrency: Vec<u64>,
+    /// The same sweep over TLS: keep-alive, and a new connection (a full handshake) per
+    /// request, at these concurrencies.
+    pub https_concurrency: Vec<u64>,
     pub http_time: Duration,
     pub udp_time: Duration,
 }
@@ -46,6 +50,7 @@ impl Profile {
                 max_time: Duration::from_millis(1500),
                 row_time: Duration::from_secs(1),
                 http_concurrency: vec![10, 50],
+                https_concurrency: vec![10],
                 http_time: Duration::from_millis(500),
                 udp_time: Duration::from_millis(500),
             }),
@@ -61,6 +66,9 @@ impl Profile {
                 max_time: Duration::from_secs(4),
                 row_time: Duration::from_secs(2),
                 http_concurrency: vec![10, 100, 1_000, 10_000],
+                // Not 10,000: its keep-alive point would spend most of its second on the
+                // connections' handshakes, and the sweep's 7 s a model fits the budget.
+                https_concurrency: vec![10, 100, 1_000],
                 http_time: Duration::from_millis(1000),
                 udp_time: Duration::from_secs(1),
             }),
@@ -76,11 +84,23 @@ impl Profile {
                 max_time: Duration::from_secs(20),
                 row_time: Duration::from_secs(10),
                 http_concurrency: vec![10, 100, 1_000, 10_000],
+                https_concurrency: vec![10, 100, 1_000, 10_000],
                 http_time: Duration::from_secs(5),
                 udp_time: Duration::from_secs(5),
             }),
             _ => None,
         }
+    }
+
+    /// Points of the plain HTTP sweep: each concurrency with and without keep-alive.
+    pub fn http_points(&self) -> usize {
+        self.http_concurrency.len() * 2
+    }
+
+    /// Points of the HTTPS sweep: each concurrency with keep-alive and with a full handshake
+    /// per request.
+    pub fn https_points(&self) -> usize {
+        self.https_concurrency.len() * 2
     }
 
     pub const NAMES: [&'static str; 3] = ["tiny", "default", "full"];

@@ -1,10 +1,12 @@
 //! `sockscale report`: charts and an HTML page drawn from a results JSON alone.
 //!
-//! Five figures, each as SVG and PNG. Four for the echo rows (throughput, CPU, memory per
+//! Six figures, each as SVG and PNG. Four for the echo rows (throughput, CPU, memory per
 //! connection, threads), each with one panel per workload (flood, rate-limited, maximum) and
 //! one labelled bar per model: the workloads differ in traffic and connections, so no line
 //! joins them. One for the seed-003 HTTP sweep: responses per second against concurrency, with
-//! and without keep-alive, one line per model (nginx included when it was measured). Every
+//! and without keep-alive, one line per model (nginx included when it was measured). One for
+//! the same sweep over TLS, with a panel for keep-alive and one for a full handshake per
+//! request: HTTP and HTTPS never share a line, nor two workloads a panel. Every
 //! model keeps one colour and marker in every figure. The HTML page inlines the SVGs and the
 //! tables, so it opens from disk with no network. Text is drawn with the DejaVu Sans font
 //! built into the binary, so the PNGs render the same on a machine with no fonts installed.
@@ -18,7 +20,7 @@ use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{Results, Row, RowKind};
+use crate::results::{HttpWorkload, Results, Row, RowKind};
 use crate::tables::{decimal, thousands};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +55,8 @@ pub struct Panel {
 pub enum Plot {
     /// One bar per model, all from rows of one workload.
     Bars { workload: RowKind, bars: Vec<Bar> },
-    /// One line per model against concurrency (log scale).
-    Lines { x_axis: String, keepalive: bool, series: Vec<Series> },
+    /// One line per model against concurrency (log scale), all of one HTTP workload.
+    Lines { x_axis: String, workload: HttpWorkload, series: Vec<Series> },
 }
 
 #[derive(Debug, Clone)]
@@ -267,25 +269,28 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                 .collect(),
         })
         .collect();
-    let http_panel = |keepalive: bool| Panel {
-        title: if keepalive {
-            "keep-alive: requests over open connections".to_owned()
-        } else {
-            "no keep-alive: a new connection for every request".to_owned()
-        },
+    let http_panel = |workload: HttpWorkload| Panel {
+        title: match workload {
+            HttpWorkload::KeepAlive => "keep-alive: requests over open connections",
+            HttpWorkload::NewConnection => "no keep-alive: a new connection for every request",
+            HttpWorkload::TlsKeepAlive => "HTTPS keep-alive: requests over open TLS connections",
+            HttpWorkload::TlsFullHandshake => "HTTPS, a new connection for every request: a full handshake each",
+            HttpWorkload::TlsResumed => "HTTPS, a new connection for every request: a resumed handshake each",
+        }
+        .to_owned(),
         value_axis: "responses per second".to_owned(),
         log_values: false,
         plot: Plot::Lines {
             x_axis: "concurrent connections (log scale)".to_owned(),
-            keepalive,
+            workload,
             series: results
                 .all_results()
-                .filter(|m| m.http.iter().any(|p| p.keepalive == keepalive))
+                .filter(|m| m.http.iter().any(|p| p.workload() == workload))
                 .map(|m| {
                     let mut points: Vec<(f64, f64)> = m
                         .http
                         .iter()
-                        .filter(|p| p.keepalive == keepalive)
+                        .filter(|p| p.workload() == workload)
                         .map(|p| (p.concurrency as f64, p.requests_per_s))
                         .collect();
                     points.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -298,7 +303,16 @@ pub fn figures(results: &Results) -> Vec<Figure> {
         file: "http",
         title: "HTTP 4 KiB responses per second by concurrency (seed 003)".to_owned(),
         caption: "Responses per second the load generator received for GET / of a 4,096-byte page, over each point's measured time, at each concurrency; nginx with one worker when it was installed. Errors and client-bound points are marked in the HTTP tables.".to_owned(),
-        panels: vec![http_panel(true), http_panel(false)],
+        panels: vec![http_panel(HttpWorkload::KeepAlive), http_panel(HttpWorkload::NewConnection)],
+    });
+    figures.push(Figure {
+        file: "https",
+        title: "HTTPS 4 KiB responses per second by concurrency".to_owned(),
+        caption: "The same page over TLS (an ECDSA P-256 certificate made for the run, verified by the load generator): with keep-alive, one handshake per connection when it opens; without, a new connection and a full handshake (no resumption) for every request, so that panel is the server's rate of full handshakes. sockscale with rustls, nginx (one worker) with OpenSSL when it was installed. Errors and client-bound points are marked in the HTTPS tables.".to_owned(),
+        panels: [HttpWorkload::TlsKeepAlive, HttpWorkload::TlsFullHandshake, HttpWorkload::TlsResumed]
+            .into_iter()
+            .map(http_panel)
+            .collect(),
     });
     // A panel with nothing to place (no model measured, or no HTTP point of that kind) is left
     // out, and a figure left with no panel is not drawn: an empty axis says nothing, and
@@ -665,7 +679,7 @@ mod tests {
     fn every_echo_panel_holds_one_workload_with_one_bar_per_model() {
         let r = readme_results();
         let figures = figures(&r);
-        let echo: Vec<&Figure> = figures.iter().filter(|f| f.file != "http").collect();
+        let echo: Vec<&Figure> = figures.iter().filter(|f| !f.file.starts_with("http")).collect();
         assert_eq!(echo.len(), 4);
         for f in echo {
             let workloads: Vec<RowKind> = f
@@ -707,7 +721,7 @@ mod tests {
         let mut r = readme_results();
         r.models[0].rows.truncate(1);
         r.models[0].error = Some("rate-limited row: the server did not start".into());
-        for f in figures(&r).iter().filter(|f| f.file != "http") {
+        for f in figures(&r).iter().filter(|f| !f.file.starts_with("http")) {
             let Plot::Bars { bars, .. } = &f.panels[1].plot else { panic!() };
             assert_eq!(bars[0].value, None, "{}", f.file);
             assert!(bars[0].label.starts_with("not measured"), "{}: {}", f.file, bars[0].label);
@@ -733,7 +747,7 @@ mod tests {
         let mut r = readme_results();
         r.models[0].rows[0] = unsampled(&r.models[0].rows[0]);
         let figures = figures(&r);
-        for f in figures.iter().filter(|f| f.file != "http") {
+        for f in figures.iter().filter(|f| !f.file.starts_with("http")) {
             let Plot::Bars { bars, .. } = &f.panels[0].plot else { panic!() };
             if f.file == "throughput" {
                 // Measured by the load generator, not sampled from the server.
@@ -762,8 +776,9 @@ mod tests {
         let expected: Vec<&str> = r.all_results().map(|m| m.model.as_str()).collect();
         assert_eq!(http.panels.len(), 2);
         for (panel, want_keepalive) in http.panels.iter().zip([true, false]) {
-            let Plot::Lines { keepalive, series, x_axis } = &panel.plot else { panic!("http is drawn as lines") };
-            assert_eq!(*keepalive, want_keepalive);
+            let Plot::Lines { workload, series, x_axis } = &panel.plot else { panic!("http is drawn as lines") };
+            assert_eq!(workload.keepalive(), want_keepalive);
+            assert!(!workload.tls());
             assert!(x_axis.contains("concurrent connections") && panel.value_axis.contains("per second"));
             let names: Vec<&str> = series.iter().map(|s| s.model.as_str()).collect();
             assert_eq!(names, expected, "one line per model, nginx included");
@@ -772,12 +787,93 @@ mod tests {
                 let want: Vec<(f64, f64)> = m
                     .http
                     .iter()
-                    .filter(|p: &&HttpPoint| p.keepalive == want_keepalive)
+                    .filter(|p: &&HttpPoint| p.keepalive == want_keepalive && !p.tls)
                     .map(|p| (p.concurrency as f64, p.requests_per_s))
                     .collect();
                 assert_eq!(s.points, want, "{}: keep-alive {want_keepalive}", s.model);
             }
         }
+    }
+
+    /// Results with HTTP and HTTPS points for epoll and nginx, plain values.
+    fn with_https() -> Results {
+        let point = |concurrency: u64, keepalive: bool, tls: bool, requests_per_s: f64| HttpPoint {
+            concurrency,
+            keepalive,
+            tls,
+            tls_resume: tls.then_some(false),
+            requests_per_s,
+            ..HttpPoint::default()
+        };
+        let sweep = |scale: f64| {
+            let mut points = Vec::new();
+            for c in [10, 100] {
+                points.push(point(c, true, false, 50_000.0 * scale));
+                points.push(point(c, false, false, 20_000.0 * scale));
+                points.push(point(c, true, true, 40_000.0 * scale + c as f64));
+                points.push(point(c, false, true, 2_000.0 * scale + c as f64));
+            }
+            points
+        };
+        Results {
+            models: vec![ModelResult { model: "epoll".into(), http: sweep(1.0), ..ModelResult::default() }],
+            nginx: Some(ModelResult { model: "nginx".into(), http: sweep(0.5), ..ModelResult::default() }),
+            ..Results::default()
+        }
+    }
+
+    /// A model's line: its name and its points.
+    type ModelLine = (String, Vec<(f64, f64)>);
+
+    #[test]
+    fn https_has_a_figure_of_its_own_one_workload_a_panel_one_line_a_model() {
+        let r = with_https();
+        let figures = figures(&r);
+        let lines = |file: &str| -> Vec<(HttpWorkload, Vec<ModelLine>)> {
+            let f = figures.iter().find(|f| f.file == file).unwrap_or_else(|| panic!("no {file} figure"));
+            f.panels
+                .iter()
+                .map(|p| match &p.plot {
+                    Plot::Lines { workload, series, .. } => {
+                        (*workload, series.iter().map(|s| (s.model.clone(), s.points.clone())).collect())
+                    }
+                    Plot::Bars { .. } => panic!("{file} is drawn as lines"),
+                })
+                .collect()
+        };
+        let http = lines("http");
+        assert_eq!(
+            http.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [HttpWorkload::KeepAlive, HttpWorkload::NewConnection]
+        );
+        assert_eq!(http[0].1[0], ("epoll".to_owned(), vec![(10.0, 50_000.0), (100.0, 50_000.0)]));
+        assert_eq!(http[1].1[1], ("nginx".to_owned(), vec![(10.0, 10_000.0), (100.0, 10_000.0)]));
+        let https = lines("https");
+        // The resumed panel has no point, so it is left out.
+        assert_eq!(
+            https.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [HttpWorkload::TlsKeepAlive, HttpWorkload::TlsFullHandshake]
+        );
+        assert_eq!(https[0].1[0], ("epoll".to_owned(), vec![(10.0, 40_010.0), (100.0, 40_100.0)]));
+        assert_eq!(https[1].1[0], ("epoll".to_owned(), vec![(10.0, 2_010.0), (100.0, 2_100.0)]));
+        assert_eq!(https[1].1[1], ("nginx".to_owned(), vec![(10.0, 1_010.0), (100.0, 1_100.0)]));
+        let dir = std::env::temp_dir().join(format!("sockscale-report-https-{}", std::process::id()));
+        let written = render(&r, &dir).expect("render");
+        assert!(written.contains(&dir.join("https.png")) && written.contains(&dir.join("https.svg")), "{written:?}");
+        let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(html.contains("<h2>HTTPS 4 KiB responses by concurrency</h2>"), "{html}");
+        assert!(
+            html.contains("<td>epoll</td><td>new connection per request, full handshake</td><td>2,010</td>"),
+            "{html}"
+        );
+        // Results without HTTPS points draw no HTTPS figure.
+        let files: Vec<&str> = figures_of(&readme_results());
+        assert!(files.contains(&"http") && !files.contains(&"https"), "{files:?}");
+    }
+
+    fn figures_of(r: &Results) -> Vec<&'static str> {
+        figures(r).iter().map(|f| f.file).collect()
     }
 
     fn linear(c: u8) -> f64 {

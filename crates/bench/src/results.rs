@@ -301,6 +301,129 @@ pub struct HttpPoint {
     /// written before it was kept, and when no request completed.
     #[serde(default)]
     pub latency: Option<HttpLatency>,
+    /// Over TLS (HTTPS). False for plain HTTP, and in results written before HTTPS was measured.
+    #[serde(default)]
+    pub tls: bool,
+    /// HTTPS only: whether the load resumed TLS sessions when it opened a new connection
+    /// (`--tls-resume`). The bench runs its HTTPS points with it off, so that every new
+    /// connection is a full handshake. Absent for plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_resume: Option<bool>,
+    /// The server's CPU over the point (user + system, from /proc/PID/stat before and after
+    /// the load ran), as a percentage of one core. Absent when it could not be read, and in
+    /// results written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_pct: Option<f64>,
+    /// HTTPS only: the handshakes the load generator made, and what they agreed on. Absent for
+    /// plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshakes: Option<TlsHandshakes>,
+}
+
+/// The TLS handshakes of one HTTPS point, as the load generator counted them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TlsHandshakes {
+    /// Full handshakes: a certificate sent and verified, a key exchanged.
+    pub full: u64,
+    /// Handshakes that resumed an earlier session.
+    pub resumed: u64,
+    /// Handshakes that failed or did not finish (each also a request error).
+    pub failed: u64,
+    /// Failed handshakes by reason (`certificate`, `protocol`, `timeout`, …), those above 0.
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// From the ClientHello to the handshake's end, for those that completed; `None` when none
+    /// did.
+    pub latency: Option<HttpLatency>,
+    /// What the handshakes agreed on, with the connections that agreed on each.
+    pub negotiated: Vec<Negotiated>,
+}
+
+/// A protocol version, cipher suite and ALPN protocol the handshakes of a point agreed on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Negotiated {
+    pub version: String,
+    pub suite: String,
+    pub alpn: Option<String>,
+    pub connections: u64,
+}
+
+impl TlsHandshakes {
+    pub fn from_report(t: &sockscale_load::report::Tls) -> TlsHandshakes {
+        TlsHandshakes {
+            full: t.handshakes.full,
+            resumed: t.handshakes.resumed,
+            failed: t.handshakes.failed,
+            failures: t.failures.iter().filter(|&(_, &n)| n > 0).map(|(k, &n)| (k.clone(), n)).collect(),
+            latency: HttpLatency::from_report(&t.handshake_latency),
+            negotiated: t
+                .negotiated
+                .iter()
+                .map(|a| Negotiated {
+                    version: a.version.clone(),
+                    suite: a.suite.clone(),
+                    alpn: a.alpn.clone(),
+                    connections: a.connections,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What one HTTP point measured, as the tables and charts name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HttpWorkload {
+    /// Plain HTTP, requests over open connections.
+    KeepAlive,
+    /// Plain HTTP, a new TCP connection for every request.
+    NewConnection,
+    /// HTTPS, requests over open connections (one handshake each, when it opened).
+    TlsKeepAlive,
+    /// HTTPS, a new connection for every request, each a full handshake.
+    TlsFullHandshake,
+    /// HTTPS, a new connection for every request, each resuming the session of an earlier one.
+    TlsResumed,
+}
+
+impl HttpWorkload {
+    /// Every workload, in the order the tables list them.
+    pub const ALL: [HttpWorkload; 5] = [
+        HttpWorkload::KeepAlive,
+        HttpWorkload::NewConnection,
+        HttpWorkload::TlsKeepAlive,
+        HttpWorkload::TlsFullHandshake,
+        HttpWorkload::TlsResumed,
+    ];
+
+    pub fn tls(self) -> bool {
+        !matches!(self, HttpWorkload::KeepAlive | HttpWorkload::NewConnection)
+    }
+
+    pub fn keepalive(self) -> bool {
+        matches!(self, HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive)
+    }
+
+    /// How each request reaches the server, as the tables' second column says it.
+    pub fn connection(self) -> &'static str {
+        match self {
+            HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive => "keep-alive",
+            HttpWorkload::NewConnection => "new connection per request",
+            HttpWorkload::TlsFullHandshake => "new connection per request, full handshake",
+            HttpWorkload::TlsResumed => "new connection per request, resumed handshake",
+        }
+    }
+}
+
+impl HttpPoint {
+    pub fn workload(&self) -> HttpWorkload {
+        match (self.tls, self.keepalive, self.tls_resume) {
+            (false, true, _) => HttpWorkload::KeepAlive,
+            (false, false, _) => HttpWorkload::NewConnection,
+            (true, true, _) => HttpWorkload::TlsKeepAlive,
+            (true, false, Some(true)) => HttpWorkload::TlsResumed,
+            (true, false, _) => HttpWorkload::TlsFullHandshake,
+        }
+    }
 }
 
 /// Request latency of one HTTP point: each request from being sent to its whole response

@@ -1,5 +1,5 @@
-//! `sockscale bench`: every model through the seed's rows, the HTTP sweep (with nginx when
-//! installed) and UDP, written out as it goes.
+//! `sockscale bench`: every model through the seed's rows, the HTTP and HTTPS sweeps (with
+//! nginx when installed) and UDP, written out as it goes.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use sockscale_server::Model;
 
-use crate::harness::{Children, Harness};
+use crate::harness::{Children, Harness, Scheme};
 use crate::nginx;
 use crate::profile::Profile;
-use crate::results::{ModelResult, Results, RowKind, SCHEMA};
+use crate::results::{HttpPoint, ModelResult, Results, RowKind, SCHEMA};
 use crate::tables::thousands;
 
 pub struct BenchConfig {
@@ -44,7 +44,10 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     std::fs::create_dir_all(&cfg.out_dir)?;
     let scratch = cfg.out_dir.join(".scratch");
     std::fs::create_dir_all(&scratch)?;
+    // The HTTPS points' certificate, made for this run and removed with the scratch directory.
+    let certificate = make_certificate(&scratch.join("tls"));
     let harness = Harness {
+        certificate,
         exe: cfg.exe.clone(),
         profile: &cfg.profile,
         server_cpus: cfg.server_cpus.clone(),
@@ -63,8 +66,8 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         in_progress: true,
         ..Results::default()
     };
-    let http_points = cfg.profile.http_concurrency.len() * 2;
-    let total_steps = cfg.models.len() * steps_per_model(&cfg.profile) + http_points;
+    let nginx_steps = cfg.profile.http_points() + cfg.profile.https_points();
+    let total_steps = cfg.models.len() * steps_per_model(&cfg.profile) + nginx_steps;
     let shown = match (cfg.progress, std::io::stderr().is_terminal()) {
         (false, _) => Shown::Off,
         (true, true) => Shown::Bar,
@@ -80,27 +83,7 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         save(&cfg.out_dir, &results)?;
     }
     if !harness.interrupted() {
-        let mut point = 0;
-        let installed = nginx::installed();
-        if installed {
-            progress.begin(format!("nginx: HTTP point 1 of {http_points}"));
-        }
-        let nginx = nginx::sweep(&harness, || {
-            point += 1;
-            progress.end(Outcome::Done);
-            if point < http_points {
-                progress.begin(format!("nginx: HTTP point {} of {http_points}", point + 1));
-            }
-        });
-        if point < http_points {
-            let why = nginx.error.clone().unwrap_or_else(|| "interrupted".into());
-            if installed {
-                progress.end(Outcome::Failed(&why));
-                point += 1;
-            }
-            progress.abandon(http_points - point, &format!("nginx: {why}"));
-        }
-        results.nginx = Some(nginx);
+        results.nginx = Some(bench_nginx(&harness, &mut progress));
     }
     results.interrupted = harness.interrupted();
     results.in_progress = false;
@@ -111,9 +94,131 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     Ok(results)
 }
 
-/// Steps of one model: three rows, the HTTP points, UDP.
+/// Steps of one model: three rows, the HTTP and HTTPS points, UDP.
 fn steps_per_model(profile: &Profile) -> usize {
-    3 + profile.http_concurrency.len() * 2 + 1
+    3 + profile.http_points() + profile.https_points() + 1
+}
+
+/// A private CA and a leaf it signed for 127.0.0.1 and localhost (ECDSA P-256), written into
+/// `dir` as ca.pem, cert.pem and key.pem; or why not, which the HTTPS points then report.
+fn make_certificate(dir: &Path) -> Result<sockscale_tls::CertificateFiles, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let certificate = sockscale_tls::TestCertificate::generate(&["localhost".into(), "127.0.0.1".into()])
+        .map_err(|e| e.to_string())?;
+    certificate.write(dir).map_err(|e| e.to_string())
+}
+
+/// The plain HTTP sweep and the HTTPS sweep, in that order.
+fn sweeps(profile: &Profile) -> [(&'static str, usize); 2] {
+    [("HTTP", profile.http_points()), ("HTTPS", profile.https_points())]
+}
+
+/// The scheme of a sweep named by [`sweeps`], or why HTTPS cannot be measured.
+fn scheme_of<'a>(h: &'a Harness<'_>, what: &str) -> Result<Scheme<'a>, String> {
+    match what {
+        "HTTP" => Ok(Scheme::Http),
+        _ => match &h.certificate {
+            Ok(files) => Ok(Scheme::Https { ca: &files.ca }),
+            Err(e) => Err(format!("no certificate: {e}")),
+        },
+    }
+}
+
+/// How one sweep ended.
+struct Swept {
+    points: Vec<HttpPoint>,
+    error: Option<String>,
+    /// Interrupted before its last point.
+    interrupted: bool,
+}
+
+/// One sweep of `n` points, each a step of the progress named "{label} point K of N": every
+/// step is ended here, done, failed, interrupted, or abandoned with the rest.
+fn sweep_steps(
+    h: &Harness<'_>,
+    progress: &mut Progress,
+    label: &str,
+    n: usize,
+    run: impl FnOnce(&mut dyn FnMut()) -> Result<Vec<HttpPoint>, String>,
+) -> Swept {
+    if n == 0 {
+        return Swept { points: Vec::new(), error: None, interrupted: false };
+    }
+    let mut point = 0;
+    progress.begin(format!("{label} point 1 of {n}"));
+    let mut tick = || {
+        point += 1;
+        progress.end(Outcome::Done);
+        if point < n {
+            progress.begin(format!("{label} point {} of {n}", point + 1));
+        }
+    };
+    let result = run(&mut tick);
+    let (points, error) = match result {
+        Ok(points) => (points, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let interrupted = point < n && h.interrupted();
+    if point < n {
+        match &error {
+            _ if interrupted => progress.end(Outcome::Interrupted),
+            Some(e) => progress.end(Outcome::Failed(e)),
+            None => progress.end(Outcome::Failed("ended before its last point")),
+        }
+        progress.abandon(n - point - 1, &format!("{label}: rest of the sweep not measured"));
+    }
+    Swept { points, error, interrupted }
+}
+
+/// Say first that a result was interrupted, before whatever else went wrong.
+fn interrupted_first(to: &mut Option<String>, what: String) {
+    *to = Some(match to.take() {
+        Some(e) => format!("{what}; {e}"),
+        None => what,
+    });
+}
+
+/// Add `error` to what a result already says went wrong.
+fn add_error(to: &mut Option<String>, error: String) {
+    match to {
+        Some(e) => {
+            e.push_str("; ");
+            e.push_str(&error);
+        }
+        None => *to = Some(error),
+    }
+}
+
+/// nginx's HTTP and HTTPS sweeps, a fresh nginx for each, or why it has none.
+fn bench_nginx(h: &Harness<'_>, progress: &mut Progress) -> ModelResult {
+    let mut result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
+    let steps: usize = sweeps(h.profile).iter().map(|(_, n)| n).sum();
+    if !nginx::installed() {
+        progress.abandon(steps, &format!("nginx: {}", nginx::NOT_INSTALLED));
+        result.error = Some(nginx::NOT_INSTALLED.into());
+        return result;
+    }
+    let mut left = steps;
+    for (what, n) in sweeps(h.profile) {
+        if h.interrupted() {
+            interrupted_first(&mut result.error, format!("interrupted before the {what} sweep"));
+            progress.abandon(left, "nginx: not measured (interrupted)");
+            return result;
+        }
+        let swept =
+            sweep_steps(h, progress, &format!("nginx: {what}"), n, |tick| nginx::sweep(h, scheme_of(h, what)?, tick));
+        left -= n;
+        result.http.extend(swept.points);
+        if let Some(e) = swept.error.filter(|_| !swept.interrupted) {
+            add_error(&mut result.error, format!("{what} sweep: {e}"));
+        }
+        if swept.interrupted {
+            interrupted_first(&mut result.error, format!("interrupted during the {what} sweep"));
+            progress.abandon(left, "nginx: not measured (interrupted)");
+            return result;
+        }
+    }
+    result
 }
 
 fn row_label(name: &str, kind: RowKind, p: &Profile) -> String {
@@ -162,44 +267,36 @@ fn bench_model(h: &Harness<'_>, model: Model, progress: &mut Progress) -> ModelR
         }
         left -= 1;
     }
-    let http_points = h.profile.http_concurrency.len() * 2;
-    if h.interrupted() {
-        result.error = Some("interrupted before the HTTP sweep".into());
-        progress.abandon(left, &format!("{name}: not measured (interrupted)"));
-        return result;
-    }
-    let mut point = 0;
-    progress.begin(format!("{name}: HTTP point 1 of {http_points}"));
-    match h.start_server(name, "http", &[]) {
-        Ok(server) => {
-            let port = server.port;
-            let swept = h.http_sweep(port, || {
-                point += 1;
-                progress.end(Outcome::Done);
-                if point < http_points {
-                    progress.begin(format!("{name}: HTTP point {} of {http_points}", point + 1));
-                }
-            });
-            match swept {
-                Ok(points) => result.http = points,
-                Err(e) => result.error = Some(format!("HTTP sweep: {e}")),
-            }
+    for (what, n) in sweeps(h.profile) {
+        if h.interrupted() {
+            interrupted_first(&mut result.error, format!("interrupted before the {what} sweep"));
+            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
+            return result;
+        }
+        let swept = sweep_steps(h, progress, &format!("{name}: {what}"), n, |tick| {
+            let scheme = scheme_of(h, what)?;
+            let tls: Vec<String> = match &h.certificate {
+                Ok(files) if what == "HTTPS" => vec![
+                    "--tls-cert".into(),
+                    files.cert.display().to_string(),
+                    "--tls-key".into(),
+                    files.key.display().to_string(),
+                ],
+                _ => Vec::new(),
+            };
+            let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
+            let server = h.start_server(name, "http", &extra)?;
+            let swept = h.http_sweep(server.port, Some(server.pid()), scheme, tick);
             h.stop_server(server);
+            swept
+        });
+        left -= n;
+        result.http.extend(swept.points);
+        if let Some(e) = swept.error.filter(|_| !swept.interrupted) {
+            add_error(&mut result.error, format!("{what} sweep: {e}"));
         }
-        Err(e) => result.error = Some(format!("HTTP sweep: {e}")),
-    }
-    // Left: the HTTP points not ended, then UDP.
-    left -= point;
-    if point < http_points {
-        match &result.error {
-            Some(e) => progress.end(Outcome::Failed(e)),
-            None => progress.end(Outcome::Interrupted),
-        }
-        let rest = http_points - point - 1;
-        progress.abandon(rest, &format!("{name}: rest of the HTTP sweep not measured"));
-        left -= 1 + rest;
-        if result.error.is_none() {
-            result.error = Some("interrupted during the HTTP sweep".into());
+        if swept.interrupted {
+            interrupted_first(&mut result.error, format!("interrupted during the {what} sweep"));
             progress.abandon(left, &format!("{name}: not measured (interrupted)"));
             return result;
         }

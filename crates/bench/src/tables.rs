@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{ConnectAttempts, HttpPoint, Results, Row, RowKind, SOCKET_SLAB_CACHES};
+use crate::results::{ConnectAttempts, HttpPoint, HttpWorkload, Results, Row, RowKind, SOCKET_SLAB_CACHES};
 
 /// Why the results are partial, in one paragraph, or None when the run measured everything.
 pub fn partial_note(results: &Results) -> Option<String> {
@@ -65,10 +65,16 @@ pub fn tables_markdown(results: &Results) -> String {
         let _ = writeln!(s, "{}", results.table_markdown());
     }
     s.push_str("## HTTP 4 KiB responses by concurrency (seed 003)\n\n");
-    if results.all_results().any(|m| !m.http.is_empty()) {
+    if results.has_sweep(false) {
         let _ = writeln!(s, "{}", results.http_markdown());
     } else {
         s.push_str("No HTTP point was measured.\n\n");
+    }
+    s.push_str("## HTTPS 4 KiB responses by concurrency\n\n");
+    if results.has_sweep(true) {
+        let _ = writeln!(s, "{}", results.https_markdown());
+    } else {
+        s.push_str("No HTTPS point was measured.\n\n");
     }
     s.push_str("## UDP echo\n\n");
     if results.models.iter().any(|m| m.udp.is_some()) {
@@ -244,21 +250,39 @@ impl Results {
         note
     }
 
-    /// The seed-003 sweep by concurrency: responses per second, measured request latency, and
-    /// ab's time per request (1 / throughput), each as its own table.
+    /// The seed-003 sweep over plain HTTP by concurrency: responses per second, measured
+    /// request latency, and ab's time per request (1 / throughput), each as its own table.
     pub fn http_markdown(&self) -> String {
+        self.sweep_markdown(false)
+    }
+
+    /// The same sweep over TLS, in tables of its own: keep-alive, and a new connection (a full
+    /// handshake) per request.
+    pub fn https_markdown(&self) -> String {
+        self.sweep_markdown(true)
+    }
+
+    /// Whether any model (nginx included) has a point of the plain (`tls` false) or the HTTPS
+    /// sweep.
+    pub fn has_sweep(&self, tls: bool) -> bool {
+        self.all_results().any(|m| m.http.iter().any(|p| p.tls == tls))
+    }
+
+    fn sweep_markdown(&self, tls: bool) -> String {
         let mut concurrencies: Vec<u64> =
-            self.all_results().flat_map(|m| m.http.iter().map(|p| p.concurrency)).collect();
+            self.all_results().flat_map(|m| m.http.iter().filter(|p| p.tls == tls).map(|p| p.concurrency)).collect();
         concurrencies.sort_unstable();
         concurrencies.dedup();
+        let workloads: Vec<HttpWorkload> = HttpWorkload::ALL.into_iter().filter(|w| w.tls() == tls).collect();
         let table = |cell: &dyn Fn(&HttpPoint) -> String| -> String {
             let mut s = String::new();
             let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
-            let _ = writeln!(s, "| model | keep-alive | {} |", header.join(" | "));
+            let second = if tls { "connection" } else { "keep-alive" };
+            let _ = writeln!(s, "| model | {second} | {} |", header.join(" | "));
             let _ = writeln!(s, "|---|---|{}", "---|".repeat(concurrencies.len()));
             for m in self.all_results() {
-                for keepalive in [true, false] {
-                    if !m.http.iter().any(|p| p.keepalive == keepalive) {
+                for &workload in &workloads {
+                    if !m.http.iter().any(|p| p.workload() == workload) {
                         continue;
                     }
                     let cells: Vec<String> = concurrencies
@@ -266,28 +290,37 @@ impl Results {
                         .map(|c| {
                             m.http
                                 .iter()
-                                .find(|p| p.concurrency == *c && p.keepalive == keepalive)
+                                .find(|p| p.concurrency == *c && p.workload() == workload)
                                 .map_or_else(|| "—".into(), cell)
                         })
                         .collect();
-                    let _ = writeln!(
-                        s,
-                        "| {} | {} | {} |",
-                        m.model,
-                        if keepalive { "yes" } else { "no" },
-                        cells.join(" | ")
-                    );
+                    let how = match (tls, workload.keepalive()) {
+                        (true, _) => workload.connection(),
+                        (false, true) => "yes",
+                        (false, false) => "no",
+                    };
+                    let _ = writeln!(s, "| {} | {how} | {} |", m.model, cells.join(" | "));
                 }
             }
             s
         };
-        let mut s = String::from("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
+        let mut s = String::new();
+        if tls {
+            s.push_str("The same page over TLS: the load generator offers TLS 1.3 and 1.2 and verifies the server's certificate (ECDSA P-256, made for the run) against the run's own CA. Keep-alive rows pay one handshake per connection, when it opens; the other rows open a new connection for every request, each a full handshake (`--tls-resume off`: no session is resumed). nginx serves it with OpenSSL, sockscale with rustls.\n\n");
+        }
+        if tls {
+            if let Some(agreed) = self.negotiated() {
+                let _ = write!(s, "{agreed}\n\n");
+            }
+        }
+        s.push_str("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
         s.push_str(&table(&|p| {
             format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 thousands(p.requests_per_s as u64),
                 if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
-                if p.client_bound { " (client-bound)" } else { "" }
+                if p.client_bound { " (client-bound)" } else { "" },
+                handshakes_short(p)
             )
         }));
         s.push_str(
@@ -308,12 +341,76 @@ impl Results {
                 "no responses".into()
             }
         }));
-        if let Some(nginx) = &self.nginx {
+        if self.all_results().flat_map(|m| &m.http).any(|p| p.tls == tls && p.server_cpu_pct.is_some()) {
+            s.push_str(
+                "\n### Server CPU, % of one core, and responses per server CPU-second\n\nThe server's user and system time while the load ran (/proc/PID/stat before and after), over that time; the server is pinned to its core, so 100% is all of it.\n\n",
+            );
+            s.push_str(&table(&|p| match p.server_cpu_pct {
+                Some(cpu) if cpu > 0.0 => {
+                    format!("{cpu:.0}% ({})", thousands((p.requests_per_s * 100.0 / cpu).round() as u64))
+                }
+                Some(cpu) => format!("{cpu:.0}%"),
+                None => NOT_MEASURED.into(),
+            }));
+        }
+        if tls {
+            s.push_str(
+                "\n### TLS handshakes: full / resumed / failed, and handshake p50 / p99 ms\n\nThe load generator's count of the point's handshakes, and each from its ClientHello to the handshake's end (apart from the requests' latency above, which counts from the request).\n\n",
+            );
+            s.push_str(&table(&|p| match &p.handshakes {
+                Some(h) => {
+                    let failures = if h.failures.is_empty() {
+                        String::new()
+                    } else {
+                        let reasons: Vec<String> =
+                            h.failures.iter().map(|(why, n)| format!("{why} {}", thousands(*n))).collect();
+                        format!(" ({})", reasons.join(", "))
+                    };
+                    let latency = h.latency.map_or_else(
+                        || format!("; {NOT_MEASURED}"),
+                        |l| format!("; {} / {}", decimal(l.p50_ms), decimal(l.p99_ms)),
+                    );
+                    format!(
+                        "{} / {} / {}{failures}{latency}",
+                        thousands(h.full),
+                        thousands(h.resumed),
+                        thousands(h.failed)
+                    )
+                }
+                None => NOT_MEASURED.into(),
+            }));
+        }
+        // Said once, under the plain sweep: it names the sweep that failed.
+        if let Some(nginx) = self.nginx.as_ref().filter(|_| !tls) {
             if let Some(error) = &nginx.error {
                 let _ = writeln!(s, "\nnginx: {error}");
             }
         }
         s
+    }
+
+    /// What each server's HTTPS handshakes agreed on (version, suite, ALPN), in one paragraph;
+    /// `None` when no point recorded it.
+    fn negotiated(&self) -> Option<String> {
+        let mut by_model = Vec::new();
+        for m in self.all_results() {
+            let mut agreed: Vec<String> = m
+                .http
+                .iter()
+                .filter_map(|p| p.handshakes.as_ref())
+                .flat_map(|h| &h.negotiated)
+                .map(|n| match &n.alpn {
+                    Some(alpn) => format!("{} {}, ALPN {alpn}", n.version, n.suite),
+                    None => format!("{} {}, no ALPN", n.version, n.suite),
+                })
+                .collect();
+            agreed.sort();
+            agreed.dedup();
+            if !agreed.is_empty() {
+                by_model.push(format!("{}: {}", m.model, agreed.join("; ")));
+            }
+        }
+        (!by_model.is_empty()).then(|| format!("Negotiated: {}.", by_model.join("; ")))
     }
 
     pub fn udp_markdown(&self) -> String {
@@ -390,7 +487,7 @@ impl Results {
 
     pub fn http_csv(&self) -> String {
         let mut s = String::from(
-            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound\n",
+            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound,tls,tls_resume,server_cpu_pct\n",
         );
         // Empty cells, not 0, where nothing was measured.
         let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
@@ -399,7 +496,7 @@ impl Results {
                 let measured_mean = p.latency.map(|l| l.mean_ms).or((p.mean_ms > 0.0).then_some(p.mean_ms));
                 let _ = writeln!(
                     s,
-                    "{},{},{},{:.0},{},{},{},{},{},{}",
+                    "{},{},{},{:.0},{},{},{},{},{},{},{},{},{}",
                     m.model,
                     p.concurrency,
                     p.keepalive,
@@ -409,7 +506,10 @@ impl Results {
                     opt(p.latency.map(|l| l.p99_ms)),
                     opt((p.requests_per_s > 0.0).then_some(p.ms_per_request)),
                     p.errors,
-                    p.client_bound
+                    p.client_bound,
+                    p.tls,
+                    p.tls_resume.map_or_else(String::new, |r| r.to_string()),
+                    p.server_cpu_pct.map_or_else(String::new, |c| format!("{c:.1}")),
                 );
             }
         }
@@ -437,6 +537,20 @@ const PROCS_NOTE: &str = "\"N server processes\": past the open-files limit ({li
 
 /// Under the table when some server figure of a row had no sample.
 const UNSAMPLED_NOTE: &str = "\"not measured\" in Connected, Memory Used, CPU Usage or Threads: no sample was taken while the row ran. Connected comes from the server's own stats lines, and it printed no stats line; memory, threads and CPU come from /proc/PID/status and /proc/PID/stat, which could not be read (the server exited, or /proc is not readable).";
+
+/// After an HTTPS keep-alive point whose connections did not all get through their handshake
+/// within the point: how many did. Its rate then counts the handshakes of a sweep still opening
+/// its connections, not requests over connections already open.
+fn handshakes_short(p: &HttpPoint) -> String {
+    match &p.handshakes {
+        Some(h) if p.keepalive && h.full + h.resumed < p.concurrency => format!(
+            " (only {} of {} connections through their handshake)",
+            thousands(h.full + h.resumed),
+            thousands(p.concurrency)
+        ),
+        _ => String::new(),
+    }
+}
 
 /// Like [`thousands`], with a minus sign when negative.
 pub fn signed_thousands(n: i64) -> String {
@@ -749,6 +863,89 @@ mod tests {
         let csv = r.http_csv();
         assert!(csv.lines().next().is_some_and(|h| h.contains("latency_p50_ms,latency_p99_ms")), "{csv}");
         assert!(csv.contains(",0.169,0.151,0.903,0.017,"), "{csv}");
+    }
+
+    /// A plain and an HTTPS point of each connection kind, at c=10.
+    fn http_and_https() -> Results {
+        let point = |keepalive: bool, tls: &str, rps: f64, p50: f64| {
+            format!(
+                r#"{{"concurrency":10,"keepalive":{keepalive},"requests_per_s":{rps},"mean_ms":0.2,"ms_per_request":{},
+                "errors":0,"client_bound":false,"latency":{{"count":1000,"mean_ms":0.2,"p50_ms":{p50},"p90_ms":0.3,"p99_ms":0.9,"max_ms":4.0}}{tls}}}"#,
+                1000.0 / rps
+            )
+        };
+        let full = r#","tls":true,"tls_resume":false,"server_cpu_pct":98.0"#;
+        let handshakes = r#","handshakes":{"full":1002,"resumed":0,"failed":2,"failures":{"timeout":2},
+            "latency":{"count":1002,"mean_ms":1.5,"p50_ms":1.25,"p90_ms":2.0,"p99_ms":3.5,"max_ms":9.0},
+            "negotiated":[{"version":"TLSv1.3","suite":"TLS13_AES_256_GCM_SHA384","alpn":"http/1.1","connections":1002}]}"#;
+        let points = [
+            point(true, "", 50_000.0, 0.15),
+            point(false, "", 20_000.0, 0.4),
+            point(true, full, 40_000.0, 0.19),
+            point(false, &format!("{full}{handshakes}"), 2_000.0, 4.5),
+        ];
+        epoll_with("", &points.join(","))
+    }
+
+    #[test]
+    fn https_points_have_tables_of_their_own_labelled_by_connection() {
+        let r = http_and_https();
+        let http = r.http_markdown();
+        assert!(http.contains("| epoll | yes | 50,000 |") && http.contains("| epoll | no | 20,000 |"), "{http}");
+        assert!(!http.contains("40,000") && !http.contains("2,000 |"), "no HTTPS point among HTTP's: {http}");
+        assert!(!http.contains("Server CPU"), "no plain point has the server's CPU: {http}");
+        let https = r.https_markdown();
+        assert!(https.contains("| model | connection | c=10 |"), "{https}");
+        assert!(https.contains("| epoll | keep-alive | 40,000 |"), "{https}");
+        assert!(https.contains("| epoll | new connection per request, full handshake | 2,000 |"), "{https}");
+        assert!(
+            https.contains("| epoll | new connection per request, full handshake | 4.50 / 0.900 (0.200) |"),
+            "{https}"
+        );
+        assert!(!https.contains("50,000") && !https.contains("20,000"), "no HTTP point among HTTPS's: {https}");
+        assert!(https.contains("Negotiated: epoll: TLSv1.3 TLS13_AES_256_GCM_SHA384, ALPN http/1.1."), "{https}");
+        assert!(
+            https.contains(
+                "| epoll | new connection per request, full handshake | 1,002 / 0 / 2 (timeout 2); 1.25 / 3.50 |"
+            ),
+            "{https}"
+        );
+        assert!(https.contains("| epoll | keep-alive | not measured |"), "no handshake counts kept: {https}");
+        // A keep-alive point whose connections were still handshaking says so after its rate.
+        let mut r = r;
+        let slow = r.models[0].http.iter_mut().find(|p| p.tls && p.keepalive).expect("an HTTPS keep-alive point");
+        slow.handshakes = Some(crate::results::TlsHandshakes { full: 7, ..Default::default() });
+        let https = r.https_markdown();
+        assert!(
+            https.contains("| epoll | keep-alive | 40,000 (only 7 of 10 connections through their handshake) |"),
+            "{https}"
+        );
+        // 2,000 responses/s on 98% of a core: 2,041 per CPU-second.
+        assert!(https.contains("| epoll | new connection per request, full handshake | 98% (2,041) |"), "{https}");
+        let all = tables_markdown(&r);
+        let (plain, tls) = all.split_once("## HTTPS 4 KiB responses by concurrency").expect("an HTTPS section");
+        assert!(plain.contains("## HTTP 4 KiB responses by concurrency") && plain.contains("| epoll | yes | 50,000 |"));
+        assert!(
+            tls.contains("| epoll | keep-alive | 40,000 (only 7 of 10") && tls.contains("`--tls-resume off`"),
+            "{tls}"
+        );
+        let csv = r.http_csv();
+        assert!(
+            csv.lines().next().is_some_and(|h| h.ends_with(",client_bound,tls,tls_resume,server_cpu_pct")),
+            "{csv}"
+        );
+        assert!(csv.contains("epoll,10,false,2000,0.200,4.500,0.900,0.500,0,false,true,false,98.0\n"), "{csv}");
+        assert!(csv.contains("epoll,10,true,50000,0.200,0.150,0.900,0.020,0,false,false,,\n"), "{csv}");
+    }
+
+    #[test]
+    fn results_from_before_https_have_no_https_rows_and_say_so() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/results-2026-11-22-before-slab.json");
+        let r = Results::load(path).expect("results from before HTTPS load");
+        assert!(r.all_results().flat_map(|m| &m.http).all(|p| !p.tls && p.tls_resume.is_none()));
+        let all = tables_markdown(&r);
+        assert!(all.contains("## HTTPS 4 KiB responses by concurrency\n\nNo HTTPS point was measured."), "{all}");
+        assert!(r.http_markdown().contains("| epoll | yes |"), "the HTTP rows stand");
     }
 
     #[test]

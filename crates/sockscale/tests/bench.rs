@@ -67,10 +67,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             }
         }
         let http = m["http"].as_array().expect("http");
-        assert_eq!(http.len(), 4, "{name}: 2 concurrencies x keep-alive on/off");
+        assert_eq!(http.len(), 6, "{name}: HTTP at 2 concurrencies x keep-alive on/off, HTTPS at 1 x 2: {http:?}");
         for p in http {
             assert!(p["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: {p}");
         }
+        assert_https_points(name, http);
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
         assert!(m["udp"]["sent"].as_u64().is_some_and(|n| n > 0), "{name}: UDP datagrams sent kept");
     }
@@ -78,7 +79,9 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     let nginx_installed = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
     if nginx_installed {
         assert!(r["nginx"]["error"].is_null(), "nginx is installed but was not measured: {}", r["nginx"]);
-        assert_eq!(r["nginx"]["http"].as_array().map_or(0, Vec::len), 4, "{}", r["nginx"]);
+        let http = r["nginx"]["http"].as_array().expect("nginx's points");
+        assert_eq!(http.len(), 6, "{}", r["nginx"]);
+        assert_https_points("nginx", http);
     }
     for file in [
         "rows.csv",
@@ -91,11 +94,29 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         "memory_per_connection.png",
         "threads.png",
         "http.png",
+        "https.png",
+        "https.svg",
     ] {
         let meta = std::fs::metadata(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(meta.len() > 0, "{file} is empty");
     }
+    // HTTPS rows in a section of their own, labelled by connection, in the table and the page.
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    let (plain, https) = table.split_once("## HTTPS 4 KiB responses by concurrency").expect("an HTTPS section");
+    let https = https.split("## UDP echo").next().unwrap_or_default();
+    assert!(!plain.contains("full handshake |"), "HTTPS rows among the HTTP ones: {plain}");
+    for label in ["keep-alive", "new connection per request, full handshake"] {
+        let row = format!("| epoll | {label} | ");
+        let line = https.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row} in {https}"));
+        assert!(!line.contains("errors") && !line.contains("| — |"), "{line}");
+    }
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>HTTPS 4 KiB responses by concurrency</h2>"), "the page has the HTTPS tables");
+    assert!(
+        html.contains("<td>epoll</td><td>new connection per request, full handshake</td>"),
+        "the page's HTTPS rows"
+    );
+    assert!(html.contains("HTTPS 4 KiB responses per second by concurrency"), "the page has the HTTPS chart");
     assert!(html.contains("<svg") && html.contains("<table>"), "the page inlines charts and tables");
     assert!(
         !html.contains("http://") && !html.contains("https://") || html.matches("xmlns").count() > 0,
@@ -119,8 +140,46 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("| epoll |"));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("| epoll |"), "{plan}");
+    // The HTTP capacity table, with HTTPS: epoll's HTTPS keep-alive and full-handshake cells
+    // are measured rates, and the handshakes of 50,000 connections a measured cost.
+    let capacity = plan.split("HTTP and HTTPS on one server core").nth(1).expect("the HTTP capacity table");
+    let epoll = capacity.lines().find(|l| l.starts_with("| epoll |")).expect("epoll's capacity");
+    let cells: Vec<&str> = epoll.trim_matches('|').split('|').map(str::trim).collect();
+    for (i, cell) in cells.iter().enumerate().take(5).skip(1) {
+        assert!(cell.contains("/s at c="), "cell {i} of {epoll}");
+    }
+    assert!(cells[5].ends_with("of its core)") && cells[5].contains(" s ("), "{epoll}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The HTTPS points of one model's sweep: keep-alive and a full handshake per request at the
+/// tiny profile's one concurrency, every request answered, none failed.
+fn assert_https_points(name: &str, http: &[serde_json::Value]) {
+    let https: Vec<&serde_json::Value> = http.iter().filter(|p| p["tls"] == true).collect();
+    let keepalive: Vec<bool> = https.iter().map(|p| p["keepalive"] == true).collect();
+    assert_eq!(keepalive, [true, false], "{name}: HTTPS keep-alive, then a new connection per request: {http:?}");
+    for p in https {
+        assert_eq!(p["concurrency"], 10, "{name}: {p}");
+        assert_eq!(p["tls_resume"], false, "{name}: every new connection a full handshake: {p}");
+        assert_eq!(p["errors"], 0, "{name}: {p}");
+        assert!(p["latency"]["count"].as_u64().is_some_and(|n| n > 0), "{name}: no request completed: {p}");
+        assert!(p["requests_per_s"].as_f64().is_some_and(|r| r > 0.0), "{name}: {p}");
+        let h = &p["handshakes"];
+        assert_eq!((&h["resumed"], &h["failed"]), (&0.into(), &0.into()), "{name}: none resumed, none failed: {p}");
+        let (full, requests) = (h["full"].as_u64().unwrap_or(0), p["latency"]["count"].as_u64().unwrap_or(0));
+        if p["keepalive"] == true {
+            // One handshake per connection: 10 connections (and a few more, when a request
+            // still in flight as the run ended closed its connection).
+            assert!((10..requests).contains(&full), "{name}: {full} handshakes, {requests} requests: {p}");
+        } else {
+            assert!(full >= requests, "{name}: a full handshake per request: {full} for {requests}: {p}");
+        }
+        assert!(h["negotiated"][0]["version"].as_str().is_some_and(|v| v.starts_with("TLSv1.")), "{name}: {p}");
+    }
+    let plain = http.iter().filter(|p| p["tls"] == false).count();
+    assert_eq!(plain, 4, "{name}: the plain points stay plain: {http:?}");
 }
 
 #[test]
@@ -373,19 +432,22 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    // One model: 3 rows, 2 concurrencies × keep-alive on/off, UDP; then nginx's 4 points.
+    // One model: 3 rows, HTTP at 2 concurrencies × keep-alive on/off, HTTPS at 1 × keep-alive
+    // and a full handshake per request, UDP; then nginx's 4 + 2 points.
     for line in [
-        "[ 1/12] epoll: flood, 20 connections … done in ",
-        "[ 2/12] epoll: rate-limited, 40 connections … done in ",
-        "[ 3/12] epoll: maximum, up to 120 connections … done in ",
-        "[ 4/12] epoll: HTTP point 1 of 4 … done in ",
-        "[ 7/12] epoll: HTTP point 4 of 4 … done in ",
-        "[ 8/12] epoll: UDP echo … done in ",
+        "[ 1/16] epoll: flood, 20 connections … done in ",
+        "[ 2/16] epoll: rate-limited, 40 connections … done in ",
+        "[ 3/16] epoll: maximum, up to 120 connections … done in ",
+        "[ 4/16] epoll: HTTP point 1 of 4 … done in ",
+        "[ 7/16] epoll: HTTP point 4 of 4 … done in ",
+        "[ 8/16] epoll: HTTPS point 1 of 2 … done in ",
+        "[ 9/16] epoll: HTTPS point 2 of 2 … done in ",
+        "[10/16] epoll: UDP echo … done in ",
     ] {
         assert!(err.lines().any(|l| l.starts_with(line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
     }
-    assert!(err.lines().any(|l| l.starts_with("[ 9/12] nginx: ") || l.starts_with("[ 9-12/12] nginx: ")), "{err}");
-    assert!(err.lines().last().is_some_and(|l| l == "bench finished: 12 of 12 steps"), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("[11/16] nginx: ") || l.starts_with("[11-16/16] nginx: ")), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l == "bench finished: 16 of 16 steps"), "{err}");
     assert!(!err.contains('\r'), "no live bar when stderr is not a terminal: {err:?}");
 }
 
