@@ -57,7 +57,8 @@ fn serve(mut sock: TcpStream, limits: Arc<Limits>, body: Bytes) -> std::io::Resu
             Err(e) => return Err(e),
         };
         while let Some(Event::Request(request)) = conn.poll_event() {
-            let fields: [(&[u8], &[u8]); 2] = [(b"content-type", b"text/plain"), (b"content-length", length.as_bytes())];
+            let fields: [(&[u8], &[u8]); 2] =
+                [(b"content-type", b"text/plain"), (b"content-length", length.as_bytes())];
             let answer = if request.is_head() { Body::Empty } else { Body::Bytes(body.clone()) };
             conn.respond(request.stream, 200, &fields, answer, &mut out);
         }

@@ -68,7 +68,10 @@ enum Send {
     #[default]
     Waiting,
     /// Headers sent; `queue` is the body not yet framed, `end` whether it is all of it.
-    Body { queue: VecDeque<Bytes>, end: bool },
+    Body {
+        queue: VecDeque<Bytes>,
+        end: bool,
+    },
     Done,
 }
 
@@ -430,9 +433,10 @@ impl Connection {
                 Framed::Nothing => idle_rounds += 1,
             }
         }
-        if sent || !blocked {
+        // Waiting on a shut window since now, or since earlier if nothing moved meanwhile.
+        if !blocked {
             self.stalled_since = None;
-        } else if self.stalled_since.is_none() {
+        } else if sent || self.stalled_since.is_none() {
             self.stalled_since = Some(now);
         }
         // Streams that finished.
@@ -721,7 +725,8 @@ impl Connection {
             let code = if self.was_opened(head.stream) { ErrorCode::StreamClosed } else { ErrorCode::Protocol };
             return self.connection_error(code, None);
         }
-        let block = Block { stream: head.stream, end_stream: head.has(flag::END_STREAM), bytes: Vec::new(), continuations: 0 };
+        let block =
+            Block { stream: head.stream, end_stream: head.has(flag::END_STREAM), bytes: Vec::new(), continuations: 0 };
         if head.has(flag::END_HEADERS) {
             self.header_block(block, fragment, now, out);
         } else {

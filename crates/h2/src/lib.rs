@@ -8,6 +8,8 @@ pub mod frame;
 pub mod hpack;
 mod request;
 mod stats;
+#[cfg(test)]
+mod tests;
 
 pub use config::{Budget, Limits, LimitsError};
 pub use conn::{Body, Closing, Connection, Event, Verdict};

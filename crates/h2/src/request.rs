@@ -199,10 +199,16 @@ mod tests {
             (&[(":method", "GET"), (":method", "GET"), (":scheme", "http"), (":path", "/")], Malformed::BadPseudo),
             (&[(":method", "GET"), ("x", "1"), (":scheme", "http"), (":path", "/")], Malformed::PseudoAfterRegular),
             (&[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("X-Up", "1")], Malformed::BadName),
-            (&[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("connection", "close")], Malformed::ConnectionSpecific),
+            (
+                &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("connection", "close")],
+                Malformed::ConnectionSpecific,
+            ),
             (&[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("te", "gzip")], Malformed::BadTe),
             (&[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("a", "x\r\ny")], Malformed::BadValue),
-            (&[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("content-length", "1x")], Malformed::BadContentLength),
+            (
+                &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("content-length", "1x")],
+                Malformed::BadContentLength,
+            ),
         ];
         for (fields, want) in cases {
             assert_eq!(check_request(&list(fields)), Err(*want), "{fields:?}");

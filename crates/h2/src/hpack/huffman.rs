@@ -69,12 +69,8 @@ struct Canonical {
 }
 
 const fn canonical() -> Canonical {
-    let mut c = Canonical {
-        first: [0; MAX_LEN + 1],
-        count: [0; MAX_LEN + 1],
-        start: [0; MAX_LEN + 1],
-        sorted: [0; 257],
-    };
+    let mut c =
+        Canonical { first: [0; MAX_LEN + 1], count: [0; MAX_LEN + 1], start: [0; MAX_LEN + 1], sorted: [0; 257] };
     let mut next = 0usize;
     let mut len = 1;
     while len <= MAX_LEN {

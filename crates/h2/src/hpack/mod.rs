@@ -75,7 +75,9 @@ impl HeaderList {
 
     /// The fields, in order: (name, value).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        self.fields.iter().map(|(n, v)| (&self.bytes[n.start as usize..n.end as usize], &self.bytes[v.start as usize..v.end as usize]))
+        self.fields.iter().map(|(n, v)| {
+            (&self.bytes[n.start as usize..n.end as usize], &self.bytes[v.start as usize..v.end as usize])
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -349,9 +351,6 @@ pub fn encode_response(out: &mut Vec<u8>, status: u16, fields: &[(&[u8], &[u8])]
 /// index, as clients do).
 #[cfg(test)]
 pub(crate) mod test_encode {
-    pub(crate) use super::huffman::encode as huffman;
-    pub(crate) use super::put_integer as integer;
-
     /// A literal with a new name, without indexing, raw strings.
     pub(crate) fn literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
         out.push(0);
@@ -414,7 +413,10 @@ mod tests {
     #[test]
     fn rfc_7541_c3_requests() {
         let mut d = Decoder::new(4096);
-        let first = [0x82, 0x86, 0x84, 0x41, 0x0f, b'w', b'w', b'w', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o', b'm'];
+        let first = [
+            0x82, 0x86, 0x84, 0x41, 0x0f, b'w', b'w', b'w', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c',
+            b'o', b'm',
+        ];
         assert_eq!(
             decode(&mut d, &first),
             Ok(pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]))
@@ -438,11 +440,26 @@ mod tests {
     #[test]
     fn rfc_7541_c4_huffman_request() {
         let mut d = Decoder::new(4096);
-        let block = [0x82, 0x86, 0x84, 0x41, 0x8c, 0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff];
+        let block =
+            [0x82, 0x86, 0x84, 0x41, 0x8c, 0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff];
         assert_eq!(
             decode(&mut d, &block),
             Ok(pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]))
         );
+    }
+
+    /// A Huffman-coded literal, as browsers and curl send them, indexed and then referenced.
+    #[test]
+    fn huffman_literals_with_indexing() {
+        let mut block = vec![0x40];
+        for s in [&b"user-agent"[..], b"curl/8.0"] {
+            let coded = huffman::encode(s);
+            put_integer(&mut block, coded.len(), 7, 0x80);
+            block.extend(coded);
+        }
+        let mut d = Decoder::new(4096);
+        assert_eq!(decode(&mut d, &block), Ok(pairs(&[("user-agent", "curl/8.0")])));
+        assert_eq!(decode(&mut d, &[0x80 | 62]), Ok(pairs(&[("user-agent", "curl/8.0")])));
     }
 
     #[test]
@@ -501,7 +518,10 @@ mod tests {
         encode_response(&mut out, 200, &[(b"content-length", b"4096"), (b"x-custom", b"yes")], false);
         assert_eq!(out[0], 0x88);
         let mut d = Decoder::new(4096);
-        assert_eq!(decode(&mut d, &out), Ok(pairs(&[(":status", "200"), ("content-length", "4096"), ("x-custom", "yes")])));
+        assert_eq!(
+            decode(&mut d, &out),
+            Ok(pairs(&[(":status", "200"), ("content-length", "4096"), ("x-custom", "yes")]))
+        );
         out.clear();
         encode_response(&mut out, 431, &[], true);
         assert_eq!(decode(&mut d, &out), Ok(pairs(&[(":status", "431")])));
