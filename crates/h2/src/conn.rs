@@ -246,7 +246,7 @@ impl Connection {
             let want = &PREFACE[matched..];
             let n = want.len().min(input.len());
             if input[..n] != want[..n] {
-                self.connection_error(ErrorCode::Protocol, None);
+                self.connection_error(ErrorCode::Protocol);
                 self.flush_goaway(out);
                 return self.verdict();
             }
@@ -336,7 +336,7 @@ impl Connection {
     /// A frame's header, before its payload is kept: the size limit.
     fn head_ok(&mut self, head: &Head) -> bool {
         if head.len > self.limits.max_frame_size {
-            self.connection_error(ErrorCode::FrameSize, None);
+            self.connection_error(ErrorCode::FrameSize);
             return false;
         }
         true
@@ -587,7 +587,7 @@ impl Connection {
     fn frame(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if self.phase == Phase::FirstSettings {
             if head.kind != kind::SETTINGS || head.has(flag::ACK) {
-                self.connection_error(ErrorCode::Protocol, None);
+                self.connection_error(ErrorCode::Protocol);
                 return;
             }
             self.phase = Phase::Open;
@@ -595,7 +595,7 @@ impl Connection {
         }
         if let Some(block) = &self.block {
             if head.kind != kind::CONTINUATION || head.stream != block.stream {
-                self.connection_error(ErrorCode::Protocol, None);
+                self.connection_error(ErrorCode::Protocol);
                 return;
             }
         }
@@ -605,7 +605,7 @@ impl Connection {
             kind::PRIORITY => self.on_priority(head, payload, now, out),
             kind::RST_STREAM => self.on_rst(head, payload, now, out),
             kind::SETTINGS => self.on_settings(head, payload, now, out),
-            kind::PUSH_PROMISE => self.connection_error(ErrorCode::Protocol, None),
+            kind::PUSH_PROMISE => self.connection_error(ErrorCode::Protocol),
             kind::PING => self.on_ping(head, payload, now, out),
             kind::GOAWAY => self.on_goaway(head, payload),
             kind::WINDOW_UPDATE => self.on_window_update(head, payload, now, out),
@@ -617,16 +617,16 @@ impl Connection {
 
     fn on_data(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if head.stream == 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         let Some(data) = self.unpad(head, payload) else { return };
         if head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         // The whole frame counts against the connection's window, whatever becomes of it.
         let len = i64::from(head.len);
         if len > self.recv_window {
-            return self.connection_error(ErrorCode::FlowControl, None);
+            return self.connection_error(ErrorCode::FlowControl);
         }
         self.recv_window -= len;
         self.credit_connection(head.len, out);
@@ -692,13 +692,13 @@ impl Connection {
             return Some(payload);
         }
         let Some((&pad, rest)) = payload.split_first() else {
-            self.connection_error(ErrorCode::Protocol, None);
+            self.connection_error(ErrorCode::Protocol);
             return None;
         };
         match rest.len().checked_sub(usize::from(pad)) {
             Some(len) => Some(&rest[..len]),
             None => {
-                self.connection_error(ErrorCode::Protocol, None);
+                self.connection_error(ErrorCode::Protocol);
                 None
             }
         }
@@ -706,12 +706,12 @@ impl Connection {
 
     fn on_headers(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if head.stream == 0 || head.stream % 2 == 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         let Some(mut fragment) = self.unpad(head, payload) else { return };
         if head.has(flag::PRIORITY) {
             if fragment.len() < 5 {
-                return self.connection_error(ErrorCode::FrameSize, None);
+                return self.connection_error(ErrorCode::FrameSize);
             }
             let dependency = u32::from_be_bytes([fragment[0], fragment[1], fragment[2], fragment[3]]) & 0x7fff_ffff;
             fragment = &fragment[5..];
@@ -723,7 +723,7 @@ impl Connection {
         if head.stream <= self.last_stream && self.index(head.stream).is_none() && !self.was_reset_by_us(head.stream) {
             // A closed stream (RFC 9113 §5.1), or an id below one already used (§5.1.1).
             let code = if self.was_opened(head.stream) { ErrorCode::StreamClosed } else { ErrorCode::Protocol };
-            return self.connection_error(code, None);
+            return self.connection_error(code);
         }
         let block =
             Block { stream: head.stream, end_stream: head.has(flag::END_STREAM), bytes: Vec::new(), continuations: 0 };
@@ -744,7 +744,7 @@ impl Connection {
 
     fn on_continuation(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         let Some(mut block) = self.block.take() else {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         };
         block.continuations += 1;
         if payload.is_empty() && !head.has(flag::END_HEADERS) {
@@ -772,7 +772,7 @@ impl Connection {
         let mut fields = HeaderList::with_limit(self.limits.max_header_list_size as usize);
         if self.decoder.decode(fragment, &mut fields).is_err() {
             self.stats.compression_errors += 1;
-            return self.connection_error(ErrorCode::Compression, None);
+            return self.connection_error(ErrorCode::Compression);
         }
         let id = block.stream;
         let self_dependent = self.self_dependent.take() == Some(id);
@@ -861,7 +861,7 @@ impl Connection {
 
     fn on_priority(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if head.stream == 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         if payload.len() != 5 {
             return self.stream_error(head.stream, ErrorCode::FrameSize, now, out);
@@ -876,10 +876,10 @@ impl Connection {
 
     fn on_rst(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if payload.len() != 4 {
-            return self.connection_error(ErrorCode::FrameSize, None);
+            return self.connection_error(ErrorCode::FrameSize);
         }
         if head.stream == 0 || head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         self.stats.resets_received += 1;
         if let Some(i) = self.index(head.stream) {
@@ -893,16 +893,16 @@ impl Connection {
 
     fn on_settings(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         if head.has(flag::ACK) {
             if !payload.is_empty() {
-                self.connection_error(ErrorCode::FrameSize, None);
+                self.connection_error(ErrorCode::FrameSize);
             }
             return;
         }
         if payload.len() % 6 != 0 {
-            return self.connection_error(ErrorCode::FrameSize, None);
+            return self.connection_error(ErrorCode::FrameSize);
         }
         if self.settings.over(now, self.limits.settings) {
             return self.limit_hit(Limit::SettingsFlood, ErrorCode::EnhanceYourCalm, out);
@@ -912,23 +912,23 @@ impl Connection {
             let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
             match id {
                 setting::HEADER_TABLE_SIZE => self.table_size_changed = true,
-                setting::ENABLE_PUSH if value > 1 => return self.connection_error(ErrorCode::Protocol, None),
+                setting::ENABLE_PUSH if value > 1 => return self.connection_error(ErrorCode::Protocol),
                 setting::INITIAL_WINDOW_SIZE => {
                     if i64::from(value) > MAX_WINDOW {
-                        return self.connection_error(ErrorCode::FlowControl, None);
+                        return self.connection_error(ErrorCode::FlowControl);
                     }
                     let delta = i64::from(value) - self.peer_initial_window;
                     self.peer_initial_window = i64::from(value);
                     for s in &mut self.streams {
                         s.send_window += delta;
                         if s.send_window > MAX_WINDOW {
-                            return self.connection_error(ErrorCode::FlowControl, None);
+                            return self.connection_error(ErrorCode::FlowControl);
                         }
                     }
                 }
                 setting::MAX_FRAME_SIZE => {
                     if !(frame::MIN_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&value) {
-                        return self.connection_error(ErrorCode::Protocol, None);
+                        return self.connection_error(ErrorCode::Protocol);
                     }
                     self.peer_max_frame = value as usize;
                 }
@@ -940,10 +940,10 @@ impl Connection {
 
     fn on_ping(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         let Ok(data) = <&[u8; 8]>::try_from(payload) else {
-            return self.connection_error(ErrorCode::FrameSize, None);
+            return self.connection_error(ErrorCode::FrameSize);
         };
         if head.has(flag::ACK) {
             return;
@@ -956,31 +956,31 @@ impl Connection {
 
     fn on_goaway(&mut self, head: Head, payload: &[u8]) {
         if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         if payload.len() < 8 {
-            return self.connection_error(ErrorCode::FrameSize, None);
+            return self.connection_error(ErrorCode::FrameSize);
         }
         self.peer_goaway = true;
     }
 
     fn on_window_update(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
         let Ok(bytes) = <[u8; 4]>::try_from(payload) else {
-            return self.connection_error(ErrorCode::FrameSize, None);
+            return self.connection_error(ErrorCode::FrameSize);
         };
         let increment = i64::from(u32::from_be_bytes(bytes) & 0x7fff_ffff);
         if head.stream == 0 {
             if increment == 0 {
-                return self.connection_error(ErrorCode::Protocol, None);
+                return self.connection_error(ErrorCode::Protocol);
             }
             self.send_window += increment;
             if self.send_window > MAX_WINDOW {
-                self.connection_error(ErrorCode::FlowControl, None);
+                self.connection_error(ErrorCode::FlowControl);
             }
             return;
         }
         if head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol, None);
+            return self.connection_error(ErrorCode::Protocol);
         }
         let Some(i) = self.index(head.stream) else {
             if increment == 0 && !self.was_reset_by_us(head.stream) {
@@ -1067,9 +1067,9 @@ impl Connection {
         self.close(Closing::Limit(limit));
     }
 
-    /// A connection error: GOAWAY (queued for the next write), and close. `pending` output is
-    /// appended by the caller; here only the state changes, as the GOAWAY needs `out`.
-    fn connection_error(&mut self, code: ErrorCode, _detail: Option<&'static str>) {
+    /// A connection error: close, the GOAWAY written at the end of the call (the frame handlers
+    /// that find errors do not all have the output at hand).
+    fn connection_error(&mut self, code: ErrorCode) {
         if self.closing.is_some() {
             return;
         }
