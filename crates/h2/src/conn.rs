@@ -1,0 +1,1138 @@
+//! One HTTP/2 server connection as a state machine: bytes and the time in, bytes and events out.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::config::{Budget, Limits};
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE};
+use crate::hpack::{self, Decoder, HeaderList};
+use crate::request::{check_request, check_trailers, Malformed, Request};
+use crate::stats::{Limit, Stats};
+
+/// What the connection wants once the output of a call is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Continue,
+    /// Send what is queued (a GOAWAY is last), then close.
+    Close(Closing),
+}
+
+/// Why a connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// In good order: the drain finished, or the peer's GOAWAY and nothing left to answer.
+    Done,
+    /// The peer broke the protocol: GOAWAY with this code.
+    Protocol(ErrorCode),
+    /// The peer went over a limit: GOAWAY(ENHANCE_YOUR_CALM), or the timeout's answer.
+    Limit(Limit),
+}
+
+/// What the application is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A complete request: answer it with [`Connection::respond`].
+    Request(Request),
+}
+
+/// A response body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// No body: HEADERS carries END_STREAM.
+    Empty,
+    /// The whole body, shared: framed as DATA as the windows allow.
+    Bytes(Bytes),
+    /// A body the application supplies in pieces with [`Connection::send_data`] (a file read a
+    /// chunk at a time): ask [`Connection::wants_data`] which stream has room for more.
+    Chunks,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Matching the client preface: this many octets matched so far.
+    Preface(u8),
+    /// The preface arrived; the first frame must be SETTINGS.
+    FirstSettings,
+    Open,
+    /// A GOAWAY for an error was written: nothing more is read.
+    Closed,
+}
+
+/// Where a stream's response stands.
+#[derive(Debug, Default)]
+enum Send {
+    /// Not answered yet.
+    #[default]
+    Waiting,
+    /// Headers sent; `queue` is the body not yet framed, `end` whether it is all of it.
+    Body {
+        queue: VecDeque<Bytes>,
+        end: bool,
+    },
+    Done,
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: u32,
+    /// The peer sent END_STREAM.
+    remote_done: bool,
+    send: Send,
+    send_window: i64,
+    recv_window: i64,
+    /// Received and discarded, not yet given back by a WINDOW_UPDATE.
+    recv_unacked: u32,
+    content_length: Option<u64>,
+    body_len: u64,
+    /// The request's fields, kept until its END_STREAM.
+    fields: Option<HeaderList>,
+    /// The request was answered by the stage itself (431, 413): later DATA is dropped.
+    rejected: bool,
+}
+
+/// A header block arriving in HEADERS and CONTINUATION frames.
+#[derive(Debug)]
+struct Block {
+    stream: u32,
+    end_stream: bool,
+    bytes: Vec<u8>,
+    continuations: u32,
+}
+
+/// Events counted in a window of time.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Option<Instant>,
+    count: u32,
+}
+
+impl Window {
+    const fn new() -> Self {
+        Window { start: None, count: 0 }
+    }
+
+    /// Count one at `now`: true once the budget is spent.
+    fn over(&mut self, now: Instant, budget: Budget) -> bool {
+        match self.start {
+            Some(start) if now.saturating_duration_since(start) < budget.per => {}
+            _ => {
+                self.start = Some(now);
+                self.count = 0;
+            }
+        }
+        self.count = self.count.saturating_add(1);
+        self.count > budget.count
+    }
+}
+
+/// Streams this server reset, remembered so frames the peer sent before it saw the reset are
+/// ignored (RFC 9113 §5.1, "closed").
+const RESET_MEMORY: usize = 8;
+
+/// An HTTP/2 server connection (see the crate's documentation for how an engine drives it).
+#[derive(Debug)]
+pub struct Connection {
+    limits: Arc<Limits>,
+    phase: Phase,
+    /// A frame received in part (its header, or header and some payload): empty and unallocated
+    /// between whole frames.
+    partial: Vec<u8>,
+    /// When the unfinished unit (the preface, a frame other than DATA, a header block) began.
+    unfinished_since: Option<Instant>,
+    decoder: Decoder,
+    block: Option<Box<Block>>,
+    streams: Vec<Stream>,
+    events: VecDeque<Event>,
+    /// The highest stream the peer opened (or tried to).
+    last_stream: u32,
+    /// Which of the 64 odd stream ids up to `last_stream` were opened (bit k: `last_stream - 2k`):
+    /// HEADERS on one of them is on a closed stream (STREAM_CLOSED), on a skipped one a
+    /// protocol error.
+    opened: u64,
+    /// A HEADERS frame whose priority made its stream depend on itself: reset once decoded.
+    self_dependent: Option<u32>,
+    /// A connection error's GOAWAY, written at the end of the call.
+    pending_goaway: Option<ErrorCode>,
+    reset_by_us: [u32; RESET_MEMORY],
+    reset_next: usize,
+    peer_max_frame: usize,
+    peer_initial_window: i64,
+    /// The peer changed SETTINGS_HEADER_TABLE_SIZE: the next header block begins with a size update.
+    table_size_changed: bool,
+    send_window: i64,
+    recv_window: i64,
+    recv_unacked: u32,
+    /// The GOAWAY of a drain was sent.
+    draining: bool,
+    peer_goaway: bool,
+    closing: Option<Closing>,
+    resets: Window,
+    pings: Window,
+    settings: Window,
+    empty: Window,
+    /// Since when response data waits on a window the peer keeps shut.
+    stalled_since: Option<Instant>,
+    /// The next stream to frame DATA for (round robin).
+    turn: usize,
+    stats: Stats,
+}
+
+impl Connection {
+    /// A new connection at `now`; the server's SETTINGS (and a connection WINDOW_UPDATE) are
+    /// appended to `out` at once, as RFC 9113 allows before the client's preface.
+    pub fn new(limits: Arc<Limits>, now: Instant, out: &mut Vec<u8>) -> Self {
+        let l = &limits;
+        let mut settings = vec![
+            (setting::MAX_CONCURRENT_STREAMS, l.max_concurrent_streams),
+            (setting::MAX_HEADER_LIST_SIZE, l.max_header_list_size),
+        ];
+        if l.stream_window != DEFAULT_WINDOW {
+            settings.push((setting::INITIAL_WINDOW_SIZE, l.stream_window));
+        }
+        if l.max_frame_size != frame::MIN_MAX_FRAME {
+            settings.push((setting::MAX_FRAME_SIZE, l.max_frame_size));
+        }
+        if l.header_table_size != 4096 {
+            settings.push((setting::HEADER_TABLE_SIZE, l.header_table_size));
+        }
+        frame::put_settings(out, &settings);
+        if l.connection_window > DEFAULT_WINDOW {
+            frame::put_window_update(out, 0, l.connection_window - DEFAULT_WINDOW);
+        }
+        Connection {
+            phase: Phase::Preface(0),
+            partial: Vec::new(),
+            unfinished_since: Some(now),
+            decoder: Decoder::new(l.header_table_size as usize),
+            block: None,
+            streams: Vec::new(),
+            events: VecDeque::new(),
+            last_stream: 0,
+            opened: 0,
+            self_dependent: None,
+            pending_goaway: None,
+            reset_by_us: [0; RESET_MEMORY],
+            reset_next: 0,
+            peer_max_frame: frame::MIN_MAX_FRAME as usize,
+            peer_initial_window: i64::from(DEFAULT_WINDOW),
+            table_size_changed: false,
+            send_window: i64::from(DEFAULT_WINDOW),
+            recv_window: i64::from(l.connection_window),
+            recv_unacked: 0,
+            draining: false,
+            peer_goaway: false,
+            closing: None,
+            resets: Window::new(),
+            pings: Window::new(),
+            settings: Window::new(),
+            empty: Window::new(),
+            stalled_since: None,
+            turn: 0,
+            stats: Stats::default(),
+            limits,
+        }
+    }
+
+    /// Feed `input`, received at `now`. Control frames (SETTINGS and PING acknowledgements,
+    /// WINDOW_UPDATE, RST_STREAM, GOAWAY) are appended to `out`; complete requests become
+    /// events ([`Connection::poll_event`]). Then call [`Connection::transmit`].
+    pub fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
+        let mut input = input;
+        if let Phase::Preface(matched) = self.phase {
+            let matched = usize::from(matched);
+            let want = &PREFACE[matched..];
+            let n = want.len().min(input.len());
+            if input[..n] != want[..n] {
+                self.connection_error(ErrorCode::Protocol);
+                self.flush_goaway(out);
+                return self.verdict();
+            }
+            input = &input[n..];
+            if matched + n < PREFACE.len() {
+                self.phase = Phase::Preface((matched + n) as u8);
+                return self.verdict();
+            }
+            self.phase = Phase::FirstSettings;
+        }
+        while !input.is_empty() && self.phase != Phase::Closed {
+            if self.partial.is_empty() {
+                match self.whole_frame(input) {
+                    Some((head, len)) => {
+                        let payload = &input[HEADER_LEN..len];
+                        input = &input[len..];
+                        self.frame(head, payload, now, out);
+                        continue;
+                    }
+                    None => {
+                        if self.phase == Phase::Closed {
+                            break;
+                        }
+                        // Part of a frame: keep it (it is under the frame size limit).
+                        self.begin_unfinished(input, now);
+                        self.partial.extend_from_slice(input);
+                        break;
+                    }
+                }
+            }
+            // Complete the partial frame: its header first, then its payload.
+            let need = if self.partial.len() < HEADER_LEN {
+                HEADER_LEN - self.partial.len()
+            } else {
+                self.partial_head().map_or(0, |h| HEADER_LEN + h.len as usize - self.partial.len())
+            };
+            let take = need.min(input.len());
+            self.partial.extend_from_slice(&input[..take]);
+            input = &input[take..];
+            if self.partial.len() < HEADER_LEN {
+                break;
+            }
+            let Some(head) = self.partial_head() else { break };
+            if self.partial.len() == HEADER_LEN && !self.head_ok(&head) {
+                break;
+            }
+            if self.partial.len() < HEADER_LEN + head.len as usize {
+                if head.kind == kind::DATA && self.block.is_none() {
+                    // A DATA frame on the way is an upload, not a slow header.
+                    self.unfinished_since = None;
+                }
+                continue;
+            }
+            let frame = std::mem::take(&mut self.partial);
+            self.frame(head, &frame[HEADER_LEN..], now, out);
+        }
+        if self.partial.is_empty() && self.block.is_none() && self.phase != Phase::FirstSettings {
+            self.unfinished_since = None;
+        }
+        self.flush_goaway(out);
+        self.verdict()
+    }
+
+    fn flush_goaway(&mut self, out: &mut Vec<u8>) {
+        if let Some(code) = self.pending_goaway.take() {
+            frame::put_goaway(out, self.last_stream, code, b"");
+            self.stats.goaways += 1;
+        }
+    }
+
+    /// A whole frame at the start of `input`: its header and total length. `None` when it is
+    /// not all there (or its header is refused, which closes the connection).
+    fn whole_frame(&mut self, input: &[u8]) -> Option<(Head, usize)> {
+        let bytes: &[u8; HEADER_LEN] = input.get(..HEADER_LEN)?.try_into().ok()?;
+        let head = Head::parse(bytes);
+        if !self.head_ok(&head) {
+            return None;
+        }
+        let len = HEADER_LEN + head.len as usize;
+        (input.len() >= len).then_some((head, len))
+    }
+
+    fn partial_head(&self) -> Option<Head> {
+        self.partial.get(..HEADER_LEN)?.try_into().ok().map(Head::parse)
+    }
+
+    /// A frame's header, before its payload is kept: the size limit.
+    fn head_ok(&mut self, head: &Head) -> bool {
+        if head.len > self.limits.max_frame_size {
+            self.connection_error(ErrorCode::FrameSize);
+            return false;
+        }
+        true
+    }
+
+    fn begin_unfinished(&mut self, input: &[u8], now: Instant) {
+        let data = input.len() >= HEADER_LEN && input[3] == kind::DATA;
+        if self.unfinished_since.is_none() && !data {
+            self.unfinished_since = Some(now);
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let event = self.events.pop_front();
+        if self.events.is_empty() && self.events.capacity() > 0 {
+            self.events = VecDeque::new();
+        }
+        event
+    }
+
+    /// Answer `stream` with `status`, `fields` (lower-case names) and `body`; HEADERS (and
+    /// CONTINUATION) are appended to `out` at once, the body is framed by
+    /// [`Connection::transmit`]. A stream the peer has reset meanwhile is skipped.
+    pub fn respond(&mut self, stream: u32, status: u16, fields: &[(&[u8], &[u8])], body: Body, out: &mut Vec<u8>) {
+        let Some(i) = self.index(stream) else { return };
+        if !matches!(self.streams[i].send, Send::Waiting) {
+            return;
+        }
+        let end = body == Body::Empty;
+        self.write_headers(stream, status, fields, end, out);
+        let s = &mut self.streams[i];
+        s.send = match body {
+            Body::Empty => Send::Done,
+            Body::Bytes(bytes) => Send::Body { queue: VecDeque::from([bytes]), end: true },
+            Body::Chunks => Send::Body { queue: VecDeque::new(), end: false },
+        };
+        self.retire(i);
+    }
+
+    /// Add a piece of a [`Body::Chunks`] body to `stream`'s queue; `end` with its last piece.
+    pub fn send_data(&mut self, stream: u32, data: Bytes, end: bool) {
+        let Some(i) = self.index(stream) else { return };
+        if let Send::Body { queue, end: ended } = &mut self.streams[i].send {
+            if !*ended {
+                if !data.is_empty() {
+                    queue.push_back(data);
+                }
+                *ended = end;
+            }
+        }
+    }
+
+    /// A stream whose [`Body::Chunks`] body has nothing queued and whose window is open: the
+    /// application may read its next chunk, of at most the bytes returned.
+    pub fn wants_data(&self) -> Option<(u32, usize)> {
+        if self.send_window <= 0 {
+            return None;
+        }
+        self.streams.iter().find_map(|s| match &s.send {
+            Send::Body { queue, end: false } if queue.is_empty() && s.send_window > 0 => {
+                Some((s.id, s.send_window.min(self.send_window) as usize))
+            }
+            _ => None,
+        })
+    }
+
+    /// Frame queued response bodies as DATA into `out`, as the flow-control windows allow and
+    /// while the engine's unsent output (`queued`, not counting `out`) stays under the output
+    /// cap. Call it after every [`Connection::receive`] and [`Connection::respond`], and when
+    /// the socket has taken output.
+    pub fn transmit(&mut self, now: Instant, queued: usize, out: &mut Vec<u8>) -> Verdict {
+        let start = out.len();
+        let cap = self.limits.output_cap;
+        let mut blocked = false;
+        let mut sent = false;
+        let mut idle_rounds = 0;
+        while !self.streams.is_empty() && idle_rounds < self.streams.len() {
+            if queued + (out.len() - start) >= cap {
+                break;
+            }
+            let i = self.turn % self.streams.len();
+            self.turn = self.turn.wrapping_add(1);
+            let room = cap - queued - (out.len() - start);
+            match self.frame_data(i, room, out) {
+                Framed::Sent => {
+                    sent = true;
+                    idle_rounds = 0;
+                }
+                Framed::Blocked => {
+                    blocked = true;
+                    idle_rounds += 1;
+                }
+                Framed::Nothing => idle_rounds += 1,
+            }
+        }
+        // Waiting on a shut window since now, or since earlier if nothing moved meanwhile.
+        if !blocked {
+            self.stalled_since = None;
+        } else if sent || self.stalled_since.is_none() {
+            self.stalled_since = Some(now);
+        }
+        // Streams that finished.
+        let mut i = 0;
+        while i < self.streams.len() {
+            if !self.retire(i) {
+                i += 1;
+            }
+        }
+        self.verdict()
+    }
+
+    /// One DATA frame for stream `i`, at most `room` bytes of output.
+    fn frame_data(&mut self, i: usize, room: usize, out: &mut Vec<u8>) -> Framed {
+        let max_frame = self.peer_max_frame;
+        let conn_window = self.send_window;
+        let s = &mut self.streams[i];
+        let Send::Body { queue, end } = &mut s.send else { return Framed::Nothing };
+        let left: usize = queue.iter().map(Bytes::len).sum();
+        if left == 0 {
+            if *end {
+                // All framed but END_STREAM (a chunked body's last piece was empty).
+                frame::put_head(out, 0, kind::DATA, flag::END_STREAM, s.id);
+                s.send = Send::Done;
+                return Framed::Sent;
+            }
+            return Framed::Nothing;
+        }
+        let window = s.send_window.min(conn_window);
+        if window <= 0 {
+            return Framed::Blocked;
+        }
+        if room <= HEADER_LEN {
+            return Framed::Nothing;
+        }
+        let n = left.min(max_frame).min(window as usize).min(room - HEADER_LEN);
+        let last = *end && n == left;
+        frame::put_head(out, n, kind::DATA, if last { flag::END_STREAM } else { 0 }, s.id);
+        let mut want = n;
+        while want > 0 {
+            let Some(front) = queue.front_mut() else { break };
+            let take = want.min(front.len());
+            out.extend_from_slice(&front[..take]);
+            if take == front.len() {
+                queue.pop_front();
+            } else {
+                *front = front.slice(take..);
+            }
+            want -= take;
+        }
+        s.send_window -= n as i64;
+        self.send_window -= n as i64;
+        if last {
+            s.send = Send::Done;
+        }
+        Framed::Sent
+    }
+
+    /// The server is draining: GOAWAY with the last stream the peer opened, so it opens no more;
+    /// the streams already open are answered, then [`Verdict::Close`] with [`Closing::Done`].
+    pub fn begin_drain(&mut self, out: &mut Vec<u8>) -> Verdict {
+        if !self.draining && self.closing.is_none() && self.phase != Phase::Closed {
+            self.draining = true;
+            frame::put_goaway(out, self.last_stream, ErrorCode::NoError, b"");
+            self.stats.goaways += 1;
+        }
+        self.verdict()
+    }
+
+    /// The earliest time [`Connection::on_timer`] has something to do.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.closing.is_some() {
+            return None;
+        }
+        let header = self.unfinished_since.and_then(|t| t.checked_add(self.limits.header_timeout));
+        let window = match (self.stalled_since, self.limits.window_timeout) {
+            (Some(t), Some(d)) => t.checked_add(d),
+            _ => None,
+        };
+        match (header, window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Time passed: a header block (or the preface) late past the header timeout, or a window
+    /// shut past the window timeout, ends the connection with a GOAWAY.
+    pub fn on_timer(&mut self, now: Instant, out: &mut Vec<u8>) -> Verdict {
+        if self.closing.is_some() {
+            return self.verdict();
+        }
+        let due = |since: Option<Instant>, after: Option<Duration>| match (since, after) {
+            (Some(t), Some(d)) => t.checked_add(d).is_some_and(|at| now >= at),
+            _ => false,
+        };
+        if due(self.unfinished_since, Some(self.limits.header_timeout)) {
+            self.limit_hit(Limit::HeaderTimeout, ErrorCode::NoError, out);
+        } else if due(self.stalled_since, self.limits.window_timeout) {
+            self.limit_hit(Limit::WindowStall, ErrorCode::FlowControl, out);
+        }
+        self.verdict()
+    }
+
+    /// Since when response data has waited on a flow-control window the peer keeps shut (for
+    /// the engine's send timeout when [`Limits::window_timeout`] is `None`).
+    pub fn window_stalled_since(&self) -> Option<Instant> {
+        self.stalled_since
+    }
+
+    /// What the connection wants now.
+    pub fn verdict(&self) -> Verdict {
+        if let Some(closing) = self.closing {
+            return Verdict::Close(closing);
+        }
+        if (self.draining || self.peer_goaway) && self.streams.is_empty() && self.block.is_none() {
+            return Verdict::Close(Closing::Done);
+        }
+        Verdict::Continue
+    }
+
+    /// No stream is open and no frame or header block is half received: a drain may close it,
+    /// an active set may take its place.
+    pub fn is_between_requests(&self) -> bool {
+        self.streams.is_empty() && self.partial.is_empty() && self.block.is_none() && self.phase == Phase::Open
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Streams open now.
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Bytes held between calls beyond the fixed state: a partial frame, a header block, the
+    /// streams and their requests, the HPACK table (queued response bodies are shared `Bytes`).
+    pub fn buffered(&self) -> usize {
+        self.partial.capacity()
+            + self.block.as_ref().map_or(0, |b| b.bytes.capacity())
+            + self.streams.capacity() * std::mem::size_of::<Stream>()
+            + self.decoder.table_size()
+            + self.events.capacity() * std::mem::size_of::<Event>()
+    }
+
+    // ---- frames ----
+
+    fn frame(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if self.phase == Phase::FirstSettings {
+            if head.kind != kind::SETTINGS || head.has(flag::ACK) {
+                self.connection_error(ErrorCode::Protocol);
+                return;
+            }
+            self.phase = Phase::Open;
+            self.unfinished_since = None;
+        }
+        if let Some(block) = &self.block {
+            if head.kind != kind::CONTINUATION || head.stream != block.stream {
+                self.connection_error(ErrorCode::Protocol);
+                return;
+            }
+        }
+        match head.kind {
+            kind::DATA => self.on_data(head, payload, now, out),
+            kind::HEADERS => self.on_headers(head, payload, now, out),
+            kind::PRIORITY => self.on_priority(head, payload, now, out),
+            kind::RST_STREAM => self.on_rst(head, payload, now, out),
+            kind::SETTINGS => self.on_settings(head, payload, now, out),
+            kind::PUSH_PROMISE => self.connection_error(ErrorCode::Protocol),
+            kind::PING => self.on_ping(head, payload, now, out),
+            kind::GOAWAY => self.on_goaway(head, payload),
+            kind::WINDOW_UPDATE => self.on_window_update(head, payload, now, out),
+            kind::CONTINUATION => self.on_continuation(head, payload, now, out),
+            // Unknown types are ignored (§4.1), but they cost a frame's work: counted.
+            _ => self.count_empty(now, out),
+        }
+    }
+
+    fn on_data(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if head.stream == 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        let Some(data) = self.unpad(head, payload) else { return };
+        if head.stream > self.last_stream {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        // The whole frame counts against the connection's window, whatever becomes of it.
+        let len = i64::from(head.len);
+        if len > self.recv_window {
+            return self.connection_error(ErrorCode::FlowControl);
+        }
+        self.recv_window -= len;
+        self.credit_connection(head.len, out);
+        let end = head.has(flag::END_STREAM);
+        if data.is_empty() && !end {
+            self.count_empty(now, out);
+        }
+        let Some(i) = self.index(head.stream) else {
+            if !self.was_reset_by_us(head.stream) {
+                self.stream_error(head.stream, ErrorCode::StreamClosed, now, out);
+            }
+            return;
+        };
+        let s = &mut self.streams[i];
+        if s.remote_done {
+            self.streams_error_at(i, ErrorCode::StreamClosed, now, out);
+            return;
+        }
+        if len > s.recv_window {
+            self.streams_error_at(i, ErrorCode::FlowControl, now, out);
+            return;
+        }
+        s.recv_window -= len;
+        s.body_len += data.len() as u64;
+        if s.rejected {
+            return;
+        }
+        if s.content_length.is_some_and(|cl| s.body_len > cl || (end && s.body_len != cl)) {
+            self.malformed(i, Malformed::LengthMismatch, now, out);
+            return;
+        }
+        if s.body_len > self.limits.max_body_bytes {
+            self.stats.limit(Limit::BodyTooLarge);
+            self.reject(i, 413, out);
+            return;
+        }
+        if end {
+            self.end_request(i);
+        } else {
+            // The body is discarded: give its window back once half is used.
+            let s = &mut self.streams[i];
+            s.recv_unacked += head.len;
+            if s.recv_unacked >= self.limits.stream_window / 2 {
+                frame::put_window_update(out, s.id, s.recv_unacked);
+                s.recv_window += i64::from(s.recv_unacked);
+                s.recv_unacked = 0;
+            }
+        }
+    }
+
+    fn credit_connection(&mut self, len: u32, out: &mut Vec<u8>) {
+        self.recv_unacked += len;
+        if self.recv_unacked >= self.limits.connection_window / 2 {
+            frame::put_window_update(out, 0, self.recv_unacked);
+            self.recv_window += i64::from(self.recv_unacked);
+            self.recv_unacked = 0;
+        }
+    }
+
+    /// The payload without its padding; a padding as long as the payload is a connection error.
+    fn unpad<'p>(&mut self, head: Head, payload: &'p [u8]) -> Option<&'p [u8]> {
+        if !head.has(flag::PADDED) {
+            return Some(payload);
+        }
+        let Some((&pad, rest)) = payload.split_first() else {
+            self.connection_error(ErrorCode::Protocol);
+            return None;
+        };
+        match rest.len().checked_sub(usize::from(pad)) {
+            Some(len) => Some(&rest[..len]),
+            None => {
+                self.connection_error(ErrorCode::Protocol);
+                None
+            }
+        }
+    }
+
+    fn on_headers(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if head.stream == 0 || head.stream % 2 == 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        let Some(mut fragment) = self.unpad(head, payload) else { return };
+        if head.has(flag::PRIORITY) {
+            if fragment.len() < 5 {
+                return self.connection_error(ErrorCode::FrameSize);
+            }
+            let dependency = u32::from_be_bytes([fragment[0], fragment[1], fragment[2], fragment[3]]) & 0x7fff_ffff;
+            fragment = &fragment[5..];
+            if dependency == head.stream {
+                // Decoded all the same, to keep HPACK in step, then reset.
+                self.self_dependent = Some(head.stream);
+            }
+        }
+        if head.stream <= self.last_stream && self.index(head.stream).is_none() && !self.was_reset_by_us(head.stream) {
+            // A closed stream (RFC 9113 §5.1), or an id below one already used (§5.1.1).
+            let code = if self.was_opened(head.stream) { ErrorCode::StreamClosed } else { ErrorCode::Protocol };
+            return self.connection_error(code);
+        }
+        let block =
+            Block { stream: head.stream, end_stream: head.has(flag::END_STREAM), bytes: Vec::new(), continuations: 0 };
+        if head.has(flag::END_HEADERS) {
+            self.header_block(block, fragment, now, out);
+        } else {
+            if fragment.len() > self.limits.max_header_block {
+                return self.limit_hit(Limit::ContinuationFlood, ErrorCode::EnhanceYourCalm, out);
+            }
+            let mut block = Box::new(block);
+            block.bytes.extend_from_slice(fragment);
+            self.block = Some(block);
+            if self.unfinished_since.is_none() {
+                self.unfinished_since = Some(now);
+            }
+        }
+    }
+
+    fn on_continuation(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        let Some(mut block) = self.block.take() else {
+            return self.connection_error(ErrorCode::Protocol);
+        };
+        block.continuations += 1;
+        if payload.is_empty() && !head.has(flag::END_HEADERS) {
+            self.count_empty(now, out);
+        }
+        if block.continuations > self.limits.max_continuations
+            || block.bytes.len() + payload.len() > self.limits.max_header_block
+        {
+            return self.limit_hit(Limit::ContinuationFlood, ErrorCode::EnhanceYourCalm, out);
+        }
+        if head.has(flag::END_HEADERS) {
+            let mut bytes = std::mem::take(&mut block.bytes);
+            bytes.extend_from_slice(payload);
+            self.header_block(*block, &bytes, now, out);
+            self.unfinished_since = None;
+        } else {
+            block.bytes.extend_from_slice(payload);
+            self.block = Some(block);
+        }
+    }
+
+    /// A whole header block: decode it (always, to keep HPACK in step), then open the stream,
+    /// take trailers, or refuse.
+    fn header_block(&mut self, block: Block, fragment: &[u8], now: Instant, out: &mut Vec<u8>) {
+        let mut fields = HeaderList::with_limit(self.limits.max_header_list_size as usize);
+        if self.decoder.decode(fragment, &mut fields).is_err() {
+            self.stats.compression_errors += 1;
+            return self.connection_error(ErrorCode::Compression);
+        }
+        let id = block.stream;
+        let self_dependent = self.self_dependent.take() == Some(id);
+        if let Some(i) = self.index(id) {
+            // Trailers, or HEADERS on a stream whose request already ended.
+            if self.streams[i].remote_done {
+                return self.streams_error_at(i, ErrorCode::StreamClosed, now, out);
+            }
+            if !block.end_stream {
+                return self.malformed(i, Malformed::TrailersWithoutEnd, now, out);
+            }
+            if let Err(why) = check_trailers(&fields) {
+                return self.malformed(i, why, now, out);
+            }
+            let s = &self.streams[i];
+            if s.content_length.is_some_and(|cl| cl != s.body_len) {
+                return self.malformed(i, Malformed::LengthMismatch, now, out);
+            }
+            if !s.rejected {
+                self.end_request(i);
+            } else {
+                self.streams[i].remote_done = true;
+                self.retire(i);
+            }
+            return;
+        }
+        if self.was_reset_by_us(id) {
+            return;
+        }
+        // A new stream.
+        self.open_id(id);
+        if self.draining || self.peer_goaway {
+            // Past the GOAWAY's last stream: not processed.
+            return;
+        }
+        self.stats.streams += 1;
+        if self_dependent {
+            return self.stream_error(id, ErrorCode::Protocol, now, out);
+        }
+        if self.streams.len() >= self.limits.max_concurrent_streams as usize {
+            self.stats.limit(Limit::RefusedStream);
+            // Refusals count as resets: a peer that keeps opening past the limit is a flood.
+            return self.stream_error(id, ErrorCode::RefusedStream, now, out);
+        }
+        let head = if fields.overflowed() { Ok(Default::default()) } else { check_request(&fields) };
+        let window = i64::from(self.limits.stream_window);
+        self.streams.push(Stream {
+            id,
+            remote_done: false,
+            send: Send::Waiting,
+            send_window: self.peer_initial_window,
+            recv_window: window,
+            recv_unacked: 0,
+            content_length: head.map(|h| h.content_length).unwrap_or_default(),
+            body_len: 0,
+            fields: None,
+            rejected: false,
+        });
+        let i = self.streams.len() - 1;
+        if let Err(why) = head {
+            return self.malformed(i, why, now, out);
+        }
+        if fields.overflowed() {
+            self.stats.limit(Limit::HeaderListTooLarge);
+            self.streams[i].remote_done = block.end_stream;
+            return self.reject(i, 431, out);
+        }
+        self.streams[i].fields = Some(fields);
+        if block.end_stream {
+            if self.streams[i].content_length.is_some_and(|cl| cl != 0) {
+                return self.malformed(i, Malformed::LengthMismatch, now, out);
+            }
+            self.end_request(i);
+        }
+    }
+
+    /// The request on stream `i` is complete: hand it to the application.
+    fn end_request(&mut self, i: usize) {
+        let s = &mut self.streams[i];
+        s.remote_done = true;
+        if let Some(fields) = s.fields.take() {
+            self.stats.requests += 1;
+            self.events.push_back(Event::Request(Request { stream: s.id, fields, body_len: s.body_len }));
+        }
+    }
+
+    fn on_priority(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if head.stream == 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        if payload.len() != 5 {
+            return self.stream_error(head.stream, ErrorCode::FrameSize, now, out);
+        }
+        let dependency = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff;
+        if dependency == head.stream {
+            return self.stream_error(head.stream, ErrorCode::Protocol, now, out);
+        }
+        // Priorities are not acted on (RFC 9113 deprecates them), but each costs a frame.
+        self.count_empty(now, out);
+    }
+
+    fn on_rst(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if payload.len() != 4 {
+            return self.connection_error(ErrorCode::FrameSize);
+        }
+        if head.stream == 0 || head.stream > self.last_stream {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        self.stats.resets_received += 1;
+        if let Some(i) = self.index(head.stream) {
+            self.streams.swap_remove(i);
+            self.shrink();
+            if self.resets.over(now, self.limits.resets) {
+                self.limit_hit(Limit::RapidReset, ErrorCode::EnhanceYourCalm, out);
+            }
+        }
+    }
+
+    fn on_settings(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if head.stream != 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        if head.has(flag::ACK) {
+            if !payload.is_empty() {
+                self.connection_error(ErrorCode::FrameSize);
+            }
+            return;
+        }
+        if payload.len() % 6 != 0 {
+            return self.connection_error(ErrorCode::FrameSize);
+        }
+        if self.settings.over(now, self.limits.settings) {
+            return self.limit_hit(Limit::SettingsFlood, ErrorCode::EnhanceYourCalm, out);
+        }
+        for entry in payload.chunks_exact(6) {
+            let id = u16::from_be_bytes([entry[0], entry[1]]);
+            let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+            match id {
+                setting::HEADER_TABLE_SIZE => self.table_size_changed = true,
+                setting::ENABLE_PUSH if value > 1 => return self.connection_error(ErrorCode::Protocol),
+                setting::INITIAL_WINDOW_SIZE => {
+                    if i64::from(value) > MAX_WINDOW {
+                        return self.connection_error(ErrorCode::FlowControl);
+                    }
+                    let delta = i64::from(value) - self.peer_initial_window;
+                    self.peer_initial_window = i64::from(value);
+                    for s in &mut self.streams {
+                        s.send_window += delta;
+                        if s.send_window > MAX_WINDOW {
+                            return self.connection_error(ErrorCode::FlowControl);
+                        }
+                    }
+                }
+                setting::MAX_FRAME_SIZE => {
+                    if !(frame::MIN_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&value) {
+                        return self.connection_error(ErrorCode::Protocol);
+                    }
+                    self.peer_max_frame = value as usize;
+                }
+                _ => {}
+            }
+        }
+        frame::put_settings_ack(out);
+    }
+
+    fn on_ping(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        if head.stream != 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        let Ok(data) = <&[u8; 8]>::try_from(payload) else {
+            return self.connection_error(ErrorCode::FrameSize);
+        };
+        if head.has(flag::ACK) {
+            return;
+        }
+        if self.pings.over(now, self.limits.pings) {
+            return self.limit_hit(Limit::PingFlood, ErrorCode::EnhanceYourCalm, out);
+        }
+        frame::put_ping_ack(out, data);
+    }
+
+    fn on_goaway(&mut self, head: Head, payload: &[u8]) {
+        if head.stream != 0 {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        if payload.len() < 8 {
+            return self.connection_error(ErrorCode::FrameSize);
+        }
+        self.peer_goaway = true;
+    }
+
+    fn on_window_update(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+        let Ok(bytes) = <[u8; 4]>::try_from(payload) else {
+            return self.connection_error(ErrorCode::FrameSize);
+        };
+        let increment = i64::from(u32::from_be_bytes(bytes) & 0x7fff_ffff);
+        if head.stream == 0 {
+            if increment == 0 {
+                return self.connection_error(ErrorCode::Protocol);
+            }
+            self.send_window += increment;
+            if self.send_window > MAX_WINDOW {
+                self.connection_error(ErrorCode::FlowControl);
+            }
+            return;
+        }
+        if head.stream > self.last_stream {
+            return self.connection_error(ErrorCode::Protocol);
+        }
+        let Some(i) = self.index(head.stream) else {
+            if increment == 0 && !self.was_reset_by_us(head.stream) {
+                self.stream_error(head.stream, ErrorCode::Protocol, now, out);
+            }
+            return;
+        };
+        if increment == 0 {
+            return self.streams_error_at(i, ErrorCode::Protocol, now, out);
+        }
+        let s = &mut self.streams[i];
+        s.send_window += increment;
+        if s.send_window > MAX_WINDOW {
+            self.streams_error_at(i, ErrorCode::FlowControl, now, out);
+        }
+    }
+
+    // ---- answers and errors ----
+
+    fn write_headers(&mut self, stream: u32, status: u16, fields: &[(&[u8], &[u8])], end: bool, out: &mut Vec<u8>) {
+        let mut block = Vec::with_capacity(64);
+        hpack::encode_response(&mut block, status, fields, std::mem::take(&mut self.table_size_changed));
+        frame::put_header_block(out, stream, &block, end, self.peer_max_frame);
+    }
+
+    /// Answer stream `i` with a status of the stage's own (431, 413), then stop its request.
+    fn reject(&mut self, i: usize, status: u16, out: &mut Vec<u8>) {
+        let id = self.streams[i].id;
+        self.write_headers(id, status, &[(b"content-length", b"0")], true, out);
+        let s = &mut self.streams[i];
+        s.send = Send::Done;
+        s.rejected = true;
+        s.fields = None;
+        if !s.remote_done {
+            // The rest of the request is not wanted (RFC 9113 §8.1).
+            frame::put_rst(out, id, ErrorCode::NoError);
+            self.stats.resets_sent += 1;
+            self.remember_reset(id);
+            self.streams.swap_remove(i);
+            self.shrink();
+            return;
+        }
+        self.retire(i);
+    }
+
+    fn malformed(&mut self, i: usize, _why: Malformed, now: Instant, out: &mut Vec<u8>) {
+        self.stats.malformed += 1;
+        self.streams_error_at(i, ErrorCode::Protocol, now, out);
+    }
+
+    /// A stream error on the open stream at `i`: RST_STREAM, and the stream is gone.
+    fn streams_error_at(&mut self, i: usize, code: ErrorCode, now: Instant, out: &mut Vec<u8>) {
+        let id = self.streams[i].id;
+        self.streams.swap_remove(i);
+        self.shrink();
+        self.stream_error(id, code, now, out);
+    }
+
+    /// RST_STREAM for `stream`, counted against the reset budget (a peer that makes the server
+    /// reset streams floods as surely as one that resets them itself).
+    fn stream_error(&mut self, stream: u32, code: ErrorCode, now: Instant, out: &mut Vec<u8>) {
+        frame::put_rst(out, stream, code);
+        self.stats.resets_sent += 1;
+        self.remember_reset(stream);
+        if self.resets.over(now, self.limits.resets) {
+            self.limit_hit(Limit::RapidReset, ErrorCode::EnhanceYourCalm, out);
+        }
+    }
+
+    fn count_empty(&mut self, now: Instant, out: &mut Vec<u8>) {
+        if self.empty.over(now, self.limits.empty_frames) {
+            self.limit_hit(Limit::EmptyFrames, ErrorCode::EnhanceYourCalm, out);
+        }
+    }
+
+    /// A limit was hit: GOAWAY with `code` (written at once), and close.
+    fn limit_hit(&mut self, limit: Limit, code: ErrorCode, out: &mut Vec<u8>) {
+        if self.closing.is_some() {
+            return;
+        }
+        self.stats.limit(limit);
+        frame::put_goaway(out, self.last_stream, code, b"");
+        self.stats.goaways += 1;
+        self.close(Closing::Limit(limit));
+    }
+
+    /// A connection error: close, the GOAWAY written at the end of the call (the frame handlers
+    /// that find errors do not all have the output at hand).
+    fn connection_error(&mut self, code: ErrorCode) {
+        if self.closing.is_some() {
+            return;
+        }
+        self.stats.protocol_errors += 1;
+        self.pending_goaway = Some(code);
+        self.close(Closing::Protocol(code));
+    }
+
+    fn close(&mut self, closing: Closing) {
+        self.closing = Some(closing);
+        self.phase = Phase::Closed;
+        self.partial = Vec::new();
+        self.block = None;
+        self.streams = Vec::new();
+        self.events.clear();
+        self.unfinished_since = None;
+        self.stalled_since = None;
+    }
+
+    fn open_id(&mut self, id: u32) {
+        let shift = (id - self.last_stream) / 2;
+        self.opened = if shift >= 64 { 0 } else { self.opened << shift } | 1;
+        self.last_stream = id;
+    }
+
+    fn was_opened(&self, id: u32) -> bool {
+        let k = (self.last_stream - id) / 2;
+        k >= 64 || (self.opened >> k) & 1 == 1
+    }
+
+    fn remember_reset(&mut self, stream: u32) {
+        self.reset_by_us[self.reset_next % RESET_MEMORY] = stream;
+        self.reset_next = self.reset_next.wrapping_add(1);
+    }
+
+    fn was_reset_by_us(&self, stream: u32) -> bool {
+        stream != 0 && self.reset_by_us.contains(&stream)
+    }
+
+    fn index(&self, stream: u32) -> Option<usize> {
+        self.streams.iter().position(|s| s.id == stream)
+    }
+
+    /// Remove stream `i` if both sides are done; true if it was removed.
+    fn retire(&mut self, i: usize) -> bool {
+        let s = &self.streams[i];
+        if s.remote_done && matches!(s.send, Send::Done) {
+            self.streams.swap_remove(i);
+            self.shrink();
+            return true;
+        }
+        false
+    }
+
+    fn shrink(&mut self) {
+        if self.streams.is_empty() && self.streams.capacity() > 0 {
+            self.streams = Vec::new();
+        }
+    }
+}
+
+enum Framed {
+    Sent,
+    Blocked,
+    Nothing,
+}
