@@ -55,6 +55,8 @@ pub struct ServerProc {
     child: Option<Child>,
     pub addr: SocketAddr,
     stdout: Receiver<String>,
+    /// Lines `wait_for_line` has taken from `stdout` already, in order.
+    seen: Vec<String>,
     stderr: std::thread::JoinHandle<String>,
 }
 
@@ -147,7 +149,7 @@ impl ServerProc {
                 panic!("server did not start: {other:?}; stderr: {}", stderr.join().unwrap_or_default());
             }
         };
-        ServerProc { child: Some(child), addr, stdout: rx, stderr }
+        ServerProc { child: Some(child), addr, stdout: rx, seen: Vec::new(), stderr }
     }
 
     pub fn pid(&self) -> i32 {
@@ -239,7 +241,7 @@ impl ServerProc {
             std::thread::sleep(Duration::from_millis(20));
         };
         let took = started.elapsed();
-        let stdout = self.stdout.iter().collect();
+        let stdout = self.seen.drain(..).chain(self.stdout.iter()).collect();
         let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new)).join().unwrap_or_default();
         Finished { status, stdout, stderr, took }
     }
@@ -251,6 +253,23 @@ impl ServerProc {
             let _ = child.wait();
         }
         std::mem::replace(&mut self.stderr, std::thread::spawn(String::new)).join().unwrap_or_default()
+    }
+
+    /// Wait up to `limit` for a line of stdout that satisfies `wanted`; whether one came. The
+    /// lines read meanwhile stay in what `stop` returns.
+    pub fn wait_for_line(&mut self, limit: Duration, wanted: impl Fn(&str) -> bool) -> bool {
+        let until = Instant::now() + limit;
+        if self.seen.iter().any(|l| wanted(l)) {
+            return true;
+        }
+        while let Ok(line) = self.stdout.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            let found = wanted(&line);
+            self.seen.push(line);
+            if found {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn stop(self) -> Finished {
