@@ -11,7 +11,8 @@ use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
-    ActiveConfig, BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
+    ActiveConfig, BodyFile, Config, ListenAddr, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
+    DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::{ServerOptions, ServerTls};
 
@@ -57,9 +58,15 @@ pub enum SendfileArg {
 // says why, instead of being taken for an unknown flag `-1`.
 #[command(next_line_help = false, allow_negative_numbers = true)]
 pub struct ServeArgs {
-    /// Address to listen on; port 0 picks a free port, printed on the first line
-    #[arg(long, default_value = "127.0.0.1:8080", help_heading = "Service")]
-    pub listen: SocketAddr,
+    /// Address to listen on: IP:PORT (port 0 picks a free port, printed on the first line) or
+    /// unix:PATH, a Unix stream socket (its file made with --unix-mode, a stale one replaced,
+    /// removed at exit)
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", help_heading = "Service")]
+    pub listen: ListenAddr,
+    /// Permission bits of a unix:PATH socket file, octal; connecting needs write permission
+    /// [default: 0660, owner and group]
+    #[arg(long, value_name = "MODE", value_parser = parse_mode, help_heading = "Service")]
+    pub unix_mode: Option<u32>,
     /// Protocol to serve
     #[arg(long, value_enum, default_value_t = Proto::Echo, help_heading = "Service")]
     pub proto: Proto,
@@ -267,8 +274,27 @@ impl ServeArgs {
             _ => None,
         };
         let defaults = Config::default();
+        if let ListenAddr::Unix(_) = &self.listen {
+            for (flag, given, why) in [
+                ("--nodelay", self.nodelay, "TCP_NODELAY is a TCP option"),
+                ("--no-nodelay", self.no_nodelay, "TCP_NODELAY is a TCP option"),
+                (
+                    "--procs",
+                    self.procs > 1,
+                    "the workers of --procs each bind the port with SO_REUSEPORT, which Unix sockets do not have; \
+                     run one process (a Unix socket uses no ephemeral ports, and --threads spreads the work)",
+                ),
+            ] {
+                if given {
+                    anyhow::bail!("{flag} does not apply to a Unix socket (--listen {}): {why}", self.listen);
+                }
+            }
+        } else if self.unix_mode.is_some() {
+            anyhow::bail!("--unix-mode is the mode of a socket file: it needs --listen unix:PATH");
+        }
         Ok(Config {
-            listen: self.listen,
+            listen: self.listen.clone(),
+            unix_mode: self.unix_mode.unwrap_or(DEFAULT_UNIX_MODE),
             service,
             model: self.model,
             threads: self.threads.unwrap_or(defaults.threads),
@@ -349,7 +375,8 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
             // The last worker's port, checked before any worker starts.
             ServeArgs::worker_metrics(metrics, args.procs - 1)?;
         }
-        let reservation = sockscale_server::Reservation::new(cfg.listen, cfg.service.is_udp())?;
+        let Some(listen) = cfg.listen.inet() else { anyhow::bail!("--procs needs an IP address") };
+        let reservation = sockscale_server::Reservation::new(listen, cfg.service.is_udp())?;
         let addr = reservation.local_addr();
         return crate::cli::procs::run_serve_children(args.procs.into(), argv, addr, reservation);
     }
@@ -379,11 +406,44 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `--unix-mode`: octal permission bits, `0660`, `660` or `0o660`.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.trim().trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o777 && !digits.is_empty() => Ok(mode),
+        _ => Err(format!("'{text}' is not a permission mode: give octal bits from 0 to 0777, such as 0660")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use clap::Parser;
+
+    fn serve(args: &[&str]) -> Result<Config> {
+        let argv = [&["sockscale", "serve"], args].concat();
+        let Cli { command: Command::Serve(args) } = Cli::try_parse_from(argv)? else { panic!("serve") };
+        args.to_config()
+    }
+
+    #[test]
+    fn unix_sockets_parse_and_tcp_only_flags_are_refused() {
+        let cfg = serve(&["--listen", "unix:/tmp/s.sock"]).unwrap();
+        assert_eq!(cfg.listen, ListenAddr::Unix("/tmp/s.sock".into()));
+        assert_eq!(cfg.unix_mode, 0o660);
+        assert_eq!(serve(&["--listen", "unix:s.sock", "--unix-mode", "0600"]).unwrap().unix_mode, 0o600);
+        assert_eq!(serve(&["--listen", "unix:s.sock", "--unix-mode", "0o666"]).unwrap().unix_mode, 0o666);
+        for bad in ["0688", "1777", "", "rw"] {
+            assert!(serve(&["--listen", "unix:s.sock", "--unix-mode", bad]).is_err(), "{bad}");
+        }
+        let err = |args: &[&str]| format!("{:#}", serve(args).unwrap_err());
+        assert!(err(&["--unix-mode", "0600"]).contains("needs --listen unix:PATH"));
+        assert!(err(&["--listen", "unix:s.sock", "--no-nodelay"]).contains("TCP_NODELAY"));
+        assert!(err(&["--listen", "unix:s.sock", "--procs", "2"]).contains("SO_REUSEPORT"));
+        assert!(err(&["--listen", "unixgram:s.sock"]).contains("not served"));
+        assert!(err(&["--listen", &format!("unix:/{}", "x".repeat(200))]).contains("at most 107"));
+    }
 
     #[test]
     fn cli_defaults_are_the_library_defaults() {
