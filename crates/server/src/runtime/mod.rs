@@ -36,6 +36,10 @@
 //! every connection and again every second, and cost kilobytes per idle connection. A task uses
 //! the engine of the thread it runs on, only between awaits; sessions keep no reference to it.
 //!
+//! A Unix socket (`--listen unix:PATH`) is accepted with tokio's `UnixListener`: `stream.rs`
+//! puts the two families' listener and stream types behind one `Listener` and one `Stream`, and
+//! everything below is the same for both.
+//!
 //! Known limits:
 //! - `--listener` does not apply to TCP: one accept task serves the one shared listener (as
 //!   asio's one acceptor); tasks migrate between workers, so per-thread listeners would buy no
