@@ -208,6 +208,9 @@ pub struct Config {
     /// The port is shared with sibling server processes (`serve --procs`): bind with
     /// SO_REUSEPORT and skip the busy-port probe, which the parent process has done.
     pub shared_port: bool,
+    /// A listening Unix socket inherited from a `serve --procs` parent, which bound it: served
+    /// instead of binding `listen` (whose path it is).
+    pub listener_fd: Option<std::os::fd::RawFd>,
     /// The open body file an HTTP service whose body is `ResponseBody::File` sends from
     /// (`BodyFile::load`).
     pub body_file: Option<Arc<BodyFile>>,
@@ -252,6 +255,7 @@ impl Default for Config {
             max_outstanding_sends: 200,
             queue_depth: 128,
             shared_port: false,
+            listener_fd: None,
             body_file: None,
             tls: None,
             abort_storm: None,

@@ -19,7 +19,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,7 +148,13 @@ impl Listen {
         let addr = match &cfg.listen {
             ListenAddr::Inet(addr) => *addr,
             ListenAddr::Unix(path) => {
-                let (socket, file) = listen.open_unix(path, cfg.unix_mode)?;
+                if let Some(fd) = cfg.listener_fd {
+                    // A `--procs` worker: the parent bound the socket and keeps its file.
+                    let socket = adopt_unix(fd).map_err(|e| BindError::new(cfg.listen.clone(), e))?;
+                    listen.first = Some(Arc::new(socket));
+                    return Ok(listen);
+                }
+                let (socket, file) = open_unix(path, cfg.unix_mode, cfg.backlog)?;
                 listen.first = Some(Arc::new(socket));
                 listen.file = Some(Arc::new(file));
                 return Ok(listen);
@@ -205,41 +211,6 @@ impl Listen {
         }
     }
 
-    /// Bind and listen on a Unix stream socket at `path`, its file created with `mode`.
-    fn open_unix(&self, path: &Path, mode: u32) -> Result<(Socket, SocketFile), BindError> {
-        let addr = ListenAddr::Unix(path.to_owned());
-        let fail = |e: io::Error| BindError::new(addr.clone(), e);
-        check_unix_path(path).map_err(|reason| BindError::BadPath { addr: addr.clone(), reason })?;
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => return Err(BindError::Listening { addr }),
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    std::fs::remove_file(path).map_err(fail)?;
-                    tracing::warn!(
-                        "replaced the stale socket file {}: nothing was listening on it (a server that \
-                         was killed leaves its socket file behind)",
-                        path.display()
-                    );
-                }
-                Err(e) => return Err(fail(e)),
-            },
-            Ok(meta) => return Err(BindError::NotASocket { addr, path: path.to_owned(), kind: file_kind(&meta) }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(fail(e)),
-        }
-        let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None).map_err(fail)?;
-        // The file bind creates takes the socket's mode less the umask: never more open than
-        // asked, even before the chmod below sets it exactly.
-        sockscale_sys::fchmod(socket.as_raw_fd(), mode).map_err(fail)?;
-        socket.bind(&SockAddr::unix(path).map_err(fail)?).map_err(fail)?;
-        let meta = std::fs::symlink_metadata(path).map_err(fail)?;
-        // From here on the file is ours, and removed again if listening fails.
-        let file = SocketFile { path: path.to_owned(), dev: meta.dev(), ino: meta.ino() };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(fail)?;
-        socket.listen(i32::try_from(self.backlog).unwrap_or(i32::MAX)).map_err(fail)?;
-        Ok((socket, file))
-    }
-
     fn open(&self, addr: SocketAddr) -> io::Result<Socket> {
         let (ty, protocol) = if self.udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
         let socket = Socket::new(Domain::for_address(addr), ty.nonblocking().cloexec(), Some(protocol))?;
@@ -280,13 +251,74 @@ impl Listen {
     }
 }
 
+/// Bind and listen on a Unix stream socket at `path`, its file created with `mode`.
+fn open_unix(path: &Path, mode: u32, backlog: u32) -> Result<(Socket, SocketFile), BindError> {
+    let addr = ListenAddr::Unix(path.to_owned());
+    let fail = |e: io::Error| BindError::new(addr.clone(), e);
+    check_unix_path(path).map_err(|reason| BindError::BadPath { addr: addr.clone(), reason })?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(BindError::Listening { addr }),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                std::fs::remove_file(path).map_err(fail)?;
+                tracing::warn!(
+                    "replaced the stale socket file {}: nothing was listening on it (a server that \
+                     was killed leaves its socket file behind)",
+                    path.display()
+                );
+            }
+            Err(e) => return Err(fail(e)),
+        },
+        Ok(meta) => return Err(BindError::NotASocket { addr, path: path.to_owned(), kind: file_kind(&meta) }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None).map_err(fail)?;
+    // The file bind creates takes the socket's mode less the umask: never more open than
+    // asked, even before the chmod below sets it exactly.
+    sockscale_sys::fchmod(socket.as_raw_fd(), mode).map_err(fail)?;
+    socket.bind(&SockAddr::unix(path).map_err(fail)?).map_err(fail)?;
+    let meta = std::fs::symlink_metadata(path).map_err(fail)?;
+    // From here on the file is ours, and removed again if listening fails.
+    let file = SocketFile { path: path.to_owned(), dev: meta.dev(), ino: meta.ino() };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(fail)?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX)).map_err(fail)?;
+    Ok((socket, file))
+}
+
+/// The listening Unix socket a `serve --procs` parent bound, inherited by this worker as `fd`
+/// (`Config::listener_fd`): checked to be one before it is used.
+fn adopt_unix(fd: RawFd) -> io::Result<Socket> {
+    let not_ours = || io::Error::other(format!("descriptor {fd} is not an inherited listening Unix socket"));
+    // Checked before it is owned: only a socket is taken over.
+    let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).map_err(|_| not_ours())?;
+    if !meta.file_type().is_socket() {
+        return Err(not_ours());
+    }
+    // SAFETY: a `--procs` parent leaves this descriptor open across exec for this worker to
+    // serve (the hidden `--listen-fd`); nothing else in the process owns it, and from here the
+    // Socket alone closes it.
+    let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if socket.domain()? != Domain::UNIX || !socket.is_listener()? {
+        return Err(not_ours());
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
 /// The port of a `serve --procs` server, held by the parent: a bound, non-listening
 /// SO_REUSEPORT socket. Creating it fails if the port is taken (checked without SO_REUSEPORT,
 /// as for a single server); with port 0 it picks the port every worker then binds. Holding it
 /// keeps the port ours while a dead worker is replaced.
+///
+/// On a Unix socket (`Reservation::unix`) the parent binds and listens, and every worker
+/// inherits the one listener (`Config::listener_fd`): SO_REUSEPORT does not exist for AF_UNIX.
+/// The parent then keeps the socket file, and removes it when it is done.
 pub struct Reservation {
-    _socket: Socket,
-    addr: SocketAddr,
+    socket: Socket,
+    addr: ListenAddr,
+    file: Option<SocketFile>,
 }
 
 impl Reservation {
@@ -306,11 +338,24 @@ impl Reservation {
         }
         let socket = open(true).map_err(|e| BindError::new(addr, e))?;
         let bound = socket.local_addr().ok().and_then(|a| a.as_socket()).unwrap_or(addr);
-        Ok(Reservation { _socket: socket, addr: bound })
+        Ok(Reservation { socket, addr: ListenAddr::Inet(bound), file: None })
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// Bind and listen on the Unix socket `path` (its file made with `mode`), leaving the
+    /// listener open across exec for the workers to inherit.
+    pub fn unix(path: &Path, mode: u32, backlog: u32) -> Result<Reservation, BindError> {
+        let (socket, file) = open_unix(path, mode, backlog)?;
+        socket.set_cloexec(false).map_err(|e| BindError::new(ListenAddr::Unix(path.to_owned()), e))?;
+        Ok(Reservation { socket, addr: ListenAddr::Unix(path.to_owned()), file: Some(file) })
+    }
+
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// The listener every worker inherits, for a Unix socket (`--listen-fd`).
+    pub fn inherited_fd(&self) -> Option<RawFd> {
+        self.file.as_ref().map(|_| self.socket.as_raw_fd())
     }
 }
 

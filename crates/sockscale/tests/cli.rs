@@ -565,7 +565,6 @@ fn unix_socket_mistakes_get_one_line_naming_them() {
         (vec!["--listen", &sock, "--defer-accept", "1"], "TCP_DEFER_ACCEPT"),
         (vec!["--listen", &sock, "--sndbuf", "64KiB"], "--sndbuf does not apply"),
         (vec!["--listen", &sock, "--no-nodelay"], "TCP_NODELAY"),
-        (vec!["--listen", &sock, "--procs", "2"], "SO_REUSEPORT"),
         (vec!["--listen", "127.0.0.1:0", "--unix-mode", "0600"], "needs --listen unix:PATH"),
         (vec!["--listen", &sock, "--unix-mode", "0800"], "not a permission mode"),
     ];

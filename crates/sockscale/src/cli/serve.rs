@@ -210,6 +210,10 @@ pub struct ServeArgs {
     /// Internal: this process is worker K of N of a --procs server
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
+    /// Internal: a --procs worker on unix:PATH serves the listener its parent bound, inherited
+    /// as this descriptor
+    #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
+    pub listen_fd: Option<i32>,
 
     /// Serve TLS (1.3 and 1.2) with this PEM certificate chain, leaf first (with --tls-key)
     #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = "TLS")]
@@ -278,12 +282,6 @@ impl ServeArgs {
             for (flag, given, why) in [
                 ("--nodelay", self.nodelay, "TCP_NODELAY is a TCP option"),
                 ("--no-nodelay", self.no_nodelay, "TCP_NODELAY is a TCP option"),
-                (
-                    "--procs",
-                    self.procs > 1,
-                    "the workers of --procs each bind the port with SO_REUSEPORT, which Unix sockets do not have; \
-                     run one process (a Unix socket uses no ephemeral ports, and --threads spreads the work)",
-                ),
             ] {
                 if given {
                     anyhow::bail!("{flag} does not apply to a Unix socket (--listen {}): {why}", self.listen);
@@ -336,6 +334,7 @@ impl ServeArgs {
             max_outstanding_sends: self.max_outstanding_sends,
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
+            listener_fd: self.listen_fd,
             body_file,
             tls,
         })
@@ -375,10 +374,12 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
             // The last worker's port, checked before any worker starts.
             ServeArgs::worker_metrics(metrics, args.procs - 1)?;
         }
-        let Some(listen) = cfg.listen.inet() else { anyhow::bail!("--procs needs an IP address") };
-        let reservation = sockscale_server::Reservation::new(listen, cfg.service.is_udp())?;
-        let addr = reservation.local_addr();
-        return crate::cli::procs::run_serve_children(args.procs.into(), argv, addr, reservation);
+        let reservation = match &cfg.listen {
+            ListenAddr::Inet(addr) => sockscale_server::Reservation::new(*addr, cfg.service.is_udp())?,
+            // No SO_REUSEPORT for AF_UNIX: the parent listens, and every worker inherits it.
+            ListenAddr::Unix(path) => sockscale_server::Reservation::unix(path, cfg.unix_mode, cfg.backlog)?,
+        };
+        return crate::cli::procs::run_serve_children(args.procs.into(), argv, reservation);
     }
     if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics) {
         cfg.metrics = Some(ServeArgs::worker_metrics(metrics, k)?);
@@ -440,7 +441,6 @@ mod tests {
         let err = |args: &[&str]| format!("{:#}", serve(args).unwrap_err());
         assert!(err(&["--unix-mode", "0600"]).contains("needs --listen unix:PATH"));
         assert!(err(&["--listen", "unix:s.sock", "--no-nodelay"]).contains("TCP_NODELAY"));
-        assert!(err(&["--listen", "unix:s.sock", "--procs", "2"]).contains("SO_REUSEPORT"));
         assert!(err(&["--listen", "unixgram:s.sock"]).contains("not served"));
         assert!(err(&["--listen", &format!("unix:/{}", "x".repeat(200))]).contains("at most 107"));
     }
