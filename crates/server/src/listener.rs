@@ -257,9 +257,9 @@ fn open_unix(path: &Path, mode: u32, backlog: u32) -> Result<(Socket, SocketFile
     let fail = |e: io::Error| BindError::new(addr.clone(), e);
     check_unix_path(path).map_err(|reason| BindError::BadPath { addr: addr.clone(), reason })?;
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => return Err(BindError::Listening { addr }),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+        Ok(meta) if meta.file_type().is_socket() => match listening(path) {
+            Ok(true) => return Err(BindError::Listening { addr }),
+            Ok(false) => {
                 std::fs::remove_file(path).map_err(fail)?;
                 tracing::warn!(
                     "replaced the stale socket file {}: nothing was listening on it (a server that \
@@ -284,6 +284,19 @@ fn open_unix(path: &Path, mode: u32, backlog: u32) -> Result<(Socket, SocketFile
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(fail)?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX)).map_err(fail)?;
     Ok((socket, file))
+}
+
+/// Whether something listens on the Unix socket file `path`: a connect() that is refused says
+/// nothing does (a stale file). Non-blocking, so a live server whose queue is full (EAGAIN) is
+/// found live at once rather than waited for.
+fn listening(path: &Path) -> io::Result<bool> {
+    let probe = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
+    match probe.connect(&SockAddr::unix(path)?) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The listening Unix socket a `serve --procs` parent bound, inherited by this worker as `fd`
@@ -458,6 +471,13 @@ mod unix {
         assert!(path.exists());
         let listen = Listen::bind(&unix_cfg(&path, 0o660)).unwrap();
         let err = Listen::bind(&unix_cfg(&path, 0o660)).unwrap_err();
+        assert!(matches!(err, BindError::Listening { .. }), "{err}");
+        // A live server that accepts nothing and whose queue is full is found live at once.
+        let full = dir.join("full.sock");
+        let backlog = Config { backlog: 1, ..unix_cfg(&full, 0o660) };
+        let _held = Listen::bind(&backlog).unwrap();
+        let _queued: Vec<_> = (0..4).filter_map(|_| listening(&full).ok()).collect();
+        assert!(matches!(Listen::bind(&backlog), Err(BindError::Listening { .. })));
         assert!(matches!(err, BindError::Listening { .. }), "{err}");
         assert!(err.to_string().contains("already in use"), "{err}");
         // A file that replaced ours is not removed.
