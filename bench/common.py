@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target" / "release" / "sockscale"
+# Where `cargo build` puts it: CARGO_TARGET_DIR when set (a worktree building apart), else target/.
+BIN = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target") / "release" / "sockscale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVER_CPU = "0"
 CLIENT_CPU = "1"

@@ -1,9 +1,56 @@
 //! What a load run does, as the library takes it.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
+use socket2::SockAddr;
+
+/// Where a run connects: an IP address and port, or the path of a Unix stream socket
+/// (`--unix-socket`, curl's and oha's flag), which then needs no port, source address or
+/// TCP option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Inet(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// The address to connect(2) to.
+    pub fn sockaddr(&self) -> std::io::Result<SockAddr> {
+        match self {
+            Endpoint::Inet(addr) => Ok(SockAddr::from(*addr)),
+            Endpoint::Unix(path) => SockAddr::unix(path),
+        }
+    }
+
+    pub fn inet(&self) -> Option<SocketAddr> {
+        match self {
+            Endpoint::Inet(addr) => Some(*addr),
+            Endpoint::Unix(_) => None,
+        }
+    }
+
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Endpoint::Unix(_))
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Inet(addr) => write!(f, "{addr}"),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl From<SocketAddr> for Endpoint {
+    fn from(addr: SocketAddr) -> Self {
+        Endpoint::Inet(addr)
+    }
+}
 
 /// The protocol and its parameters.
 #[derive(Debug, Clone)]
@@ -202,7 +249,7 @@ pub enum Progress {
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     pub mode: Mode,
-    pub addr: SocketAddr,
+    pub addr: Endpoint,
     /// The target as the user wrote it, for reports.
     pub target: String,
     pub conns: usize,
@@ -271,6 +318,8 @@ pub enum LoadConfigError {
     Path { path: String },
     #[error("-H '{header}': {reason}")]
     Header { header: String, reason: String },
+    #[error("{flag} does not apply to --unix-socket: {why}")]
+    NotForUnix { flag: &'static str, why: &'static str },
 }
 
 /// The largest UDP payload: 65,535 less the UDP header and, over IPv4, the IPv4 header.
@@ -292,9 +341,12 @@ impl LoadConfig {
             Mode::Udp { msg_len } if *msg_len < crate::client::UdpClient::MIN_LEN => {
                 return Err(LoadConfigError::UdpTooShort { min: crate::client::UdpClient::MIN_LEN })
             }
+            Mode::Udp { .. } if self.addr.is_unix() => {
+                return Err(LoadConfigError::NotForUnix { flag: "udp", why: "UDP echo needs an IP address" })
+            }
             Mode::Udp { msg_len } => {
-                let (max, family) =
-                    if self.addr.is_ipv4() { (MAX_UDP_PAYLOAD_V4, "IPv4") } else { (MAX_UDP_PAYLOAD_V6, "IPv6") };
+                let v4 = self.addr.inet().is_some_and(|a| a.is_ipv4());
+                let (max, family) = if v4 { (MAX_UDP_PAYLOAD_V4, "IPv4") } else { (MAX_UDP_PAYLOAD_V6, "IPv6") };
                 if *msg_len > max {
                     return Err(LoadConfigError::UdpTooLong { len: *msg_len, max, family });
                 }
@@ -302,6 +354,12 @@ impl LoadConfig {
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Http(h) => h.validate()?,
             _ => {}
+        }
+        if self.addr.is_unix() && !self.sources.is_empty() {
+            return Err(LoadConfigError::NotForUnix {
+                flag: "--source",
+                why: "a Unix socket has no source address (and no ephemeral ports to run out of)",
+            });
         }
         if self.per_conn == Some(0) {
             return Err(LoadConfigError::Zero { flag: "-per-conn" });

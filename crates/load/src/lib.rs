@@ -18,7 +18,7 @@ pub mod run;
 pub mod segment;
 pub mod source;
 
-pub use config::{AcceptedStatuses, HttpRequest, LoadConfig, LoadTls, Mode, Progress};
+pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress};
 pub use report::Report;
 pub use run::{preflight, run, run_with, LoadError};
 pub use segment::Segment;

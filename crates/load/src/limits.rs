@@ -64,7 +64,9 @@ pub struct Demand {
     /// The most any one process holds.
     pub per_process: u64,
     pub threads: usize,
-    pub target: SocketAddr,
+    /// The TCP target, whose ephemeral ports are checked; None for a Unix socket, which takes
+    /// none.
+    pub target: Option<SocketAddr>,
     /// `--source` addresses; empty: the one the route picks.
     pub sources: Vec<IpAddr>,
 }
@@ -87,23 +89,23 @@ pub fn check(demand: &Demand, open_files: Option<u64>, ports: Option<(u16, u16)>
             });
         }
     }
-    if let Some((low, high)) = ports {
+    if let (Some((low, high)), Some(target)) = (ports, demand.target) {
         let per_source = u64::from(high - low) + 1;
         let sources = demand.sources.len().max(1);
         if demand.total_conns > per_source * sources as u64 {
             let needed = demand.total_conns.div_ceil(per_source);
-            let fix = match demand.target.ip() {
+            let fix = match target.ip() {
                 IpAddr::V4(ip) if ip.is_loopback() && needed <= 254 => {
                     format!("add --source 127.0.0.1-127.0.0.{needed} (every 127.x address is this machine's)")
                 }
                 _ => format!(
                     "give --source {needed} addresses of this machine that reach {} (a list, or an IPv4 range)",
-                    demand.target.ip()
+                    target.ip()
                 ),
             };
             return Err(LimitError::Ports {
                 asked: demand.total_conns,
-                target: demand.target,
+                target,
                 ports: per_source,
                 low,
                 high,
@@ -139,6 +141,7 @@ pub fn cheap_sources(conns: u64, ports: (u16, u16)) -> u64 {
 /// [`cheap_conns_per_source`]: the run works, but connect() grows costly.
 pub fn crowded_ports(demand: &Demand, ports: Option<(u16, u16)>) -> Option<String> {
     let ports = ports?;
+    let target = demand.target?;
     let sources = demand.sources.len().max(1) as u64;
     let cheap = cheap_conns_per_source(ports);
     let per_source = demand.total_conns.div_ceil(sources);
@@ -146,7 +149,7 @@ pub fn crowded_ports(demand: &Demand, ports: Option<(u16, u16)>) -> Option<Strin
         return None;
     }
     let needed = cheap_sources(demand.total_conns, ports);
-    let fix = match demand.target.ip() {
+    let fix = match target.ip() {
         IpAddr::V4(ip) if ip.is_loopback() && needed <= 254 => format!("--source 127.0.0.1-127.0.0.{needed}"),
         _ => format!("--source with {needed} addresses"),
     };
@@ -167,7 +170,7 @@ mod tests {
             total_conns: total,
             per_process: total.div_ceil(procs),
             threads: 2,
-            target: "127.0.0.1:8080".parse().unwrap(),
+            target: Some("127.0.0.1:8080".parse().unwrap()),
             sources: Vec::new(),
         }
     }
@@ -192,7 +195,7 @@ mod tests {
         let mut d = demand(60_000, 4);
         d.sources = (1..=3).map(|i| IpAddr::from([127, 0, 0, i])).collect();
         assert_eq!(check(&d, None, range), Ok(()));
-        d.target = "10.1.2.3:80".parse().unwrap();
+        d.target = Some("10.1.2.3:80".parse().unwrap());
         d.sources.truncate(1);
         let text = check(&d, None, range).unwrap_err().to_string();
         assert!(text.contains("3 addresses of this machine that reach 10.1.2.3"), "{text}");
@@ -215,5 +218,16 @@ mod tests {
         );
         d.sources = vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
         assert_eq!(crowded_ports(&d, Some(range)), None);
+    }
+
+    /// A Unix socket takes no ephemeral port: no port check, no warning, only open files.
+    #[test]
+    fn a_unix_socket_needs_no_ports() {
+        let range = Some((32768, 60999));
+        let mut d = demand(100_000, 1);
+        d.target = None;
+        assert_eq!(check(&d, None, range), Ok(()));
+        assert_eq!(crowded_ports(&d, range), None);
+        assert!(check(&d, Some(20_000), range).is_err(), "open files still count");
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sockscale_tls::{ClientSession, FailureReason};
 
-use crate::config::{LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
+use crate::config::{Endpoint, LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
 use crate::engine::{Engine, Shared, ThreadResult};
 use crate::limits::{self, Demand, LimitError};
 use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, SCHEMA};
@@ -149,7 +149,7 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
         total_conns: cfg.total_conns.max(cfg.conns as u64),
         per_process: cfg.conns as u64,
         threads: cfg.threads.min(cfg.conns).max(1),
-        target: cfg.addr,
+        target: cfg.addr.inet(),
         sources: cfg.sources.clone(),
     };
     let ports = limits::local_port_range();
@@ -165,13 +165,25 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
 /// Fail fast, with one clear reason, when the target does not answer at all.
 fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
     let unreachable = |reason: String| LoadError::Unreachable { target: cfg.target.clone(), reason };
+    let addr = match &cfg.addr {
+        Endpoint::Inet(addr) => *addr,
+        Endpoint::Unix(path) => {
+            // A Unix connect is answered at once: no timeout to wait for.
+            let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| unreachable(unix_reason(&e)))?;
+            return match &cfg.tls {
+                Some(tls) => handshake(stream, tls, cfg.connect_timeout.max(cfg.reply_timeout))
+                    .map_err(|(reason, hint)| LoadError::Tls { target: cfg.target.clone(), reason, hint }),
+                None => Ok(()),
+            };
+        }
+    };
     match cfg.mode {
         Mode::Udp { msg_len } => {
-            let local: SocketAddr = if cfg.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
+            let local: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
                 .parse()
                 .map_err(|_| unreachable("bad address".into()))?;
             let socket = UdpSocket::bind(local).map_err(|e| unreachable(e.to_string()))?;
-            socket.connect(cfg.addr).map_err(|e| unreachable(e.to_string()))?;
+            socket.connect(addr).map_err(|e| unreachable(e.to_string()))?;
             socket.set_read_timeout(Some(Duration::from_millis(500))).map_err(|e| unreachable(e.to_string()))?;
             socket.send(&vec![0u8; msg_len]).map_err(|e| unreachable(e.to_string()))?;
             let mut buf = vec![0u8; msg_len.max(1)];
@@ -185,7 +197,7 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
         }
         _ => {
             let stream =
-                TcpStream::connect_timeout(&cfg.addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
+                TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
             if let Some(tls) = &cfg.tls {
                 handshake(stream, tls, cfg.connect_timeout.max(cfg.reply_timeout))
                     .map_err(|(reason, hint)| LoadError::Tls { target: cfg.target.clone(), reason, hint })?;
@@ -195,12 +207,40 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
 }
 
+/// Why a Unix socket could not be connected to, in the words of what to do about it.
+fn unix_reason(e: &std::io::Error) -> String {
+    let hint = match e.raw_os_error() {
+        Some(libc::ENOENT) => " (no socket file there: is the server running? it creates the file when it starts)",
+        Some(libc::ECONNREFUSED) => " (a socket file nothing listens on: the server that made it has gone)",
+        Some(libc::EACCES) => " (connecting needs write permission on the socket file: see serve --unix-mode)",
+        Some(libc::ENOTSOCK) => " (the file is not a socket)",
+        _ => "",
+    };
+    format!("{e}{hint}")
+}
+
+/// A blocking stream the probe's handshake runs over: TCP or Unix.
+trait ProbeStream: std::io::Read + std::io::Write {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()>;
+}
+
+impl ProbeStream for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+impl ProbeStream for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, timeout)
+    }
+}
+
 /// The probe's TLS handshake, blocking, within `timeout`: a certificate the client does not
 /// trust, a server that does not speak TLS, or nothing in common fails it here, once, with the
 /// reason, instead of failing every connection of the run. It resumes nothing and leaves no
 /// session behind, so the run's first handshakes are as they would be without it.
-fn handshake(mut stream: TcpStream, tls: &LoadTls, timeout: Duration) -> Result<(), (String, &'static str)> {
-    use std::io::Read;
+fn handshake(mut stream: impl ProbeStream, tls: &LoadTls, timeout: Duration) -> Result<(), (String, &'static str)> {
     let io = |e: std::io::Error| (format!("{e} during the handshake"), "");
     let client = tls.client.without_resumption();
     let deadline = Instant::now() + timeout;

@@ -5,7 +5,11 @@
 //! a flood cut-off, idle and stale-connection timeouts, refusing when busy (`max_conns`), and
 //! backing off when descriptors or memory run out.
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +44,109 @@ impl Service {
     }
 }
 
+/// Where the server listens: an IP address and port (TCP, or UDP with `--proto udp`), or the
+/// path of a Unix domain stream socket (`unix:PATH`). Parses from `127.0.0.1:8080`,
+/// `[::1]:0` or `unix:/run/app.sock`; prints the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Inet(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// The longest path a Unix socket address holds: `sun_path` is 108 bytes, with its NUL.
+pub const UNIX_PATH_MAX: usize = 107;
+
+/// The socket file's mode when none is given (`--unix-mode`): owner and group may connect
+/// (connecting needs write permission on the file), others may not. A TCP port on 127.0.0.1
+/// is open to every local user; a socket file can be narrower, and 0660 is what php-fpm's
+/// `listen.mode` and docker's socket use.
+pub const DEFAULT_UNIX_MODE: u32 = 0o660;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ListenAddrError(String);
+
+impl ListenAddr {
+    /// The IP address and port, unless this is a Unix socket.
+    pub fn inet(&self) -> Option<SocketAddr> {
+        match self {
+            ListenAddr::Inet(addr) => Some(*addr),
+            ListenAddr::Unix(_) => None,
+        }
+    }
+
+    /// The socket file's path, for a Unix socket.
+    pub fn unix_path(&self) -> Option<&Path> {
+        match self {
+            ListenAddr::Inet(_) => None,
+            ListenAddr::Unix(path) => Some(path),
+        }
+    }
+
+    pub fn is_unix(&self) -> bool {
+        matches!(self, ListenAddr::Unix(_))
+    }
+}
+
+/// A path a Unix socket can be bound to: not empty, no NUL, short enough for `sun_path`.
+pub fn check_unix_path(path: &Path) -> Result<(), String> {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.is_empty() {
+        return Err("unix: needs a path, such as unix:/run/sockscale.sock".into());
+    }
+    if bytes.contains(&0) {
+        return Err(format!("unix:{} holds a NUL byte", path.display()));
+    }
+    if bytes.len() > UNIX_PATH_MAX {
+        return Err(format!(
+            "unix:{}: the path is {} bytes, and a Unix socket's path holds at most {UNIX_PATH_MAX} \
+             (sun_path is 108 bytes with its NUL); use a shorter path, or a relative one",
+            path.display(),
+            bytes.len()
+        ));
+    }
+    Ok(())
+}
+
+impl FromStr for ListenAddr {
+    type Err = ListenAddrError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            let path = PathBuf::from(path);
+            check_unix_path(&path).map_err(ListenAddrError)?;
+            return Ok(ListenAddr::Unix(path));
+        }
+        if text.starts_with("unixgram:") {
+            return Err(ListenAddrError(format!("'{text}': {UNIXGRAM_REFUSED}")));
+        }
+        text.parse().map(ListenAddr::Inet).map_err(|_| {
+            ListenAddrError(format!(
+                "'{text}' is not an address to listen on: give IP:PORT (127.0.0.1:8080, [::1]:8080) or unix:PATH"
+            ))
+        })
+    }
+}
+
+/// Why `--proto udp` takes no Unix socket.
+const UNIXGRAM_REFUSED: &str = "Unix datagram sockets are not served: a client's datagram gets \
+     an answer only if the client bound a socket file of its own; UDP echo needs IP:PORT";
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Inet(addr) => write!(f, "{addr}"),
+            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl From<SocketAddr> for ListenAddr {
+    fn from(addr: SocketAddr) -> Self {
+        ListenAddr::Inet(addr)
+    }
+}
+
 /// How the threads of a multi-threaded model share the listening port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListenerMode {
@@ -52,7 +159,9 @@ pub enum ListenerMode {
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub listen: SocketAddr,
+    pub listen: ListenAddr,
+    /// The socket file's permission bits, for a `unix:` listener (`--unix-mode`).
+    pub unix_mode: u32,
     pub service: Service,
     pub model: Model,
     /// Worker threads, for the models that have a fixed number.
@@ -99,6 +208,9 @@ pub struct Config {
     /// The port is shared with sibling server processes (`serve --procs`): bind with
     /// SO_REUSEPORT and skip the busy-port probe, which the parent process has done.
     pub shared_port: bool,
+    /// A listening Unix socket inherited from a `serve --procs` parent, which bound it: served
+    /// instead of binding `listen` (whose path it is).
+    pub listener_fd: Option<std::os::fd::RawFd>,
     /// The open body file an HTTP service whose body is `ResponseBody::File` sends from
     /// (`BodyFile::load`).
     pub body_file: Option<Arc<BodyFile>>,
@@ -116,7 +228,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listen: ListenAddr::Inet(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            unix_mode: DEFAULT_UNIX_MODE,
             service: Service::Echo,
             model: Model::Epoll,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -142,6 +255,7 @@ impl Default for Config {
             max_outstanding_sends: 200,
             queue_depth: 128,
             shared_port: false,
+            listener_fd: None,
             body_file: None,
             tls: None,
             abort_storm: None,
@@ -164,9 +278,19 @@ pub enum ConfigError {
     NotForUdp { flag: &'static str },
     #[error("the HTTP body is {body} bytes from a file, and the open body file has {file:?}")]
     BodyFile { body: u64, file: Option<u64> },
+    #[error("--{flag} does not apply to a Unix socket (--listen unix:PATH): {why}")]
+    NotForUnix { flag: &'static str, why: &'static str },
+    #[error("--proto udp with --listen unix:PATH: {UNIXGRAM_REFUSED}")]
+    UnixDatagram,
+    #[error("--unix-mode {mode:o} is not a permission mode (0 to 0777)")]
+    UnixMode { mode: u32 },
     #[error("--{flag} is not available with --model {model}: {why}")]
     ModelCannot { flag: &'static str, model: &'static str, why: &'static str },
 }
+
+/// Why `--sndbuf` and `--rcvbuf` are refused with a Unix socket.
+const UNIX_BUFFERS: &str = "the server sets buffer sizes once, on the listener, and Linux gives \
+     accepted Unix sockets the default sizes instead of the listener's";
 
 impl Config {
     /// The per-connection limits, copied once per worker.
@@ -255,6 +379,23 @@ impl Config {
                 return Err(ConfigError::NotForUdp { flag });
             }
         }
+        if self.listen.is_unix() {
+            if self.service.is_udp() {
+                return Err(ConfigError::UnixDatagram);
+            }
+            for (flag, given, why) in [
+                ("defer-accept", self.defer_accept.is_some(), "TCP_DEFER_ACCEPT is a TCP option"),
+                ("sndbuf", self.sndbuf.is_some(), UNIX_BUFFERS),
+                ("rcvbuf", self.rcvbuf.is_some(), UNIX_BUFFERS),
+            ] {
+                if given {
+                    return Err(ConfigError::NotForUnix { flag, why });
+                }
+            }
+        }
+        if self.unix_mode > 0o777 {
+            return Err(ConfigError::UnixMode { mode: self.unix_mode });
+        }
         if let Service::Http(http) = &self.service {
             if http.header_timeout.is_zero() {
                 return Err(ConfigError::ZeroDuration { flag: "header-timeout" });
@@ -273,5 +414,44 @@ impl Config {
             return Err(ConfigError::PoolTooSmall { buffers: self.pool_buffers, threads: self.threads });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_parse_and_print() {
+        let tcp: ListenAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(tcp, ListenAddr::Inet("127.0.0.1:0".parse().unwrap()));
+        assert_eq!("[::1]:80".parse::<ListenAddr>().unwrap().to_string(), "[::1]:80");
+        let unix: ListenAddr = "unix:/run/s.sock".parse().unwrap();
+        assert_eq!(unix, ListenAddr::Unix("/run/s.sock".into()));
+        assert_eq!(unix.to_string(), "unix:/run/s.sock");
+        assert_eq!(unix.inet(), None);
+        assert_eq!("unix:rel.sock".parse::<ListenAddr>().unwrap().unix_path(), Some(Path::new("rel.sock")));
+        let err = |text: &str| text.parse::<ListenAddr>().unwrap_err().to_string();
+        assert!(err("unix:").contains("needs a path"), "{}", err("unix:"));
+        assert!(err("unixgram:/x").contains("not served"), "{}", err("unixgram:/x"));
+        assert!(err("localhost:80").contains("IP:PORT"), "{}", err("localhost:80"));
+        let long = format!("unix:/{}", "a".repeat(UNIX_PATH_MAX));
+        assert!(err(&long).contains("108 bytes"), "{}", err(&long));
+        let fits = format!("unix:/{}", "a".repeat(UNIX_PATH_MAX - 1));
+        assert!(fits.parse::<ListenAddr>().is_ok());
+    }
+
+    #[test]
+    fn tcp_only_options_are_refused_with_a_unix_socket() {
+        let unix = Config { listen: "unix:/tmp/x.sock".parse().unwrap(), ..Config::default() };
+        assert_eq!(unix.validate(), Ok(()));
+        let defer = Config { defer_accept: Some(std::time::Duration::from_secs(1)), ..unix.clone() };
+        assert!(matches!(defer.validate(), Err(ConfigError::NotForUnix { flag: "defer-accept", .. })));
+        let sndbuf = Config { sndbuf: Some(1 << 16), ..unix.clone() };
+        assert!(matches!(sndbuf.validate(), Err(ConfigError::NotForUnix { flag: "sndbuf", .. })));
+        let udp = Config { service: Service::UdpEcho, ..unix.clone() };
+        assert_eq!(udp.validate(), Err(ConfigError::UnixDatagram));
+        let mode = Config { unix_mode: 0o1777, ..unix };
+        assert_eq!(mode.validate(), Err(ConfigError::UnixMode { mode: 0o1777 }));
     }
 }

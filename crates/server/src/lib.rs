@@ -35,9 +35,12 @@ mod udp;
 
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
-pub use config::{Config, ConfigError, ListenerMode, Service};
+pub use config::{
+    check_unix_path, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service, DEFAULT_UNIX_MODE,
+    UNIX_PATH_MAX,
+};
 pub use error::ServerError;
-pub use listener::{BindError, Reservation};
+pub use listener::{BindError, Reservation, SocketFile};
 pub use metrics::MetricsError;
 pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, TLS_FILE_BODY};
 pub use policy::CloseReason;

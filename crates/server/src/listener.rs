@@ -9,32 +9,103 @@
 //! then "address in use" would never be reported. So before binding, a probe socket without
 //! SO_REUSEPORT is bound to the address: if that fails with EADDRINUSE, the port is taken. The
 //! probe has SO_REUSEADDR (TCP), so connections of an earlier run in TIME_WAIT do not count.
+//!
+//! A Unix socket (`unix:PATH`) is a file: [`Listen::bind`] creates it with the asked mode,
+//! replaces a stale one (a socket file nothing listens on, left by a server that was killed) and
+//! refuses a live one, and [`SocketFile`] removes it when the server is done, if it is still
+//! ours. SO_REUSEPORT does not exist for AF_UNIX, so [`Listen::bind_another`] hands out
+//! duplicates of the one listener; TCP's options (SO_REUSEADDR, TCP_NODELAY,
+//! TCP_DEFER_ACCEPT) are not set on it.
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::{Config, ListenerMode};
+use crate::config::{check_unix_path, Config, ListenAddr, ListenerMode};
 
 // The OS error is part of the message, so it is not also returned as `source()`: an error
 // printed with its chain (anyhow's `{:#}`) would show it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("cannot listen on {addr}: address already in use")]
-    InUse { addr: SocketAddr },
-    #[error("cannot listen on {addr}: {error}")]
-    Other { addr: SocketAddr, error: io::Error },
+    InUse { addr: ListenAddr },
+    #[error("cannot listen on {addr}: address already in use (a server is listening on that socket file)")]
+    Listening { addr: ListenAddr },
+    #[error("cannot listen on {addr}: {} exists and is not a socket but {kind}; remove it or choose another path", path.display())]
+    NotASocket { addr: ListenAddr, path: PathBuf, kind: &'static str },
+    #[error("cannot listen on {addr}: {reason}")]
+    BadPath { addr: ListenAddr, reason: String },
+    #[error("cannot listen on {addr}: {error}{hint}")]
+    Other { addr: ListenAddr, error: io::Error, hint: &'static str },
 }
 
 impl BindError {
-    fn new(addr: SocketAddr, source: io::Error) -> Self {
+    fn new(addr: impl Into<ListenAddr>, source: io::Error) -> Self {
+        let addr = addr.into();
+        let hint = match (addr.is_unix(), source.raw_os_error()) {
+            (true, Some(libc::EACCES | libc::EPERM)) => {
+                " (a socket file needs write and search permission on its directory)"
+            }
+            (true, Some(libc::ENOENT)) => " (its directory does not exist)",
+            (true, Some(libc::ENOTDIR)) => " (a part of the path is not a directory)",
+            _ => "",
+        };
         if source.kind() == io::ErrorKind::AddrInUse {
             BindError::InUse { addr }
         } else {
-            BindError::Other { addr, error: source }
+            BindError::Other { addr, error: source, hint }
         }
+    }
+}
+
+/// The socket file of a Unix listener. Dropped (the server is done, after its drain), it removes
+/// the file if the file is still the one this server created: same device and inode. Shared by
+/// the listener and the [`Server`](crate::Server), so it goes when the last of them does.
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!("cannot remove the socket file {}: {e}", self.path.display());
+                }
+            }
+            // Gone, or replaced by someone else's file: not ours to remove.
+            _ => {}
+        }
+    }
+}
+
+/// What stands at a Unix socket's path before it is bound, named for an error.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    let ty = meta.file_type();
+    if ty.is_dir() {
+        "a directory"
+    } else if ty.is_symlink() {
+        "a symbolic link"
+    } else if ty.is_fifo() {
+        "a FIFO"
+    } else if ty.is_block_device() || ty.is_char_device() {
+        "a device"
+    } else {
+        "a regular file"
     }
 }
 
@@ -42,7 +113,9 @@ impl BindError {
 #[derive(Debug)]
 pub struct Listen {
     first: Option<Arc<Socket>>,
-    addr: SocketAddr,
+    addr: ListenAddr,
+    /// A Unix listener's socket file, removed when the last holder drops it.
+    file: Option<Arc<SocketFile>>,
     udp: bool,
     reuseport: bool,
     backlog: u32,
@@ -60,7 +133,8 @@ impl Listen {
         let reuseport = udp || cfg.listener_mode == ListenerMode::ReusePort || cfg.shared_port;
         let mut listen = Listen {
             first: None,
-            addr: cfg.listen,
+            addr: cfg.listen.clone(),
+            file: None,
             udp,
             reuseport,
             backlog: cfg.backlog,
@@ -71,22 +145,43 @@ impl Listen {
                 .defer_accept
                 .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
         };
-        if reuseport && cfg.listen.port() != 0 && !cfg.shared_port {
-            listen.probe().map_err(|e| BindError::new(cfg.listen, e))?;
+        let addr = match &cfg.listen {
+            ListenAddr::Inet(addr) => *addr,
+            ListenAddr::Unix(path) => {
+                if let Some(fd) = cfg.listener_fd {
+                    // A `--procs` worker: the parent bound the socket and keeps its file.
+                    let socket = adopt_unix(fd).map_err(|e| BindError::new(cfg.listen.clone(), e))?;
+                    listen.first = Some(Arc::new(socket));
+                    return Ok(listen);
+                }
+                let (socket, file) = open_unix(path, cfg.unix_mode, cfg.backlog)?;
+                listen.first = Some(Arc::new(socket));
+                listen.file = Some(Arc::new(file));
+                return Ok(listen);
+            }
+        };
+        if reuseport && addr.port() != 0 && !cfg.shared_port {
+            listen.probe(addr).map_err(|e| BindError::new(addr, e))?;
         }
-        let socket = listen.open(cfg.listen).map_err(|e| BindError::new(cfg.listen, e))?;
-        listen.addr = socket
+        let socket = listen.open(addr).map_err(|e| BindError::new(addr, e))?;
+        let bound = socket
             .local_addr()
             .ok()
             .and_then(|a| a.as_socket())
-            .ok_or_else(|| BindError::new(cfg.listen, io::Error::other("bound socket has no address")))?;
+            .ok_or_else(|| BindError::new(addr, io::Error::other("bound socket has no address")))?;
+        listen.addr = ListenAddr::Inet(bound);
         listen.first = Some(Arc::new(socket));
         Ok(listen)
     }
 
-    /// The address actually bound, with the real port.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// The address actually bound, with the real port, or the Unix socket's path.
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// A Unix listener's socket file, which is removed when the last holder drops it.
+    pub fn socket_file(&self) -> Option<Arc<SocketFile>> {
+        self.file.clone()
     }
 
     pub fn is_udp(&self) -> bool {
@@ -103,12 +198,17 @@ impl Listen {
     }
 
     /// Another socket bound to the same address with SO_REUSEPORT, for a model that wants one
-    /// listener per thread.
+    /// listener per thread. A Unix socket has no SO_REUSEPORT: the model gets a duplicate of
+    /// the one listener (one accept queue; every thread waiting on it is woken for a new
+    /// connection, and those that lose the accept find EAGAIN).
     pub fn bind_another(&self) -> io::Result<Socket> {
-        if !self.reuseport {
-            return Err(io::Error::other("this listener was bound without SO_REUSEPORT"));
+        match &self.addr {
+            ListenAddr::Unix(_) => self.shared().try_clone(),
+            ListenAddr::Inet(_) if !self.reuseport => {
+                Err(io::Error::other("this listener was bound without SO_REUSEPORT"))
+            }
+            ListenAddr::Inet(addr) => self.open(*addr),
         }
-        self.open(self.addr)
     }
 
     fn open(&self, addr: SocketAddr) -> io::Result<Socket> {
@@ -141,23 +241,97 @@ impl Listen {
         Ok(socket)
     }
 
-    fn probe(&self) -> io::Result<()> {
+    fn probe(&self, addr: SocketAddr) -> io::Result<()> {
         let (ty, protocol) = if self.udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
-        let probe = Socket::new(Domain::for_address(self.addr), ty.cloexec(), Some(protocol))?;
+        let probe = Socket::new(Domain::for_address(addr), ty.cloexec(), Some(protocol))?;
         if !self.udp {
             probe.set_reuse_address(true)?;
         }
-        probe.bind(&SockAddr::from(self.addr))
+        probe.bind(&SockAddr::from(addr))
     }
+}
+
+/// Bind and listen on a Unix stream socket at `path`, its file created with `mode`.
+fn open_unix(path: &Path, mode: u32, backlog: u32) -> Result<(Socket, SocketFile), BindError> {
+    let addr = ListenAddr::Unix(path.to_owned());
+    let fail = |e: io::Error| BindError::new(addr.clone(), e);
+    check_unix_path(path).map_err(|reason| BindError::BadPath { addr: addr.clone(), reason })?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => match listening(path) {
+            Ok(true) => return Err(BindError::Listening { addr }),
+            Ok(false) => {
+                std::fs::remove_file(path).map_err(fail)?;
+                tracing::warn!(
+                    "replaced the stale socket file {}: nothing was listening on it (a server that \
+                     was killed leaves its socket file behind)",
+                    path.display()
+                );
+            }
+            Err(e) => return Err(fail(e)),
+        },
+        Ok(meta) => return Err(BindError::NotASocket { addr, path: path.to_owned(), kind: file_kind(&meta) }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None).map_err(fail)?;
+    // The file bind creates takes the socket's mode less the umask: never more open than
+    // asked, even before the chmod below sets it exactly.
+    sockscale_sys::fchmod(socket.as_raw_fd(), mode).map_err(fail)?;
+    socket.bind(&SockAddr::unix(path).map_err(fail)?).map_err(fail)?;
+    let meta = std::fs::symlink_metadata(path).map_err(fail)?;
+    // From here on the file is ours, and removed again if listening fails.
+    let file = SocketFile { path: path.to_owned(), dev: meta.dev(), ino: meta.ino() };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(fail)?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX)).map_err(fail)?;
+    Ok((socket, file))
+}
+
+/// Whether something listens on the Unix socket file `path`: a connect() that is refused says
+/// nothing does (a stale file). Non-blocking, so a live server whose queue is full (EAGAIN) is
+/// found live at once rather than waited for.
+fn listening(path: &Path) -> io::Result<bool> {
+    let probe = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
+    match probe.connect(&SockAddr::unix(path)?) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The listening Unix socket a `serve --procs` parent bound, inherited by this worker as `fd`
+/// (`Config::listener_fd`): checked to be one before it is used.
+fn adopt_unix(fd: RawFd) -> io::Result<Socket> {
+    let not_ours = || io::Error::other(format!("descriptor {fd} is not an inherited listening Unix socket"));
+    // Checked before it is owned: only a socket is taken over.
+    let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).map_err(|_| not_ours())?;
+    if !meta.file_type().is_socket() {
+        return Err(not_ours());
+    }
+    // SAFETY: a `--procs` parent leaves this descriptor open across exec for this worker to
+    // serve (the hidden `--listen-fd`); nothing else in the process owns it, and from here the
+    // Socket alone closes it.
+    let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if socket.domain()? != Domain::UNIX || !socket.is_listener()? {
+        return Err(not_ours());
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 /// The port of a `serve --procs` server, held by the parent: a bound, non-listening
 /// SO_REUSEPORT socket. Creating it fails if the port is taken (checked without SO_REUSEPORT,
 /// as for a single server); with port 0 it picks the port every worker then binds. Holding it
 /// keeps the port ours while a dead worker is replaced.
+///
+/// On a Unix socket (`Reservation::unix`) the parent binds and listens, and every worker
+/// inherits the one listener (`Config::listener_fd`): SO_REUSEPORT does not exist for AF_UNIX.
+/// The parent then keeps the socket file, and removes it when it is done.
 pub struct Reservation {
-    _socket: Socket,
-    addr: SocketAddr,
+    socket: Socket,
+    addr: ListenAddr,
+    file: Option<SocketFile>,
 }
 
 impl Reservation {
@@ -177,11 +351,24 @@ impl Reservation {
         }
         let socket = open(true).map_err(|e| BindError::new(addr, e))?;
         let bound = socket.local_addr().ok().and_then(|a| a.as_socket()).unwrap_or(addr);
-        Ok(Reservation { _socket: socket, addr: bound })
+        Ok(Reservation { socket, addr: ListenAddr::Inet(bound), file: None })
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// Bind and listen on the Unix socket `path` (its file made with `mode`), leaving the
+    /// listener open across exec for the workers to inherit.
+    pub fn unix(path: &Path, mode: u32, backlog: u32) -> Result<Reservation, BindError> {
+        let (socket, file) = open_unix(path, mode, backlog)?;
+        socket.set_cloexec(false).map_err(|e| BindError::new(ListenAddr::Unix(path.to_owned()), e))?;
+        Ok(Reservation { socket, addr: ListenAddr::Unix(path.to_owned()), file: Some(file) })
+    }
+
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// The listener every worker inherits, for a Unix socket (`--listen-fd`).
+    pub fn inherited_fd(&self) -> Option<RawFd> {
+        self.file.as_ref().map(|_| self.socket.as_raw_fd())
     }
 }
 
@@ -193,7 +380,7 @@ mod tests {
     fn busy_port_is_reported_even_with_reuseport() {
         let cfg = Config { listen: "127.0.0.1:0".parse().unwrap(), ..Config::default() };
         let first = Listen::bind(&cfg).unwrap();
-        let again = Config { listen: first.local_addr(), ..cfg.clone() };
+        let again = Config { listen: first.local_addr().clone(), ..cfg.clone() };
         let err = Listen::bind(&again).unwrap_err();
         assert!(matches!(err, BindError::InUse { .. }), "{err}");
         assert_eq!(err.to_string(), format!("cannot listen on {}: address already in use", first.local_addr()));
@@ -220,7 +407,7 @@ mod inheritance {
                 ..Config::default()
             };
             let listen = Listen::bind(&cfg).unwrap();
-            let _client = std::net::TcpStream::connect(listen.local_addr()).unwrap();
+            let _client = std::net::TcpStream::connect(listen.local_addr().inet().unwrap()).unwrap();
             let listener = listen.shared();
             let fd = loop {
                 match sockscale_sys::accept(listener.as_raw_fd()) {
@@ -235,5 +422,76 @@ mod inheritance {
             assert_eq!(accepted.send_buffer_size().unwrap(), 2 * (96 << 10));
             assert_eq!(accepted.recv_buffer_size().unwrap(), 2 * (80 << 10));
         }
+    }
+}
+
+#[cfg(test)]
+mod unix {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sockscale-listen-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn unix_cfg(path: &Path, mode: u32) -> Config {
+        Config { listen: ListenAddr::Unix(path.to_owned()), unix_mode: mode, ..Config::default() }
+    }
+
+    /// The file gets the asked mode, serves, is removed when the listener goes, and a second
+    /// listener is a duplicate of the first (no SO_REUSEPORT for AF_UNIX).
+    #[test]
+    fn the_socket_file_has_the_mode_and_is_removed_at_the_end() {
+        let dir = dir("mode");
+        let path = dir.join("s.sock");
+        for mode in [0o600, 0o666] {
+            let listen = Listen::bind(&unix_cfg(&path, mode)).unwrap();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            assert!(meta.file_type().is_socket());
+            assert_eq!(meta.permissions().mode() & 0o7777, mode, "{mode:o}");
+            assert_eq!(listen.local_addr().to_string(), format!("unix:{}", path.display()));
+            let another = listen.bind_another().unwrap();
+            assert_ne!(another.as_raw_fd(), listen.shared().as_raw_fd());
+            std::os::unix::net::UnixStream::connect(&path).unwrap();
+            drop(another);
+            drop(listen);
+            assert!(!path.exists(), "the socket file outlived its listener");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_stale_file_is_replaced_a_live_one_refused_and_others_named() {
+        let dir = dir("stale");
+        let path = dir.join("s.sock");
+        // A socket file nothing listens on, as a killed server leaves it.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let listen = Listen::bind(&unix_cfg(&path, 0o660)).unwrap();
+        let err = Listen::bind(&unix_cfg(&path, 0o660)).unwrap_err();
+        assert!(matches!(err, BindError::Listening { .. }), "{err}");
+        // A live server that accepts nothing and whose queue is full is found live at once.
+        let full = dir.join("full.sock");
+        let backlog = Config { backlog: 1, ..unix_cfg(&full, 0o660) };
+        let _held = Listen::bind(&backlog).unwrap();
+        let _queued: Vec<_> = (0..4).filter_map(|_| listening(&full).ok()).collect();
+        assert!(matches!(Listen::bind(&backlog), Err(BindError::Listening { .. })));
+        assert!(matches!(err, BindError::Listening { .. }), "{err}");
+        assert!(err.to_string().contains("already in use"), "{err}");
+        // A file that replaced ours is not removed.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"not a socket").unwrap();
+        drop(listen);
+        assert!(path.exists(), "removed a file that was not ours");
+        let err = Listen::bind(&unix_cfg(&path, 0o660)).unwrap_err().to_string();
+        assert!(err.contains("is not a socket but a regular file"), "{err}");
+        let err = Listen::bind(&unix_cfg(&dir.join("missing/s.sock"), 0o660)).unwrap_err().to_string();
+        assert!(err.contains("its directory does not exist"), "{err}");
+        let long = dir.join("l".repeat(120));
+        let err = Listen::bind(&unix_cfg(&long, 0o660)).unwrap_err().to_string();
+        assert!(err.contains("at most 107"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -14,16 +14,18 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, ListenAddr};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
-use crate::listener::Listen;
+use crate::listener::{Listen, SocketFile};
 use crate::metrics::MetricsServer;
 use crate::shutdown::Shutdown;
 use crate::stats::{Snapshot, Stats};
 
 pub struct Server {
-    addr: SocketAddr,
+    addr: ListenAddr,
+    /// A Unix listener's socket file: removed once the model is done and this is dropped.
+    _file: Option<Arc<SocketFile>>,
     shutdown: Shutdown,
     stats: Arc<Stats>,
     model: JoinHandle<Result<(), ServerError>>,
@@ -41,7 +43,8 @@ impl Server {
             tracing::info!("{}", crate::model::TLS_FILE_BODY.replace('`', ""));
         }
         let listen = Listen::bind(&cfg)?;
-        let addr = listen.local_addr();
+        let addr = listen.local_addr().clone();
+        let file = listen.socket_file();
         let stats = Arc::new(Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm));
         let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
         let shutdown = Shutdown::with_drain_timeout(cfg.drain_timeout);
@@ -60,12 +63,13 @@ impl Server {
                 Err(_) => ServerError::Panicked { model: model.name() },
             });
         }
-        Ok(Server { addr, shutdown, stats, model: thread, metrics })
+        Ok(Server { addr, _file: file, shutdown, stats, model: thread, metrics })
     }
 
-    /// The address served, with the real port.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// The address served, with the real port, or the Unix socket's path (`unix:PATH`);
+    /// [`ListenAddr::inet`] gives the IP address and port.
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.addr
     }
 
     pub fn metrics_addr(&self) -> Option<SocketAddr> {

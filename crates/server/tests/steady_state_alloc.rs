@@ -130,7 +130,8 @@ struct Client {
 
 impl Client {
     fn connect(server: &Server, kind: Kind) -> Result<Client, String> {
-        let stream = TcpStream::connect(server.local_addr()).map_err(|e| format!("connect: {e}"))?;
+        let stream =
+            TcpStream::connect(server.local_addr().inet().ok_or("not TCP")?).map_err(|e| format!("connect: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
         let request = match kind {

@@ -562,3 +562,55 @@ fn a_port_held_by_another_serve_is_refused() {
         first.stop();
     }
 }
+
+/// `--listen unix:PATH` and `load --unix-socket` mistakes: one line naming the cause, non-zero.
+#[test]
+fn unix_socket_mistakes_get_one_line_naming_them() {
+    let dir = std::env::temp_dir().join(format!("sockscale-cli-uds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plain");
+    std::fs::write(&file, b"not a socket").unwrap();
+    let at = |path: &std::path::Path| format!("unix:{}", path.display());
+    let sock = at(&dir.join("s.sock"));
+    let long = format!("unix:/tmp/{}", "l".repeat(110));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--listen", &long], "at most 107"),
+        (vec!["--listen", "unix:"], "needs a path"),
+        (vec!["--listen", "unixgram:/tmp/x.sock"], "not served"),
+        (vec!["--listen", &sock, "--proto", "udp"], "--proto udp"),
+        (vec!["--listen", &sock, "--defer-accept", "1"], "TCP_DEFER_ACCEPT"),
+        (vec!["--listen", &sock, "--sndbuf", "64KiB"], "--sndbuf does not apply"),
+        (vec!["--listen", &sock, "--no-nodelay"], "TCP_NODELAY"),
+        (vec!["--listen", "127.0.0.1:0", "--unix-mode", "0600"], "needs --listen unix:PATH"),
+        (vec!["--listen", &sock, "--unix-mode", "0800"], "not a permission mode"),
+    ];
+    for (args, says) in &cases {
+        let (_, err) = fails_quickly(&[&["serve"], &args[..]].concat());
+        assert!(one_line(&err).contains(says), "{args:?}: {err}");
+    }
+    let (_, err) = fails_quickly(&["serve", "--listen", &at(&file)]);
+    assert!(one_line(&err).contains("is not a socket but a regular file"), "{err}");
+    let (_, err) = fails_quickly(&["serve", "--listen", &at(&file.join("s.sock"))]);
+    assert!(one_line(&err).contains("not a directory"), "{err}");
+    let (_, err) = fails_quickly(&["serve", "--listen", &at(&dir.join("missing/s.sock"))]);
+    assert!(one_line(&err).contains("its directory does not exist"), "{err}");
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = dir.join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        let (_, err) = fails_quickly(&["serve", "--listen", &at(&locked.join("s.sock"))]);
+        assert!(one_line(&err).contains("needs write and search permission"), "{err}");
+    } else {
+        eprintln!("not checked: an unwritable directory (root writes anywhere)");
+    }
+    let missing = dir.join("nobody.sock");
+    let (code, err) = fails(&["load", "http", "http://localhost/", "--unix-socket", missing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(one_line(&err).contains("is the server running?"), "{err}");
+    let (_, err) = fails(&["load", "echo", "--unix-socket", missing.to_str().unwrap(), "--source", "127.0.0.1"]);
+    assert!(one_line(&err).contains("--source does not apply to --unix-socket"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1093,6 +1093,90 @@ pub fn tls_body_from_a_file_is_read_and_encrypted_in_chunks(model: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 25: a Unix domain socket. HTTP keep-alive and 1 MiB echoed intact on 4 connections over
+/// `UnixStream`; the socket file's mode as asked (and 0660 by default); `load http` and `load
+/// echo --unix-socket` with no error; the file removed when the server stops; a stale file (a
+/// killed server's) replaced, saying so, and a live one refused.
+pub fn unix_socket_serve_and_load(model: &str) {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = std::env::temp_dir().join(format!("sockscale-uds-{model}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let listen = format!("unix:{}", path.display());
+    let mode = || {
+        let meta = std::fs::symlink_metadata(&path).expect("the socket file");
+        assert!(meta.file_type().is_socket(), "{meta:?}");
+        meta.permissions().mode() & 0o7777
+    };
+    let load = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("load")
+            .args(args)
+            .args(["--unix-socket", path.to_str().unwrap(), "-n", "1000", "-c", "10", "-t", "1", "--json", "-"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        // Exit 0: the run counted no error.
+        assert!(out.status.success(), "load {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+        assert_eq!(report["requests"]["completed"], 1000, "{report}");
+    };
+
+    let server = ServerProc::start_at(model, &listen, &["--proto", "http", "--unix-mode", "0600"]);
+    assert_eq!(mode(), 0o600);
+    let mut client = HttpReader::new(server.connect_unix());
+    for _ in 0..10 {
+        client.send(GET);
+        let r = client.response(false).expect("response over the Unix socket");
+        assert_eq!((r.status, r.body.len()), (200, 4096));
+    }
+    drop(client);
+    load(&["http", "http://localhost/"]);
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(!path.exists(), "the socket file outlived the server");
+
+    let server = ServerProc::start_at(model, &listen, &["--proto", "echo"]);
+    assert_eq!(mode(), 0o660, "the default mode");
+    std::thread::scope(|s| {
+        for i in 0..4u64 {
+            let stream = server.connect_unix();
+            s.spawn(move || {
+                let data = pattern(i + 1, 1 << 20);
+                assert!(echo_roundtrip(stream, &data) == data, "connection {i}: echo differs");
+            });
+        }
+    });
+    load(&["echo"]);
+    // Killed, the server leaves its file; the next one replaces it, as nothing listens on it.
+    server.kill();
+    assert!(path.exists(), "SIGKILL leaves the socket file");
+    // io_uring's in-flight accept holds the listener until the kernel has torn the ring down,
+    // a moment after the process is gone: until then the file is live, not stale.
+    let refused = || {
+        std::os::unix::net::UnixStream::connect(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    };
+    assert!(eventually(Duration::from_secs(5), refused), "the killed server's socket still accepts");
+    let server = ServerProc::start_at(model, &listen, &["--proto", "echo"]);
+    let refused =
+        std::process::Command::new(BIN).args(["serve", "--model", model, "--listen", &listen]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("address already in use"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let mut stream = server.connect_unix();
+    stream.write_all(b"still served").unwrap();
+    let mut back = [0u8; 12];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"still served");
+    drop(stream);
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(done.stderr.contains("replaced the stale socket file"), "{}", done.stderr);
+    assert!(!path.exists(), "the socket file outlived the server");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -1135,6 +1219,7 @@ macro_rules! conformance {
             #[test] fn flooding_client_is_disconnected_and_memory_stays_bounded() { if !super::unavailable(MODEL) { super::flooding_client_is_disconnected_and_memory_stays_bounded(MODEL) } }
             #[test] fn graceful_shutdown() { if !super::unavailable(MODEL) { super::graceful_shutdown(MODEL) } }
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
+            #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn accept_backs_off_when_out_of_descriptors() { if !super::unavailable(MODEL) { super::accept_backs_off_when_out_of_descriptors(MODEL) } }
         }
     )*};

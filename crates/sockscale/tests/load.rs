@@ -502,3 +502,39 @@ fn tls_echo_across_processes_and_open_loop_https() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--cacert is for an https:// URL"), "{stderr}");
 }
+
+/// HTTPS over a Unix socket (`https://` with `--unix-socket`): the TLS stage is above the
+/// socket, so the certificate is checked against the URL's host and no request fails.
+#[test]
+fn https_over_a_unix_socket() {
+    let cert = tls::TestCert::new("load-uds");
+    let args = cert.args();
+    let dir = std::env::temp_dir().join(format!("sockscale-load-uds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tls.sock");
+    let listen = format!("unix:{}", path.display());
+    let server = ServerProc::start_at("epoll", &listen, &["--proto", "http", &args[0], &args[1], &args[2], &args[3]]);
+    let socket = path.to_str().unwrap();
+    let ca = cert.ca_file.to_str().unwrap();
+    let r = load(&[
+        "http",
+        "https://localhost/",
+        "--unix-socket",
+        socket,
+        "--cacert",
+        ca,
+        "-c",
+        "4",
+        "-n",
+        "200",
+        "-t",
+        "1",
+    ]);
+    assert_eq!(n(&r, "requests.completed"), 200);
+    assert_eq!(n(&r, "errors.tls"), 0);
+    assert_eq!(n(&r, "tls.handshakes.full") + n(&r, "tls.handshakes.resumed"), 4, "{}", r["tls"]);
+    assert_eq!(r["target"], format!("https://localhost/ via unix:{socket}"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

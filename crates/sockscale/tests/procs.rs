@@ -170,3 +170,49 @@ fn source_addresses_are_used() {
         assert!(peers.contains(&ip.parse::<IpAddr>().unwrap()), "no connection from {ip}: {peers:?}");
     }
 }
+
+/// `serve --procs 2 --listen unix:PATH`: the parent binds the socket and both workers serve the
+/// listener they inherit (no SO_REUSEPORT for AF_UNIX); `load --procs 2 --unix-socket` runs
+/// through it with no error; the parent removes the file once every worker is gone.
+#[test]
+fn serve_procs_share_one_unix_socket() {
+    let dir = std::env::temp_dir().join(format!("sockscale-procs-uds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let listen = format!("unix:{}", path.display());
+    let mut parent = Command::new(BIN)
+        .args(["serve", "--proto", "http", "--threads", "1", "--procs", "2", "--listen", &listen])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(parent.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), format!("listening on {listen}"));
+    assert_eq!(children(parent.id()).len(), 2, "two workers");
+    let out = Command::new(BIN)
+        .args(["load", "http", "http://localhost/", "--unix-socket", path.to_str().unwrap()])
+        .args(["-c", "20", "-n", "2000", "--procs", "2", "-t", "1"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    let accepted: i64 = finals[0]
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("accepted="))
+        .and_then(|v| v.parse().ok())
+        .expect("accepted");
+    // The load's 20 connections and its probe, between the two workers.
+    assert!(accepted >= 21, "{}", finals[0]);
+    assert!(!path.exists(), "the parent left the socket file");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -192,6 +192,14 @@ pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
     set_int_option(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
 }
 
+/// fchmod(2): set a descriptor's permission bits. On a Unix socket not yet bound, the socket
+/// file bind(2) creates takes them (less the umask), so it is never more open than asked.
+pub fn fchmod(fd: RawFd, mode: u32) -> io::Result<()> {
+    // SAFETY: fchmod takes no pointers; a bad descriptor is an error, not undefined behaviour.
+    syscall!(fchmod(fd, mode as libc::mode_t))?;
+    Ok(())
+}
+
 /// TCP_DEFER_ACCEPT on a listener: a connection is handed to accept(2) only once its first
 /// bytes have arrived, or after about `seconds` (the kernel counts SYN-ACK retransmissions, so it
 /// rounds the time up to its retransmission schedule).

@@ -30,7 +30,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
 use crate::client::{EchoClient, HttpClient, UdpClient};
-use crate::config::{LoadConfig, Mode};
+use crate::config::{Endpoint, LoadConfig, Mode};
 use crate::pattern::Pattern;
 use crate::rate::PacedBlock;
 use crate::report::{new_histogram, Errors, Statuses, Udp};
@@ -552,6 +552,9 @@ impl<'a> Engine<'a> {
     }
 
     fn connect(&mut self, index: u64, prepaid: bool) {
+        // The connect is timed from here: a Unix socket's completes within the call.
+        self.tick();
+        let started_ns = self.now_ns;
         let cfg = &self.shared.cfg;
         let udp = matches!(cfg.mode, Mode::Udp { .. });
         self.result.attempted += 1;
@@ -567,7 +570,7 @@ impl<'a> Engine<'a> {
                 return self.schedule_reconnect(index, End::Failed);
             }
         };
-        let connected = match socket.connect(&SockAddr::from(cfg.addr)) {
+        let connected = match cfg.addr.sockaddr().and_then(|addr| socket.connect(&addr)) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
             Err(e) => {
@@ -597,7 +600,7 @@ impl<'a> Engine<'a> {
             index,
             generation,
             connected: false,
-            connect_started_ns: self.now_ns,
+            connect_started_ns: started_ns,
             client,
             tls: None,
             readable: false,
@@ -615,6 +618,7 @@ impl<'a> Engine<'a> {
         });
         self.pending_connects += 1;
         if connected {
+            self.tick();
             self.on_connected(token);
         } else {
             self.settle(token);
@@ -624,7 +628,12 @@ impl<'a> Engine<'a> {
     fn new_socket(&self, index: u64, udp: bool) -> std::io::Result<Socket> {
         let cfg = &self.shared.cfg;
         let (ty, proto) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
-        let socket = Socket::new(Domain::for_address(cfg.addr), ty.nonblocking().cloexec(), Some(proto))?;
+        let addr = match &cfg.addr {
+            Endpoint::Inet(addr) => *addr,
+            // No nodelay and no source address: a Unix socket has neither (`validate`).
+            Endpoint::Unix(_) => return Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None),
+        };
+        let socket = Socket::new(Domain::for_address(addr), ty.nonblocking().cloexec(), Some(proto))?;
         if !udp {
             socket.set_tcp_nodelay(cfg.nodelay)?;
         }
@@ -1008,7 +1017,7 @@ mod tests {
     fn paced_config(addr: std::net::SocketAddr, conns: usize, byte_rate: f64, duration: Duration) -> LoadConfig {
         LoadConfig {
             mode: Mode::Echo { msg_len: 100 },
-            addr,
+            addr: addr.into(),
             target: addr.to_string(),
             conns,
             threads: 1,

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ::tokio::io::Interest;
-use ::tokio::net::TcpStream;
 use ::tokio::sync::watch;
 use sockscale_proto::{Output, Session};
 use sockscale_sys as sys;
 
 use super::active::Seat;
+use super::stream::Stream;
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::body::{BodyFile, Seal};
 use crate::conn::{closed_by_error, Exchange, OutQueue, Socket, TurnIo, Turned, Written};
@@ -23,7 +23,7 @@ use crate::stats::Stats;
 
 /// One connection's state between awaits.
 pub(super) struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     pub(super) x: Exchange,
     /// With `--abort-storm-shed`, the stats whose roster lists this connection: delisted when
     /// the connection drops, however its task ends (a cancelled or panicked task included),
@@ -54,7 +54,7 @@ pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: wa
 impl Conn {
     /// A connection of `stats`' process, listed for shedding (`--abort-storm-shed`) until it
     /// drops.
-    pub(super) fn new(stream: TcpStream, session: Session, stats: &Arc<Stats>, seat: Option<Seat>) -> Self {
+    pub(super) fn new(stream: Stream, session: Session, stats: &Arc<Stats>, seat: Option<Seat>) -> Self {
         let listed = stats.sheds().then(|| {
             stats.enlist(stream.as_raw_fd());
             stats.clone()
@@ -201,10 +201,10 @@ impl Conn {
     }
 }
 
-/// A tokio stream as a turn's socket: reads and flushes go through `try_io`, so that a call
+/// A tokio stream (TCP or Unix) as a turn's socket: reads and flushes go through `try_io`, so that a call
 /// that finds the socket drained or full clears tokio's readiness, and the next `ready()` waits
 /// for a new edge (only if no newer event came in meanwhile).
-struct TokioSocket<'s>(&'s TcpStream);
+struct TokioSocket<'s>(&'s Stream);
 
 impl Socket for TokioSocket<'_> {
     fn fd(&self) -> RawFd {

@@ -36,6 +36,10 @@
 //! every connection and again every second, and cost kilobytes per idle connection. A task uses
 //! the engine of the thread it runs on, only between awaits; sessions keep no reference to it.
 //!
+//! A Unix socket (`--listen unix:PATH`) is accepted with tokio's `UnixListener`: `stream.rs`
+//! puts the two families' listener and stream types behind one `Listener` and one `Stream`, and
+//! everything below is the same for both.
+//!
 //! Known limits:
 //! - `--listener` does not apply to TCP: one accept task serves the one shared listener (as
 //!   asio's one acceptor); tasks migrate between workers, so per-thread listeners would buy no
@@ -54,6 +58,7 @@
 use std::cell::{Cell, RefCell};
 mod active;
 mod conn;
+mod stream;
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -63,7 +68,6 @@ use std::time::{Duration, Instant};
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
-use ::tokio::net::{TcpListener, TcpStream};
 use ::tokio::sync::{mpsc, watch, Notify};
 use ::tokio::task::JoinSet;
 use sockscale_proto::Protocol;
@@ -85,6 +89,7 @@ use crate::udp::{self, UdpEcho, UdpTurn};
 
 use active::ActiveGate;
 use conn::{conn_task, Conn};
+use stream::{Listener, Stream};
 
 /// How long the model waits past the drain deadline for connection tasks that have not closed
 /// themselves before it drops them (they close at the deadline on their own; this is a
@@ -193,8 +198,8 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
             sources.spawn(udp_loop(socket, shared.clone(), stage_rx.clone()));
         }
     } else {
-        let std_listener: std::net::TcpListener = ctx.listen.shared().try_clone().map_err(io_err)?.into();
-        let listener = TcpListener::from_std(std_listener).map_err(io_err)?;
+        let socket = ctx.listen.shared().try_clone().map_err(io_err)?;
+        let listener = Listener::new(socket, ctx.listen.local_addr().is_unix()).map_err(io_err)?;
         sources.spawn(accept_loop(listener, shared.clone(), stage_rx.clone(), done_tx.clone()));
     }
     drop(done_tx);
@@ -343,7 +348,7 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
 /// back-off, abort-storm hold). tokio reports an empty queue by waiting, so the gate never
 /// hears of one.
 async fn accept_loop(
-    listener: TcpListener,
+    listener: Listener,
     shared: Arc<Shared>,
     mut stage: watch::Receiver<Stage>,
     done: mpsc::Sender<()>,
@@ -364,7 +369,7 @@ async fn accept_loop(
                     accepted = listener.accept() => accepted,
                 };
                 match accepted {
-                    Ok((stream, _)) => {
+                    Ok(stream) => {
                         // A storm that began while this accept waited: the gate holds the
                         // connection, unserved as it would have been in the backlog.
                         if let Some(stream) = gate.on_taken(stream, shared.stats.storm_holds()) {
@@ -420,7 +425,7 @@ async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, un
 
 /// Admit one accepted connection and start its task, or refuse it beyond `--max-conns`.
 fn admit(
-    stream: TcpStream,
+    stream: Stream,
     shared: &Arc<Shared>,
     stage: &watch::Receiver<Stage>,
     done: &mpsc::Sender<()>,
@@ -446,7 +451,7 @@ fn admit(
 }
 
 /// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
-fn refuse(stream: TcpStream, shared: &Shared, log: &mut LogLimiter, why: Refusal<'_>) {
+fn refuse(stream: Stream, shared: &Shared, log: &mut LogLimiter, why: Refusal<'_>) {
     let fd = stream.as_raw_fd();
     with_local(shared, Instant::now(), |local| {
         let engine = shared.cfg.tls.is_none().then_some(&mut local.kit.engine);
@@ -535,7 +540,7 @@ mod tests {
     }
 
     fn connect(server: &Server) -> TcpStream {
-        let stream = TcpStream::connect(server.local_addr()).expect("connect");
+        let stream = TcpStream::connect(server.local_addr().inet().expect("a TCP address")).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         stream.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
         stream

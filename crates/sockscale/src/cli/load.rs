@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use sockscale_load::report::EndedEarly;
-use sockscale_load::{AcceptedStatuses, HttpRequest, LoadConfig, LoadTls, Mode, Progress, Report, Segment};
+use sockscale_load::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, Report, Segment};
 use sockscale_server::TerminationSignals;
 use sockscale_tls::{ClientTls, Trust};
 
@@ -195,8 +195,13 @@ impl TlsArgs {
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
-    /// Server address, e.g. 127.0.0.1:8080
-    pub addr: String,
+    /// Server address, e.g. 127.0.0.1:8080; with --unix-socket it may be left out, and names
+    /// the server only (its host is the TLS server name)
+    #[arg(required_unless_present = "unix_socket")]
+    pub addr: Option<String>,
+    /// Connect to this Unix stream socket instead (curl's flag)
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
     /// Message length in bytes
     #[arg(short = 'l', long = "length", default_value = "512", value_parser = positive_size)]
     pub length: usize,
@@ -221,8 +226,12 @@ pub struct EchoArgs {
 #[derive(Debug, Args)]
 pub struct HttpArgs {
     /// URL, e.g. http://127.0.0.1:8080/ or https://localhost:8443/ (TLS 1.3 or 1.2, ALPN
-    /// http/1.1, the certificate verified unless --insecure)
+    /// http/1.1, the certificate verified unless --insecure); with --unix-socket the URL gives
+    /// only the Host header, the path and the scheme
     pub url: String,
+    /// Connect to this Unix stream socket instead of the URL's host and port (curl's flag)
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
     /// A new connection for every request, as ab does without -k
     #[arg(long)]
     pub no_keepalive: bool,
@@ -580,7 +589,7 @@ fn share(common: &Common) -> Result<Share> {
 fn base_config(
     common: &Common,
     mode: Mode,
-    addr: SocketAddr,
+    addr: Endpoint,
     target: String,
     options: serde_json::Value,
 ) -> Result<LoadConfig> {
@@ -684,23 +693,52 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
     v
 }
 
+/// `--unix-socket PATH`: the endpoint, after refusing what has no meaning over a Unix socket.
+fn unix_endpoint(path: &Path, no_nodelay: bool, nodelay: bool) -> Result<Endpoint> {
+    sockscale_server::check_unix_path(path).map_err(|e| anyhow::anyhow!("--unix-socket {e}"))?;
+    for (flag, given) in [("--no-nodelay", no_nodelay), ("--nodelay", nodelay)] {
+        if given {
+            bail!("{flag} does not apply to --unix-socket: TCP_NODELAY is a TCP option");
+        }
+    }
+    Ok(Endpoint::Unix(path.to_owned()))
+}
+
+/// The target as reports name it: what was asked, and the socket it went through.
+fn via(named: Option<&str>, path: &Path) -> String {
+    match named {
+        Some(named) => format!("{named} via unix:{}", path.display()),
+        None => format!("unix:{}", path.display()),
+    }
+}
+
 fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
-    let addr = resolve(&a.addr)?;
+    let (addr, target) = match (&a.unix_socket, &a.addr) {
+        (Some(path), named) => (unix_endpoint(path, a.no_nodelay, false)?, via(named.as_deref(), path)),
+        (None, Some(addr)) => (resolve(addr)?.into(), addr.clone()),
+        (None, None) => bail!("give the server's address, or --unix-socket PATH"),
+    };
     let tls = match (a.tls, a.tls_args.given()) {
-        (true, _) => Some(a.tls_args.config(host_of(&a.addr), &[])?),
+        (true, _) => {
+            let Some(host) = a.addr.as_deref().map(host_of).or(a.tls_args.sni.as_deref()) else {
+                bail!("--tls over --unix-socket needs the name the certificate is for: give ADDR (its host) or --sni NAME")
+            };
+            Some(a.tls_args.config(host, &[])?)
+        }
         (false, Some(flag)) => bail!("{flag} is for a TLS run: add --tls"),
         (false, None) => None,
     };
     let options = options_json(
         "echo",
-        &a.addr,
+        &target,
         &a.common,
         serde_json::json!({
             "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "nodelay": !a.no_nodelay,
             "tls": a.tls.then(|| a.tls_args.options()),
+            "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
         }),
     );
-    let mut cfg = base_config(&a.common, Mode::Echo { msg_len: a.length }, addr, a.addr.clone(), options)?;
+    let mut cfg = base_config(&a.common, Mode::Echo { msg_len: a.length }, addr, target, options)?;
     cfg.depth = a.depth;
     cfg.block_byte_rate = a.byte_rate.map(|r| r as f64);
     cfg.nodelay = !a.no_nodelay;
@@ -711,14 +749,18 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
 fn udp_config(a: &UdpArgs) -> Result<LoadConfig> {
     let addr = resolve(&a.addr)?;
     let options = options_json("udp", &a.addr, &a.common, serde_json::json!({ "length": a.length, "depth": a.depth }));
-    let mut cfg = base_config(&a.common, Mode::Udp { msg_len: a.length }, addr, a.addr.clone(), options)?;
+    let mut cfg = base_config(&a.common, Mode::Udp { msg_len: a.length }, addr.into(), a.addr.clone(), options)?;
     cfg.depth = a.depth;
     Ok(cfg)
 }
 
 fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
     let Url { https, authority, path } = parse_url(&a.url)?;
-    let addr = resolve(&with_default_port(&authority, if https { 443 } else { 80 }))?;
+    let (addr, target) = match &a.unix_socket {
+        // As curl: the URL still names the host (the Host header, the TLS server name).
+        Some(socket) => (unix_endpoint(socket, a.no_nodelay, a.nodelay)?, via(Some(&a.url), socket)),
+        None => (resolve(&with_default_port(&authority, if https { 443 } else { 80 }))?.into(), a.url.clone()),
+    };
     let tls = match (https, a.tls_args.given()) {
         (true, _) => Some(a.tls_args.config(host_of(&authority), &[b"http/1.1"])?),
         (false, Some(flag)) => bail!("{flag} is for an https:// URL"),
@@ -747,16 +789,17 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
     };
     let options = options_json(
         "http",
-        &a.url,
+        &target,
         &a.common,
         serde_json::json!({
             "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
             "tls": https.then(|| a.tls_args.options()),
+            "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
         }),
     );
-    let mut cfg = base_config(&a.common, Mode::Http(request), addr, a.url.clone(), options)?;
+    let mut cfg = base_config(&a.common, Mode::Http(request), addr, target, options)?;
     cfg.nodelay = !a.no_nodelay;
     cfg.accept_status = a.accept_status.clone();
     cfg.tls = tls;
@@ -811,6 +854,42 @@ fn with_default_port(authority: &str, port: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn load(args: &[&str]) -> Result<LoadConfig> {
+        let argv = [&["sockscale", "load"], args].concat();
+        let Cli { command: Command::Load(command) } = Cli::try_parse_from(argv)? else { panic!("load") };
+        match *command {
+            LoadCommand::Echo(a) => echo_config(&a),
+            LoadCommand::Http(a) => http_config(&a),
+            _ => panic!("echo or http"),
+        }
+    }
+
+    #[test]
+    fn unix_socket_flags() {
+        let cfg = load(&["http", "http://localhost/x", "--unix-socket", "/tmp/s.sock", "-n", "5"]).unwrap();
+        assert_eq!(cfg.addr, Endpoint::Unix("/tmp/s.sock".into()));
+        assert_eq!(cfg.target, "http://localhost/x via unix:/tmp/s.sock");
+        let Mode::Http(request) = &cfg.mode else { panic!("http") };
+        assert_eq!((request.host.as_str(), request.path.as_str()), ("localhost", "/x"));
+        // The URL's host is not resolved: it only names the server.
+        assert!(load(&["http", "http://no-such-host.invalid/", "--unix-socket", "s.sock"]).is_ok());
+        let echo = load(&["echo", "--unix-socket", "s.sock"]).unwrap();
+        assert_eq!((echo.addr, echo.target.as_str()), (Endpoint::Unix("s.sock".into()), "unix:s.sock"));
+        assert_eq!(load(&["echo", "app:1", "--unix-socket", "s.sock"]).unwrap().target, "app:1 via unix:s.sock");
+        let err = |args: &[&str]| format!("{:#}", load(args).unwrap_err());
+        assert!(err(&["echo"]).contains("<ADDR>"), "{}", err(&["echo"]));
+        assert!(err(&["echo", "--unix-socket", "s.sock", "--tls"]).contains("--sni NAME"));
+        assert!(load(&["echo", "--unix-socket", "s.sock", "--tls", "--sni", "localhost", "-k"]).is_ok());
+        assert!(err(&["echo", "--unix-socket", "s.sock", "--no-nodelay"]).contains("TCP_NODELAY"));
+        assert!(err(&["http", "http://h/", "--unix-socket", "s.sock", "--nodelay"]).contains("TCP_NODELAY"));
+        let long = format!("/{}", "s".repeat(120));
+        assert!(err(&["echo", "--unix-socket", &long]).contains("at most 107"));
+        let source = load(&["echo", "--unix-socket", "s.sock", "--source", "127.0.0.1"]).unwrap();
+        assert!(source.validate().unwrap_err().to_string().contains("--source does not apply to --unix-socket"));
+    }
 
     #[test]
     fn urls() {

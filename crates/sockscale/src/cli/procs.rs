@@ -233,21 +233,21 @@ enum WorkerLine {
     Exited(usize, u32),
 }
 
-/// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT.
-pub fn run_serve_children(
-    n: usize,
-    argv: &[String],
-    addr: std::net::SocketAddr,
-    reservation: sockscale_server::Reservation,
-) -> Result<()> {
+/// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT, or, on a
+/// Unix socket, the listener `reservation` holds, which every worker inherits.
+pub fn run_serve_children(n: usize, argv: &[String], reservation: sockscale_server::Reservation) -> Result<()> {
     let args = child_args(argv, &["--procs", "--listen"]);
-    let listen = ["--listen".to_owned(), addr.to_string()];
+    let addr = reservation.local_addr().clone();
+    let mut listen = vec!["--listen".to_owned(), addr.to_string()];
+    if let Some(fd) = reservation.inherited_fd() {
+        listen.extend(["--listen-fd".to_owned(), fd.to_string()]);
+    }
     let pids = Arc::new(Mutex::new(vec![0u32; n]));
     let stopping = Arc::new(AtomicBool::new(false));
     forward_signals(pids.clone(), stopping.clone())?;
     let (tx, rx) = mpsc::channel();
     let start_worker = |k: usize| -> Result<u32> {
-        let extra = [listen[0].clone(), listen[1].clone(), "--proc-slot".to_owned(), format!("{k}/{n}")];
+        let extra = [&listen[..], &["--proc-slot".to_owned(), format!("{k}/{n}")]].concat();
         let mut child = spawn(&args, &extra, Stdio::null())?;
         let pid = child.id();
         let out = child.stdout.take().context("worker stdout")?;

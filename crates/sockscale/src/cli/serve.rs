@@ -11,7 +11,8 @@ use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
-    ActiveConfig, BodyFile, Config, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
+    ActiveConfig, BodyFile, Config, ListenAddr, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
+    DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::{ServerOptions, ServerTls};
 
@@ -57,9 +58,15 @@ pub enum SendfileArg {
 // says why, instead of being taken for an unknown flag `-1`.
 #[command(next_line_help = false, allow_negative_numbers = true)]
 pub struct ServeArgs {
-    /// Address to listen on; port 0 picks a free port, printed on the first line
-    #[arg(long, default_value = "127.0.0.1:8080", help_heading = "Service")]
-    pub listen: SocketAddr,
+    /// Address to listen on: IP:PORT (port 0 picks a free port, printed on the first line) or
+    /// unix:PATH, a Unix stream socket (its file made with --unix-mode, a stale one replaced,
+    /// removed at exit)
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", help_heading = "Service")]
+    pub listen: ListenAddr,
+    /// Permission bits of a unix:PATH socket file, octal; connecting needs write permission
+    /// [default: 0660, owner and group]
+    #[arg(long, value_name = "MODE", value_parser = parse_mode, help_heading = "Service")]
+    pub unix_mode: Option<u32>,
     /// Protocol to serve
     #[arg(long, value_enum, default_value_t = Proto::Echo, help_heading = "Service")]
     pub proto: Proto,
@@ -203,6 +210,10 @@ pub struct ServeArgs {
     /// Internal: this process is worker K of N of a --procs server
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
+    /// Internal: a --procs worker on unix:PATH serves the listener its parent bound, inherited
+    /// as this descriptor
+    #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
+    pub listen_fd: Option<i32>,
 
     /// Serve TLS (1.3 and 1.2) with this PEM certificate chain, leaf first (with --tls-key)
     #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = "TLS")]
@@ -267,8 +278,21 @@ impl ServeArgs {
             _ => None,
         };
         let defaults = Config::default();
+        if let ListenAddr::Unix(_) = &self.listen {
+            for (flag, given, why) in [
+                ("--nodelay", self.nodelay, "TCP_NODELAY is a TCP option"),
+                ("--no-nodelay", self.no_nodelay, "TCP_NODELAY is a TCP option"),
+            ] {
+                if given {
+                    anyhow::bail!("{flag} does not apply to a Unix socket (--listen {}): {why}", self.listen);
+                }
+            }
+        } else if self.unix_mode.is_some() {
+            anyhow::bail!("--unix-mode is the mode of a socket file: it needs --listen unix:PATH");
+        }
         Ok(Config {
-            listen: self.listen,
+            listen: self.listen.clone(),
+            unix_mode: self.unix_mode.unwrap_or(DEFAULT_UNIX_MODE),
             service,
             model: self.model,
             threads: self.threads.unwrap_or(defaults.threads),
@@ -310,6 +334,7 @@ impl ServeArgs {
             max_outstanding_sends: self.max_outstanding_sends,
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
+            listener_fd: self.listen_fd,
             body_file,
             tls,
         })
@@ -349,9 +374,12 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
             // The last worker's port, checked before any worker starts.
             ServeArgs::worker_metrics(metrics, args.procs - 1)?;
         }
-        let reservation = sockscale_server::Reservation::new(cfg.listen, cfg.service.is_udp())?;
-        let addr = reservation.local_addr();
-        return crate::cli::procs::run_serve_children(args.procs.into(), argv, addr, reservation);
+        let reservation = match &cfg.listen {
+            ListenAddr::Inet(addr) => sockscale_server::Reservation::new(*addr, cfg.service.is_udp())?,
+            // No SO_REUSEPORT for AF_UNIX: the parent listens, and every worker inherits it.
+            ListenAddr::Unix(path) => sockscale_server::Reservation::unix(path, cfg.unix_mode, cfg.backlog)?,
+        };
+        return crate::cli::procs::run_serve_children(args.procs.into(), argv, reservation);
     }
     if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics) {
         cfg.metrics = Some(ServeArgs::worker_metrics(metrics, k)?);
@@ -379,11 +407,43 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `--unix-mode`: octal permission bits, `0660`, `660` or `0o660`.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.trim().trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o777 && !digits.is_empty() => Ok(mode),
+        _ => Err(format!("'{text}' is not a permission mode: give octal bits from 0 to 0777, such as 0660")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use clap::Parser;
+
+    fn serve(args: &[&str]) -> Result<Config> {
+        let argv = [&["sockscale", "serve"], args].concat();
+        let Cli { command: Command::Serve(args) } = Cli::try_parse_from(argv)? else { panic!("serve") };
+        args.to_config()
+    }
+
+    #[test]
+    fn unix_sockets_parse_and_tcp_only_flags_are_refused() {
+        let cfg = serve(&["--listen", "unix:/tmp/s.sock"]).unwrap();
+        assert_eq!(cfg.listen, ListenAddr::Unix("/tmp/s.sock".into()));
+        assert_eq!(cfg.unix_mode, 0o660);
+        assert_eq!(serve(&["--listen", "unix:s.sock", "--unix-mode", "0600"]).unwrap().unix_mode, 0o600);
+        assert_eq!(serve(&["--listen", "unix:s.sock", "--unix-mode", "0o666"]).unwrap().unix_mode, 0o666);
+        for bad in ["0688", "1777", "", "rw"] {
+            assert!(serve(&["--listen", "unix:s.sock", "--unix-mode", bad]).is_err(), "{bad}");
+        }
+        let err = |args: &[&str]| format!("{:#}", serve(args).unwrap_err());
+        assert!(err(&["--unix-mode", "0600"]).contains("needs --listen unix:PATH"));
+        assert!(err(&["--listen", "unix:s.sock", "--no-nodelay"]).contains("TCP_NODELAY"));
+        assert!(err(&["--listen", "unixgram:s.sock"]).contains("not served"));
+        assert!(err(&["--listen", &format!("unix:/{}", "x".repeat(200))]).contains("at most 107"));
+    }
 
     #[test]
     fn cli_defaults_are_the_library_defaults() {

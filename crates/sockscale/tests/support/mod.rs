@@ -53,7 +53,10 @@ pub fn raise_nofile() {
 /// A running server process; killed if the test ends without stopping it.
 pub struct ServerProc {
     child: Option<Child>,
+    /// The TCP or UDP address served (0.0.0.0:0 for a Unix socket: see `unix`).
     pub addr: SocketAddr,
+    /// The socket file of a server listening on `unix:PATH`.
+    pub unix: Option<std::path::PathBuf>,
     stdout: Receiver<String>,
     /// Lines `wait_for_line` has taken from `stdout` already, in order.
     seen: Vec<String>,
@@ -95,11 +98,20 @@ impl ServerProc {
         Self::start_limited(model, args, None)
     }
 
+    /// As `start`, listening on `listen` (`unix:PATH`, say).
+    pub fn start_at(model: &str, listen: &str, args: &[&str]) -> ServerProc {
+        Self::start_on(model, listen, args, None)
+    }
+
     /// As `start`, with the server's open-files limit lowered to `nofile`.
     pub fn start_limited(model: &str, args: &[&str], nofile: Option<u64>) -> ServerProc {
+        Self::start_on(model, "127.0.0.1:0", args, nofile)
+    }
+
+    fn start_on(model: &str, listen: &str, args: &[&str], nofile: Option<u64>) -> ServerProc {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--model", model, "--listen", "127.0.0.1:0"]);
+        cmd.args(["serve", "--model", model, "--listen", listen]);
         // Two workers unless the case chooses.
         if !args.contains(&"--threads") {
             cmd.args(["--threads", "2"]);
@@ -141,15 +153,20 @@ impl ServerProc {
             s
         });
         let first = rx.recv_timeout(Duration::from_secs(10));
-        let addr = match first {
-            Ok(line) if line.starts_with("listening on ") => line["listening on ".len()..].parse().expect("address"),
+        let (addr, unix) = match first {
+            Ok(line) if line.starts_with("listening on unix:") => {
+                (SocketAddr::from(([0, 0, 0, 0], 0)), Some(line["listening on unix:".len()..].into()))
+            }
+            Ok(line) if line.starts_with("listening on ") => {
+                (line["listening on ".len()..].parse().expect("address"), None)
+            }
             other => {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("server did not start: {other:?}; stderr: {}", stderr.join().unwrap_or_default());
             }
         };
-        ServerProc { child: Some(child), addr, stdout: rx, seen: Vec::new(), stderr }
+        ServerProc { child: Some(child), addr, unix, stdout: rx, seen: Vec::new(), stderr }
     }
 
     pub fn pid(&self) -> i32 {
@@ -274,6 +291,15 @@ impl ServerProc {
 
     pub fn stop(self) -> Finished {
         self.stop_within(Duration::from_secs(15))
+    }
+
+    /// A client of a server on `unix:PATH`.
+    pub fn connect_unix(&self) -> std::os::unix::net::UnixStream {
+        let path = self.unix.as_ref().expect("a server on a Unix socket");
+        let s = std::os::unix::net::UnixStream::connect(path).expect("connect to the Unix socket");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -485,8 +511,25 @@ pub fn echo_byte(stream: &mut TcpStream, byte: u8) {
 pub const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
 pub const HEAD: &[u8] = b"HEAD / HTTP/1.1\r\nHost: test\r\n\r\n";
 
+/// A client stream that can be split into a reader and a writer: TCP or Unix.
+pub trait Duplex: Read + Write + Send + Sized {
+    fn try_clone(&self) -> std::io::Result<Self>;
+}
+
+impl Duplex for TcpStream {
+    fn try_clone(&self) -> std::io::Result<Self> {
+        TcpStream::try_clone(self)
+    }
+}
+
+impl Duplex for std::os::unix::net::UnixStream {
+    fn try_clone(&self) -> std::io::Result<Self> {
+        std::os::unix::net::UnixStream::try_clone(self)
+    }
+}
+
 /// Echo `data` on `stream`, writing from a second thread so neither side can stall the other.
-pub fn echo_roundtrip(stream: TcpStream, data: &[u8]) -> Vec<u8> {
+pub fn echo_roundtrip<S: Duplex>(stream: S, data: &[u8]) -> Vec<u8> {
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = stream;
     std::thread::scope(|s| {
