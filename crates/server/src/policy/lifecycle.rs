@@ -48,10 +48,14 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use sockscale_proto::{Engine, Output, Session};
+use sockscale_proto::{Engine, Output, Session, Verdict};
 
 use super::conn::{closed_by_error, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use super::CloseReason;
+
+/// The protocol is asked to transmit only with at least this much room under
+/// `--max-pending-send` (or nothing pending), so it never runs for a few bytes.
+pub const TRANSMIT_ROOM: usize = 1024;
 
 /// How long a connection that found the shared buffer pool empty waits before it tries to
 /// read again: the pool refills as other connections finish their reads.
@@ -89,6 +93,10 @@ pub enum Action {
     /// [`Lifecycle::on_eof`], [`Lifecycle::on_drained`], [`Lifecycle::on_failed`], or
     /// [`Lifecycle::on_no_buffer`] if no buffer could be had).
     Read { max: usize },
+    /// The protocol has more to send now that output moved (HTTP/2: DATA its flow-control
+    /// windows allow, or a drain's GOAWAY): call [`Lifecycle::on_transmit`], and send what it
+    /// writes as for [`Fed::Send`].
+    Transmit,
     /// Close the connection, counting it for this reason.
     Close(CloseReason),
     /// This turn is over: wait as [`Wait`] says.
@@ -174,6 +182,11 @@ impl Flags {
     /// (a signal's band is POLLIN for data and FIN alike), looks like more data. Until the
     /// socket says EAGAIN, a short read does not mean drained.
     const LATE_EDGE: u16 = 1 << 8;
+    /// The protocol was asked to transmit this turn (once a turn: more comes after the others).
+    const TRANSMITTED: u16 = 1 << 9;
+    /// The protocol's last transmit produced nothing (windows shut): not asked again until
+    /// output moves, input arrives or the drain begins.
+    const STUCK: u16 = 1 << 10;
 
     fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -293,6 +306,8 @@ impl Lifecycle {
     /// ends the active set, so a waiting connection stops waiting.
     pub fn begin_drain(&mut self, now: Instant, until: Instant, unread: bool) {
         self.session.finish_current();
+        // A drain's GOAWAY may be owed.
+        self.flags.set(Flags::STUCK, false);
         let waited = self.policy.is_waiting();
         self.policy.begin_drain(now, until, unread);
         if waited {
@@ -359,6 +374,17 @@ impl Lifecycle {
                     if let Some(reason) = self.finished(pending) {
                         return Action::Close(reason);
                     }
+                    if self.transmit_due(engine, pending, limits) {
+                        if !self.flags.has(Flags::TRANSMITTED) {
+                            self.flags.set(Flags::TRANSMITTED, true);
+                            // Settled again after the transmit: what moved still counts.
+                            self.flags.set(Flags::PROGRESSED, progressed);
+                            return Action::Transmit;
+                        }
+                        // Once a turn: the others first, then this one again.
+                        self.flags.set(Flags::RESUME, true);
+                    }
+                    self.flags.set(Flags::TRANSMITTED, false);
                     let resumed = self.policy.account(now, pending, progressed, limits);
                     let starved = self.flags.has(Flags::STARVED);
                     // No buffer was to be had: read again at the retry, not before (watching for
@@ -374,6 +400,30 @@ impl Lifecycle {
                     return Action::Wait(Wait { read, write: !pending.is_empty(), wake_at, resume });
                 }
             }
+        }
+    }
+
+    /// Whether to ask the protocol to transmit: it has something to send, its last transmit
+    /// was not stuck, the exchange goes on, and the output has room under its caps.
+    fn transmit_due(&self, engine: &Engine, pending: Pending, limits: &Limits) -> bool {
+        let room = pending.bytes == 0 || pending.bytes.saturating_add(TRANSMIT_ROOM) <= limits.max_pending_send;
+        room && pending.sends <= limits.max_outstanding_sends
+            && !self.flags.has(Flags::STUCK)
+            && !self.policy.is_closing()
+            && engine.wants_transmit(&self.session)
+    }
+
+    /// After [`Action::Transmit`], at `now`, with `pending` output unsent: the protocol's
+    /// output is written into `out` (cleared first); send it when [`Fed::Send`].
+    pub fn on_transmit(&mut self, now: Instant, pending: Pending, engine: &mut Engine, out: &mut Output) -> Fed {
+        out.clear();
+        let verdict = engine.transmit(&mut self.session, now, pending.bytes, out);
+        self.policy.on_verdict(verdict);
+        if out.is_empty() {
+            self.flags.set(Flags::STUCK, true);
+            Fed::Quiet
+        } else {
+            Fed::Send
         }
     }
 
@@ -410,6 +460,7 @@ impl Lifecycle {
             return Fed::Discarded;
         }
         self.policy.on_received(now);
+        self.flags.set(Flags::STUCK, false);
         if input.is_empty() {
             // Handshake records only: activity, but nothing for the protocol.
             return Fed::Quiet;
@@ -428,6 +479,7 @@ impl Lifecycle {
         self.policy.on_sent(now, written.bytes);
         if written.bytes > 0 {
             self.flags.set(Flags::PROGRESSED, true);
+            self.flags.set(Flags::STUCK, false);
         }
         if self.pulled() {
             self.flags.set(Flags::WRITABLE, !written.blocked);
@@ -476,10 +528,16 @@ impl Lifecycle {
         // A starved read is retried at the first timer after it.
         self.flags.set(Flags::STARVED, false);
         let protocol_due = engine.deadline(&self.session).is_some_and(|at| at <= now);
-        let expired = self.policy.expired(now, limits, protocol_due)?;
+        let mut expired = self.policy.expired(now, limits, protocol_due)?;
         out.clear();
         if expired.answer {
-            engine.on_timeout(&mut self.session, now, out);
+            // The protocol says which of its deadlines it was (HTTP/2: the header timeout, or
+            // a window kept shut: a send timeout), or that none was after all.
+            match engine.on_timeout(&mut self.session, now, out) {
+                Verdict::Continue if out.is_empty() => return None,
+                Verdict::Continue => {}
+                Verdict::Close(closing) => expired.reason = super::conn::closing_reason(closing),
+            }
         }
         Some(Expiry { reason: expired.reason, answer: expired.answer && !out.is_empty() })
     }
@@ -501,6 +559,9 @@ impl Lifecycle {
     /// clocks.
     pub fn account_written(&mut self, now: Instant, written: Written, pending: Pending, limits: &Limits) {
         self.policy.on_sent(now, written.bytes);
+        if written.bytes > 0 {
+            self.flags.set(Flags::STUCK, false);
+        }
         self.policy.account(now, pending, written.bytes > 0, limits);
     }
 }

@@ -1,0 +1,237 @@
+//! HTTP/2 on the HTTP service's port: the session an HTTP connection becomes when its first
+//! bytes are the HTTP/2 preface (h2c with prior knowledge, or h2 over TLS after ALPN, where
+//! the client sends the same preface). It drives `sockscale-h2`'s I/O-free connection and
+//! answers every request with the server's one response (the fields HTTP/1.1 sends: status
+//! 200, content-type, content-length, server, date), as shared `Bytes` output.
+//!
+//! HTTP/2 has more to send after a call returns: response DATA waits on flow-control windows
+//! and on the output cap, so the lifecycle asks [`H2Session::wants_transmit`] when the socket
+//! has taken output and calls [`H2Session::transmit`] then (see `Engine::transmit`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use sockscale_h2::{Body, Connection, Event, Limit, Limits, Stats};
+
+use crate::http::{ResponseBody, Responses, PREFACE};
+use crate::{Closing, Output, Verdict};
+
+/// The server's default HTTP/2 limits: the stage's, with 128 concurrent streams.
+pub fn default_limits() -> Limits {
+    Limits { max_concurrent_streams: 128, ..Limits::default() }
+}
+
+/// What every HTTP/2 connection of a server counted, added as each one ends.
+#[derive(Debug, Default)]
+pub struct H2Totals {
+    pub connections: AtomicU64,
+    pub streams: AtomicU64,
+    pub requests: AtomicU64,
+    pub resets_received: AtomicU64,
+    pub resets_sent: AtomicU64,
+    pub malformed: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub goaways: AtomicU64,
+    /// Each limit's hits, in the order of [`Limit::ALL`].
+    pub limits: [AtomicU64; Limit::ALL.len()],
+}
+
+impl H2Totals {
+    fn add(&self, s: &Stats) {
+        self.connections.fetch_add(1, Relaxed);
+        self.streams.fetch_add(s.streams, Relaxed);
+        self.requests.fetch_add(s.requests, Relaxed);
+        self.resets_received.fetch_add(s.resets_received, Relaxed);
+        self.resets_sent.fetch_add(s.resets_sent, Relaxed);
+        self.malformed.fetch_add(s.malformed, Relaxed);
+        self.protocol_errors.fetch_add(s.protocol_errors, Relaxed);
+        self.goaways.fetch_add(s.goaways, Relaxed);
+        for (total, n) in self.limits.iter().zip(s.limits) {
+            total.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// The counts now (connections counted once they end).
+    pub fn snapshot(&self) -> (Stats, u64) {
+        let mut s = Stats {
+            streams: self.streams.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+            resets_received: self.resets_received.load(Relaxed),
+            resets_sent: self.resets_sent.load(Relaxed),
+            malformed: self.malformed.load(Relaxed),
+            protocol_errors: self.protocol_errors.load(Relaxed),
+            goaways: self.goaways.load(Relaxed),
+            ..Stats::default()
+        };
+        for (mine, total) in s.limits.iter_mut().zip(&self.limits) {
+            *mine = total.load(Relaxed);
+        }
+        (s, self.connections.load(Relaxed))
+    }
+}
+
+/// One HTTP/2 connection (boxed in [`crate::Session::H2`]: an HTTP/1.1 connection pays nothing).
+#[derive(Debug)]
+pub struct H2Session {
+    conn: Connection,
+    /// The drain asked for a GOAWAY, written by the next call that has output at hand.
+    drain_owed: bool,
+    /// The drain was asked for (once is enough).
+    drain_asked: bool,
+    totals: Arc<H2Totals>,
+}
+
+impl Drop for H2Session {
+    fn drop(&mut self) {
+        self.totals.add(self.conn.stats());
+    }
+}
+
+/// Output in a fresh buffer, handed over as shared bytes.
+fn flush(buf: Vec<u8>, out: &mut Output) {
+    if !buf.is_empty() {
+        out.push_shared(Bytes::from(buf));
+    }
+}
+
+impl H2Session {
+    /// A connection that began with the preface, at `now`: the server's SETTINGS are written,
+    /// then `replay` octets of the preface already taken and `input` are fed.
+    pub fn start(
+        limits: Arc<Limits>,
+        replay: usize,
+        input: &[u8],
+        now: Instant,
+        responses: &Responses,
+        out: &mut Output,
+    ) -> (Self, Verdict) {
+        let totals = responses.config().h2_totals.clone();
+        let mut buf = Vec::with_capacity(256);
+        let conn = Connection::new(limits, now, &mut buf);
+        let mut session = H2Session { conn, drain_owed: false, drain_asked: false, totals };
+        if replay > 0 {
+            session.conn.receive(&PREFACE[..replay], now, &mut buf);
+        }
+        let verdict = session.feed(input, now, responses, buf, out);
+        (session, verdict)
+    }
+
+    pub fn on_input(&mut self, input: &[u8], now: Instant, responses: &Responses, out: &mut Output) -> Verdict {
+        self.feed(input, now, responses, Vec::new(), out)
+    }
+
+    fn feed(
+        &mut self,
+        input: &[u8],
+        now: Instant,
+        responses: &Responses,
+        mut buf: Vec<u8>,
+        out: &mut Output,
+    ) -> Verdict {
+        let received = self.conn.receive(input, now, &mut buf);
+        self.answer(responses, &mut buf);
+        let verdict = self.after(received, now, 0, &mut buf);
+        flush(buf, out);
+        verdict
+    }
+
+    /// Answer every complete request with the server's response.
+    fn answer(&mut self, responses: &Responses, buf: &mut Vec<u8>) {
+        let cfg = responses.config();
+        while let Some(Event::Request(request)) = self.conn.poll_event() {
+            let fields: [(&[u8], &[u8]); 4] = [
+                (b"server", cfg.server.as_bytes()),
+                (b"date", responses.date().as_bytes()),
+                (b"content-type", cfg.content_type.as_bytes()),
+                (b"content-length", responses.content_length().as_bytes()),
+            ];
+            let body = if request.is_head() || cfg.body.is_empty() {
+                Body::Empty
+            } else {
+                match (&cfg.body, &cfg.http2_body) {
+                    (ResponseBody::Bytes(bytes), _) => Body::Bytes(bytes.clone()),
+                    (ResponseBody::File { .. }, Some(copy)) => Body::Bytes(copy.clone()),
+                    // No copy in memory (a library user's config): the head only.
+                    (ResponseBody::File { .. }, None) => Body::Empty,
+                }
+            };
+            self.conn.respond(request.stream, 200, &fields, body, buf);
+        }
+    }
+
+    /// After input or a timer: frame DATA (and the drain's GOAWAY if owed); the first closing
+    /// verdict wins.
+    fn after(&mut self, first: sockscale_h2::Verdict, now: Instant, queued: usize, buf: &mut Vec<u8>) -> Verdict {
+        if self.drain_owed {
+            self.drain_owed = false;
+            self.conn.begin_drain(buf);
+        }
+        let then = self.conn.transmit(now, queued, buf);
+        match first {
+            sockscale_h2::Verdict::Close(why) => Verdict::Close(closing(why)),
+            sockscale_h2::Verdict::Continue => verdict(then),
+        }
+    }
+
+    /// Something to send now that the socket took output: DATA the windows allow, or the
+    /// drain's GOAWAY.
+    pub fn wants_transmit(&self) -> bool {
+        self.drain_owed || self.conn.wants_transmit()
+    }
+
+    /// Frame what the windows and the cap allow, `queued` bytes being unsent already.
+    pub fn transmit(&mut self, now: Instant, queued: usize, out: &mut Output) -> Verdict {
+        let mut buf = Vec::new();
+        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, &mut buf);
+        flush(buf, out);
+        verdict
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.conn.deadline()
+    }
+
+    /// A deadline passed: the header timeout or a window kept shut, answered with a GOAWAY.
+    pub fn on_timeout(&mut self, now: Instant, out: &mut Output) -> Verdict {
+        let mut buf = Vec::new();
+        let verdict = verdict(self.conn.on_timer(now, &mut buf));
+        flush(buf, out);
+        verdict
+    }
+
+    /// No stream open and nothing half received, and no GOAWAY owed.
+    pub fn is_between_requests(&self) -> bool {
+        !self.drain_owed && self.conn.is_between_requests()
+    }
+
+    /// The drain: GOAWAY with the last stream id at the next call, then the open streams are
+    /// answered and the connection closes.
+    pub fn finish_current(&mut self) {
+        if !self.drain_asked {
+            self.drain_asked = true;
+            self.drain_owed = true;
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        self.conn.stats()
+    }
+}
+
+fn verdict(v: sockscale_h2::Verdict) -> Verdict {
+    match v {
+        sockscale_h2::Verdict::Continue => Verdict::Continue,
+        sockscale_h2::Verdict::Close(why) => Verdict::Close(closing(why)),
+    }
+}
+
+fn closing(why: sockscale_h2::Closing) -> Closing {
+    match why {
+        sockscale_h2::Closing::Done => Closing::Done,
+        sockscale_h2::Closing::Protocol(_) => Closing::BadRequest,
+        sockscale_h2::Closing::Limit(Limit::HeaderTimeout) => Closing::HeaderTimeout,
+        sockscale_h2::Closing::Limit(limit) => Closing::Limit(limit),
+    }
+}
