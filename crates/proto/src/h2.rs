@@ -170,9 +170,23 @@ impl H2Session {
         }
         let then = self.conn.transmit(now, queued, buf);
         match first {
-            sockscale_h2::Verdict::Close(why) => Verdict::Close(closing(why)),
-            sockscale_h2::Verdict::Continue => verdict(then),
+            sockscale_h2::Verdict::Close(why) => self.closing(why),
+            sockscale_h2::Verdict::Continue => match then {
+                sockscale_h2::Verdict::Continue => Verdict::Continue,
+                sockscale_h2::Verdict::Close(why) => self.closing(why),
+            },
         }
+    }
+
+    /// The stage's closing verdict, as the server acts on it. A peer's own GOAWAY with nothing
+    /// left to answer is left to the peer to close (its EOF, or the idle timeout): closing at
+    /// once would reset a connection whose peer sent more behind it (h2spec's PING after its
+    /// GOAWAY), and the peer's last frames would not be answered.
+    fn closing(&self, why: sockscale_h2::Closing) -> Verdict {
+        if why == sockscale_h2::Closing::Done && !self.drain_asked {
+            return Verdict::Continue;
+        }
+        Verdict::Close(closing(why))
     }
 
     /// Something to send now that the socket took output: DATA the windows allow, or the

@@ -403,6 +403,12 @@ impl Lifecycle {
         }
     }
 
+    /// The protocol has something to send without new input (HTTP/2: DATA a window allows, a
+    /// drain's GOAWAY): an engine that parks idle connections gives it a turn.
+    pub fn wants_transmit(&self, engine: &Engine) -> bool {
+        engine.wants_transmit(&self.session)
+    }
+
     /// Whether to ask the protocol to transmit: it has something to send, its last transmit
     /// was not stuck, the exchange goes on, and the output has room under its caps.
     fn transmit_due(&self, engine: &Engine, pending: Pending, limits: &Limits) -> bool {
