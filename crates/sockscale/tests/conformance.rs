@@ -1093,7 +1093,6 @@ pub fn tls_body_from_a_file_is_read_and_encrypted_in_chunks(model: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Instantiate every case for each listed model.
 // ---- HTTP/2 (issue 25): h2c with prior knowledge and h2 over TLS on --proto http's port ----
 
 /// Run `curl` with `args`; its `-w` output. None: skipped (the reason is printed).
@@ -1343,6 +1342,7 @@ pub fn h2spec_passes_every_case_h2c_and_tls(model: &str) {
     }
 }
 
+/// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
     /// A model missing from the list below would go untested: the list is every model the
