@@ -249,3 +249,147 @@ fn closing(why: sockscale_h2::Closing) -> Closing {
         sockscale_h2::Closing::Limit(limit) => Closing::Limit(limit),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::HttpConfig;
+    use crate::{Engine, Protocol, Session};
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+
+    fn engine(http2: bool) -> Engine {
+        let cfg = HttpConfig { http2: http2.then(|| Arc::new(default_limits())), ..HttpConfig::default() };
+        Protocol::Http(Arc::new(cfg)).engine(1_700_000_000)
+    }
+
+    /// The client's opening: preface, empty SETTINGS, and a GET on stream 1 (`:method GET`,
+    /// `:scheme http`, `:path /` indexed, `:authority t`).
+    fn opening() -> Vec<u8> {
+        let mut v = PREFACE.to_vec();
+        v.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        v.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b't']);
+        v
+    }
+
+    /// Feed `chunks`; the output flattened and the last verdict.
+    fn feed(engine: &mut Engine, session: &mut Session, chunks: &[&[u8]]) -> (Vec<u8>, Verdict) {
+        let now = Instant::now();
+        let mut all = Vec::new();
+        let mut verdict = Verdict::Continue;
+        for chunk in chunks {
+            let mut out = Output::default();
+            verdict = engine.on_input(session, chunk, now, &mut out);
+            all.extend(out.to_vec(chunk));
+        }
+        (all, verdict)
+    }
+
+    /// Frames in `bytes`: (type, flags, stream, payload length).
+    fn frames(mut bytes: &[u8]) -> Vec<(u8, u8, u32, usize)> {
+        let mut v = Vec::new();
+        while bytes.len() >= 9 {
+            let len = (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+            let stream = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+            v.push((bytes[3], bytes[4], stream, len));
+            bytes = &bytes[9 + len..];
+        }
+        v
+    }
+
+    #[test]
+    fn the_preface_makes_the_connection_http2_however_it_is_split() {
+        let opening = opening();
+        for split in [1, 3, 10, 23, 24, 30, opening.len()] {
+            let mut e = engine(true);
+            let mut s = e.new_session();
+            let (out, verdict) = feed(&mut e, &mut s, &[&opening[..split], &opening[split..]]);
+            assert_eq!(verdict, Verdict::Continue);
+            assert!(matches!(s, Session::H2(_)), "split at {split}");
+            let f = frames(&out);
+            assert_eq!(f[0].0, 4, "the server's SETTINGS first");
+            let data: usize = f.iter().filter(|f| f.0 == 0 && f.2 == 1).map(|f| f.3).sum();
+            assert_eq!(data, 4096, "the page as DATA on stream 1 (split at {split}): {f:?}");
+            assert!(f.iter().any(|f| f.0 == 0 && f.1 & 1 == 1), "END_STREAM");
+        }
+    }
+
+    #[test]
+    fn http11_is_untouched_and_a_partial_preface_that_turns_out_http11_is_replayed() {
+        for (chunks, on) in [
+            (vec![GET], true),
+            (vec![GET], false),
+            (vec![&b"P"[..], b"UT / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"], true),
+        ] {
+            let mut e = engine(on);
+            let mut s = e.new_session();
+            let (out, verdict) = feed(&mut e, &mut s, &chunks);
+            assert_eq!(verdict, Verdict::Continue);
+            assert!(matches!(s, Session::Http(_)));
+            assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&out));
+        }
+        // HTTP/2 off: the preface is a bad HTTP/1.1 request.
+        let mut e = engine(false);
+        let mut s = e.new_session();
+        let (out, verdict) = feed(&mut e, &mut s, &[&opening()]);
+        assert!(out.starts_with(b"HTTP/1.1 400"), "{}", String::from_utf8_lossy(&out));
+        assert_eq!(verdict, Verdict::Close(Closing::BadRequest));
+        // Neither protocol: closed without an answer; other garbage still gets its 400.
+        let mut s = engine(true).new_session();
+        let (out, verdict) = feed(&mut engine(true), &mut s, &[b"INVALID CONNECTION PREFACE\r\n\r\n"]);
+        assert!(out.is_empty() && verdict == Verdict::Close(Closing::BadRequest));
+        let mut s = engine(true).new_session();
+        let (out, _) = feed(&mut engine(true), &mut s, &[b"GET / HTTP/2.0\r\nHost: t\r\n\r\n"]);
+        assert!(out.starts_with(b"HTTP/1.1 400"));
+    }
+
+    /// DATA held back by the output cap is framed by `transmit` once output moved; the drain's
+    /// GOAWAY waits for the next transmit, and the session is not between requests until then.
+    #[test]
+    fn transmit_frames_what_the_cap_held_back_and_the_drain_owes_a_goaway() {
+        let limits = Limits { output_cap: 1024, ..default_limits() };
+        let cfg = HttpConfig { http2: Some(Arc::new(limits)), ..HttpConfig::default() };
+        let mut e = Protocol::Http(Arc::new(cfg)).engine(1_700_000_000);
+        let mut s = e.new_session();
+        let (out, _) = feed(&mut e, &mut s, &[&opening()]);
+        let first: usize = frames(&out).iter().filter(|f| f.0 == 0).map(|f| f.3).sum();
+        assert!(first < 4096, "capped: {first}");
+        assert!(e.wants_transmit(&s));
+        let mut sent = first;
+        let now = Instant::now();
+        while e.wants_transmit(&s) {
+            let mut out = Output::default();
+            assert_eq!(e.transmit(&mut s, now, 0, &mut out), Verdict::Continue);
+            sent += frames(&out.to_vec(&[])).iter().filter(|f| f.0 == 0).map(|f| f.3).sum::<usize>();
+        }
+        assert_eq!(sent, 4096);
+        assert!(s.is_between_requests());
+        s.finish_current();
+        assert!(!s.is_between_requests() && e.wants_transmit(&s), "a GOAWAY is owed");
+        let mut out = Output::default();
+        assert_eq!(e.transmit(&mut s, now, 0, &mut out), Verdict::Close(Closing::Done));
+        assert_eq!(frames(&out.to_vec(&[])), [(7, 0, 0, 8)], "GOAWAY(last stream 1, NO_ERROR)");
+        assert!(!e.wants_transmit(&s));
+    }
+
+    /// A window that never opens: the deadline is the window timeout, closed as a window stall.
+    #[test]
+    fn a_shut_window_times_out() {
+        let limits = Limits { window_timeout: Some(Duration::from_secs(1)), ..default_limits() };
+        let cfg = HttpConfig { http2: Some(Arc::new(limits)), ..HttpConfig::default() };
+        let mut e = Protocol::Http(Arc::new(cfg)).engine(1_700_000_000);
+        let mut s = e.new_session();
+        let mut opening = PREFACE.to_vec();
+        opening.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+        opening.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b't']);
+        let t0 = Instant::now();
+        let mut out = Output::default();
+        e.on_input(&mut s, &opening, t0, &mut out);
+        let due = e.deadline(&s).expect("the window timeout");
+        assert_eq!(due, t0 + Duration::from_secs(1));
+        let mut out = Output::default();
+        assert_eq!(e.on_timeout(&mut s, due, &mut out), Verdict::Close(Closing::Limit(Limit::WindowStall)));
+    }
+}
