@@ -810,6 +810,52 @@ mod tests {
         assert_eq!(owed.poll(t0, none, &engine, &l), Action::Close(CloseReason::Shutdown));
     }
 
+    /// HTTP/2 data held back by the output cap: once output moved, the lifecycle asks the
+    /// protocol to transmit, once a turn, resuming after the others while more is wanted; a
+    /// transmit that produced nothing is not repeated until output moves.
+    #[test]
+    fn http2_transmits_once_a_turn_as_output_drains() {
+        let (t0, l) = (Instant::now(), Limits { max_pending_send: 4096, ..limits() });
+        let h2 = sockscale_h2::Limits { output_cap: 4096, ..sockscale_proto::h2::default_limits() };
+        let body = bytes::Bytes::from(vec![b'x'; 20_000]);
+        let cfg = sockscale_proto::http::HttpConfig {
+            http2: Some(std::sync::Arc::new(h2)),
+            body: sockscale_proto::http::ResponseBody::Bytes(body),
+            ..Default::default()
+        };
+        let mut engine = Protocol::Http(std::sync::Arc::new(cfg)).engine(0);
+        let mut out = Output::default();
+        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let none = Pending::default();
+        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Read { .. }));
+        let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        opening.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        // The connection's window opened wide, so the stream's (65,535) is the only one.
+        opening.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0x7f, 0, 0, 0]);
+        opening.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b't']);
+        assert_eq!(lc.on_input(&opening, 1 << 20, t0, &mut engine, &mut out), Fed::Send);
+        lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
+        let mut sent = 0;
+        for _ in 0..20 {
+            match lc.poll(t0, none, &engine, &l) {
+                Action::Transmit => {
+                    assert_eq!(lc.on_transmit(t0, none, &mut engine, &mut out), Fed::Send);
+                    sent += out.len();
+                    lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
+                    let w = wait(lc.poll(t0, none, &engine, &l));
+                    assert!(w.resume || !lc.wants_transmit(&engine), "more wanted: come back: {w:?}");
+                }
+                Action::Wait(w) => {
+                    assert!(!w.resume, "nothing more to send: no spin");
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(sent > 15_000, "the body went out by transmits: {sent}");
+        assert!(!lc.wants_transmit(&engine));
+    }
+
     /// A body file's turn ends the turn without waiting for writability, and the next turn
     /// flushes again.
     #[test]
