@@ -557,6 +557,25 @@ impl Connection {
         Verdict::Continue
     }
 
+    /// Response data is queued on a stream whose window (and the connection's) is open, or a
+    /// body's END_STREAM is owed: [`Connection::transmit`] would frame something, given room.
+    /// An engine asks this after its output drained, so it calls `transmit` only when it helps.
+    pub fn wants_transmit(&self) -> bool {
+        if self.closing.is_some() {
+            return false;
+        }
+        self.streams.iter().any(|s| match &s.send {
+            Send::Body { queue, end } => {
+                if queue.is_empty() {
+                    *end
+                } else {
+                    s.send_window > 0 && self.send_window > 0
+                }
+            }
+            _ => false,
+        })
+    }
+
     /// No stream is open and no frame or header block is half received: a drain may close it,
     /// an active set may take its place.
     pub fn is_between_requests(&self) -> bool {

@@ -12,6 +12,7 @@
 //! - [`Session`] is per connection and holds only what that connection needs between reads.
 
 pub mod echo;
+pub mod h2;
 pub mod http;
 mod output;
 pub mod udp;
@@ -40,8 +41,13 @@ pub enum Closing {
     Done,
     /// The peer sent something the protocol rejects; an error response is queued.
     BadRequest,
-    /// A request head was not complete within the header timeout; a 408 is queued.
+    /// A request head was not complete within the header timeout; a 408 is queued (HTTP/2:
+    /// the preface, a control frame or a header block, answered with a GOAWAY).
     HeaderTimeout,
+    /// HTTP/2: the peer went over one of the stage's limits (rapid reset, a CONTINUATION,
+    /// SETTINGS, PING or empty-frame flood: GOAWAY(ENHANCE_YOUR_CALM); a window kept shut past
+    /// the send timeout: GOAWAY(FLOW_CONTROL_ERROR)).
+    Limit(sockscale_h2::Limit),
 }
 
 /// Which protocol a server speaks, with its configuration. Cheap to clone and shared by threads.
@@ -87,12 +93,59 @@ impl Engine {
 
     /// Feed `input`, which arrived at `now`, to `session`, appending its answer to `out`.
     pub fn on_input(&mut self, session: &mut Session, input: &[u8], now: Instant, out: &mut Output) -> Verdict {
-        match (self, session) {
+        let mut switch = None;
+        let verdict = match (self, &mut *session) {
             (_, Session::Echo(echo)) => echo.on_input(input, out),
-            (Engine::Http(responses), Session::Http(http)) => http.on_input(input, now, responses, out),
-            (Engine::Echo, Session::Http(_)) => {
+            (Engine::Http(responses), Session::Http(http)) => {
+                let http2 = responses.config().http2.clone();
+                match http.first_bytes(input, now, http2.is_some()) {
+                    http::FirstBytes::Http1 { replay: 0, decided: false } => http.on_input(input, now, responses, out),
+                    http::FirstBytes::Http1 { replay: 0, decided: true } if http::neither_protocol(input) => {
+                        Verdict::Close(Closing::BadRequest)
+                    }
+                    http::FirstBytes::Http1 { replay, .. } => {
+                        // Octets taken as a possible preface were HTTP/1.1 after all.
+                        match http.on_input(&http::PREFACE[..replay], now, responses, out) {
+                            Verdict::Continue => http.on_input(input, now, responses, out),
+                            closing => closing,
+                        }
+                    }
+                    http::FirstBytes::Undecided => Verdict::Continue,
+                    http::FirstBytes::Http2 { replay } => {
+                        let Some(limits) = http2 else { unreachable!("HTTP/2 is detected only when on") };
+                        let (h2, verdict) = h2::H2Session::start(limits, replay, input, now, responses, out);
+                        switch = Some(Box::new(h2));
+                        verdict
+                    }
+                }
+            }
+            (Engine::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
+            (Engine::Echo, Session::Http(_) | Session::H2(_)) => {
                 unreachable!("an HTTP session is only ever created by an HTTP engine")
             }
+        };
+        if let Some(h2) = switch {
+            *session = Session::H2(h2);
+        }
+        verdict
+    }
+
+    /// Whether `session` has output to produce now that the socket took some (HTTP/2: DATA
+    /// its flow-control windows allow, or a drain's GOAWAY): then call [`Engine::transmit`].
+    /// False for HTTP/1.1 and echo, which answer only input.
+    pub fn wants_transmit(&self, session: &Session) -> bool {
+        match session {
+            Session::H2(h2) => h2.wants_transmit(),
+            _ => false,
+        }
+    }
+
+    /// Produce what `session` has to send, `pending` bytes being unsent already (HTTP/2 frames
+    /// DATA only while its unsent output stays under its cap).
+    pub fn transmit(&mut self, session: &mut Session, now: Instant, pending: usize, out: &mut Output) -> Verdict {
+        match session {
+            Session::H2(h2) => h2.transmit(now, pending, out),
+            _ => Verdict::Continue,
         }
     }
 
@@ -101,6 +154,7 @@ impl Engine {
     pub fn deadline(&self, session: &Session) -> Option<Instant> {
         match (self, session) {
             (Engine::Http(responses), Session::Http(http)) => http.deadline(responses.config().header_timeout),
+            (_, Session::H2(h2)) => h2.deadline(),
             _ => None,
         }
     }
@@ -118,6 +172,7 @@ impl Engine {
     pub fn on_timeout(&mut self, session: &mut Session, now: Instant, out: &mut Output) -> Verdict {
         match (self, session) {
             (Engine::Http(responses), Session::Http(http)) => http.on_timeout(now, responses, out),
+            (_, Session::H2(h2)) => h2.on_timeout(now, out),
             _ => Verdict::Continue,
         }
     }
@@ -137,6 +192,8 @@ impl Engine {
 pub enum Session {
     Echo(echo::EchoSession),
     Http(http::HttpSession),
+    /// An HTTP connection that began with the HTTP/2 preface.
+    H2(Box<h2::H2Session>),
 }
 
 impl Session {
@@ -146,14 +203,17 @@ impl Session {
         match self {
             Session::Echo(_) => true,
             Session::Http(http) => http.is_between_requests(),
+            Session::H2(h2) => h2.is_between_requests(),
         }
     }
 
     /// Ask the session to end after the exchange in progress: HTTP answers the current request
     /// with `Connection: close` and reads nothing after it.
     pub fn finish_current(&mut self) {
-        if let Session::Http(http) = self {
-            http.finish_current();
+        match self {
+            Session::Http(http) => http.finish_current(),
+            Session::H2(h2) => h2.finish_current(),
+            Session::Echo(_) => {}
         }
     }
 }

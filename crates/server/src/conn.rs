@@ -214,6 +214,34 @@ impl Exchange {
                     }
                     return Turned::Wait { wait, input };
                 }
+                Action::Transmit => {
+                    let kit = &mut *io.kit;
+                    if self.lc.on_transmit(now, pending, &mut kit.engine, &mut kit.scratch) != Fed::Send {
+                        continue;
+                    }
+                    let sent = match self.tls.as_deref_mut() {
+                        None => socket.send(&mut self.out, &kit.scratch, &[], kit.body.as_ref()),
+                        Some(tls) => {
+                            let out = &mut self.out;
+                            let body = kit.body.as_ref();
+                            let queued = tls_seal_output(tls, &kit.scratch, &mut kit.tls_scratch, body, |item| {
+                                queue_tls(out, body, item)
+                            });
+                            if let Err(reason) = queued {
+                                return Turned::Close(reason);
+                            }
+                            let mut seal = seal(&mut self.tls, &mut kit.tls_scratch);
+                            socket.flush(&mut self.out, seal.as_mut())
+                        }
+                    };
+                    match sent {
+                        Ok(written) => {
+                            io.counters.written(&written);
+                            self.lc.on_written(now, written);
+                        }
+                        Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                    }
+                }
                 Action::Flush => {
                     let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
                     match socket.flush(&mut self.out, seal.as_mut()) {
@@ -293,15 +321,8 @@ impl Exchange {
         self.lc.on_read(read.len(), wanted);
         let Kit { engine, scratch, body, tls_scratch, .. } = &mut *io.kit;
         let out = &mut self.out;
-        let queue = |item| match item {
-            TlsOut::Records(records) => out.push(records),
-            TlsOut::File(range) => {
-                if let Some(file) = body.as_ref() {
-                    out.push_sealed_file(file, range);
-                }
-            }
-            TlsOut::Clear(plain) => out.push_clear(plain),
-        };
+        let file = body.as_ref();
+        let queue = |item| queue_tls(out, file, item);
         let mut io = TlsIo { engine, scratch, buffers: tls_scratch, body: body.as_ref(), counters: io.counters };
         tls_input(tls, &mut self.lc, read, now, &mut io, queue)
     }
@@ -336,6 +357,19 @@ impl Exchange {
             Some(tls) => tls_answer_once(tls, fd, &kit.scratch, &mut kit.tls_scratch),
         };
         Some((expiry.reason, sent))
+    }
+}
+
+/// Queue one item of a TLS connection's output in its queue, in order.
+fn queue_tls(out: &mut OutQueue, body: Option<&Arc<BodyFile>>, item: TlsOut) {
+    match item {
+        TlsOut::Records(records) => out.push(records),
+        TlsOut::File(range) => {
+            if let Some(file) = body {
+                out.push_sealed_file(file, range);
+            }
+        }
+        TlsOut::Clear(plain) => out.push_clear(plain),
     }
 }
 
@@ -409,8 +443,24 @@ pub fn tls_input(
     if fed != Fed::Send {
         return Ok(fed);
     }
+    tls_seal_output(tls, scratch, buffers, *body, queue)?;
+    Ok(fed)
+}
+
+/// The protocol's answer in `scratch` (its input ranges resolved against `buffers.plain`),
+/// through a connection's TLS stage: encrypted up to the first body file range, a file range
+/// to seal as it goes, and plaintext behind it, each handed to `queue` in order. Used for the
+/// answer to input ([`tls_input`]) and for what a protocol transmits on its own
+/// ([`crate::policy::Action::Transmit`]). Err: close, for this reason.
+pub fn tls_seal_output(
+    tls: &mut ServerSession,
+    scratch: &Output,
+    buffers: &mut TlsScratch,
+    body: Option<&Arc<BodyFile>>,
+    mut queue: impl FnMut(TlsOut),
+) -> Result<(), CloseReason> {
     // A file that shrank gets no response started from it, as in clear.
-    if let Err(e) = BodyFile::check_output(scratch, *body) {
+    if let Err(e) = BodyFile::check_output(scratch, body) {
         return Err(closed_by_error(&e));
     }
     // Runs of segments in memory, flattened: encrypted now up to the first file range, and
@@ -426,8 +476,7 @@ pub fn tls_input(
         queue(TlsOut::File(range.clone()));
         behind_file = true;
     }
-    seal_run(tls, &mut buffers.flat, behind_file, &mut queue)?;
-    Ok(fed)
+    seal_run(tls, &mut buffers.flat, behind_file, &mut queue)
 }
 
 /// Queue the flattened run `flat` (emptied): encrypted, or, `behind_file`, as plaintext to be

@@ -59,6 +59,9 @@ pub enum Policy {
     ActiveSet,
     /// Serve TLS (`--tls-cert`, `--tls-key`) through the TLS stage.
     Tls,
+    /// Serve HTTP/2 on `--proto http`'s port (`--http2`): h2c with prior knowledge, h2 over
+    /// TLS by ALPN, through the HTTP/2 stage in the shared lifecycle.
+    Http2,
 }
 
 /// Which shared engine a model runs on: the family decides how a connection's lifecycle is
@@ -346,6 +349,12 @@ impl Model {
         self.capabilities().cannot.iter().find(|l| l.policy == policy).map(|l| l.why)
     }
 
+    /// Whether the model serves HTTP/2: whether it honours [`Policy::Http2`] (every model
+    /// does: the stage runs in the lifecycle they all drive).
+    pub fn serves_http2(self) -> bool {
+        self.limitation(Policy::Http2).is_none()
+    }
+
     /// Whether the model can serve UDP: whether it honours [`Policy::Udp`].
     pub fn serves_udp(self) -> bool {
         self.limitation(Policy::Udp).is_none()
@@ -369,7 +378,7 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 13] = [
+    pub const ALL: [Policy; 14] = [
         Policy::IdleTimeout,
         Policy::FirstData,
         Policy::HeaderTimeout,
@@ -383,6 +392,7 @@ impl Policy {
         Policy::StormShed,
         Policy::ActiveSet,
         Policy::Tls,
+        Policy::Http2,
     ];
 
     pub fn name(self) -> &'static str {
@@ -400,6 +410,7 @@ impl Policy {
             Policy::StormShed => "abort-storm-shed",
             Policy::ActiveSet => "active-set",
             Policy::Tls => "tls",
+            Policy::Http2 => "http2",
         }
     }
 }

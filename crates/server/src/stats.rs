@@ -10,6 +10,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use sockscale_h2::Limit as H2Limit;
+use sockscale_proto::h2::H2Totals;
+
 use crate::policy::StormConfig;
 use crate::storm_gate::StormGate;
 
@@ -101,9 +106,17 @@ pub struct Stats {
     /// `--active-set`: connections waiting for a place now, and places given by rotation.
     waiting: AtomicI64,
     rotations: AtomicU64,
+    /// What the HTTP service's HTTP/2 connections counted, added as each ends.
+    h2: Option<Arc<H2Totals>>,
 }
 
 impl Stats {
+    /// Report the HTTP/2 connections' counts (`h2_*`) from `totals`.
+    pub fn with_h2(mut self, totals: Option<Arc<H2Totals>>) -> Self {
+        self.h2 = totals;
+        self
+    }
+
     pub fn new(shards: usize) -> Self {
         Self::with_storm(shards, None)
     }
@@ -117,6 +130,7 @@ impl Stats {
             storm: storm.map(StormGate::new),
             waiting: AtomicI64::new(0),
             rotations: AtomicU64::new(0),
+            h2: None,
         }
     }
 
@@ -220,6 +234,20 @@ impl Stats {
             (s.storm_pauses, s.storm_resumes, s.storm_shed) = gate.counts();
         }
         s.waiting = self.waiting.load(Relaxed).max(0) as u64;
+        if let Some(h2) = &self.h2 {
+            let (counted, connections) = h2.snapshot();
+            s.h2 = H2Counts {
+                connections,
+                streams: counted.streams,
+                requests: counted.requests,
+                resets_received: counted.resets_received,
+                resets_sent: counted.resets_sent,
+                malformed: counted.malformed,
+                protocol_errors: counted.protocol_errors,
+                goaways: counted.goaways,
+                limits: counted.limits,
+            };
+        }
         s.active_rotations = self.rotations.load(Relaxed);
         for (total, count) in s.limits.iter_mut().zip(&self.limits) {
             *total = count.load(Relaxed);
@@ -286,6 +314,28 @@ pub struct Snapshot {
     /// Body file bytes read and encrypted in chunks for TLS: under TLS sendfile is off (it
     /// would send the page cache in clear, and kernel TLS is not built).
     pub tls_file_bytes: u64,
+    /// HTTP/2 connections that ended, and what they counted.
+    pub h2: H2Counts,
+}
+
+/// What the HTTP/2 connections that ended counted (`sockscale_h2::Stats`, summed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct H2Counts {
+    pub connections: u64,
+    /// Streams the peers opened (refused ones included), and complete requests answered.
+    pub streams: u64,
+    pub requests: u64,
+    pub resets_received: u64,
+    /// Stream errors this server sent (RST_STREAM).
+    pub resets_sent: u64,
+    pub malformed: u64,
+    /// Connection errors for protocol violations (GOAWAY with an error code).
+    pub protocol_errors: u64,
+    pub goaways: u64,
+    /// Indexed by `sockscale_h2::Limit as usize`: each limit the stage enforced (refused
+    /// streams, 431, 413, rapid reset, CONTINUATION, PING, SETTINGS and empty-frame floods,
+    /// header timeouts, window stalls).
+    pub limits: [u64; H2Limit::ALL.len()],
 }
 
 impl Snapshot {
@@ -386,6 +436,30 @@ impl Snapshot {
             "Body file bytes read and encrypted in chunks for TLS (sendfile is off under TLS: no kernel TLS).",
             &one(self.tls_file_bytes),
         );
+        let h2 = &self.h2;
+        metric("h2_connections_total", "counter", "HTTP/2 connections that ended.", &one(h2.connections));
+        metric("h2_streams_total", "counter", "HTTP/2 streams the peers opened.", &one(h2.streams));
+        metric("h2_requests_total", "counter", "HTTP/2 requests answered.", &one(h2.requests));
+        metric("h2_resets_received_total", "counter", "HTTP/2 RST_STREAMs received.", &one(h2.resets_received));
+        metric("h2_resets_sent_total", "counter", "HTTP/2 RST_STREAMs sent.", &one(h2.resets_sent));
+        metric("h2_malformed_total", "counter", "HTTP/2 requests refused as malformed.", &one(h2.malformed));
+        metric(
+            "h2_protocol_errors_total",
+            "counter",
+            "HTTP/2 connection errors for protocol violations.",
+            &one(h2.protocol_errors),
+        );
+        metric("h2_goaways_total", "counter", "HTTP/2 GOAWAYs sent.", &one(h2.goaways));
+        let h2_limits: Vec<_> = H2Limit::ALL
+            .iter()
+            .map(|l| (format!("{{limit=\"{}\"}}", l.name()), h2.limits[*l as usize].to_string()))
+            .collect();
+        metric(
+            "h2_limit_hits_total",
+            "counter",
+            "HTTP/2 limits enforced, by kind (floods end the connection: closed reason hostile).",
+            &h2_limits,
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -433,6 +507,22 @@ impl fmt::Display for Snapshot {
             write!(f, " tls_failed_{}={}", reason.name(), self.tls_failed[reason as usize])?;
         }
         write!(f, " tls_file_bytes={}", self.tls_file_bytes)?;
+        let h2 = &self.h2;
+        write!(
+            f,
+            " h2_connections={} h2_streams={} h2_requests={} h2_resets_received={} h2_resets_sent={} h2_malformed={} h2_protocol_errors={} h2_goaways={}",
+            h2.connections,
+            h2.streams,
+            h2.requests,
+            h2.resets_received,
+            h2.resets_sent,
+            h2.malformed,
+            h2.protocol_errors,
+            h2.goaways
+        )?;
+        for limit in H2Limit::ALL {
+            write!(f, " h2_limit_{}={}", limit.name(), h2.limits[limit as usize])?;
+        }
         Ok(())
     }
 }

@@ -1177,6 +1177,255 @@ pub fn unix_socket_serve_and_load(model: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+// ---- HTTP/2 (issue 25): h2c with prior knowledge and h2 over TLS on --proto http's port ----
+
+/// Run `curl` with `args`; its `-w` output. None: skipped (the reason is printed).
+fn curl(args: &[&str]) -> Option<String> {
+    let curl = match h2::curl() {
+        Ok(curl) => curl,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+    };
+    let out = std::process::Command::new(curl)
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "20",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{size_download} %{http_version}",
+        ])
+        .args(args)
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// curl over h2c with prior knowledge and over TLS by ALPN gets 200 and 4096 bytes as HTTP/2;
+/// HTTP/1.1 is served on the same port, in clear and over TLS; `--http2 off` refuses HTTP/2.
+pub fn h2_curl_h2c_tls_and_http11_on_one_port(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let Some(h2c) = curl(&["--http2-prior-knowledge", &url]) else { return };
+    assert_eq!(h2c, "200 4096 2", "h2c with prior knowledge");
+    assert_eq!(curl(&["--http1.1", &url]).expect("curl"), "200 4096 1.1", "HTTP/1.1 on the same port");
+    let mut http1 = HttpReader::new(server.connect());
+    http1.send(GET);
+    assert_eq!(http1.response(false).expect("HTTP/1.1").status, 200);
+    drop(http1);
+    let done = server.stop();
+    assert_eq!(done.counter("h2_connections"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_requests"), 1, "{:?}", done.stdout);
+
+    if !skip(model, Policy::Tls) {
+        // `sockscale cert`'s CA and certificate, which OpenSSL's verifier takes (the test CA's
+        // leaf has the CA's subject, which OpenSSL reads as self-signed).
+        let dir = std::env::temp_dir().join(format!("sockscale-h2-curl-{model}-{}", std::process::id()));
+        let made = std::process::Command::new(BIN).args(["cert", "--out"]).arg(&dir).output().expect("sockscale cert");
+        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+        let (cert, key) = (dir.join("cert.pem").display().to_string(), dir.join("key.pem").display().to_string());
+        let server = ServerProc::start(model, &["--proto", "http", "--tls-cert", &cert, "--tls-key", &key]);
+        let port = server.addr.port();
+        let url = format!("https://localhost:{port}/");
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        let ca = dir.join("ca.pem").display().to_string();
+        let tls_args =
+            |version: &'static str| vec![version, "--cacert", ca.as_str(), "--resolve", resolve.as_str(), url.as_str()];
+        assert_eq!(curl(&tls_args("--http2")).expect("curl"), "200 4096 2", "h2 over TLS by ALPN");
+        assert_eq!(curl(&tls_args("--http1.1")).expect("curl"), "200 4096 1.1", "HTTP/1.1 over TLS");
+        let done = server.stop();
+        assert_eq!(done.counter("h2_requests"), 1, "{:?}", done.stdout);
+        assert_eq!(done.counter("tls_handshakes"), 2, "{:?}", done.stdout);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    let server = ServerProc::start(model, &["--proto", "http", "--http2", "off"]);
+    let mut c = h2::H2::start(server.connect(), 65_535, false);
+    c.send(&h2::get(1, true));
+    let mut head = [0u8; 12];
+    c.sock.read_exact(&mut head).expect("an HTTP/1.1 answer");
+    assert_eq!(&head, b"HTTP/1.1 400", "HTTP/2 off: the preface is a bad HTTP/1.1 request");
+}
+
+/// 100 streams on one connection, in one write (under --max-streams 128): each answered with
+/// 4096 bytes; a client of its own is served meanwhile.
+pub fn h2_many_streams_on_one_connection(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http", "--max-streams", "128"]);
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let streams: Vec<u32> = (0..100).map(|i| 2 * i + 1).collect();
+    let all: Vec<u8> = streams.iter().flat_map(|&s| h2::get(s, true)).collect();
+    c.send(&all);
+    let got = c.responses(&streams);
+    for s in &streams {
+        let a = got[s];
+        assert!(a.headers && a.data == 4096 && a.reset.is_none(), "stream {s}: {a:?}");
+    }
+    // The connection goes on.
+    c.send(&h2::get(201, true));
+    assert_eq!(c.responses(&[201])[&201].data, 4096);
+    drop(c);
+    let done = server.stop();
+    assert_eq!(done.counter("h2_requests"), 101, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_streams"), 101, "{:?}", done.stdout);
+}
+
+/// A stream reset mid-response (a 1 MiB body): the others on the connection are answered
+/// whole, and the connection goes on.
+pub fn h2_a_stream_reset_mid_response(model: &str) {
+    let dir = std::env::temp_dir().join(format!("sockscale-h2-reset-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let body = dir.join("body.bin");
+    std::fs::write(&body, pattern(7, 1 << 20)).expect("body");
+    let body_arg = body.display().to_string();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", &body_arg]);
+    let mut c = h2::H2::start(server.connect(), (1 << 31) - 1, true);
+    c.send(&[h2::get(1, true), h2::get(3, true)].concat());
+    // The first DATA of stream 1, then reset it.
+    loop {
+        let f = c.read().expect("a frame");
+        if f.kind == h2::kind::DATA && f.stream == 1 {
+            break;
+        }
+    }
+    c.send(&h2::rst(1, h2::CANCEL));
+    let mut data3 = 0;
+    loop {
+        let f = c.read().expect("stream 3's response goes on");
+        if f.kind == h2::kind::DATA && f.stream == 3 {
+            data3 += f.payload.len();
+            if f.flags & h2::END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(data3, 1 << 20, "stream 3 whole");
+    c.send(&h2::get(5, true));
+    // Stream 1's DATA framed before the reset arrived may still come; stream 5 ends whole.
+    let got = c.responses(&[5]);
+    assert_eq!(got[&5].data, 1 << 20);
+    drop(c);
+    let done = server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(done.counter("h2_resets_received"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_requests"), 3, "{:?}", done.stdout);
+}
+
+/// Rapid reset (CVE-2023-44487): a client that opens and resets streams past the budget gets
+/// GOAWAY(ENHANCE_YOUR_CALM) and is closed, counted; another client is served throughout.
+pub fn h2_rapid_reset_is_bounded(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let mut bystander = h2::H2::start(server.connect(), 65_535, true);
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let flood: Vec<u8> =
+        (0..1000u32).flat_map(|i| [h2::get(2 * i + 1, true), h2::rst(2 * i + 1, h2::CANCEL)].concat()).collect();
+    // The server may close before it has read all of it.
+    let _ = c.sock.write_all(&flood);
+    let goaway = c.goaway().expect("a GOAWAY");
+    assert_eq!(goaway.1, h2::ENHANCE_YOUR_CALM, "{goaway:?}");
+    assert!(c.closed_within(Duration::from_secs(5)), "closed after the GOAWAY");
+    bystander.send(&h2::get(1, true));
+    assert_eq!(bystander.responses(&[1])[&1].data, 4096, "the other connection is served");
+    drop(bystander);
+    let done = server.stop();
+    assert_eq!(done.counter("closed_hostile"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_rapid_reset"), 1, "{:?}", done.stdout);
+}
+
+/// A client that never opens its window: the response's DATA waits, and the connection is
+/// closed at the send timeout (GOAWAY(FLOW_CONTROL_ERROR)), counted as a send timeout and a
+/// window stall; another client is served meanwhile.
+pub fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "http", "--send-timeout", "1"]);
+    let mut c = h2::H2::start(server.connect(), 0, false);
+    c.send(&h2::get(1, true));
+    let started = Instant::now();
+    let goaway = c.goaway().expect("a GOAWAY at the send timeout");
+    let took = started.elapsed();
+    assert_eq!(goaway, (1, h2::FLOW_CONTROL_ERROR));
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "after {took:?}");
+    assert!(c.closed_within(Duration::from_secs(5)), "closed after the GOAWAY");
+    let mut other = h2::H2::start(server.connect(), 65_535, false);
+    other.send(&h2::get(1, true));
+    assert_eq!(other.responses(&[1])[&1].data, 4096);
+    drop(other);
+    let done = server.stop();
+    assert_eq!(done.counter("closed_send_timeout"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_window_stall"), 1, "{:?}", done.stdout);
+}
+
+/// The drain sends GOAWAY with the last stream id: a request in flight (its body not yet
+/// ended) is answered whole, then the connection closes; an idle HTTP/2 connection gets its
+/// GOAWAY and closes.
+pub fn h2_goaway_on_drain_answers_streams_in_flight(model: &str) {
+    if skip(model, Policy::GracefulShutdown) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "http", "--drain-timeout", "3"]);
+    let mut idle = h2::H2::start(server.connect(), 65_535, true);
+    idle.send(&h2::get(1, true));
+    assert_eq!(idle.responses(&[1])[&1].data, 4096);
+    let mut busy = h2::H2::start(server.connect(), 65_535, true);
+    busy.send(&[h2::get(1, true), h2::get(3, false)].concat());
+    assert_eq!(busy.responses(&[1])[&1].data, 4096);
+    std::thread::sleep(Duration::from_millis(100));
+    server.signal(libc::SIGTERM);
+    assert_eq!(idle.goaway(), Some((1, 0)), "the idle connection's GOAWAY");
+    assert!(idle.closed_within(Duration::from_secs(2)), "the idle connection closed");
+    assert_eq!(busy.goaway(), Some((3, 0)), "GOAWAY names stream 3, in flight");
+    busy.send(&h2::frame(h2::kind::DATA, h2::END_STREAM, 3, b"end"));
+    let got = busy.responses(&[3]);
+    assert_eq!(got[&3].data, 4096, "stream 3 answered whole");
+    assert!(busy.closed_within(Duration::from_secs(2)), "closed once its streams were answered");
+    let done = server.stop_within(Duration::from_secs(5));
+    assert!(done.status.success(), "exit status {:?}", done.status);
+    assert!(done.took < Duration::from_secs(3), "drained in {:?}", done.took);
+    assert_eq!(done.counter("h2_goaways"), 2, "{:?}", done.stdout);
+}
+
+/// h2spec (RFC 9113 and RFC 7541 conformance) passes every case, h2c and over TLS (`-t -k`);
+/// skipped, saying why, where h2spec is not installed.
+pub fn h2spec_passes_every_case_h2c_and_tls(model: &str) {
+    let h2spec = match h2::h2spec() {
+        Ok(path) => path,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let cert = tls::TestCert::new(&format!("h2spec-{model}"));
+    let args = cert.args();
+    let mut runs = vec![(false, Vec::new())];
+    if !skip(model, Policy::Tls) {
+        runs.push((true, args.to_vec()));
+    }
+    for (tls_on, extra) in runs {
+        let mut argv = vec!["--proto", "http", "--header-timeout", "2"];
+        argv.extend(extra.iter().map(String::as_str));
+        let server = ServerProc::start(model, &argv);
+        let port = server.addr.port().to_string();
+        let mut cmd = std::process::Command::new(&h2spec);
+        cmd.args(["-h", "127.0.0.1", "-p", &port, "-o", "3", "-j", "/dev/null"]);
+        if tls_on {
+            cmd.args(["-t", "-k"]);
+        }
+        let out = cmd.output().expect("run h2spec");
+        let report = String::from_utf8_lossy(&out.stdout);
+        let summary = report.lines().rev().find(|l| l.contains("tests,")).unwrap_or("no summary").to_owned();
+        assert!(
+            out.status.success() && summary.contains(" 0 failed"),
+            "h2spec against {model} ({}): {summary}\n{report}",
+            if tls_on { "TLS" } else { "h2c" }
+        );
+        eprintln!("h2spec against {model} ({}): {summary}", if tls_on { "TLS" } else { "h2c" });
+        drop(server);
+    }
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -1220,6 +1469,13 @@ macro_rules! conformance {
             #[test] fn graceful_shutdown() { if !super::unavailable(MODEL) { super::graceful_shutdown(MODEL) } }
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
+            #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }
+            #[test] fn h2_many_streams_on_one_connection() { if !super::unavailable(MODEL) { super::h2_many_streams_on_one_connection(MODEL) } }
+            #[test] fn h2_a_stream_reset_mid_response() { if !super::unavailable(MODEL) { super::h2_a_stream_reset_mid_response(MODEL) } }
+            #[test] fn h2_rapid_reset_is_bounded() { if !super::unavailable(MODEL) { super::h2_rapid_reset_is_bounded(MODEL) } }
+            #[test] fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout() { if !super::unavailable(MODEL) { super::h2_a_window_that_never_opens_is_closed_at_the_send_timeout(MODEL) } }
+            #[test] fn h2_goaway_on_drain_answers_streams_in_flight() { if !super::unavailable(MODEL) { super::h2_goaway_on_drain_answers_streams_in_flight(MODEL) } }
+            #[test] fn h2spec_passes_every_case_h2c_and_tls() { if !super::unavailable(MODEL) { super::h2spec_passes_every_case_h2c_and_tls(MODEL) } }
             #[test] fn accept_backs_off_when_out_of_descriptors() { if !super::unavailable(MODEL) { super::accept_backs_off_when_out_of_descriptors(MODEL) } }
         }
     )*};

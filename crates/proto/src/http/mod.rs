@@ -17,12 +17,33 @@ mod response;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 pub use chunked::{ChunkError, ChunkedDecoder};
 pub use request::{parse as parse_head, Framing, Parsed, RequestHead, MAX_HEADERS};
+/// With HTTP/2 on the port, a connection whose first line is three words and not an HTTP/1
+/// request line (its last word is no HTTP version: h2spec's "INVALID CONNECTION PREFACE") is
+/// neither protocol: it is closed without an HTTP/1.1 answer, which an HTTP/2 client would
+/// read as a broken frame (RFC 9113 §3.4: an invalid preface is a connection error; RFC 9112
+/// §3 only says SHOULD answer 400). Anything else malformed still gets its 400.
+pub fn neither_protocol(first: &[u8]) -> bool {
+    let first = &first[..first.len().min(256)];
+    let Some(end) = memchr::memmem::find(first, b"\r\n") else { return false };
+    let mut words = first[..end].split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) = (words.next(), words.next(), words.next(), words.next())
+    else {
+        return false;
+    };
+    let token = |w: &[u8]| !w.is_empty() && w.iter().all(|b| b.is_ascii_graphic());
+    token(method) && token(target) && token(version) && !version.starts_with(b"HTTP/")
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4).
+pub const PREFACE: &[u8; 24] = sockscale_h2::frame::PREFACE;
+
 pub use response::{generated_page, unix_secs, ConnectionMode, Responses, CONTINUE};
 
 use crate::{Closing, Output, Verdict};
@@ -67,6 +88,14 @@ pub struct HttpConfig {
     pub max_body_bytes: u64,
     /// A request head must be complete this long after its first byte arrived.
     pub header_timeout: Duration,
+    /// HTTP/2 on the same port (`--http2 on`): a connection whose first bytes are the HTTP/2
+    /// preface is served by the HTTP/2 stage with these limits; `None`: HTTP/1.1 only.
+    pub http2: Option<Arc<sockscale_h2::Limits>>,
+    /// A body in a file (`ResponseBody::File`) as HTTP/2 sends it: a copy in memory, since the
+    /// stage frames DATA from bytes (HTTP/1.1 keeps sending the file with sendfile).
+    pub http2_body: Option<Bytes>,
+    /// What HTTP/2 connections counted, added as each one ends (read by the server's stats).
+    pub h2_totals: Arc<crate::h2::H2Totals>,
 }
 
 impl Default for HttpConfig {
@@ -78,6 +107,9 @@ impl Default for HttpConfig {
             max_header_bytes: 8192,
             max_body_bytes: 8 << 20,
             header_timeout: Duration::from_secs(10),
+            http2: Some(Arc::new(crate::h2::default_limits())),
+            http2_body: None,
+            h2_totals: Arc::default(),
         }
     }
 }
@@ -144,6 +176,32 @@ pub struct HttpSession {
     head_started: Option<Instant>,
     /// Answer the current request with `Connection: close`, then stop.
     finishing: bool,
+    /// Whether the connection's first bytes are the HTTP/2 preface (HTTP/2 on only).
+    sniff: Sniff,
+}
+
+/// Looking at a connection's first bytes for the HTTP/2 preface: only there, so HTTP/1.1
+/// requests after the first cost nothing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Sniff {
+    /// No byte seen yet; or this many octets of the preface matched so far.
+    #[default]
+    Fresh,
+    Matched(u8),
+    /// Decided: HTTP/1.1.
+    Http1,
+}
+
+/// What the first bytes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstBytes {
+    /// HTTP/1.1 (or HTTP/2 is off): parse as usual, after these octets of the preface, which
+    /// were taken while it could still have been one. `decided`: this input decided it.
+    Http1 { replay: usize, decided: bool },
+    /// Part of the preface, and nothing else so far: wait for more.
+    Undecided,
+    /// The HTTP/2 preface: the connection is HTTP/2 (the octets taken earlier are `replay`).
+    Http2 { replay: usize },
 }
 
 enum HeadStep {
@@ -239,7 +297,36 @@ impl HttpSession {
     }
 
     pub fn is_between_requests(&self) -> bool {
-        matches!(self.state, State::Head) && self.partial.is_empty()
+        matches!(self.state, State::Head) && self.partial.is_empty() && !matches!(self.sniff, Sniff::Matched(_))
+    }
+
+    /// Look at `input` for the HTTP/2 preface, while the connection's first bytes arrive
+    /// (`http2`: HTTP/2 is served). One comparison of a byte for an HTTP/1.1 connection's first
+    /// input, none after it.
+    pub fn first_bytes(&mut self, input: &[u8], now: Instant, http2: bool) -> FirstBytes {
+        let matched = match self.sniff {
+            Sniff::Http1 => return FirstBytes::Http1 { replay: 0, decided: false },
+            Sniff::Fresh if !http2 || input.first().is_some_and(|&b| b != PREFACE[0]) => {
+                self.sniff = Sniff::Http1;
+                return FirstBytes::Http1 { replay: 0, decided: http2 };
+            }
+            Sniff::Fresh => 0,
+            Sniff::Matched(m) => usize::from(m),
+        };
+        let want = &PREFACE[matched..];
+        let n = want.len().min(input.len());
+        if input[..n] != want[..n] {
+            self.sniff = Sniff::Http1;
+            self.head_started = None;
+            return FirstBytes::Http1 { replay: matched, decided: true };
+        }
+        if matched + n == PREFACE.len() {
+            return FirstBytes::Http2 { replay: matched };
+        }
+        // A part of the preface, held to the header timeout like a head.
+        self.head_started.get_or_insert(now);
+        self.sniff = Sniff::Matched((matched + n) as u8);
+        FirstBytes::Undecided
     }
 
     pub fn finish_current(&mut self) {

@@ -44,17 +44,30 @@ pub struct Responses {
     rendered_second: u64,
     date: String,
     ok: [Rendered; 3],
+    /// The body's length as text, for HTTP/2's content-length field.
+    length: String,
 }
 
 impl Responses {
     pub fn new(cfg: Arc<HttpConfig>, unix_secs: u64) -> Self {
         let date = http_date(unix_secs);
         let ok = MODES.map(|mode| render_ok(&cfg, &date, mode));
-        Responses { cfg, rendered_second: unix_secs, date, ok }
+        let length = cfg.body.len().to_string();
+        Responses { cfg, rendered_second: unix_secs, date, ok, length }
     }
 
     pub fn config(&self) -> &HttpConfig {
         &self.cfg
+    }
+
+    /// The `Date` of the current second, as the rendered responses carry it.
+    pub fn date(&self) -> &str {
+        &self.date
+    }
+
+    /// The 200 response's body length, as text.
+    pub fn content_length(&self) -> &str {
+        &self.length
     }
 
     /// Re-render if the second has changed.

@@ -19,8 +19,8 @@ use super::worker::{conn_token, split_token, UringWorker};
 use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile, FileStep, Seal, FILE_CHUNK};
 use crate::conn::{
-    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_session, TlsIo,
-    TlsOut,
+    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_seal_output,
+    tls_session, TlsIo, TlsOut,
 };
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
 use crate::seats;
@@ -344,6 +344,42 @@ impl UringWorker<'_> {
                         tls_close_notify(conn.tls.as_deref_mut(), conn.fd.as_raw_fd(), reason);
                     }
                     return self.close(index, reason);
+                }
+                Action::Transmit => {
+                    let pending = conn.pending();
+                    if conn.lc.on_transmit(self.now, pending, &mut self.engine, &mut self.scratch) != Fed::Send {
+                        continue;
+                    }
+                    match conn.tls.as_deref_mut() {
+                        None => {
+                            for segment in self.scratch.segments() {
+                                match segment {
+                                    Segment::Shared(bytes) => conn.queue(bytes.clone()),
+                                    Segment::File(range) => conn.queue_file(range.start, range.end),
+                                    // Transmitted output names no input.
+                                    Segment::Input(_) => {}
+                                }
+                            }
+                        }
+                        Some(tls) => {
+                            let mut queued = Vec::with_capacity(1);
+                            let body = self.cfg.body_file.as_ref();
+                            let sealed = tls_seal_output(tls, &self.scratch, &mut self.tls_scratch, body, |item| {
+                                queued.push(item)
+                            });
+                            if let Err(reason) = sealed {
+                                return self.close(index, reason);
+                            }
+                            for item in queued {
+                                match item {
+                                    TlsOut::Records(records) => conn.queue(records),
+                                    TlsOut::File(range) => conn.queue_file(range.start, range.end),
+                                    TlsOut::Clear(plain) => conn.queue_clear(plain),
+                                }
+                            }
+                        }
+                    }
+                    continue;
                 }
                 Action::Wait(wait) => wait,
                 // A pushed lifecycle never asks for a read.

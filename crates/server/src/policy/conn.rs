@@ -92,6 +92,20 @@ pub fn closed_by_error(err: &io::Error) -> CloseReason {
     reason
 }
 
+/// What a protocol's closing verdict is counted as. HTTP/2's limits: a window kept shut past
+/// the send timeout is a send timeout; the floods (rapid reset, CONTINUATION, SETTINGS, PING,
+/// empty frames) are [`CloseReason::Hostile`], each kind counted by the stage's own stats.
+pub fn closing_reason(closing: Closing) -> CloseReason {
+    match closing {
+        Closing::Done => CloseReason::Done,
+        Closing::BadRequest => CloseReason::Protocol,
+        Closing::HeaderTimeout => CloseReason::HeaderTimeout,
+        Closing::Limit(sockscale_h2::Limit::WindowStall) => CloseReason::SendTimeout,
+        Closing::Limit(sockscale_h2::Limit::HeaderTimeout) => CloseReason::HeaderTimeout,
+        Closing::Limit(_) => CloseReason::Hostile,
+    }
+}
+
 /// `ConnPolicy::waiting_idle_ms` of a connection that is not waiting.
 const NOT_WAITING: u32 = u32::MAX;
 
@@ -212,11 +226,7 @@ impl ConnPolicy {
         match verdict {
             Verdict::Continue => true,
             Verdict::Close(closing) => {
-                self.closing.get_or_insert(match closing {
-                    Closing::Done => CloseReason::Done,
-                    Closing::BadRequest => CloseReason::Protocol,
-                    Closing::HeaderTimeout => CloseReason::HeaderTimeout,
-                });
+                self.closing.get_or_insert(closing_reason(closing));
                 false
             }
         }

@@ -48,10 +48,14 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use sockscale_proto::{Engine, Output, Session};
+use sockscale_proto::{Engine, Output, Session, Verdict};
 
 use super::conn::{closed_by_error, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use super::CloseReason;
+
+/// The protocol is asked to transmit only with at least this much room under
+/// `--max-pending-send` (or nothing pending), so it never runs for a few bytes.
+pub const TRANSMIT_ROOM: usize = 1024;
 
 /// How long a connection that found the shared buffer pool empty waits before it tries to
 /// read again: the pool refills as other connections finish their reads.
@@ -89,6 +93,10 @@ pub enum Action {
     /// [`Lifecycle::on_eof`], [`Lifecycle::on_drained`], [`Lifecycle::on_failed`], or
     /// [`Lifecycle::on_no_buffer`] if no buffer could be had).
     Read { max: usize },
+    /// The protocol has more to send now that output moved (HTTP/2: DATA its flow-control
+    /// windows allow, or a drain's GOAWAY): call [`Lifecycle::on_transmit`], and send what it
+    /// writes as for [`Fed::Send`].
+    Transmit,
     /// Close the connection, counting it for this reason.
     Close(CloseReason),
     /// This turn is over: wait as [`Wait`] says.
@@ -174,6 +182,11 @@ impl Flags {
     /// (a signal's band is POLLIN for data and FIN alike), looks like more data. Until the
     /// socket says EAGAIN, a short read does not mean drained.
     const LATE_EDGE: u16 = 1 << 8;
+    /// The protocol was asked to transmit this turn (once a turn: more comes after the others).
+    const TRANSMITTED: u16 = 1 << 9;
+    /// The protocol's last transmit produced nothing (windows shut): not asked again until
+    /// output moves, input arrives or the drain begins.
+    const STUCK: u16 = 1 << 10;
 
     fn has(self, bit: u16) -> bool {
         self.0 & bit != 0
@@ -293,6 +306,8 @@ impl Lifecycle {
     /// ends the active set, so a waiting connection stops waiting.
     pub fn begin_drain(&mut self, now: Instant, until: Instant, unread: bool) {
         self.session.finish_current();
+        // A drain's GOAWAY may be owed.
+        self.flags.set(Flags::STUCK, false);
         let waited = self.policy.is_waiting();
         self.policy.begin_drain(now, until, unread);
         if waited {
@@ -359,6 +374,17 @@ impl Lifecycle {
                     if let Some(reason) = self.finished(pending) {
                         return Action::Close(reason);
                     }
+                    if self.transmit_due(engine, pending, limits) {
+                        if !self.flags.has(Flags::TRANSMITTED) {
+                            self.flags.set(Flags::TRANSMITTED, true);
+                            // Settled again after the transmit: what moved still counts.
+                            self.flags.set(Flags::PROGRESSED, progressed);
+                            return Action::Transmit;
+                        }
+                        // Once a turn: the others first, then this one again.
+                        self.flags.set(Flags::RESUME, true);
+                    }
+                    self.flags.set(Flags::TRANSMITTED, false);
                     let resumed = self.policy.account(now, pending, progressed, limits);
                     let starved = self.flags.has(Flags::STARVED);
                     // No buffer was to be had: read again at the retry, not before (watching for
@@ -374,6 +400,36 @@ impl Lifecycle {
                     return Action::Wait(Wait { read, write: !pending.is_empty(), wake_at, resume });
                 }
             }
+        }
+    }
+
+    /// The protocol has something to send without new input (HTTP/2: DATA a window allows, a
+    /// drain's GOAWAY): an engine that parks idle connections gives it a turn.
+    pub fn wants_transmit(&self, engine: &Engine) -> bool {
+        engine.wants_transmit(&self.session)
+    }
+
+    /// Whether to ask the protocol to transmit: it has something to send, its last transmit
+    /// was not stuck, the exchange goes on, and the output has room under its caps.
+    fn transmit_due(&self, engine: &Engine, pending: Pending, limits: &Limits) -> bool {
+        let room = pending.bytes == 0 || pending.bytes.saturating_add(TRANSMIT_ROOM) <= limits.max_pending_send;
+        room && pending.sends <= limits.max_outstanding_sends
+            && !self.flags.has(Flags::STUCK)
+            && !self.policy.is_closing()
+            && engine.wants_transmit(&self.session)
+    }
+
+    /// After [`Action::Transmit`], at `now`, with `pending` output unsent: the protocol's
+    /// output is written into `out` (cleared first); send it when [`Fed::Send`].
+    pub fn on_transmit(&mut self, now: Instant, pending: Pending, engine: &mut Engine, out: &mut Output) -> Fed {
+        out.clear();
+        let verdict = engine.transmit(&mut self.session, now, pending.bytes, out);
+        self.policy.on_verdict(verdict);
+        if out.is_empty() {
+            self.flags.set(Flags::STUCK, true);
+            Fed::Quiet
+        } else {
+            Fed::Send
         }
     }
 
@@ -410,6 +466,7 @@ impl Lifecycle {
             return Fed::Discarded;
         }
         self.policy.on_received(now);
+        self.flags.set(Flags::STUCK, false);
         if input.is_empty() {
             // Handshake records only: activity, but nothing for the protocol.
             return Fed::Quiet;
@@ -428,6 +485,7 @@ impl Lifecycle {
         self.policy.on_sent(now, written.bytes);
         if written.bytes > 0 {
             self.flags.set(Flags::PROGRESSED, true);
+            self.flags.set(Flags::STUCK, false);
         }
         if self.pulled() {
             self.flags.set(Flags::WRITABLE, !written.blocked);
@@ -476,10 +534,16 @@ impl Lifecycle {
         // A starved read is retried at the first timer after it.
         self.flags.set(Flags::STARVED, false);
         let protocol_due = engine.deadline(&self.session).is_some_and(|at| at <= now);
-        let expired = self.policy.expired(now, limits, protocol_due)?;
+        let mut expired = self.policy.expired(now, limits, protocol_due)?;
         out.clear();
         if expired.answer {
-            engine.on_timeout(&mut self.session, now, out);
+            // The protocol says which of its deadlines it was (HTTP/2: the header timeout, or
+            // a window kept shut: a send timeout), or that none was after all.
+            match engine.on_timeout(&mut self.session, now, out) {
+                Verdict::Continue if out.is_empty() => return None,
+                Verdict::Continue => {}
+                Verdict::Close(closing) => expired.reason = super::conn::closing_reason(closing),
+            }
         }
         Some(Expiry { reason: expired.reason, answer: expired.answer && !out.is_empty() })
     }
@@ -501,6 +565,9 @@ impl Lifecycle {
     /// clocks.
     pub fn account_written(&mut self, now: Instant, written: Written, pending: Pending, limits: &Limits) {
         self.policy.on_sent(now, written.bytes);
+        if written.bytes > 0 {
+            self.flags.set(Flags::STUCK, false);
+        }
         self.policy.account(now, pending, written.bytes > 0, limits);
     }
 }
@@ -741,6 +808,52 @@ mod tests {
         owed.on_input(b"ping", 1000, t0, &mut engine, &mut out);
         owed.on_written(t0, Written { bytes: 4, ..Written::default() });
         assert_eq!(owed.poll(t0, none, &engine, &l), Action::Close(CloseReason::Shutdown));
+    }
+
+    /// HTTP/2 data held back by the output cap: once output moved, the lifecycle asks the
+    /// protocol to transmit, once a turn, resuming after the others while more is wanted; a
+    /// transmit that produced nothing is not repeated until output moves.
+    #[test]
+    fn http2_transmits_once_a_turn_as_output_drains() {
+        let (t0, l) = (Instant::now(), Limits { max_pending_send: 4096, ..limits() });
+        let h2 = sockscale_h2::Limits { output_cap: 4096, ..sockscale_proto::h2::default_limits() };
+        let body = bytes::Bytes::from(vec![b'x'; 20_000]);
+        let cfg = sockscale_proto::http::HttpConfig {
+            http2: Some(std::sync::Arc::new(h2)),
+            body: sockscale_proto::http::ResponseBody::Bytes(body),
+            ..Default::default()
+        };
+        let mut engine = Protocol::Http(std::sync::Arc::new(cfg)).engine(0);
+        let mut out = Output::default();
+        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let none = Pending::default();
+        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Read { .. }));
+        let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        opening.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        // The connection's window opened wide, so the stream's (65,535) is the only one.
+        opening.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0x7f, 0, 0, 0]);
+        opening.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b't']);
+        assert_eq!(lc.on_input(&opening, 1 << 20, t0, &mut engine, &mut out), Fed::Send);
+        lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
+        let mut sent = 0;
+        for _ in 0..20 {
+            match lc.poll(t0, none, &engine, &l) {
+                Action::Transmit => {
+                    assert_eq!(lc.on_transmit(t0, none, &mut engine, &mut out), Fed::Send);
+                    sent += out.len();
+                    lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
+                    let w = wait(lc.poll(t0, none, &engine, &l));
+                    assert!(w.resume || !lc.wants_transmit(&engine), "more wanted: come back: {w:?}");
+                }
+                Action::Wait(w) => {
+                    assert!(!w.resume, "nothing more to send: no spin");
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(sent > 15_000, "the body went out by transmits: {sent}");
+        assert!(!lc.wants_transmit(&engine));
     }
 
     /// A body file's turn ends the turn without waiting for writability, and the next turn

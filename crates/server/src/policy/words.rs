@@ -33,10 +33,14 @@ pub enum CloseReason {
     Shutdown,
     /// A socket error.
     Error,
+    /// An HTTP/2 peer went over one of the stage's budgets (rapid reset, a CONTINUATION,
+    /// SETTINGS, PING or empty-frame flood) and got GOAWAY(ENHANCE_YOUR_CALM); the kinds are
+    /// counted apart (`h2_limit_*`).
+    Hostile,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 11] = [
+    pub const ALL: [CloseReason; 12] = [
         CloseReason::Peer,
         CloseReason::Aborted,
         CloseReason::Idle,
@@ -48,6 +52,7 @@ impl CloseReason {
         CloseReason::Done,
         CloseReason::Shutdown,
         CloseReason::Error,
+        CloseReason::Hostile,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +68,7 @@ impl CloseReason {
             CloseReason::Done => "done",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Error => "error",
+            CloseReason::Hostile => "hostile",
         }
     }
 }

@@ -494,6 +494,15 @@ impl<'w, 'h> Watch<'w, 'h> {
                 }
                 continue;
             }
+            // The protocol has its drain's answer to send (HTTP/2's GOAWAY): to the workers.
+            if conn.x.lc.wants_transmit(&self.kit.engine) {
+                if let Some(conn) = self.conns.remove(&id) {
+                    if let Err(conn) = self.queue.push(conn) {
+                        self.hub.close(*conn, self.counters, CloseReason::Shutdown);
+                    }
+                }
+                continue;
+            }
             // The drain's end is its deadline now.
             let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
             self.timers.schedule(&mut conn.timer_at, deadline, u64::from(id));

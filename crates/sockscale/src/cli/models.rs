@@ -148,6 +148,7 @@ impl Row {
             "threads_detail": plain(c.thread_detail),
             "waits": plain(c.waits),
             "udp": c.model.serves_udp(),
+            "http2": c.model.serves_http2(),
             "cannot_honour": c.cannot.iter().map(|l| serde_json::json!({
                 "policy": l.policy.name(),
                 "why": plain(l.why),
@@ -194,6 +195,7 @@ fn text(rows: &[Row]) -> String {
     }
     out.push(String::new());
     out.push(field("every model", &plain(TLS_FILE_BODY)));
+    out.push(field("HTTP/2", &plain(&http2_line(rows.iter().map(|r| r.caps.model)))));
     for r in rows {
         let c = r.caps;
         out.push(String::new());
@@ -259,6 +261,20 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// Which models serve HTTP/2 (`--proto http`, h2c with prior knowledge and h2 over TLS).
+fn http2_line(models: impl Iterator<Item = Model>) -> String {
+    let (yes, no): (Vec<Model>, Vec<Model>) = models.partition(|m| m.serves_http2());
+    let names = |ms: &[Model]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+    let mut line = format!(
+        "`--proto http` serves HTTP/2 (h2c with prior knowledge, h2 over TLS by ALPN; `--http2 off` refuses it) on {}",
+        if no.is_empty() { format!("every model ({})", names(&yes)) } else { names(&yes) }
+    );
+    if !no.is_empty() {
+        line.push_str(&format!("; not on {}", names(&no)));
+    }
+    line
+}
+
 /// The README's models table.
 fn markdown() -> String {
     let mut out = vec![
@@ -280,6 +296,8 @@ fn markdown() -> String {
     }
     out.push(String::new());
     out.push(format!("Every model: {TLS_FILE_BODY}."));
+    out.push(String::new());
+    out.push(format!("HTTP/2: {}.", http2_line(Model::ALL.into_iter())));
     out.join("\n")
 }
 

@@ -19,6 +19,10 @@ use sockscale_tls::{ServerOptions, ServerTls};
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
 
+/// The largest `--body` file HTTP/2 serves, from a copy in memory; past it HTTP/2 is off (a
+/// file read in chunks for HTTP/2 is not built).
+const H2_BODY_COPY_MAX: u64 = 16 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Proto {
     /// TCP echo: every byte received is sent back
@@ -99,9 +103,18 @@ pub struct ServeArgs {
     /// Largest request body; longer gets 413
     #[arg(long, default_value = "8MiB", value_parser = parse_size, help_heading = "HTTP")]
     pub max_body_bytes: usize,
-    /// A request head must be complete this long after its first byte (slowloris guard)
+    /// A request head must be complete this long after its first byte (slowloris guard); for
+    /// HTTP/2, the preface, a control frame or a header block
     #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = "HTTP")]
     pub header_timeout: Duration,
+    /// HTTP/2 on the same port: h2c with prior knowledge (a connection opening with the
+    /// preface) and h2 over TLS by ALPN (`h2` offered first); off: HTTP/1.1 only
+    #[arg(long, value_enum, default_value_t = OnOff::On, help_heading = "HTTP")]
+    pub http2: OnOff,
+    /// HTTP/2: streams a connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
+    /// one more is refused (REFUSED_STREAM)
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = "HTTP")]
+    pub max_streams: u32,
 
     /// Connections beyond this are accepted and closed at once (HTTP gets a 503), counted as refused
     #[arg(long, default_value_t = 100_000, help_heading = "Connections")]
@@ -244,11 +257,23 @@ impl ServeArgs {
             Proto::Echo => Service::Echo,
             Proto::Udp => Service::UdpEcho,
             Proto::Http => {
+                let http2 = (self.http2 == OnOff::On).then(|| {
+                    Arc::new(sockscale_h2::Limits {
+                        max_concurrent_streams: self.max_streams,
+                        max_header_list_size: u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX),
+                        max_body_bytes: self.max_body_bytes as u64,
+                        header_timeout: self.header_timeout,
+                        output_cap: self.max_pending_send,
+                        window_timeout: Some(self.send_timeout),
+                        ..sockscale_proto::h2::default_limits()
+                    })
+                });
                 let mut http = HttpConfig {
                     content_type: self.content_type.clone(),
                     max_header_bytes: self.max_header_bytes,
                     max_body_bytes: self.max_body_bytes as u64,
                     header_timeout: self.header_timeout,
+                    http2,
                     ..HttpConfig::default()
                 };
                 if let Some(path) = &self.body {
@@ -258,15 +283,33 @@ impl ServeArgs {
                         SendfileArg::Off => SendfileMode::Off,
                     };
                     let (body, file) = BodyFile::load(path, mode, self.sendfile_min as u64, u64::from(self.procs))?;
+                    if let (Some(_), sockscale_proto::http::ResponseBody::File { len }) = (&http.http2, &body) {
+                        if *len <= H2_BODY_COPY_MAX {
+                            // HTTP/2 frames DATA from bytes: its copy of a body sent from the file.
+                            let copy =
+                                std::fs::read(path).with_context(|| format!("reading --body {}", path.display()))?;
+                            http.http2_body = Some(copy.into());
+                        } else {
+                            tracing::warn!(
+                                "HTTP/2 is off: the --body file is {len} bytes, and HTTP/2 sends a body file from a copy in memory only up to {H2_BODY_COPY_MAX} bytes (a file read in chunks is not built); HTTP/1.1 sends it with sendfile"
+                            );
+                            http.http2 = None;
+                        }
+                    }
                     http.body = body;
                     body_file = file;
                 }
                 Service::Http(Arc::new(http))
             }
         };
+        let http2 = matches!(&service, Service::Http(http) if http.http2.is_some());
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
-                let alpn = if self.proto == Proto::Http { vec![b"http/1.1".to_vec()] } else { Vec::new() };
+                let alpn = match (self.proto, http2) {
+                    (Proto::Http, true) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+                    (Proto::Http, false) => vec![b"http/1.1".to_vec()],
+                    _ => Vec::new(),
+                };
                 let options = ServerOptions {
                     session_cache: self.tls_session_cache,
                     tickets: self.tls_tickets == OnOff::On,
