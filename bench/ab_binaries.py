@@ -9,6 +9,10 @@ from /proc/PID/stat. Every scenario runs --repeat times with the binaries interl
 after, before, ...); the table gives medians, and the median and range of the after/before
 ratio taken within each adjacent pair.
 
+With --tls both serve HTTPS (a certificate from `sockscale cert`, ECDSA P-256) and the
+scenarios are wrk over https, keep-alive at c=100 and a new connection per request
+(`Connection: close`) at c=50.
+
 Build the "before" binary from a worktree of the old commit, e.g.
     git worktree add /tmp/before 7e5cab0 && (cd /tmp/before && cargo build --release -p sockscale)
     bench/ab_binaries.py --before /tmp/before/target/release/sockscale --models epoll,uring
@@ -17,6 +21,8 @@ Writes bench-results/ab_binaries-<stamp>/results.json and prints a markdown tabl
 """
 import argparse
 import os
+import subprocess
+import tempfile
 
 import common
 
@@ -28,6 +34,7 @@ def main():
     ap.add_argument("--models", default="epoll,uring")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tls", action="store_true", help="serve HTTPS and measure wrk over https")
     args = ap.parse_args()
     for path in (args.before, args.after):
         if not os.access(path, os.X_OK):
@@ -39,15 +46,26 @@ def main():
     results = {"machine": common.machine(), "before": args.before, "after": args.after,
                "duration_s": args.duration, "repeat": args.repeat, "models": {}}
     tables = []
+    certs = tempfile.TemporaryDirectory()
+    tls = []
+    if args.tls:
+        subprocess.run([args.after, "cert", "--out", certs.name], check=True, capture_output=True)
+        tls = ["--tls-cert", f"{certs.name}/cert.pem", "--tls-key", f"{certs.name}/key.pem"]
     for model in [m for m in args.models.split(",") if m]:
-        serve = ["--proto", "http", "--model", model, "--threads", "1"]
+        serve = ["--proto", "http", "--model", model, "--threads", "1", *tls]
         servers = {}
         try:
             for name, binary in (("before", args.before), ("after", args.after)):
                 servers[name] = common.start_sockscale(serve, binary=binary)
-            bodies = {name: common.fetch_body(port) for name, (_, port) in servers.items()}
-            assert bodies["before"] == bodies["after"], "both binaries must serve the same response"
-            scenarios = [common.wrk_scenario(100, args.duration), common.h2load_scenario(100, args.duration)]
+            if args.tls:
+                https = lambda conns, extra: lambda url: ["wrk", "-t1", f"-c{conns}", f"-d{args.duration}s", *extra,
+                                                         url.replace("http://", "https://")]
+                scenarios = [("wrk https", 100, https(100, ()), common.parse_wrk),
+                             ("wrk https Connection: close", 50, https(50, ("-H", "Connection: close")), common.parse_wrk)]
+            else:
+                bodies = {name: common.fetch_body(port) for name, (_, port) in servers.items()}
+                assert bodies["before"] == bodies["after"], "both binaries must serve the same response"
+                scenarios = [common.wrk_scenario(100, args.duration), common.h2load_scenario(100, args.duration)]
             rows = common.compare(servers, scenarios, args.repeat)
         finally:
             for proc, _ in servers.values():
