@@ -13,6 +13,7 @@
 
 pub mod echo;
 pub mod h2;
+mod h2_totals;
 pub mod http;
 mod output;
 pub mod udp;

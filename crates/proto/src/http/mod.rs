@@ -95,7 +95,7 @@ pub struct HttpConfig {
     /// stage frames DATA from bytes (HTTP/1.1 keeps sending the file with sendfile).
     pub http2_body: Option<Bytes>,
     /// What HTTP/2 connections counted, added as each one ends (read by the server's stats).
-    pub h2_totals: Arc<crate::h2::H2Totals>,
+    pub h2_totals: Arc<crate::h2_totals::H2Totals>,
 }
 
 impl Default for HttpConfig {
@@ -107,7 +107,7 @@ impl Default for HttpConfig {
             max_header_bytes: 8192,
             max_body_bytes: 8 << 20,
             header_timeout: Duration::from_secs(10),
-            http2: Some(Arc::new(crate::h2::default_limits())),
+            http2: Some(Arc::new(crate::h2_totals::default_limits())),
             http2_body: None,
             h2_totals: Arc::default(),
         }
