@@ -199,26 +199,40 @@ fn bench_nginx(h: &Harness<'_>, progress: &mut Progress) -> ModelResult {
         return result;
     }
     let mut left = steps;
+    run_sweeps(h, progress, &mut result, "nginx", &mut left, |what, tick| nginx::sweep(h, scheme_of(h, what)?, tick));
+    result
+}
+
+/// The HTTP and HTTPS sweeps of one server (`name`), `sweep` measuring each (given "HTTP" or
+/// "HTTPS"): points into `result`, errors beside them, `left` steps counted down. false: the
+/// run was interrupted (the steps left are abandoned, `result` says where).
+fn run_sweeps(
+    h: &Harness<'_>,
+    progress: &mut Progress,
+    result: &mut ModelResult,
+    name: &str,
+    left: &mut usize,
+    mut sweep: impl FnMut(&str, &mut dyn FnMut()) -> Result<Vec<HttpPoint>, String>,
+) -> bool {
     for (what, n) in sweeps(h.profile) {
         if h.interrupted() {
             interrupted_first(&mut result.error, format!("interrupted before the {what} sweep"));
-            progress.abandon(left, "nginx: not measured (interrupted)");
-            return result;
+            progress.abandon(*left, &format!("{name}: not measured (interrupted)"));
+            return false;
         }
-        let swept =
-            sweep_steps(h, progress, &format!("nginx: {what}"), n, |tick| nginx::sweep(h, scheme_of(h, what)?, tick));
-        left -= n;
+        let swept = sweep_steps(h, progress, &format!("{name}: {what}"), n, |tick| sweep(what, tick));
+        *left -= n;
         result.http.extend(swept.points);
         if let Some(e) = swept.error.filter(|_| !swept.interrupted) {
             add_error(&mut result.error, format!("{what} sweep: {e}"));
         }
         if swept.interrupted {
             interrupted_first(&mut result.error, format!("interrupted during the {what} sweep"));
-            progress.abandon(left, "nginx: not measured (interrupted)");
-            return result;
+            progress.abandon(*left, &format!("{name}: not measured (interrupted)"));
+            return false;
         }
     }
-    result
+    true
 }
 
 fn row_label(name: &str, kind: RowKind, p: &Profile) -> String {
@@ -267,39 +281,25 @@ fn bench_model(h: &Harness<'_>, model: Model, progress: &mut Progress) -> ModelR
         }
         left -= 1;
     }
-    for (what, n) in sweeps(h.profile) {
-        if h.interrupted() {
-            interrupted_first(&mut result.error, format!("interrupted before the {what} sweep"));
-            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
-            return result;
-        }
-        let swept = sweep_steps(h, progress, &format!("{name}: {what}"), n, |tick| {
-            let scheme = scheme_of(h, what)?;
-            let tls: Vec<String> = match &h.certificate {
-                Ok(files) if what == "HTTPS" => vec![
-                    "--tls-cert".into(),
-                    files.cert.display().to_string(),
-                    "--tls-key".into(),
-                    files.key.display().to_string(),
-                ],
-                _ => Vec::new(),
-            };
-            let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
-            let server = h.start_server(name, "http", &extra)?;
-            let swept = h.http_sweep(server.port, Some(server.pid()), scheme, tick);
-            h.stop_server(server);
-            swept
-        });
-        left -= n;
-        result.http.extend(swept.points);
-        if let Some(e) = swept.error.filter(|_| !swept.interrupted) {
-            add_error(&mut result.error, format!("{what} sweep: {e}"));
-        }
-        if swept.interrupted {
-            interrupted_first(&mut result.error, format!("interrupted during the {what} sweep"));
-            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
-            return result;
-        }
+    let swept_all = run_sweeps(h, progress, &mut result, name, &mut left, |what, tick| {
+        let scheme = scheme_of(h, what)?;
+        let tls: Vec<String> = match &h.certificate {
+            Ok(files) if what == "HTTPS" => vec![
+                "--tls-cert".into(),
+                files.cert.display().to_string(),
+                "--tls-key".into(),
+                files.key.display().to_string(),
+            ],
+            _ => Vec::new(),
+        };
+        let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
+        let server = h.start_server(name, "http", &extra)?;
+        let swept = h.http_sweep(server.port, Some(server.pid()), scheme, tick);
+        h.stop_server(server);
+        swept
+    });
+    if !swept_all {
+        return result;
     }
     if !model.serves_udp() {
         let why = model.limitation(sockscale_server::Policy::Udp).unwrap_or("no UDP");

@@ -243,13 +243,8 @@ impl Exchange {
                     }
                 }
                 Action::Flush => {
-                    let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
-                    match socket.flush(&mut self.out, seal.as_mut()) {
-                        Ok(written) => {
-                            io.counters.written(&written);
-                            self.lc.on_written(now, written);
-                        }
-                        Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                    if let Err(reason) = self.flush_queue(socket, io, now) {
+                        return Turned::Close(reason);
                     }
                 }
                 Action::Read { max } => {
@@ -272,13 +267,8 @@ impl Exchange {
                             input |= fed.counted();
                             // The handshake's flight and the answer's records go at once.
                             if !self.out.is_empty() {
-                                let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
-                                match socket.flush(&mut self.out, seal.as_mut()) {
-                                    Ok(written) => {
-                                        io.counters.written(&written);
-                                        self.lc.on_written(now, written);
-                                    }
-                                    Err(e) => return Turned::Close(self.lc.on_failed(&e)),
+                                if let Err(reason) = self.flush_queue(socket, io, now) {
+                                    return Turned::Close(reason);
                                 }
                             }
                         }
@@ -308,6 +298,20 @@ impl Exchange {
 
     /// Ciphertext `read` of `wanted` bytes, through the TLS stage: the handshake's records and
     /// the answer's, encrypted, are queued in `out`. Err: close, for this reason.
+    /// Write what the queue holds (a TLS connection's file ranges and plaintext sealed as they
+    /// go) and tell the lifecycle what was written. Err: close, for this reason.
+    fn flush_queue(&mut self, socket: &mut impl Socket, io: &mut TurnIo<'_>, now: Instant) -> Result<(), CloseReason> {
+        let mut seal = seal(&mut self.tls, &mut io.kit.tls_scratch);
+        match socket.flush(&mut self.out, seal.as_mut()) {
+            Ok(written) => {
+                io.counters.written(&written);
+                self.lc.on_written(now, written);
+                Ok(())
+            }
+            Err(e) => Err(self.lc.on_failed(&e)),
+        }
+    }
+
     fn through_tls(
         &mut self,
         read: &mut [u8],
