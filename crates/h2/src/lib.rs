@@ -1,4 +1,4 @@
-//! sockscale's HTTP/2 server stage (RFC 9113): frames, HPACK, streams, flow control, SETTINGS,
+//! sockscale's HTTP/2 stage (RFC 9113), server and client ([`client`]): frames, HPACK, streams, flow control, SETTINGS,
 //! PING, GOAWAY and RST_STREAM as a state machine with no I/O, in the style of quinn-proto and of
 //! `sockscale-proto`: fed the bytes a socket received and the time, it appends the bytes to send
 //! to the caller's buffer and reports requests, deadlines and its verdict. No socket, clock or
@@ -80,6 +80,9 @@
 //! `examples/h2c_server.rs` drives the stage over blocking sockets (test only, no engine):
 //! h2spec 2.2.1 passes 145 of 145 cases, and 146 of 146 with `--strict`.
 
+pub mod client;
+#[cfg(test)]
+mod client_tests;
 pub mod config;
 mod conn;
 pub mod frame;
@@ -89,6 +92,9 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use client::{
+    encode_request, ClientConnection, ClientError, ClientEvent, ClientSettings, Request as ClientRequest,
+};
 pub use config::{Budget, Limits, LimitsError};
 pub use conn::{Body, Closing, Connection, Event, Verdict};
 pub use frame::ErrorCode;

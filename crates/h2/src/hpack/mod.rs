@@ -34,7 +34,7 @@ pub enum HpackError {
 
 /// The static table (RFC 7541 Appendix A), indices 1..=61.
 #[rustfmt::skip]
-const STATIC: [(&[u8], &[u8]); 61] = [
+pub(crate) const STATIC: [(&[u8], &[u8]); 61] = [
     (b":authority", b""), (b":method", b"GET"), (b":method", b"POST"), (b":path", b"/"),
     (b":path", b"/index.html"), (b":scheme", b"http"), (b":scheme", b"https"), (b":status", b"200"),
     (b":status", b"204"), (b":status", b"206"), (b":status", b"304"), (b":status", b"400"),
@@ -71,6 +71,14 @@ pub struct HeaderList {
 impl HeaderList {
     pub fn with_limit(limit: usize) -> Self {
         HeaderList { limit, ..HeaderList::default() }
+    }
+
+    /// Empty the list for the next block, keeping its buffers and its limit.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.fields.clear();
+        self.size = 0;
+        self.overflowed = false;
     }
 
     /// The fields, in order: (name, value).
@@ -314,7 +322,7 @@ pub(crate) fn put_integer(out: &mut Vec<u8>, value: usize, prefix: u8, flags: u8
     out.push(rest as u8);
 }
 
-fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     put_integer(out, s.len(), 7, 0);
     out.extend_from_slice(s);
 }

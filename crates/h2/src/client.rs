@@ -1,0 +1,788 @@
+//! The client side of the stage: what `sockscale load http --http2` speaks (RFC 9113), with no
+//! I/O, as the server side. Fed the bytes a socket received, it appends the frames to send
+//! (SETTINGS and PING acknowledgements, WINDOW_UPDATEs, request bodies as windows allow) to the
+//! caller's buffer and reports, through a callback, each stream's end: a response, a reset, a
+//! refusal by GOAWAY or a malformed response.
+//!
+//! ```text
+//! conn = ClientConnection::new(settings, &mut out)          // preface, SETTINGS, WINDOW_UPDATE
+//! while conn.can_open():  conn.open(&request, tag, &mut out)  // HEADERS (+ DATA as windows allow)
+//! on input:   conn.receive(bytes, &mut out, |event| ...)?     // Err: a connection error; close
+//! ```
+//!
+//! A request's header block is encoded once ([`encode_request`]) and framed for every stream:
+//! the encoder keeps no dynamic table, so the same bytes are valid on every stream of every
+//! connection. Streams are numbered in the order they open and kept in a ring indexed by their
+//! number, so finding one is an index, and the oldest still open is the ring's front.
+//!
+//! Memory: a frame received in part and a header block in progress are the only buffers, each
+//! given back when it empties; the HPACK table the server fills is bounded by
+//! SETTINGS_HEADER_TABLE_SIZE, and a response's header block by SETTINGS_MAX_HEADER_LIST_SIZE.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, MAX_WINDOW, PREFACE};
+use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
+
+/// The largest stream identifier (2^31 - 1).
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+
+/// What this client advertises and keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSettings {
+    /// SETTINGS_INITIAL_WINDOW_SIZE: what the server may send on a stream before this client
+    /// gives the window back.
+    pub stream_window: u32,
+    /// The connection's receive window, raised from 65,535 by a WINDOW_UPDATE at once.
+    pub connection_window: u32,
+    /// SETTINGS_MAX_FRAME_SIZE: the largest frame the server may send.
+    pub max_frame: u32,
+    /// SETTINGS_HEADER_TABLE_SIZE: the HPACK table the server's encoder may fill here.
+    pub header_table: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: a response head larger than this is a connection error
+    /// (it cannot be skipped without losing the HPACK table's state).
+    pub max_header_list: u32,
+}
+
+impl Default for ClientSettings {
+    /// h2load's defaults for the windows (2^30 - 1 each: a response is never held up by this
+    /// client), the protocol's for the rest.
+    fn default() -> Self {
+        ClientSettings {
+            stream_window: (1 << 30) - 1,
+            connection_window: (1 << 30) - 1,
+            max_frame: frame::MIN_MAX_FRAME,
+            header_table: 4096,
+            max_header_list: 64 << 10,
+        }
+    }
+}
+
+/// A connection error: this client sent GOAWAY with `code` (appended to the output) and the
+/// connection is over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("the server answered in HTTP/1.x: it does not speak HTTP/2 with prior knowledge (h2c)")]
+    NotHttp2,
+    #[error("{what} ({code:?})")]
+    Protocol { code: ErrorCode, what: &'static str },
+    #[error("a response's header block did not decode: {0}")]
+    Compression(HpackError),
+}
+
+impl ClientError {
+    fn protocol(what: &'static str) -> Self {
+        ClientError::Protocol { code: ErrorCode::Protocol, what }
+    }
+}
+
+/// How a stream ended, with the tag it was opened with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// A whole response: its final status and the DATA octets of its body (padding not
+    /// counted).
+    Response { tag: u64, status: u16, body_len: u64 },
+    /// The server reset the stream (RST_STREAM) before its response ended.
+    Reset { tag: u64, code: u32 },
+    /// Above a GOAWAY's last stream identifier: the server did not and will not process it.
+    Refused { tag: u64 },
+    /// The response broke the protocol on its stream (no `:status`, DATA before HEADERS, a
+    /// body that contradicts its Content-Length): this client reset the stream.
+    Malformed { tag: u64 },
+    /// The server sent GOAWAY: no stream opens after this one.
+    GoAway { last_stream: u32, code: u32 },
+}
+
+/// One request as every stream sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The HPACK header block, from [`encode_request`].
+    pub block: Bytes,
+    pub body: Bytes,
+    /// A HEAD request: its response has no body whatever its Content-Length says.
+    pub head: bool,
+}
+
+/// Encode a request's header block: the pseudo-fields, then `fields` (names lower-cased here;
+/// connection-specific fields are the caller's to refuse). Names and `:method`/`:scheme`/`:path`
+/// values the static table has are indexed; everything else is a literal without indexing.
+pub fn encode_request(method: &str, scheme: &str, authority: &str, path: &str, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut field = |name: &[u8], value: &[u8]| {
+        if let Some(i) = STATIC.iter().position(|(n, v)| *n == name && *v == value && !v.is_empty()) {
+            put_integer(&mut out, i + 1, 7, 0x80);
+            return;
+        }
+        match STATIC.iter().position(|(n, _)| *n == name) {
+            Some(i) => put_integer(&mut out, i + 1, 4, 0),
+            None => {
+                out.push(0);
+                put_string(&mut out, name);
+            }
+        }
+        put_string(&mut out, value);
+    };
+    field(b":method", method.as_bytes());
+    field(b":scheme", scheme.as_bytes());
+    field(b":authority", authority.as_bytes());
+    field(b":path", path.as_bytes());
+    for (name, value) in fields {
+        field(name.to_ascii_lowercase().as_bytes(), value.as_bytes());
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Stream {
+    tag: u64,
+    head: bool,
+    /// The final status; 0 until the response's head.
+    status: u16,
+    /// Content-Length, when the response gave one.
+    expect: Option<u64>,
+    body: u64,
+    /// Octets received on the stream not given back yet.
+    unacked: u32,
+    /// What the server may still send on the stream.
+    recv_window: i64,
+    /// The request body not yet framed, and what the server lets this client send.
+    send: Option<Bytes>,
+    send_window: i64,
+}
+
+#[derive(Debug)]
+struct Block {
+    stream: u32,
+    end_stream: bool,
+    bytes: Vec<u8>,
+}
+
+/// One client connection.
+#[derive(Debug)]
+pub struct ClientConnection {
+    settings: ClientSettings,
+    /// A frame received in part; unallocated between frames.
+    partial: Vec<u8>,
+    decoder: Decoder,
+    list: HeaderList,
+    block: Option<Block>,
+    next_id: u32,
+    /// The identifier of `streams[0]`.
+    base: u32,
+    streams: VecDeque<Option<Stream>>,
+    open: usize,
+    /// Streams with a request body not all framed yet.
+    sending: usize,
+    peer_max_streams: u32,
+    peer_initial_window: i64,
+    peer_max_frame: usize,
+    send_window: i64,
+    recv_window: i64,
+    recv_unacked: u32,
+    seen_settings: bool,
+    goaway: Option<u32>,
+}
+
+impl ClientConnection {
+    /// A connection whose preface, SETTINGS and connection WINDOW_UPDATE are appended to `out`.
+    pub fn new(settings: ClientSettings, out: &mut Vec<u8>) -> Self {
+        out.extend_from_slice(PREFACE);
+        let mut advertised = vec![(setting::ENABLE_PUSH, 0), (setting::INITIAL_WINDOW_SIZE, settings.stream_window)];
+        if settings.max_frame != frame::MIN_MAX_FRAME {
+            advertised.push((setting::MAX_FRAME_SIZE, settings.max_frame));
+        }
+        if settings.header_table != 4096 {
+            advertised.push((setting::HEADER_TABLE_SIZE, settings.header_table));
+        }
+        advertised.push((setting::MAX_HEADER_LIST_SIZE, settings.max_header_list));
+        frame::put_settings(out, &advertised);
+        let initial = i64::from(frame::DEFAULT_WINDOW);
+        let connection_window = i64::from(settings.connection_window).max(initial);
+        if connection_window > initial {
+            frame::put_window_update(out, 0, (connection_window - initial) as u32);
+        }
+        ClientConnection {
+            settings,
+            partial: Vec::new(),
+            decoder: Decoder::new(settings.header_table as usize),
+            list: HeaderList::with_limit(settings.max_header_list as usize),
+            block: None,
+            next_id: 1,
+            base: 1,
+            streams: VecDeque::new(),
+            open: 0,
+            sending: 0,
+            // Until the server's SETTINGS say otherwise (RFC 9113 §6.5.2: initially unlimited;
+            // the caller's depth bounds it).
+            peer_max_streams: u32::MAX,
+            peer_initial_window: initial,
+            peer_max_frame: frame::MIN_MAX_FRAME as usize,
+            send_window: initial,
+            recv_window: connection_window,
+            recv_unacked: 0,
+            seen_settings: false,
+            goaway: None,
+        }
+    }
+
+    /// Streams open: requests sent and not yet ended.
+    pub fn open_streams(&self) -> usize {
+        self.open
+    }
+
+    /// The tag of the oldest open stream.
+    pub fn oldest(&self) -> Option<u64> {
+        self.streams.front().and_then(Option::as_ref).map(|s| s.tag)
+    }
+
+    /// Whether one more stream may open now: under the server's SETTINGS_MAX_CONCURRENT_STREAMS,
+    /// no GOAWAY received, identifiers left.
+    pub fn can_open(&self) -> bool {
+        self.goaway.is_none() && self.next_id <= MAX_STREAM_ID && self.open < self.peer_max_streams as usize
+    }
+
+    /// No stream will ever open on this connection again (GOAWAY, or every identifier used):
+    /// once the open ones end, it is done.
+    pub fn exhausted(&self) -> bool {
+        self.goaway.is_some() || self.next_id > MAX_STREAM_ID
+    }
+
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS, once its SETTINGS came.
+    pub fn peer_max_streams(&self) -> Option<u32> {
+        (self.seen_settings && self.peer_max_streams != u32::MAX).then_some(self.peer_max_streams)
+    }
+
+    /// Bytes held between calls (a frame in part, a header block in progress).
+    pub fn buffered(&self) -> usize {
+        self.partial.capacity() + self.block.as_ref().map_or(0, |b| b.bytes.capacity())
+    }
+
+    /// Open a stream for `request` (call only when [`Self::can_open`]): its HEADERS, and its
+    /// body as far as the windows allow, are appended to `out`. Returns the stream's identifier.
+    pub fn open(&mut self, request: &Request, tag: u64, out: &mut Vec<u8>) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.saturating_add(2);
+        let has_body = !request.body.is_empty();
+        frame::put_header_block(out, id, &request.block, !has_body, self.peer_max_frame);
+        self.streams.push_back(Some(Stream {
+            tag,
+            head: request.head,
+            status: 0,
+            expect: None,
+            body: 0,
+            unacked: 0,
+            recv_window: i64::from(self.settings.stream_window),
+            send: has_body.then(|| request.body.clone()),
+            send_window: self.peer_initial_window,
+        }));
+        self.open += 1;
+        if has_body {
+            self.sending += 1;
+            self.flush_bodies(out);
+        }
+        id
+    }
+
+    /// Feed received bytes. Events come through `on` as streams end; frames to send are
+    /// appended to `out`. An error is a connection error: GOAWAY is appended, and the
+    /// connection is over.
+    pub fn receive(
+        &mut self,
+        mut data: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        if !self.seen_settings && self.partial.is_empty() && data.starts_with(b"HTTP/") {
+            return Err(ClientError::NotHttp2);
+        }
+        let result = self.receive_frames(&mut data, out, on);
+        if let Err(ClientError::Protocol { code, .. }) = &result {
+            frame::put_goaway(out, 0, *code, b"");
+        } else if let Err(ClientError::Compression(_)) = &result {
+            frame::put_goaway(out, 0, ErrorCode::Compression, b"");
+        }
+        result
+    }
+
+    fn receive_frames(
+        &mut self,
+        data: &mut &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        // Complete a frame begun in an earlier read.
+        while !self.partial.is_empty() {
+            let want = if self.partial.len() < HEADER_LEN { HEADER_LEN } else { self.frame_len(&self.partial)? };
+            let take = (want - self.partial.len()).min(data.len());
+            self.partial.extend_from_slice(&data[..take]);
+            *data = &data[take..];
+            if self.partial.len() < want {
+                if self.partial.len() >= HEADER_LEN {
+                    self.frame_len(&self.partial)?;
+                }
+                return Ok(());
+            }
+            if want == HEADER_LEN && self.frame_len(&self.partial)? > HEADER_LEN {
+                continue;
+            }
+            let whole = std::mem::take(&mut self.partial);
+            let head = Head::parse(whole[..HEADER_LEN].try_into().map_err(|_| ClientError::protocol("frame header"))?);
+            self.frame(head, &whole[HEADER_LEN..], out, on)?;
+        }
+        while data.len() >= HEADER_LEN {
+            let total = self.frame_len(data)?;
+            if data.len() < total {
+                break;
+            }
+            let head = Head::parse(data[..HEADER_LEN].try_into().map_err(|_| ClientError::protocol("frame header"))?);
+            self.frame(head, &data[HEADER_LEN..total], out, on)?;
+            *data = &data[total..];
+        }
+        if !data.is_empty() {
+            if data.len() >= HEADER_LEN {
+                self.frame_len(data)?;
+            }
+            self.partial.extend_from_slice(data);
+            *data = &[];
+        }
+        Ok(())
+    }
+
+    /// The whole length of the frame whose header begins `bytes`, checked against
+    /// SETTINGS_MAX_FRAME_SIZE.
+    fn frame_len(&self, bytes: &[u8]) -> Result<usize, ClientError> {
+        let len = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
+        if len > self.settings.max_frame {
+            return Err(ClientError::Protocol {
+                code: ErrorCode::FrameSize,
+                what: "a frame over SETTINGS_MAX_FRAME_SIZE",
+            });
+        }
+        Ok(HEADER_LEN + len as usize)
+    }
+
+    fn frame(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        if !self.seen_settings && !(head.kind == kind::SETTINGS && !head.has(flag::ACK)) {
+            return Err(ClientError::protocol("the server's first frame is not SETTINGS"));
+        }
+        if self.block.is_some() && head.kind != kind::CONTINUATION {
+            return Err(ClientError::protocol("a frame inside a header block"));
+        }
+        match head.kind {
+            kind::DATA => self.on_data(head, payload, out, on),
+            kind::HEADERS => self.on_headers(head, payload, out, on),
+            kind::CONTINUATION => self.on_continuation(head, payload, out, on),
+            kind::RST_STREAM => self.on_reset(head, payload, on),
+            kind::SETTINGS => self.on_settings(head, payload, out),
+            kind::PING => {
+                if head.stream != 0 {
+                    return Err(ClientError::protocol("PING on a stream"));
+                }
+                let opaque: &[u8; 8] = payload
+                    .try_into()
+                    .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "PING not 8 octets" })?;
+                if !head.has(flag::ACK) {
+                    frame::put_ping_ack(out, opaque);
+                }
+                Ok(())
+            }
+            kind::GOAWAY => self.on_goaway(head, payload, on),
+            kind::WINDOW_UPDATE => self.on_window_update(head, payload, out),
+            kind::PUSH_PROMISE => Err(ClientError::protocol("PUSH_PROMISE with push disabled")),
+            // PRIORITY and unknown types are ignored (§5.3.2, §5.5).
+            _ => Ok(()),
+        }
+    }
+
+    /// The slot of stream `id`, if it is open.
+    fn stream_mut(&mut self, id: u32) -> Option<&mut Stream> {
+        if id < self.base || id % 2 == 0 {
+            return None;
+        }
+        self.streams.get_mut(((id - self.base) / 2) as usize).and_then(Option::as_mut)
+    }
+
+    /// A frame on stream `id` that is not open: one that was (this client reset it, or it
+    /// ended) is ignored; an idle one or a server-initiated one is a protocol error.
+    fn check_known(&self, id: u32) -> Result<(), ClientError> {
+        if id == 0 {
+            return Err(ClientError::protocol("a stream frame on stream 0"));
+        }
+        if id % 2 == 0 || id >= self.next_id {
+            return Err(ClientError::protocol("a frame on a stream this client never opened"));
+        }
+        Ok(())
+    }
+
+    /// End stream `id`: its slot is emptied, and the ring's emptied front given back.
+    fn remove(&mut self, id: u32) -> Option<Stream> {
+        if id < self.base {
+            return None;
+        }
+        let stream = self.streams.get_mut(((id - self.base) / 2) as usize)?.take()?;
+        self.open -= 1;
+        if stream.send.is_some() {
+            self.sending -= 1;
+        }
+        while matches!(self.streams.front(), Some(None)) {
+            self.streams.pop_front();
+            self.base += 2;
+        }
+        if self.streams.is_empty() {
+            self.base = self.next_id;
+        }
+        Some(stream)
+    }
+
+    /// Reset a stream whose response broke the protocol.
+    fn malformed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+        if let Some(stream) = self.remove(id) {
+            frame::put_rst(out, id, ErrorCode::Protocol);
+            on(ClientEvent::Malformed { tag: stream.tag });
+        }
+    }
+
+    /// The stream's response is whole: check its length and report it.
+    fn complete(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+        let Some(stream) = self.stream_mut(id) else { return };
+        let bodiless = stream.head || stream.status == 204 || stream.status == 304;
+        if stream.expect.is_some_and(|len| !bodiless && len != stream.body) || (bodiless && stream.body > 0) {
+            return self.malformed(id, out, on);
+        }
+        if let Some(stream) = self.remove(id) {
+            on(ClientEvent::Response { tag: stream.tag, status: stream.status, body_len: stream.body });
+        }
+    }
+
+    fn on_data(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        let len = payload.len() as u32;
+        // Flow control counts the whole payload, padding included (§6.9.1).
+        self.recv_window -= i64::from(len);
+        if self.recv_window < 0 {
+            return Err(ClientError::Protocol {
+                code: ErrorCode::FlowControl,
+                what: "DATA over the connection window",
+            });
+        }
+        self.recv_unacked += len;
+        if self.recv_unacked >= self.settings.connection_window / 2 {
+            frame::put_window_update(out, 0, self.recv_unacked);
+            self.recv_window += i64::from(self.recv_unacked);
+            self.recv_unacked = 0;
+        }
+        let content = unpad(head, payload)?;
+        let stream_window = self.settings.stream_window;
+        let end = head.has(flag::END_STREAM);
+        let Some(stream) = self.stream_mut(head.stream) else { return self.check_known(head.stream) };
+        stream.recv_window -= i64::from(len);
+        if stream.status == 0 || stream.recv_window < 0 {
+            self.malformed(head.stream, out, on);
+            return Ok(());
+        }
+        stream.body += content.len() as u64;
+        if end {
+            self.complete(head.stream, out, on);
+            return Ok(());
+        }
+        stream.unacked += len;
+        if stream.unacked >= stream_window / 2 {
+            frame::put_window_update(out, head.stream, stream.unacked);
+            stream.recv_window += i64::from(stream.unacked);
+            stream.unacked = 0;
+        }
+        Ok(())
+    }
+
+    fn on_headers(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        if head.stream == 0 {
+            return Err(ClientError::protocol("HEADERS on stream 0"));
+        }
+        let mut fragment = unpad(head, payload)?;
+        if head.has(flag::PRIORITY) {
+            fragment = fragment.get(5..).ok_or(ClientError::protocol("HEADERS too short for its priority"))?;
+        }
+        let end_stream = head.has(flag::END_STREAM);
+        if head.has(flag::END_HEADERS) {
+            return self.on_block(head.stream, end_stream, fragment, out, on);
+        }
+        self.check_block_size(fragment.len())?;
+        self.block = Some(Block { stream: head.stream, end_stream, bytes: fragment.to_vec() });
+        Ok(())
+    }
+
+    fn on_continuation(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        let Some(block) = self.block.as_mut().filter(|b| b.stream == head.stream) else {
+            return Err(ClientError::protocol("CONTINUATION without a header block on its stream"));
+        };
+        let size = block.bytes.len() + payload.len();
+        if size > 2 * self.settings.max_header_list as usize {
+            return Err(ClientError::protocol("a response header block over twice SETTINGS_MAX_HEADER_LIST_SIZE"));
+        }
+        block.bytes.extend_from_slice(payload);
+        if head.has(flag::END_HEADERS) {
+            let Some(block) = self.block.take() else { return Ok(()) };
+            return self.on_block(block.stream, block.end_stream, &block.bytes, out, on);
+        }
+        Ok(())
+    }
+
+    /// A header block may be at most twice the header list this client allows (HPACK rarely
+    /// grows a list, and never by half): past it, the server is flooding.
+    fn check_block_size(&self, size: usize) -> Result<(), ClientError> {
+        if size > 2 * self.settings.max_header_list as usize {
+            return Err(ClientError::protocol("a response header block over twice SETTINGS_MAX_HEADER_LIST_SIZE"));
+        }
+        Ok(())
+    }
+
+    /// A whole header block on stream `id`: decoded always (the HPACK table must stay in step
+    /// with the server's), then taken as a response head, an interim response or trailers.
+    fn on_block(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        block: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        let mut list = std::mem::take(&mut self.list);
+        list.clear();
+        let decoded = self.decoder.decode(block, &mut list);
+        let status = list.get(b":status").and_then(parse_status);
+        let content_length = list.get(b"content-length").map(parse_length);
+        let overflowed = list.overflowed();
+        self.list = list;
+        decoded.map_err(ClientError::Compression)?;
+        if overflowed {
+            return Err(ClientError::protocol("a response header list over SETTINGS_MAX_HEADER_LIST_SIZE"));
+        }
+        let Some(stream) = self.stream_mut(id) else { return self.check_known(id) };
+        if stream.status != 0 {
+            // Trailers: they end the stream, or the response is malformed.
+            if end_stream {
+                self.complete(id, out, on);
+            } else {
+                self.malformed(id, out, on);
+            }
+            return Ok(());
+        }
+        match (status, content_length) {
+            (Some(code), _) if (100..200).contains(&code) => {
+                // An interim response; the final one follows. Ending the stream here is malformed.
+                if end_stream {
+                    self.malformed(id, out, on);
+                }
+            }
+            (Some(code), None | Some(Some(_))) => {
+                stream.status = code;
+                stream.expect = content_length.flatten();
+                if end_stream {
+                    self.complete(id, out, on);
+                }
+            }
+            _ => self.malformed(id, out, on),
+        }
+        Ok(())
+    }
+
+    fn on_reset(&mut self, head: Head, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+        let code: [u8; 4] = payload
+            .try_into()
+            .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "RST_STREAM not 4 octets" })?;
+        match self.remove(head.stream) {
+            Some(stream) => on(ClientEvent::Reset { tag: stream.tag, code: u32::from_be_bytes(code) }),
+            None => self.check_known(head.stream)?,
+        }
+        Ok(())
+    }
+
+    fn on_settings(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
+        if head.stream != 0 {
+            return Err(ClientError::protocol("SETTINGS on a stream"));
+        }
+        if head.has(flag::ACK) {
+            if !payload.is_empty() {
+                return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "SETTINGS ACK with a payload" });
+            }
+            return Ok(());
+        }
+        if payload.len() % 6 != 0 {
+            return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "SETTINGS not a multiple of 6" });
+        }
+        for entry in payload.chunks_exact(6) {
+            let id = u16::from_be_bytes([entry[0], entry[1]]);
+            let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+            match id {
+                setting::MAX_CONCURRENT_STREAMS => self.peer_max_streams = value,
+                setting::INITIAL_WINDOW_SIZE => {
+                    if i64::from(value) > MAX_WINDOW {
+                        return Err(ClientError::Protocol {
+                            code: ErrorCode::FlowControl,
+                            what: "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1",
+                        });
+                    }
+                    let delta = i64::from(value) - self.peer_initial_window;
+                    self.peer_initial_window = i64::from(value);
+                    for stream in self.streams.iter_mut().flatten() {
+                        stream.send_window += delta;
+                    }
+                }
+                setting::MAX_FRAME_SIZE => {
+                    if !(frame::MIN_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&value) {
+                        return Err(ClientError::protocol("SETTINGS_MAX_FRAME_SIZE out of range"));
+                    }
+                    self.peer_max_frame = value as usize;
+                }
+                setting::ENABLE_PUSH if value > 1 => {
+                    return Err(ClientError::protocol("SETTINGS_ENABLE_PUSH not 0 or 1"));
+                }
+                // The encoder keeps no table, so the server's table size does not matter here.
+                _ => {}
+            }
+        }
+        self.seen_settings = true;
+        frame::put_settings_ack(out);
+        self.flush_bodies(out);
+        Ok(())
+    }
+
+    fn on_goaway(&mut self, head: Head, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+        if head.stream != 0 {
+            return Err(ClientError::protocol("GOAWAY on a stream"));
+        }
+        if payload.len() < 8 {
+            return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "GOAWAY under 8 octets" });
+        }
+        let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & MAX_STREAM_ID;
+        let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+        self.goaway = Some(self.goaway.map_or(last, |earlier| earlier.min(last)));
+        on(ClientEvent::GoAway { last_stream: last, code });
+        let base = self.base;
+        let refused: Vec<u32> = (self.streams.iter().enumerate())
+            .filter(|(_, slot)| slot.is_some())
+            .map(|(i, _)| base + 2 * i as u32)
+            .filter(|&id| id > last)
+            .collect();
+        for id in refused {
+            if let Some(stream) = self.remove(id) {
+                on(ClientEvent::Refused { tag: stream.tag });
+            }
+        }
+        Ok(())
+    }
+
+    fn on_window_update(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
+        let bytes: [u8; 4] = payload
+            .try_into()
+            .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "WINDOW_UPDATE not 4 octets" })?;
+        let increment = i64::from(u32::from_be_bytes(bytes) & MAX_STREAM_ID);
+        if head.stream == 0 {
+            if increment == 0 {
+                return Err(ClientError::protocol("a connection WINDOW_UPDATE of 0"));
+            }
+            self.send_window += increment;
+            if self.send_window > MAX_WINDOW {
+                return Err(ClientError::Protocol {
+                    code: ErrorCode::FlowControl,
+                    what: "the send window over 2^31-1",
+                });
+            }
+        } else if let Some(stream) = self.stream_mut(head.stream) {
+            // A stream's error here (0, or over 2^31-1) would reset one request; the window
+            // simply saturates instead: this client sends bodies only.
+            stream.send_window = (stream.send_window + increment).min(MAX_WINDOW);
+        }
+        self.flush_bodies(out);
+        Ok(())
+    }
+
+    /// Frame request bodies as far as the windows allow, oldest stream first.
+    fn flush_bodies(&mut self, out: &mut Vec<u8>) {
+        if self.sending == 0 {
+            return;
+        }
+        let max_frame = self.peer_max_frame;
+        let base = self.base;
+        let mut finished = 0;
+        for (i, slot) in self.streams.iter_mut().enumerate() {
+            let Some(stream) = slot.as_mut() else { continue };
+            let Some(body) = stream.send.as_mut() else { continue };
+            let id = base + 2 * i as u32;
+            loop {
+                let room = self.send_window.min(stream.send_window).max(0) as usize;
+                let n = body.len().min(max_frame).min(room);
+                if n == 0 && !body.is_empty() {
+                    break;
+                }
+                let chunk = body.split_to(n);
+                let last = body.is_empty();
+                frame::put_head(out, n, kind::DATA, if last { flag::END_STREAM } else { 0 }, id);
+                out.extend_from_slice(&chunk);
+                self.send_window -= n as i64;
+                stream.send_window -= n as i64;
+                if last {
+                    stream.send = None;
+                    finished += 1;
+                    break;
+                }
+            }
+            if self.send_window <= 0 {
+                break;
+            }
+        }
+        self.sending -= finished;
+    }
+}
+
+/// A frame's content without its padding (§6.1, §6.2).
+fn unpad(head: Head, payload: &[u8]) -> Result<&[u8], ClientError> {
+    if !head.has(flag::PADDED) {
+        return Ok(payload);
+    }
+    let (&pad, rest) = payload.split_first().ok_or(ClientError::protocol("a padded frame without its pad length"))?;
+    rest.len()
+        .checked_sub(pad as usize)
+        .map(|len| &rest[..len])
+        .ok_or(ClientError::protocol("padding longer than the frame"))
+}
+
+fn parse_status(value: &[u8]) -> Option<u16> {
+    if value.len() != 3 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// Content-Length: Some(n), or None for a value that is not a number (malformed).
+fn parse_length(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}

@@ -1,0 +1,328 @@
+//! The client side driven against this crate's server side and against hand-made frames.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::client::{encode_request, ClientConnection, ClientError, ClientEvent, ClientSettings, Request};
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN};
+use crate::hpack::encode_response;
+use crate::{Body, Connection, Event, Limits};
+
+fn get() -> Request {
+    let block = encode_request("GET", "http", "localhost", "/", &[("user-agent", "sockscale")]);
+    Request { block: block.into(), body: Bytes::new(), head: false }
+}
+
+/// A client and a server stage, and the bytes between them.
+struct Pair {
+    client: ClientConnection,
+    server: Connection,
+    now: Instant,
+    to_server: Vec<u8>,
+    to_client: Vec<u8>,
+    events: Vec<ClientEvent>,
+    /// The body every request is answered with.
+    page: Bytes,
+    /// Deliver this many bytes at a time (1: every frame split across reads).
+    chunk: usize,
+}
+
+impl Pair {
+    fn new(limits: Limits, page: &[u8], chunk: usize) -> Pair {
+        let now = Instant::now();
+        let mut to_server = Vec::new();
+        let mut to_client = Vec::new();
+        let client = ClientConnection::new(ClientSettings::default(), &mut to_server);
+        let server = Connection::new(Arc::new(limits), now, &mut to_client);
+        Pair {
+            client,
+            server,
+            now,
+            to_server,
+            to_client,
+            events: Vec::new(),
+            page: Bytes::copy_from_slice(page),
+            chunk,
+        }
+    }
+
+    /// Move bytes both ways until neither side has anything to say.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            if self.to_server.is_empty() && self.to_client.is_empty() {
+                return;
+            }
+            let input = std::mem::take(&mut self.to_server);
+            for piece in input.chunks(self.chunk) {
+                self.server.receive(piece, self.now, &mut self.to_client);
+            }
+            while let Some(Event::Request(req)) = self.server.poll_event() {
+                let body = if self.page.is_empty() { Body::Empty } else { Body::Bytes(self.page.clone()) };
+                let len = self.page.len().to_string();
+                self.server.respond(req.stream, 200, &[(b"content-length", len.as_bytes())], body, &mut self.to_client);
+            }
+            self.server.transmit(self.now, 0, &mut self.to_client);
+            let input = std::mem::take(&mut self.to_client);
+            let events = &mut self.events;
+            for piece in input.chunks(self.chunk) {
+                self.client.receive(piece, &mut self.to_server, &mut |e| events.push(e)).expect("no connection error");
+            }
+        }
+        panic!("the pair never went quiet");
+    }
+}
+
+fn responses(events: &[ClientEvent]) -> Vec<(u64, u16, u64)> {
+    let mut all: Vec<_> = events
+        .iter()
+        .filter_map(|e| match *e {
+            ClientEvent::Response { tag, status, body_len } => Some((tag, status, body_len)),
+            _ => None,
+        })
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+#[test]
+fn many_streams_against_the_server_stage_each_answered_once() {
+    for chunk in [usize::MAX, 7, 1] {
+        let mut p = Pair::new(Limits::default(), &[b'x'; 4096], chunk);
+        p.settle();
+        for tag in 0..50 {
+            assert!(p.client.can_open());
+            p.client.open(&get(), tag, &mut p.to_server);
+        }
+        assert_eq!(p.client.oldest(), Some(0));
+        p.settle();
+        let want: Vec<_> = (0..50).map(|tag| (tag, 200, 4096)).collect();
+        assert_eq!(responses(&p.events), want, "delivered {chunk} bytes at a time");
+        assert_eq!(p.client.open_streams(), 0);
+        assert_eq!(p.client.oldest(), None);
+        assert_eq!(p.client.buffered(), 0, "an idle client connection holds no buffer");
+    }
+}
+
+#[test]
+fn the_servers_stream_limit_bounds_what_opens() {
+    let limits = Limits { max_concurrent_streams: 7, ..Limits::default() };
+    let mut p = Pair::new(limits, b"ok", usize::MAX);
+    p.settle();
+    assert_eq!(p.client.peer_max_streams(), Some(7));
+    let mut opened = 0;
+    while p.client.can_open() {
+        p.client.open(&get(), opened, &mut p.to_server);
+        opened += 1;
+    }
+    assert_eq!(opened, 7);
+    p.settle();
+    assert_eq!(responses(&p.events).len(), 7);
+    assert!(p.client.can_open());
+}
+
+#[test]
+fn a_request_body_waits_for_the_servers_windows() {
+    // 200 KiB against the server's 65,535-octet initial windows: the body goes out as the
+    // server gives its windows back.
+    let body = Bytes::from(vec![7u8; 200 << 10]);
+    let block = encode_request("POST", "http", "localhost", "/upload", &[]);
+    let post = Request { block: block.into(), body, head: false };
+    let mut p = Pair::new(Limits::default(), b"done", usize::MAX);
+    p.settle();
+    p.client.open(&post, 1, &mut p.to_server);
+    assert!(p.to_server.len() < 70_000, "no more than the window is framed at once");
+    p.settle();
+    assert_eq!(responses(&p.events), vec![(1, 200, 4)]);
+}
+
+/// Frames from a hand-made server.
+fn server_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    frame::put_head(&mut out, payload.len(), kind, flags, stream);
+    out.extend_from_slice(payload);
+    out
+}
+
+fn response_head(status: u16, fields: &[(&[u8], &[u8])], stream: u32, end_stream: bool) -> Vec<u8> {
+    let mut block = Vec::new();
+    encode_response(&mut block, status, fields, false);
+    let flags = flag::END_HEADERS | if end_stream { flag::END_STREAM } else { 0 };
+    server_frame(kind::HEADERS, flags, stream, &block)
+}
+
+/// A client whose server said SETTINGS (max streams 100), with `streams` streams open.
+fn opened(streams: u64) -> (ClientConnection, Vec<u8>) {
+    let mut out = Vec::new();
+    let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
+    let mut settings = Vec::new();
+    frame::put_settings(&mut settings, &[(setting::MAX_CONCURRENT_STREAMS, 100)]);
+    client.receive(&settings, &mut out, &mut |_| {}).expect("SETTINGS");
+    out.clear();
+    for tag in 0..streams {
+        client.open(&get(), tag, &mut out);
+    }
+    out.clear();
+    (client, out)
+}
+
+fn feed(client: &mut ClientConnection, bytes: &[u8], out: &mut Vec<u8>) -> Result<Vec<ClientEvent>, ClientError> {
+    let mut events = Vec::new();
+    client.receive(bytes, out, &mut |e| events.push(e))?;
+    Ok(events)
+}
+
+fn out_frames(mut bytes: &[u8]) -> Vec<Head> {
+    let mut all = Vec::new();
+    while bytes.len() >= HEADER_LEN {
+        let head = Head::parse(bytes[..HEADER_LEN].try_into().expect("a header"));
+        bytes = &bytes[HEADER_LEN + head.len as usize..];
+        all.push(head);
+    }
+    all
+}
+
+#[test]
+fn the_preface_is_settings_and_a_connection_window_update() {
+    let mut out = Vec::new();
+    let _client = ClientConnection::new(ClientSettings::default(), &mut out);
+    assert_eq!(&out[..24], frame::PREFACE);
+    let heads = out_frames(&out[24..]);
+    assert_eq!(heads.iter().map(|h| h.kind).collect::<Vec<_>>(), vec![kind::SETTINGS, kind::WINDOW_UPDATE]);
+}
+
+#[test]
+fn an_http1_answer_or_a_first_frame_not_settings_is_refused() {
+    let mut out = Vec::new();
+    let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
+    assert_eq!(feed(&mut client, b"HTTP/1.1 400 Bad Request\r\n\r\n", &mut out), Err(ClientError::NotHttp2));
+
+    let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
+    out.clear();
+    let ping = server_frame(kind::PING, 0, 0, &[0; 8]);
+    assert!(matches!(feed(&mut client, &ping, &mut out), Err(ClientError::Protocol { code: ErrorCode::Protocol, .. })));
+    assert_eq!(out_frames(&out).last().map(|h| h.kind), Some(kind::GOAWAY), "the error is said with GOAWAY");
+}
+
+#[test]
+fn settings_and_ping_are_acknowledged() {
+    let mut out = Vec::new();
+    let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
+    out.clear();
+    let mut input = Vec::new();
+    frame::put_settings(&mut input, &[]);
+    input.extend(server_frame(kind::PING, 0, 0, &[9; 8]));
+    feed(&mut client, &input, &mut out).expect("fine");
+    let heads = out_frames(&out);
+    assert_eq!(heads.len(), 2);
+    assert_eq!((heads[0].kind, heads[0].flags), (kind::SETTINGS, flag::ACK));
+    assert_eq!((heads[1].kind, heads[1].flags), (kind::PING, flag::ACK));
+    assert_eq!(&out[out.len() - 8..], &[9; 8]);
+}
+
+#[test]
+fn a_reset_and_a_goaway_end_streams_by_kind() {
+    let (mut client, mut out) = opened(4);
+    // Streams 1, 3, 5, 7 (tags 0..4): 3 is reset, GOAWAY says 3 was the last processed.
+    let mut input = server_frame(kind::RST_STREAM, 0, 3, &(ErrorCode::Cancel as u32).to_be_bytes());
+    let mut goaway = Vec::new();
+    frame::put_goaway(&mut goaway, 3, ErrorCode::NoError, b"");
+    input.extend(goaway);
+    input.extend(response_head(200, &[(b"content-length", b"0")], 1, true));
+    let events = feed(&mut client, &input, &mut out).expect("fine");
+    assert_eq!(
+        events,
+        vec![
+            ClientEvent::Reset { tag: 1, code: ErrorCode::Cancel as u32 },
+            ClientEvent::GoAway { last_stream: 3, code: 0 },
+            ClientEvent::Refused { tag: 2 },
+            ClientEvent::Refused { tag: 3 },
+            ClientEvent::Response { tag: 0, status: 200, body_len: 0 },
+        ]
+    );
+    assert!(client.exhausted() && !client.can_open());
+    assert_eq!(client.open_streams(), 0);
+}
+
+#[test]
+fn a_body_that_contradicts_its_length_is_malformed_and_reset() {
+    let (mut client, mut out) = opened(1);
+    let mut input = response_head(200, &[(b"content-length", b"10")], 1, false);
+    input.extend(server_frame(kind::DATA, flag::END_STREAM, 1, b"short"));
+    let events = feed(&mut client, &input, &mut out).expect("a stream error only");
+    assert_eq!(events, vec![ClientEvent::Malformed { tag: 0 }]);
+    assert_eq!(out_frames(&out).last().map(|h| h.kind), Some(kind::RST_STREAM));
+
+    let (mut client, mut out) = opened(1);
+    let input = server_frame(kind::DATA, flag::END_STREAM, 1, b"no head first");
+    assert_eq!(feed(&mut client, &input, &mut out), Ok(vec![ClientEvent::Malformed { tag: 0 }]));
+}
+
+#[test]
+fn interim_responses_trailers_and_padding_are_understood() {
+    let (mut client, mut out) = opened(1);
+    let mut input = response_head(100, &[], 1, false);
+    input.extend(response_head(200, &[], 1, false));
+    // DATA padded with 3 octets: "abc" is the body.
+    input.extend(server_frame(kind::DATA, flag::PADDED, 1, &[3, b'a', b'b', b'c', 0, 0, 0]));
+    input.extend(response_head(200, &[(b"x-trailer", b"1")], 1, true));
+    let events = feed(&mut client, &input, &mut out).expect("fine");
+    assert_eq!(events, vec![ClientEvent::Response { tag: 0, status: 200, body_len: 3 }]);
+}
+
+#[test]
+fn frames_on_streams_never_opened_and_oversized_frames_are_connection_errors() {
+    let (mut client, mut out) = opened(1);
+    let input = response_head(200, &[], 5, true);
+    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol { .. })));
+
+    let (mut client, mut out) = opened(1);
+    let mut head = Vec::new();
+    frame::put_head(&mut head, 1 << 20, kind::DATA, 0, 1);
+    assert!(matches!(
+        feed(&mut client, &head, &mut out),
+        Err(ClientError::Protocol { code: ErrorCode::FrameSize, .. })
+    ));
+}
+
+#[test]
+fn a_push_promise_is_refused_and_a_continuation_flood_is_cut_off() {
+    let (mut client, mut out) = opened(1);
+    let input = server_frame(kind::PUSH_PROMISE, flag::END_HEADERS, 1, &[0, 0, 0, 2]);
+    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol { .. })));
+
+    let (mut client, mut out) = opened(1);
+    let mut flood = server_frame(kind::HEADERS, 0, 1, &[0; 100]);
+    let mut result = Ok(Vec::new());
+    for _ in 0..10_000 {
+        flood.extend(server_frame(kind::CONTINUATION, 0, 1, &[0; 16_000]));
+        result = feed(&mut client, &flood, &mut out);
+        flood.clear();
+        if result.is_err() {
+            break;
+        }
+    }
+    assert!(matches!(result, Err(ClientError::Protocol { .. })), "{result:?}");
+    assert!(client.buffered() < 200 << 10, "held {} bytes", client.buffered());
+}
+
+#[test]
+fn a_response_after_a_stream_was_reset_here_keeps_hpack_in_step() {
+    // The server indexes a field in its table on a stream the client has reset; the client must
+    // still decode that block, or the next response refers to an entry it never saw.
+    let (mut client, mut out) = opened(2);
+    let mut input = server_frame(kind::DATA, flag::END_STREAM, 1, b"x");
+    // HEADERS for stream 1 (reset by now) with an indexed literal "x-a: 1" (0x40 = incremental).
+    let mut block = vec![0x88, 0x40, 3];
+    block.extend_from_slice(b"x-a");
+    block.extend_from_slice(&[1, b'1']);
+    input.extend(server_frame(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &block));
+    // Stream 3: :status 200 and the dynamic entry 62.
+    input.extend(server_frame(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 3, &[0x88, 0xbe]));
+    let events = feed(&mut client, &input, &mut out).expect("fine");
+    assert_eq!(
+        events,
+        vec![ClientEvent::Malformed { tag: 0 }, ClientEvent::Response { tag: 1, status: 200, body_len: 0 }]
+    );
+}
