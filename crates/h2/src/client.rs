@@ -370,7 +370,7 @@ impl ClientConnection {
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        if !self.seen_settings && !(head.kind == kind::SETTINGS && !head.has(flag::ACK)) {
+        if !self.seen_settings && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
             return Err(ClientError::protocol("the server's first frame is not SETTINGS"));
         }
         if self.block.is_some() && head.kind != kind::CONTINUATION {
