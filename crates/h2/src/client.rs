@@ -249,6 +249,11 @@ impl ClientConnection {
         self.goaway.is_some() || self.next_id > MAX_STREAM_ID
     }
 
+    /// The server's SETTINGS came: it speaks HTTP/2.
+    pub fn greeted(&self) -> bool {
+        self.seen_settings
+    }
+
     /// The server's SETTINGS_MAX_CONCURRENT_STREAMS, once its SETTINGS came.
     pub fn peer_max_streams(&self) -> Option<u32> {
         (self.seen_settings && self.peer_max_streams != u32::MAX).then_some(self.peer_max_streams)

@@ -64,6 +64,30 @@ pub enum ErrorCode {
     Http11Required = 0xd,
 }
 
+/// An error code's name as RFC 9113 §7 gives it; an unknown code (§5.4.1 allows them) in hex.
+pub fn error_code_name(code: u32) -> std::borrow::Cow<'static, str> {
+    const NAMES: [&str; 14] = [
+        "NO_ERROR",
+        "PROTOCOL_ERROR",
+        "INTERNAL_ERROR",
+        "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT",
+        "STREAM_CLOSED",
+        "FRAME_SIZE_ERROR",
+        "REFUSED_STREAM",
+        "CANCEL",
+        "COMPRESSION_ERROR",
+        "CONNECT_ERROR",
+        "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY",
+        "HTTP_1_1_REQUIRED",
+    ];
+    match NAMES.get(code as usize) {
+        Some(name) => (*name).into(),
+        None => format!("0x{code:x}").into(),
+    }
+}
+
 /// A frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {

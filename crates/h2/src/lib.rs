@@ -97,7 +97,7 @@ pub use client::{
 };
 pub use config::{Budget, Limits, LimitsError};
 pub use conn::{Body, Closing, Connection, Event, Verdict};
-pub use frame::ErrorCode;
+pub use frame::{error_code_name, ErrorCode};
 pub use hpack::HeaderList;
 pub use request::{Malformed, Request};
 pub use stats::{Limit, Stats};

@@ -146,6 +146,109 @@ impl HttpClient {
     }
 }
 
+/// HTTP/2: one stream a request, through the I/O-free client side of `sockscale-h2`; each
+/// stream's tag is its stamp. The frames to write (HEADERS, request bodies, acknowledgements,
+/// WINDOW_UPDATEs) wait in `out` until the socket takes them.
+#[derive(Debug)]
+pub struct H2Client {
+    conn: sockscale_h2::ClientConnection,
+    out: Vec<u8>,
+    /// Bytes of `out` already written.
+    written: usize,
+}
+
+/// How an HTTP/2 stream ended, as the engine counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    Response(Response),
+    /// RST_STREAM received, with its code.
+    Reset(u32),
+    /// Above a GOAWAY's last stream identifier: not processed.
+    Refused,
+    /// The response broke the protocol on its stream.
+    Malformed,
+}
+
+impl H2Client {
+    /// A connection whose preface and SETTINGS wait to be written.
+    pub fn new(settings: sockscale_h2::ClientSettings) -> Self {
+        let mut out = Vec::new();
+        let conn = sockscale_h2::ClientConnection::new(settings, &mut out);
+        H2Client { conn, out, written: 0 }
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.conn.open_streams()
+    }
+
+    pub fn oldest(&self) -> Option<u64> {
+        self.conn.oldest()
+    }
+
+    /// One more stream may open (the server's limit, a GOAWAY and the identifiers allowing).
+    pub fn can_begin(&self) -> bool {
+        self.conn.can_open()
+    }
+
+    /// No stream will open again: once the open ones end, the connection is done.
+    pub fn exhausted(&self) -> bool {
+        self.conn.exhausted()
+    }
+
+    pub fn greeted(&self) -> bool {
+        self.conn.greeted()
+    }
+
+    pub fn server_max_streams(&self) -> Option<u32> {
+        self.conn.peer_max_streams()
+    }
+
+    pub fn begin(&mut self, stamp_ns: u64, request: &sockscale_h2::ClientRequest) {
+        self.conn.open(request, stamp_ns, &mut self.out);
+    }
+
+    pub fn unsent(&self) -> usize {
+        self.out.len() - self.written
+    }
+
+    pub fn to_send(&self) -> &[u8] {
+        &self.out[self.written..]
+    }
+
+    /// `n` bytes were written; an emptied buffer is reused, or given back when it grew large.
+    pub fn sent(&mut self, n: usize) {
+        self.written += n;
+        if self.written == self.out.len() {
+            self.written = 0;
+            if self.out.capacity() > 64 << 10 {
+                self.out = Vec::new();
+            } else {
+                self.out.clear();
+            }
+        }
+    }
+
+    /// Feed received bytes; `done` gets each ended stream's stamp and how it ended, `goaway`
+    /// each GOAWAY's code.
+    pub fn on_data(
+        &mut self,
+        data: &[u8],
+        mut done: impl FnMut(u64, StreamEnd),
+        mut goaway: impl FnMut(u32),
+    ) -> Result<(), sockscale_h2::ClientError> {
+        use sockscale_h2::ClientEvent as E;
+        self.conn.receive(data, &mut self.out, &mut |event| match event {
+            E::Response { tag, status, body_len } => {
+                done(tag, StreamEnd::Response(Response { status, close: false, body_len }))
+            }
+            E::Reset { tag, code } => done(tag, StreamEnd::Reset(code)),
+            E::Refused { tag } => done(tag, StreamEnd::Refused),
+            E::Malformed { tag } => done(tag, StreamEnd::Malformed),
+            E::GoAway { code, .. } => goaway(code),
+        })
+    }
+}
+
 /// UDP: datagrams carrying a sequence number and pattern bytes; each reply must be identical.
 #[derive(Debug)]
 pub struct UdpClient {

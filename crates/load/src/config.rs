@@ -87,8 +87,13 @@ pub struct HttpRequest {
     /// Keep connections open between requests; otherwise each request gets its own
     /// connection, as ab does without -k.
     pub keepalive: bool,
-    /// Requests in flight per connection.
+    /// Requests in flight per connection: pipelined over HTTP/1.1, concurrent streams over
+    /// HTTP/2.
     pub pipeline: usize,
+    /// Speak HTTP/2: prior knowledge (h2c) in clear, ALPN h2 over TLS.
+    pub http2: bool,
+    /// `https` or `http`: HTTP/2's `:scheme`.
+    pub scheme: String,
 }
 
 /// Request headers sockscale writes itself; a user header of the same name (any case)
@@ -120,6 +125,29 @@ impl HttpRequest {
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(&self.body);
         bytes
+    }
+
+    /// The request as every HTTP/2 stream sends it: its header block encoded once (Host becomes
+    /// `:authority`; names lower case), and its body.
+    pub fn h2_request(&self) -> sockscale_h2::ClientRequest {
+        let has = |name: &str| self.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        let authority =
+            self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("host")).map_or(self.host.as_str(), |(_, v)| v);
+        let length = self.body.len().to_string();
+        let mut fields: Vec<(&str, &str)> = Vec::new();
+        if !has("user-agent") {
+            fields.push(("user-agent", "sockscale"));
+        }
+        for (name, value) in &self.headers {
+            if !name.eq_ignore_ascii_case("host") {
+                fields.push((name, value));
+            }
+        }
+        if !self.body.is_empty() && !has("content-length") {
+            fields.push(("content-length", &length));
+        }
+        let block = sockscale_h2::encode_request(&self.method, &self.scheme, authority, &self.path, &fields);
+        sockscale_h2::ClientRequest { block: block.into(), body: self.body.clone(), head: self.is_head() }
     }
 
     pub fn is_head(&self) -> bool {
@@ -169,6 +197,18 @@ impl HttpRequest {
                 }
                 "connection" if !self.keepalive && value.to_ascii_lowercase().contains("keep-alive") => {
                     return Err(header(name, value, "contradicts --no-keepalive; give one or the other".into()));
+                }
+                // RFC 9113 §8.2.2: connection-specific fields make an HTTP/2 message malformed.
+                "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" if self.http2 => {
+                    return Err(header(
+                        name,
+                        value,
+                        "HTTP/2 has no connection-specific headers (RFC 9113 §8.2.2); drop it or leave out --http2"
+                            .into(),
+                    ));
+                }
+                "te" if self.http2 && !value.eq_ignore_ascii_case("trailers") => {
+                    return Err(header(name, value, "HTTP/2 allows TE only as 'trailers' (RFC 9113 §8.2.2)".into()));
                 }
                 _ => {}
             }
@@ -298,6 +338,8 @@ pub struct LoadConfig {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LoadConfigError {
+    #[error("--no-keepalive (a new connection for every request) is HTTP/1.1's; an HTTP/2 connection carries many streams: leave out one of --no-keepalive and --http2")]
+    Http2WithoutKeepalive,
     #[error("-{flag} must be at least 1")]
     Zero { flag: &'static str },
     #[error("-l must be at least {min} bytes for UDP (each datagram carries a sequence number)")]
@@ -352,6 +394,7 @@ impl LoadConfig {
                 }
             }
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
+            Mode::Http(h) if h.http2 && !h.keepalive => return Err(LoadConfigError::Http2WithoutKeepalive),
             Mode::Http(h) => h.validate()?,
             _ => {}
         }
@@ -412,6 +455,8 @@ mod tests {
             body: Bytes::from_static(b"abc"),
             keepalive: false,
             pipeline: 1,
+            http2: false,
+            scheme: "http".into(),
         };
         assert_eq!(
             String::from_utf8(r.render()).unwrap(),
@@ -431,6 +476,40 @@ mod tests {
             body: Bytes::new(),
             keepalive: true,
             pipeline: 1,
+            http2: false,
+            scheme: "http".into(),
+        }
+    }
+
+    #[test]
+    fn an_http2_request_is_encoded_once_with_host_as_authority_and_refuses_connection_headers() {
+        let mut r = get(&[("Host", "example.test"), ("X-A", "1")]);
+        r.http2 = true;
+        r.method = "POST".into();
+        r.body = Bytes::from_static(b"abc");
+        let request = r.h2_request();
+        let mut list = sockscale_h2::HeaderList::with_limit(1 << 16);
+        sockscale_h2::hpack::Decoder::new(4096).decode(&request.block, &mut list).unwrap();
+        let fields: Vec<(String, String)> = list
+            .iter()
+            .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()))
+            .collect();
+        let want = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":authority", "example.test"),
+            (":path", "/"),
+            ("user-agent", "sockscale"),
+            ("x-a", "1"),
+            ("content-length", "3"),
+        ];
+        assert_eq!(fields, want.map(|(n, v)| (n.to_string(), v.to_string())));
+        assert_eq!(&request.body[..], b"abc");
+        assert!(r.validate().is_ok());
+        for bad in ["Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade"] {
+            let mut r = get(&[(bad, "x")]);
+            r.http2 = true;
+            assert!(r.validate().is_err(), "{bad} is refused over HTTP/2");
         }
     }
 

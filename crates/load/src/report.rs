@@ -124,6 +124,12 @@ pub struct Errors {
     /// A TLS handshake or session that failed (its reason in `tls.failures`), or a handshake
     /// that did not finish within the reply timeout.
     pub tls: u64,
+    /// HTTP/2: streams the server reset (RST_STREAM) before their response ended (by code in
+    /// `h2.resets`).
+    pub h2_reset: u64,
+    /// HTTP/2: streams above a GOAWAY's last stream identifier, which the server did not
+    /// process (the GOAWAYs by code in `h2.goaways`).
+    pub h2_refused: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
 }
@@ -133,7 +139,7 @@ impl Errors {
         self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 13] {
+    fn fields(&self) -> [(&'static str, u64); 15] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
@@ -147,6 +153,8 @@ impl Errors {
             ("verification mismatch", self.verify_mismatch),
             ("HTTP status", self.http_status),
             ("TLS failed", self.tls),
+            ("HTTP/2 stream reset", self.h2_reset),
+            ("HTTP/2 refused by GOAWAY", self.h2_refused),
             ("other", self.other),
         ]
     }
@@ -173,6 +181,8 @@ impl Errors {
         self.verify_mismatch += o.verify_mismatch;
         self.http_status += o.http_status;
         self.tls += o.tls;
+        self.h2_reset += o.h2_reset;
+        self.h2_refused += o.h2_refused;
         self.other += o.other;
     }
 }
@@ -286,6 +296,86 @@ pub struct Tls {
     /// The bytes the sockets moved (records, handshakes, alerts); `bytes` counts the
     /// application's.
     pub wire: ByteCounts,
+}
+
+/// HTTP/2 (`load http --http2`): what the connections and streams met; absent otherwise.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct H2 {
+    /// `h2c` (prior knowledge, in clear) or `h2` (over TLS, by ALPN).
+    pub protocol: String,
+    /// Connections whose server answered the preface with its SETTINGS.
+    pub connections: u64,
+    /// Streams opened: one a request.
+    pub streams: u64,
+    /// The smallest SETTINGS_MAX_CONCURRENT_STREAMS a server advertised (absent: none did), which
+    /// bounds the streams in flight on a connection whatever `--pipeline` asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_max_streams: Option<u32>,
+    /// GOAWAY frames received, by error code (NO_ERROR is a server draining in good order).
+    pub goaways: std::collections::BTreeMap<String, u64>,
+    /// RST_STREAM frames received on open streams, by error code.
+    pub resets: std::collections::BTreeMap<String, u64>,
+    /// Connection errors (this client sent GOAWAY and closed), by kind; counted in
+    /// `errors.bad_response`.
+    pub connection_errors: std::collections::BTreeMap<String, u64>,
+    /// The first connection error in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+impl H2 {
+    pub fn add(&mut self, o: &H2) {
+        if self.protocol.is_empty() {
+            self.protocol.clone_from(&o.protocol);
+        }
+        self.connections += o.connections;
+        self.streams += o.streams;
+        self.server_max_streams = match (self.server_max_streams, o.server_max_streams) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        for (mine, theirs) in [
+            (&mut self.goaways, &o.goaways),
+            (&mut self.resets, &o.resets),
+            (&mut self.connection_errors, &o.connection_errors),
+        ] {
+            for (code, n) in theirs {
+                *mine.entry(code.clone()).or_default() += n;
+            }
+        }
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
+        }
+    }
+
+    /// The summary's lines for HTTP/2.
+    fn summary(&self, s: &mut String, pipeline: Option<u64>) {
+        let limit = match (pipeline, self.server_max_streams) {
+            (Some(p), Some(m)) => format!(", streams in flight a connection: --pipeline {p}, server's limit {m}"),
+            (Some(p), None) => format!(", streams in flight a connection: --pipeline {p}"),
+            (None, Some(m)) => format!(", server's stream limit {m}"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  http/2       {}, {} connections, {} streams{limit}",
+            self.protocol, self.connections, self.streams
+        );
+        let list = |m: &std::collections::BTreeMap<String, u64>| {
+            m.iter().map(|(code, n)| format!("{code} {n}")).collect::<Vec<_>>().join(", ")
+        };
+        if !self.goaways.is_empty() {
+            let _ = writeln!(s, "  goaway       {} received", list(&self.goaways));
+        }
+        if !self.resets.is_empty() {
+            let _ = writeln!(s, "  rst_stream   {} received", list(&self.resets));
+        }
+        if !self.connection_errors.is_empty() {
+            let first = self.first_error.as_deref().map(|e| format!(" (first: {e})")).unwrap_or_default();
+            let _ = writeln!(s, "  h2 errors    {}{first}", list(&self.connection_errors));
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
@@ -453,6 +543,9 @@ pub struct Report {
     /// TLS runs only (https://, `echo --tls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
+    /// HTTP/2 runs only (`load http --http2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2: Option<H2>,
     pub cpu: Cpu,
     /// The cores the load generator could use: its threads, at most the CPUs it was allowed
     /// to run on; in a merge, added up per host and capped at that host's CPUs. 0 in reports
@@ -750,6 +843,13 @@ impl Report {
                 }
                 (a, b) => a.or_else(|| b.clone()),
             };
+            m.h2 = match (m.h2.take(), &r.h2) {
+                (Some(mut a), Some(b)) => {
+                    a.add(b);
+                    Some(a)
+                }
+                (a, b) => a.or_else(|| b.clone()),
+            };
             m.cpu.user_s += r.cpu.user_s;
             m.cpu.system_s += r.cpu.system_s;
             m.pre_start = match (m.pre_start.take(), &r.pre_start) {
@@ -954,6 +1054,9 @@ impl Report {
         }
         if let Some(tls) = &self.tls {
             tls.summary(&mut s);
+        }
+        if let Some(h2) = &self.h2 {
+            h2.summary(&mut s, self.options.get("pipeline").and_then(serde_json::Value::as_u64));
         }
         let failures = self.failures();
         if failures == 0 {

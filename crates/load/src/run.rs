@@ -11,7 +11,9 @@ use sockscale_tls::{ClientSession, FailureReason};
 use crate::config::{Endpoint, LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
 use crate::engine::{Engine, Shared, ThreadResult};
 use crate::limits::{self, Demand, LimitError};
-use crate::report::{ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, SCHEMA};
+use crate::report::{
+    ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, H2, SCHEMA,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -27,6 +29,9 @@ pub enum LoadError {
     /// The probe's TLS handshake failed: the run would fail every one.
     #[error("TLS handshake with {target} failed: {reason}{hint}")]
     Tls { target: String, reason: String, hint: &'static str },
+    /// `--http2`, and the probe found the server does not speak it.
+    #[error("{target} does not speak HTTP/2: {reason}")]
+    NotHttp2 { target: String, reason: String },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
 }
@@ -170,11 +175,7 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
         Endpoint::Unix(path) => {
             // A Unix connect is answered at once: no timeout to wait for.
             let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| unreachable(unix_reason(&e)))?;
-            return match &cfg.tls {
-                Some(tls) => handshake(stream, tls, cfg.connect_timeout.max(cfg.reply_timeout))
-                    .map_err(|(reason, hint)| LoadError::Tls { target: cfg.target.clone(), reason, hint }),
-                None => Ok(()),
-            };
+            return probe_stream(cfg, stream);
         }
     };
     match cfg.mode {
@@ -198,13 +199,73 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
         _ => {
             let stream =
                 TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
-            if let Some(tls) = &cfg.tls {
-                handshake(stream, tls, cfg.connect_timeout.max(cfg.reply_timeout))
-                    .map_err(|(reason, hint)| LoadError::Tls { target: cfg.target.clone(), reason, hint })?;
-            }
-            Ok(())
+            probe_stream(cfg, stream)
         }
     }
+}
+
+/// The probe on a connected stream: the TLS handshake, and with `--http2` whether the server
+/// agrees to HTTP/2 (ALPN over TLS; its SETTINGS answering the preface in clear).
+fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadError> {
+    let timeout = cfg.connect_timeout.max(cfg.reply_timeout);
+    let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2);
+    let not_http2 = |reason: String| LoadError::NotHttp2 { target: cfg.target.clone(), reason };
+    match &cfg.tls {
+        Some(tls) => {
+            let alpn = handshake(stream, tls, timeout).map_err(|(reason, hint)| LoadError::Tls {
+                target: cfg.target.clone(),
+                reason,
+                hint,
+            })?;
+            match alpn {
+                _ if !http2 => Ok(()),
+                Some(p) if p == b"h2" => Ok(()),
+                chosen => Err(not_http2(format!(
+                    "over TLS it chose ALPN {} when offered h2 and http/1.1 (leave out --http2)",
+                    chosen.map_or_else(|| "none".to_owned(), |p| String::from_utf8_lossy(&p).into_owned())
+                ))),
+            }
+        }
+        None if http2 => h2c_greeting(stream, timeout).map_err(not_http2),
+        None => Ok(()),
+    }
+}
+
+/// Send the HTTP/2 preface and wait for the server's SETTINGS.
+fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), String> {
+    let mut out = Vec::new();
+    let mut conn = sockscale_h2::ClientConnection::new(sockscale_h2::ClientSettings::default(), &mut out);
+    stream.write_all(&out).map_err(|e| format!("{e} sending the preface"))?;
+    let deadline = Instant::now() + timeout;
+    let mut buf = vec![0u8; 16 << 10];
+    let hint = " (leave out --http2, or give an https:// URL for h2 by ALPN)";
+    while !conn.greeted() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()));
+        }
+        stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return Err(format!("the server closed the connection at the HTTP/2 preface{hint}")),
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        out.clear();
+        if let Err(e) = conn.receive(&buf[..n], &mut out, &mut |_| {}) {
+            return Err(match e {
+                sockscale_h2::ClientError::NotHttp2 => {
+                    let line = buf[..n].split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
+                    let line = String::from_utf8_lossy(&line[..line.len().min(80)]);
+                    format!("it answered the preface (h2c, prior knowledge) with '{line}'{hint}")
+                }
+                e => format!("{e}, answering the preface{hint}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Why a Unix socket could not be connected to, in the words of what to do about it.
@@ -240,7 +301,11 @@ impl ProbeStream for std::os::unix::net::UnixStream {
 /// trust, a server that does not speak TLS, or nothing in common fails it here, once, with the
 /// reason, instead of failing every connection of the run. It resumes nothing and leaves no
 /// session behind, so the run's first handshakes are as they would be without it.
-fn handshake(mut stream: impl ProbeStream, tls: &LoadTls, timeout: Duration) -> Result<(), (String, &'static str)> {
+fn handshake(
+    mut stream: impl ProbeStream,
+    tls: &LoadTls,
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>, (String, &'static str)> {
     let io = |e: std::io::Error| (format!("{e} during the handshake"), "");
     let client = tls.client.without_resumption();
     let deadline = Instant::now() + timeout;
@@ -253,7 +318,7 @@ fn handshake(mut stream: impl ProbeStream, tls: &LoadTls, timeout: Duration) -> 
         stream.write_all(&out).map_err(io)?;
         out.clear();
         if !session.is_handshaking() {
-            return Ok(());
+            return Ok(session.negotiated().and_then(|n| n.alpn));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -359,6 +424,7 @@ fn assemble(
         let _ = total.latency.add(&r.latency);
         let _ = total.connect_latency.add(&r.connect_latency);
         total.tls.add(&r.tls);
+        total.h2.add(&r.h2);
     }
     let mut report = Report {
         schema: SCHEMA,
@@ -383,6 +449,8 @@ fn assemble(
         latency: Latency::from_histogram(&total.latency),
         connect_latency: Latency::from_histogram(&total.connect_latency),
         tls: cfg.tls.as_ref().map(|_| total.tls.report()),
+        h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
+            .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
         cpu: cpu_between(cpu_before, cpu_after),
         client_cores: 0,
         cpus: 0,

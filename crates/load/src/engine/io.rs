@@ -9,7 +9,7 @@ use sockscale_sys as sys;
 
 use super::tls::MAX_RECORDS_AHEAD;
 use super::{pacer_token, Client, End, Engine, Pacer};
-use crate::client::{Failure, Reply};
+use crate::client::{Failure, Reply, StreamEnd};
 use crate::config::Mode;
 use crate::rate::PacedBlock;
 
@@ -90,7 +90,20 @@ impl Engine<'_> {
                     match tls.session.receive(&mut rbuf[..n], now, plain, &mut tls.records) {
                         Ok(received) => {
                             if let Some(took) = received.handshake_done {
-                                result.tls.handshake_done(took, tls.session.negotiated());
+                                let negotiated = tls.session.negotiated();
+                                let alpn = negotiated.as_ref().and_then(|n| n.alpn.clone());
+                                result.tls.handshake_done(took, negotiated);
+                                if matches!(conn.client, Client::H2(_)) && alpn.as_deref() != Some(b"h2") {
+                                    // A server that chose http/1.1 (or nothing) does not speak
+                                    // HTTP/2 (the probe says so before the run).
+                                    result.errors.tls += 1;
+                                    result.tls.failed(
+                                        "no_h2",
+                                        || "the server did not agree to HTTP/2 (ALPN h2)".into(),
+                                        false,
+                                    );
+                                    return Some(End::Failed);
+                                }
                             }
                             tls_closed = received.closed;
                         }
@@ -124,6 +137,59 @@ impl Engine<'_> {
                         result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
                         *closing |= response.close;
                     })
+                }
+                Client::H2(c) => {
+                    let h2 = &mut result.h2;
+                    let errors = &mut result.errors;
+                    let (completed, statuses, latency) =
+                        (&mut result.completed, &mut result.statuses, &mut result.latency);
+                    let greeted = c.greeted();
+                    let outcome = c.on_data(
+                        data,
+                        |stamp, end| match end {
+                            StreamEnd::Response(response) => {
+                                *completed += 1;
+                                statuses.count(response.status);
+                                if shared.cfg.accept_status.accepts(response.status) {
+                                    *answered = true;
+                                } else {
+                                    errors.http_status += 1;
+                                }
+                                latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                            }
+                            StreamEnd::Reset(code) => {
+                                errors.h2_reset += 1;
+                                *h2.resets.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1;
+                            }
+                            StreamEnd::Refused => errors.h2_refused += 1,
+                            StreamEnd::Malformed => errors.bad_response += 1,
+                        },
+                        |code| *h2.goaways.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1,
+                    );
+                    if !greeted && c.greeted() {
+                        h2.connections += 1;
+                        if let Some(max) = c.server_max_streams() {
+                            h2.server_max_streams = Some(h2.server_max_streams.map_or(max, |m| m.min(max)));
+                        }
+                    }
+                    conn.closing |= c.exhausted();
+                    match outcome {
+                        Ok(()) => Ok(()),
+                        Err(e) => {
+                            let kind = match e {
+                                sockscale_h2::ClientError::NotHttp2 => "not_http2".to_owned(),
+                                sockscale_h2::ClientError::Protocol { code, .. } => {
+                                    sockscale_h2::error_code_name(code as u32).into_owned()
+                                }
+                                sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".to_owned(),
+                            };
+                            *h2.connection_errors.entry(kind).or_default() += 1;
+                            if h2.first_error.is_none() {
+                                h2.first_error = Some(e.to_string());
+                            }
+                            Err(Failure::BadResponse(crate::http::ResponseError::Head))
+                        }
+                    }
                 }
                 Client::Udp(c) => match c.on_datagram(&shared.pattern, data) {
                     Ok(Reply::Answer(stamp)) => {
@@ -218,7 +284,7 @@ impl Engine<'_> {
             while !stopping
                 && !conn.tls.as_deref().is_some_and(|t| t.handshaking())
                 && !conn.closing
-                && conn.client.outstanding() < depth
+                && conn.client.has_room(depth)
                 && !conn.queued
                 && conn.exchanges < per_conn
             {
@@ -270,6 +336,12 @@ impl Engine<'_> {
                 match &mut conn.client {
                     Client::Echo(c) => c.begin(stamp),
                     Client::Http(c) => c.begin(stamp, shared.request_len, shared.head_requests),
+                    Client::H2(c) => {
+                        if let Some(request) = &shared.h2_request {
+                            c.begin(stamp, request);
+                            self.result.h2.streams += 1;
+                        }
+                    }
                     Client::Udp(c) => {
                         let datagram = c.next_datagram(&shared.pattern, stamp, &mut self.dgram);
                         match sys::send(conn.socket.as_raw_fd(), datagram) {
@@ -300,6 +372,7 @@ impl Engine<'_> {
                 let unsent: &[u8] = match &conn.client {
                     Client::Echo(c) if c.unsent > 0 => c.to_send(&shared.pattern),
                     Client::Http(c) if c.unsent > 0 => c.to_send(&shared.requests),
+                    Client::H2(c) if c.unsent() > 0 => c.to_send(),
                     _ => &[],
                 };
                 let plaintext = unsent.len();
@@ -313,6 +386,7 @@ impl Engine<'_> {
                     match &mut conn.client {
                         Client::Echo(c) => c.sent(plaintext),
                         Client::Http(c) => c.sent(plaintext),
+                        Client::H2(c) => c.sent(plaintext),
                         Client::Udp(_) => {}
                     }
                 }
@@ -347,11 +421,13 @@ impl Engine<'_> {
             let unsent: &[u8] = match &conn.client {
                 Client::Echo(c) if c.unsent > 0 => c.to_send(&shared.pattern),
                 Client::Http(c) if c.unsent > 0 => c.to_send(&shared.requests),
+                Client::H2(c) if c.unsent() > 0 => c.to_send(),
                 _ => return Ok(()),
             };
             if !conn.writable {
                 return Ok(());
             }
+            let unsent_len = unsent.len();
             let n = match sys::send(fd, unsent) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
@@ -365,9 +441,10 @@ impl Engine<'_> {
             match &mut conn.client {
                 Client::Echo(c) => c.sent(n),
                 Client::Http(c) => c.sent(n),
+                Client::H2(c) => c.sent(n),
                 Client::Udp(_) => {}
             }
-            if n < unsent.len() {
+            if n < unsent_len {
                 // The socket buffer is full; EPOLLOUT will say when there is room.
                 conn.writable = false;
                 return Ok(());

@@ -29,11 +29,11 @@ use slab::Slab;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
-use crate::client::{EchoClient, HttpClient, UdpClient};
+use crate::client::{EchoClient, H2Client, HttpClient, UdpClient};
 use crate::config::{Endpoint, LoadConfig, Mode};
 use crate::pattern::Pattern;
 use crate::rate::PacedBlock;
-use crate::report::{new_histogram, Errors, Statuses, Udp};
+use crate::report::{new_histogram, Errors, Statuses, Udp, H2};
 
 /// Connects in flight per thread: more would only overflow the server's backlog and turn
 /// into SYN retransmissions that look like slow connects.
@@ -63,6 +63,8 @@ pub struct Shared {
     pub requests: Vec<u8>,
     pub request_len: usize,
     pub head_requests: bool,
+    /// HTTP/2 (`--http2`): the request every stream sends, its header block encoded once.
+    pub h2_request: Option<sockscale_h2::ClientRequest>,
     /// The clock's origin: every `*_ns` of the run counts from here.
     pub start: Instant,
     /// When the measured phase began: at `start`, or, with `connect_first`, when the run
@@ -126,11 +128,16 @@ impl Shared {
             let _ = began.set(start);
             None
         };
+        let h2_request = match &cfg.mode {
+            Mode::Http(h) if h.http2 => Some(h.h2_request()),
+            _ => None,
+        };
         Ok(Shared {
             pattern: Pattern::default(),
             requests,
             request_len,
             head_requests,
+            h2_request,
             start,
             began,
             gate,
@@ -175,6 +182,8 @@ pub struct ThreadResult {
     pub latency: Histogram<u64>,
     pub connect_latency: Histogram<u64>,
     pub tls: ThreadTls,
+    /// HTTP/2: connections, streams, GOAWAYs and resets received.
+    pub h2: H2,
     /// Deadlines that fired (connection timers and pacing timers): the work a run does
     /// besides moving bytes, which waiting connections must not multiply.
     pub timer_fires: u64,
@@ -201,6 +210,7 @@ impl Default for ThreadResult {
             latency: new_histogram(),
             connect_latency: new_histogram(),
             tls: ThreadTls::default(),
+            h2: H2::default(),
             timer_fires: 0,
             unclosed: Vec::new(),
         }
@@ -210,6 +220,8 @@ impl Default for ThreadResult {
 enum Client {
     Echo(EchoClient),
     Http(HttpClient),
+    /// Boxed: its HPACK table and stream ring would make every connection's slot larger.
+    H2(Box<H2Client>),
     Udp(UdpClient),
 }
 
@@ -218,6 +230,7 @@ impl Client {
         match self {
             Client::Echo(c) => c.outstanding(),
             Client::Http(c) => c.outstanding(),
+            Client::H2(c) => c.outstanding(),
             Client::Udp(c) => c.outstanding(),
         }
     }
@@ -226,7 +239,17 @@ impl Client {
         match self {
             Client::Echo(c) => c.oldest(),
             Client::Http(c) => c.oldest(),
+            Client::H2(c) => c.oldest(),
             Client::Udp(c) => c.oldest(),
+        }
+    }
+
+    /// Whether another exchange may begin under `depth` (and, over HTTP/2, under the server's
+    /// stream limit, before any GOAWAY).
+    fn has_room(&self, depth: usize) -> bool {
+        match self {
+            Client::H2(c) => c.outstanding() < depth && c.can_begin(),
+            _ => self.outstanding() < depth,
         }
     }
 }
@@ -592,6 +615,7 @@ impl<'a> Engine<'a> {
         }
         let client = match &cfg.mode {
             Mode::Echo { msg_len } => Client::Echo(EchoClient::new(index, *msg_len)),
+            Mode::Http(h) if h.http2 => Client::H2(Box::new(H2Client::new(sockscale_h2::ClientSettings::default()))),
             Mode::Http(_) => Client::Http(HttpClient::default()),
             Mode::Udp { msg_len } => Client::Udp(UdpClient::new(index, *msg_len)),
         };

@@ -235,9 +235,14 @@ pub struct HttpArgs {
     /// A new connection for every request, as ab does without -k
     #[arg(long)]
     pub no_keepalive: bool,
-    /// Requests in flight per connection
+    /// Requests in flight per connection: pipelined over HTTP/1.1, concurrent streams over
+    /// HTTP/2 (h2load's -m)
     #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub pipeline: usize,
+    /// Speak HTTP/2: with prior knowledge (h2c) to http://, by ALPN h2 to https:// (a server
+    /// that chooses http/1.1 is an error)
+    #[arg(long)]
+    pub http2: bool,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
     pub nodelay: bool,
@@ -762,7 +767,12 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         None => (resolve(&with_default_port(&authority, if https { 443 } else { 80 }))?.into(), a.url.clone()),
     };
     let tls = match (https, a.tls_args.given()) {
-        (true, _) => Some(a.tls_args.config(host_of(&authority), &[b"http/1.1"])?),
+        (true, _) => {
+            // With --http2, http/1.1 is offered too (as curl does), so that a server without
+            // HTTP/2 says so by choosing it, rather than by failing the handshake.
+            let alpn: &[&[u8]] = if a.http2 { &[b"h2", b"http/1.1"] } else { &[b"http/1.1"] };
+            Some(a.tls_args.config(host_of(&authority), alpn)?)
+        }
         (false, Some(flag)) => bail!("{flag} is for an https:// URL"),
         (false, None) => None,
     };
@@ -786,13 +796,15 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         body,
         keepalive: !a.no_keepalive,
         pipeline: a.pipeline,
+        http2: a.http2,
+        scheme: if https { "https" } else { "http" }.to_owned(),
     };
     let options = options_json(
         "http",
         &target,
         &a.common,
         serde_json::json!({
-            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "nodelay": !a.no_nodelay, "method": a.method,
+            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
             "tls": https.then(|| a.tls_args.options()),
