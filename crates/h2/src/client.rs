@@ -237,10 +237,14 @@ impl ClientConnection {
         self.streams.front().and_then(Option::as_ref).map(|s| s.tag)
     }
 
-    /// Whether one more stream may open now: under the server's SETTINGS_MAX_CONCURRENT_STREAMS,
-    /// no GOAWAY received, identifiers left.
+    /// Whether one more stream may open now: the server's SETTINGS came (until then its stream
+    /// limit is unknown, and a stream over it would be refused), under its
+    /// SETTINGS_MAX_CONCURRENT_STREAMS, no GOAWAY received, identifiers left.
     pub fn can_open(&self) -> bool {
-        self.goaway.is_none() && self.next_id <= MAX_STREAM_ID && self.open < self.peer_max_streams as usize
+        self.seen_settings
+            && self.goaway.is_none()
+            && self.next_id <= MAX_STREAM_ID
+            && self.open < self.peer_max_streams as usize
     }
 
     /// No stream will ever open on this connection again (GOAWAY, or every identifier used):

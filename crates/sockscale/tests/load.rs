@@ -538,3 +538,121 @@ fn https_over_a_unix_socket() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// HTTP/2 (`--http2`): exact counts in clear (h2c) and over TLS (ALPN h2) across processes,
+/// the server's stream limit honoured whatever `--pipeline` asks, an open-loop rate kept, and a
+/// server without HTTP/2 refused in one line before the run.
+#[test]
+fn http2_counts_h2c_and_tls_across_processes_and_refuses_a_server_without_it() {
+    let cert = tls::TestCert::new("load-h2");
+    let args = cert.args();
+    let ca = cert.ca_file.to_str().expect("path");
+    let server = ServerProc::start("epoll", &["--proto", "http", "--max-streams", "3"]);
+    let url = format!("http://127.0.0.1:{}/", server.addr.port());
+    let r = load(&["http", "--http2", &url, "-c", "4", "--pipeline", "8", "-n", "2000", "-t", "2"]);
+    assert_eq!(n(&r, "requests.completed"), 2000);
+    assert_eq!(n(&r, "statuses.2xx"), 2000);
+    let per_response = n(&r, "bytes.received") / 2000;
+    assert!((4096 + 18..4096 + 200).contains(&per_response), "a 4 KiB body and its frames: {per_response}");
+    assert_eq!(r["h2"]["protocol"], "h2c");
+    assert_eq!((n(&r, "h2.connections"), n(&r, "h2.streams")), (4, 2000), "{}", r["h2"]);
+    assert_eq!(n(&r, "h2.server_max_streams"), 3, "{}", r["h2"]);
+    assert_eq!(r["errors"].as_object().expect("errors").values().filter_map(|v| v.as_u64()).sum::<u64>(), 0);
+
+    let tls_server = ServerProc::start("uring", &["--proto", "http", &args[0], &args[1], &args[2], &args[3]]);
+    let tls_url = format!("https://localhost:{}/", tls_server.addr.port());
+    let r = load(&["http", "--http2", &tls_url, "--cacert", ca, "-c", "4", "--procs", "2", "-t", "1", "-n", "1000"]);
+    assert_eq!(n(&r, "requests.completed"), 1000);
+    assert_eq!(r["h2"]["protocol"], "h2");
+    assert_eq!((n(&r, "h2.connections"), n(&r, "h2.streams")), (4, 1000), "{}", r["h2"]);
+    assert_eq!(r["tls"]["negotiated"][0]["alpn"], "h2", "{}", r["tls"]);
+
+    let r = load(&["http", "--http2", &url, "-c", "4", "--pipeline", "4", "-R", "400", "-d", "2", "-t", "1"]);
+    let completed = n(&r, "requests.completed");
+    assert!((640..=880).contains(&completed), "400/s for 2 s: {completed}");
+    drop((server, tls_server));
+
+    let plain = ServerProc::start("epoll", &["--proto", "http", "--http2", "off"]);
+    let plain_tls =
+        ServerProc::start("epoll", &["--proto", "http", "--http2", "off", &args[0], &args[1], &args[2], &args[3]]);
+    let h2c = format!("http://127.0.0.1:{}/", plain.addr.port());
+    let h2 = format!("https://localhost:{}/", plain_tls.addr.port());
+    for (args, expect) in [
+        (vec![h2c.as_str()], "with 'HTTP/1.1 400 Bad Request'"),
+        (vec![h2.as_str(), "--cacert", ca], "it chose ALPN http/1.1"),
+    ] {
+        let out = Command::new(BIN).args(["load", "http", "--http2", "-n", "1"]).args(&args).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = stderr.trim();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("does not speak HTTP/2") && stderr.contains(expect), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    let out =
+        Command::new(BIN).args(["load", "http", "--http2", "--no-keepalive", &url, "-n", "1"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-keepalive"));
+}
+
+/// An HTTP/2 server written frame by frame: stream 1 answered, stream 3 reset
+/// (INTERNAL_ERROR), and at stream 5 a GOAWAY saying 3 was the last it processed, then close.
+fn resetting_h2_server() -> std::net::SocketAddr {
+    use std::io::Read;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut preface = [0u8; 24];
+                if s.read_exact(&mut preface).is_err() {
+                    return;
+                }
+                let _ = s.write_all(&h2::settings(&[]));
+                loop {
+                    let mut head = [0u8; 9];
+                    if s.read_exact(&mut head).is_err() {
+                        return;
+                    }
+                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                    let mut payload = vec![0u8; len];
+                    if s.read_exact(&mut payload).is_err() {
+                        return;
+                    }
+                    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+                    if head[3] != h2::kind::HEADERS {
+                        continue;
+                    }
+                    let reply = match id {
+                        // :status 200 (static index 8), no body.
+                        1 => h2::frame(h2::kind::HEADERS, h2::END_HEADERS | h2::END_STREAM, 1, &[0x88]),
+                        3 => h2::frame(h2::kind::RST_STREAM, 0, 3, &2u32.to_be_bytes()),
+                        _ => {
+                            let goaway = [3u32.to_be_bytes(), 0u32.to_be_bytes()].concat();
+                            let _ = s.write_all(&h2::frame(h2::kind::GOAWAY, 0, 0, &goaway));
+                            return;
+                        }
+                    };
+                    if s.write_all(&reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// RST_STREAM and GOAWAY received are counted as errors by kind, with their codes.
+#[test]
+fn http2_resets_and_goaway_refusals_are_counted_by_kind() {
+    let addr = resetting_h2_server();
+    let url = format!("http://{addr}/");
+    let r = load(&["http", "--http2", &url, "-c", "1", "--pipeline", "1", "-n", "3", "-t", "1", "--allow-errors"]);
+    assert_eq!(n(&r, "requests.sent"), 3, "{r}");
+    assert_eq!(n(&r, "requests.completed"), 1, "{r}");
+    assert_eq!(n(&r, "errors.h2_reset"), 1, "{}", r["errors"]);
+    assert_eq!(n(&r, "errors.h2_refused"), 1, "{}", r["errors"]);
+    assert_eq!(n(&r, "h2.resets.INTERNAL_ERROR"), 1, "{}", r["h2"]);
+    assert_eq!(n(&r, "h2.goaways.NO_ERROR"), 1, "{}", r["h2"]);
+}
