@@ -26,7 +26,8 @@ const ERRORS_AND_EXIT: &str = "\
 Errors: a connect refused, timed out or failed (no local port, no file descriptor); a reset or a close \
 by the server mid-exchange; a reply that did not come within --timeout; an echoed byte that differs; a \
 malformed HTTP response; an HTTP status not accepted (--accept-status, default 2xx); a TLS handshake or \
-session that failed (by reason in the report's tls block); a UDP datagram lost. \
+session that failed (by reason in the report's tls block); an HTTP/2 stream reset by the server or refused \
+by its GOAWAY (by code in the report's h2 block); a UDP datagram lost. \
 The summary and the --json report count each kind.
 
 Exit status: 0 when the run counted no error; 3 when it counted any (the summary and the report are \
