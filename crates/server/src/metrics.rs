@@ -1,20 +1,29 @@
 //! `--metrics ADDR`: the counters in Prometheus text format at `GET /metrics`.
 //!
-//! A small blocking server on its own thread: scrapes are rare and tiny, and keeping them off
-//! the workers keeps the workers' loops free of anything but their connections. Each scrape
-//! has a two-second read deadline, so a stuck client cannot hold it.
+//! A small blocking server on its own threads: scrapes are rare and tiny, and keeping them off
+//! the workers keeps the workers' loops free of anything but their connections. The acceptor
+//! hands each scrape to a thread of its own, so a scraper that connects and sends nothing (or
+//! trickles its request) delays no other; each has [`SCRAPE_DEADLINE`] in all to send its
+//! request and take the answer, and at most [`MAX_SCRAPES`] are answered at once (one more is
+//! answered 503 at once).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sockscale_sys::syscall;
 
 use crate::stats::Stats;
+
+/// The most time one scrape may take, its request and its answer together.
+pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+/// Scrapes answered at once; a scraper past it gets 503 (Prometheus scrapes a target once an
+/// interval, so more than a few at once is a fault or an attack).
+pub const MAX_SCRAPES: usize = 16;
 
 // The OS error is part of the message, so it is not also returned as `source()`: an error
 // printed with its chain (anyhow's `{:#}`) would show it twice.
@@ -60,6 +69,7 @@ impl Drop for MetricsServer {
 }
 
 fn serve(listener: TcpListener, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
+    let in_flight = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Acquire) {
         let mut pollfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one live pollfd; the 200 ms timeout bounds how long a stop goes unnoticed.
@@ -68,20 +78,42 @@ fn serve(listener: TcpListener, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
             Ok(_) => {}
             Err(_) => continue,
         }
-        if let Ok((stream, _)) = listener.accept() {
-            if let Err(e) = answer(stream, &stats) {
+        let Ok((mut stream, _)) = listener.accept() else { continue };
+        if in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_SCRAPES {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            // Answered without reading: the socket's buffer takes these few bytes at once.
+            let _ = stream.set_nonblocking(true);
+            let _ = stream.write_all(&response("503 Service Unavailable", "too many scrapes at once\n"));
+            continue;
+        }
+        let (stats, done) = (stats.clone(), in_flight.clone());
+        let spawned = std::thread::Builder::new().name("sockscale-scrape".into()).spawn(move || {
+            if let Err(e) = answer(stream, &stats, Instant::now() + SCRAPE_DEADLINE) {
                 tracing::debug!(error = %e, "metrics scrape failed");
             }
+            done.fetch_sub(1, Ordering::AcqRel);
+        });
+        if let Err(e) = spawned {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(error = %e, "cannot answer a metrics scrape");
         }
     }
 }
 
-fn answer(mut stream: TcpStream, stats: &Stats) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+/// The time left before `deadline`, as a socket timeout (never zero, which means none).
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "scrape deadline passed"));
+    }
+    Ok(left)
+}
+
+fn answer(mut stream: TcpStream, stats: &Stats, deadline: Instant) -> io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     let path = loop {
+        stream.set_read_timeout(Some(left(deadline)?))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             return Ok(());
@@ -97,13 +129,18 @@ fn answer(mut stream: TcpStream, stats: &Stats) -> io::Result<()> {
             _ => break None,
         }
     };
-    let (status, body) = match path.as_deref() {
-        Some("/metrics") => ("200 OK", stats.snapshot().prometheus()),
-        _ => ("404 Not Found", "only GET /metrics is served here\n".to_owned()),
+    let reply = match path.as_deref() {
+        Some("/metrics") => response("200 OK", &stats.snapshot().prometheus()),
+        _ => response("404 Not Found", "only GET /metrics is served here\n"),
     };
-    let response = format!(
+    stream.set_write_timeout(Some(left(deadline)?))?;
+    stream.write_all(&reply)
+}
+
+fn response(status: &str, body: &str) -> Vec<u8> {
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
-    stream.write_all(response.as_bytes())
+    )
+    .into_bytes()
 }

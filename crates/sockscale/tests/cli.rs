@@ -323,6 +323,27 @@ fn metrics_and_stats_report_the_counters() {
     let text = scrape(metrics_port, "/other");
     assert!(text.starts_with("HTTP/1.1 404"), "{text}");
 
+    // A scraper that connects and sends nothing, and one that trickles its request, delay no
+    // other scrape (they were answered one at a time: each held the next for its read timeout);
+    // each is cut off at the scrape deadline.
+    let silent = std::net::TcpStream::connect(metrics_port).unwrap();
+    let mut trickle = std::net::TcpStream::connect(metrics_port).unwrap();
+    trickle.write_all(b"GET /met").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let began = std::time::Instant::now();
+    let text = scrape(metrics_port, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    let took = began.elapsed();
+    assert!(took < Duration::from_millis(1000), "a scrape behind a silent one took {took:?}");
+    for mut stalled in [silent, trickle] {
+        stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let began = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = stalled.read_to_end(&mut rest);
+        let took = began.elapsed();
+        assert!(rest.is_empty() && took < Duration::from_millis(4500), "closed at the deadline: {took:?} {rest:?}");
+    }
+
     // The stats thread prints every 0.2 s from the start; a line taken before the accept says
     // accepted=0, so the test waits for one that counts the connection (instead of sleeping
     // for what would usually be two intervals: a starved thread may not have printed by then).
