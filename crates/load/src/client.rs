@@ -6,8 +6,26 @@
 
 use std::collections::VecDeque;
 
+use slab::Slab;
+
 use crate::http::{Response, ResponseError, ResponseParser};
 use crate::pattern::{Pattern, TABLE};
+
+/// When an exchange was due and when it began, in ns of the run. In closed loop both are when
+/// it began; in open loop (`-R`) `due_ns` is its place in the schedule, and latency counted from
+/// it is corrected for coordinated omission, while latency from `sent_ns` is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stamp {
+    pub due_ns: u64,
+    pub sent_ns: u64,
+}
+
+impl Stamp {
+    /// An exchange begun at `ns`, when it was due.
+    pub fn at(ns: u64) -> Stamp {
+        Stamp { due_ns: ns, sent_ns: ns }
+    }
+}
 
 /// Why an exchange failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +47,7 @@ pub struct EchoClient {
     received: u64,
     msg_len: u64,
     completed: u64,
-    stamps: VecDeque<u64>,
+    stamps: VecDeque<Stamp>,
 }
 
 impl EchoClient {
@@ -49,12 +67,13 @@ impl EchoClient {
         self.stamps.len()
     }
 
-    pub fn oldest(&self) -> Option<u64> {
+    /// The oldest exchange in flight.
+    pub fn oldest(&self) -> Option<Stamp> {
         self.stamps.front().copied()
     }
 
-    pub fn begin(&mut self, stamp_ns: u64) {
-        self.stamps.push_back(stamp_ns);
+    pub fn begin(&mut self, stamp: Stamp) {
+        self.stamps.push_back(stamp);
         self.unsent += self.msg_len;
     }
 
@@ -69,7 +88,7 @@ impl EchoClient {
     }
 
     /// Verify echoed bytes; `done` gets the stamp of each completed message.
-    pub fn on_data(&mut self, pattern: &Pattern, data: &[u8], mut done: impl FnMut(u64)) -> Result<(), Failure> {
+    pub fn on_data(&mut self, pattern: &Pattern, data: &[u8], mut done: impl FnMut(Stamp)) -> Result<(), Failure> {
         if self.received + data.len() as u64 > self.sent {
             return Err(Failure::Surplus);
         }
@@ -93,7 +112,7 @@ pub struct HttpClient {
     /// Bytes of begun requests not yet handed to the socket.
     pub unsent: usize,
     parser: ResponseParser,
-    stamps: VecDeque<u64>,
+    stamps: VecDeque<Stamp>,
 }
 
 impl HttpClient {
@@ -101,12 +120,12 @@ impl HttpClient {
         self.stamps.len()
     }
 
-    pub fn oldest(&self) -> Option<u64> {
+    pub fn oldest(&self) -> Option<Stamp> {
         self.stamps.front().copied()
     }
 
-    pub fn begin(&mut self, stamp_ns: u64, request_len: usize, head: bool) {
-        self.stamps.push_back(stamp_ns);
+    pub fn begin(&mut self, stamp: Stamp, request_len: usize, head: bool) {
+        self.stamps.push_back(stamp);
         self.parser.expect(head);
         self.unsent += request_len;
     }
@@ -122,7 +141,7 @@ impl HttpClient {
     }
 
     /// Parse response bytes; `done` gets the stamp and the response for each one completed.
-    pub fn on_data(&mut self, data: &[u8], mut done: impl FnMut(u64, Response)) -> Result<(), Failure> {
+    pub fn on_data(&mut self, data: &[u8], mut done: impl FnMut(Stamp, Response)) -> Result<(), Failure> {
         let stamps = &mut self.stamps;
         self.parser
             .feed(data, |r| {
@@ -134,7 +153,7 @@ impl HttpClient {
     }
 
     /// The server closed; completes a response that runs to the close.
-    pub fn on_eof(&mut self, mut done: impl FnMut(u64, Response)) -> Result<(), Failure> {
+    pub fn on_eof(&mut self, mut done: impl FnMut(Stamp, Response)) -> Result<(), Failure> {
         let stamps = &mut self.stamps;
         self.parser
             .eof(|r| {
@@ -152,6 +171,8 @@ impl HttpClient {
 #[derive(Debug)]
 pub struct H2Client {
     conn: sockscale_h2::ClientConnection,
+    /// The stamps of the open streams; a stream's tag is its key here.
+    stamps: Slab<Stamp>,
     out: Vec<u8>,
     /// Bytes of `out` already written.
     written: usize,
@@ -174,15 +195,15 @@ impl H2Client {
     pub fn new(settings: sockscale_h2::ClientSettings) -> Self {
         let mut out = Vec::new();
         let conn = sockscale_h2::ClientConnection::new(settings, &mut out);
-        H2Client { conn, out, written: 0 }
+        H2Client { conn, stamps: Slab::new(), out, written: 0 }
     }
 
     pub fn outstanding(&self) -> usize {
         self.conn.open_streams()
     }
 
-    pub fn oldest(&self) -> Option<u64> {
-        self.conn.oldest()
+    pub fn oldest(&self) -> Option<Stamp> {
+        self.conn.oldest().and_then(|tag| self.stamps.get(tag as usize).copied())
     }
 
     /// One more stream may open (the server's limit, a GOAWAY and the identifiers allowing).
@@ -203,8 +224,9 @@ impl H2Client {
         self.conn.peer_max_streams()
     }
 
-    pub fn begin(&mut self, stamp_ns: u64, request: &sockscale_h2::ClientRequest) {
-        self.conn.open(request, stamp_ns, &mut self.out);
+    pub fn begin(&mut self, stamp: Stamp, request: &sockscale_h2::ClientRequest) {
+        let tag = self.stamps.insert(stamp) as u64;
+        self.conn.open(request, tag, &mut self.out);
     }
 
     pub fn unsent(&self) -> usize {
@@ -233,17 +255,23 @@ impl H2Client {
     pub fn on_data(
         &mut self,
         data: &[u8],
-        mut done: impl FnMut(u64, StreamEnd),
+        mut done: impl FnMut(Stamp, StreamEnd),
         mut goaway: impl FnMut(u32),
     ) -> Result<(), sockscale_h2::ClientError> {
         use sockscale_h2::ClientEvent as E;
+        let stamps = &mut self.stamps;
+        let mut end = |tag: u64, how: StreamEnd| {
+            if let Some(stamp) = stamps.try_remove(tag as usize) {
+                done(stamp, how);
+            }
+        };
         self.conn.receive(data, &mut self.out, &mut |event| match event {
             E::Response { tag, status, body_len } => {
-                done(tag, StreamEnd::Response(Response { status, close: false, body_len }))
+                end(tag, StreamEnd::Response(Response { status, close: false, body_len }))
             }
-            E::Reset { tag, code } => done(tag, StreamEnd::Reset(code)),
-            E::Refused { tag } => done(tag, StreamEnd::Refused),
-            E::Malformed { tag } => done(tag, StreamEnd::Malformed),
+            E::Reset { tag, code } => end(tag, StreamEnd::Reset(code)),
+            E::Refused { tag } => end(tag, StreamEnd::Refused),
+            E::Malformed { tag } => end(tag, StreamEnd::Malformed),
             E::GoAway { code, .. } => goaway(code),
         })
     }
@@ -256,7 +284,7 @@ pub struct UdpClient {
     len: usize,
     next_seq: u64,
     /// (sequence, stamp) of datagrams sent and not yet answered, oldest first.
-    outstanding: VecDeque<(u64, u64)>,
+    outstanding: VecDeque<(u64, Stamp)>,
     /// The highest sequence counted lost, to tell late answers from strays.
     lost_below: u64,
 }
@@ -264,8 +292,8 @@ pub struct UdpClient {
 /// What a received datagram was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
-    /// The answer to a datagram sent at this stamp.
-    Answer(u64),
+    /// The answer to a datagram sent with this stamp.
+    Answer(Stamp),
     /// An answer to a datagram already counted lost.
     Late,
 }
@@ -288,12 +316,12 @@ impl UdpClient {
         self.outstanding.len()
     }
 
-    pub fn oldest(&self) -> Option<u64> {
+    pub fn oldest(&self) -> Option<Stamp> {
         self.outstanding.front().map(|&(_, stamp)| stamp)
     }
 
-    /// Fill `buf` with the next datagram and record it as sent at `stamp_ns`.
-    pub fn next_datagram<'b>(&mut self, pattern: &Pattern, stamp_ns: u64, buf: &'b mut Vec<u8>) -> &'b [u8] {
+    /// Fill `buf` with the next datagram and record it as sent with `stamp`.
+    pub fn next_datagram<'b>(&mut self, pattern: &Pattern, stamp: Stamp, buf: &'b mut Vec<u8>) -> &'b [u8] {
         let seq = self.next_seq;
         self.next_seq += 1;
         buf.clear();
@@ -304,7 +332,7 @@ impl UdpClient {
             buf.extend_from_slice(part);
             filled += part.len();
         }
-        self.outstanding.push_back((seq, stamp_ns));
+        self.outstanding.push_back((seq, stamp));
         &buf[..]
     }
 
@@ -324,17 +352,17 @@ impl UdpClient {
             return Err(Failure::Mismatch);
         }
         match self.outstanding.iter().position(|&(s, _)| s == seq) {
-            Some(i) => Ok(Reply::Answer(self.outstanding.remove(i).map_or(0, |(_, stamp)| stamp))),
+            Some(i) => Ok(Reply::Answer(self.outstanding.remove(i).map_or_else(Stamp::default, |(_, stamp)| stamp))),
             None if seq < self.lost_below => Ok(Reply::Late),
             None => Err(Failure::Surplus),
         }
     }
 
-    /// Count as lost every datagram stamped before `cutoff_ns`; returns how many.
+    /// Count as lost every datagram sent before `cutoff_ns`; returns how many.
     pub fn expire(&mut self, cutoff_ns: u64) -> u64 {
         let mut lost = 0;
         while let Some(&(seq, stamp)) = self.outstanding.front() {
-            if stamp >= cutoff_ns {
+            if stamp.sent_ns >= cutoff_ns {
                 break;
             }
             self.outstanding.pop_front();
@@ -353,20 +381,20 @@ mod tests {
     fn echo_completes_messages_across_splits_and_catches_mismatch() {
         let pattern = Pattern::default();
         let mut c = EchoClient::new(7, 100);
-        c.begin(10);
-        c.begin(20);
+        c.begin(Stamp::at(10));
+        c.begin(Stamp::at(20));
         let bytes = c.to_send(&pattern).to_vec();
         assert_eq!(bytes.len(), 200);
         c.sent(200);
         let mut done = Vec::new();
-        c.on_data(&pattern, &bytes[..150], |s| done.push(s)).unwrap();
+        c.on_data(&pattern, &bytes[..150], |s| done.push(s.due_ns)).unwrap();
         assert_eq!(done, vec![10]);
-        c.on_data(&pattern, &bytes[150..], |s| done.push(s)).unwrap();
+        c.on_data(&pattern, &bytes[150..], |s| done.push(s.due_ns)).unwrap();
         assert_eq!(done, vec![10, 20]);
         assert_eq!(c.on_data(&pattern, b"x", |_| {}), Err(Failure::Surplus));
 
         let mut c = EchoClient::new(7, 100);
-        c.begin(0);
+        c.begin(Stamp::at(0));
         let mut bytes = c.to_send(&pattern).to_vec();
         c.sent(100);
         bytes[50] ^= 0xff;
@@ -379,14 +407,14 @@ mod tests {
         let one = requests.len() / 3;
         let mut c = HttpClient::default();
         for stamp in [1, 2, 3] {
-            c.begin(stamp, one, false);
+            c.begin(Stamp::at(stamp), one, false);
         }
         assert_eq!(c.to_send(&requests).len(), requests.len());
         c.sent(one + 5);
         assert_eq!(c.to_send(&requests), &requests[one + 5..]);
         let mut got = Vec::new();
         let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".repeat(3);
-        c.on_data(&reply, |stamp, r| got.push((stamp, r.status))).unwrap();
+        c.on_data(&reply, |stamp, r| got.push((stamp.due_ns, r.status))).unwrap();
         assert_eq!(got, vec![(1, 200), (2, 200), (3, 200)]);
         assert_eq!(c.outstanding(), 0);
     }
@@ -396,10 +424,10 @@ mod tests {
         let pattern = Pattern::default();
         let mut c = UdpClient::new(3, 64);
         let mut buf = Vec::new();
-        let first = c.next_datagram(&pattern, 100, &mut buf).to_vec();
-        let second = c.next_datagram(&pattern, 200, &mut buf).to_vec();
+        let first = c.next_datagram(&pattern, Stamp::at(100), &mut buf).to_vec();
+        let second = c.next_datagram(&pattern, Stamp::at(200), &mut buf).to_vec();
         assert_eq!(first.len(), 64);
-        assert_eq!(c.on_datagram(&pattern, &second), Ok(Reply::Answer(200)));
+        assert_eq!(c.on_datagram(&pattern, &second), Ok(Reply::Answer(Stamp::at(200))));
         assert_eq!(c.expire(150), 1, "the first one timed out");
         assert_eq!(c.on_datagram(&pattern, &first), Ok(Reply::Late));
         let mut bad = first.clone();

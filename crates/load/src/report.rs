@@ -536,7 +536,17 @@ pub struct Report {
     /// nothing).
     #[serde(default, skip_serializing_if = "Udp::is_empty")]
     pub udp: Udp,
+    /// From each request's due time: in open loop (`-R`) its place in the schedule, so
+    /// corrected for coordinated omission; in closed loop, from its send.
     pub latency: Latency,
+    /// Open loop only: the same requests timed from their actual send, as a closed-loop tool
+    /// would time them (what the correction corrected).
+    #[serde(default, skip_serializing_if = "Latency::is_empty")]
+    pub latency_uncorrected: Latency,
+    /// Open loop only: how late each request left after its due time (0 when the schedule
+    /// was kept).
+    #[serde(default, skip_serializing_if = "Latency::is_empty")]
+    pub schedule_slip: Latency,
     /// TCP handshakes; absent when none completed (always for UDP, which has none).
     #[serde(default, skip_serializing_if = "Latency::is_empty")]
     pub connect_latency: Latency,
@@ -757,7 +767,8 @@ impl Report {
             });
         }
         let tls_latency = report.tls.as_ref().map(|t| &t.handshake_latency);
-        for latency in [&report.latency, &report.connect_latency].into_iter().chain(tls_latency) {
+        let all = [&report.latency, &report.latency_uncorrected, &report.schedule_slip, &report.connect_latency];
+        for latency in all.into_iter().chain(tls_latency) {
             latency.histogram().map_err(|reason| ReportError::Format { path: path.into(), reason })?;
         }
         Ok(report)
@@ -807,8 +818,10 @@ impl Report {
         } else {
             merged.window = None;
         }
-        let mut latency =
-            merged.latency.histogram().map_err(|reason| ReportError::Format { path: "report 1".into(), reason })?;
+        let first = |reason| ReportError::Format { path: "report 1".into(), reason };
+        let mut latency = merged.latency.histogram().map_err(first)?;
+        let mut uncorrected = merged.latency_uncorrected.histogram().map_err(first)?;
+        let mut slip = merged.schedule_slip.histogram().map_err(first)?;
         let mut connect = merged
             .connect_latency
             .histogram()
@@ -819,6 +832,8 @@ impl Report {
             }
             let bad = |reason| ReportError::Format { path: format!("report {}", i + 1), reason };
             latency.add(r.latency.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
+            uncorrected.add(r.latency_uncorrected.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
+            slip.add(r.schedule_slip.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
             connect.add(r.connect_latency.histogram().map_err(bad)?).map_err(|e| bad(format!("{e:?}")))?;
             let m = &mut merged;
             m.procs += r.procs;
@@ -872,6 +887,8 @@ impl Report {
             None => None,
         };
         merged.latency = Latency::from_histogram(&latency);
+        merged.latency_uncorrected = Latency::from_histogram(&uncorrected);
+        merged.schedule_slip = Latency::from_histogram(&slip);
         merged.connect_latency = Latency::from_histogram(&connect);
         merged.compute_rates();
         Ok(merged)
@@ -1040,6 +1057,34 @@ impl Report {
                 human_us(l.mean_us),
                 human_us(l.stdev_us),
                 l.count
+            );
+            if self.asked_rate().is_some() {
+                s.pop();
+                let _ = writeln!(s, "; from the schedule, corrected)");
+            }
+        }
+        let u = &self.latency_uncorrected;
+        if !u.is_empty() {
+            let _ = writeln!(
+                s,
+                "  uncorrected  p50 {} p90 {} p99 {} p99.9 {} max {} (from each actual send, as a closed-loop tool times it)",
+                human_us(u.p50_us),
+                human_us(u.p90_us),
+                human_us(u.p99_us),
+                human_us(u.p999_us),
+                human_us(u.max_us)
+            );
+        }
+        let slip = &self.schedule_slip;
+        if !slip.is_empty() {
+            let _ = writeln!(
+                s,
+                "  slip         p50 {} p90 {} p99 {} p99.9 {} max {} (how late sends left their schedule)",
+                human_us(slip.p50_us),
+                human_us(slip.p90_us),
+                human_us(slip.p99_us),
+                human_us(slip.p999_us),
+                human_us(slip.max_us)
             );
         }
         let c = &self.connect_latency;

@@ -421,7 +421,7 @@ fn assemble(
         total.errors.add(&r.errors);
         total.udp.add(&r.udp);
         // Same bounds on every histogram, so adding cannot fail.
-        let _ = total.latency.add(&r.latency);
+        total.latency.add(&r.latency);
         let _ = total.connect_latency.add(&r.connect_latency);
         total.tls.add(&r.tls);
         total.h2.add(&r.h2);
@@ -446,7 +446,9 @@ fn assemble(
         statuses: total.statuses,
         errors: total.errors,
         udp: total.udp,
-        latency: Latency::from_histogram(&total.latency),
+        latency: Latency::from_histogram(&total.latency.corrected),
+        latency_uncorrected: Latency::from_histogram(&total.latency.uncorrected),
+        schedule_slip: Latency::from_histogram(&total.latency.slip),
         connect_latency: Latency::from_histogram(&total.connect_latency),
         tls: cfg.tls.as_ref().map(|_| total.tls.report()),
         h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)

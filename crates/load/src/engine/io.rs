@@ -9,7 +9,7 @@ use sockscale_sys as sys;
 
 use super::tls::MAX_RECORDS_AHEAD;
 use super::{pacer_token, Client, End, Engine, Pacer};
-use crate::client::{Failure, Reply, StreamEnd};
+use crate::client::{Failure, Reply, Stamp, StreamEnd};
 use crate::config::Mode;
 use crate::rate::PacedBlock;
 
@@ -122,7 +122,7 @@ impl Engine<'_> {
                 Client::Echo(c) => c.on_data(&shared.pattern, data, |stamp| {
                     *answered = true;
                     result.completed += 1;
-                    result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                    result.latency.record(now_ns, stamp);
                 }),
                 Client::Http(c) => {
                     let closing = &mut conn.closing;
@@ -134,7 +134,7 @@ impl Engine<'_> {
                         } else {
                             result.errors.http_status += 1;
                         }
-                        result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                        result.latency.record(now_ns, stamp);
                         *closing |= response.close;
                     })
                 }
@@ -155,7 +155,7 @@ impl Engine<'_> {
                                 } else {
                                     errors.http_status += 1;
                                 }
-                                latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                                latency.record(now_ns, stamp);
                             }
                             StreamEnd::Reset(code) => {
                                 errors.h2_reset += 1;
@@ -196,7 +196,7 @@ impl Engine<'_> {
                         *answered = true;
                         result.completed += 1;
                         result.udp.received += 1;
-                        result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                        result.latency.record(now_ns, stamp);
                         Ok(())
                     }
                     Ok(Reply::Late) => {
@@ -241,7 +241,7 @@ impl Engine<'_> {
                     } else {
                         result.errors.http_status += 1;
                     }
-                    result.latency.saturating_record(now_ns.saturating_sub(stamp).max(1));
+                    result.latency.record(now_ns, stamp);
                     *closing |= response.close;
                 });
                 if finished.is_err() {
@@ -288,11 +288,12 @@ impl Engine<'_> {
                 && !conn.queued
                 && conn.exchanges < per_conn
             {
-                let stamp = match interval {
+                let due_ns = match interval {
                     Some(_) if conn.late == 0 => break,
                     Some(interval) => conn.next_send_ns.unwrap_or(now_ns).saturating_sub(conn.late * interval),
                     None => now_ns,
                 };
+                let stamp = Stamp { due_ns, sent_ns: now_ns };
                 let bytes = match &cfg.mode {
                     Mode::Echo { msg_len } | Mode::Udp { msg_len } => *msg_len,
                     Mode::Http(_) => shared.request_len,
@@ -365,6 +366,7 @@ impl Engine<'_> {
                         }
                     }
                 }
+                self.result.latency.began(now_ns, due_ns);
             }
             if let Some(tls) = conn.tls.as_deref_mut() {
                 // Encrypt what is unsent (unless records enough wait already), then write the

@@ -29,7 +29,7 @@ use slab::Slab;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
-use crate::client::{EchoClient, H2Client, HttpClient, UdpClient};
+use crate::client::{EchoClient, H2Client, HttpClient, Stamp, UdpClient};
 use crate::config::{Endpoint, LoadConfig, Mode};
 use crate::pattern::Pattern;
 use crate::rate::PacedBlock;
@@ -179,7 +179,7 @@ pub struct ThreadResult {
     pub statuses: Statuses,
     pub errors: Errors,
     pub udp: Udp,
-    pub latency: Histogram<u64>,
+    pub latency: Latencies,
     pub connect_latency: Histogram<u64>,
     pub tls: ThreadTls,
     /// HTTP/2: connections, streams, GOAWAYs and resets received.
@@ -207,13 +207,58 @@ impl Default for ThreadResult {
             statuses: Statuses::default(),
             errors: Errors::default(),
             udp: Udp::default(),
-            latency: new_histogram(),
+            latency: Latencies::default(),
             connect_latency: new_histogram(),
             tls: ThreadTls::default(),
             h2: H2::default(),
             timer_fires: 0,
             unclosed: Vec::new(),
         }
+    }
+}
+
+/// One thread's latency histograms, in ns.
+#[derive(Debug)]
+pub struct Latencies {
+    /// From each exchange's due time: in open loop its place in the schedule, so corrected for
+    /// coordinated omission.
+    pub corrected: Histogram<u64>,
+    /// Open loop only: from when each exchange began (what a closed-loop tool would show).
+    pub uncorrected: Histogram<u64>,
+    /// Open loop only: how late each exchange began after its due time.
+    pub slip: Histogram<u64>,
+    /// `-R`: record the last two.
+    pub open_loop: bool,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies { corrected: new_histogram(), uncorrected: new_histogram(), slip: new_histogram(), open_loop: false }
+    }
+}
+
+impl Latencies {
+    /// An exchange stamped `stamp` completed at `now_ns`.
+    fn record(&mut self, now_ns: u64, stamp: Stamp) {
+        self.corrected.saturating_record(now_ns.saturating_sub(stamp.due_ns).max(1));
+        if self.open_loop {
+            self.uncorrected.saturating_record(now_ns.saturating_sub(stamp.sent_ns).max(1));
+        }
+    }
+
+    /// An exchange due at `due_ns` began at `now_ns`.
+    fn began(&mut self, now_ns: u64, due_ns: u64) {
+        if self.open_loop {
+            self.slip.saturating_record(now_ns.saturating_sub(due_ns));
+        }
+    }
+
+    pub fn add(&mut self, o: &Latencies) {
+        // Same bounds on every histogram, so adding cannot fail.
+        let _ = self.corrected.add(&o.corrected);
+        let _ = self.uncorrected.add(&o.uncorrected);
+        let _ = self.slip.add(&o.slip);
+        self.open_loop |= o.open_loop;
     }
 }
 
@@ -235,13 +280,15 @@ impl Client {
         }
     }
 
+    /// When the oldest exchange in flight began: the reply timeout's clock.
     fn oldest(&self) -> Option<u64> {
-        match self {
+        let oldest = match self {
             Client::Echo(c) => c.oldest(),
             Client::Http(c) => c.oldest(),
             Client::H2(c) => c.oldest(),
             Client::Udp(c) => c.oldest(),
-        }
+        };
+        oldest.map(|stamp| stamp.sent_ns)
     }
 
     /// Whether another exchange may begin under `depth` (and, over HTTP/2, under the server's
@@ -398,7 +445,10 @@ impl<'a> Engine<'a> {
             told_ready: false,
             spent: std::collections::HashSet::new(),
             carried_exchanges: HashMap::new(),
-            result: ThreadResult::default(),
+            result: ThreadResult {
+                latency: Latencies { open_loop: send_interval_ns.is_some(), ..Latencies::default() },
+                ..ThreadResult::default()
+            },
         })
     }
 
