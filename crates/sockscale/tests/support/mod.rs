@@ -459,6 +459,38 @@ pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usiz
     }
 }
 
+/// A loopback address with a port free a moment ago, for a server's `--metrics`.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
+}
+
+/// One GET of `/metrics` at `addr`, which answers and closes: the whole response ("" if the
+/// endpoint is not up yet).
+pub fn scrape(addr: std::net::SocketAddr) -> String {
+    let Ok(mut stream) = TcpStream::connect(addr) else { return String::new() };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// Wait up to 5 s for the metrics at `addr` to show each `(series, value)`, the series as
+/// printed (`h2_limit_hits_total{limit="ping_flood"}`, without the `sockscale_` prefix);
+/// Err: the last scrape.
+pub fn metrics_show(addr: std::net::SocketAddr, want: &[(&str, u64)]) -> Result<(), String> {
+    let mut last = String::new();
+    let lines: Vec<String> = want.iter().map(|(series, v)| format!("\nsockscale_{series} {v}\n")).collect();
+    if eventually(Duration::from_secs(5), || {
+        last = scrape(addr);
+        lines.iter().all(|l| last.contains(l.as_str()))
+    }) {
+        Ok(())
+    } else {
+        Err(format!("wanted {lines:?} in:\n{last}"))
+    }
+}
+
 /// Poll `done` every 20 ms until it holds or `limit` passes; whether it held.
 pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + limit;
