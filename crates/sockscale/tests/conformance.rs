@@ -1358,15 +1358,15 @@ pub fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout(model: &str) {
     assert_eq!(done.counter("h2_limit_window_stall"), 1, "{:?}", done.stdout);
 }
 
-/// A server for the HTTP/2 hostile cases, with `--metrics` on a free port (returned) and a
+/// A server for the HTTP/2 hostile cases, with `--metrics` on a port of its choosing (returned) and a
 /// 1 MiB buffer pool (64 × 16 KiB), so RSS bounds can be tight; and a bystander connection,
 /// opened and served before the attack.
 fn h2_attacked(model: &str, extra: &[&str], body_len: usize) -> (ServerProc, std::net::SocketAddr, h2::H2) {
-    let metrics = free_addr();
-    let metrics_arg = metrics.to_string();
-    let mut args = vec!["--proto", "http", "--pool-buffers", "64", "--buffer-size", "16KiB", "--metrics", &metrics_arg];
+    let mut args =
+        vec!["--proto", "http", "--pool-buffers", "64", "--buffer-size", "16KiB", "--metrics", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let server = ServerProc::start(model, &args);
+    let metrics = server.metrics_addr();
     let mut bystander = h2::H2::start(server.connect(), (1 << 31) - 1, true);
     bystander.send(&h2::get(1, true));
     assert_eq!(bystander.responses(&[1])[&1].data, body_len, "the bystander before the attack");

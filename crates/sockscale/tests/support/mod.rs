@@ -206,6 +206,43 @@ impl ServerProc {
             .sum()
     }
 
+    /// The TCP ports the server listens on (its service, and `--metrics` if on), from the
+    /// LISTEN rows of /proc/net/tcp whose sockets are among its descriptors.
+    pub fn listening_ports(&self) -> Vec<u16> {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else { return Vec::new() };
+        let inodes: Vec<String> = dir
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|t| t.to_string_lossy().strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned))
+            .collect();
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let mut ports: Vec<u16> = table
+            .lines()
+            .skip(1)
+            .filter_map(|row| {
+                let f: Vec<&str> = row.split_whitespace().collect();
+                let listening = f.get(3) == Some(&"0A") && f.get(9).is_some_and(|i| inodes.iter().any(|x| x == i));
+                let port = f.get(1).filter(|_| listening)?.rsplit_once(':')?.1;
+                u16::from_str_radix(port, 16).ok()
+            })
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
+    /// The address of the server's `--metrics 127.0.0.1:0` endpoint: the port it listens on
+    /// besides its service's, once it is up (within 5 s).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let mut found = None;
+        let up = eventually(Duration::from_secs(5), || {
+            found = self.listening_ports().into_iter().find(|&p| p != self.addr.port());
+            found.is_some()
+        });
+        assert!(up, "no metrics listener besides port {}", self.addr.port());
+        SocketAddr::from(([127, 0, 0, 1], found.expect("a port")))
+    }
+
     /// Open descriptors that are sockets (listeners and connections), from /proc/PID/fd.
     pub fn open_sockets(&self) -> usize {
         let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else { return 0 };
@@ -457,11 +494,6 @@ pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usiz
             other => return other,
         }
     }
-}
-
-/// A loopback address with a port free a moment ago, for a server's `--metrics`.
-pub fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
 }
 
 /// One GET of `/metrics` at `addr`, which answers and closes: the whole response ("" if the
