@@ -1501,7 +1501,7 @@ pub fn h2_ping_flood_is_bounded(model: &str) {
 
 /// Frames that carry nothing (CVE-2019-9518): empty DATA on an open request, PRIORITY, and
 /// frames of an unknown type, past a budget of 1,000 in 10 s: GOAWAY(ENHANCE_YOUR_CALM) naming
-/// the stream opened. HEADERS with an empty header block are malformed requests, each reset,
+/// the stream opened; so are floods of PING and SETTINGS acknowledgements nobody asked for. HEADERS with an empty header block are malformed requests, each reset,
 /// so they meet the reset budget (200): GOAWAY(ENHANCE_YOUR_CALM) too, counted as rapid reset.
 pub fn h2_empty_frame_floods_are_bounded(model: &str) {
     let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
@@ -1532,24 +1532,39 @@ pub fn h2_empty_frame_floods_are_bounded(model: &str) {
     assert_eq!(resets, 201, "each malformed request is reset");
     assert!(c.closed_within(Duration::from_secs(5)), "empty HEADERS: closed after the GOAWAY");
 
+    // Acknowledgements nobody asked for (the server sends no PING, and one SETTINGS, which
+    // `read` acknowledges): no answer at all, but each a frame's work, in the same budget.
+    for (what, ack) in [
+        ("PING", h2::frame(h2::kind::PING, h2::ACK, 0, &[7; 8])),
+        ("SETTINGS", h2::frame(h2::kind::SETTINGS, h2::ACK, 0, b"")),
+    ] {
+        let mut c = h2::H2::start(server.connect(), 65_535, true);
+        assert_eq!(c.read().map(|f| f.kind), Some(h2::kind::SETTINGS), "the server's SETTINGS, acknowledged");
+        let flood: Vec<u8> = (0..3000).flat_map(|_| ack.clone()).collect();
+        let _ = c.sock.write_all(&flood);
+        let (_, goaway) = c.until_goaway();
+        assert_eq!(goaway, Some((0, h2::ENHANCE_YOUR_CALM)), "{what} ACKs");
+        assert!(c.closed_within(Duration::from_secs(5)), "{what} ACKs: closed after the GOAWAY");
+    }
+
     bystander.send(&h2::get(3, true));
     assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
     metrics_show(
         metrics,
         &[
-            ("h2_limit_hits_total{limit=\"empty_frames\"}", 1),
+            ("h2_limit_hits_total{limit=\"empty_frames\"}", 3),
             ("h2_limit_hits_total{limit=\"rapid_reset\"}", 1),
             ("h2_malformed_total", 201),
-            ("closed_total{reason=\"hostile\"}", 2),
+            ("closed_total{reason=\"hostile\"}", 4),
         ],
     )
     .unwrap();
     drop(bystander);
     let done = server.stop();
-    assert_eq!(done.counter("h2_limit_empty_frames"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_empty_frames"), 3, "{:?}", done.stdout);
     assert_eq!(done.counter("h2_limit_rapid_reset"), 1, "{:?}", done.stdout);
     assert_eq!(done.counter("h2_malformed"), 201, "{:?}", done.stdout);
-    assert_eq!(done.counter("closed_hostile"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 4, "{:?}", done.stdout);
 }
 
 /// A header list past the advertised SETTINGS_MAX_HEADER_LIST_SIZE (`--max-header-bytes`, 8 KiB,
