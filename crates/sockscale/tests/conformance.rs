@@ -1358,9 +1358,9 @@ pub fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout(model: &str) {
     assert_eq!(done.counter("h2_limit_window_stall"), 1, "{:?}", done.stdout);
 }
 
-/// A server for the HTTP/2 hostile cases, with `--metrics` on a port of its choosing (returned) and a
-/// 1 MiB buffer pool (64 × 16 KiB), so RSS bounds can be tight; and a bystander connection,
-/// opened and served before the attack.
+/// A server for the HTTP/2 hostile cases, with `--metrics` on a port of its choosing (returned)
+/// and a 1 MiB buffer pool (64 × 16 KiB), so RSS bounds can be tight; and a bystander
+/// connection, opened and served (a `body_len` answer) before the attack.
 fn h2_attacked(model: &str, extra: &[&str], body_len: usize) -> (ServerProc, std::net::SocketAddr, h2::H2) {
     let mut args =
         vec!["--proto", "http", "--pool-buffers", "64", "--buffer-size", "16KiB", "--metrics", "127.0.0.1:0"];
@@ -1442,7 +1442,7 @@ pub fn h2_continuation_floods_are_bounded(model: &str) {
 }
 
 /// A flood of `frame(i)` control frames, 5,000 of them (past a budget of 100 in 10 s), read
-/// as they are answered: exactly the budget's acknowledgements (`acks` picks them out), in
+/// as they are answered: exactly the budget's acknowledgements (`ack` picks them out), in
 /// order, then GOAWAY(ENHANCE_YOUR_CALM) and the close; counted as `limit`; the bystander is
 /// served.
 fn h2_control_flood(model: &str, frame: impl Fn(u32) -> Vec<u8>, ack: impl Fn(&h2::Frame) -> Option<u32>, limit: &str) {
@@ -1501,8 +1501,9 @@ pub fn h2_ping_flood_is_bounded(model: &str) {
 
 /// Frames that carry nothing (CVE-2019-9518): empty DATA on an open request, PRIORITY, and
 /// frames of an unknown type, past a budget of 1,000 in 10 s: GOAWAY(ENHANCE_YOUR_CALM) naming
-/// the stream opened; so are floods of PING and SETTINGS acknowledgements nobody asked for. HEADERS with an empty header block are malformed requests, each reset,
-/// so they meet the reset budget (200): GOAWAY(ENHANCE_YOUR_CALM) too, counted as rapid reset.
+/// the stream opened; so are floods of PING and SETTINGS acknowledgements nobody asked for.
+/// HEADERS with an empty header block are malformed requests, each reset, so they meet the
+/// reset budget (200): GOAWAY(ENHANCE_YOUR_CALM) too, counted as rapid reset.
 pub fn h2_empty_frame_floods_are_bounded(model: &str) {
     let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
     let mut c = h2::H2::start(server.connect(), 65_535, true);
@@ -1671,10 +1672,14 @@ pub fn h2_header_and_idle_timeouts(model: &str) {
             assert!(c.closed_within(Duration::from_secs(5)), "the idle connection is closed");
             started.elapsed()
         });
-        // Served while the slow ones wait.
-        std::thread::sleep(Duration::from_millis(500));
-        bystander.send(&h2::get(3, true));
-        assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
+        // Served while the slow ones wait (and so never idle).
+        let mut stream = 3;
+        while !(handles.iter().all(|h| h.is_finished()) && partial_preface.is_finished() && idle.is_finished()) {
+            std::thread::sleep(Duration::from_millis(250));
+            bystander.send(&h2::get(stream, true));
+            assert_eq!(bystander.responses(&[stream])[&stream].data, 4096, "the bystander is served");
+            stream += 2;
+        }
         for h in handles {
             h.join().expect("a slow client");
         }
@@ -1685,8 +1690,7 @@ pub fn h2_header_and_idle_timeouts(model: &str) {
         "half a preface: after {partial_preface:?}"
     );
     assert!(idle >= Duration::from_millis(1400) && idle < Duration::from_secs(5), "idle: after {idle:?}");
-    bystander.send(&h2::get(5, true));
-    assert_eq!(bystander.responses(&[5])[&5].data, 4096, "the bystander is served after");
+
     metrics_show(
         metrics,
         &[("h2_limit_hits_total{limit=\"header_timeout\"}", 4), ("closed_total{reason=\"header_timeout\"}", 5)],
@@ -1705,7 +1709,7 @@ pub fn h2_header_and_idle_timeouts(model: &str) {
 /// requests past the concurrency limit (each answered by a HEADERS frame, or refused) are cut
 /// off too: refusals spend the reset budget, or the answers pile up past `--max-pending-send`
 /// and the server stops reading until the send timeout. GETs within the limits whose answers
-/// (64 × 256 KiB) outgrow the sockets' buffers are closed at the send timeout. Floods are up to
+/// (100 × 256 KiB) outgrow the sockets' buffers are closed at the send timeout. Floods are up to
 /// 64 MiB, more than the sockets' buffers hold. Memory stays bounded (the output cap), every
 /// one is counted, and the bystander is served throughout.
 pub fn h2_floods_from_a_client_that_never_reads_are_cut_off(model: &str) {
@@ -1728,13 +1732,17 @@ pub fn h2_floods_from_a_client_that_never_reads_are_cut_off(model: &str) {
     let per_chunk = (1u32 << 20) / 22;
     let heads =
         |k: u32| -> Vec<u8> { (k * per_chunk..(k + 1) * per_chunk).flat_map(|i| h2::head(2 * i + 1)).collect() };
-    let gets: Vec<u8> = (0..64).flat_map(|i| h2::get(2 * i + 1, true)).collect();
+    let gets: Vec<u8> = (0..100).flat_map(|i| h2::get(2 * i + 1, true)).collect();
     let started = Instant::now();
     let mut peak = baseline;
     std::thread::scope(|s| {
         let mut writers = Vec::new();
         for what in ["PING", "SETTINGS", "HEAD", "GET"] {
-            let mut c = h2::H2::start(server.connect(), (1 << 31) - 1, true);
+            let sock = server.connect();
+            // A small receive buffer, so the answers outgrow the sockets' buffers however
+            // large the machine lets them grow.
+            set_rcvbuf(&sock, 64 << 10);
+            let mut c = h2::H2::start(sock, (1 << 31) - 1, true);
             let (pings, settings, heads, gets) = (&pings, &settings, &heads, &gets);
             writers.push((
                 what,

@@ -537,6 +537,21 @@ pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Set SO_RCVBUF (the kernel doubles it, and stops growing it).
+pub fn set_rcvbuf(stream: &TcpStream, bytes: libc::c_int) {
+    // SAFETY: a valid descriptor, and a pointer to a c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+}
+
 /// Close with SO_LINGER 0, so the kernel sends RST instead of FIN.
 pub fn reset(stream: TcpStream) {
     let linger = libc::linger { l_onoff: 1, l_linger: 0 };
