@@ -49,7 +49,9 @@ pub struct Limits {
     /// SETTINGS frames (CVE-2019-9515).
     pub settings: Budget,
     /// Frames that carry nothing: empty DATA without END_STREAM, empty CONTINUATION, PRIORITY,
-    /// unknown types (CVE-2019-9518, CVE-2019-9516).
+    /// unknown types, and acknowledgements nobody asked for (PING ACK: the server sends no
+    /// PING; SETTINGS ACK past the one the server's SETTINGS asked for) (CVE-2019-9518,
+    /// CVE-2019-9516).
     pub empty_frames: Budget,
     /// Response bytes the stage frames ahead of the socket: DATA is written only while the
     /// engine's unsent output is below this.

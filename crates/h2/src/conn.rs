@@ -160,6 +160,9 @@ pub struct Connection {
     reset_next: usize,
     peer_max_frame: usize,
     peer_initial_window: i64,
+    /// SETTINGS this server sent that the peer has not acknowledged (one: those of `new`); an
+    /// acknowledgement past them answers nothing, and counts as an empty frame.
+    settings_unacked: u32,
     /// The peer changed SETTINGS_HEADER_TABLE_SIZE: the next header block begins with a size update.
     table_size_changed: bool,
     send_window: i64,
@@ -218,6 +221,7 @@ impl Connection {
             reset_next: 0,
             peer_max_frame: frame::MIN_MAX_FRAME as usize,
             peer_initial_window: i64::from(DEFAULT_WINDOW),
+            settings_unacked: 1,
             table_size_changed: false,
             send_window: i64::from(DEFAULT_WINDOW),
             recv_window: i64::from(l.connection_window),
@@ -916,7 +920,11 @@ impl Connection {
         }
         if head.has(flag::ACK) {
             if !payload.is_empty() {
-                self.connection_error(ErrorCode::FrameSize);
+                return self.connection_error(ErrorCode::FrameSize);
+            }
+            match self.settings_unacked.checked_sub(1) {
+                Some(left) => self.settings_unacked = left,
+                None => self.count_empty(now, out),
             }
             return;
         }
@@ -965,7 +973,8 @@ impl Connection {
             return self.connection_error(ErrorCode::FrameSize);
         };
         if head.has(flag::ACK) {
-            return;
+            // This server sends no PING: an acknowledgement answers nothing.
+            return self.count_empty(now, out);
         }
         if self.pings.over(now, self.limits.pings) {
             return self.limit_hit(Limit::PingFlood, ErrorCode::EnhanceYourCalm, out);

@@ -370,6 +370,27 @@ fn empty_frames_are_bounded() {
     assert_eq!(t.feed(&flood), Verdict::Close(Closing::Limit(Limit::EmptyFrames)));
 }
 
+/// The server sends no PING and one SETTINGS: PING acknowledgements, and SETTINGS ones past
+/// the first, answer nothing asked and carry nothing, so they spend the empty-frame budget.
+#[test]
+fn acknowledgements_nobody_asked_for_are_empty_frames() {
+    let limits = Limits { empty_frames: Budget::new(50, Duration::from_secs(10)), ..Limits::default() };
+    let mut t = Test::open(limits.clone(), &[]);
+    let flood: Vec<u8> = (0..100).flat_map(|n| client_frame(kind::PING, flag::ACK, 0, &[n; 8])).collect();
+    assert_eq!(t.feed(&flood), Verdict::Close(Closing::Limit(Limit::EmptyFrames)));
+    assert_eq!(goaway(&t.take()).map(|g| g.1), Some(ErrorCode::EnhanceYourCalm as u32));
+    assert_eq!(t.conn.stats().hits(Limit::EmptyFrames), 1);
+
+    let mut t = Test::open(limits, &[]);
+    let ack = client_frame(kind::SETTINGS, flag::ACK, 0, &[]);
+    // The acknowledgement of the server's SETTINGS, then 50 more within the budget.
+    for _ in 0..51 {
+        assert_eq!(t.feed(&ack), Verdict::Continue);
+    }
+    assert_eq!(t.feed(&ack), Verdict::Close(Closing::Limit(Limit::EmptyFrames)));
+    assert_eq!(t.conn.stats().hits(Limit::EmptyFrames), 1);
+}
+
 #[test]
 fn streams_past_the_limit_are_refused() {
     let limits = Limits { max_concurrent_streams: 3, ..Limits::default() };

@@ -1358,6 +1358,459 @@ pub fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout(model: &str) {
     assert_eq!(done.counter("h2_limit_window_stall"), 1, "{:?}", done.stdout);
 }
 
+/// A server for the HTTP/2 hostile cases, with `--metrics` on a port of its choosing (returned)
+/// and a 1 MiB buffer pool (64 × 16 KiB), so RSS bounds can be tight; and a bystander
+/// connection, opened and served (a `body_len` answer) before the attack.
+fn h2_attacked(model: &str, extra: &[&str], body_len: usize) -> (ServerProc, std::net::SocketAddr, h2::H2) {
+    let mut args =
+        vec!["--proto", "http", "--pool-buffers", "64", "--buffer-size", "16KiB", "--metrics", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let server = ServerProc::start(model, &args);
+    let metrics = server.metrics_addr();
+    let mut bystander = h2::H2::start(server.connect(), (1 << 31) - 1, true);
+    bystander.send(&h2::get(1, true));
+    assert_eq!(bystander.responses(&[1])[&1].data, body_len, "the bystander before the attack");
+    (server, metrics, bystander)
+}
+
+/// Write `flood` on `sock` from a thread (the server may close before it has read it all: the
+/// write then fails, which is the point) while sampling the server's RSS: the peak, in KiB.
+fn flood_sampling_rss(server: &ServerProc, sock: &TcpStream, flood: &[u8]) -> u64 {
+    let mut writer = sock.try_clone().expect("clone");
+    let mut peak = server.rss_kib();
+    std::thread::scope(|s| {
+        let w = s.spawn(move || {
+            let _ = writer.write_all(flood);
+        });
+        while !w.is_finished() {
+            peak = peak.max(server.rss_kib());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    peak.max(server.rss_kib())
+}
+
+/// CONTINUATION flood (CVE-2024-27316): HEADERS without END_HEADERS, then CONTINUATIONs without
+/// end, many tiny ones (1 octet: past 32 frames) and large ones (16 KiB, the largest frame
+/// allowed: past a 32 KiB block). Each gets GOAWAY(ENHANCE_YOUR_CALM) naming no stream (none
+/// opened) and is closed, counted in stats and /metrics; the server's memory does not follow
+/// the 26 MiB sent; a bystander is served after.
+pub fn h2_continuation_floods_are_bounded(model: &str) {
+    let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
+    let baseline = server.rss_kib();
+    let tiny: Vec<u8> = [h2::frame(h2::kind::HEADERS, 0, 1, &h2::get_block())]
+        .into_iter()
+        .chain((0..1_000_000).map(|_| h2::frame(h2::kind::CONTINUATION, 0, 1, b"a")))
+        .flatten()
+        .collect();
+    let big = vec![b'a'; 16_384];
+    let large: Vec<u8> = [h2::frame(h2::kind::HEADERS, 0, 1, &big)]
+        .into_iter()
+        .chain((0..1024).map(|_| h2::frame(h2::kind::CONTINUATION, 0, 1, &big)))
+        .flatten()
+        .collect();
+    let mut peak = baseline;
+    for (what, flood) in [("tiny", &tiny), ("large", &large)] {
+        let mut c = h2::H2::start(server.connect(), 65_535, true);
+        peak = peak.max(flood_sampling_rss(&server, &c.sock, flood));
+        let (_, goaway) = c.until_goaway();
+        assert_eq!(goaway, Some((0, h2::ENHANCE_YOUR_CALM)), "{what} CONTINUATIONs");
+        assert!(c.closed_within(Duration::from_secs(5)), "{what}: closed after the GOAWAY");
+    }
+    // The block is bounded by 32 KiB: the rest is the 1 MiB pool and allocator slack.
+    let bound = baseline + 4096;
+    eprintln!("{model}: CONTINUATION floods cut off; RSS {baseline} KiB, peak {peak} KiB");
+    assert!(peak < bound, "server RSS grew from {baseline} KiB to {peak} KiB (bound {bound} KiB)");
+    bystander.send(&h2::get(3, true));
+    assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
+    metrics_show(
+        metrics,
+        &[("h2_limit_hits_total{limit=\"continuation_flood\"}", 2), ("closed_total{reason=\"hostile\"}", 2)],
+    )
+    .unwrap();
+    drop(bystander);
+    let done = server.stop();
+    assert_eq!(done.counter("h2_limit_continuation_flood"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_streams"), 2, "only the bystander's: {:?}", done.stdout);
+    // The server stopped reading at the limit: of the 26 MiB sent, the 32 KiB block and what
+    // was received with it (a read; io_uring's multishot receive may have filled more of the
+    // 1 MiB pool before it was cancelled, counted and discarded) was taken.
+    let taken = done.counter("bytes_in");
+    eprintln!("{model}: {taken} bytes taken of the CONTINUATION floods");
+    assert!(taken < 4 << 20, "{taken} bytes taken of the floods");
+}
+
+/// A flood of `frame(i)` control frames, 5,000 of them (past a budget of 100 in 10 s), read
+/// as they are answered: exactly the budget's acknowledgements (`ack` picks them out), in
+/// order, then GOAWAY(ENHANCE_YOUR_CALM) and the close; counted as `limit`; the bystander is
+/// served.
+fn h2_control_flood(model: &str, frame: impl Fn(u32) -> Vec<u8>, ack: impl Fn(&h2::Frame) -> Option<u32>, limit: &str) {
+    let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let flood: Vec<u8> = (0..5000).flat_map(&frame).collect();
+    let _ = c.sock.write_all(&flood);
+    let (before, goaway) = c.until_goaway();
+    assert_eq!(goaway, Some((0, h2::ENHANCE_YOUR_CALM)), "{limit}");
+    let acks: Vec<u32> = before.iter().filter_map(ack).collect();
+    assert_eq!(acks, (0..100).collect::<Vec<u32>>(), "{limit}: each one accepted is acknowledged, in order");
+    assert!(c.closed_within(Duration::from_secs(5)), "{limit}: closed after the GOAWAY");
+    bystander.send(&h2::get(3, true));
+    assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
+    let series = format!("h2_limit_hits_total{{limit=\"{limit}\"}}");
+    metrics_show(metrics, &[(&series, 1), ("closed_total{reason=\"hostile\"}", 1)]).unwrap();
+    drop(bystander);
+    let done = server.stop();
+    assert_eq!(done.counter(&format!("h2_limit_{limit}")), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 1, "{:?}", done.stdout);
+}
+
+/// SETTINGS flood (CVE-2019-9515): the client's first SETTINGS and 99 of the flood are
+/// acknowledged, the 101st gets GOAWAY(ENHANCE_YOUR_CALM).
+pub fn h2_settings_flood_is_bounded(model: &str) {
+    // Each SETTINGS carries its index as a value of an unknown setting (ignored), so the
+    // acknowledgements are counted, in order: the first is the one `H2::start` sent.
+    let count = std::cell::Cell::new(0u32);
+    h2_control_flood(
+        model,
+        |i| h2::settings(&[(0x7777, i)]),
+        |f| {
+            (f.kind == h2::kind::SETTINGS && f.flags & h2::ACK != 0).then(|| {
+                let k = count.get();
+                count.set(k + 1);
+                k
+            })
+        },
+        "settings_flood",
+    );
+}
+
+/// PING flood (CVE-2019-9512): 100 PINGs are answered, each with its own data, in order; the
+/// 101st gets GOAWAY(ENHANCE_YOUR_CALM).
+pub fn h2_ping_flood_is_bounded(model: &str) {
+    h2_control_flood(
+        model,
+        |i| h2::ping(u64::from(i).to_be_bytes()),
+        |f| {
+            (f.kind == h2::kind::PING && f.flags & h2::ACK != 0)
+                .then(|| u64::from_be_bytes(f.payload[..8].try_into().expect("8 octets")) as u32)
+        },
+        "ping_flood",
+    );
+}
+
+/// Frames that carry nothing (CVE-2019-9518): empty DATA on an open request, PRIORITY, and
+/// frames of an unknown type, past a budget of 1,000 in 10 s: GOAWAY(ENHANCE_YOUR_CALM) naming
+/// the stream opened; so are floods of PING and SETTINGS acknowledgements nobody asked for.
+/// HEADERS with an empty header block are malformed requests, each reset, so they meet the
+/// reset budget (200): GOAWAY(ENHANCE_YOUR_CALM) too, counted as rapid reset.
+pub fn h2_empty_frame_floods_are_bounded(model: &str) {
+    let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let nothing: Vec<u8> = [h2::get(1, false)]
+        .into_iter()
+        .chain((0..3000).map(|i| match i % 3 {
+            0 => h2::frame(h2::kind::DATA, 0, 1, b""),
+            1 => h2::frame(h2::kind::PRIORITY, 0, 3, &[0, 0, 0, 0, 16]),
+            _ => h2::frame(0xfa, 0, 0, b""),
+        }))
+        .flatten()
+        .collect();
+    let _ = c.sock.write_all(&nothing);
+    let (_, goaway) = c.until_goaway();
+    assert_eq!(goaway, Some((1, h2::ENHANCE_YOUR_CALM)), "empty frames");
+    assert!(c.closed_within(Duration::from_secs(5)), "empty frames: closed after the GOAWAY");
+
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let empty_headers: Vec<u8> = (0..1000u32)
+        .flat_map(|i| h2::frame(h2::kind::HEADERS, h2::END_HEADERS | h2::END_STREAM, 2 * i + 1, b""))
+        .collect();
+    let _ = c.sock.write_all(&empty_headers);
+    let (before, goaway) = c.until_goaway();
+    // The 201st reset is one too many: stream 401.
+    assert_eq!(goaway, Some((401, h2::ENHANCE_YOUR_CALM)), "empty HEADERS");
+    let resets = before.iter().filter(|f| f.kind == h2::kind::RST_STREAM).count();
+    assert_eq!(resets, 201, "each malformed request is reset");
+    assert!(c.closed_within(Duration::from_secs(5)), "empty HEADERS: closed after the GOAWAY");
+
+    // Acknowledgements nobody asked for (the server sends no PING, and one SETTINGS, which
+    // `read` acknowledges): no answer at all, but each a frame's work, in the same budget.
+    for (what, ack) in [
+        ("PING", h2::frame(h2::kind::PING, h2::ACK, 0, &[7; 8])),
+        ("SETTINGS", h2::frame(h2::kind::SETTINGS, h2::ACK, 0, b"")),
+    ] {
+        let mut c = h2::H2::start(server.connect(), 65_535, true);
+        assert_eq!(c.read().map(|f| f.kind), Some(h2::kind::SETTINGS), "the server's SETTINGS, acknowledged");
+        let flood: Vec<u8> = (0..3000).flat_map(|_| ack.clone()).collect();
+        let _ = c.sock.write_all(&flood);
+        let (_, goaway) = c.until_goaway();
+        assert_eq!(goaway, Some((0, h2::ENHANCE_YOUR_CALM)), "{what} ACKs");
+        assert!(c.closed_within(Duration::from_secs(5)), "{what} ACKs: closed after the GOAWAY");
+    }
+
+    bystander.send(&h2::get(3, true));
+    assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
+    metrics_show(
+        metrics,
+        &[
+            ("h2_limit_hits_total{limit=\"empty_frames\"}", 3),
+            ("h2_limit_hits_total{limit=\"rapid_reset\"}", 1),
+            ("h2_malformed_total", 201),
+            ("closed_total{reason=\"hostile\"}", 4),
+        ],
+    )
+    .unwrap();
+    drop(bystander);
+    let done = server.stop();
+    assert_eq!(done.counter("h2_limit_empty_frames"), 3, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_rapid_reset"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_malformed"), 201, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 4, "{:?}", done.stdout);
+}
+
+/// A header list past the advertised SETTINGS_MAX_HEADER_LIST_SIZE (`--max-header-bytes`, 8 KiB,
+/// in RFC 9113's measure: name, value and 32 per field) is answered 431 on its stream, reset
+/// (NO_ERROR) if its request had not ended; one exactly at the limit is served; the connection
+/// goes on.
+pub fn h2_a_header_list_too_large_gets_431_and_the_connection_goes_on(model: &str) {
+    let (server, metrics, mut bystander) = h2_attacked(model, &[], 4096);
+    let mut c = h2::H2::start(server.connect(), 65_535, true);
+    let first = c.read().expect("the server's SETTINGS");
+    assert_eq!(first.kind, h2::kind::SETTINGS);
+    let advertised = first.payload.chunks_exact(6).find(|e| e[..2] == [0, 6]).map(|e| &e[2..]);
+    assert_eq!(advertised, Some(&8192u32.to_be_bytes()[..]), "SETTINGS_MAX_HEADER_LIST_SIZE");
+    // The GET's four fields count 166; `x-big` counts 37 and its value.
+    let request = |stream: u32, value: usize, end: bool| {
+        let block = [h2::get_block(), h2::literal(b"x-big", &vec![b'v'; value])].concat();
+        h2::frame(h2::kind::HEADERS, h2::END_HEADERS | if end { h2::END_STREAM } else { 0 }, stream, &block)
+    };
+    c.send(&[request(1, 7990, true), request(3, 7990, false), request(5, 7989, true), h2::get(7, true)].concat());
+    let got = c.responses(&[1, 3, 5, 7]);
+    assert_eq!((got[&1].status, got[&1].data, got[&1].reset), (Some(431), 0, None), "one octet over: {:?}", got[&1]);
+    assert_eq!((got[&3].status, got[&3].reset), (Some(431), Some(h2::NO_ERROR)), "its body unwanted: {:?}", got[&3]);
+    assert_eq!((got[&5].status, got[&5].data), (Some(200), 4096), "at the limit: {:?}", got[&5]);
+    assert_eq!((got[&7].status, got[&7].data), (Some(200), 4096), "the connection goes on: {:?}", got[&7]);
+    c.send(&h2::get(9, true));
+    assert_eq!(c.responses(&[9])[&9].data, 4096);
+    bystander.send(&h2::get(3, true));
+    assert_eq!(bystander.responses(&[3])[&3].data, 4096, "the bystander is served");
+    drop(c);
+    drop(bystander);
+    metrics_show(metrics, &[("h2_limit_hits_total{limit=\"header_list_too_large\"}", 2)]).unwrap();
+    let done = server.stop();
+    assert_eq!(done.counter("h2_limit_header_list_too_large"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_requests"), 5, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 0, "{:?}", done.stdout);
+}
+
+/// The header timeout (`--header-timeout 1`) for HTTP/2: a client that sends the preface and
+/// nothing more, half a frame, a header block without its end, or a header block trickled one
+/// CONTINUATION every 100 ms, gets GOAWAY(NO_ERROR) and is closed at one second, counted; half
+/// a preface (not yet HTTP/2) is closed then too. A connection idle between requests
+/// (`--idle-timeout 1.5`) is closed at the idle timeout. The bystander is served meanwhile.
+pub fn h2_header_and_idle_timeouts(model: &str) {
+    if skip(model, Policy::HeaderTimeout) || skip(model, Policy::IdleTimeout) {
+        return;
+    }
+    let (server, metrics, mut bystander) =
+        h2_attacked(model, &["--header-timeout", "1", "--idle-timeout", "1.5"], 4096);
+    let mut hello = h2::PREFACE.to_vec();
+    hello.extend(h2::settings(&[]));
+    let slow: Vec<(&str, Vec<u8>)> = vec![
+        ("the preface alone", h2::PREFACE.to_vec()),
+        ("half a frame", [&hello[..], &h2::get(1, true)[..12]].concat()),
+        (
+            "a header block without its end",
+            [hello.clone(), h2::frame(h2::kind::HEADERS, 0, 1, &h2::get_block())].concat(),
+        ),
+        ("a trickled header block", [hello.clone(), h2::frame(h2::kind::HEADERS, 0, 1, &h2::get_block())].concat()),
+    ];
+    let started = Instant::now();
+    let (partial_preface, idle) = std::thread::scope(|s| {
+        let handles: Vec<_> = slow
+            .iter()
+            .map(|(what, bytes)| {
+                let mut sock = server.connect();
+                sock.write_all(bytes).expect("write");
+                let trickle = what.starts_with("a trickled");
+                s.spawn(move || {
+                    let mut c = h2::H2::silent(sock);
+                    if trickle {
+                        let mut w = c.sock.try_clone().expect("clone");
+                        std::thread::spawn(move || {
+                            for _ in 0..30 {
+                                std::thread::sleep(Duration::from_millis(100));
+                                if w.write_all(&h2::frame(h2::kind::CONTINUATION, 0, 1, b"")).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                    let (_, goaway) = c.until_goaway();
+                    let took = started.elapsed();
+                    assert_eq!(goaway, Some((0, h2::NO_ERROR)), "{what}");
+                    assert!(
+                        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+                        "{what}: after {took:?}"
+                    );
+                    assert!(c.closed_within(Duration::from_secs(5)), "{what}: closed after the GOAWAY");
+                })
+            })
+            .collect();
+        let mut sock = server.connect();
+        let partial_preface = s.spawn(move || {
+            sock.write_all(&h2::PREFACE[..10]).expect("write");
+            let mut c = HttpReader::new(sock);
+            let _ = c.response(false);
+            assert!(c.closed(), "half a preface: closed");
+            started.elapsed()
+        });
+        let mut c = h2::H2::start(server.connect(), 65_535, true);
+        let idle = s.spawn(move || {
+            c.send(&h2::get(1, true));
+            assert_eq!(c.responses(&[1])[&1].data, 4096);
+            assert!(c.closed_within(Duration::from_secs(5)), "the idle connection is closed");
+            started.elapsed()
+        });
+        // Served while the slow ones wait (and so never idle).
+        let mut stream = 3;
+        while !(handles.iter().all(|h| h.is_finished()) && partial_preface.is_finished() && idle.is_finished()) {
+            std::thread::sleep(Duration::from_millis(250));
+            bystander.send(&h2::get(stream, true));
+            assert_eq!(bystander.responses(&[stream])[&stream].data, 4096, "the bystander is served");
+            stream += 2;
+        }
+        for h in handles {
+            h.join().expect("a slow client");
+        }
+        (partial_preface.join().expect("half a preface"), idle.join().expect("the idle one"))
+    });
+    assert!(
+        partial_preface >= Duration::from_millis(900) && partial_preface < Duration::from_secs(4),
+        "half a preface: after {partial_preface:?}"
+    );
+    assert!(idle >= Duration::from_millis(1400) && idle < Duration::from_secs(5), "idle: after {idle:?}");
+
+    metrics_show(
+        metrics,
+        &[("h2_limit_hits_total{limit=\"header_timeout\"}", 4), ("closed_total{reason=\"header_timeout\"}", 5)],
+    )
+    .unwrap();
+    drop(bystander);
+    let done = server.stop();
+    assert_eq!(done.counter("h2_limit_header_timeout"), 4, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_header_timeout"), 5, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_idle"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("closed_hostile"), 0, "{:?}", done.stdout);
+}
+
+/// Clients that never read, so the server's answers cannot drain. A PING and a SETTINGS flood
+/// are cut off at their budgets all the same (GOAWAY and close: their writes fail). HEAD
+/// requests past the concurrency limit (each answered by a HEADERS frame, or refused) are cut
+/// off too: refusals spend the reset budget, or the answers pile up past `--max-pending-send`
+/// and the server stops reading until the send timeout. GETs within the limits whose answers
+/// (100 × 256 KiB) outgrow the sockets' buffers are closed at the send timeout. Floods are up to
+/// 64 MiB, more than the sockets' buffers hold. Memory stays bounded (the output cap), every
+/// one is counted, and the bystander is served throughout.
+pub fn h2_floods_from_a_client_that_never_reads_are_cut_off(model: &str) {
+    if skip(model, Policy::FloodCutoff) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sockscale-h2-unread-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let body_len = 256 << 10;
+    let body = dir.join("body.bin");
+    std::fs::write(&body, pattern(3, body_len)).expect("body");
+    let body_arg = body.display().to_string();
+    let max_pending_send_kib = 256;
+    let (server, metrics, mut bystander) =
+        h2_attacked(model, &["--send-timeout", "1", "--max-pending-send", "256KiB", "--body", &body_arg], body_len);
+    let baseline = server.rss_kib();
+    // 1 MiB at a time (the HEADs' stream ids go on from one to the next).
+    let pings: Vec<u8> = (0..(1u64 << 20) / 17).flat_map(|i| h2::ping(i.to_be_bytes())).collect();
+    let settings: Vec<u8> = (0..(1u32 << 20) / 15).flat_map(|i| h2::settings(&[(0x7777, i)])).collect();
+    let per_chunk = (1u32 << 20) / 22;
+    let heads =
+        |k: u32| -> Vec<u8> { (k * per_chunk..(k + 1) * per_chunk).flat_map(|i| h2::head(2 * i + 1)).collect() };
+    let gets: Vec<u8> = (0..100).flat_map(|i| h2::get(2 * i + 1, true)).collect();
+    let started = Instant::now();
+    let mut peak = baseline;
+    std::thread::scope(|s| {
+        let mut writers = Vec::new();
+        for what in ["PING", "SETTINGS", "HEAD", "GET"] {
+            let sock = server.connect();
+            // A small receive buffer, so the answers outgrow the sockets' buffers however
+            // large the machine lets them grow.
+            set_rcvbuf(&sock, 64 << 10);
+            let mut c = h2::H2::start(sock, (1 << 31) - 1, true);
+            let (pings, settings, heads, gets) = (&pings, &settings, &heads, &gets);
+            writers.push((
+                what,
+                s.spawn(move || match what {
+                    "GET" => {
+                        // The requests, then a PING every 200 ms (within its budget) until the
+                        // server's close makes a write fail.
+                        c.sock.write_all(gets).is_err()
+                            || (0..75u64).any(|i| {
+                                std::thread::sleep(Duration::from_millis(200));
+                                c.sock.write_all(&h2::ping(i.to_be_bytes())).is_err()
+                            })
+                    }
+                    // Cut off: a write fails (the server closed) before 64 MiB are taken.
+                    _ => (0..64).any(|k| {
+                        let chunk = match what {
+                            "PING" => pings.clone(),
+                            "SETTINGS" => settings.clone(),
+                            _ => heads(k),
+                        };
+                        c.sock.write_all(&chunk).is_err()
+                    }),
+                }),
+            ));
+        }
+        let mut stream = 3;
+        while !writers.iter().all(|(_, w)| w.is_finished()) {
+            peak = peak.max(server.rss_kib());
+            bystander.send(&h2::get(stream, true));
+            assert_eq!(bystander.responses(&[stream])[&stream].data, body_len, "the bystander is served throughout");
+            stream += 2;
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(started.elapsed() < Duration::from_secs(20), "a flooder was never cut off");
+        }
+        for (what, w) in writers {
+            assert!(w.join().expect("a flooder"), "the {what} flood was taken from a client that never read");
+        }
+    });
+    // Answers waiting for a client that does not read stop the server reading past
+    // --max-pending-send, and one read can overshoot it: twice the cap for each of the two
+    // connections with answers; plus the 1 MiB pool and 1 MiB of slack.
+    let bound = baseline + 4 * max_pending_send_kib + 1024 + 1024;
+    eprintln!(
+        "{model}: clients that never read cut off in {:?}; RSS {baseline} KiB, peak {peak} KiB",
+        started.elapsed()
+    );
+    assert!(peak < bound, "server RSS grew from {baseline} KiB to {peak} KiB (bound {bound} KiB)");
+    metrics_show(
+        metrics,
+        &[("h2_limit_hits_total{limit=\"ping_flood\"}", 1), ("h2_limit_hits_total{limit=\"settings_flood\"}", 1)],
+    )
+    .unwrap();
+    drop(bystander);
+    let done = server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(done.counter("h2_limit_ping_flood"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_settings_flood"), 1, "{:?}", done.stdout);
+    // The HEADs: hostile (the reset budget) or, as the GETs, closed at the send timeout.
+    let hostile = done.counter("closed_hostile");
+    let stalled = done.counter("closed_flood") + done.counter("closed_send_timeout");
+    eprintln!(
+        "{model}: the HEAD flood was closed as {}",
+        if hostile == 3 { "hostile (rapid reset)" } else { "a stall" }
+    );
+    assert!((hostile, stalled) == (3, 1) || (hostile, stalled) == (2, 2), "{:?}", done.stdout);
+    assert_eq!(done.counter("h2_limit_rapid_reset"), hostile - 2, "{:?}", done.stdout);
+}
+
 /// The drain sends GOAWAY with the last stream id: a request in flight (its body not yet
 /// ended) is answered whole, then the connection closes; an idle HTTP/2 connection gets its
 /// GOAWAY and closes.
@@ -1474,6 +1927,13 @@ macro_rules! conformance {
             #[test] fn h2_a_stream_reset_mid_response() { if !super::unavailable(MODEL) { super::h2_a_stream_reset_mid_response(MODEL) } }
             #[test] fn h2_rapid_reset_is_bounded() { if !super::unavailable(MODEL) { super::h2_rapid_reset_is_bounded(MODEL) } }
             #[test] fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout() { if !super::unavailable(MODEL) { super::h2_a_window_that_never_opens_is_closed_at_the_send_timeout(MODEL) } }
+            #[test] fn h2_continuation_floods_are_bounded() { if !super::unavailable(MODEL) { super::h2_continuation_floods_are_bounded(MODEL) } }
+            #[test] fn h2_settings_flood_is_bounded() { if !super::unavailable(MODEL) { super::h2_settings_flood_is_bounded(MODEL) } }
+            #[test] fn h2_ping_flood_is_bounded() { if !super::unavailable(MODEL) { super::h2_ping_flood_is_bounded(MODEL) } }
+            #[test] fn h2_empty_frame_floods_are_bounded() { if !super::unavailable(MODEL) { super::h2_empty_frame_floods_are_bounded(MODEL) } }
+            #[test] fn h2_a_header_list_too_large_gets_431_and_the_connection_goes_on() { if !super::unavailable(MODEL) { super::h2_a_header_list_too_large_gets_431_and_the_connection_goes_on(MODEL) } }
+            #[test] fn h2_header_and_idle_timeouts() { if !super::unavailable(MODEL) { super::h2_header_and_idle_timeouts(MODEL) } }
+            #[test] fn h2_floods_from_a_client_that_never_reads_are_cut_off() { if !super::unavailable(MODEL) { super::h2_floods_from_a_client_that_never_reads_are_cut_off(MODEL) } }
             #[test] fn h2_goaway_on_drain_answers_streams_in_flight() { if !super::unavailable(MODEL) { super::h2_goaway_on_drain_answers_streams_in_flight(MODEL) } }
             #[test] fn h2spec_passes_every_case_h2c_and_tls() { if !super::unavailable(MODEL) { super::h2spec_passes_every_case_h2c_and_tls(MODEL) } }
             #[test] fn accept_backs_off_when_out_of_descriptors() { if !super::unavailable(MODEL) { super::accept_backs_off_when_out_of_descriptors(MODEL) } }

@@ -206,6 +206,43 @@ impl ServerProc {
             .sum()
     }
 
+    /// The TCP ports the server listens on (its service, and `--metrics` if on), from the
+    /// LISTEN rows of /proc/net/tcp whose sockets are among its descriptors.
+    pub fn listening_ports(&self) -> Vec<u16> {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else { return Vec::new() };
+        let inodes: Vec<String> = dir
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|t| t.to_string_lossy().strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned))
+            .collect();
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let mut ports: Vec<u16> = table
+            .lines()
+            .skip(1)
+            .filter_map(|row| {
+                let f: Vec<&str> = row.split_whitespace().collect();
+                let listening = f.get(3) == Some(&"0A") && f.get(9).is_some_and(|i| inodes.iter().any(|x| x == i));
+                let port = f.get(1).filter(|_| listening)?.rsplit_once(':')?.1;
+                u16::from_str_radix(port, 16).ok()
+            })
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
+    /// The address of the server's `--metrics 127.0.0.1:0` endpoint: the port it listens on
+    /// besides its service's, once it is up (within 5 s).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let mut found = None;
+        let up = eventually(Duration::from_secs(5), || {
+            found = self.listening_ports().into_iter().find(|&p| p != self.addr.port());
+            found.is_some()
+        });
+        assert!(up, "no metrics listener besides port {}", self.addr.port());
+        SocketAddr::from(([127, 0, 0, 1], found.expect("a port")))
+    }
+
     /// Open descriptors that are sockets (listeners and connections), from /proc/PID/fd.
     pub fn open_sockets(&self) -> usize {
         let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else { return 0 };
@@ -459,6 +496,33 @@ pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usiz
     }
 }
 
+/// One GET of `/metrics` at `addr`, which answers and closes: the whole response ("" if the
+/// endpoint is not up yet).
+pub fn scrape(addr: std::net::SocketAddr) -> String {
+    let Ok(mut stream) = TcpStream::connect(addr) else { return String::new() };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// Wait up to 5 s for the metrics at `addr` to show each `(series, value)`, the series as
+/// printed (`h2_limit_hits_total{limit="ping_flood"}`, without the `sockscale_` prefix);
+/// Err: the last scrape.
+pub fn metrics_show(addr: std::net::SocketAddr, want: &[(&str, u64)]) -> Result<(), String> {
+    let mut last = String::new();
+    let lines: Vec<String> = want.iter().map(|(series, v)| format!("\nsockscale_{series} {v}\n")).collect();
+    if eventually(Duration::from_secs(5), || {
+        last = scrape(addr);
+        lines.iter().all(|l| last.contains(l.as_str()))
+    }) {
+        Ok(())
+    } else {
+        Err(format!("wanted {lines:?} in:\n{last}"))
+    }
+}
+
 /// Poll `done` every 20 ms until it holds or `limit` passes; whether it held.
 pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + limit;
@@ -471,6 +535,21 @@ pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Set SO_RCVBUF (the kernel doubles it, and stops growing it).
+pub fn set_rcvbuf(stream: &TcpStream, bytes: libc::c_int) {
+    // SAFETY: a valid descriptor, and a pointer to a c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
 }
 
 /// Close with SO_LINGER 0, so the kernel sends RST instead of FIN.
