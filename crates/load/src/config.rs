@@ -334,6 +334,9 @@ pub struct LoadConfig {
     pub per_conn: Option<u64>,
     /// TLS over every connection; None: plaintext.
     pub tls: Option<LoadTls>,
+    /// `--hdr-log`: write the latency as an HdrHistogram interval log here, one histogram a
+    /// second (see `hlog`).
+    pub hdr_log: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

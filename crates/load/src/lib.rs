@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod hlog;
 pub mod http;
 pub mod limits;
 pub mod pattern;

@@ -10,6 +10,7 @@ use sockscale_tls::{ClientSession, FailureReason};
 
 use crate::config::{Endpoint, LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
 use crate::engine::{Engine, Shared, ThreadResult};
+use crate::hlog::Intervals;
 use crate::limits::{self, Demand, LimitError};
 use crate::report::{
     ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, H2, SCHEMA,
@@ -29,6 +30,8 @@ pub enum LoadError {
     /// The probe's TLS handshake failed: the run would fail every one.
     #[error("TLS handshake with {target} failed: {reason}{hint}")]
     Tls { target: String, reason: String, hint: &'static str },
+    #[error("cannot write --hdr-log {path}: {error}")]
+    HdrLog { path: String, error: std::io::Error },
     /// `--http2`, and the probe found the server does not speak it.
     #[error("{target} does not speak HTTP/2: {reason}")]
     NotHttp2 { target: String, reason: String },
@@ -61,7 +64,17 @@ pub fn run_with(
     };
     let threads = cfg.threads.min(cfg.conns).max(1);
     let cpu_before = sockscale_sys::cpu_times().unwrap_or_default();
-    let shared = Shared::new(cfg, requests, request_len, head_requests, threads).map_err(LoadError::Thread)?;
+    let hdr_log = match &cfg.hdr_log {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .map_err(|error| LoadError::HdrLog { path: path.display().to_string(), error })?;
+            let open_loop = cfg.total_rate.is_some();
+            Some(std::sync::Mutex::new(Intervals::new(Box::new(std::io::BufWriter::new(file)), threads, open_loop)))
+        }
+        None => None,
+    };
+    let mut shared = Shared::new(cfg, requests, request_len, head_requests, threads).map_err(LoadError::Thread)?;
+    shared.intervals = hdr_log;
     let mut started_unix_s = unix_now();
     let mut cpu_at_start = cpu_before;
     let mut pre_start = None;
@@ -109,6 +122,16 @@ pub fn run_with(
     })?;
     let began = *shared.began.get_or_init(Instant::now);
     let elapsed = began.elapsed();
+    if let Some(intervals) = &shared.intervals {
+        let mut log = intervals.lock().unwrap_or_else(|e| e.into_inner());
+        log.begin(std::time::SystemTime::now() - elapsed);
+        if let Err(e) = log.finish(elapsed) {
+            tracing::error!(
+                "--hdr-log {}: {e}",
+                shared.cfg.hdr_log.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            );
+        }
+    }
     let cpu_after = sockscale_sys::cpu_times().unwrap_or_default();
     // Closed now, after the measured phase was timed: tearing down is not part of it.
     drop(results.iter_mut().flat_map(|r| std::mem::take(&mut r.unclosed)).collect::<Vec<_>>());

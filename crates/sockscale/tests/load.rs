@@ -656,3 +656,111 @@ fn http2_resets_and_goaway_refusals_are_counted_by_kind() {
     assert_eq!(n(&r, "h2.resets.INTERNAL_ERROR"), 1, "{}", r["h2"]);
     assert_eq!(n(&r, "h2.goaways.NO_ERROR"), 1, "{}", r["h2"]);
 }
+
+/// Python hdrh's HistogramLogReader over a log: (interval histograms, latencies counted).
+fn python_hdrh_counts(path: &std::path::Path) -> Option<(u64, u64)> {
+    let script = "import sys\nfrom hdrh.log import HistogramLogReader\nfrom hdrh.histogram import HdrHistogram\n\
+        r = HistogramLogReader(sys.argv[1], HdrHistogram(1, 3600 * 10**9, 3))\nn = t = 0\n\
+        while True:\n    h = r.get_next_interval_histogram()\n    if h is None: break\n    n += 1; t += h.get_total_count()\n\
+        print(n, t)\n";
+    let out = Command::new("python3").args(["-c", script]).arg(path).output().ok()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("No module named"), "hdrh failed on {}: {err}", path.display());
+        eprintln!("skipping the Python hdrh check: hdrh is not installed (pip install hdrhistogram)");
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|w| w.parse::<u64>().expect("a count"));
+    Some((it.next()?, it.next()?))
+}
+
+/// `--hdr-log`: an HdrHistogram interval log with every request counted once per tag, across
+/// processes; logs of segments merge into one with `load merge --hdr-log`; HdrHistogram's own
+/// Python reader reads them; open loop reports uncorrected latency and the schedule's slip.
+#[test]
+fn hdr_interval_logs_count_every_request_and_merge() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let dir = std::env::temp_dir().join(format!("sockscale-hlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("open.hlog");
+    let r = load(&[
+        "http",
+        &url,
+        "-c",
+        "4",
+        "--procs",
+        "2",
+        "-t",
+        "1",
+        "-R",
+        "400",
+        "-d",
+        "2.5",
+        "--hdr-log",
+        log.to_str().unwrap(),
+    ]);
+    let completed = n(&r, "requests.completed");
+    assert_eq!(n(&r, "latency_uncorrected.count"), completed, "uncorrected beside corrected");
+    assert_eq!(n(&r, "schedule_slip.count"), n(&r, "requests.sent"), "a slip for every send");
+    let bytes = std::fs::read(&log).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.starts_with("#[Histogram log format version 1.3]"), "{text}");
+    let parsed = sockscale_load::hlog::read(&bytes, "open.hlog").expect("a log");
+    let count = |tag: &str| parsed.intervals.iter().filter(|i| i.tag == tag).map(|i| i.histogram.len()).sum::<u64>();
+    assert_eq!((count("corrected"), count("uncorrected")), (completed, completed), "{text}");
+    let seconds = parsed.intervals.iter().filter(|i| i.tag == "corrected").count();
+    assert!((3..=4).contains(&seconds), "one interval a second over 2.5 s: {seconds}");
+    if let Some((histograms, total)) = python_hdrh_counts(&log) {
+        assert_eq!(total, 2 * completed, "Python hdrh reads every latency of both tags");
+        assert_eq!(histograms as usize, parsed.intervals.len());
+    }
+
+    // Two segments of one closed-loop run, merged.
+    let mut segment_logs = Vec::new();
+    let mut total = 0;
+    for i in 0..2 {
+        let path = dir.join(format!("seg{i}.hlog"));
+        let seg = format!("{i}/2");
+        let r = load(&[
+            "http",
+            &url,
+            "-c",
+            "4",
+            "-t",
+            "1",
+            "-n",
+            "1000",
+            "--segment",
+            &seg,
+            "--hdr-log",
+            path.to_str().unwrap(),
+        ]);
+        total += n(&r, "requests.completed");
+        segment_logs.push(path);
+    }
+    assert_eq!(total, 1000);
+    let merged = dir.join("all.hlog");
+    let out = Command::new(BIN)
+        .args(["load", "merge", "--hdr-log", merged.to_str().unwrap()])
+        .args(&segment_logs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&merged).unwrap();
+    let parsed = sockscale_load::hlog::read(&bytes, "all.hlog").expect("a merged log");
+    assert!(parsed.intervals.iter().all(|i| i.tag.is_empty()), "closed loop: untagged");
+    assert_eq!(parsed.intervals.iter().map(|i| i.histogram.len()).sum::<u64>(), 1000);
+    if let Some((_, total)) = python_hdrh_counts(&merged) {
+        assert_eq!(total, 1000);
+    }
+    let bad = dir.join("bad.hlog");
+    std::fs::write(&bad, "not a log\n").unwrap();
+    let out =
+        Command::new(BIN).args(["load", "merge", "--hdr-log", merged.to_str().unwrap()]).arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("not an HdrHistogram interval log"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -85,6 +85,8 @@ pub struct Shared {
     pub open: AtomicU64,
     pub peak_open: AtomicU64,
     pub live: Box<[Live]>,
+    /// `--hdr-log`: the interval log the threads hand each second's histograms to.
+    pub intervals: Option<std::sync::Mutex<crate::hlog::Intervals>>,
 }
 
 impl Shared {
@@ -149,6 +151,7 @@ impl Shared {
             open: AtomicU64::new(0),
             peak_open: AtomicU64::new(0),
             live: (0..threads).map(|_| Live::default()).collect(),
+            intervals: None,
             cfg,
         })
     }
@@ -229,20 +232,37 @@ pub struct Latencies {
     pub slip: Histogram<u64>,
     /// `-R`: record the last two.
     pub open_loop: bool,
+    /// `--hdr-log`: this interval's corrected and uncorrected latency, handed to the log when
+    /// the interval ends.
+    interval: Option<Box<[Histogram<u64>; 2]>>,
 }
 
 impl Default for Latencies {
     fn default() -> Self {
-        Latencies { corrected: new_histogram(), uncorrected: new_histogram(), slip: new_histogram(), open_loop: false }
+        Latencies {
+            corrected: new_histogram(),
+            uncorrected: new_histogram(),
+            slip: new_histogram(),
+            open_loop: false,
+            interval: None,
+        }
     }
 }
 
 impl Latencies {
     /// An exchange stamped `stamp` completed at `now_ns`.
     fn record(&mut self, now_ns: u64, stamp: Stamp) {
-        self.corrected.saturating_record(now_ns.saturating_sub(stamp.due_ns).max(1));
+        let corrected = now_ns.saturating_sub(stamp.due_ns).max(1);
+        let uncorrected = now_ns.saturating_sub(stamp.sent_ns).max(1);
+        self.corrected.saturating_record(corrected);
         if self.open_loop {
-            self.uncorrected.saturating_record(now_ns.saturating_sub(stamp.sent_ns).max(1));
+            self.uncorrected.saturating_record(uncorrected);
+        }
+        if let Some(interval) = &mut self.interval {
+            interval[0].saturating_record(corrected);
+            if self.open_loop {
+                interval[1].saturating_record(uncorrected);
+            }
         }
     }
 
@@ -398,6 +418,8 @@ pub struct Engine<'a> {
     /// `--per-conn`: exchanges begun by connections that ended, by connection number, taken
     /// up by the reconnect so that a connection never makes more than its share.
     carried_exchanges: HashMap<u64, u64>,
+    /// `--hdr-log`: the interval (whole seconds of the measured phase) being recorded.
+    interval_index: u64,
     result: ThreadResult,
 }
 
@@ -445,11 +467,33 @@ impl<'a> Engine<'a> {
             told_ready: false,
             spent: std::collections::HashSet::new(),
             carried_exchanges: HashMap::new(),
+            interval_index: 0,
             result: ThreadResult {
-                latency: Latencies { open_loop: send_interval_ns.is_some(), ..Latencies::default() },
+                latency: Latencies {
+                    open_loop: send_interval_ns.is_some(),
+                    interval: shared.intervals.as_ref().map(|_| Box::new([new_histogram(), new_histogram()])),
+                    ..Latencies::default()
+                },
                 ..ThreadResult::default()
             },
         })
+    }
+
+    /// `--hdr-log`: when a second of the measured phase has ended (or the run, `last`), hand
+    /// this thread's histograms of the interval to the log.
+    fn roll_interval(&mut self, last: bool) {
+        let (Some(intervals), Some(began)) = (&self.shared.intervals, self.shared.began.get()) else { return };
+        let Some(histograms) = self.result.latency.interval.as_deref_mut() else { return };
+        let current = (self.now.saturating_duration_since(*began).as_nanos() / crate::hlog::INTERVAL.as_nanos()) as u64;
+        if current <= self.interval_index && !last {
+            return;
+        }
+        let mut log = intervals.lock().unwrap_or_else(|e| e.into_inner());
+        let began_unix = std::time::SystemTime::now() - began.elapsed();
+        log.begin(began_unix);
+        let tags = crate::hlog::Intervals::tags(self.shared.cfg.total_rate.is_some());
+        log.contribute(self.interval_index, &mut histograms[..tags.len()]);
+        self.interval_index = current;
     }
 
     pub fn run(mut self) -> ThreadResult {
@@ -481,8 +525,11 @@ impl<'a> Engine<'a> {
             }
             self.events = events;
             self.fire_timers();
+            self.roll_interval(false);
             self.publish();
         }
+        self.tick();
+        self.roll_interval(true);
         self.close_all();
         self.publish();
         self.result
@@ -1115,6 +1162,7 @@ mod tests {
             connect_first: false,
             per_conn: None,
             tls: None,
+            hdr_log: None,
         }
     }
 

@@ -108,6 +108,12 @@ pub struct Common {
     /// Exit 0 even when errors were counted (they are still counted and reported)
     #[arg(long)]
     pub allow_errors: bool,
+    /// Write the latency as an HdrHistogram interval log (format 1.3), one histogram a second:
+    /// with -R tagged corrected (from the schedule) and uncorrected (from each send). Readable by
+    /// HdrHistogram's HistogramLogProcessor and Python hdrh; `load merge --hdr-log` merges the
+    /// logs of segments. Created before the run
+    #[arg(long, value_name = "FILE")]
+    pub hdr_log: Option<PathBuf>,
     /// Run segment I of N of a run split across N agents (machines, pods): this agent's share
     /// of the connections and of -n, in proportion its share of -R and --connect-rate, so that
     /// the N shares add up to exactly the whole; `load merge` joins the N reports. `auto/N`
@@ -297,6 +303,10 @@ pub struct MergeArgs {
     /// Exit 0 even when the reports counted errors
     #[arg(long)]
     pub allow_errors: bool,
+    /// Merge interval logs (--hdr-log files) into this one instead: the inputs are the logs
+    /// of the processes or segments of one run
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub hdr_log: Option<PathBuf>,
 }
 
 pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
@@ -312,6 +322,10 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         // `cfg` is the largest process's share: checked once here, rather than failing in
         // every child.
         sockscale_load::preflight(&cfg)?;
+        if let Some(path) = &common.hdr_log {
+            // Made now, as a single process makes it: a path that cannot be written fails here.
+            std::fs::File::create(path).with_context(|| format!("cannot write --hdr-log {}", path.display()))?;
+        }
         procs::run_load_children(common.procs, argv, cfg.progress)?
     } else {
         let stop = Arc::new(AtomicBool::new(false));
@@ -357,6 +371,9 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
 }
 
 fn merge(args: &MergeArgs) -> Result<()> {
+    if let Some(out) = &args.hdr_log {
+        return merge_hdr_logs(&args.reports, out);
+    }
     let json = args.json.as_deref().map(JsonSink::open).transpose()?;
     let mut paths = Vec::new();
     for path in &args.reports {
@@ -383,6 +400,27 @@ fn merge(args: &MergeArgs) -> Result<()> {
     }
     show_summary(&merged, summary_to_stderr);
     verdict(&merged, args.allow_errors)
+}
+
+/// `load merge --hdr-log OUT LOGS...`: the interval logs of a run's parts, added interval by
+/// interval into one.
+fn merge_hdr_logs(inputs: &[PathBuf], out: &std::path::Path) -> Result<()> {
+    let mut logs = Vec::new();
+    for path in inputs {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        logs.push(sockscale_load::hlog::read(&bytes, &path.display().to_string())?);
+    }
+    let mut file = std::fs::File::create(out).with_context(|| format!("cannot write --hdr-log {}", out.display()))?;
+    sockscale_load::hlog::merge(&logs, &mut file)?;
+    let intervals: usize = logs.iter().map(|l| l.intervals.len()).sum();
+    let count: u64 =
+        logs.iter().flat_map(|l| &l.intervals).filter(|i| i.tag != "uncorrected").map(|i| i.histogram.len()).sum();
+    say!(
+        "merged {} interval logs ({intervals} interval histograms, {count} latencies) into {}",
+        logs.len(),
+        out.display()
+    );
+    Ok(())
 }
 
 fn show_summary(report: &Report, to_stderr: bool) {
@@ -668,6 +706,7 @@ fn base_config(
         connect_first: common.connect_before_start,
         per_conn: common.per_conn,
         tls: None,
+        hdr_log: common.hdr_log.clone(),
     })
 }
 

@@ -11,6 +11,7 @@ use crate::output::{note, say};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -79,7 +80,8 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
         Instant::now().elapsed().as_nanos()
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let args = child_args(argv, &["--procs", "--json"]);
+    let args = child_args(argv, &["--procs", "--json", "--hdr-log"]);
+    let hdr_log = hdr_log_arg(argv);
     let pids = Arc::new(Mutex::new(Vec::new()));
     let stopping = Arc::new(AtomicBool::new(false));
     forward_signals(pids.clone(), stopping)?;
@@ -91,7 +93,11 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
     let mut paths = Vec::with_capacity(n);
     for k in 0..n {
         let path = dir.join(format!("slot-{k}.json"));
-        let extra = ["--proc-slot".to_owned(), format!("{k}/{n}"), "--json".to_owned(), path.display().to_string()];
+        let mut extra =
+            vec!["--proc-slot".to_owned(), format!("{k}/{n}"), "--json".to_owned(), path.display().to_string()];
+        if hdr_log.is_some() {
+            extra.extend(["--hdr-log".to_owned(), dir.join(format!("slot-{k}.hlog")).display().to_string()]);
+        }
         let mut child = spawn(&args, &extra, Stdio::piped())?;
         pids.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
         if let Some(input) = child.stdin.take() {
@@ -153,11 +159,39 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
         .filter(|p| p.exists())
         .map(|p| Report::load(&p.display().to_string()))
         .collect::<Result<_, _>>()?;
+    let merged_log = match &hdr_log {
+        Some(out) => merge_children_logs(&dir, n, out),
+        None => Ok(()),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     if !failed.is_empty() {
         bail!("load processes failed: {}", failed.join(", "));
     }
+    merged_log?;
     Ok(Report::merge(&reports)?)
+}
+
+/// The value of `--hdr-log` in the parent's arguments (`--hdr-log F` or `--hdr-log=F`).
+fn hdr_log_arg(argv: &[String]) -> Option<PathBuf> {
+    argv.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--hdr-log") {
+        Some("") => argv.get(i + 1).map(PathBuf::from),
+        Some(rest) => rest.strip_prefix('=').map(PathBuf::from),
+        None => None,
+    })
+}
+
+/// The children's interval logs, added interval by interval into the one asked for.
+fn merge_children_logs(dir: &std::path::Path, n: usize, out: &std::path::Path) -> Result<()> {
+    let mut logs = Vec::with_capacity(n);
+    for k in 0..n {
+        let path = dir.join(format!("slot-{k}.hlog"));
+        if let Ok(bytes) = std::fs::read(&path) {
+            logs.push(sockscale_load::hlog::read(&bytes, &path.display().to_string())?);
+        }
+    }
+    let mut file = std::fs::File::create(out).with_context(|| format!("cannot write --hdr-log {}", out.display()))?;
+    sockscale_load::hlog::merge(&logs, &mut file)?;
+    Ok(())
 }
 
 /// The start of a `--procs` run's measured phase, for `--connect-before-start`.
