@@ -344,10 +344,11 @@ impl Receiver<'_, '_> {
             // The read budget ran out with input left: a fresh turn, with a fresh buffer.
             return Step::Again;
         }
-        if !wait.read {
-            // Closing, over --max-pending-send, or no buffer to be had: wait for the send
-            // thread (the next turn closes the connection once its output is written) or the
-            // deadline.
+        if !wait.read || (wait.write && st.conn.x.lc.wants_transmit(&kit.engine)) {
+            // Closing, over --max-pending-send, or no buffer to be had; or the protocol has
+            // more to send once output moves (HTTP/2's DATA held back by its cap), which no
+            // input announces: wait for the send thread (the next turn closes the connection
+            // once its output is written, or transmits) or the deadline.
             return Step::Wait(wait.wake_at, st.version);
         }
         Step::Poll(wait.wake_at)
