@@ -91,7 +91,7 @@ impl H2Session {
     ) -> Verdict {
         let received = self.conn.receive(input, now, &mut buf);
         self.answer(responses, &mut buf);
-        let verdict = self.after(received, now, 0, responses.config(), &mut buf);
+        let verdict = self.after(received, now, 0, responses.config(), &mut buf, out);
         flush(buf, out);
         verdict
     }
@@ -130,12 +130,13 @@ impl H2Session {
         queued: usize,
         cfg: &HttpConfig,
         buf: &mut Vec<u8>,
+        out: &mut Output,
     ) -> Verdict {
         if self.drain_owed {
             self.drain_owed = false;
             self.conn.begin_drain(buf);
         }
-        let then = self.pump(now, queued, cfg, buf);
+        let then = self.pump(now, queued, cfg, buf, out);
         match first {
             sockscale_h2::Verdict::Close(why) => self.closing(why),
             sockscale_h2::Verdict::Continue => match then {
@@ -148,20 +149,35 @@ impl H2Session {
     /// Frame DATA as the windows and the output cap allow, reading a body file's chunks for the
     /// streams that want more while there is room for them: one chunk of one stream at a time,
     /// framed at once, so nothing is read that cannot go out now. `queued`: bytes the engine
-    /// holds unsent already.
-    fn pump(&mut self, now: Instant, queued: usize, cfg: &HttpConfig, buf: &mut Vec<u8>) -> sockscale_h2::Verdict {
-        let first = buf.len();
+    /// holds unsent already. Framed chunks go to `out` a piece of about a chunk at a time, so
+    /// no buffer grows to the whole cap (a `Vec` doubling to twice what it holds).
+    fn pump(
+        &mut self,
+        now: Instant,
+        queued: usize,
+        cfg: &HttpConfig,
+        buf: &mut Vec<u8>,
+        out: &mut Output,
+    ) -> sockscale_h2::Verdict {
         let cap = self.conn.limits().output_cap;
+        // Bytes framed by this call, in `out` already and in `buf` from `first` on.
+        let mut moved = 0;
+        let mut first = buf.len();
         loop {
-            let verdict = self.conn.transmit(now, queued + (buf.len() - first), buf);
+            let verdict = self.conn.transmit(now, queued + moved + (buf.len() - first), buf);
             // Read only with room for a frame of it: then the transmit before emptied every
             // queue it could, and the chunk is framed at least in part at once.
-            let room = cap.saturating_sub(queued + (buf.len() - first));
+            let room = cap.saturating_sub(queued + moved + (buf.len() - first));
             if verdict != sockscale_h2::Verdict::Continue || room <= sockscale_h2::frame::HEADER_LEN {
                 return verdict;
             }
             let (Some(file), ResponseBody::File { len }) = (&cfg.file_chunks, &cfg.body) else { return verdict };
             let Some((stream, window)) = self.conn.wants_data() else { return verdict };
+            if buf.len() >= FILE_CHUNK {
+                moved += buf.len() - first;
+                flush(std::mem::replace(buf, Vec::with_capacity(FILE_CHUNK + 256)), out);
+                first = 0;
+            }
             self.read_chunk(file.as_ref(), *len, stream, window, buf);
         }
     }
@@ -208,7 +224,7 @@ impl H2Session {
     /// Frame what the windows and the cap allow, `queued` bytes being unsent already.
     pub fn transmit(&mut self, now: Instant, queued: usize, responses: &Responses, out: &mut Output) -> Verdict {
         let mut buf = Vec::new();
-        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, responses.config(), &mut buf);
+        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, responses.config(), &mut buf, out);
         flush(buf, out);
         verdict
     }
