@@ -14,7 +14,8 @@
 //!   buffer, reads up to `--read-budget`, feeds the protocol and writes the answer at once,
 //!   straight from the buffer (`OutQueue::send`), then gives the buffer back. What the socket
 //!   refused stays queued in the connection's `OutQueue` for the send thread. While that queue
-//!   is over `--max-pending-send`, or the connection is closing, the receive thread stops reading
+//!   is over `--max-pending-send`, or the connection is closing, or the protocol has more to send
+//!   once the queue moves (HTTP/2 DATA held back by its cap), the receive thread stops reading
 //!   and waits on a condition variable for the send thread's progress, up to the send deadline
 //!   (`--send-timeout`: Flood while still over, SendTimeout when the socket took nothing).
 //! - **Send thread** — it sleeps on a condition variable while nothing is queued, and otherwise
