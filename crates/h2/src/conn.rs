@@ -67,10 +67,13 @@ enum Send {
     /// Not answered yet.
     #[default]
     Waiting,
-    /// Headers sent; `queue` is the body not yet framed, `end` whether it is all of it.
+    /// Headers sent; `queue` is the body not yet framed, `end` whether it is all of it,
+    /// `given` the bytes of a [`Body::Chunks`] body handed over so far (where the next chunk
+    /// starts).
     Body {
         queue: VecDeque<Bytes>,
         end: bool,
+        given: u64,
     },
     Done,
 }
@@ -375,8 +378,8 @@ impl Connection {
         let s = &mut self.streams[i];
         s.send = match body {
             Body::Empty => Send::Done,
-            Body::Bytes(bytes) => Send::Body { queue: VecDeque::from([bytes]), end: true },
-            Body::Chunks => Send::Body { queue: VecDeque::new(), end: false },
+            Body::Bytes(bytes) => Send::Body { queue: VecDeque::from([bytes]), end: true, given: 0 },
+            Body::Chunks => Send::Body { queue: VecDeque::new(), end: false, given: 0 },
         };
         self.retire(i);
     }
@@ -384,14 +387,36 @@ impl Connection {
     /// Add a piece of a [`Body::Chunks`] body to `stream`'s queue; `end` with its last piece.
     pub fn send_data(&mut self, stream: u32, data: Bytes, end: bool) {
         let Some(i) = self.index(stream) else { return };
-        if let Send::Body { queue, end: ended } = &mut self.streams[i].send {
+        if let Send::Body { queue, end: ended, given } = &mut self.streams[i].send {
             if !*ended {
+                *given += data.len() as u64;
                 if !data.is_empty() {
                     queue.push_back(data);
                 }
                 *ended = end;
             }
         }
+    }
+
+    /// The bytes of `stream`'s [`Body::Chunks`] body handed to [`Connection::send_data`] so far:
+    /// where its next chunk starts. None: no such stream is sending a body.
+    pub fn chunks_given(&self, stream: u32) -> Option<u64> {
+        match &self.streams[self.index(stream)?].send {
+            Send::Body { given, .. } => Some(*given),
+            _ => None,
+        }
+    }
+
+    /// The application cannot go on with `stream`'s response (a body file that shrank, a read
+    /// that failed): RST_STREAM with `code` is appended to `out` and the stream is gone; the
+    /// connection and its other streams go on. Not counted against the peer's reset budget.
+    pub fn reset_stream(&mut self, stream: u32, code: ErrorCode, out: &mut Vec<u8>) {
+        let Some(i) = self.index(stream) else { return };
+        self.streams.swap_remove(i);
+        self.shrink();
+        frame::put_rst(out, stream, code);
+        self.stats.resets_sent += 1;
+        self.remember_reset(stream);
     }
 
     /// A stream whose [`Body::Chunks`] body has nothing queued and whose window is open: the
@@ -401,7 +426,7 @@ impl Connection {
             return None;
         }
         self.streams.iter().find_map(|s| match &s.send {
-            Send::Body { queue, end: false } if queue.is_empty() && s.send_window > 0 => {
+            Send::Body { queue, end: false, .. } if queue.is_empty() && s.send_window > 0 => {
                 Some((s.id, s.send_window.min(self.send_window) as usize))
             }
             _ => None,
@@ -458,8 +483,9 @@ impl Connection {
         let max_frame = self.peer_max_frame;
         let conn_window = self.send_window;
         let s = &mut self.streams[i];
-        let Send::Body { queue, end } = &mut s.send else { return Framed::Nothing };
+        let Send::Body { queue, end, .. } = &mut s.send else { return Framed::Nothing };
         let left: usize = queue.iter().map(Bytes::len).sum();
+        let window = s.send_window.min(conn_window);
         if left == 0 {
             if *end {
                 // All framed but END_STREAM (a chunked body's last piece was empty).
@@ -467,9 +493,10 @@ impl Connection {
                 s.send = Send::Done;
                 return Framed::Sent;
             }
-            return Framed::Nothing;
+            // A chunked body waits for its next chunk; with its window shut, it waits on the
+            // peer (a stall, as for a body queued), not on the application.
+            return if window <= 0 { Framed::Blocked } else { Framed::Nothing };
         }
-        let window = s.send_window.min(conn_window);
         if window <= 0 {
             return Framed::Blocked;
         }
@@ -569,7 +596,7 @@ impl Connection {
             return false;
         }
         self.streams.iter().any(|s| match &s.send {
-            Send::Body { queue, end } => {
+            Send::Body { queue, end, .. } => {
                 if queue.is_empty() {
                     *end
                 } else {
@@ -588,6 +615,11 @@ impl Connection {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The limits the connection was made with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Streams open now.

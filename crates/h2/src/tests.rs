@@ -520,6 +520,62 @@ fn a_body_in_chunks_is_asked_for_as_the_window_allows() {
     assert_eq!(t.conn.open_streams(), 0);
 }
 
+/// A chunked body says where its next chunk starts, and a chunked stream that waits on a shut
+/// window (nothing queued) is a window stall, as a queued body is: the window timeout applies.
+#[test]
+fn a_chunked_body_counts_what_was_given_and_a_shut_window_is_a_stall() {
+    let mut t = Test::open(Limits::default(), &[(setting::INITIAL_WINDOW_SIZE, 10)]);
+    t.feed(&get(1));
+    t.requests();
+    assert_eq!(t.conn.chunks_given(1), None, "not answered yet");
+    t.conn.respond(1, 200, &[], Body::Chunks, &mut t.out);
+    assert_eq!(t.conn.chunks_given(1), Some(0));
+    assert_eq!(t.conn.wants_data(), Some((1, 10)));
+    t.conn.send_data(1, Bytes::from_static(b"0123456789"), false);
+    assert_eq!(t.conn.chunks_given(1), Some(10));
+    t.transmit();
+    assert_eq!(data_len(&t.take(), 1), 10);
+    assert_eq!(t.conn.wants_data(), None, "the window is spent");
+    assert_eq!(t.conn.window_stalled_since(), Some(t.now), "waiting on the peer, nothing queued");
+    let later = t.now + Duration::from_secs(1);
+    assert_eq!(t.conn.deadline(), t.now.checked_add(Limits::default().window_timeout.unwrap()));
+    t.feed(&window_update(1, 5));
+    t.conn.transmit(later, 0, &mut t.out);
+    assert_eq!(t.conn.window_stalled_since(), None, "an open window waits on the application: no stall");
+    assert_eq!(t.conn.wants_data(), Some((1, 5)));
+}
+
+/// The application resets a stream it cannot finish (its body file shrank): RST_STREAM with
+/// its code, the stream is gone, the other streams and the connection go on, and the peer's
+/// reset budget is not charged.
+#[test]
+fn the_application_resets_a_stream_it_cannot_finish() {
+    let limits = Limits { resets: Budget { count: 1, per: Duration::from_secs(10) }, ..Limits::default() };
+    let mut t = Test::open(limits, &[]);
+    t.feed(&[get(1), get(3), get(5)].concat());
+    t.requests();
+    for stream in [1, 3, 5] {
+        t.conn.respond(stream, 200, &[], Body::Chunks, &mut t.out);
+    }
+    t.take();
+    t.conn.reset_stream(1, ErrorCode::Internal, &mut t.out);
+    t.conn.reset_stream(3, ErrorCode::Internal, &mut t.out);
+    t.conn.reset_stream(9, ErrorCode::Internal, &mut t.out);
+    let out = t.take();
+    assert_eq!(rst_code(&out, 1), Some(ErrorCode::Internal as u32));
+    assert_eq!(rst_code(&out, 3), Some(ErrorCode::Internal as u32));
+    assert_eq!(kinds(&out).len(), 2, "no stream 9: nothing: {out:?}");
+    assert_eq!(t.conn.open_streams(), 1);
+    assert_eq!(t.conn.stats().resets_sent, 2);
+    // DATA the peer sent before it saw the reset is ignored, not an error.
+    assert_eq!(t.feed(&window_update(1, 100)), Verdict::Continue);
+    t.conn.send_data(5, Bytes::from_static(b"end"), true);
+    assert_eq!(t.transmit(), Verdict::Continue);
+    let out = t.take();
+    assert_eq!((data_len(&out, 5), ended(&out, 5), goaway(&out)), (3, true, None));
+    assert!(t.conn.is_between_requests());
+}
+
 /// An idle connection holds no buffer: no partial frame, no streams, no events.
 #[test]
 fn an_idle_connection_holds_no_buffer() {

@@ -7,16 +7,29 @@
 //! HTTP/2 has more to send after a call returns: response DATA waits on flow-control windows
 //! and on the output cap, so the lifecycle asks [`H2Session::wants_transmit`] when the socket
 //! has taken output and calls [`H2Session::transmit`] then (see `Engine::transmit`).
+//!
+//! A body in a file (`--body FILE`, [`ResponseBody::File`], of any size) is a
+//! [`Body::Chunks`] body: read [`FILE_CHUNK`] at a time at the stream's offset through the
+//! server's [`FileChunks`] (its open file, `pread`), only while a stream's window is open and
+//! the output is under its cap, and framed at once. So a stream holds at most what one chunk
+//! left unframed, a slow reader's stream holds nothing while its window is shut, and an idle
+//! connection holds no buffer. A file that can no longer fill a stream's body (it shrank)
+//! resets that stream with INTERNAL_ERROR; the connection goes on.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use sockscale_h2::{Body, Connection, Event, Limit, Limits, Stats};
+use sockscale_h2::{Body, Connection, ErrorCode, Event, Limit, Limits, Stats};
 
 pub use crate::h2_totals::{default_limits, H2Totals};
-use crate::http::{ResponseBody, Responses, PREFACE};
+use crate::http::{FileChunks, HttpConfig, ResponseBody, Responses, PREFACE};
 use crate::{Closing, Output, Verdict};
+
+/// Bytes of a body file read for a stream at a time, at most (less if its window or the
+/// connection's is smaller): the default window of a peer (65,535) fits in one read, and what
+/// the output cap leaves unframed of it is all a stream holds.
+pub const FILE_CHUNK: usize = 64 << 10;
 
 /// One HTTP/2 connection (boxed in [`crate::Session::H2`]: an HTTP/1.1 connection pays nothing).
 #[derive(Debug)]
@@ -78,7 +91,7 @@ impl H2Session {
     ) -> Verdict {
         let received = self.conn.receive(input, now, &mut buf);
         self.answer(responses, &mut buf);
-        let verdict = self.after(received, now, 0, &mut buf);
+        let verdict = self.after(received, now, 0, responses.config(), &mut buf, out);
         flush(buf, out);
         verdict
     }
@@ -96,10 +109,11 @@ impl H2Session {
             let body = if request.is_head() || cfg.body.is_empty() {
                 Body::Empty
             } else {
-                match (&cfg.body, &cfg.http2_body) {
+                match (&cfg.body, &cfg.file_chunks) {
                     (ResponseBody::Bytes(bytes), _) => Body::Bytes(bytes.clone()),
-                    (ResponseBody::File { .. }, Some(copy)) => Body::Bytes(copy.clone()),
-                    // No copy in memory (a library user's config): the head only.
+                    // Read a chunk at a time as the windows open (see `pump`).
+                    (ResponseBody::File { .. }, Some(_)) => Body::Chunks,
+                    // No file to read (a library user's config): the head only.
                     (ResponseBody::File { .. }, None) => Body::Empty,
                 }
             };
@@ -109,18 +123,84 @@ impl H2Session {
 
     /// After input or a timer: frame DATA (and the drain's GOAWAY if owed); the first closing
     /// verdict wins.
-    fn after(&mut self, first: sockscale_h2::Verdict, now: Instant, queued: usize, buf: &mut Vec<u8>) -> Verdict {
+    fn after(
+        &mut self,
+        first: sockscale_h2::Verdict,
+        now: Instant,
+        queued: usize,
+        cfg: &HttpConfig,
+        buf: &mut Vec<u8>,
+        out: &mut Output,
+    ) -> Verdict {
         if self.drain_owed {
             self.drain_owed = false;
             self.conn.begin_drain(buf);
         }
-        let then = self.conn.transmit(now, queued, buf);
+        let then = self.pump(now, queued, cfg, buf, out);
         match first {
             sockscale_h2::Verdict::Close(why) => self.closing(why),
             sockscale_h2::Verdict::Continue => match then {
                 sockscale_h2::Verdict::Continue => Verdict::Continue,
                 sockscale_h2::Verdict::Close(why) => self.closing(why),
             },
+        }
+    }
+
+    /// Frame DATA as the windows and the output cap allow, reading a body file's chunks for the
+    /// streams that want more while there is room for them: one chunk of one stream at a time,
+    /// framed at once, so nothing is read that cannot go out now. `queued`: bytes the engine
+    /// holds unsent already. Framed chunks go to `out` a piece of about a chunk at a time, so
+    /// no buffer grows to the whole cap (a `Vec` doubling to twice what it holds).
+    fn pump(
+        &mut self,
+        now: Instant,
+        queued: usize,
+        cfg: &HttpConfig,
+        buf: &mut Vec<u8>,
+        out: &mut Output,
+    ) -> sockscale_h2::Verdict {
+        let cap = self.conn.limits().output_cap;
+        // Bytes framed by this call, in `out` already and in `buf` from `first` on.
+        let mut moved = 0;
+        let mut first = buf.len();
+        loop {
+            let verdict = self.conn.transmit(now, queued + moved + (buf.len() - first), buf);
+            // Read only with room for a frame of it: then the transmit before emptied every
+            // queue it could, and the chunk is framed at least in part at once.
+            let room = cap.saturating_sub(queued + moved + (buf.len() - first));
+            if verdict != sockscale_h2::Verdict::Continue || room <= sockscale_h2::frame::HEADER_LEN {
+                return verdict;
+            }
+            let (Some(file), ResponseBody::File { len }) = (&cfg.file_chunks, &cfg.body) else { return verdict };
+            let Some((stream, window)) = self.conn.wants_data() else { return verdict };
+            if buf.len() >= FILE_CHUNK {
+                moved += buf.len() - first;
+                flush(std::mem::replace(buf, Vec::with_capacity(FILE_CHUNK + 256)), out);
+                first = 0;
+            }
+            self.read_chunk(file.as_ref(), *len, stream, window, buf);
+        }
+    }
+
+    /// Give `stream` its body file's next chunk (at most `window` bytes), read where the stream
+    /// has got to; a file that cannot give it resets the stream (INTERNAL_ERROR).
+    fn read_chunk(&mut self, file: &dyn FileChunks, len: u64, stream: u32, window: usize, buf: &mut Vec<u8>) {
+        let at = self.conn.chunks_given(stream).unwrap_or(len);
+        let left = usize::try_from(len.saturating_sub(at)).unwrap_or(usize::MAX);
+        let want = left.min(window).min(FILE_CHUNK);
+        if want == 0 {
+            // Never asked for past the end (its last chunk ended it), but if so: the end.
+            self.conn.send_data(stream, Bytes::new(), true);
+            return;
+        }
+        match file.read_chunk(at, want) {
+            Ok(mut chunk) if !chunk.is_empty() => {
+                chunk.truncate(want);
+                let last = chunk.len() == left;
+                self.conn.send_data(stream, chunk, last);
+            }
+            // Short of its length (the file shrank), or unreadable: the body cannot be finished.
+            _ => self.conn.reset_stream(stream, ErrorCode::Internal, buf),
         }
     }
 
@@ -135,16 +215,16 @@ impl H2Session {
         Verdict::Close(closing(why))
     }
 
-    /// Something to send now that the socket took output: DATA the windows allow, or the
-    /// drain's GOAWAY.
+    /// Something to send now that the socket took output: DATA the windows allow, a body
+    /// file's next chunk a window has room for, or the drain's GOAWAY.
     pub fn wants_transmit(&self) -> bool {
-        self.drain_owed || self.conn.wants_transmit()
+        self.drain_owed || self.conn.wants_transmit() || self.conn.wants_data().is_some()
     }
 
     /// Frame what the windows and the cap allow, `queued` bytes being unsent already.
-    pub fn transmit(&mut self, now: Instant, queued: usize, out: &mut Output) -> Verdict {
+    pub fn transmit(&mut self, now: Instant, queued: usize, responses: &Responses, out: &mut Output) -> Verdict {
         let mut buf = Vec::new();
-        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, &mut buf);
+        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, responses.config(), &mut buf, out);
         flush(buf, out);
         verdict
     }
@@ -337,5 +417,186 @@ mod tests {
         assert_eq!(due, t0 + Duration::from_secs(1));
         let mut out = Output::default();
         assert_eq!(e.on_timeout(&mut s, due, &mut out), Verdict::Close(Closing::Limit(Limit::WindowStall)));
+    }
+
+    /// A body file in memory for the tests: byte `i` is `i % 251`; reads from `fail_from` on
+    /// fail (the file shrank there). Every read is recorded.
+    #[derive(Debug)]
+    struct Pattern {
+        fail_from: u64,
+        reads: std::sync::Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl FileChunks for Pattern {
+        fn read_chunk(&self, at: u64, max: usize) -> std::io::Result<Bytes> {
+            self.reads.lock().unwrap().push((at, max));
+            if at >= self.fail_from {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let end = (at + max as u64).min(self.fail_from);
+            Ok((at..end).map(|i| (i % 251) as u8).collect())
+        }
+    }
+
+    fn file_engine(len: u64, fail_from: u64, output_cap: usize) -> (Engine, Arc<Pattern>) {
+        let file = Arc::new(Pattern { fail_from, reads: Default::default() });
+        let chunks: Arc<dyn FileChunks> = file.clone();
+        let cfg = HttpConfig {
+            body: ResponseBody::File { len },
+            file_chunks: Some(chunks),
+            http2: Some(Arc::new(Limits { output_cap, ..default_limits() })),
+            ..HttpConfig::default()
+        };
+        (Protocol::Http(Arc::new(cfg)).engine(1_700_000_000), file)
+    }
+
+    fn client_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// The client's opening with `window` for each stream (and the connection's opened wide
+    /// unless it is 0), and GETs on `streams`.
+    fn opening_with(window: u32, streams: &[u32]) -> Vec<u8> {
+        let mut v = PREFACE.to_vec();
+        v.extend(client_frame(4, 0, 0, &[&[0u8, 4][..], &window.to_be_bytes()].concat()));
+        if window > 0 {
+            v.extend(client_frame(8, 0, 0, &((1u32 << 31) - 1 - 65_535).to_be_bytes()));
+        }
+        for &s in streams {
+            v.extend(client_frame(1, 5, s, &[0x82, 0x86, 0x84, 0x01, 0x01, b't']));
+        }
+        v
+    }
+
+    /// Each stream's DATA payload, whether it ended, and its RST_STREAM code, from `bytes`.
+    #[derive(Debug, Default)]
+    struct Got {
+        data: std::collections::HashMap<u32, Vec<u8>>,
+        ended: std::collections::HashMap<u32, bool>,
+        reset: std::collections::HashMap<u32, u32>,
+    }
+
+    impl Got {
+        fn add(&mut self, mut bytes: &[u8]) {
+            while bytes.len() >= 9 {
+                let len = (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+                let (kind, flags) = (bytes[3], bytes[4]);
+                let stream = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+                let payload = &bytes[9..9 + len];
+                match kind {
+                    0 => self.data.entry(stream).or_default().extend_from_slice(payload),
+                    3 => {
+                        self.reset.insert(stream, u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]));
+                    }
+                    _ => {}
+                }
+                if matches!(kind, 0 | 1) && flags & 1 == 1 {
+                    self.ended.insert(stream, true);
+                }
+                bytes = &bytes[9 + len..];
+            }
+            assert!(bytes.is_empty(), "whole frames");
+        }
+    }
+
+    /// A body file of 1 MiB and 7 bytes on two streams: read a chunk at a time where each stream
+    /// has got to, never more than the output cap has room for (each call's output stays within
+    /// the cap and a frame), every byte read once, and both bodies arrive whole and exact. The
+    /// first chunk goes with the answer to the request; the rest by transmits.
+    #[test]
+    fn a_file_body_is_read_a_chunk_at_a_time_as_the_output_cap_allows() {
+        let len = (1 << 20) + 7;
+        let cap = 100_000;
+        let (mut e, file) = file_engine(len, u64::MAX, cap);
+        let mut s = e.new_session();
+        let (out, verdict) = feed(&mut e, &mut s, &[&opening_with((1 << 31) - 1, &[1, 3])]);
+        assert_eq!(verdict, Verdict::Continue);
+        assert!(out.len() <= cap + (16 << 10) + 9, "{}", out.len());
+        let mut got = Got::default();
+        got.add(&out);
+        assert!(!got.data.is_empty(), "the first chunk goes with the answer");
+        let now = Instant::now();
+        let mut calls = 0;
+        while e.wants_transmit(&s) {
+            let mut out = Output::default();
+            assert_eq!(e.transmit(&mut s, now, 0, &mut out), Verdict::Continue);
+            let bytes = out.to_vec(&[]);
+            assert!(!bytes.is_empty() && bytes.len() <= cap + (16 << 10) + 9, "{}", bytes.len());
+            got.add(&bytes);
+            // Read but not yet framed: what one chunk left behind the cap, at most.
+            let read: usize = file.reads.lock().unwrap().iter().map(|&(_, max)| max).sum();
+            let framed: usize = got.data.values().map(Vec::len).sum();
+            assert!(read - framed <= FILE_CHUNK, "{} bytes read and held", read - framed);
+            calls += 1;
+            assert!(calls < 1000, "no progress");
+        }
+        let want: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        for stream in [1, 3] {
+            assert!(got.data[&stream] == want, "stream {stream}: {} bytes, not the file's", got.data[&stream].len());
+            assert!(got.ended[&stream], "stream {stream} ended");
+        }
+        let reads = file.reads.lock().unwrap();
+        assert!(reads.iter().all(|&(_, max)| max <= FILE_CHUNK), "a chunk at most");
+        let read: u64 = reads.iter().map(|&(_, max)| max as u64).sum();
+        assert_eq!(read, 2 * len, "every byte read once: {reads:?}");
+        assert!(s.is_between_requests(), "nothing held once the bodies are out");
+    }
+
+    /// A shut window: nothing is read while it stays shut (a slow reader holds no chunk), the
+    /// window stall deadline runs, and a WINDOW_UPDATE lets one window's worth be read.
+    #[test]
+    fn nothing_is_read_for_a_shut_window() {
+        let (mut e, file) = file_engine(1 << 20, u64::MAX, 256 << 10);
+        let mut s = e.new_session();
+        let mut opening = opening_with(0, &[1]);
+        // The connection's window is the default 65,535; the stream's is 0.
+        opening.truncate(opening.len() - 15);
+        opening.extend(client_frame(1, 5, 1, &[0x82, 0x86, 0x84, 0x01, 0x01, b't']));
+        let (out, _) = feed(&mut e, &mut s, &[&opening]);
+        let mut got = Got::default();
+        got.add(&out);
+        assert!(got.data.is_empty() && file.reads.lock().unwrap().is_empty(), "nothing read");
+        assert!(!e.wants_transmit(&s));
+        assert!(e.deadline(&s).is_some(), "the window timeout runs");
+        let (out, _) = feed(&mut e, &mut s, &[&client_frame(8, 0, 1, &1000u32.to_be_bytes())]);
+        got.add(&out);
+        assert_eq!(got.data[&1].len(), 1000);
+        assert_eq!(*file.reads.lock().unwrap(), [(0, 1000)]);
+    }
+
+    /// A file that ends short of its length (it shrank): the stream that reaches the end is
+    /// reset with INTERNAL_ERROR, having had only the file's bytes; the connection goes on and
+    /// answers the next request the same way.
+    #[test]
+    fn a_file_that_shrank_resets_the_stream_and_the_connection_goes_on() {
+        let (mut e, _) = file_engine(1 << 20, 100_000, 256 << 10);
+        let mut s = e.new_session();
+        let (out, verdict) = feed(&mut e, &mut s, &[&opening_with((1 << 31) - 1, &[1])]);
+        assert_eq!(verdict, Verdict::Continue);
+        let mut got = Got::default();
+        got.add(&out);
+        let now = Instant::now();
+        while e.wants_transmit(&s) {
+            let mut out = Output::default();
+            assert_eq!(e.transmit(&mut s, now, 0, &mut out), Verdict::Continue);
+            got.add(&out.to_vec(&[]));
+        }
+        assert_eq!(got.reset.get(&1), Some(&2), "RST_STREAM(INTERNAL_ERROR): {got:?}");
+        assert_eq!(got.data[&1].len(), 100_000, "what the file still had");
+        assert!(!got.ended.contains_key(&1), "no END_STREAM on a short body");
+        assert!(s.is_between_requests());
+        let (out, verdict) = feed(&mut e, &mut s, &[&client_frame(1, 5, 3, &[0x82, 0x86, 0x84, 0x01, 0x01, b't'])]);
+        assert_eq!(verdict, Verdict::Continue);
+        got.add(&out);
+        while e.wants_transmit(&s) {
+            let mut out = Output::default();
+            e.transmit(&mut s, now, 0, &mut out);
+            got.add(&out.to_vec(&[]));
+        }
+        assert_eq!((got.reset.get(&3), got.data[&3].len()), (Some(&2), 100_000));
     }
 }

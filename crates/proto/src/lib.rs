@@ -144,8 +144,8 @@ impl Engine {
     /// Produce what `session` has to send, `pending` bytes being unsent already (HTTP/2 frames
     /// DATA only while its unsent output stays under its cap).
     pub fn transmit(&mut self, session: &mut Session, now: Instant, pending: usize, out: &mut Output) -> Verdict {
-        match session {
-            Session::H2(h2) => h2.transmit(now, pending, out),
+        match (self, session) {
+            (Engine::Http(responses), Session::H2(h2)) => h2.transmit(now, pending, responses, out),
             _ => Verdict::Continue,
         }
     }

@@ -13,6 +13,11 @@
 //! A range is read and encrypted a chunk at a time instead ([`BodyFile::seal_turn`], for every
 //! engine), into the thread's scratch ([`FileScratch`]); only the records of one chunk that the
 //! socket refused stay with the connection, so memory stays flat in the body's size.
+//!
+//! HTTP/2 frames DATA from bytes, in clear and over TLS alike: its streams read the file a
+//! chunk at a time where each has got to ([`FileChunks`], `pread`), only as their windows and
+//! the output cap allow (`sockscale_proto::h2`), so a stream holds a chunk at most, whatever
+//! the file's size. A file that shrank ends the stream that reaches its end (RST_STREAM).
 
 use std::fs::File;
 use std::io;
@@ -23,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
-use sockscale_proto::http::ResponseBody;
+use sockscale_proto::http::{FileChunks, HttpConfig, ResponseBody};
 use sockscale_proto::Output;
 use sockscale_sys as sys;
 use sockscale_tls::ServerSession;
@@ -313,14 +318,7 @@ impl BodyFile {
                 return Ok(turn(FileStep::Turn, sent, range.at));
             }
             let want = usize::try_from(range.end - range.at).unwrap_or(usize::MAX).min(SEAL_CHUNK);
-            let read = loop {
-                match self.file.read_at(&mut scratch.plain[..want], range.at) {
-                    Ok(0) => return Err(self.shrunk(range.at)),
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            };
+            let read = self.pread(&mut scratch.plain[..want], range.at)?;
             scratch.records.clear();
             session.send(&scratch.plain[..read], &mut scratch.records).map_err(io::Error::other)?;
             range.at += read as u64;
@@ -339,6 +337,32 @@ impl BodyFile {
                     Err(e) => return Err(e),
                 }
             }
+        }
+    }
+
+    /// One `pread` of the file at `at` into `buf` (not empty): the bytes read, at least one. A
+    /// file that ends at `at` (it shrank) is an error.
+    fn pread(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        loop {
+            match self.file.read_at(buf, at) {
+                Ok(0) => return Err(self.shrunk(at)),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The HTTP service's configuration as this server's threads serve it: with this file to
+    /// read HTTP/2's chunks from when its body is in the file and HTTP/2 is on (HTTP/1.1 sends
+    /// the file with sendfile and needs none of it). Otherwise `http` as it is.
+    pub fn serve_http(http: &Arc<HttpConfig>, file: Option<&Arc<BodyFile>>) -> Arc<HttpConfig> {
+        match (file, &http.body, &http.http2, &http.file_chunks) {
+            (Some(file), ResponseBody::File { .. }, Some(_), None) => {
+                let chunks: Arc<dyn FileChunks> = file.clone();
+                Arc::new(HttpConfig { file_chunks: Some(chunks), ..HttpConfig::clone(http) })
+            }
+            _ => http.clone(),
         }
     }
 
@@ -363,6 +387,30 @@ impl BodyFile {
             );
         }
         io::Error::new(io::ErrorKind::UnexpectedEof, format!("body file ended at {offset} of {} bytes", self.len))
+    }
+}
+
+/// HTTP/2's chunks of the body: `max` bytes from `at` read with `pread` into a buffer of their
+/// own (shared `Bytes`, framed at once and dropped), or fewer at the file's end; at least one.
+/// The thread's scratch would not do: a chunk may wait, framed in part, behind the output cap.
+impl FileChunks for BodyFile {
+    fn read_chunk(&self, at: u64, max: usize) -> io::Result<Bytes> {
+        let mut chunk = vec![0u8; max.max(1)];
+        // A regular file reads whole but at its end; a read cut short is completed.
+        let mut filled = 0;
+        while filled < chunk.len() {
+            match self.file.read_at(&mut chunk[filled..], at + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if filled == 0 {
+            return Err(self.shrunk(at));
+        }
+        chunk.truncate(filled);
+        Ok(Bytes::from(chunk))
     }
 }
 
@@ -499,6 +547,117 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
         assert_eq!(range.at, SEAL_CHUNK as u64 + 10, "what the file still had was sent, then the end");
+    }
+
+    /// HTTP/2's chunk reader: the file's bytes where asked, fewer at its end, and an error once
+    /// the file ends before the offset (it shrank), logged as for sendfile.
+    #[test]
+    fn file_chunks_read_where_asked_and_fail_where_the_file_ended() {
+        let content: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let path = std::env::temp_dir().join(format!("sockscale-body-chunks-{}", std::process::id()));
+        File::create(&path).unwrap().write_all(&content).unwrap();
+        let (_, file) = BodyFile::load(&path, SendfileMode::On, 0, 1).unwrap();
+        let file = file.expect("from the file");
+        let chunks: &dyn FileChunks = file.as_ref();
+        assert_eq!(chunks.read_chunk(0, 65_536).unwrap(), &content[..65_536]);
+        assert_eq!(chunks.read_chunk(123_457, 10).unwrap(), &content[123_457..123_467]);
+        assert_eq!(chunks.read_chunk(190_000, 65_536).unwrap(), &content[190_000..], "fewer at the end");
+        let err = chunks.read_chunk(200_000, 100).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+        File::options().write(true).open(&path).unwrap().set_len(1000).unwrap();
+        assert_eq!(chunks.read_chunk(900, 65_536).unwrap().len(), 100, "what the shrunk file still has");
+        assert_eq!(chunks.read_chunk(1000, 65_536).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The HTTP service is lent the body file for HTTP/2 when its body is the file and HTTP/2
+    /// is on; a body in memory, or HTTP/2 off, is served as configured.
+    #[test]
+    fn http2_is_lent_the_body_file_only_when_it_serves_it() {
+        let path = file_of(100_000, "lent");
+        let (body, file) = BodyFile::load(&path, SendfileMode::On, 0, 1).unwrap();
+        let on = Arc::new(HttpConfig { body: body.clone(), ..HttpConfig::default() });
+        assert!(BodyFile::serve_http(&on, file.as_ref()).file_chunks.is_some());
+        assert!(BodyFile::serve_http(&on, None).file_chunks.is_none());
+        let off = Arc::new(HttpConfig { body, http2: None, ..HttpConfig::default() });
+        assert!(BodyFile::serve_http(&off, file.as_ref()).file_chunks.is_none());
+        let memory = Arc::new(HttpConfig::default());
+        assert!(Arc::ptr_eq(&BodyFile::serve_http(&memory, file.as_ref()), &memory));
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// Each stream's DATA bytes and RST_STREAM code in a server's HTTP/2 output.
+    fn h2_streams(mut bytes: &[u8]) -> std::collections::HashMap<u32, (Vec<u8>, Option<u32>, bool)> {
+        let mut got: std::collections::HashMap<u32, (Vec<u8>, Option<u32>, bool)> = Default::default();
+        while bytes.len() >= 9 {
+            let len = (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+            let stream = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+            let payload = &bytes[9..9 + len];
+            let entry = got.entry(stream).or_default();
+            match bytes[3] {
+                0 => entry.0.extend_from_slice(payload),
+                3 => entry.1 = Some(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])),
+                _ => {}
+            }
+            entry.2 |= matches!(bytes[3], 0 | 1) && bytes[4] & 1 == 1;
+            bytes = &bytes[9 + len..];
+        }
+        got
+    }
+
+    /// An HTTP/2 client downloads a 3 MiB body file through the server's session and this
+    /// file's chunk reader: every byte the file's, in transmits the output cap bounds; then the
+    /// file shrinks, and the next download is reset with INTERNAL_ERROR where the file ends.
+    #[test]
+    fn http2_downloads_a_body_file_in_chunks_and_a_shrunk_file_resets_the_stream() {
+        use sockscale_proto::{Engine, Protocol, Session, Verdict};
+        use std::time::Instant;
+
+        let len = (3 << 20) + 5;
+        let content: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        let path = std::env::temp_dir().join(format!("sockscale-body-h2-{}", std::process::id()));
+        File::create(&path).unwrap().write_all(&content).unwrap();
+        let (body, file) = BodyFile::load(&path, SendfileMode::Auto, AUTO_MIN_FILE_BYTES, 1).unwrap();
+        let cap = 128 << 10;
+        let limits = sockscale_h2::Limits { output_cap: cap, ..sockscale_proto::h2::default_limits() };
+        let http = Arc::new(HttpConfig { body, http2: Some(Arc::new(limits)), ..HttpConfig::default() });
+        let mut engine = Protocol::Http(BodyFile::serve_http(&http, file.as_ref())).engine(0);
+        let mut session = engine.new_session();
+        let now = Instant::now();
+        let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+            let n = payload.len() as u32;
+            let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+            f.extend_from_slice(&stream.to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        };
+        let get = |stream| frame(1, 5, stream, &[0x82, 0x86, 0x84, 0x01, 0x01, b't']);
+        let download = |engine: &mut Engine, session: &mut Session, request: &[u8]| {
+            let mut out = Output::default();
+            assert_eq!(engine.on_input(session, request, now, &mut out), Verdict::Continue);
+            let mut wire = out.to_vec(request);
+            while engine.wants_transmit(session) {
+                let mut out = Output::default();
+                assert_eq!(engine.transmit(session, now, 0, &mut out), Verdict::Continue);
+                assert!(out.len() <= cap + (16 << 10) + 9, "a transmit within the cap: {}", out.len());
+                wire.extend(out.to_vec(&[]));
+            }
+            h2_streams(&wire)
+        };
+        let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        opening.extend(frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        opening.extend(frame(8, 0, 0, &(0x7fff_ffff - 65_535u32).to_be_bytes()));
+        opening.extend(get(1));
+        let got = download(&mut engine, &mut session, &opening);
+        let (data, reset, ended) = &got[&1];
+        assert!(data == &content && reset.is_none() && *ended, "{} bytes, reset {reset:?}", data.len());
+        File::options().write(true).open(&path).unwrap().set_len(200_000).unwrap();
+        let got = download(&mut engine, &mut session, &get(3));
+        let (data, reset, ended) = &got[&3];
+        assert_eq!((data.len(), *reset, *ended), (200_000, Some(2), false), "RST_STREAM(INTERNAL_ERROR)");
+        assert!(data[..] == content[..200_000]);
+        assert!(session.is_between_requests(), "the connection goes on, holding nothing");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

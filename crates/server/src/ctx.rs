@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sockscale_proto::Protocol;
 
+use crate::body::BodyFile;
 use crate::config::{Config, Service};
 use crate::listener::Listen;
 use crate::shutdown::Shutdown;
@@ -32,7 +33,7 @@ impl ModelCtx {
         ready: Sender<()>,
     ) -> Self {
         let protocol = match &cfg.service {
-            Service::Http(http) => Protocol::Http(http.clone()),
+            Service::Http(http) => Protocol::Http(BodyFile::serve_http(http, cfg.body_file.as_ref())),
             Service::Echo | Service::UdpEcho => Protocol::Echo,
         };
         ModelCtx { cfg, listen, protocol, stats, shutdown, ready }

@@ -1315,6 +1315,116 @@ pub fn h2_a_stream_reset_mid_response(model: &str) {
     assert_eq!(done.counter("h2_requests"), 3, "{:?}", done.stdout);
 }
 
+/// A `--body` file past the 16 MiB HTTP/2 once kept a copy of, read in chunks at each
+/// stream's offset: 40 MiB of a pattern on two streams of one connection arrives exact (and a
+/// HEAD beside them gets the head only); then 256 MiB of a sparse 64 GiB body on one stream
+/// leaves the server's memory flat, as for HTTP/1.1 over TLS.
+pub fn h2_a_large_body_file_is_read_in_chunks(model: &str) {
+    if skip(model, Policy::Http2) || skip(model, Policy::FileBody) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sockscale-h2-file-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("body.bin");
+    let data = pattern(13, (40 << 20) + 3);
+    std::fs::write(&path, &data).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", path.to_str().unwrap()]);
+    let mut c = h2::H2::start(server.connect(), (1 << 31) - 1, true);
+    c.sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // A HEAD: `:method` a literal of the static table's name.
+    let block = [0x02, 0x04, b'H', b'E', b'A', b'D', 0x86, 0x84, 0x01, 0x01, b't'];
+    let head = h2::frame(h2::kind::HEADERS, h2::END_HEADERS | h2::END_STREAM, 5, &block);
+    c.send(&[h2::get(1, true), h2::get(3, true), head].concat());
+    let mut bodies: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+    let mut ended = Vec::new();
+    while ended.len() < 3 {
+        let f = c.read().unwrap_or_else(|| panic!("the connection ended; streams ended: {ended:?}"));
+        match f.kind {
+            h2::kind::DATA => bodies.entry(f.stream).or_default().extend_from_slice(&f.payload),
+            h2::kind::RST_STREAM | h2::kind::GOAWAY => panic!("{f:?}"),
+            _ => {}
+        }
+        if matches!(f.kind, h2::kind::HEADERS | h2::kind::DATA) && f.flags & h2::END_STREAM != 0 {
+            ended.push(f.stream);
+        }
+    }
+    for stream in [1, 3] {
+        let body = bodies.get(&stream).map_or(&[][..], Vec::as_slice);
+        assert!(body == data, "stream {stream}: {} bytes, not the file's {}", body.len(), data.len());
+    }
+    assert!(!bodies.contains_key(&5), "the HEAD has no body");
+    drop(c);
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(!done.stderr.contains("HTTP/2 is off"), "{}", done.stderr);
+    assert_eq!(done.counter("h2_requests"), 3, "{:?}", done.stdout);
+
+    // A sparse 64 GiB body, read in part: the server's memory stays flat in the body's size.
+    let sparse = dir.join("sparse.bin");
+    std::fs::File::create(&sparse).unwrap().set_len(64 << 30).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", sparse.to_str().unwrap()]);
+    let mut c = h2::H2::start(server.connect(), (1 << 31) - 1, true);
+    c.sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.send(&h2::get(1, true));
+    let mut received: u64 = 0;
+    let mut length = false;
+    let mut baseline = None;
+    let mut peak = 0;
+    while received < 256 << 20 {
+        let f = c.read().unwrap_or_else(|| panic!("the connection ended after {received} body bytes"));
+        match f.kind {
+            // The encoder's literals are not Huffman-coded: the length is there as digits.
+            h2::kind::HEADERS => length = f.payload.windows(11).any(|w| w == b"68719476736"),
+            h2::kind::DATA => {
+                assert!(f.payload.iter().all(|&b| b == 0), "a sparse file reads as zeros");
+                let before = received;
+                received += f.payload.len() as u64;
+                // From 16 MiB on: the threads' buffers are taken by then.
+                if received / (16 << 20) != before / (16 << 20) {
+                    let rss = server.rss_kib();
+                    baseline.get_or_insert(rss);
+                    peak = peak.max(rss);
+                }
+            }
+            h2::kind::RST_STREAM | h2::kind::GOAWAY => panic!("{f:?} after {received} body bytes"),
+            _ => {}
+        }
+    }
+    assert!(length, "content-length: 68719476736");
+    let baseline = baseline.expect("sampled");
+    eprintln!("{model}: RSS {baseline} KiB after 16 MiB of the body, {peak} KiB at most over 256 MiB");
+    assert!(
+        peak < baseline + 2 * 1024,
+        "server RSS grew from {baseline} KiB to {peak} KiB over 256 MiB of an HTTP/2 body"
+    );
+    drop(c);
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// curl with prior knowledge downloads a 24 MiB `--body` file whole over HTTP/2 (past the
+/// 16 MiB HTTP/2 once served from a copy in memory, and turned off past); skipped without curl.
+pub fn h2_curl_downloads_a_large_body_file(model: &str) {
+    if skip(model, Policy::Http2) || skip(model, Policy::FileBody) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sockscale-h2-curl-file-{model}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("body.bin");
+    let len = (24 << 20) + 11;
+    std::fs::write(&path, pattern(17, len)).unwrap();
+    let server = ServerProc::start(model, &["--proto", "http", "--body", path.to_str().unwrap()]);
+    let url = format!("http://{}/", server.addr);
+    let got = curl(&["--http2-prior-knowledge", &url]);
+    let done = server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(got) = got else { return };
+    assert_eq!(got, format!("200 {len} 2"), "the whole file over h2c");
+    assert!(!done.stderr.contains("HTTP/2 is off"), "{}", done.stderr);
+    assert_eq!(done.counter("h2_requests"), 1, "{:?}", done.stdout);
+}
+
 /// Rapid reset (CVE-2023-44487): a client that opens and resets streams past the budget gets
 /// GOAWAY(ENHANCE_YOUR_CALM) and is closed, counted; another client is served throughout.
 pub fn h2_rapid_reset_is_bounded(model: &str) {
@@ -1924,6 +2034,8 @@ macro_rules! conformance {
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }
             #[test] fn h2_many_streams_on_one_connection() { if !super::unavailable(MODEL) { super::h2_many_streams_on_one_connection(MODEL) } }
+            #[test] fn h2_a_large_body_file_is_read_in_chunks() { if !super::unavailable(MODEL) { super::h2_a_large_body_file_is_read_in_chunks(MODEL) } }
+            #[test] fn h2_curl_downloads_a_large_body_file() { if !super::unavailable(MODEL) { super::h2_curl_downloads_a_large_body_file(MODEL) } }
             #[test] fn h2_a_stream_reset_mid_response() { if !super::unavailable(MODEL) { super::h2_a_stream_reset_mid_response(MODEL) } }
             #[test] fn h2_rapid_reset_is_bounded() { if !super::unavailable(MODEL) { super::h2_rapid_reset_is_bounded(MODEL) } }
             #[test] fn h2_a_window_that_never_opens_is_closed_at_the_send_timeout() { if !super::unavailable(MODEL) { super::h2_a_window_that_never_opens_is_closed_at_the_send_timeout(MODEL) } }

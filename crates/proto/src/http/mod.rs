@@ -75,6 +75,17 @@ impl ResponseBody {
     }
 }
 
+/// A body file's bytes, read a chunk at a time where a response has got to: how HTTP/2 sends a
+/// [`ResponseBody::File`] (it frames DATA from bytes, so the file is read, never sent from the
+/// page cache as HTTP/1.1 does). The server implements it with its open body file (`pread`);
+/// this crate only asks, so it still does no I/O of its own and is tested with bytes.
+pub trait FileChunks: std::fmt::Debug + Send + Sync {
+    /// Bytes of the file from offset `at`, at most `max` and at least one: fewer only where a
+    /// read came short. The file ending before `at` (it shrank since the server opened it)
+    /// or a failed read is an error, and the response cannot be finished.
+    fn read_chunk(&self, at: u64, max: usize) -> std::io::Result<Bytes>;
+}
+
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// The response body sent for every request.
@@ -91,9 +102,10 @@ pub struct HttpConfig {
     /// HTTP/2 on the same port (`--http2 on`): a connection whose first bytes are the HTTP/2
     /// preface is served by the HTTP/2 stage with these limits; `None`: HTTP/1.1 only.
     pub http2: Option<Arc<sockscale_h2::Limits>>,
-    /// A body in a file (`ResponseBody::File`) as HTTP/2 sends it: a copy in memory, since the
-    /// stage frames DATA from bytes (HTTP/1.1 keeps sending the file with sendfile).
-    pub http2_body: Option<Bytes>,
+    /// Where HTTP/2 reads a body in a file (`ResponseBody::File`) from, a chunk at a time at
+    /// each stream's offset (HTTP/1.1 sends the file with sendfile): the server's open file,
+    /// set by the server when it starts. `None`: HTTP/2 answers a file body with its head only.
+    pub file_chunks: Option<Arc<dyn FileChunks>>,
     /// What HTTP/2 connections counted, added as each one ends (read by the server's stats).
     pub h2_totals: Arc<crate::h2_totals::H2Totals>,
 }
@@ -108,7 +120,7 @@ impl Default for HttpConfig {
             max_body_bytes: 8 << 20,
             header_timeout: Duration::from_secs(10),
             http2: Some(Arc::new(crate::h2_totals::default_limits())),
-            http2_body: None,
+            file_chunks: None,
             h2_totals: Arc::default(),
         }
     }

@@ -14,7 +14,8 @@
 //!   buffer, reads up to `--read-budget`, feeds the protocol and writes the answer at once,
 //!   straight from the buffer (`OutQueue::send`), then gives the buffer back. What the socket
 //!   refused stays queued in the connection's `OutQueue` for the send thread. While that queue
-//!   is over `--max-pending-send`, or the connection is closing, the receive thread stops reading
+//!   is over `--max-pending-send`, or the connection is closing, or the protocol has more to send
+//!   once the queue moves (HTTP/2 DATA held back by its cap), the receive thread stops reading
 //!   and waits on a condition variable for the send thread's progress, up to the send deadline
 //!   (`--send-timeout`: Flood while still over, SendTimeout when the socket took nothing).
 //! - **Send thread** — it sleeps on a condition variable while nothing is queued, and otherwise
@@ -344,10 +345,11 @@ impl Receiver<'_, '_> {
             // The read budget ran out with input left: a fresh turn, with a fresh buffer.
             return Step::Again;
         }
-        if !wait.read {
-            // Closing, over --max-pending-send, or no buffer to be had: wait for the send
-            // thread (the next turn closes the connection once its output is written) or the
-            // deadline.
+        if !wait.read || (wait.write && st.conn.x.lc.wants_transmit(&kit.engine)) {
+            // Closing, over --max-pending-send, or no buffer to be had; or the protocol has
+            // more to send once output moves (HTTP/2's DATA held back by its cap), which no
+            // input announces: wait for the send thread (the next turn closes the connection
+            // once its output is written, or transmits) or the deadline.
             return Step::Wait(wait.wake_at, st.version);
         }
         Step::Poll(wait.wake_at)

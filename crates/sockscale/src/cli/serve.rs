@@ -19,10 +19,6 @@ use sockscale_tls::{ServerOptions, ServerTls};
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
 
-/// The largest `--body` file HTTP/2 serves, from a copy in memory; past it HTTP/2 is off (a
-/// file read in chunks for HTTP/2 is not built).
-const H2_BODY_COPY_MAX: u64 = 16 << 20;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Proto {
     /// TCP echo: every byte received is sent back
@@ -283,19 +279,6 @@ impl ServeArgs {
                         SendfileArg::Off => SendfileMode::Off,
                     };
                     let (body, file) = BodyFile::load(path, mode, self.sendfile_min as u64, u64::from(self.procs))?;
-                    if let (Some(_), sockscale_proto::http::ResponseBody::File { len }) = (&http.http2, &body) {
-                        if *len <= H2_BODY_COPY_MAX {
-                            // HTTP/2 frames DATA from bytes: its copy of a body sent from the file.
-                            let copy =
-                                std::fs::read(path).with_context(|| format!("reading --body {}", path.display()))?;
-                            http.http2_body = Some(copy.into());
-                        } else {
-                            tracing::warn!(
-                                "HTTP/2 is off: the --body file is {len} bytes, and HTTP/2 sends a body file from a copy in memory only up to {H2_BODY_COPY_MAX} bytes (a file read in chunks is not built); HTTP/1.1 sends it with sendfile"
-                            );
-                            http.http2 = None;
-                        }
-                    }
                     http.body = body;
                     body_file = file;
                 }
