@@ -118,8 +118,8 @@ pub type Derived = Result<Line, String>;
 /// `points` (connections, server processes, value). With every row on one process it is the
 /// ordinary line with an intercept; a row served by several processes (past the open-files
 /// limit) counts the fixed cost once per process. Refuses what the points cannot tell: a
-/// per-connection cost needs two connection counts, and a cost that falls as connections grow
-/// is noise, not a cost.
+/// per-connection cost needs two connection counts, and a negative cost (per connection or per
+/// process) is no cost anything has: the rows do not fit the line, and it is said how they went.
 pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     let mut xs: Vec<u64> = points.iter().map(|p| p.0).collect();
     xs.sort_unstable();
@@ -150,19 +150,58 @@ pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     }
     let fixed = (spy * sxx - spx * sxy) / det;
     let per_connection = (spp * sxy - spx * spy) / det;
+    let mut sorted = points.to_vec();
+    sorted.sort_by_key(|p| (p.0, p.1));
     if per_connection < 0.0 {
-        let mut sorted = points.to_vec();
-        sorted.sort_by_key(|p| p.0);
-        let (first, last) = (sorted[0], sorted[sorted.len() - 1]);
         return Err(format!(
-            "falls as connections grow ({} {unit} at {}, {} {unit} at {})",
-            thousands(first.2.round() as u64),
-            thousands(first.0),
-            thousands(last.2.round() as u64),
-            thousands(last.0)
+            "the line through the rows has a negative cost per connection ({per_connection:.2} {unit}), which no connection has: {}",
+            course(&sorted, unit)
+        ));
+    }
+    if fixed < 0.0 {
+        return Err(format!(
+            "the line through the rows has a negative fixed cost ({} {unit} per server process), which no process has: {}",
+            signed(fixed),
+            course(&sorted, unit)
         ));
     }
     Ok(Line { fixed, per_connection, through: xs })
+}
+
+/// A figure rounded to a whole number with its sign and thousands separators: "-239".
+fn signed(v: f64) -> String {
+    let n = v.round();
+    format!("{}{}", if n < 0.0 { "-" } else { "" }, thousands(n.abs() as u64))
+}
+
+/// Which way a figure went between its first and last row, said from the numbers themselves.
+fn direction(first: f64, last: f64) -> &'static str {
+    match first.total_cmp(&last) {
+        std::cmp::Ordering::Less => "rises",
+        std::cmp::Ordering::Greater => "falls",
+        std::cmp::Ordering::Equal => "stays",
+    }
+}
+
+/// The rows a refused line went through, as they were measured: "it rises from the first row
+/// to the last (56,816 KiB at 7,000 connections on 1 process, 214,416 KiB at 50,000 on 4)".
+/// `points` are sorted by connections.
+fn course(points: &[(u64, u64, f64)], unit: &str) -> String {
+    let rows: Vec<String> = points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let procs = p.1.max(1);
+            let on = if i == 0 {
+                format!(" connections on {procs} process{}", if procs == 1 { "" } else { "es" })
+            } else {
+                format!(" on {procs}")
+            };
+            format!("{} {unit} at {}{on}", signed(p.2), thousands(p.0))
+        })
+        .collect();
+    let (first, last) = (points[0].2, points[points.len() - 1].2);
+    format!("it {} from the first row to the last ({})", direction(first, last), rows.join(", "))
 }
 
 /// What `target` connections would cost one model, each figure derived from its measured rows.
@@ -774,7 +813,10 @@ mod tests {
         let one = fit(&[(1000, 1, 4000.0), (1000, 1, 4100.0)], "KiB").unwrap_err();
         assert!(one.contains("1,000 connections only"), "{one}");
         let falls = fit(&[(1000, 1, 7168.0), (8000, 1, 2440.0)], "KiB").unwrap_err();
-        assert!(falls.contains("falls as connections grow (7,168 KiB at 1,000, 2,440 KiB at 8,000)"), "{falls}");
+        assert!(
+            falls.contains("negative cost per connection (-0.68 KiB), which no connection has: it falls from the first row to the last (7,168 KiB at 1,000 connections on 1 process, 2,440 KiB at 8,000 on 1)"),
+            "{falls}"
+        );
     }
 
     /// A fixed-thread model keeps its threads and its fixed memory at the target: the old
@@ -1005,7 +1047,8 @@ mod tests {
         assert!(table.contains("| epoll | not derivable |"), "{table}");
         assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
         assert!(
-            table.contains("epoll, server memory: falls as connections grow (4,000 KiB at 1,000, 3,000 KiB at 8,000)")
+            table.contains("epoll, server memory: the line through the rows has a negative cost per connection (-0.23 KiB), which no connection has: it falls from the first row to the last (4,000 KiB at 1,000 connections on 1 process, 6,000 KiB at 3,000 on 1, 3,000 KiB at 8,000 on 1)"),
+            "{table}"
         );
     }
 
