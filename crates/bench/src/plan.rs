@@ -204,6 +204,89 @@ fn course(points: &[(u64, u64, f64)], unit: &str) -> String {
     format!("it {} from the first row to the last ({})", direction(first, last), rows.join(", "))
 }
 
+/// Server CPU in proportion to traffic, from the rows paced at the same traffic per connection
+/// (so a connection is a unit of traffic): the range of costs per connection that puts every
+/// row's prediction within that row's own spread. No fixed cost: a server with no traffic uses
+/// next to no CPU, and two rows with about the same connections per process (12,000 on one,
+/// 50,000 on four) cannot tell one from a connection's anyway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuLine {
+    /// % of one core per connection, the least and the most every row allows.
+    pub low: f64,
+    pub high: f64,
+    /// The connection counts of the rows it was derived from, smallest first.
+    pub through: Vec<u64>,
+    /// Rows whose steady figure (after the last connect) was not available, with why: their
+    /// whole range, connects included, stood for it.
+    pub unsteady: Vec<(u64, &'static str)>,
+}
+
+impl CpuLine {
+    /// % of one core for `connections`, least and most.
+    pub fn at(&self, connections: u64) -> (f64, f64) {
+        (self.low * connections as f64, self.high * connections as f64)
+    }
+}
+
+/// One row's CPU as the plan reads it: its steady intervals' lowest and highest, or, when the
+/// row has none, its whole range and why.
+struct CpuRow {
+    held: u64,
+    low: f64,
+    high: f64,
+    unsteady: Option<&'static str>,
+}
+
+fn cpu_row(held: u64, r: &Row) -> Option<CpuRow> {
+    match r.steady_cpu() {
+        Ok(steady) => Some(CpuRow {
+            held,
+            low: steady.iter().copied().fold(f64::INFINITY, f64::min),
+            high: steady.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            unsteady: None,
+        }),
+        Err(why) => r.server_cpu_pct().map(|(low, high)| CpuRow { held, low, high, unsteady: Some(why) }),
+    }
+}
+
+/// The CPU line through `rows`, checked against each of them: refused when no single cost per
+/// connection puts every row within its own spread.
+fn cpu_line(rows: &[CpuRow]) -> Result<CpuLine, String> {
+    let mut through: Vec<u64> = rows.iter().map(|r| r.held).collect();
+    through.sort_unstable();
+    through.dedup();
+    match through.len() {
+        0 => return Err("no rows".into()),
+        1 => return Err(format!(
+            "measured at {} connections only: that the cost grows with traffic cannot be checked against a second row",
+            thousands(through[0])
+        )),
+        _ => {}
+    }
+    let pct = |v: f64| format!("{v:.1}%");
+    let per = |r: &CpuRow| (r.low / r.held as f64, r.high / r.held as f64);
+    let floor = rows.iter().max_by(|a, b| per(a).0.total_cmp(&per(b).0)).expect("rows");
+    let ceiling = rows.iter().min_by(|a, b| per(a).1.total_cmp(&per(b).1)).expect("rows");
+    let (low, high) = (per(floor).0, per(ceiling).1);
+    if low > high {
+        // The cost that puts the one row at its lowest puts the other past its highest.
+        return Err(format!(
+            "no cost per connection fits every row: the {} row's {}–{} of a core over {} connections is more per connection than the {} row's {}–{} over {}, so a line through one misses the other's spread",
+            thousands(floor.held),
+            pct(floor.low),
+            pct(floor.high),
+            thousands(floor.held),
+            thousands(ceiling.held),
+            pct(ceiling.low),
+            pct(ceiling.high),
+            thousands(ceiling.held)
+        ));
+    }
+    let mut unsteady: Vec<(u64, &'static str)> = rows.iter().filter_map(|r| Some((r.held, r.unsteady?))).collect();
+    unsteady.sort_unstable();
+    Ok(CpuLine { low, high, through, unsteady })
+}
+
 /// What `target` connections would cost one model, each figure derived from its measured rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelPlan {
@@ -214,8 +297,8 @@ pub struct ModelPlan {
     pub server_kib: Derived,
     /// The server's share of kernel socket memory (slab and buffers), KiB.
     pub kernel_kib: Derived,
-    /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
-    pub cpu_pct: Derived,
+    /// Server CPU at the rate-limited rows' traffic per connection.
+    pub cpu: Result<CpuLine, String>,
     pub threads: Derived,
     /// For each figure fitted through some rows but not all it should have been, the figure and
     /// the connection counts of the rows left out because no sample gave it there.
@@ -307,21 +390,31 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
             Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held)))
         }
     };
-    // CPU only from the rows whose traffic per connection is the same (blocks at a fixed rate):
-    // the flood row's cost is its traffic, not its connections.
-    let cpu_pct = gaps(
-        "CPU",
-        derive(&rows, "% of a core", &|r| {
-            (r.kind != Some(RowKind::Flood)).then(|| r.server_cpu_pct().map(|(_, max)| max))
-        }),
-    );
+    // CPU only from the rows whose traffic per connection is the same (paced blocks): the flood
+    // row's cost is its traffic, not its connections. A row with no CPU sample stays out.
+    let mut cpu_rows = Vec::new();
+    let mut cpu_unsampled = Vec::new();
+    for &(held, r) in rows.iter().filter(|(_, r)| r.kind != Some(RowKind::Flood)) {
+        match cpu_row(held, r) {
+            Some(c) => cpu_rows.push(c),
+            None => cpu_unsampled.push(held),
+        }
+    }
+    let cpu = if cpu_rows.is_empty() && !cpu_unsampled.is_empty() {
+        Err("not measured (no sample in any row)".to_owned())
+    } else {
+        cpu_line(&cpu_rows)
+    };
     let threads = gaps("threads", derive(&rows, "threads", &|r| Some(r.server_threads().map(|t| t as f64))));
+    if cpu.is_ok() && !cpu_unsampled.is_empty() {
+        unsampled.push(("CPU", cpu_unsampled));
+    }
     let mut plan = ModelPlan {
         model: m.model.clone(),
         refused: None,
         server_kib,
         kernel_kib,
-        cpu_pct,
+        cpu,
         threads,
         unsampled,
         rows_at,
@@ -386,7 +479,13 @@ fn per_connection_threads(line: &Line) -> String {
 
 /// A derived figure in a table cell: the value at the target and the cost per connection, or
 /// "not measured" and a footnote number for why.
-fn cell(figure: &Derived, value: impl Fn(&Line) -> String, notes: &mut Vec<String>, model: &str, what: &str) -> String {
+fn cell<T>(
+    figure: &Result<T, String>,
+    value: impl Fn(&T) -> String,
+    notes: &mut Vec<String>,
+    model: &str,
+    what: &str,
+) -> String {
     match figure {
         Ok(line) => value(line),
         Err(why) => {
@@ -451,7 +550,8 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
             ""
         }
     );
-    let traffic = per_connection_traffic(results).map_or_else(
+    let rate = per_connection_traffic(results);
+    let traffic = rate.map_or_else(
         || "the rate-limited rows' traffic".to_owned(),
         |b| format!("{} B/s per connection", thousands(b)),
     );
@@ -480,7 +580,23 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         };
         let server = cell(&p.server_kib, mib, &mut notes, &p.model, "server memory");
         let kernel = cell(&p.kernel_kib, mib, &mut notes, &p.model, "kernel socket memory");
-        let cpu = cell(&p.cpu_pct, |l| format!("{:.2}", l.at(target, procs) / 100.0), &mut notes, &p.model, "CPU");
+        let cpu = cell(
+            &p.cpu,
+            |l| {
+                let (low, high) = l.at(target);
+                let per = match rate {
+                    Some(rate) if rate > 0 => {
+                        let mb = 1e6 / rate as f64;
+                        format!("{:.1}–{:.1}% of a core per MB/s", l.low * mb, l.high * mb)
+                    }
+                    _ => format!("{:.2}–{:.2}% of a core per 1,000 connections", l.low * 1000.0, l.high * 1000.0),
+                };
+                format!("{:.2}–{:.2} ({per})", low / 100.0, high / 100.0)
+            },
+            &mut notes,
+            &p.model,
+            "CPU",
+        );
         let threads = cell(
             &p.threads,
             |l| format!("{} ({})", thousands(l.at(target, procs).round() as u64), per_connection_threads(l)),
@@ -495,11 +611,24 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
                 p.model
             ));
         }
-        if let Ok(l) = &p.cpu_pct {
-            let cores = l.at(target, procs) / 100.0;
+        if let Ok(l) = &p.cpu {
+            let mut reasons: Vec<&str> = l.unsteady.iter().map(|&(_, why)| why).collect();
+            reasons.dedup();
+            for why in reasons {
+                let at: Vec<String> =
+                    l.unsteady.iter().filter(|&&(_, w)| w == why).map(|&(c, _)| thousands(c)).collect();
+                notes.push(format!(
+                    "{}, CPU: the steady figure (after the last connect) is not available at {} connections, {why}: each of those rows' whole range, its connects included, stands for it",
+                    p.model,
+                    at.join(", ")
+                ));
+            }
+            let cores = l.at(target).1 / 100.0;
             if cores > machine.cores as f64 && machine.cores > 0 {
-                notes
-                    .push(format!("{}: {cores:.1} cores is more than the {} this machine has", p.model, machine.cores));
+                notes.push(format!(
+                    "{}: up to {cores:.1} cores is more than the {} this machine has",
+                    p.model, machine.cores
+                ));
             }
         }
         let range = p.rows_at.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
@@ -514,7 +643,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         let _ = writeln!(s, "| {} | {server} | {kernel} | {cpu} | {threads} | {basis} |", p.model);
     }
     s.push_str(
-        "\nEach figure is the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
+        "\nServer memory, kernel socket memory and threads are each the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target; a line with a negative cost is not derivable. CPU is in proportion to traffic, from the rows paced at the same traffic per connection (not the flood row), each read over its steady part, the intervals after its last connect: the range is every cost per connection that puts each of those rows within its own lowest–highest interval, and where none does it is not derivable. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
     );
     if procs > 1 {
         let _ = writeln!(
@@ -758,6 +887,7 @@ mod tests {
             server_rss_kib: rss,
             kernel_tcp_kib: kernel,
             threads,
+            cpu_min_pct: cpu * 0.8,
             cpu_max_pct: cpu,
             ..Row::default()
         }
@@ -768,7 +898,8 @@ mod tests {
     }
 
     /// Three rows of a fixed-thread model: 3,000 KiB + 1 KiB per connection, 2 KiB of kernel
-    /// memory per connection, 5 threads whatever the load, 5% + 0.005% CPU per connection.
+    /// memory per connection, 5 threads whatever the load; CPU 16–20% at 3,000 connections and
+    /// 36–45% at 8,000, which 0.0053–0.0056% a connection fits.
     fn epoll() -> ModelResult {
         model(
             "epoll",
@@ -826,7 +957,7 @@ mod tests {
         let table = predict(&results(vec![epoll()]), 50_000).unwrap();
         assert!(
             table.contains(
-                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"
+                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | 2.67–2.81 (5.33–5.62% of a core per 1,000 connections) | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"
             ),
             "{table}"
         );
@@ -990,7 +1121,7 @@ mod tests {
             *r = sampled(r, [20, 4, 0, 3]);
         }
         let table = predict(&results(vec![m]), 50_000).unwrap();
-        assert!(table.contains("| 2.55 | not measured | 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
+        assert!(table.contains("| 2.67–2.81 (5.33–5.62% of a core per 1,000 connections) | not measured | 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
         assert!(table.contains("epoll, threads: not measured (no sample in any row)"), "{table}");
         assert!(!table.contains("0 (fixed)"), "{table}");
     }
@@ -1023,9 +1154,10 @@ mod tests {
         r.parameters = serde_json::json!({"block": 1000, "block_rate": 200_000});
         let table = predict(&r, 50_000).unwrap();
         assert!(table.contains("so it takes 3 server processes"), "{table}");
-        // 3 × 3,000 KiB fixed + 50,000 KiB = 59,000 KiB; 15 threads; 3 × 5% + 250%.
+        // 3 × 3,000 KiB fixed + 50,000 KiB = 59,000 KiB; 15 threads; CPU has no fixed cost a
+        // process, and at 200 B/s a connection 5,000 connections are 1 MB/s.
         assert!(table.contains("| epoll | 58 MiB (1.00 KiB/connection) |"), "{table}");
-        assert!(table.contains("| 2.65 | 15 (fixed) |"), "{table}");
+        assert!(table.contains("| 2.67–2.81 (26.7–28.1% of a core per MB/s) | 15 (fixed) |"), "{table}");
         assert!(table.contains("CPU, cores (at 200 B/s per connection)"), "{table}");
     }
 
