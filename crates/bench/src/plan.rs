@@ -257,10 +257,12 @@ fn cpu_line(rows: &[CpuRow]) -> Result<CpuLine, String> {
     through.dedup();
     match through.len() {
         0 => return Err("no rows".into()),
-        1 => return Err(format!(
+        1 => {
+            return Err(format!(
             "measured at {} connections only: that the cost grows with traffic cannot be checked against a second row",
             thousands(through[0])
-        )),
+        ))
+        }
         _ => {}
     }
     let pct = |v: f64| format!("{v:.1}%");
@@ -1204,5 +1206,123 @@ mod tests {
         // One failed model among measured ones keeps its reason in the table.
         let table = predict(&results(vec![failed, epoll()]), 50_000).unwrap();
         assert!(table.contains("| epoll | not measured: flood row: the server did not start |"), "{table}");
+    }
+
+    /// The epoll rows of the full run of 2026-11-23 (docs/images/bench-full-results.json,
+    /// trimmed to epoll): flood at 7,000, rate-limited at 12,000 on one process, maximum at
+    /// 50,000 on four.
+    fn full_run() -> Results {
+        serde_json::from_str(include_str!("testdata/bench-full-epoll.json")).expect("the full run's results")
+    }
+
+    fn full_row(r: &Results, kind: RowKind) -> &Row {
+        r.models[0].rows.iter().find(|row| row.kind == Some(kind)).expect("the row")
+    }
+
+    /// The old CPU line went through the highest interval of the 12,000 row (one process) and
+    /// of the 50,000 row (four): 3.1 cores at 50,000 with a fixed cost of about -239% of a core
+    /// a process. Such a line is refused, and why is said.
+    #[test]
+    fn the_full_runs_old_cpu_line_is_not_derivable() {
+        let r = full_run();
+        let (rate, max) = (full_row(&r, RowKind::RateLimited), full_row(&r, RowKind::Maximum));
+        let points = [(12_000, 1, rate.cpu_max_pct), (50_000, 4, max.cpu_max_pct)];
+        let why = fit(&points, "% of a core").unwrap_err();
+        assert!(why.contains("negative fixed cost (-2"), "{why}");
+        assert!(why.contains("% of a core per server process), which no process has"), "{why}");
+        assert!(
+            why.contains("it rises from the first row to the last (7 % of a core at 12,000 connections on 1 process, 69 % of a core at 50,000 on 4)"),
+            "{why}"
+        );
+    }
+
+    /// The kernel socket memory of those rows rises; the line through them is refused for its
+    /// negative cost per connection, and the refusal says "rises", from the numbers.
+    #[test]
+    fn the_full_runs_kernel_memory_line_says_it_rises() {
+        let table = predict(&full_run(), 50_000).unwrap();
+        assert!(
+            table.contains("- epoll, kernel socket memory: the line through the rows has a negative cost per connection (-0.59 KiB), which no connection has: it rises from the first row to the last (56,816 KiB at 7,000 connections on 1 process, 55,444 KiB at 12,000 on 1, 214,416 KiB at 50,000 on 4)"),
+            "{table}"
+        );
+        assert!(!table.contains("falls"), "{table}");
+    }
+
+    /// CPU at 50,000 agrees with the 50,000 row (23–69% of a core), and at 12,000 with the
+    /// 12,000 row: the old plan said 3.1 cores. These rows have no per-interval samples, so the
+    /// plan says their steady part is not available and what stands for it.
+    #[test]
+    fn the_full_runs_cpu_at_50000_agrees_with_its_own_50000_row() {
+        let r = full_run();
+        let plan = model_plan(&r, &r.models[0], 50_000).expect("epoll has rows");
+        let cpu = plan.cpu.expect("a CPU line");
+        for (kind, held) in [(RowKind::RateLimited, 12_000), (RowKind::Maximum, 50_000)] {
+            let row = full_row(&r, kind);
+            let (low, high) = cpu.at(held);
+            assert!(
+                row.cpu_min_pct <= low && high <= row.cpu_max_pct,
+                "{low:.1}–{high:.1}% at {held} against the row's {:.1}–{:.1}%",
+                row.cpu_min_pct,
+                row.cpu_max_pct
+            );
+        }
+        let table = predict(&r, 50_000).unwrap();
+        assert!(
+            table.contains("| epoll | 35 MiB (0.52 KiB/connection) | not derivable | 0.23–0.29 (2.3–2.9% of a core per MB/s) | 23 (1 per 3563 connections) | 7,000, 12,000, 50,000 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("- epoll, CPU: the steady figure (after the last connect) is not available at 12,000, 50,000 connections, no per-interval samples (results written before they were kept): each of those rows' whole range, its connects included, stands for it"),
+            "{table}"
+        );
+        assert!(!table.contains("cores is more than"), "{table}");
+        assert!(table.contains("extrapolated"), "a plan says what it extrapolates: {table}");
+    }
+
+    /// With per-interval samples the CPU comes from the intervals after the last connect: the
+    /// ramp's 69% no longer widens the 50,000 row, and nothing is said to be unavailable.
+    #[test]
+    fn cpu_comes_from_the_intervals_after_the_last_connect() {
+        use crate::results::Interval;
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None };
+        let mut r = full_run();
+        for row in &mut r.models[0].rows {
+            row.intervals = match row.kind {
+                Some(RowKind::RateLimited) => {
+                    Some(vec![iv(20.0, 5000), iv(30.0, 12_000), iv(5.5, 12_000), iv(6.5, 12_000), iv(6.0, 12_000)])
+                }
+                Some(RowKind::Maximum) => Some(
+                    [(40.0, 10_000), (69.0, 25_000), (60.0, 40_000), (55.0, 50_000)]
+                        .into_iter()
+                        .chain([(24.0, 50_000), (26.0, 50_000), (25.0, 50_000)])
+                        .map(|(c, h)| iv(c, h))
+                        .collect(),
+                ),
+                _ => None,
+            };
+        }
+        let plan = model_plan(&r, &r.models[0], 50_000).unwrap();
+        let cpu = plan.cpu.unwrap();
+        assert!(cpu.unsteady.is_empty(), "{cpu:?}");
+        // 12,000 at 5.5–6.5% and 50,000 at 24–26% (the ramp's intervals left out): a
+        // connection costs at least 24/50,000 and at most 26/50,000 of a core.
+        let (low, high) = cpu.at(50_000);
+        assert!((low - 24.0).abs() < 1e-9 && (high - 26.0).abs() < 1e-9, "{low}–{high}");
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("| 0.24–0.26 (2.4–2.6% of a core per MB/s) |"), "{table}");
+        assert!(!table.contains("steady figure"), "{table}");
+        // A 50,000 row whose steady part costs more per connection than the 12,000 row allows:
+        // no line fits both, and none is printed.
+        for row in &mut r.models[0].rows {
+            if row.kind == Some(RowKind::Maximum) {
+                row.intervals = Some(vec![iv(60.0, 50_000), iv(60.0, 50_000), iv(62.0, 50_000)]);
+            }
+        }
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("| not derivable | 23 (1 per 3563 connections) |"), "{table}");
+        assert!(
+            table.contains("- epoll, CPU: no cost per connection fits every row: the 50,000 row's 60.0%–62.0% of a core over 50,000 connections is more per connection than the 12,000 row's 5.5%–6.5% over 12,000"),
+            "{table}"
+        );
     }
 }
