@@ -124,6 +124,12 @@ impl ServerCounters {
         }
     }
 
+    /// The connections held now (each worker at its latest line), `None` before any line.
+    pub fn held_now(&self) -> Option<u64> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        (!latest.connections.is_empty()).then(|| latest.connections.values().sum())
+    }
+
     /// The peak, and the number of stats lines it was taken from.
     pub fn read(&self) -> (u64, u64) {
         (self.peak.load(Ordering::Relaxed), self.reports.load(Ordering::Relaxed))
@@ -163,6 +169,11 @@ fn limits_of(counters: &str) -> BTreeMap<String, u64> {
 impl Server {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// What its stats lines report, as they come.
+    pub fn counters(&self) -> Arc<ServerCounters> {
+        self.counters.clone()
     }
 }
 
@@ -402,7 +413,8 @@ impl Harness<'_> {
         let sockstat_baseline = sockstat_tcp();
         let slab_baseline = socket_slabs();
         let interval = Duration::from_secs(1).min(duration / 4);
-        let sampler = Sampler::start(server.pid(), interval);
+        let counters = server.counters();
+        let sampler = Sampler::start_with_held(server.pid(), interval, Box::new(move || counters.held_now()));
         let report = self.load(&args);
         let samples = sampler.finish();
         // Let the last stats line (100 ms) in before reading the peak.
@@ -460,6 +472,7 @@ impl Harness<'_> {
             }),
             server_procs: Some(procs),
             server_limits: counters.limits(),
+            intervals: Some(samples.intervals),
         })
     }
 
@@ -614,6 +627,7 @@ mod tests {
         let g = ServerCounters::default();
         g.observe("listening on 127.0.0.1:4000");
         assert_eq!(g.read(), (0, 0), "no stats line: nothing reported, not 0 connections held");
+        assert_eq!(g.held_now(), None);
         assert_eq!(g.limits(), None, "no counters: no limits known, not none hit");
         g.observe("stats connections=0 accepted=0 limit_open_files=0");
         assert_eq!(g.read(), (0, 1), "a stats line reporting 0 held is a measured 0");
@@ -634,6 +648,7 @@ mod tests {
         assert_eq!(g.read(), (250, 2));
         g.observe("[worker 0] stats connections=90 limit_threads=3");
         assert_eq!(g.read().0, 250, "the peak of the sum stays");
+        assert_eq!(g.held_now(), Some(240), "what is held now is each worker's latest, summed");
         g.observe("[worker 0] stats connections=200 limit_threads=3");
         assert_eq!(g.read().0, 350);
         assert_eq!(g.limits(), Some(BTreeMap::from([("threads".to_owned(), 5)])));

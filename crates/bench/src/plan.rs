@@ -118,8 +118,8 @@ pub type Derived = Result<Line, String>;
 /// `points` (connections, server processes, value). With every row on one process it is the
 /// ordinary line with an intercept; a row served by several processes (past the open-files
 /// limit) counts the fixed cost once per process. Refuses what the points cannot tell: a
-/// per-connection cost needs two connection counts, and a cost that falls as connections grow
-/// is noise, not a cost.
+/// per-connection cost needs two connection counts, and a negative cost (per connection or per
+/// process) is no cost anything has: the rows do not fit the line, and it is said how they went.
 pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     let mut xs: Vec<u64> = points.iter().map(|p| p.0).collect();
     xs.sort_unstable();
@@ -150,19 +150,143 @@ pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     }
     let fixed = (spy * sxx - spx * sxy) / det;
     let per_connection = (spp * sxy - spx * spy) / det;
+    let mut sorted = points.to_vec();
+    sorted.sort_by_key(|p| (p.0, p.1));
     if per_connection < 0.0 {
-        let mut sorted = points.to_vec();
-        sorted.sort_by_key(|p| p.0);
-        let (first, last) = (sorted[0], sorted[sorted.len() - 1]);
         return Err(format!(
-            "falls as connections grow ({} {unit} at {}, {} {unit} at {})",
-            thousands(first.2.round() as u64),
-            thousands(first.0),
-            thousands(last.2.round() as u64),
-            thousands(last.0)
+            "the line through the rows has a negative cost per connection ({per_connection:.2} {unit}), which no connection has: {}",
+            course(&sorted, unit)
+        ));
+    }
+    if fixed < 0.0 {
+        return Err(format!(
+            "the line through the rows has a negative fixed cost ({} {unit} per server process), which no process has: {}",
+            signed(fixed),
+            course(&sorted, unit)
         ));
     }
     Ok(Line { fixed, per_connection, through: xs })
+}
+
+/// A figure rounded to a whole number with its sign and thousands separators: "-239".
+fn signed(v: f64) -> String {
+    let n = v.round();
+    format!("{}{}", if n < 0.0 { "-" } else { "" }, thousands(n.abs() as u64))
+}
+
+/// Which way a figure went between its first and last row, said from the numbers themselves.
+fn direction(first: f64, last: f64) -> &'static str {
+    match first.total_cmp(&last) {
+        std::cmp::Ordering::Less => "rises",
+        std::cmp::Ordering::Greater => "falls",
+        std::cmp::Ordering::Equal => "stays",
+    }
+}
+
+/// The rows a refused line went through, as they were measured: "it rises from the first row
+/// to the last (56,816 KiB at 7,000 connections on 1 process, 214,416 KiB at 50,000 on 4)".
+/// `points` are sorted by connections.
+fn course(points: &[(u64, u64, f64)], unit: &str) -> String {
+    let rows: Vec<String> = points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let procs = p.1.max(1);
+            let on = if i == 0 {
+                format!(" connections on {procs} process{}", if procs == 1 { "" } else { "es" })
+            } else {
+                format!(" on {procs}")
+            };
+            format!("{} {unit} at {}{on}", signed(p.2), thousands(p.0))
+        })
+        .collect();
+    let (first, last) = (points[0].2, points[points.len() - 1].2);
+    format!("it {} from the first row to the last ({})", direction(first, last), rows.join(", "))
+}
+
+/// Server CPU in proportion to traffic, from the rows paced at the same traffic per connection
+/// (so a connection is a unit of traffic): the range of costs per connection that puts every
+/// row's prediction within that row's own spread. No fixed cost: a server with no traffic uses
+/// next to no CPU, and two rows with about the same connections per process (12,000 on one,
+/// 50,000 on four) cannot tell one from a connection's anyway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuLine {
+    /// % of one core per connection, the least and the most every row allows.
+    pub low: f64,
+    pub high: f64,
+    /// The connection counts of the rows it was derived from, smallest first.
+    pub through: Vec<u64>,
+    /// Rows whose steady figure (after the last connect) was not available, with why: their
+    /// whole range, connects included, stood for it.
+    pub unsteady: Vec<(u64, &'static str)>,
+}
+
+impl CpuLine {
+    /// % of one core for `connections`, least and most.
+    pub fn at(&self, connections: u64) -> (f64, f64) {
+        (self.low * connections as f64, self.high * connections as f64)
+    }
+}
+
+/// One row's CPU as the plan reads it: its steady intervals' lowest and highest, or, when the
+/// row has none, its whole range and why.
+struct CpuRow {
+    held: u64,
+    low: f64,
+    high: f64,
+    unsteady: Option<&'static str>,
+}
+
+fn cpu_row(held: u64, r: &Row) -> Option<CpuRow> {
+    match r.steady_cpu() {
+        Ok(steady) => Some(CpuRow {
+            held,
+            low: steady.iter().copied().fold(f64::INFINITY, f64::min),
+            high: steady.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            unsteady: None,
+        }),
+        Err(why) => r.server_cpu_pct().map(|(low, high)| CpuRow { held, low, high, unsteady: Some(why) }),
+    }
+}
+
+/// The CPU line through `rows`, checked against each of them: refused when no single cost per
+/// connection puts every row within its own spread.
+fn cpu_line(rows: &[CpuRow]) -> Result<CpuLine, String> {
+    let mut through: Vec<u64> = rows.iter().map(|r| r.held).collect();
+    through.sort_unstable();
+    through.dedup();
+    match through.len() {
+        0 => return Err("no rows".into()),
+        1 => {
+            return Err(format!(
+            "measured at {} connections only: that the cost grows with traffic cannot be checked against a second row",
+            thousands(through[0])
+        ))
+        }
+        _ => {}
+    }
+    let pct = |v: f64| format!("{v:.1}%");
+    let per = |r: &CpuRow| (r.low / r.held as f64, r.high / r.held as f64);
+    let floor = rows.iter().max_by(|a, b| per(a).0.total_cmp(&per(b).0)).expect("rows");
+    let ceiling = rows.iter().min_by(|a, b| per(a).1.total_cmp(&per(b).1)).expect("rows");
+    let (low, high) = (per(floor).0, per(ceiling).1);
+    if low > high {
+        // The cost that puts the one row at its lowest puts the other past its highest.
+        return Err(format!(
+            "no cost per connection fits every row: the {} row's {}–{} of a core over {} connections is more per connection than the {} row's {}–{} over {}, so a line through one misses the other's spread",
+            thousands(floor.held),
+            pct(floor.low),
+            pct(floor.high),
+            thousands(floor.held),
+            thousands(ceiling.held),
+            pct(ceiling.low),
+            pct(ceiling.high),
+            thousands(ceiling.held)
+        ));
+    }
+    let mut unsteady: Vec<(u64, &'static str)> = rows.iter().filter_map(|r| Some((r.held, r.unsteady?))).collect();
+    unsteady.sort_unstable();
+    Ok(CpuLine { low, high, through, unsteady })
 }
 
 /// What `target` connections would cost one model, each figure derived from its measured rows.
@@ -175,8 +299,8 @@ pub struct ModelPlan {
     pub server_kib: Derived,
     /// The server's share of kernel socket memory (slab and buffers), KiB.
     pub kernel_kib: Derived,
-    /// Server CPU, % of one core, at the rate-limited rows' traffic per connection.
-    pub cpu_pct: Derived,
+    /// Server CPU at the rate-limited rows' traffic per connection.
+    pub cpu: Result<CpuLine, String>,
     pub threads: Derived,
     /// For each figure fitted through some rows but not all it should have been, the figure and
     /// the connection counts of the rows left out because no sample gave it there.
@@ -268,21 +392,31 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
             Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held)))
         }
     };
-    // CPU only from the rows whose traffic per connection is the same (blocks at a fixed rate):
-    // the flood row's cost is its traffic, not its connections.
-    let cpu_pct = gaps(
-        "CPU",
-        derive(&rows, "% of a core", &|r| {
-            (r.kind != Some(RowKind::Flood)).then(|| r.server_cpu_pct().map(|(_, max)| max))
-        }),
-    );
+    // CPU only from the rows whose traffic per connection is the same (paced blocks): the flood
+    // row's cost is its traffic, not its connections. A row with no CPU sample stays out.
+    let mut cpu_rows = Vec::new();
+    let mut cpu_unsampled = Vec::new();
+    for &(held, r) in rows.iter().filter(|(_, r)| r.kind != Some(RowKind::Flood)) {
+        match cpu_row(held, r) {
+            Some(c) => cpu_rows.push(c),
+            None => cpu_unsampled.push(held),
+        }
+    }
+    let cpu = if cpu_rows.is_empty() && !cpu_unsampled.is_empty() {
+        Err("not measured (no sample in any row)".to_owned())
+    } else {
+        cpu_line(&cpu_rows)
+    };
     let threads = gaps("threads", derive(&rows, "threads", &|r| Some(r.server_threads().map(|t| t as f64))));
+    if cpu.is_ok() && !cpu_unsampled.is_empty() {
+        unsampled.push(("CPU", cpu_unsampled));
+    }
     let mut plan = ModelPlan {
         model: m.model.clone(),
         refused: None,
         server_kib,
         kernel_kib,
-        cpu_pct,
+        cpu,
         threads,
         unsampled,
         rows_at,
@@ -347,7 +481,13 @@ fn per_connection_threads(line: &Line) -> String {
 
 /// A derived figure in a table cell: the value at the target and the cost per connection, or
 /// "not measured" and a footnote number for why.
-fn cell(figure: &Derived, value: impl Fn(&Line) -> String, notes: &mut Vec<String>, model: &str, what: &str) -> String {
+fn cell<T>(
+    figure: &Result<T, String>,
+    value: impl Fn(&T) -> String,
+    notes: &mut Vec<String>,
+    model: &str,
+    what: &str,
+) -> String {
     match figure {
         Ok(line) => value(line),
         Err(why) => {
@@ -412,7 +552,8 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
             ""
         }
     );
-    let traffic = per_connection_traffic(results).map_or_else(
+    let rate = per_connection_traffic(results);
+    let traffic = rate.map_or_else(
         || "the rate-limited rows' traffic".to_owned(),
         |b| format!("{} B/s per connection", thousands(b)),
     );
@@ -441,7 +582,23 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         };
         let server = cell(&p.server_kib, mib, &mut notes, &p.model, "server memory");
         let kernel = cell(&p.kernel_kib, mib, &mut notes, &p.model, "kernel socket memory");
-        let cpu = cell(&p.cpu_pct, |l| format!("{:.2}", l.at(target, procs) / 100.0), &mut notes, &p.model, "CPU");
+        let cpu = cell(
+            &p.cpu,
+            |l| {
+                let (low, high) = l.at(target);
+                let per = match rate {
+                    Some(rate) if rate > 0 => {
+                        let mb = 1e6 / rate as f64;
+                        format!("{:.1}–{:.1}% of a core per MB/s", l.low * mb, l.high * mb)
+                    }
+                    _ => format!("{:.2}–{:.2}% of a core per 1,000 connections", l.low * 1000.0, l.high * 1000.0),
+                };
+                format!("{:.2}–{:.2} ({per})", low / 100.0, high / 100.0)
+            },
+            &mut notes,
+            &p.model,
+            "CPU",
+        );
         let threads = cell(
             &p.threads,
             |l| format!("{} ({})", thousands(l.at(target, procs).round() as u64), per_connection_threads(l)),
@@ -456,11 +613,24 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
                 p.model
             ));
         }
-        if let Ok(l) = &p.cpu_pct {
-            let cores = l.at(target, procs) / 100.0;
+        if let Ok(l) = &p.cpu {
+            let mut reasons: Vec<&str> = l.unsteady.iter().map(|&(_, why)| why).collect();
+            reasons.dedup();
+            for why in reasons {
+                let at: Vec<String> =
+                    l.unsteady.iter().filter(|&&(_, w)| w == why).map(|&(c, _)| thousands(c)).collect();
+                notes.push(format!(
+                    "{}, CPU: the steady figure (after the last connect) is not available at {} connections, {why}: each of those rows' whole range, its connects included, stands for it",
+                    p.model,
+                    at.join(", ")
+                ));
+            }
+            let cores = l.at(target).1 / 100.0;
             if cores > machine.cores as f64 && machine.cores > 0 {
-                notes
-                    .push(format!("{}: {cores:.1} cores is more than the {} this machine has", p.model, machine.cores));
+                notes.push(format!(
+                    "{}: up to {cores:.1} cores is more than the {} this machine has",
+                    p.model, machine.cores
+                ));
             }
         }
         let range = p.rows_at.iter().map(|&c| thousands(c)).collect::<Vec<_>>().join(", ");
@@ -475,7 +645,7 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         let _ = writeln!(s, "| {} | {server} | {kernel} | {cpu} | {threads} | {basis} |", p.model);
     }
     s.push_str(
-        "\nEach figure is the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
+        "\nServer memory, kernel socket memory and threads are each the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target; a line with a negative cost is not derivable. CPU is in proportion to traffic, from the rows paced at the same traffic per connection (not the flood row), each read over its steady part, the intervals after its last connect: the range is every cost per connection that puts each of those rows within its own lowest–highest interval, and where none does it is not derivable. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
     );
     if procs > 1 {
         let _ = writeln!(
@@ -719,6 +889,7 @@ mod tests {
             server_rss_kib: rss,
             kernel_tcp_kib: kernel,
             threads,
+            cpu_min_pct: cpu * 0.8,
             cpu_max_pct: cpu,
             ..Row::default()
         }
@@ -729,7 +900,8 @@ mod tests {
     }
 
     /// Three rows of a fixed-thread model: 3,000 KiB + 1 KiB per connection, 2 KiB of kernel
-    /// memory per connection, 5 threads whatever the load, 5% + 0.005% CPU per connection.
+    /// memory per connection, 5 threads whatever the load; CPU 16–20% at 3,000 connections and
+    /// 36–45% at 8,000, which 0.0053–0.0056% a connection fits.
     fn epoll() -> ModelResult {
         model(
             "epoll",
@@ -774,7 +946,10 @@ mod tests {
         let one = fit(&[(1000, 1, 4000.0), (1000, 1, 4100.0)], "KiB").unwrap_err();
         assert!(one.contains("1,000 connections only"), "{one}");
         let falls = fit(&[(1000, 1, 7168.0), (8000, 1, 2440.0)], "KiB").unwrap_err();
-        assert!(falls.contains("falls as connections grow (7,168 KiB at 1,000, 2,440 KiB at 8,000)"), "{falls}");
+        assert!(
+            falls.contains("negative cost per connection (-0.68 KiB), which no connection has: it falls from the first row to the last (7,168 KiB at 1,000 connections on 1 process, 2,440 KiB at 8,000 on 1)"),
+            "{falls}"
+        );
     }
 
     /// A fixed-thread model keeps its threads and its fixed memory at the target: the old
@@ -784,7 +959,7 @@ mod tests {
         let table = predict(&results(vec![epoll()]), 50_000).unwrap();
         assert!(
             table.contains(
-                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"
+                "| epoll | 52 MiB (1.00 KiB/connection) | 98 MiB (2.00 KiB/connection) | 2.67–2.81 (5.33–5.62% of a core per 1,000 connections) | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"
             ),
             "{table}"
         );
@@ -948,7 +1123,7 @@ mod tests {
             *r = sampled(r, [20, 4, 0, 3]);
         }
         let table = predict(&results(vec![m]), 50_000).unwrap();
-        assert!(table.contains("| 2.55 | not measured | 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
+        assert!(table.contains("| 2.67–2.81 (5.33–5.62% of a core per 1,000 connections) | not measured | 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
         assert!(table.contains("epoll, threads: not measured (no sample in any row)"), "{table}");
         assert!(!table.contains("0 (fixed)"), "{table}");
     }
@@ -981,9 +1156,10 @@ mod tests {
         r.parameters = serde_json::json!({"block": 1000, "block_rate": 200_000});
         let table = predict(&r, 50_000).unwrap();
         assert!(table.contains("so it takes 3 server processes"), "{table}");
-        // 3 × 3,000 KiB fixed + 50,000 KiB = 59,000 KiB; 15 threads; 3 × 5% + 250%.
+        // 3 × 3,000 KiB fixed + 50,000 KiB = 59,000 KiB; 15 threads; CPU has no fixed cost a
+        // process, and at 200 B/s a connection 5,000 connections are 1 MB/s.
         assert!(table.contains("| epoll | 58 MiB (1.00 KiB/connection) |"), "{table}");
-        assert!(table.contains("| 2.65 | 15 (fixed) |"), "{table}");
+        assert!(table.contains("| 2.67–2.81 (26.7–28.1% of a core per MB/s) | 15 (fixed) |"), "{table}");
         assert!(table.contains("CPU, cores (at 200 B/s per connection)"), "{table}");
     }
 
@@ -1005,7 +1181,8 @@ mod tests {
         assert!(table.contains("| epoll | not derivable |"), "{table}");
         assert!(table.contains("| 1,000, 3,000, 8,000; extrapolated ×6.2 |"), "{table}");
         assert!(
-            table.contains("epoll, server memory: falls as connections grow (4,000 KiB at 1,000, 3,000 KiB at 8,000)")
+            table.contains("epoll, server memory: the line through the rows has a negative cost per connection (-0.23 KiB), which no connection has: it falls from the first row to the last (4,000 KiB at 1,000 connections on 1 process, 6,000 KiB at 3,000 on 1, 3,000 KiB at 8,000 on 1)"),
+            "{table}"
         );
     }
 
@@ -1029,5 +1206,123 @@ mod tests {
         // One failed model among measured ones keeps its reason in the table.
         let table = predict(&results(vec![failed, epoll()]), 50_000).unwrap();
         assert!(table.contains("| epoll | not measured: flood row: the server did not start |"), "{table}");
+    }
+
+    /// The epoll rows of the full run of 2026-11-23 (docs/images/bench-full-results.json,
+    /// trimmed to epoll): flood at 7,000, rate-limited at 12,000 on one process, maximum at
+    /// 50,000 on four.
+    fn full_run() -> Results {
+        serde_json::from_str(include_str!("testdata/bench-full-epoll.json")).expect("the full run's results")
+    }
+
+    fn full_row(r: &Results, kind: RowKind) -> &Row {
+        r.models[0].rows.iter().find(|row| row.kind == Some(kind)).expect("the row")
+    }
+
+    /// The old CPU line went through the highest interval of the 12,000 row (one process) and
+    /// of the 50,000 row (four): 3.1 cores at 50,000 with a fixed cost of about -239% of a core
+    /// a process. Such a line is refused, and why is said.
+    #[test]
+    fn the_full_runs_old_cpu_line_is_not_derivable() {
+        let r = full_run();
+        let (rate, max) = (full_row(&r, RowKind::RateLimited), full_row(&r, RowKind::Maximum));
+        let points = [(12_000, 1, rate.cpu_max_pct), (50_000, 4, max.cpu_max_pct)];
+        let why = fit(&points, "% of a core").unwrap_err();
+        assert!(why.contains("negative fixed cost (-2"), "{why}");
+        assert!(why.contains("% of a core per server process), which no process has"), "{why}");
+        assert!(
+            why.contains("it rises from the first row to the last (7 % of a core at 12,000 connections on 1 process, 69 % of a core at 50,000 on 4)"),
+            "{why}"
+        );
+    }
+
+    /// The kernel socket memory of those rows rises; the line through them is refused for its
+    /// negative cost per connection, and the refusal says "rises", from the numbers.
+    #[test]
+    fn the_full_runs_kernel_memory_line_says_it_rises() {
+        let table = predict(&full_run(), 50_000).unwrap();
+        assert!(
+            table.contains("- epoll, kernel socket memory: the line through the rows has a negative cost per connection (-0.59 KiB), which no connection has: it rises from the first row to the last (56,816 KiB at 7,000 connections on 1 process, 55,444 KiB at 12,000 on 1, 214,416 KiB at 50,000 on 4)"),
+            "{table}"
+        );
+        assert!(!table.contains("falls"), "{table}");
+    }
+
+    /// CPU at 50,000 agrees with the 50,000 row (23–69% of a core), and at 12,000 with the
+    /// 12,000 row: the old plan said 3.1 cores. These rows have no per-interval samples, so the
+    /// plan says their steady part is not available and what stands for it.
+    #[test]
+    fn the_full_runs_cpu_at_50000_agrees_with_its_own_50000_row() {
+        let r = full_run();
+        let plan = model_plan(&r, &r.models[0], 50_000).expect("epoll has rows");
+        let cpu = plan.cpu.expect("a CPU line");
+        for (kind, held) in [(RowKind::RateLimited, 12_000), (RowKind::Maximum, 50_000)] {
+            let row = full_row(&r, kind);
+            let (low, high) = cpu.at(held);
+            assert!(
+                row.cpu_min_pct <= low && high <= row.cpu_max_pct,
+                "{low:.1}–{high:.1}% at {held} against the row's {:.1}–{:.1}%",
+                row.cpu_min_pct,
+                row.cpu_max_pct
+            );
+        }
+        let table = predict(&r, 50_000).unwrap();
+        assert!(
+            table.contains("| epoll | 35 MiB (0.52 KiB/connection) | not derivable | 0.23–0.29 (2.3–2.9% of a core per MB/s) | 23 (1 per 3563 connections) | 7,000, 12,000, 50,000 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("- epoll, CPU: the steady figure (after the last connect) is not available at 12,000, 50,000 connections, no per-interval samples (results written before they were kept): each of those rows' whole range, its connects included, stands for it"),
+            "{table}"
+        );
+        assert!(!table.contains("cores is more than"), "{table}");
+        assert!(table.contains("extrapolated"), "a plan says what it extrapolates: {table}");
+    }
+
+    /// With per-interval samples the CPU comes from the intervals after the last connect: the
+    /// ramp's 69% no longer widens the 50,000 row, and nothing is said to be unavailable.
+    #[test]
+    fn cpu_comes_from_the_intervals_after_the_last_connect() {
+        use crate::results::Interval;
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None };
+        let mut r = full_run();
+        for row in &mut r.models[0].rows {
+            row.intervals = match row.kind {
+                Some(RowKind::RateLimited) => {
+                    Some(vec![iv(20.0, 5000), iv(30.0, 12_000), iv(5.5, 12_000), iv(6.5, 12_000), iv(6.0, 12_000)])
+                }
+                Some(RowKind::Maximum) => Some(
+                    [(40.0, 10_000), (69.0, 25_000), (60.0, 40_000), (55.0, 50_000)]
+                        .into_iter()
+                        .chain([(24.0, 50_000), (26.0, 50_000), (25.0, 50_000)])
+                        .map(|(c, h)| iv(c, h))
+                        .collect(),
+                ),
+                _ => None,
+            };
+        }
+        let plan = model_plan(&r, &r.models[0], 50_000).unwrap();
+        let cpu = plan.cpu.unwrap();
+        assert!(cpu.unsteady.is_empty(), "{cpu:?}");
+        // 12,000 at 5.5–6.5% and 50,000 at 24–26% (the ramp's intervals left out): a
+        // connection costs at least 24/50,000 and at most 26/50,000 of a core.
+        let (low, high) = cpu.at(50_000);
+        assert!((low - 24.0).abs() < 1e-9 && (high - 26.0).abs() < 1e-9, "{low}–{high}");
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("| 0.24–0.26 (2.4–2.6% of a core per MB/s) |"), "{table}");
+        assert!(!table.contains("steady figure"), "{table}");
+        // A 50,000 row whose steady part costs more per connection than the 12,000 row allows:
+        // no line fits both, and none is printed.
+        for row in &mut r.models[0].rows {
+            if row.kind == Some(RowKind::Maximum) {
+                row.intervals = Some(vec![iv(60.0, 50_000), iv(60.0, 50_000), iv(62.0, 50_000)]);
+            }
+        }
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("| not derivable | 23 (1 per 3563 connections) |"), "{table}");
+        assert!(
+            table.contains("- epoll, CPU: no cost per connection fits every row: the 50,000 row's 60.0%–62.0% of a core over 50,000 connections is more per connection than the 12,000 row's 5.5%–6.5% over 12,000"),
+            "{table}"
+        );
     }
 }

@@ -108,7 +108,28 @@ pub struct Row {
     /// kept.
     #[serde(default)]
     pub server_limits: Option<std::collections::BTreeMap<String, u64>>,
+    /// The server's sampling intervals in order (about a second each; the first, taken while
+    /// connections were being set up, included): its CPU over each, and the connections it held
+    /// when each ended. Absent in results written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Vec<Interval>>,
 }
+
+/// One sampling interval of a row.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Interval {
+    /// Server CPU over the interval, % of one core.
+    pub cpu_pct: f64,
+    /// Connections the server held when the interval ended (its `connections=` gauge, summed
+    /// over its processes); `None` when it had reported none yet.
+    pub held: Option<u64>,
+    /// Server resident memory when the interval ended, KiB; `None` when it could not be read.
+    pub rss_kib: Option<u64>,
+}
+
+/// A held count within this fraction of the row's peak counts as the peak: the gauge of a
+/// server whose connections are all set up still moves by a connection or two.
+const STEADY_FRACTION: f64 = 0.99;
 
 /// Connect attempts of one row, from the load's report.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -276,6 +297,27 @@ impl Row {
             Some(k) => k.buffers_kib(),
             None => Some(self.kernel_tcp_kib),
         }
+    }
+
+    /// The CPU of the steady part of the row, % of one core per interval: the intervals after
+    /// the last connect, those that began and ended with the server holding its peak count of
+    /// connections (within 1%). Why there are none otherwise.
+    pub fn steady_cpu(&self) -> Result<Vec<f64>, &'static str> {
+        let intervals =
+            self.intervals.as_ref().ok_or("no per-interval samples (results written before they were kept)")?;
+        let peak = intervals
+            .iter()
+            .filter_map(|i| i.held)
+            .max()
+            .filter(|&p| p > 0)
+            .ok_or("no interval with the server's count of its connections")?;
+        let at_peak = |i: &Interval| i.held.is_some_and(|h| h as f64 >= STEADY_FRACTION * peak as f64);
+        let steady: Vec<f64> =
+            intervals.windows(2).filter(|w| at_peak(&w[0]) && at_peak(&w[1])).map(|w| w[1].cpu_pct).collect();
+        if steady.is_empty() {
+            return Err("no interval after the last connect (the count of connections never settled)");
+        }
+        Ok(steady)
     }
 
     /// Kernel slab memory of the socket caches, KiB, when measured.
@@ -552,6 +594,27 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The steady part of a ramp: the intervals after the count stopped rising, not the ones
+    /// with connects in them, nor the last while connections closed.
+    #[test]
+    fn steady_cpu_is_the_intervals_after_the_last_connect() {
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None };
+        let mut row = Row::default();
+        assert!(row.steady_cpu().unwrap_err().contains("no per-interval samples"));
+        row.intervals = Some(vec![
+            iv(60.0, 5000),
+            iv(69.0, 10_000),
+            iv(30.0, 14_900),
+            iv(24.0, 15_000),
+            iv(26.0, 14_990),
+            iv(9.0, 300),
+        ]);
+        // 14,900 is within 1% of 15,000: the interval ending there had its last connects.
+        assert_eq!(row.steady_cpu(), Ok(vec![24.0, 26.0]));
+        row.intervals = Some(vec![iv(60.0, 5000), iv(69.0, 10_000), iv(30.0, 15_000)]);
+        assert!(row.steady_cpu().unwrap_err().contains("no interval after the last connect"));
+    }
 
     #[test]
     fn a_load_report_is_named_for_what_it_is() {

@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::results::{SlabCache, SockstatTcp, SOCKET_SLAB_CACHES};
+use crate::results::{Interval, SlabCache, SockstatTcp, SOCKET_SLAB_CACHES};
+
+/// Reads the connections the server holds now, when it has said.
+pub type HeldNow = Box<dyn Fn() -> Option<u64> + Send>;
 
 /// How often slabinfo is read while a row runs (it walks every cache; 10 ms would be costly).
 const SLAB_INTERVAL: Duration = Duration::from_millis(100);
@@ -21,6 +24,10 @@ const SLAB_INTERVAL: Duration = Duration::from_millis(100);
 pub struct Samples {
     /// CPU over each interval between two reads of /proc/PID/stat, as a percentage of one core.
     pub cpu_pct: Vec<f64>,
+    /// The same intervals with the connections held and the resident memory when each ended.
+    pub intervals: Vec<Interval>,
+    /// The latest VmRSS read, KiB.
+    pub rss_kib_last: Option<u64>,
     /// The largest VmRSS read, of `rss_samples` reads (0 when none: not measured).
     pub rss_kib_max: u64,
     pub rss_samples: u64,
@@ -65,6 +72,12 @@ pub struct Sampler {
 impl Sampler {
     /// Watch the process `leader` and every process in its process group.
     pub fn start(leader: u32, interval: Duration) -> Sampler {
+        Sampler::start_with_held(leader, interval, Box::new(|| None))
+    }
+
+    /// [`Sampler::start`], reading with `held` the connections the server holds at the end of
+    /// each interval.
+    pub fn start_with_held(leader: u32, interval: Duration, held: HeldNow) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -101,7 +114,9 @@ impl Sampler {
                         let used: u64 =
                             after.iter().filter_map(|(pid, t)| before.get(pid).map(|b| t.saturating_sub(*b))).sum();
                         let used = used as f64 / ticks;
-                        samples.cpu_pct.push(100.0 * used / read_at.duration_since(*then).as_secs_f64());
+                        let cpu_pct = 100.0 * used / read_at.duration_since(*then).as_secs_f64();
+                        samples.cpu_pct.push(cpu_pct);
+                        samples.intervals.push(Interval { cpu_pct, held: held(), rss_kib: samples.rss_kib_last });
                     }
                     last = read.map(|t| (read_at, t));
                     next += interval;
@@ -201,6 +216,7 @@ fn sample_levels(pids: &[u32], samples: &mut Samples) {
             break;
         }
     }
+    samples.rss_kib_last = rss;
     if let Some(rss) = rss {
         samples.rss_kib_max = samples.rss_kib_max.max(rss);
         samples.rss_samples += 1;
@@ -328,6 +344,8 @@ mod tests {
         }
         let s = sampler.finish();
         assert!(s.rss_kib_max > 0 && s.rss_samples > 0);
+        assert_eq!(s.intervals.len(), s.cpu_pct.len(), "one interval for each CPU reading");
+        assert!(s.intervals.iter().all(|i| i.held.is_none() && i.rss_kib.is_some()), "{:?}", s.intervals);
         assert!(s.threads_max >= 2 && s.threads_samples > 0, "this thread and the sampler");
         assert!(!s.cpu_pct.is_empty());
         let (min, max) = s.cpu_range().expect("CPU intervals");

@@ -322,7 +322,7 @@ fn synthetic_results(dir: &std::path::Path) -> std::path::PathBuf {
     let row = |kind: &str, connected: u64, rss: u64, kernel: u64, threads: u64, cpu: f64| {
         serde_json::json!({
             "kind": kind, "attempted": connected, "connected": connected, "client_peak_open": connected,
-            "server_rss_kib": rss, "kernel_tcp_kib": kernel, "cpu_min_pct": cpu, "cpu_max_pct": cpu,
+            "server_rss_kib": rss, "kernel_tcp_kib": kernel, "cpu_min_pct": cpu * 0.8, "cpu_max_pct": cpu,
             "threads": threads, "sent_bytes_per_s": 1.0, "received_bytes_per_s": 1.0, "p50_us": 1.0,
             "p99_us": 1.0, "errors": {}, "client_cpu_pct": 1.0, "client_cores": 1, "client_bound": false,
             "duration_s": 1.0
@@ -361,10 +361,11 @@ fn plan_derives_every_figure_from_measured_rows_and_refuses_what_a_model_cannot_
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    // 3,000 KiB + 50,000 × 1 KiB = 52 MiB; five threads whatever the load; CPU through the two
-    // rate-limited rows: 5% + 0.005% per connection = 2.55 cores; kernel memory not measured.
+    // 3,000 KiB + 50,000 × 1 KiB = 52 MiB; five threads whatever the load; CPU in proportion
+    // to the paced rows' traffic, within both rows' spreads (16–20% at 3,000, 36–45% at 8,000):
+    // 16/3,000 to 45/8,000 of a core a connection, 2.67–2.81 cores; kernel memory not measured.
     assert!(
-        text.contains("| epoll | 52 MiB (1.00 KiB/connection) | not measured | 2.55 | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"),
+        text.contains("| epoll | 52 MiB (1.00 KiB/connection) | not measured | 2.67–2.81 (26.7–28.1% of a core per MB/s) | 5 (fixed) | 1,000, 3,000, 8,000; extrapolated ×6.2 |"),
         "{text}"
     );
     assert!(
