@@ -12,6 +12,7 @@ pub mod engine;
 pub mod hlog;
 pub mod http;
 pub mod limits;
+pub mod page;
 pub mod pattern;
 pub mod rate;
 pub mod report;

@@ -298,6 +298,81 @@ pub struct Tls {
     pub wire: ByteCounts,
 }
 
+/// One second of the measured phase: what completed and failed in it, the connections open and
+/// the client's CPU at its end, and (from the interval log) its latency.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Second {
+    /// Its start, in whole seconds from the start of the measured phase.
+    pub t: u64,
+    /// How long it lasted: 1 but for the last, which the run's end cuts short.
+    pub length_s: f64,
+    pub completed: u64,
+    pub errors: u64,
+    /// Connections open at its end.
+    pub open: u64,
+    /// Client CPU-seconds spent in it (user and system).
+    pub cpu_s: f64,
+    /// From the interval log (`--hdr-log`, `--html`); absent without one, and in a merge of
+    /// reports whose logs were not merged with them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<SecondLatency>,
+}
+
+/// A second's latency percentiles, in µs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SecondLatency {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    /// Open loop: the uncorrected p99 (from each actual send).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncorrected_p99_us: Option<f64>,
+}
+
+/// Add the seconds of another part of the run to these, second by second; latency is dropped
+/// (percentiles do not add: the merged interval log gives them again).
+pub fn merge_timelines(mine: &mut Vec<Second>, theirs: &[Second]) {
+    for s in theirs {
+        match mine.iter_mut().find(|m| m.t == s.t) {
+            Some(m) => {
+                m.length_s = m.length_s.max(s.length_s);
+                m.completed += s.completed;
+                m.errors += s.errors;
+                m.open += s.open;
+                m.cpu_s += s.cpu_s;
+                m.latency = None;
+            }
+            None => mine.push(Second { latency: None, ..s.clone() }),
+        }
+    }
+    mine.sort_by_key(|s| s.t);
+}
+
+/// Fill each second's latency from an interval log of the same run.
+pub fn timeline_latency(timeline: &mut [Second], log: &crate::hlog::Log) {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    for second in timeline.iter_mut() {
+        let at = |tag: &str| {
+            log.intervals.iter().find(|i| i.tag == tag && i.start_s.round() as u64 == second.t).map(|i| &i.histogram)
+        };
+        let Some(h) = at(crate::hlog::CORRECTED).or_else(|| at("")) else { continue };
+        second.latency = Some(SecondLatency {
+            count: h.len(),
+            p50_us: us(h.value_at_quantile(0.5)),
+            p90_us: us(h.value_at_quantile(0.9)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            max_us: us(h.max()),
+            uncorrected_p99_us: at(crate::hlog::UNCORRECTED).map(|u| us(u.value_at_quantile(0.99))),
+        });
+    }
+}
+
 /// HTTP/2 (`load http --http2`): what the connections and streams met; absent otherwise.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -556,6 +631,9 @@ pub struct Report {
     /// HTTP/2 runs only (`load http --http2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub h2: Option<H2>,
+    /// The measured phase second by second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<Second>,
     pub cpu: Cpu,
     /// The cores the load generator could use: its threads, at most the CPUs it was allowed
     /// to run on; in a merge, added up per host and capped at that host's CPUs. 0 in reports
@@ -858,6 +936,7 @@ impl Report {
                 }
                 (a, b) => a.or_else(|| b.clone()),
             };
+            merge_timelines(&mut m.timeline, &r.timeline);
             m.h2 = match (m.h2.take(), &r.h2) {
                 (Some(mut a), Some(b)) => {
                     a.add(b);

@@ -13,7 +13,7 @@ use crate::engine::{Engine, Shared, ThreadResult};
 use crate::hlog::Intervals;
 use crate::limits::{self, Demand, LimitError};
 use crate::report::{
-    ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Window, H2, SCHEMA,
+    ByteCounts, Connections, Cpu, EndedEarly, Latency, PreStart, Report, Requests, Second, Window, H2, SCHEMA,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +78,7 @@ pub fn run_with(
     let mut started_unix_s = unix_now();
     let mut cpu_at_start = cpu_before;
     let mut pre_start = None;
+    let mut seconds = Vec::new();
     let mut results = std::thread::scope(|scope| -> Result<Vec<ThreadResult>, LoadError> {
         let mut handles = Vec::with_capacity(threads);
         for t in 0..threads {
@@ -91,6 +92,7 @@ pub fn run_with(
         let done = AtomicBool::new(false);
         std::thread::scope(|inner| {
             inner.spawn(|| show_progress(&shared, &done, stop));
+            let timeline = inner.spawn(|| sample_timeline(&shared, &done));
             if let Some(gate) = &shared.gate {
                 // Connect first: wait for every thread (or the end of the run), let the caller
                 // choose the instant, then open the gate.
@@ -117,6 +119,7 @@ pub fn run_with(
             }
             let results: Vec<ThreadResult> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
             done.store(true, Relaxed);
+            seconds = timeline.join().unwrap_or_default();
             Ok(results)
         })
     })?;
@@ -137,6 +140,7 @@ pub fn run_with(
     drop(results.iter_mut().flat_map(|r| std::mem::take(&mut r.unclosed)).collect::<Vec<_>>());
     let mut report = assemble(&shared, threads, results, elapsed, cpu_at_start, cpu_after);
     report.pre_start = pre_start;
+    report.timeline = seconds;
     report.window =
         Some(Window { start_at_unix_s: None, started_unix_s, ended_unix_s: started_unix_s + elapsed.as_secs_f64() });
     if let Some(reason) = shared.gave_up.get() {
@@ -421,6 +425,65 @@ fn show_progress(shared: &Shared, done: &AtomicBool, stop: &AtomicBool) {
     }
 }
 
+/// The measured phase second by second, from the threads' live counters and the process's
+/// CPU, sampled at each whole second from its start and once more at the end.
+fn sample_timeline(shared: &Shared, done: &AtomicBool) -> Vec<Second> {
+    let totals = || {
+        let completed: u64 = shared.live.iter().map(|l| l.completed.load(Relaxed)).sum();
+        let errors: u64 = shared.live.iter().map(|l| l.errors.load(Relaxed)).sum();
+        let open: u64 = shared.live.iter().map(|l| l.open.load(Relaxed)).sum();
+        let (user, system) = sockscale_sys::cpu_times().unwrap_or_default();
+        (completed, errors, open, (user + system).as_secs_f64())
+    };
+    let began = loop {
+        if let Some(began) = shared.began.get() {
+            break *began;
+        }
+        if done.load(Relaxed) {
+            return Vec::new();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut seconds: Vec<Second> = Vec::new();
+    let mut last = totals();
+    // The live counters are published after each loop turn of a thread: at most 100 ms late.
+    let (mut last_completed, mut last_errors, mut last_cpu) = (last.0, last.1, last.3);
+    let mut t = 0u64;
+    loop {
+        let next = began + Duration::from_secs(t + 1);
+        while Instant::now() < next && !done.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(10).min(next.saturating_duration_since(Instant::now())));
+        }
+        let finished = done.load(Relaxed);
+        let length_s = if finished { began.elapsed().as_secs_f64() - t as f64 } else { 1.0 };
+        last = totals();
+        let tail = seconds.last_mut().filter(|_| finished && length_s < 0.1);
+        if let Some(previous) = tail {
+            // A sliver of a second at the end (the run's last moments, its connections closed):
+            // counted with the second before it rather than drawn as a second of its own.
+            previous.length_s += length_s.max(0.0);
+            previous.completed += last.0.saturating_sub(last_completed);
+            previous.errors += last.1.saturating_sub(last_errors);
+            previous.cpu_s += (last.3 - last_cpu).max(0.0);
+        } else {
+            seconds.push(Second {
+                t,
+                length_s: length_s.min(1.0),
+                completed: last.0.saturating_sub(last_completed),
+                errors: last.1.saturating_sub(last_errors),
+                open: last.2,
+                cpu_s: (last.3 - last_cpu).max(0.0),
+                latency: None,
+            });
+        }
+        (last_completed, last_errors, last_cpu) = (last.0, last.1, last.3);
+        if finished {
+            return seconds;
+        }
+        t += 1;
+    }
+}
+
 fn assemble(
     shared: &Shared,
     threads: usize,
@@ -474,6 +537,7 @@ fn assemble(
         schedule_slip: Latency::from_histogram(&total.latency.slip),
         connect_latency: Latency::from_histogram(&total.connect_latency),
         tls: cfg.tls.as_ref().map(|_| total.tls.report()),
+        timeline: Vec::new(),
         h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
         cpu: cpu_between(cpu_before, cpu_after),

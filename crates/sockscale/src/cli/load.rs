@@ -114,6 +114,11 @@ pub struct Common {
     /// logs of segments. Created before the run
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
+    /// Write the run as one offline HTML page: the summary, the latency percentile spectrum
+    /// (corrected and uncorrected), requests, errors and latency second by second, connections
+    /// and client CPU, errors by kind and the settings. Created before the run
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Run segment I of N of a run split across N agents (machines, pods): this agent's share
     /// of the connections and of -n, in proportion its share of -R and --connect-rate, so that
     /// the N shares add up to exactly the whole; `load merge` joins the N reports. `auto/N`
@@ -305,8 +310,12 @@ pub struct MergeArgs {
     pub allow_errors: bool,
     /// Merge interval logs (--hdr-log files) into this one instead: the inputs are the logs
     /// of the processes or segments of one run
-    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "html"])]
     pub hdr_log: Option<PathBuf>,
+    /// Draw the merged run as one HTML page (as `load --html`; latency second by second needs
+    /// the interval logs, which a merge of reports does not have)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
@@ -318,6 +327,20 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
     };
     // Opened before the run: a path that cannot be written fails now, not after it.
     let json = common.json.as_deref().map(JsonSink::open).transpose()?;
+    let html = match &common.html {
+        Some(path) if common.proc_slot.is_none() => Some((
+            path,
+            std::fs::File::create(path).with_context(|| format!("cannot write --html {}", path.display()))?,
+        )),
+        _ => None,
+    };
+    // The page's latency second by second comes from the interval log: kept beside the page
+    // when --hdr-log names none.
+    let temp_log = (html.is_some() && common.hdr_log.is_none())
+        .then(|| std::env::temp_dir().join(format!("sockscale-page-{}.hlog", std::process::id())));
+    let hlog = common.hdr_log.clone().or_else(|| temp_log.clone());
+    let mut cfg = cfg;
+    cfg.hdr_log.clone_from(&hlog);
     let report = if common.procs > 1 && common.proc_slot.is_none() {
         // `cfg` is the largest process's share: checked once here, rather than failing in
         // every child.
@@ -326,7 +349,7 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
             // Made now, as a single process makes it: a path that cannot be written fails here.
             std::fs::File::create(path).with_context(|| format!("cannot write --hdr-log {}", path.display()))?;
         }
-        procs::run_load_children(common.procs, argv, cfg.progress)?
+        procs::run_load_children(common.procs, argv, cfg.progress, hlog.as_deref())?
     } else {
         let stop = Arc::new(AtomicBool::new(false));
         // Ctrl-C ends the run early and still reports what was measured.
@@ -358,9 +381,25 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         // that part, merged by its parent).
         report.segment = common.segment;
     }
+    if let (Some(path), None) = (&hlog, &common.proc_slot) {
+        match std::fs::read(path)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| Ok(sockscale_load::hlog::read(&bytes, &path.display().to_string())?))
+        {
+            Ok(log) => sockscale_load::report::timeline_latency(&mut report.timeline, &log),
+            Err(e) => note!("warning: the interval log {} was not read: {e:#}\n", path.display()),
+        }
+    }
+    if let Some(path) = &temp_log {
+        let _ = std::fs::remove_file(path);
+    }
     let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
     if let Some(sink) = json {
         sink.write(&report)?;
+    }
+    if let Some((path, mut file)) = html {
+        file.write_all(sockscale_load::page::render(&report).as_bytes())
+            .with_context(|| format!("cannot write --html {}", path.display()))?;
     }
     if common.proc_slot.is_some() {
         // A child of --procs: its parent judges the merged report.
@@ -397,6 +436,10 @@ fn merge(args: &MergeArgs) -> Result<()> {
     let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
     if let Some(sink) = json {
         sink.write(&merged)?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, sockscale_load::page::render(&merged))
+            .with_context(|| format!("cannot write --html {}", path.display()))?;
     }
     show_summary(&merged, summary_to_stderr);
     verdict(&merged, args.allow_errors)

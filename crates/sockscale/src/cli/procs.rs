@@ -11,7 +11,6 @@ use crate::output::{note, say};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -73,15 +72,19 @@ fn forward_signals(pids: Arc<Mutex<Vec<u32>>>, stopping: Arc<AtomicBool>) -> Res
 }
 
 /// Run a load as `n` processes and merge their reports.
-pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Result<Report> {
+pub fn run_load_children(
+    n: usize,
+    argv: &[String],
+    progress: Progress,
+    hdr_log: Option<&std::path::Path>,
+) -> Result<Report> {
     let dir = std::env::temp_dir().join(format!(
         "sockscale-load-{}-{}",
         std::process::id(),
         Instant::now().elapsed().as_nanos()
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let args = child_args(argv, &["--procs", "--json", "--hdr-log"]);
-    let hdr_log = hdr_log_arg(argv);
+    let args = child_args(argv, &["--procs", "--json", "--hdr-log", "--html"]);
     let pids = Arc::new(Mutex::new(Vec::new()));
     let stopping = Arc::new(AtomicBool::new(false));
     forward_signals(pids.clone(), stopping)?;
@@ -169,15 +172,6 @@ pub fn run_load_children(n: usize, argv: &[String], progress: Progress) -> Resul
     }
     merged_log?;
     Ok(Report::merge(&reports)?)
-}
-
-/// The value of `--hdr-log` in the parent's arguments (`--hdr-log F` or `--hdr-log=F`).
-fn hdr_log_arg(argv: &[String]) -> Option<PathBuf> {
-    argv.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--hdr-log") {
-        Some("") => argv.get(i + 1).map(PathBuf::from),
-        Some(rest) => rest.strip_prefix('=').map(PathBuf::from),
-        None => None,
-    })
 }
 
 /// The children's interval logs, added interval by interval into the one asked for.
