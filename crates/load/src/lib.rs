@@ -18,6 +18,7 @@ pub mod rate;
 pub mod report;
 pub mod run;
 pub mod segment;
+pub mod slo;
 pub mod source;
 
 pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress};

@@ -852,3 +852,53 @@ fn the_run_page_opens_clean_in_a_browser() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--slo`: a target the server meets at its ceiling ends the search at once; one no rate
+/// meets fails it after a bounded number of steps, each reported; a malformed target or -R
+/// beside it is refused in one line.
+#[test]
+fn the_slo_search_reports_each_step_and_its_answer() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let dir = std::env::temp_dir().join(format!("sockscale-slo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("slo.json");
+    let run = |target: &str| {
+        Command::new(BIN)
+            .args(["load", "http", &url, "-c", "4", "-t", "1", "-d", "0.3", "--slo", target, "--json"])
+            .arg(&json)
+            .output()
+            .unwrap()
+    };
+    let out = run("p50<=10s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("closed loop:") && stdout.contains("holds"), "{stdout}");
+    let answer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let steps = stdout.lines().filter(|l| l.starts_with("step")).count();
+    assert_eq!(answer["slo"]["steps"].as_array().map(Vec::len), Some(steps), "{answer}");
+    // A generous target: only the rate the server (and this client) can complete limits it.
+    assert!(answer["slo"]["rate_per_s"].as_f64().unwrap() > 100.0, "{answer}");
+    if let Some(failed) = answer["slo"]["failed_at_per_s"].as_f64() {
+        let passed = answer["slo"]["rate_per_s"].as_f64().unwrap();
+        assert!(failed > passed, "{answer}");
+    }
+
+    let out = run("p99<=1us");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("failed at every rate tried"), "{stdout}");
+    let steps = stdout.lines().filter(|l| l.starts_with("step")).count();
+    assert!((2..=sockscale_load::slo::MAX_STEPS).contains(&steps), "{stdout}");
+    let answer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(answer["slo"]["steps"].as_array().map(Vec::len), Some(steps));
+
+    for (args, expect) in
+        [(vec!["--slo", "p99=1ms"], "--slo 'p99=1ms'"), (vec!["--slo", "p99<=1ms", "-R", "100"], "leave out -R")]
+    {
+        let out = Command::new(BIN).args(["load", "http", &url, "-d", "1"]).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expect) && stderr.trim().lines().count() == 1, "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -114,6 +114,13 @@ pub struct Common {
     /// logs of segments. Created before the run
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
+    /// Search the highest open-loop rate at which a latency target holds with no error, e.g.
+    /// 'p99.9<=10ms' (any percentile; us, ms, s or m): a closed-loop run measures the ceiling,
+    /// then runs of -d each at chosen -R rates narrow the answer to 2% (16 steps at most), each
+    /// step reported; with --procs every step runs over the processes' merged result. --json
+    /// writes the search (target, steps, answer)
+    #[arg(long, value_name = "TARGET", value_parser = parse_slo)]
+    pub slo: Option<sockscale_load::slo::Target>,
     /// Write the run as one offline HTML page: the summary, the latency percentile spectrum
     /// (corrected and uncorrected), requests, errors and latency second by second, connections
     /// and client CPU, errors by kind and the settings. Created before the run
@@ -325,6 +332,9 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         LoadCommand::Http(a) => (&a.common, http_config(a)?),
         LoadCommand::Udp(a) => (&a.common, udp_config(a)?),
     };
+    if let Some(target) = &common.slo {
+        return slo_search(common, &cfg, target, argv);
+    }
     // Opened before the run: a path that cannot be written fails now, not after it.
     let json = common.json.as_deref().map(JsonSink::open).transpose()?;
     let html = match &common.html {
@@ -445,6 +455,108 @@ fn merge(args: &MergeArgs) -> Result<()> {
     verdict(&merged, args.allow_errors)
 }
 
+fn parse_slo(text: &str) -> Result<sockscale_load::slo::Target, String> {
+    sockscale_load::slo::Target::parse(text).map_err(|e| e.to_string())
+}
+
+/// `--slo`: the search, each step a run of this same command with -R chosen (so --procs and
+/// every other flag apply to every step), its report read back from --json.
+fn slo_search(
+    common: &Common,
+    cfg: &sockscale_load::LoadConfig,
+    target: &sockscale_load::slo::Target,
+    argv: &[String],
+) -> Result<()> {
+    use sockscale_load::slo::{Search, Step};
+    if common.total_rate.is_some() {
+        bail!("--slo chooses the rate (-R) of each step itself; leave out -R");
+    }
+    if common.requests.is_some() || common.duration.is_none() && common.per_conn.is_some() {
+        bail!("--slo runs each step for -d seconds; give -d rather than -n or --per-conn");
+    }
+    if common.segment.is_some() {
+        bail!("--slo searches from one agent (with --procs for more processes); a run split with --segment cannot choose one rate for every agent: run the steps with -R on each and load merge them");
+    }
+    if common.html.is_some() || common.hdr_log.is_some() {
+        bail!("--slo makes several runs: --html and --hdr-log describe one; run the rate it finds with -R to draw it");
+    }
+    sockscale_load::preflight(cfg)?;
+    let json = common.json.as_deref().map(JsonSink::open).transpose()?;
+    let dir = std::env::temp_dir().join(format!("sockscale-slo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let base = slo_step_args(&argv[1..]);
+    let run_step = |rate: Option<f64>, k: usize| -> Result<Report> {
+        let path = dir.join(format!("step-{k}.json"));
+        let exe = std::env::current_exe().context("cannot find this program to run the steps")?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(&base).args(["--json", &path.display().to_string(), "--allow-errors"]);
+        if let Some(rate) = rate {
+            cmd.args(["-R", &format!("{rate:.3}")]);
+        }
+        let status = cmd.stdout(std::process::Stdio::null()).status().context("cannot run a step of the search")?;
+        if !status.success() {
+            bail!("a step of the search failed ({status})");
+        }
+        Ok(Report::load(&path.display().to_string())?)
+    };
+    let ceiling = run_step(None, 0)?;
+    let ceiling_rate = ceiling.rates.requests_per_s;
+    say!(
+        "closed loop: {ceiling_rate:.0} requests/s completed ({} errors), the ceiling of the search for {} <= {}",
+        ceiling.failures(),
+        target.percentile,
+        sockscale_load::report::human_us(target.limit_us)
+    );
+    let mut search = Search::new(target.clone(), ceiling_rate);
+    let mut k = 1;
+    while let Some(rate) = search.next_rate() {
+        let r = run_step(Some(rate), k)?;
+        let percentile_us = r
+            .latency
+            .histogram()
+            .map(|h| h.value_at_quantile(target.quantile) as f64 / 1000.0)
+            .map_err(|e| anyhow::anyhow!("step {k}: {e}"))?;
+        let sent = r.requests.sent as f64 / r.duration_s.max(1e-9);
+        let step = Step::judge(target, rate, sent, r.rates.requests_per_s, percentile_us, r.failures());
+        say!(
+            "step {k:>2}: asked {rate:>9.0}/s  sent {sent:>9.0}/s  {} {:>9}  {}",
+            target.percentile,
+            sockscale_load::report::human_us(percentile_us),
+            if step.passed { "pass".to_owned() } else { format!("fail: {}", step.why) }
+        );
+        search.record(step);
+        k += 1;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let answer = search.answer();
+    say!("{}", answer.verdict);
+    if let Some(sink) = json {
+        sink.write_text(serde_json::to_string_pretty(&serde_json::json!({ "slo": answer }))? + "\n")?;
+    }
+    if answer.rate_per_s.is_none() {
+        bail!("the target was not met at any rate tried");
+    }
+    Ok(())
+}
+
+/// This command's arguments without the flags the search owns.
+fn slo_step_args(args: &[String]) -> Vec<String> {
+    let owned = ["--slo", "--json", "-R", "--rate", "--allow-errors"];
+    let mut out = Vec::new();
+    let mut skip = false;
+    for arg in args {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if let Some(flag) = owned.iter().find(|f| arg == *f || arg.starts_with(&format!("{f}="))) {
+            skip = arg == flag && *flag != "--allow-errors";
+            continue;
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
 /// `load merge --hdr-log OUT LOGS...`: the interval logs of a run's parts, added interval by
 /// interval into one.
 fn merge_hdr_logs(inputs: &[PathBuf], out: &std::path::Path) -> Result<()> {
@@ -534,8 +646,11 @@ impl JsonSink {
         Ok(JsonSink::File { path: path.to_owned(), file, created: !existed, written: false })
     }
 
-    fn write(mut self, report: &Report) -> Result<()> {
-        let text = serde_json::to_string_pretty(report)? + "\n";
+    fn write(self, report: &Report) -> Result<()> {
+        self.write_text(serde_json::to_string_pretty(report)? + "\n")
+    }
+
+    fn write_text(mut self, text: String) -> Result<()> {
         match &mut self {
             // A closed stdout only loses what the reader chose not to read.
             JsonSink::Stdout => say!("{}", text.trim_end()),
