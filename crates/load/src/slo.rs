@@ -203,9 +203,53 @@ impl Search {
     }
 }
 
+/// `plan --from` an SLO search: how many servers like the one searched serve `target`
+/// requests per second within the same latency target. Linear in the servers, which it says.
+pub fn plan(answer: &Answer, target_per_s: u64) -> Result<String, String> {
+    let t = &answer.target;
+    let within = format!("{} <= {}", t.percentile, crate::report::human_us(t.limit_us));
+    let Some(rate) = answer.rate_per_s.filter(|&r| r > 0.0) else {
+        return Err(format!("the search found no rate within {within}: nothing to plan from"));
+    };
+    let servers = (target_per_s as f64 / rate).ceil().max(1.0) as u64;
+    let bracket = match answer.failed_at_per_s {
+        Some(hi) => format!("it failed at {hi:.0}/s"),
+        None => "it held at the closed-loop ceiling, so the rate, not the latency, limited it".to_owned(),
+    };
+    let mut out = format!(
+        "Within {within} with no error, the server searched held {rate:.0} requests/s ({bracket}; {} steps).\n",
+        answer.steps.len()
+    );
+    if servers == 1 {
+        out.push_str(&format!("{target_per_s} requests/s: one such server, measured (at most {rate:.0}/s).\n"));
+    } else {
+        out.push_str(&format!(
+            "{target_per_s} requests/s: {servers} such servers at {:.0}/s each, extrapolated: it assumes the load is spread evenly and the servers do not share what limited the one measured (cores, a link, a database); only one server was measured.\n",
+            target_per_s as f64 / servers as f64
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_from_a_search_scales_the_rate_that_passed_and_says_it_extrapolates() {
+        let target = Target::parse("p99<=10ms").unwrap();
+        let mut search = Search::new(target.clone(), 20_000.0);
+        search.record(Step::judge(&target, 20_000.0, 20_000.0, 20_000.0, 50_000.0, 0));
+        search.record(Step::judge(&target, 10_000.0, 10_000.0, 10_000.0, 1_000.0, 0));
+        let answer = search.answer();
+        let one = plan(&answer, 8_000).unwrap();
+        assert!(one.contains("one such server, measured"), "{one}");
+        let many = plan(&answer, 35_000).unwrap();
+        assert!(many.contains("4 such servers") && many.contains("extrapolated"), "{many}");
+        let mut none = Search::new(target.clone(), 100.0);
+        none.record(Step::judge(&target, 100.0, 100.0, 100.0, 1e9, 0));
+        assert!(plan(&none.answer(), 10).unwrap_err().contains("no rate"));
+    }
 
     #[test]
     fn targets_parse_with_any_unit_and_bad_ones_say_why() {

@@ -162,6 +162,18 @@ pub fn report(args: &ReportArgs) -> Result<()> {
 
 pub fn plan(args: &PlanArgs) -> Result<()> {
     if let Some(from) = &args.from {
+        // An SLO search (`load --slo … --json`) plans requests a second within its target.
+        let text = std::fs::read_to_string(from).with_context(|| format!("cannot read {}", from.display()))?;
+        if let Some(slo) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v.get("slo").cloned()) {
+            let answer: sockscale_load::slo::Answer = serde_json::from_value(slo)
+                .with_context(|| format!("{} is not a load --slo result", from.display()))?;
+            let Some(target) = args.target else {
+                bail!("--from an SLO search plans for a rate: give --target REQUESTS_PER_SECOND");
+            };
+            let text = sockscale_load::slo::plan(&answer, target).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
+            say!("{}", text.trim_end());
+            return Ok(());
+        }
         let results = Results::load(&from.display().to_string())?;
         let target = args.target.unwrap_or(DEFAULT_TARGET);
         let table = plan::predict(&results, target).with_context(|| format!("cannot plan from {}", from.display()))?;
