@@ -53,6 +53,12 @@ def parse_h2load(out):
     r["protocol"] = proto.group(1) if proto else None
     if r["protocol"] not in ("h2", "h2c"):
         raise RuntimeError(f"h2load did not speak HTTP/2 (protocol {r['protocol']!r}): {out[-2000:]}")
+    # Every answer a 200 of the whole body: 2xx count and DATA bytes per request, kept with the run.
+    ok = re.search(r"status codes: (\d+) 2xx", out)
+    data = re.search(r"traffic: .*?\((\d+)\) data", out)
+    r["status_2xx"] = int(ok.group(1)) if ok else 0
+    r["data_bytes_per_request"] = round(int(data.group(1)) / r["requests"], 1) if data and r["requests"] else None
+    r["failed"] += r["requests"] - r["status_2xx"]
     return r
 
 
