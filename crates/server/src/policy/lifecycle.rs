@@ -442,6 +442,7 @@ impl Lifecycle {
     /// After [`Action::Read`]: `input` arrived (of `wanted` asked for), at `now`; and input a
     /// completion delivered, whenever it comes ([`Delivery::Pushed`]; `wanted` is then the
     /// buffer's size). The protocol's answer is written into `out` (cleared first).
+    #[inline]
     pub fn on_input(
         &mut self,
         input: &[u8],
