@@ -94,41 +94,19 @@ impl Engine {
 
     /// Feed `input`, which arrived at `now`, to `session`, appending its answer to `out`.
     pub fn on_input(&mut self, session: &mut Session, input: &[u8], now: Instant, out: &mut Output) -> Verdict {
-        let mut switch = None;
-        let verdict = match (self, &mut *session) {
+        match (self, &mut *session) {
             (_, Session::Echo(echo)) => echo.on_input(input, out),
-            (Engine::Http(responses), Session::Http(http)) => {
-                let http2 = responses.config().http2.clone();
-                match http.first_bytes(input, now, http2.is_some()) {
-                    http::FirstBytes::Http1 { replay: 0, decided: false } => http.on_input(input, now, responses, out),
-                    http::FirstBytes::Http1 { replay: 0, decided: true } if http::neither_protocol(input) => {
-                        Verdict::Close(Closing::BadRequest)
-                    }
-                    http::FirstBytes::Http1 { replay, .. } => {
-                        // Octets taken as a possible preface were HTTP/1.1 after all.
-                        match http.on_input(&http::PREFACE[..replay], now, responses, out) {
-                            Verdict::Continue => http.on_input(input, now, responses, out),
-                            closing => closing,
-                        }
-                    }
-                    http::FirstBytes::Undecided => Verdict::Continue,
-                    http::FirstBytes::Http2 { replay } => {
-                        let Some(limits) = http2 else { unreachable!("HTTP/2 is detected only when on") };
-                        let (h2, verdict) = h2::H2Session::start(limits, replay, input, now, responses, out);
-                        switch = Some(Box::new(h2));
-                        verdict
-                    }
-                }
+            // Every input of an HTTP/1.1 connection after the one that decided it: straight to
+            // the parser, as before HTTP/2 (the detection is out of line, in `first_input`).
+            (Engine::Http(responses), Session::Http(http)) if http.is_http1() => {
+                http.on_input(input, now, responses, out)
             }
+            (Engine::Http(responses), Session::Http(_)) => first_input(responses, session, input, now, out),
             (Engine::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
             (Engine::Echo, Session::Http(_) | Session::H2(_)) => {
                 unreachable!("an HTTP session is only ever created by an HTTP engine")
             }
-        };
-        if let Some(h2) = switch {
-            *session = Session::H2(h2);
         }
-        verdict
     }
 
     /// Whether `session` has output to produce now that the socket took some (HTTP/2: DATA
@@ -184,6 +162,45 @@ impl Engine {
         match self {
             Engine::Echo => None,
             Engine::Http(responses) => Some(responses.error(http::Status::ServiceUnavailable)),
+        }
+    }
+}
+
+/// An HTTP connection's input while its first bytes may still be the HTTP/2 preface: HTTP/1.1
+/// (after the octets held as a possible preface, replayed), a wait for more, or the switch of
+/// `session` to HTTP/2. Out of line, so that the later requests of an HTTP/1.1 connection do
+/// not carry it ([`Engine::on_input`]).
+#[inline(never)]
+fn first_input(
+    responses: &mut http::Responses,
+    session: &mut Session,
+    input: &[u8],
+    now: Instant,
+    out: &mut Output,
+) -> Verdict {
+    let Session::Http(http) = session else { unreachable!("only an HTTP/1.1 session looks at its first bytes") };
+    // Whether HTTP/2 is on; its limits (an Arc) are cloned only for a connection that is HTTP/2.
+    let http2 = responses.config().http2.is_some();
+    match http.first_bytes(input, now, http2) {
+        http::FirstBytes::Http1 { replay: 0, decided: false } => http.on_input(input, now, responses, out),
+        http::FirstBytes::Http1 { replay: 0, decided: true } if http::neither_protocol(input) => {
+            Verdict::Close(Closing::BadRequest)
+        }
+        http::FirstBytes::Http1 { replay, .. } => {
+            // Octets taken as a possible preface were HTTP/1.1 after all.
+            match http.on_input(&http::PREFACE[..replay], now, responses, out) {
+                Verdict::Continue => http.on_input(input, now, responses, out),
+                closing => closing,
+            }
+        }
+        http::FirstBytes::Undecided => Verdict::Continue,
+        http::FirstBytes::Http2 { replay } => {
+            let Some(limits) = responses.config().http2.clone() else {
+                unreachable!("HTTP/2 is detected only when on")
+            };
+            let (h2, verdict) = h2::H2Session::start(limits, replay, input, now, responses, out);
+            *session = Session::H2(Box::new(h2));
+            verdict
         }
     }
 }

@@ -312,6 +312,13 @@ impl HttpSession {
         matches!(self.state, State::Head) && self.partial.is_empty() && !matches!(self.sniff, Sniff::Matched(_))
     }
 
+    /// Whether the connection's first bytes decided HTTP/1.1 (or HTTP/2 is off and input came):
+    /// [`HttpSession::first_bytes`] then has nothing left to look at.
+    #[inline]
+    pub fn is_http1(&self) -> bool {
+        self.sniff == Sniff::Http1
+    }
+
     /// Look at `input` for the HTTP/2 preface, while the connection's first bytes arrive
     /// (`http2`: HTTP/2 is served). One comparison of a byte for an HTTP/1.1 connection's first
     /// input, none after it.

@@ -258,6 +258,12 @@ impl ConnPolicy {
         self.drain_until.is_some() && between_requests && !self.drain_owes_read
     }
 
+    /// A drain has begun: only then does whether the session is between requests matter to
+    /// [`ConnPolicy::may_read`] and [`ConnPolicy::finished`].
+    pub fn is_draining(&self) -> bool {
+        self.drain_until.is_some()
+    }
+
     /// The protocol has ended the exchange; input that still arrives is not for anyone.
     pub fn is_closing(&self) -> bool {
         self.closing.is_some()

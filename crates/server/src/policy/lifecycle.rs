@@ -317,12 +317,18 @@ impl Lifecycle {
 
     /// May the connection read now (readiness aside)?
     pub fn may_read(&self, pending: Pending, limits: &Limits) -> bool {
-        self.policy.may_read(pending, self.session.is_between_requests(), limits)
+        self.policy.may_read(pending, self.drained_between(), limits)
     }
 
     /// Finished, and why (only once the output is flushed).
     pub fn finished(&self, pending: Pending) -> Option<CloseReason> {
-        self.policy.finished(pending, self.session.is_between_requests())
+        self.policy.finished(pending, self.drained_between())
+    }
+
+    /// Whether the session is between requests, as the policy asks it: only a drain reads the
+    /// answer, so the session (a call on every poll, several a request) is asked only then.
+    fn drained_between(&self) -> bool {
+        self.policy.is_draining() && self.session.is_between_requests()
     }
 
     /// When a policy (or the protocol) may next act on this connection.
@@ -436,6 +442,7 @@ impl Lifecycle {
     /// After [`Action::Read`]: `input` arrived (of `wanted` asked for), at `now`; and input a
     /// completion delivered, whenever it comes ([`Delivery::Pushed`]; `wanted` is then the
     /// buffer's size). The protocol's answer is written into `out` (cleared first).
+    #[inline]
     pub fn on_input(
         &mut self,
         input: &[u8],
