@@ -838,7 +838,7 @@ fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
         );
     }
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
         // A tab or a bookmark shows only the title: a partial run says so there too.
@@ -848,7 +848,9 @@ fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
 
 /// Sorts a table by the column whose heading is clicked (again: the other way): numbers by
 /// value (thousands separators and units after the number ignored), other cells as text, a
-/// cell of neither after the numbers. Inline, so the page needs no network.
+/// cell of neither after the numbers. A row whose first cell is empty continues the row above
+/// (a model's further rows): before the first sort it is given that name, greyed, so a sorted
+/// row still says whose it is. Inline, so the page needs no network.
 const SORT_SCRIPT: &str = r#"
 (function () {
   function key(text) {
@@ -865,7 +867,17 @@ const SORT_SCRIPT: &str = r#"
         var up = th.getAttribute("aria-sort") !== "ascending";
         Array.prototype.forEach.call(head.cells, function (c) { c.removeAttribute("aria-sort"); });
         th.setAttribute("aria-sort", up ? "ascending" : "descending");
-        var rows = Array.prototype.slice.call(body.rows);
+        var rows = Array.prototype.slice.call(body.rows), group = "";
+        rows.forEach(function (r) {
+          var first = r.cells[0];
+          if (!first) return;
+          if (first.textContent.trim() === "" && group !== "") {
+            first.textContent = group;
+            first.className = "repeat";
+          } else {
+            group = first.textContent;
+          }
+        });
         rows.sort(function (a, b) {
           var x = a.cells[col] ? a.cells[col].textContent : "", y = b.cells[col] ? b.cells[col].textContent : "";
           var p = key(x), q = key(y), c;
@@ -924,10 +936,13 @@ pub const CHECK_SCRIPT: &str = r#"
       var box = svg.getBoundingClientRect();
       if (!(box.width > 0 && box.height > 0)) broken.push("figure " + (i + 1) + " drawn at no size");
     });
+    // Every table sorted by each column, both ways, and back: a script error shows above.
+    var sorts = 0;
+    document.querySelectorAll("thead th").forEach(function (th) { th.click(); th.click(); sorts += 2; });
     var pre = document.createElement("pre");
     pre.id = "resource-check";
     pre.textContent = "images=" + document.images.length + " figures=" + figures.length + " tables=" +
-      document.querySelectorAll("table").length + " broken=" + broken.length + (broken.length ? ": " + broken.join("; ") : "");
+      document.querySelectorAll("table").length + " sorts=" + sorts + " broken=" + broken.length + (broken.length ? ": " + broken.join("; ") : "");
     document.body.appendChild(pre);
   });
 })();

@@ -27,7 +27,7 @@ pub fn chromium() -> Result<PathBuf, String> {
 /// What the page reported about itself.
 #[derive(Debug)]
 pub struct Checked {
-    /// "images=N figures=N tables=N broken=0".
+    /// "images=N figures=N tables=N sorts=N broken=0".
     pub resources: String,
     pub screenshot: PathBuf,
 }
@@ -69,7 +69,9 @@ pub fn check_page(browser: &Path, page: &Path, screenshot: &Path) -> Result<Chec
     let profile = tempfile_dir("sockscale-chromium-profile");
     let url = format!("file://{}?check", page.display());
     let dom = run(browser, &profile, &["--dump-dom".into(), url.clone()]);
-    let shot = run(browser, &profile, &[format!("--screenshot={}", screenshot.display()), url]);
+    // The screenshot as a person sees the page: without the check, which sorts its tables.
+    let plain = format!("file://{}", page.display());
+    let shot = run(browser, &profile, &[format!("--screenshot={}", screenshot.display()), plain]);
     let _ = std::fs::remove_dir_all(&profile);
     let dom = dom?;
     shot?;
