@@ -951,7 +951,11 @@ pub const CHECK_SCRIPT: &str = r#"
 /// Who leads among `entries` (model, value), the highest first: the leader (several when tied)
 /// with its value, and by how much it is ahead of the next. `tied` says when two values are the
 /// same.
-fn lead(mut entries: Vec<(String, f64)>, show: &dyn Fn(f64) -> String, tied: &dyn Fn(f64, f64) -> bool) -> (String, String) {
+fn lead(
+    mut entries: Vec<(String, f64)>,
+    show: &dyn Fn(f64) -> String,
+    tied: &dyn Fn(f64, f64) -> bool,
+) -> (String, String) {
     entries.retain(|(_, v)| v.is_finite());
     entries.sort_by(|a, b| b.1.total_cmp(&a.1));
     let Some((_, top)) = entries.first().cloned() else {
@@ -1195,7 +1199,9 @@ mod tests {
                 .iter()
                 .map(|p| match &p.plot {
                     Plot::Bars { workload, .. } => *workload,
-                    Plot::Lines { .. } => panic!("{}: echo rows of different workloads drawn as a line", f.file),
+                    Plot::Lines { .. } | Plot::Curves { .. } => {
+                        panic!("{}: echo rows of different workloads drawn as a line", f.file)
+                    }
                 })
                 .collect();
             assert_eq!(workloads, [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum], "{}", f.file);
@@ -1345,7 +1351,7 @@ mod tests {
                     Plot::Lines { workload, series, .. } => {
                         (*workload, series.iter().map(|s| (s.model.clone(), s.points.clone())).collect())
                     }
-                    Plot::Bars { .. } => panic!("{file} is drawn as lines"),
+                    Plot::Bars { .. } | Plot::Curves { .. } => panic!("{file} is drawn as lines against concurrency"),
                 })
                 .collect()
         };
@@ -1489,5 +1495,96 @@ mod tests {
         assert_eq!(bars[0].value, None);
         assert_eq!(bars[0].style, style(6), "uring keeps its colour when measured alone");
         assert!(bars[0].label.contains("failed"), "{}", bars[0].label);
+    }
+
+    #[test]
+    fn percentile_axis_labels() {
+        let labels: Vec<String> = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0].into_iter().map(percentile_label).collect();
+        assert_eq!(labels, ["0%", "", "90%", "99%", "99.9%", "99.999%"]);
+    }
+
+    /// 1,000 values 1..=1,000 µs: the spectrum runs from the smallest to the largest, rising,
+    /// with the median at x = log10(2) and the largest at the last sample's percentile (x = 3).
+    #[test]
+    fn latency_spectrum_is_the_histograms_percentiles() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let hdr = sockscale_load::report::Latency::from_histogram(&h).hdr;
+        let points = latency_spectrum(&hdr).expect("a spectrum");
+        assert_eq!(points[0], (0.0, 0.001));
+        let last = *points.last().unwrap();
+        assert!((last.0 - 3.0).abs() < 1e-9 && (last.1 - 1.0).abs() < 0.001, "{last:?}");
+        assert!(points.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{points:?}");
+        let median = points.iter().find(|p| p.0 >= 2f64.log10() - 1e-9).unwrap();
+        assert!((median.1 - 0.5).abs() < 0.01, "{median:?}");
+        assert_eq!(latency_spectrum(""), None, "no histogram, no line");
+        assert_eq!(latency_spectrum("not base64!"), None);
+    }
+
+    /// Two models' flood rows with histograms and intervals: a latency line and an over-time
+    /// line each, in each model's colour, the intervals at their own times; the summary names
+    /// the leader per CPU-second and by how much, the tie in connections held, and the
+    /// client-bound row.
+    #[test]
+    fn spectra_time_lines_and_summary_from_the_results_alone() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        h.record(100_000).unwrap();
+        let hdr = sockscale_load::report::Latency::from_histogram(&h).hdr;
+        let iv = |at_s: f64, cpu_pct: f64| crate::results::Interval {
+            cpu_pct,
+            held: Some(20),
+            rss_kib: Some(2048),
+            at_s: Some(at_s),
+        };
+        let row = |bytes: f64, cpu: f64, bound: bool| Row {
+            kind: Some(RowKind::Flood),
+            attempted: 20,
+            connected: 20,
+            received_bytes_per_s: bytes,
+            client_bound: bound,
+            latency_hdr: Some(hdr.clone()),
+            intervals: Some(vec![iv(0.5, cpu), iv(1.0, cpu)]),
+            ..Row::default()
+        };
+        let r = Results {
+            models: vec![
+                ModelResult { model: "epoll".into(), rows: vec![row(30e6, 50.0, true)], ..ModelResult::default() },
+                ModelResult { model: "select".into(), rows: vec![row(20e6, 100.0, false)], ..ModelResult::default() },
+            ],
+            ..Results::default()
+        };
+        let figures = figures(&r);
+        let styles = styled_models(&r);
+        let style_of = |m: &str| styles.iter().find(|(n, _)| n == m).unwrap().1;
+        let latency = figures.iter().find(|f| f.file == "latency").expect("a latency figure");
+        assert_eq!(latency.panels.len(), 1, "only the flood row was measured");
+        let Plot::Curves { x: XScale::Percentile, series, .. } = &latency.panels[0].plot else { panic!() };
+        assert_eq!(
+            series.iter().map(|s| (s.model.as_str(), s.style)).collect::<Vec<_>>(),
+            [("epoll", style_of("epoll")), ("select", style_of("select"))]
+        );
+        let over = figures.iter().find(|f| f.file == "over_time_flood").expect("the flood row over time");
+        let titles: Vec<&str> = over.panels.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, ["connections held by the server", "server CPU", "server resident memory (RSS)"]);
+        let Plot::Curves { x: XScale::Seconds, series, .. } = &over.panels[1].plot else { panic!() };
+        assert_eq!(series[1].points, [(0.5, 100.0), (1.0, 100.0)]);
+        assert!(over.caption.contains("Throughput per second is not recorded"));
+        assert!(!figures.iter().any(|f| f.file == "over_time_maximum"), "no maximum row, no figure");
+
+        let summary = summary_html(&r);
+        // epoll: 30 MB/s at 50% = 60 MB per CPU-second; select 20 MB per CPU-second.
+        assert!(
+            summary.contains("<td>epoll: 60.0 MB per CPU-second</td><td>3.00× select (20.0 MB per CPU-second)</td>"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("<td>epoll, select: 20 of 20</td><td>tied: all 2 models</td><td>yes, for epoll</td>"),
+            "{summary}"
+        );
+        let html = page(&r, &[]);
+        assert!(html.find("Summary") < html.find("I/O models"), "the page opens with the summary");
+        assert!(html.contains("<script>") && !html.contains("src=\"http"), "inline scripts, no network");
     }
 }

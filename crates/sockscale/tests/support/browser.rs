@@ -75,8 +75,10 @@ pub fn check_page(browser: &Path, page: &Path, screenshot: &Path) -> Result<Chec
     let _ = std::fs::remove_dir_all(&profile);
     let dom = dom?;
     shot?;
-    let errors = pre(&dom, "console-errors").ok_or("the page's check hook did not run (no <pre id=\"console-errors\">)")?;
-    let resources = pre(&dom, "resource-check").ok_or("the page did not finish loading (no <pre id=\"resource-check\">)")?;
+    let errors =
+        pre(&dom, "console-errors").ok_or("the page's check hook did not run (no <pre id=\"console-errors\">)")?;
+    let resources =
+        pre(&dom, "resource-check").ok_or("the page did not finish loading (no <pre id=\"resource-check\">)")?;
     let mut failures = Vec::new();
     if !errors.trim().is_empty() {
         failures.push(format!("errors in the page:\n{}", errors.trim()));
@@ -97,7 +99,8 @@ pub fn check_page(browser: &Path, page: &Path, screenshot: &Path) -> Result<Chec
 fn tempfile_dir(prefix: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let dir =
+        std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
