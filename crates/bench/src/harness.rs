@@ -473,6 +473,7 @@ impl Harness<'_> {
             server_procs: Some(procs),
             server_limits: counters.limits(),
             intervals: Some(samples.intervals),
+            latency_hdr: Some(report.latency.hdr.clone()).filter(|h| !h.is_empty() && report.latency.count > 0),
         })
     }
 

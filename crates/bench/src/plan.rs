@@ -1284,7 +1284,7 @@ mod tests {
     #[test]
     fn cpu_comes_from_the_intervals_after_the_last_connect() {
         use crate::results::Interval;
-        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None };
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None, at_s: None };
         let mut r = full_run();
         for row in &mut r.models[0].rows {
             row.intervals = match row.kind {

@@ -57,6 +57,19 @@ pub enum Plot {
     Bars { workload: RowKind, bars: Vec<Bar> },
     /// One line per model against concurrency (log scale), all of one HTTP workload.
     Lines { x_axis: String, workload: HttpWorkload, series: Vec<Series> },
+    /// One line per model through a row of one workload: its latency spectrum, or a figure over
+    /// the row's time.
+    Curves { x_axis: String, x: XScale, workload: RowKind, series: Vec<Series> },
+}
+
+/// What the x axis of [`Plot::Curves`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XScale {
+    /// Percentiles as HdrHistogram plots them: x is log10(1 / (1 - p)), so 1 is 90%, 2 is 99%,
+    /// 3 is 99.9%; the axis is labelled with the percentiles.
+    Percentile,
+    /// Seconds from the start of the row's sampling.
+    Seconds,
 }
 
 #[derive(Debug, Clone)]
@@ -314,17 +327,148 @@ pub fn figures(results: &Results) -> Vec<Figure> {
             .map(http_panel)
             .collect(),
     });
+    figures.push(latency_figure(results, &style_of));
+    for kind in [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum] {
+        figures.push(over_time_figure(results, kind, &style_of));
+    }
     // A panel with nothing to place (no model measured, or no HTTP point of that kind) is left
     // out, and a figure left with no panel is not drawn: an empty axis says nothing, and
     // plotters cannot lay out a bar axis of no bars.
     for figure in &mut figures {
         figure.panels.retain(|p| match &p.plot {
             Plot::Bars { bars, .. } => !bars.is_empty(),
-            Plot::Lines { series, .. } => series.iter().any(|s| !s.points.is_empty()),
+            Plot::Lines { series, .. } | Plot::Curves { series, .. } => series.iter().any(|s| !s.points.is_empty()),
         });
     }
     figures.retain(|f| !f.panels.is_empty());
     figures
+}
+
+/// The latency spectrum of a row's histogram (`latency_hdr`), as HdrHistogram plots it: each
+/// point (log10(1 / (1 - p)), latency in ms at percentile p), from p = 0 to the largest value,
+/// which stands at the percentile of the last sample (1 - 1/count). `None` when the row kept
+/// no histogram, or it does not decode.
+pub fn latency_spectrum(hdr: &str) -> Option<Vec<(f64, f64)>> {
+    let latency = sockscale_load::report::Latency { hdr: hdr.to_owned(), ..Default::default() };
+    let h = latency.histogram().ok().filter(|h| !h.is_empty())?;
+    let last = (h.len() as f64).log10();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut points = vec![(0.0, ms(h.min()))];
+    for v in h.iter_quantiles(5) {
+        let q = v.quantile_iterated_to();
+        let x = if q >= 1.0 { last } else { (1.0 / (1.0 - q)).log10().min(last) };
+        let y = ms(h.highest_equivalent(v.value_iterated_to()));
+        if points.last().is_some_and(|&(px, _)| x < px) {
+            continue;
+        }
+        points.push((x, y));
+    }
+    if points.last().is_some_and(|&(x, _)| x < last) {
+        points.push((last, ms(h.max())));
+    }
+    Some(points)
+}
+
+/// The percentile at `x` = log10(1 / (1 - p)) on a spectrum's axis, as a label: 0%, 90%,
+/// 99%, 99.9%…; none between whole numbers.
+pub fn percentile_label(x: f64) -> String {
+    if (x - x.round()).abs() > 1e-6 || x < -1e-6 {
+        return String::new();
+    }
+    let k = x.round() as usize;
+    match k {
+        0 => "0%".to_owned(),
+        1 => "90%".to_owned(),
+        _ => format!("99.{}%", "9".repeat(k - 2)).replace(".%", "%"),
+    }
+}
+
+const ROW_KINDS: [RowKind; 3] = [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum];
+
+/// The latency distribution of every row: one panel per workload, one line per model.
+fn latency_figure(results: &Results, style_of: &dyn Fn(&str) -> Style) -> Figure {
+    Figure {
+        file: "latency",
+        title: "Echo latency by percentile (HdrHistogram spectrum)".to_owned(),
+        caption: "Each message's round trip, from the load generator's HDR histogram of the row (nanosecond resolution, three significant digits), plotted by percentile as HdrHistogram does: the x axis stretches the tail (0%, 90%, 99%, 99.9%…), the y axis is on a log scale. Each line ends at the row's largest latency. A model whose row kept no histogram (results from before it was kept) has no line.".to_owned(),
+        panels: ROW_KINDS
+            .into_iter()
+            .map(|kind| Panel {
+                title: workload_title(results, kind),
+                value_axis: "latency, ms (log scale)".to_owned(),
+                log_values: true,
+                plot: Plot::Curves {
+                    x_axis: "percentile".to_owned(),
+                    x: XScale::Percentile,
+                    workload: kind,
+                    series: results
+                        .models
+                        .iter()
+                        .filter_map(|m| {
+                            let row = m.rows.iter().find(|r| r.kind == Some(kind))?;
+                            let points = latency_spectrum(row.latency_hdr.as_deref()?)?;
+                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                        })
+                        .collect(),
+                },
+            })
+            .collect(),
+    }
+}
+
+/// One row's intervals over time: connections held, server CPU and RSS, one line per model.
+fn over_time_figure(results: &Results, kind: RowKind, style_of: &dyn Fn(&str) -> Style) -> Figure {
+    type Value = fn(&crate::results::Interval) -> Option<f64>;
+    let measures: [(&str, &str, Value); 3] = [
+        ("connections held by the server", "connections held", |i| i.held.map(|h| h as f64)),
+        ("server CPU", "% of one core", |i| Some(i.cpu_pct)),
+        ("server resident memory (RSS)", "MiB", |i| i.rss_kib.map(|k| k as f64 / 1024.0)),
+    ];
+    let (file, name) = match kind {
+        RowKind::Flood => ("over_time_flood", "flood"),
+        RowKind::RateLimited => ("over_time_rate_limited", "rate-limited"),
+        RowKind::Maximum => ("over_time_maximum", "maximum"),
+    };
+    Figure {
+        file,
+        title: format!("The {name} row over time"),
+        caption: format!(
+            "{}. The server sampled about once a second through the row (each point ends an interval; the first includes setting connections up): the connections it held (its own gauge), its CPU over the interval, and its resident memory. Throughput per second is not recorded: the load generator reports one figure for the whole row (see the throughput chart). A model whose row kept no per-interval samples (results from before they were kept) has no line.",
+            capitalized(&workload_title(results, kind))
+        ),
+        panels: measures
+            .into_iter()
+            .map(|(title, axis, value)| Panel {
+                title: title.to_owned(),
+                value_axis: axis.to_owned(),
+                log_values: false,
+                plot: Plot::Curves {
+                    x_axis: "seconds from the start of the row".to_owned(),
+                    x: XScale::Seconds,
+                    workload: kind,
+                    series: results
+                        .models
+                        .iter()
+                        .filter_map(|m| {
+                            let row = m.rows.iter().find(|r| r.kind == Some(kind))?;
+                            let intervals = row.intervals.as_ref()?;
+                            let points: Vec<(f64, f64)> = intervals
+                                .iter()
+                                .enumerate()
+                                .filter_map(|(i, iv)| Some((iv.at_s.unwrap_or((i + 1) as f64), value(iv)?)))
+                                .collect();
+                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                        })
+                        .collect(),
+                },
+            })
+            .collect(),
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
 }
 
 fn register_font() {
@@ -344,6 +488,8 @@ fn panel_height(panel: &Panel) -> u32 {
     match &panel.plot {
         Plot::Bars { bars, .. } => 110 + 30 * bars.len() as u32,
         Plot::Lines { .. } => 400,
+        Plot::Curves { x: XScale::Percentile, .. } => 380,
+        Plot::Curves { x: XScale::Seconds, .. } => 280,
     }
 }
 
@@ -356,7 +502,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
     let body = root.titled(&figure.title, ("sans-serif", 24)).map_err(err)?;
-    let lines = figure.panels.iter().any(|p| matches!(p.plot, Plot::Lines { .. }));
+    let lines = figure.panels.iter().any(|p| matches!(p.plot, Plot::Lines { .. } | Plot::Curves { .. }));
     let (panels_area, legend_area) = if lines {
         let (w, _) = body.dim_in_pixel();
         let (left, right) = body.split_horizontally(w.saturating_sub(LEGEND_WIDTH));
@@ -371,12 +517,13 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
         match &panel.plot {
             Plot::Bars { bars, .. } => draw_bars(&area, panel, bars)?,
             Plot::Lines { x_axis, series, .. } => draw_lines(&area, panel, x_axis, series)?,
+            Plot::Curves { x_axis, x, series, .. } => draw_curves(&area, panel, x_axis, *x, series)?,
         }
     }
     if let Some(legend) = legend_area {
         let mut seen = Vec::new();
         let series = figure.panels.iter().flat_map(|p| match &p.plot {
-            Plot::Lines { series, .. } => series.as_slice(),
+            Plot::Lines { series, .. } | Plot::Curves { series, .. } => series.as_slice(),
             Plot::Bars { .. } => &[],
         });
         for s in series {
@@ -542,6 +689,83 @@ fn draw_lines<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Lines through a row, one per model: a latency spectrum (markers at 90%, 99%, 99.9%… and at
+/// the largest value) or figures over time (every interval marked).
+fn draw_curves<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    x_axis: &str,
+    x: XScale,
+    series: &[Series],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let x_max = points().map(|p| p.0).fold(0.0f64, f64::max);
+    let y_max = points().map(|p| p.1).fold(0.0f64, f64::max);
+    let x_end = match x {
+        // Whole decades, so the last label (99.9…%) is on the axis.
+        XScale::Percentile => x_max.ceil().max(1.0),
+        XScale::Seconds => (x_max * 1.05).max(1.0),
+    };
+    let marks = |s: &Series| -> Vec<(f64, f64)> {
+        match x {
+            XScale::Seconds => s.points.clone(),
+            XScale::Percentile => {
+                let mut marks: Vec<(f64, f64)> = (1..=x_end as usize)
+                    .filter_map(|k| s.points.iter().find(|p| p.0 >= k as f64 - 1e-9).copied())
+                    .collect();
+                marks.extend(s.points.last().copied());
+                marks.dedup();
+                marks
+            }
+        }
+    };
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(&panel.title, ("sans-serif", 16)).margin(12).x_label_area_size(44).y_label_area_size(70);
+    let x_format = |v: &f64| match x {
+        XScale::Percentile => percentile_label(*v),
+        XScale::Seconds => short(*v),
+    };
+    let x_labels = match x {
+        XScale::Percentile => x_end as usize + 1,
+        XScale::Seconds => 10,
+    };
+    macro_rules! finish {
+        ($ctx:expr) => {{
+            let mut ctx = $ctx;
+            ctx.configure_mesh()
+                .x_desc(x_axis)
+                .y_desc(panel.value_axis.as_str())
+                .x_labels(x_labels)
+                .x_label_formatter(&x_format)
+                .y_label_formatter(&|y| short(*y))
+                .label_style(("sans-serif", 14))
+                .axis_desc_style(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
+            for s in series {
+                let line = colour(s.style).stroke_width(2);
+                if s.style.dashed {
+                    ctx.draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 5, line)).map_err(err)?;
+                } else {
+                    ctx.draw_series(LineSeries::new(s.points.iter().copied(), line)).map_err(err)?;
+                }
+                for p in marks(s) {
+                    draw_marker(ctx.plotting_area(), p, s.style, 4)?;
+                }
+            }
+        }};
+    }
+    if panel.log_values {
+        let y_min = points().map(|p| p.1).filter(|&y| y > 0.0).fold(f64::INFINITY, f64::min);
+        let y_min = if y_min.is_finite() { y_min * 0.7 } else { 1e-3 };
+        finish!(builder.build_cartesian_2d(0.0..x_end, (y_min..(y_max.max(y_min) * 1.5)).log_scale()).map_err(err)?);
+    } else {
+        finish!(builder.build_cartesian_2d(0.0..x_end, 0.0..(y_max.max(1e-9) * 1.15)).map_err(err)?);
+    }
+    Ok(())
+}
+
 /// The legend of a line figure, in its own column: it covers no point.
 fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, Style)]) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
@@ -573,7 +797,8 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
         draw(SVGBackend::new(&svg, size(&figure)).into_drawing_area(), &figure).map_err(|e| fail(&svg, e))?;
         let png = dir.join(format!("{}.png", figure.file));
         draw(BitMapBackend::new(&png, size(&figure)).into_drawing_area(), &figure).map_err(|e| fail(&png, e))?;
-        svgs.push((figure.caption, std::fs::read_to_string(&svg).map_err(|e| fail(&svg, e.to_string()))?));
+        let text = std::fs::read_to_string(&svg).map_err(|e| fail(&svg, e.to_string()))?;
+        svgs.push((figure.file.to_owned(), figure.caption, text));
         written.push(svg);
         written.push(png);
     }
@@ -583,10 +808,11 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
     Ok(written)
 }
 
-/// The page: the tables, then each figure's SVG with its caption (what was measured; the
-/// figure's title is inside the SVG, so it is not repeated).
-fn page(results: &Results, svgs: &[(String, String)]) -> String {
-    let mut body = String::new();
+/// The page: the summary, the tables (each sortable by a click on a column's heading), then
+/// each figure's SVG with its caption (what was measured; the figure's title is inside the SVG,
+/// so it is not repeated) and links to its PNG and SVG files.
+fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
+    let mut body = summary_html(results);
     let tables = crate::tables::tables_markdown(results);
     for block in tables.split("\n\n") {
         if let Some(heading) = block.strip_prefix("### ") {
@@ -603,17 +829,294 @@ fn page(results: &Results, svgs: &[(String, String)]) -> String {
     if svgs.is_empty() {
         body.push_str("<p>No charts: no model was measured.</p>\n");
     }
-    for (caption, svg) in svgs {
+    for (file, caption, svg) in svgs {
         let inline = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-        let _ = writeln!(body, "<figure>{inline}<figcaption>{}</figcaption></figure>", escape(caption));
+        let _ = writeln!(
+            body,
+            "<figure id=\"{file}\">{inline}<figcaption>{}</figcaption><p class=\"files\"><a href=\"{file}.png\">{file}.png</a> · <a href=\"{file}.svg\">{file}.svg</a></p></figure>",
+            escape(caption)
+        );
     }
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; }} td:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
         // A tab or a bookmark shows only the title: a partial run says so there too.
         partial = if results.interrupted || results.in_progress { " (partial results)" } else { "" },
     )
+}
+
+/// Sorts a table by the column whose heading is clicked (again: the other way): numbers by
+/// value (thousands separators and units after the number ignored), other cells as text, a
+/// cell of neither after the numbers. A row whose first cell is empty continues the row above
+/// (a model's further rows): before the first sort it is given that name, greyed, so a sorted
+/// row still says whose it is. Inline, so the page needs no network.
+const SORT_SCRIPT: &str = r#"
+(function () {
+  function key(text) {
+    var m = text.replace(/,/g, "").match(/^\s*[-+]?\d+(\.\d+)?/);
+    return m ? parseFloat(m[0]) : null;
+  }
+  document.querySelectorAll("table").forEach(function (table) {
+    var head = table.tHead && table.tHead.rows[0];
+    var body = table.tBodies[0];
+    if (!head || !body) return;
+    Array.prototype.forEach.call(head.cells, function (th, col) {
+      th.title = "Sort by this column";
+      th.addEventListener("click", function () {
+        var up = th.getAttribute("aria-sort") !== "ascending";
+        Array.prototype.forEach.call(head.cells, function (c) { c.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", up ? "ascending" : "descending");
+        var rows = Array.prototype.slice.call(body.rows), group = "";
+        rows.forEach(function (r) {
+          var first = r.cells[0];
+          if (!first) return;
+          if (first.textContent.trim() === "" && group !== "") {
+            first.textContent = group;
+            first.className = "repeat";
+          } else {
+            group = first.textContent;
+          }
+        });
+        rows.sort(function (a, b) {
+          var x = a.cells[col] ? a.cells[col].textContent : "", y = b.cells[col] ? b.cells[col].textContent : "";
+          var p = key(x), q = key(y), c;
+          if (p !== null && q !== null) c = p - q;
+          else if (p !== null) c = -1;
+          else if (q !== null) c = 1;
+          else c = x.localeCompare(y);
+          return up ? c : -c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+})();
+"#;
+
+/// Only with `?check` in the page's address (as the browser test opens it): every error the
+/// page raises (a script error, `console.error`, a resource that failed to load) is written
+/// into `<pre id="console-errors">`, and once the page has loaded `<pre id="resource-check">`
+/// says how many images and figures it has and which are broken (an image with no pixels, a
+/// figure drawn at no size), so a headless browser's `--dump-dom` shows both.
+pub const CHECK_SCRIPT: &str = r#"
+(function () {
+  if (!/[?&]check\b/.test(location.search)) return;
+  var errors = [];
+  function show() {
+    var pre = document.getElementById("console-errors");
+    if (!pre) {
+      pre = document.createElement("pre");
+      pre.id = "console-errors";
+      (document.body || document.documentElement).appendChild(pre);
+    }
+    pre.textContent = errors.join("\n");
+  }
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    if (t && t !== window && (t.src || t.href)) errors.push("failed to load: " + (t.src || t.href));
+    else errors.push("error: " + e.message + " (" + e.filename + ":" + e.lineno + ")");
+    show();
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { errors.push("unhandled rejection: " + e.reason); show(); });
+  var consoleError = console.error;
+  console.error = function () {
+    errors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    show();
+    return consoleError.apply(console, arguments);
+  };
+  window.addEventListener("load", function () {
+    show();
+    var broken = [];
+    Array.prototype.forEach.call(document.images, function (img) {
+      if (!img.complete || img.naturalWidth === 0) broken.push("image " + img.getAttribute("src"));
+    });
+    var figures = document.querySelectorAll("figure svg");
+    Array.prototype.forEach.call(figures, function (svg, i) {
+      var box = svg.getBoundingClientRect();
+      if (!(box.width > 0 && box.height > 0)) broken.push("figure " + (i + 1) + " drawn at no size");
+    });
+    // Every table sorted by each column, both ways, and back: a script error shows above.
+    var sorts = 0;
+    document.querySelectorAll("thead th").forEach(function (th) { th.click(); th.click(); sorts += 2; });
+    var pre = document.createElement("pre");
+    pre.id = "resource-check";
+    pre.textContent = "images=" + document.images.length + " figures=" + figures.length + " tables=" +
+      document.querySelectorAll("table").length + " sorts=" + sorts + " broken=" + broken.length + (broken.length ? ": " + broken.join("; ") : "");
+    document.body.appendChild(pre);
+  });
+})();
+"#;
+
+/// Who leads among `entries` (model, value), the highest first: the leader (several when tied)
+/// with its value, and by how much it is ahead of the next. `tied` says when two values are the
+/// same.
+fn lead(
+    mut entries: Vec<(String, f64)>,
+    show: &dyn Fn(f64) -> String,
+    tied: &dyn Fn(f64, f64) -> bool,
+) -> (String, String) {
+    entries.retain(|(_, v)| v.is_finite());
+    entries.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let Some((_, top)) = entries.first().cloned() else {
+        return ("not measured".to_owned(), String::new());
+    };
+    let (leaders, rest): (Vec<_>, Vec<_>) = entries.iter().partition(|(_, v)| tied(*v, top));
+    let names: Vec<&str> = leaders.iter().map(|(m, _)| m.as_str()).collect();
+    let leader = format!("{}: {}", names.join(", "), show(top));
+    let ahead = match rest.first() {
+        _ if entries.len() == 1 => "the only model measured".to_owned(),
+        None => format!("tied: all {} models", entries.len()),
+        Some((next, v)) if *v > 0.0 => format!("{:.2}× {next} ({})", top / v, show(*v)),
+        Some((next, v)) => format!("{next} had {}", show(*v)),
+    };
+    (leader, ahead)
+}
+
+/// Within 1% of each other.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 0.01 * a.abs().max(b.abs())
+}
+
+/// The models a row or point was client-bound for, in words.
+fn bottleneck(bound: &[&str], measured: usize) -> String {
+    match bound.len() {
+        0 => "no".to_owned(),
+        n if n == measured && n > 1 => format!("yes, for every model ({})", bound.join(", ")),
+        _ => format!("yes, for {}", bound.join(", ")),
+    }
+}
+
+fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut html = String::from("<table>\n<thead><tr>");
+    for h in header {
+        let _ = write!(html, "<th>{}</th>", escape(h));
+    }
+    html.push_str("</tr></thead>\n<tbody>\n");
+    for row in rows {
+        html.push_str("<tr>");
+        for cell in row {
+            let _ = write!(html, "<td>{}</td>", escape(cell));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</tbody>\n</table>\n");
+    html
+}
+
+/// The page's opening: per row of Table 6-3 and per sweep point, the leading model and by how
+/// much (per second of server CPU, and in connections held or responses per second), and where
+/// the load generator, not the server, was the bottleneck.
+pub fn summary_html(results: &Results) -> String {
+    let mut html = String::from("<h2 id=\"summary\">Summary</h2>\n");
+    let measured: Vec<_> = results.models.iter().filter(|m| !m.rows.is_empty()).collect();
+    html.push_str("<p>Per server CPU-second is the work done for each second of CPU the server used (the mean of its samples): bytes echoed back to the clients in Table 6-3, responses in the sweeps. Where the client was the bottleneck (the load generator used 90% or more of its cores), the model's figures say what the load could drive, not what the server could do.</p>\n");
+    if measured.is_empty() {
+        html.push_str("<p>No row of Table 6-3 was measured.</p>\n");
+    } else {
+        let mut rows = Vec::new();
+        for kind in ROW_KINDS {
+            let of_kind: Vec<(&str, &Row)> = measured
+                .iter()
+                .filter_map(|m| m.rows.iter().find(|r| r.kind == Some(kind)).map(|r| (m.model.as_str(), r)))
+                .collect();
+            if of_kind.is_empty() {
+                continue;
+            }
+            let attempted = of_kind.iter().map(|(_, r)| r.attempted).max().unwrap_or(0);
+            let per_cpu = lead(
+                of_kind.iter().filter_map(|(m, r)| Some((m.to_string(), r.bytes_per_cpu_second()?))).collect(),
+                &|v| format!("{} MB per CPU-second", decimal(v / 1e6)),
+                &close,
+            );
+            let held = lead(
+                of_kind.iter().filter_map(|(m, r)| Some((m.to_string(), r.connected_held()? as f64))).collect(),
+                &|v| format!("{} of {}", thousands(v as u64), thousands(attempted)),
+                &|a, b| a == b,
+            );
+            let bound: Vec<&str> = of_kind.iter().filter(|(_, r)| r.client_bound).map(|(m, _)| *m).collect();
+            rows.push(vec![
+                format!("{} ({} connections)", kind.label(), thousands(attempted)),
+                per_cpu.0,
+                per_cpu.1,
+                held.0,
+                held.1,
+                bottleneck(&bound, of_kind.len()),
+            ]);
+        }
+        html.push_str("<h3>Table 6-3 rows</h3>\n");
+        html.push_str(&html_table(
+            &[
+                "Row",
+                "Most bytes per server CPU-second",
+                "Ahead of the next by",
+                "Most connections held",
+                "Ahead of the next by",
+                "Client the bottleneck",
+            ],
+            &rows,
+        ));
+    }
+    let mut points: Vec<(HttpWorkload, u64)> =
+        results.all_results().flat_map(|m| m.http.iter().map(|p| (p.workload(), p.concurrency))).collect();
+    points.sort();
+    points.dedup();
+    if !points.is_empty() {
+        let mut rows = Vec::new();
+        for (workload, concurrency) in points {
+            let at: Vec<(&str, &crate::results::HttpPoint)> = results
+                .all_results()
+                .filter_map(|m| {
+                    m.http
+                        .iter()
+                        .find(|p| p.workload() == workload && p.concurrency == concurrency)
+                        .map(|p| (m.model.as_str(), p))
+                })
+                .collect();
+            let per_cpu = lead(
+                at.iter()
+                    .filter_map(|(m, p)| {
+                        let cpu = p.server_cpu_pct.filter(|&c| c > 0.0)?;
+                        Some((m.to_string(), p.requests_per_s / (cpu / 100.0)))
+                    })
+                    .collect(),
+                &|v| format!("{} responses per CPU-second", thousands(v.round() as u64)),
+                &close,
+            );
+            let rate = lead(
+                at.iter().map(|(m, p)| (m.to_string(), p.requests_per_s)).collect(),
+                &|v| format!("{}/s", thousands(v.round() as u64)),
+                &close,
+            );
+            let bound: Vec<&str> = at.iter().filter(|(_, p)| p.client_bound).map(|(m, _)| *m).collect();
+            rows.push(vec![
+                format!(
+                    "{}{}, {} connections",
+                    if workload.tls() { "HTTPS " } else { "HTTP " },
+                    workload.connection(),
+                    thousands(concurrency)
+                ),
+                per_cpu.0,
+                per_cpu.1,
+                rate.0,
+                rate.1,
+                bottleneck(&bound, at.len()),
+            ]);
+        }
+        html.push_str("<h3>HTTP and HTTPS sweep points</h3>\n<p>Every model holds the same connections at a sweep point (its concurrency), so the points compare responses: per server CPU-second, and per second.</p>\n");
+        html.push_str(&html_table(
+            &[
+                "Sweep point",
+                "Most responses per server CPU-second",
+                "Ahead of the next by",
+                "Most responses per second",
+                "Ahead of the next by",
+                "Client the bottleneck",
+            ],
+            &rows,
+        ));
+    }
+    html
 }
 
 /// Axis numbers as people read them: 1500 → "1.5k", 2000000 → "2M".
@@ -640,11 +1143,20 @@ fn markdown_table_to_html(block: &str) -> String {
         }
         let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
         let tag = if i == 0 { "th" } else { "td" };
+        if i == 0 {
+            html.push_str("<thead>");
+        } else if i == 2 {
+            html.push_str("<tbody>\n");
+        }
         html.push_str("<tr>");
         for cell in cells {
             let _ = write!(html, "<{tag}>{}</{tag}>", escape(cell));
         }
-        html.push_str("</tr>\n");
+        html.push_str("</tr>");
+        html.push_str(if i == 0 { "</thead>\n" } else { "\n" });
+    }
+    if block.lines().filter(|l| l.starts_with('|')).count() > 2 {
+        html.push_str("</tbody>\n");
     }
     html.push_str("</table>\n");
     html
@@ -687,7 +1199,9 @@ mod tests {
                 .iter()
                 .map(|p| match &p.plot {
                     Plot::Bars { workload, .. } => *workload,
-                    Plot::Lines { .. } => panic!("{}: echo rows of different workloads drawn as a line", f.file),
+                    Plot::Lines { .. } | Plot::Curves { .. } => {
+                        panic!("{}: echo rows of different workloads drawn as a line", f.file)
+                    }
                 })
                 .collect();
             assert_eq!(workloads, [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum], "{}", f.file);
@@ -837,7 +1351,7 @@ mod tests {
                     Plot::Lines { workload, series, .. } => {
                         (*workload, series.iter().map(|s| (s.model.clone(), s.points.clone())).collect())
                     }
-                    Plot::Bars { .. } => panic!("{file} is drawn as lines"),
+                    Plot::Bars { .. } | Plot::Curves { .. } => panic!("{file} is drawn as lines against concurrency"),
                 })
                 .collect()
         };
@@ -981,5 +1495,96 @@ mod tests {
         assert_eq!(bars[0].value, None);
         assert_eq!(bars[0].style, style(6), "uring keeps its colour when measured alone");
         assert!(bars[0].label.contains("failed"), "{}", bars[0].label);
+    }
+
+    #[test]
+    fn percentile_axis_labels() {
+        let labels: Vec<String> = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0].into_iter().map(percentile_label).collect();
+        assert_eq!(labels, ["0%", "", "90%", "99%", "99.9%", "99.999%"]);
+    }
+
+    /// 1,000 values 1..=1,000 µs: the spectrum runs from the smallest to the largest, rising,
+    /// with the median at x = log10(2) and the largest at the last sample's percentile (x = 3).
+    #[test]
+    fn latency_spectrum_is_the_histograms_percentiles() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let hdr = sockscale_load::report::Latency::from_histogram(&h).hdr;
+        let points = latency_spectrum(&hdr).expect("a spectrum");
+        assert_eq!(points[0], (0.0, 0.001));
+        let last = *points.last().unwrap();
+        assert!((last.0 - 3.0).abs() < 1e-9 && (last.1 - 1.0).abs() < 0.001, "{last:?}");
+        assert!(points.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{points:?}");
+        let median = points.iter().find(|p| p.0 >= 2f64.log10() - 1e-9).unwrap();
+        assert!((median.1 - 0.5).abs() < 0.01, "{median:?}");
+        assert_eq!(latency_spectrum(""), None, "no histogram, no line");
+        assert_eq!(latency_spectrum("not base64!"), None);
+    }
+
+    /// Two models' flood rows with histograms and intervals: a latency line and an over-time
+    /// line each, in each model's colour, the intervals at their own times; the summary names
+    /// the leader per CPU-second and by how much, the tie in connections held, and the
+    /// client-bound row.
+    #[test]
+    fn spectra_time_lines_and_summary_from_the_results_alone() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        h.record(100_000).unwrap();
+        let hdr = sockscale_load::report::Latency::from_histogram(&h).hdr;
+        let iv = |at_s: f64, cpu_pct: f64| crate::results::Interval {
+            cpu_pct,
+            held: Some(20),
+            rss_kib: Some(2048),
+            at_s: Some(at_s),
+        };
+        let row = |bytes: f64, cpu: f64, bound: bool| Row {
+            kind: Some(RowKind::Flood),
+            attempted: 20,
+            connected: 20,
+            received_bytes_per_s: bytes,
+            client_bound: bound,
+            latency_hdr: Some(hdr.clone()),
+            intervals: Some(vec![iv(0.5, cpu), iv(1.0, cpu)]),
+            ..Row::default()
+        };
+        let r = Results {
+            models: vec![
+                ModelResult { model: "epoll".into(), rows: vec![row(30e6, 50.0, true)], ..ModelResult::default() },
+                ModelResult { model: "select".into(), rows: vec![row(20e6, 100.0, false)], ..ModelResult::default() },
+            ],
+            ..Results::default()
+        };
+        let figures = figures(&r);
+        let styles = styled_models(&r);
+        let style_of = |m: &str| styles.iter().find(|(n, _)| n == m).unwrap().1;
+        let latency = figures.iter().find(|f| f.file == "latency").expect("a latency figure");
+        assert_eq!(latency.panels.len(), 1, "only the flood row was measured");
+        let Plot::Curves { x: XScale::Percentile, series, .. } = &latency.panels[0].plot else { panic!() };
+        assert_eq!(
+            series.iter().map(|s| (s.model.as_str(), s.style)).collect::<Vec<_>>(),
+            [("epoll", style_of("epoll")), ("select", style_of("select"))]
+        );
+        let over = figures.iter().find(|f| f.file == "over_time_flood").expect("the flood row over time");
+        let titles: Vec<&str> = over.panels.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, ["connections held by the server", "server CPU", "server resident memory (RSS)"]);
+        let Plot::Curves { x: XScale::Seconds, series, .. } = &over.panels[1].plot else { panic!() };
+        assert_eq!(series[1].points, [(0.5, 100.0), (1.0, 100.0)]);
+        assert!(over.caption.contains("Throughput per second is not recorded"));
+        assert!(!figures.iter().any(|f| f.file == "over_time_maximum"), "no maximum row, no figure");
+
+        let summary = summary_html(&r);
+        // epoll: 30 MB/s at 50% = 60 MB per CPU-second; select 20 MB per CPU-second.
+        assert!(
+            summary.contains("<td>epoll: 60.0 MB per CPU-second</td><td>3.00× select (20.0 MB per CPU-second)</td>"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("<td>epoll, select: 20 of 20</td><td>tied: all 2 models</td><td>yes, for epoll</td>"),
+            "{summary}"
+        );
+        let html = page(&r, &[]);
+        assert!(html.find("Summary") < html.find("I/O models"), "the page opens with the summary");
+        assert!(html.contains("<script>") && !html.contains("src=\"http"), "inline scripts, no network");
     }
 }

@@ -113,6 +113,12 @@ pub struct Row {
     /// when each ended. Absent in results written before they were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Vec<Interval>>,
+    /// The load generator's latency histogram of the row as its report had it (`latency.hdr`:
+    /// nanoseconds, HdrHistogram V2 deflate, base64), from which the report draws the row's
+    /// percentile spectrum. Absent in results written before it was kept, and when nothing was
+    /// timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_hdr: Option<String>,
 }
 
 /// One sampling interval of a row.
@@ -125,6 +131,11 @@ pub struct Interval {
     pub held: Option<u64>,
     /// Server resident memory when the interval ended, KiB; `None` when it could not be read.
     pub rss_kib: Option<u64>,
+    /// When the interval ended, seconds from the start of sampling (just before the load
+    /// started). Absent in results written before it was kept: the intervals are about a
+    /// second each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
 }
 
 /// A held count within this fraction of the row's peak counts as the peak: the gauge of a
@@ -323,6 +334,26 @@ impl Row {
     /// Kernel slab memory of the socket caches, KiB, when measured.
     pub fn kernel_slab_kib(&self) -> Option<i64> {
         self.kernel.as_ref().and_then(KernelMemory::slab_kib)
+    }
+
+    /// The server's mean CPU over the row, % of one core: the mean of its intervals when it has
+    /// them (all of them: the work of setting connections up is work too), else the middle of
+    /// its lowest–highest range; `None` when not sampled or 0.
+    pub fn mean_cpu_pct(&self) -> Option<f64> {
+        let mean = match self.intervals.as_deref() {
+            Some(iv) if !iv.is_empty() => iv.iter().map(|i| i.cpu_pct).sum::<f64>() / iv.len() as f64,
+            _ => {
+                let (min, max) = self.server_cpu_pct()?;
+                (min + max) / 2.0
+            }
+        };
+        (mean > 0.0).then_some(mean)
+    }
+
+    /// Bytes echoed back to the clients per second of server CPU; `None` when the server's CPU
+    /// was not measured.
+    pub fn bytes_per_cpu_second(&self) -> Option<f64> {
+        Some(self.received_bytes_per_s / (self.mean_cpu_pct()? / 100.0))
     }
 }
 
@@ -599,7 +630,7 @@ mod tests {
     /// with connects in them, nor the last while connections closed.
     #[test]
     fn steady_cpu_is_the_intervals_after_the_last_connect() {
-        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None };
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None, at_s: None };
         let mut row = Row::default();
         assert!(row.steady_cpu().unwrap_err().contains("no per-interval samples"));
         row.intervals = Some(vec![

@@ -438,7 +438,9 @@ impl Progress {
             let filled = (self.done * width / self.total.max(1)).min(width);
             let _ = write!(
                 err,
-                "\r[{}{}] {:>3}%  {what:<40}",
+                // Erase the line first: a shorter label must not leave the end of a longer one
+                // (a stray ")" after "bench finished").
+                "\r\x1b[2K[{}{}] {:>3}%  {what}",
                 "#".repeat(filled),
                 " ".repeat(width - filled),
                 self.done * 100 / self.total.max(1)
@@ -481,11 +483,12 @@ impl Progress {
 
     fn finish(&self, interrupted: bool) {
         let what = if interrupted { "bench interrupted" } else { "bench finished" };
+        let line = format!("{what}: {} of {} steps", self.done, self.total);
         let mut err = std::io::stderr().lock();
         if self.shown == Shown::Bar {
-            let _ = writeln!(err, "\r{what:<80}");
+            let _ = writeln!(err, "\r\x1b[2K{line}");
         } else if self.shown == Shown::Lines {
-            let _ = writeln!(err, "{what}: {} of {} steps", self.done, self.total);
+            let _ = writeln!(err, "{line}");
         }
     }
 }

@@ -116,7 +116,12 @@ impl Sampler {
                         let used = used as f64 / ticks;
                         let cpu_pct = 100.0 * used / read_at.duration_since(*then).as_secs_f64();
                         samples.cpu_pct.push(cpu_pct);
-                        samples.intervals.push(Interval { cpu_pct, held: held(), rss_kib: samples.rss_kib_last });
+                        samples.intervals.push(Interval {
+                            cpu_pct,
+                            held: held(),
+                            rss_kib: samples.rss_kib_last,
+                            at_s: Some(read_at.duration_since(started).as_secs_f64()),
+                        });
                     }
                     last = read.map(|t| (read_at, t));
                     next += interval;

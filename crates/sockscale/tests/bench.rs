@@ -60,6 +60,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             assert!(n("client_cpu_pct") >= 0.0);
             assert!(row["errors"].is_object());
             assert!(row["client_bound"].is_boolean());
+            // The load's latency histogram is kept, for the report's spectrum, and each interval
+            // says when it ended, for the figures over time.
+            assert!(row["latency_hdr"].as_str().is_some_and(|h| !h.is_empty()), "{name}: no latency_hdr: {row}");
+            let intervals = row["intervals"].as_array().unwrap_or_else(|| panic!("{name}: no intervals: {row}"));
+            assert!(!intervals.is_empty() && intervals.iter().all(|i| i["at_s"].as_f64().is_some_and(|t| t > 0.0)));
             // Each server figure says how many samples it came from, and here every one had some.
             for figure in ["connections", "rss", "threads", "cpu"] {
                 let count = row["samples"][figure].as_u64();
@@ -96,6 +101,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         "http.png",
         "https.png",
         "https.svg",
+        "latency.png",
+        "latency.svg",
+        "over_time_flood.png",
+        "over_time_rate_limited.png",
+        "over_time_maximum.svg",
     ] {
         let meta = std::fs::metadata(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(meta.len() > 0, "{file} is empty");
@@ -130,6 +140,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     let out = Command::new(BIN).arg("report").arg(dir.join("results.json")).arg("--out").arg(&again).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(again.join("report.html").exists() && again.join("cpu.svg").exists());
+    // The page opens with its summary, and both pages load in a real browser.
+    assert!(html.find("<h2 id=\"summary\">Summary</h2>") < html.find("<h2>I/O models"), "the summary comes first");
+    assert!(html.contains("Echo latency by percentile") && html.contains("The flood row over time"));
+    check_in_browser(&dir.join("report.html"), "bench-report.png");
+    check_in_browser(&again.join("report.html"), "bench-report-redrawn.png");
 
     // plan predicts from the same results.
     let out = Command::new(BIN)
@@ -349,6 +364,60 @@ fn synthetic_results(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
     path
+}
+
+/// Open `page` in headless Chromium: no error, nothing missing, a screenshot kept under
+/// target/. Skipped, saying why, when there is no Chromium here.
+fn check_in_browser(page: &std::path::Path, screenshot: &str) {
+    let browser = match support::browser::chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: the browser check of {}: {why}", page.display());
+            return;
+        }
+    };
+    let shot = support::browser::screenshot_dir().join(screenshot);
+    let started = std::time::Instant::now();
+    match support::browser::check_page(&browser, page, &shot) {
+        Ok(checked) => eprintln!(
+            "browser check of {}: {} in {:.1} s; screenshot {}",
+            page.display(),
+            checked.resources,
+            started.elapsed().as_secs_f64(),
+            checked.screenshot.display()
+        ),
+        Err(e) => panic!("browser check failed: {e}"),
+    }
+}
+
+/// The browser check fails on a page with a script error, a `console.error` or a missing
+/// image, and says which: a page drawn by `report`, then broken on purpose.
+#[test]
+fn browser_check_fails_on_an_error_or_a_missing_image() {
+    let Ok(browser) = support::browser::chromium().map_err(|why| eprintln!("skipped: {why}")) else { return };
+    let dir = std::env::temp_dir().join(format!("sockscale-browser-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let results = synthetic_results(&dir);
+    let out = Command::new(BIN).arg("report").arg(&results).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = dir.join("report.html");
+    let shots = support::browser::screenshot_dir();
+    let checked = support::browser::check_page(&browser, &page, &shots.join("synthetic-report.png"))
+        .unwrap_or_else(|e| panic!("a good page failed: {e}"));
+    assert!(checked.resources.contains("figures=") && !checked.resources.contains("figures=0 "), "{checked:?}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for (breakage, expect) in [
+        ("<img src=\"missing-chart.png\" alt=\"\">", "missing-chart.png"),
+        ("<script>undefinedFunction();</script>", "undefinedFunction"),
+        ("<script>console.error(\"something went wrong\");</script>", "console.error: something went wrong"),
+    ] {
+        std::fs::write(&page, html.replace("<h1>", &format!("{breakage}<h1>"))).unwrap();
+        let err = support::browser::check_page(&browser, &page, &shots.join("broken-report.png"))
+            .expect_err(&format!("the check passed a page with {breakage}"));
+        assert!(err.contains(expect), "{breakage}: {err}");
+        eprintln!("as it should, the check failed the page with {breakage}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The case: select predicted 0 MiB and 0 threads at 50,000 connections, fixed-thread

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
 
 /// Skip (returning true) when `model` cannot run on this machine, saying why.
+pub mod browser;
 pub mod h2;
 pub mod tls;
 
