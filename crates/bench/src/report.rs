@@ -11,6 +11,7 @@
 //! tables, so it opens from disk with no network. Text is drawn with the DejaVu Sans font
 //! built into the binary, so the PNGs render the same on a machine with no fonts installed.
 
+use sockscale_load::page::{CHECK_SCRIPT, SORT_SCRIPT};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -845,108 +846,6 @@ fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
         partial = if results.interrupted || results.in_progress { " (partial results)" } else { "" },
     )
 }
-
-/// Sorts a table by the column whose heading is clicked (again: the other way): numbers by
-/// value (thousands separators and units after the number ignored), other cells as text, a
-/// cell of neither after the numbers. A row whose first cell is empty continues the row above
-/// (a model's further rows): before the first sort it is given that name, greyed, so a sorted
-/// row still says whose it is. Inline, so the page needs no network.
-const SORT_SCRIPT: &str = r#"
-(function () {
-  function key(text) {
-    var m = text.replace(/,/g, "").match(/^\s*[-+]?\d+(\.\d+)?/);
-    return m ? parseFloat(m[0]) : null;
-  }
-  document.querySelectorAll("table").forEach(function (table) {
-    var head = table.tHead && table.tHead.rows[0];
-    var body = table.tBodies[0];
-    if (!head || !body) return;
-    Array.prototype.forEach.call(head.cells, function (th, col) {
-      th.title = "Sort by this column";
-      th.addEventListener("click", function () {
-        var up = th.getAttribute("aria-sort") !== "ascending";
-        Array.prototype.forEach.call(head.cells, function (c) { c.removeAttribute("aria-sort"); });
-        th.setAttribute("aria-sort", up ? "ascending" : "descending");
-        var rows = Array.prototype.slice.call(body.rows), group = "";
-        rows.forEach(function (r) {
-          var first = r.cells[0];
-          if (!first) return;
-          if (first.textContent.trim() === "" && group !== "") {
-            first.textContent = group;
-            first.className = "repeat";
-          } else {
-            group = first.textContent;
-          }
-        });
-        rows.sort(function (a, b) {
-          var x = a.cells[col] ? a.cells[col].textContent : "", y = b.cells[col] ? b.cells[col].textContent : "";
-          var p = key(x), q = key(y), c;
-          if (p !== null && q !== null) c = p - q;
-          else if (p !== null) c = -1;
-          else if (q !== null) c = 1;
-          else c = x.localeCompare(y);
-          return up ? c : -c;
-        });
-        rows.forEach(function (r) { body.appendChild(r); });
-      });
-    });
-  });
-})();
-"#;
-
-/// Only with `?check` in the page's address (as the browser test opens it): every error the
-/// page raises (a script error, `console.error`, a resource that failed to load) is written
-/// into `<pre id="console-errors">`, and once the page has loaded `<pre id="resource-check">`
-/// says how many images and figures it has and which are broken (an image with no pixels, a
-/// figure drawn at no size), so a headless browser's `--dump-dom` shows both.
-pub const CHECK_SCRIPT: &str = r#"
-(function () {
-  if (!/[?&]check\b/.test(location.search)) return;
-  var errors = [];
-  function show() {
-    var pre = document.getElementById("console-errors");
-    if (!pre) {
-      pre = document.createElement("pre");
-      pre.id = "console-errors";
-      (document.body || document.documentElement).appendChild(pre);
-    }
-    pre.textContent = errors.join("\n");
-  }
-  window.addEventListener("error", function (e) {
-    var t = e.target;
-    if (t && t !== window && (t.src || t.href)) errors.push("failed to load: " + (t.src || t.href));
-    else errors.push("error: " + e.message + " (" + e.filename + ":" + e.lineno + ")");
-    show();
-  }, true);
-  window.addEventListener("unhandledrejection", function (e) { errors.push("unhandled rejection: " + e.reason); show(); });
-  var consoleError = console.error;
-  console.error = function () {
-    errors.push("console.error: " + Array.prototype.join.call(arguments, " "));
-    show();
-    return consoleError.apply(console, arguments);
-  };
-  window.addEventListener("load", function () {
-    show();
-    var broken = [];
-    Array.prototype.forEach.call(document.images, function (img) {
-      if (!img.complete || img.naturalWidth === 0) broken.push("image " + img.getAttribute("src"));
-    });
-    var figures = document.querySelectorAll("figure svg");
-    Array.prototype.forEach.call(figures, function (svg, i) {
-      var box = svg.getBoundingClientRect();
-      if (!(box.width > 0 && box.height > 0)) broken.push("figure " + (i + 1) + " drawn at no size");
-    });
-    // Every table sorted by each column, both ways, and back: a script error shows above.
-    var sorts = 0;
-    document.querySelectorAll("thead th").forEach(function (th) { th.click(); th.click(); sorts += 2; });
-    var pre = document.createElement("pre");
-    pre.id = "resource-check";
-    pre.textContent = "images=" + document.images.length + " figures=" + figures.length + " tables=" +
-      document.querySelectorAll("table").length + " sorts=" + sorts + " broken=" + broken.length + (broken.length ? ": " + broken.join("; ") : "");
-    document.body.appendChild(pre);
-  });
-})();
-"#;
 
 /// Who leads among `entries` (model, value), the highest first: the leader (several when tied)
 /// with its value, and by how much it is ahead of the next. `tied` says when two values are the

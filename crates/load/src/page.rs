@@ -1,7 +1,8 @@
 //! `load … --html FILE`: one run as a page, drawn from its [`Report`] alone (so `load merge
 //! --html` draws a merged run the same way). One offline file: inline SVG charts, inline CSS, a
-//! few lines of inline script that sort tables and report errors into the page (which the
-//! browser check reads); nothing is fetched.
+//! few lines of inline script that sort tables and, opened with `?check`, report errors and
+//! broken figures into the page (which the browser check reads); nothing is fetched. The two
+//! scripts are the bench report's too.
 //!
 //! What it shows: the summary figures; the latency percentile spectrum (HdrHistogram's plot:
 //! percentile on a log 1/(1-p) axis), corrected and uncorrected; requests, errors and latency
@@ -217,31 +218,111 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:
 td:first-child,th:first-child{text-align:left}th{background:#f4f4f4;cursor:pointer}\
 .chart .grid{stroke:#eee}.chart .tick,.chart .legend{font-size:11px;fill:#444}.chart .axis{font-size:12px;fill:#222}\
 .chart .title{font-size:13px;font-weight:600}.chart .none{fill:#888}figure{margin:8px 0}\
-.note{color:#555}#page-errors:empty{display:none}#page-errors{color:#b00020}.bad{color:#b00020;font-weight:600}pre{background:#f8f8f8;padding:8px;overflow:auto}";
+.note{color:#555}#console-errors:empty{display:none}#console-errors{color:#b00020}.bad{color:#b00020;font-weight:600}pre{background:#f8f8f8;padding:8px;overflow:auto}";
 
-/// Sorting tables by a header's column, and the page's own errors written into it (for the
-/// browser check, which reads `#page-errors`).
-const SCRIPT: &str = r#"
-window.pageErrors = [];
-window.addEventListener('error', e => { window.pageErrors.push(String(e.message)); show(); });
-const origError = console.error;
-console.error = function(...a) { window.pageErrors.push(a.join(' ')); show(); origError.apply(console, a); };
-function show() { const p = document.getElementById('page-errors'); if (p) p.textContent = window.pageErrors.join('\n'); }
-document.addEventListener('DOMContentLoaded', () => {
-  for (const t of document.querySelectorAll('table.sortable')) {
-    t.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', () => {
-      const body = t.tBodies[0], rows = Array.from(body.rows);
-      const key = r => { const s = r.cells[i].textContent; const n = parseFloat(s); return isNaN(n) ? s : n; };
-      const asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
-      rows.sort((a, b) => { const x = key(a), y = key(b); return (x > y ? 1 : x < y ? -1 : 0) * (asc ? 1 : -1); });
-      rows.forEach(r => body.appendChild(r));
-    }));
+// The pages' scripts (this page's and the bench report's): sorting tables, and the check a
+// headless browser reads.
+
+/// Sorts a table by the column whose heading is clicked (again: the other way): numbers by
+/// value (thousands separators and units after the number ignored), other cells as text, a
+/// cell of neither after the numbers. A row whose first cell is empty continues the row above
+/// (a model's further rows): before the first sort it is given that name, greyed, so a sorted
+/// row still says whose it is. Inline, so the page needs no network.
+pub const SORT_SCRIPT: &str = r#"
+(function () {
+  function key(text) {
+    var m = text.replace(/,/g, "").match(/^\s*[-+]?\d+(\.\d+)?/);
+    return m ? parseFloat(m[0]) : null;
   }
-  const missing = Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => 'missing image ' + i.src);
-  window.pageErrors.push(...missing);
-  show();
-  document.body.dataset.checked = String(document.querySelectorAll('svg.chart').length);
-});
+  document.querySelectorAll("table").forEach(function (table) {
+    var head = table.tHead && table.tHead.rows[0];
+    var body = table.tBodies[0];
+    if (!head || !body) return;
+    Array.prototype.forEach.call(head.cells, function (th, col) {
+      th.title = "Sort by this column";
+      th.addEventListener("click", function () {
+        var up = th.getAttribute("aria-sort") !== "ascending";
+        Array.prototype.forEach.call(head.cells, function (c) { c.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", up ? "ascending" : "descending");
+        var rows = Array.prototype.slice.call(body.rows), group = "";
+        rows.forEach(function (r) {
+          var first = r.cells[0];
+          if (!first) return;
+          if (first.textContent.trim() === "" && group !== "") {
+            first.textContent = group;
+            first.className = "repeat";
+          } else {
+            group = first.textContent;
+          }
+        });
+        rows.sort(function (a, b) {
+          var x = a.cells[col] ? a.cells[col].textContent : "", y = b.cells[col] ? b.cells[col].textContent : "";
+          var p = key(x), q = key(y), c;
+          if (p !== null && q !== null) c = p - q;
+          else if (p !== null) c = -1;
+          else if (q !== null) c = 1;
+          else c = x.localeCompare(y);
+          return up ? c : -c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+})();
+"#;
+
+/// Only with `?check` in the page's address (as the browser test opens it): every error the
+/// page raises (a script error, `console.error`, a resource that failed to load) is written
+/// into `<pre id="console-errors">`, and once the page has loaded `<pre id="resource-check">`
+/// says how many images and figures it has and which are broken (an image with no pixels, a
+/// figure drawn at no size), so a headless browser's `--dump-dom` shows both.
+pub const CHECK_SCRIPT: &str = r#"
+(function () {
+  if (!/[?&]check\b/.test(location.search)) return;
+  var errors = [];
+  function show() {
+    var pre = document.getElementById("console-errors");
+    if (!pre) {
+      pre = document.createElement("pre");
+      pre.id = "console-errors";
+      (document.body || document.documentElement).appendChild(pre);
+    }
+    pre.textContent = errors.join("\n");
+  }
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    if (t && t !== window && (t.src || t.href)) errors.push("failed to load: " + (t.src || t.href));
+    else errors.push("error: " + e.message + " (" + e.filename + ":" + e.lineno + ")");
+    show();
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { errors.push("unhandled rejection: " + e.reason); show(); });
+  var consoleError = console.error;
+  console.error = function () {
+    errors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    show();
+    return consoleError.apply(console, arguments);
+  };
+  window.addEventListener("load", function () {
+    show();
+    var broken = [];
+    Array.prototype.forEach.call(document.images, function (img) {
+      if (!img.complete || img.naturalWidth === 0) broken.push("image " + img.getAttribute("src"));
+    });
+    var figures = document.querySelectorAll("figure svg");
+    Array.prototype.forEach.call(figures, function (svg, i) {
+      var box = svg.getBoundingClientRect();
+      if (!(box.width > 0 && box.height > 0)) broken.push("figure " + (i + 1) + " drawn at no size");
+    });
+    // Every table sorted by each column, both ways, and back: a script error shows above.
+    var sorts = 0;
+    document.querySelectorAll("thead th").forEach(function (th) { th.click(); th.click(); sorts += 2; });
+    var pre = document.createElement("pre");
+    pre.id = "resource-check";
+    pre.textContent = "images=" + document.images.length + " figures=" + figures.length + " tables=" +
+      document.querySelectorAll("table").length + " sorts=" + sorts + " broken=" + broken.length + (broken.length ? ": " + broken.join("; ") : "");
+    document.body.appendChild(pre);
+  });
+})();
 "#;
 
 /// The page of one run.
@@ -250,14 +331,14 @@ pub fn render(report: &Report) -> String {
     let title = format!("sockscale load: {} on {}", report.mode, report.target);
     let _ = write!(
         html,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style><script>{SCRIPT}</script></head><body><h1>{}</h1>",
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style><script>{CHECK_SCRIPT}</script></head><body><h1>{}</h1>",
         escape(&title),
         escape(&title)
     );
     let started = report.window.as_ref().map(|w| w.started_unix_s).unwrap_or_default();
     let _ = write!(
         html,
-        r#"<p class="note">{:.2} s measured from Unix time {started:.3}, {} process(es), {} thread(s) on {} ({} CPU(s) allowed)</p><pre id="page-errors"></pre>"#,
+        r#"<p class="note">{:.2} s measured from Unix time {started:.3}, {} process(es), {} thread(s) on {} ({} CPU(s) allowed)</p>"#,
         report.duration_s,
         report.procs,
         report.threads,
@@ -408,7 +489,7 @@ pub fn render(report: &Report) -> String {
         .map(|(k, v)| vec![escape(k), escape(v.to_string().trim_matches('"'))])
         .collect();
     html.push_str(&table(&["option", "value"], &rows));
-    html.push_str("</body></html>\n");
+    let _ = write!(html, "<script>{SORT_SCRIPT}</script></body></html>\n");
     html
 }
 

@@ -765,44 +765,6 @@ fn hdr_interval_logs_count_every_request_and_merge() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Chromium headless, when installed: the page's DOM after its scripts ran, and a screenshot.
-fn chromium_dom(page: &std::path::Path, screenshot: &std::path::Path) -> Option<String> {
-    let browser = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()));
-    let Some(browser) = browser else {
-        eprintln!("skipping the browser check: no chromium (apt-get install chromium)");
-        return None;
-    };
-    let url = format!("file://{}", page.display());
-    let common = ["--headless=new", "--disable-gpu", "--no-sandbox", "--hide-scrollbars", "--virtual-time-budget=3000"];
-    let shot = Command::new(browser)
-        .args(common)
-        .arg("--window-size=1200,2600")
-        .arg(format!("--screenshot={}", screenshot.display()))
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(shot.status.success(), "chromium screenshot: {}", String::from_utf8_lossy(&shot.stderr));
-    let dom = Command::new(browser).args(common).arg("--dump-dom").arg(&url).output().expect("run chromium");
-    assert!(dom.status.success(), "chromium: {}", String::from_utf8_lossy(&dom.stderr));
-    Some(String::from_utf8_lossy(&dom.stdout).into_owned())
-}
-
-/// The errors the page's own script found (console errors, missing images), and the charts it
-/// counted.
-fn page_verdict(dom: &str) -> (String, Option<u32>) {
-    let errors = dom
-        .split("<pre id=\"page-errors\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</pre>").next())
-        .unwrap_or("no #page-errors in the page")
-        .to_owned();
-    let charts =
-        dom.split("data-checked=\"").nth(1).and_then(|rest| rest.split('"').next()).and_then(|n| n.parse().ok());
-    (errors, charts)
-}
-
 /// `--html`: the run's page, checked in a real browser: no console error, no missing resource,
 /// every chart drawn (its screenshot kept in target/); the check itself fails on a page with a
 /// missing image and a script error. The page's timeline counts every request.
@@ -823,33 +785,26 @@ fn the_run_page_opens_clean_in_a_browser() {
     assert!(html.contains("latency percentile spectrum") && html.contains("uncorrected"), "the page has its charts");
     assert!(!html.contains("<script src") && !html.contains("<link ") && !html.contains("<img"), "nothing fetched");
 
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-check");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join("load-run-page.png");
-    if let Some(dom) = chromium_dom(&page, &shot) {
-        let (errors, charts) = page_verdict(&dom);
-        assert_eq!(errors, "", "the page reported errors");
-        assert_eq!(charts, Some(5), "every chart drawn");
-        assert!(
-            std::fs::metadata(&shot).map(|m| m.len() > 10_000).unwrap_or(false),
-            "a screenshot at {}",
-            shot.display()
-        );
-        eprintln!("screenshot of the run page: {}", shot.display());
-        // The check can fail: the same page with a missing image and a script error.
-        let broken = dir.join("broken.html");
-        std::fs::write(
-            &broken,
-            html.replace("</body>", "<img src=\"nowhere.png\"><script>undefinedCall()</script></body>"),
-        )
-        .unwrap();
-        let dom = chromium_dom(&broken, &dir.join("broken.png")).expect("chromium");
-        let (errors, _) = page_verdict(&dom);
-        assert!(
-            errors.contains("missing image") && errors.contains("undefinedCall"),
-            "the check sees errors: {errors}"
-        );
-    }
+    let browser = match browser::chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped the browser check: {why}");
+            return;
+        }
+    };
+    let shot = browser::screenshot_dir().join("load-run-page.png");
+    let checked = browser::check_page(&browser, &page, &shot).unwrap_or_else(|e| panic!("{e}"));
+    assert!(checked.resources.contains("figures=5 "), "every chart drawn: {}", checked.resources);
+    eprintln!("screenshot of the run page: {}", shot.display());
+    // The check can fail: the same page with a missing image and a script error.
+    let broken = dir.join("broken.html");
+    std::fs::write(
+        &broken,
+        html.replace("</body>", "<img src=\"nowhere.png\"><script>undefinedCall()</script></body>"),
+    )
+    .unwrap();
+    let err = browser::check_page(&browser, &broken, &dir.join("broken.png")).expect_err("a broken page fails");
+    assert!(err.contains("nowhere.png") && err.contains("undefinedCall"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -170,7 +170,8 @@ pub fn plan(args: &PlanArgs) -> Result<()> {
             let Some(target) = args.target else {
                 bail!("--from an SLO search plans for a rate: give --target REQUESTS_PER_SECOND");
             };
-            let text = sockscale_load::slo::plan(&answer, target).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
+            let text =
+                sockscale_load::slo::plan(&answer, target).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
             say!("{}", text.trim_end());
             return Ok(());
         }
