@@ -489,7 +489,7 @@ pub fn render(report: &Report) -> String {
         .map(|(k, v)| vec![escape(k), escape(v.to_string().trim_matches('"'))])
         .collect();
     html.push_str(&table(&["option", "value"], &rows));
-    let _ = write!(html, "<script>{SORT_SCRIPT}</script></body></html>\n");
+    let _ = writeln!(html, "<script>{SORT_SCRIPT}</script></body></html>");
     html
 }
 
