@@ -19,12 +19,11 @@ median of each server's requests/s, CPU-seconds and requests per CPU-second (wit
 and the median and range of sockscale/nginx taken within each repetition. The goal (issue 25)
 is sockscale/nginx >= 1.5x.
 
---clients is the hook for the client-side comparison (`sockscale load http --http2` against
-h2load, both against nginx's h2c, requests per client CPU-second): it runs only once the load
-generator has `--http2`, and says so otherwise.
+The client side (`sockscale load http --http2` against h2load, per client CPU-second) is
+bench/h2_clients.py.
 
 Usage: bench/h2c_vs_nginx.py [--duration SECS] [--repeat N] [--models epoll,uring] [--conns N]
-                             [--streams M] [--tls] [--clients]
+                             [--streams M] [--tls]
 Writes bench-results/h2c_vs_nginx-<stamp>/results.json, then prints a markdown table.
 """
 import argparse
@@ -142,46 +141,6 @@ def markdown(table, baseline="nginx"):
     return common.markdown_table(header, rows)
 
 
-def load_has_http2(binary):
-    """Whether `sockscale load http` speaks HTTP/2 (`--http2`): the client-side comparison's
-    condition."""
-    out = subprocess.run([str(binary), "load", "http", "--help"], capture_output=True, text=True).stdout
-    return "--http2" in out
-
-
-def client_comparison(nginx_url, args):
-    """The hook for issue 25's client side: requests per client CPU-second of `sockscale load
-    http --http2` and of h2load, each with one thread on core 1, against nginx's h2c on core 0,
-    interleaved. Not run until the load generator has --http2 (it does not yet)."""
-    if not load_has_http2(common.BIN):
-        print("client comparison skipped: `sockscale load http` has no --http2 yet "
-              "(to come: sockscale load http --http2 against h2load, per client CPU-second)")
-        return None
-    def h2load():
-        out, cpu, wall = common.run_client(["h2load", "-t1", f"-c{args.conns}", f"-m{args.streams}",
-                                            f"-D{args.duration}", nginx_url])
-        return common.parse_h2load(out)["requests"], cpu, wall
-
-    def sockscale_load():
-        # The flags the load generator takes for HTTP/1.1 (-c, -t, -d, --pipeline, --json); check
-        # them against its --help when --http2 lands (--pipeline may become a streams flag).
-        with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            out, cpu, wall = common.run_client([str(common.BIN), "load", "http", nginx_url, "--http2", "-t", "1",
-                                                "-c", str(args.conns), "--pipeline", str(args.streams),
-                                                "-d", str(args.duration), "--json", f.name])
-            return json.load(open(f.name))["requests"]["completed"], cpu, wall
-
-    rows = []
-    for run in range(args.repeat):
-        for name, client in (("h2load", h2load), ("sockscale load --http2", sockscale_load)):
-            requests, cpu, wall = client()
-            rows.append({"client": name, "run": run, "requests": requests, "client_cpu_s": round(cpu, 3),
-                         "wall_s": round(wall, 2), "req_per_client_cpu_s": round(requests / cpu) if cpu else None})
-            print(f"client {name:24} run {run} {requests / wall:>11.0f} req/s  {rows[-1]['req_per_client_cpu_s']} "
-                  f"req/client-cpu-s", flush=True)
-    return rows
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=int, default=10)
@@ -190,8 +149,6 @@ def main():
     ap.add_argument("--conns", type=int, default=100)
     ap.add_argument("--streams", type=int, default=16, help="h2load -m: streams in flight per connection")
     ap.add_argument("--tls", action="store_true", help="h2 over TLS (ALPN) instead of h2c")
-    ap.add_argument("--clients", action="store_true",
-                    help="also compare HTTP/2 clients against nginx (needs `sockscale load http --http2`)")
     args = ap.parse_args()
     common.ensure_debs(["nginx", "nghttp2-client"])
     common.build_sockscale()
@@ -224,7 +181,6 @@ def main():
             label = f"h2load {'h2 (TLS)' if args.tls else 'h2c'} -m{args.streams}"
             scenario = (label, args.conns, lambda url: command(url.replace("http://", f"{scheme}://")), parse_h2load)
             rows = common.compare(servers, [scenario], args.repeat)
-            clients = client_comparison(f"http://127.0.0.1:{servers['nginx'][1]}/", args) if args.clients else None
         finally:
             for proc, _ in servers.values():
                 common.stop(proc)
@@ -235,7 +191,7 @@ def main():
                        "connections": args.conns, "streams": args.streams, "tls": args.tls, "models": models,
                        "protocols": protocols, "nginx": subprocess.run(["nginx", "-v"], capture_output=True,
                                                                        text=True).stderr.strip(),
-                       "rows": rows, "summary": table, "runs_with_failures": len(failed), "clients": clients})
+                       "rows": rows, "summary": table, "runs_with_failures": len(failed)})
     print(f"protocols h2load spoke: {', '.join(f'{k} {v}' for k, v in protocols.items())}")
     print(markdown(table))
     for e in table:
