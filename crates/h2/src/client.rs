@@ -10,9 +10,9 @@
 //! on input:   conn.receive(bytes, &mut out, |event| ...)?     // Err: a connection error; close
 //! ```
 //!
-//! A request's header block is encoded once ([`encode_request`]) and framed for every stream:
-//! the encoder keeps no dynamic table, so the same bytes are valid on every stream of every
-//! connection. Streams are numbered in the order they open and kept in a ring indexed by their
+//! A request's header block is encoded once ([`encode_request`], [`encode_request_indexed`]) and
+//! framed for every stream: literals valid anywhere, or the fields added to the server's
+//! dynamic table by a connection's first stream and named by index on every later one. Streams are numbered in the order they open and kept in a ring indexed by their
 //! number, so finding one is an index, and the oldest still open is the ring's front.
 //!
 //! Memory: a frame received in part and a header block in progress are the only buffers, each
@@ -98,11 +98,27 @@ pub enum ClientEvent {
 /// One request as every stream sends it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    /// The HPACK header block, from [`encode_request`].
+    /// The HPACK header block, from [`encode_request`]: literals only, valid on any stream.
     pub block: Bytes,
+    /// The same fields through the server's dynamic table, from [`encode_request_indexed`]:
+    /// used when the table the server allows can hold them.
+    pub indexed: Option<Indexed>,
     pub body: Bytes,
     /// A HEAD request: its response has no body whatever its Content-Length says.
     pub head: bool,
+}
+
+/// A request's header block through the dynamic table, as a client that repeats one request
+/// sends it (h2load does the same): the first stream of a connection adds the fields the static
+/// table lacks ("literal with incremental indexing"); every later stream names them by index, a
+/// byte each. The server's decoder then does a table lookup instead of copying strings, and the
+/// request is a few octets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Indexed {
+    pub first: Bytes,
+    pub rest: Bytes,
+    /// What the added entries take in the table (RFC 7541 §4.1: octets plus 32 each).
+    pub table_bytes: usize,
 }
 
 /// Encode a request's header block: the pseudo-fields, then `fields` (names lower-cased here;
@@ -132,6 +148,48 @@ pub fn encode_request(method: &str, scheme: &str, authority: &str, path: &str, f
         field(name.to_ascii_lowercase().as_bytes(), value.as_bytes());
     }
     out
+}
+
+/// [`encode_request`]'s fields as an [`Indexed`] pair of blocks.
+pub fn encode_request_indexed(
+    method: &str,
+    scheme: &str,
+    authority: &str,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> Indexed {
+    let mut all: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b":method".to_vec(), method.as_bytes().to_vec()),
+        (b":scheme".to_vec(), scheme.as_bytes().to_vec()),
+        (b":authority".to_vec(), authority.as_bytes().to_vec()),
+        (b":path".to_vec(), path.as_bytes().to_vec()),
+    ];
+    all.extend(fields.iter().map(|(n, v)| (n.to_ascii_lowercase().into_bytes(), v.as_bytes().to_vec())));
+    let static_full =
+        |name: &[u8], value: &[u8]| STATIC.iter().position(|(n, v)| *n == name && *v == value && !v.is_empty());
+    // Entries are added in order; the newest has index 62, so the k-th of n added has 62 + n - 1 - k.
+    let added: Vec<&(Vec<u8>, Vec<u8>)> = all.iter().filter(|(n, v)| static_full(n, v).is_none()).collect();
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let mut k = 0;
+    for (name, value) in &all {
+        if let Some(i) = static_full(name, value) {
+            put_integer(&mut first, i + 1, 7, 0x80);
+            put_integer(&mut rest, i + 1, 7, 0x80);
+            continue;
+        }
+        match STATIC.iter().position(|(n, _)| *n == name.as_slice()) {
+            Some(i) => put_integer(&mut first, i + 1, 6, 0x40),
+            None => {
+                first.push(0x40);
+                put_string(&mut first, name);
+            }
+        }
+        put_string(&mut first, value);
+        put_integer(&mut rest, 62 + added.len() - 1 - k, 7, 0x80);
+        k += 1;
+    }
+    let table_bytes = added.iter().map(|(n, v)| n.len() + v.len() + crate::hpack::ENTRY_OVERHEAD).sum();
+    Indexed { first: first.into(), rest: rest.into(), table_bytes }
 }
 
 #[derive(Debug)]
@@ -183,6 +241,15 @@ pub struct ClientConnection {
     recv_unacked: u32,
     seen_settings: bool,
     goaway: Option<u32>,
+    /// The server's SETTINGS_HEADER_TABLE_SIZE: how much of its table this client may fill.
+    peer_table_size: usize,
+    /// The request's entries are in the server's table (its first block was sent).
+    indexed_sent: bool,
+    /// The server changed its table size after this client used the table: the next block
+    /// begins by emptying it (a size update to 0) and raising it again.
+    table_resize: bool,
+    /// Scratch for a block that begins with size updates.
+    scratch: Vec<u8>,
 }
 
 impl ClientConnection {
@@ -224,6 +291,10 @@ impl ClientConnection {
             recv_unacked: 0,
             seen_settings: false,
             goaway: None,
+            peer_table_size: 4096,
+            indexed_sent: false,
+            table_resize: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -274,7 +345,26 @@ impl ClientConnection {
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(2);
         let has_body = !request.body.is_empty();
-        frame::put_header_block(out, id, &request.block, !has_body, self.peer_max_frame);
+        let indexed = request.indexed.as_ref().filter(|ix| ix.table_bytes <= self.peer_table_size);
+        let block: &[u8] = match indexed {
+            Some(ix) if self.indexed_sent => &ix.rest,
+            Some(ix) => {
+                self.indexed_sent = true;
+                &ix.first
+            }
+            None => &request.block,
+        };
+        let block = if std::mem::take(&mut self.table_resize) {
+            // Empty the table (the old entries may not fit the new size), then allow it again.
+            self.scratch.clear();
+            crate::hpack::put_integer(&mut self.scratch, 0, 5, 0x20);
+            crate::hpack::put_integer(&mut self.scratch, self.peer_table_size, 5, 0x20);
+            self.scratch.extend_from_slice(block);
+            &self.scratch[..]
+        } else {
+            block
+        };
+        frame::put_header_block(out, id, block, !has_body, self.peer_max_frame);
         self.streams.push_back(Some(Stream {
             tag,
             head: request.head,
@@ -668,10 +758,17 @@ impl ClientConnection {
                     }
                     self.peer_max_frame = value as usize;
                 }
+                setting::HEADER_TABLE_SIZE if value as usize != self.peer_table_size => {
+                    self.peer_table_size = value as usize;
+                    if self.indexed_sent {
+                        // Its entries are gone or may not fit: add them again after emptying.
+                        self.indexed_sent = false;
+                        self.table_resize = true;
+                    }
+                }
                 setting::ENABLE_PUSH if value > 1 => {
                     return Err(ClientError::protocol("SETTINGS_ENABLE_PUSH not 0 or 1"));
                 }
-                // The encoder keeps no table, so the server's table size does not matter here.
                 _ => {}
             }
         }

@@ -5,14 +5,22 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::client::{encode_request, ClientConnection, ClientError, ClientEvent, ClientSettings, Request};
+use crate::client::{
+    encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings, Request,
+};
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN};
 use crate::hpack::encode_response;
 use crate::{Body, Connection, Event, Limits};
 
 fn get() -> Request {
     let block = encode_request("GET", "http", "localhost", "/", &[("user-agent", "sockscale")]);
-    Request { block: block.into(), body: Bytes::new(), head: false }
+    Request { block: block.into(), indexed: None, body: Bytes::new(), head: false }
+}
+
+fn get_indexed() -> Request {
+    let fields = [("user-agent", "sockscale")];
+    let indexed = encode_request_indexed("GET", "http", "localhost", "/", &fields);
+    Request { indexed: Some(indexed), ..get() }
 }
 
 /// A client and a server stage, and the bytes between them.
@@ -128,7 +136,7 @@ fn a_request_body_waits_for_the_servers_windows() {
     // server gives its windows back.
     let body = Bytes::from(vec![7u8; 200 << 10]);
     let block = encode_request("POST", "http", "localhost", "/upload", &[]);
-    let post = Request { block: block.into(), body, head: false };
+    let post = Request { block: block.into(), indexed: None, body, head: false };
     let mut p = Pair::new(Limits::default(), b"done", usize::MAX);
     p.settle();
     p.client.open(&post, 1, &mut p.to_server);
@@ -325,4 +333,49 @@ fn a_response_after_a_stream_was_reset_here_keeps_hpack_in_step() {
         events,
         vec![ClientEvent::Malformed { tag: 0 }, ClientEvent::Response { tag: 1, status: 200, body_len: 0 }]
     );
+}
+
+#[test]
+fn an_indexed_request_adds_its_fields_once_then_names_them_by_index() {
+    let mut p = Pair::new(Limits::default(), &[b'x'; 100], usize::MAX);
+    p.settle();
+    p.client.open(&get_indexed(), 0, &mut p.to_server);
+    let first = std::mem::take(&mut p.to_server);
+    p.client.open(&get_indexed(), 1, &mut p.to_server);
+    let second = p.to_server.clone();
+    assert!(second.len() < 20 && second.len() < first.len() / 2, "{} then {} octets", first.len(), second.len());
+    p.to_server = [first, second].concat();
+    for tag in 2..40 {
+        p.client.open(&get_indexed(), tag, &mut p.to_server);
+    }
+    p.settle();
+    let want: Vec<_> = (0..40).map(|tag| (tag, 200, 100)).collect();
+    assert_eq!(responses(&p.events), want, "the server's decoder read every indexed block");
+}
+
+#[test]
+fn a_server_table_too_small_or_resized_gets_literals_or_a_size_update() {
+    // A table of 0: literals only, as the encoder may not add anything.
+    let limits = Limits { header_table_size: 0, ..Limits::default() };
+    let mut p = Pair::new(limits, b"ok", usize::MAX);
+    p.settle();
+    let before = p.to_server.len();
+    p.client.open(&get_indexed(), 0, &mut p.to_server);
+    assert_eq!(p.to_server.len() - before, 9 + get().block.len(), "the literal block");
+    p.settle();
+    assert_eq!(responses(&p.events), vec![(0, 200, 2)]);
+
+    // Resized after use: the next block starts with size updates (0, then the new size) and
+    // adds the fields again; the server decodes it.
+    let (mut client, mut out) = opened(0);
+    client.open(&get_indexed(), 0, &mut out);
+    client.open(&get_indexed(), 1, &mut out);
+    let mut settings = Vec::new();
+    frame::put_settings(&mut settings, &[(setting::HEADER_TABLE_SIZE, 2048)]);
+    feed(&mut client, &settings, &mut out).expect("fine");
+    out.clear();
+    client.open(&get_indexed(), 2, &mut out);
+    let block = &out[HEADER_LEN..];
+    assert_eq!(&block[..2], &[0x20, 0x3f], "size update to 0, then to 2048 (a multi-octet integer)");
+    assert!(block.ends_with(&get_indexed().indexed.unwrap().first), "the fields added again");
 }

@@ -93,7 +93,8 @@ mod stats;
 mod tests;
 
 pub use client::{
-    encode_request, ClientConnection, ClientError, ClientEvent, ClientSettings, Request as ClientRequest,
+    encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings, Indexed,
+    Request as ClientRequest,
 };
 pub use config::{Budget, Limits, LimitsError};
 pub use conn::{Body, Closing, Connection, Event, Verdict};

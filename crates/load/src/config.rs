@@ -147,7 +147,13 @@ impl HttpRequest {
             fields.push(("content-length", &length));
         }
         let block = sockscale_h2::encode_request(&self.method, &self.scheme, authority, &self.path, &fields);
-        sockscale_h2::ClientRequest { block: block.into(), body: self.body.clone(), head: self.is_head() }
+        let indexed = sockscale_h2::encode_request_indexed(&self.method, &self.scheme, authority, &self.path, &fields);
+        sockscale_h2::ClientRequest {
+            block: block.into(),
+            indexed: Some(indexed),
+            body: self.body.clone(),
+            head: self.is_head(),
+        }
     }
 
     pub fn is_head(&self) -> bool {

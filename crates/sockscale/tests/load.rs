@@ -857,3 +857,57 @@ fn the_slo_search_reports_each_step_and_its_answer() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--slo` over a run split with `--segment`: two agents meet in a shared directory each step,
+/// both judge the same merged report, and so take the same steps to the same answer.
+#[test]
+fn the_slo_search_split_over_agents_takes_the_same_steps() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let url = format!("http://{}/", server.addr);
+    let dir = std::env::temp_dir().join(format!("sockscale-slo-agents-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() + 1.0;
+    let start = format!("{start:.3}");
+    let agents: Vec<_> = (0..2)
+        .map(|i| {
+            let json = dir.join(format!("agent{i}.json"));
+            let child = Command::new(BIN)
+                .args(["load", "http", &url, "-c", "4", "-t", "1", "-d", "0.3", "--slo", "p50<=10s"])
+                .args(["--segment", &format!("{i}/2"), "--start-at", &start, "--slo-dir"])
+                .arg(dir.join("shared"))
+                .arg("--json")
+                .arg(&json)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (child, json)
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for (child, json) in agents {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        answers.push(v["slo"].clone());
+    }
+    let steps = |a: &serde_json::Value| -> Vec<f64> {
+        a["steps"].as_array().unwrap().iter().map(|s| s["asked_per_s"].as_f64().unwrap()).collect()
+    };
+    assert_eq!(steps(&answers[0]), steps(&answers[1]), "both agents took the same steps");
+    assert_eq!(answers[0]["rate_per_s"], answers[1]["rate_per_s"]);
+    assert!(answers[0]["rate_per_s"].as_f64().unwrap() > 100.0, "{}", answers[0]);
+    let out = Command::new(BIN)
+        .args(["load", "http", &url, "-d", "1", "--slo", "p50<=1s", "--segment", "0/2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--slo-dir"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

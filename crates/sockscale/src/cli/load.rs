@@ -121,6 +121,11 @@ pub struct Common {
     /// writes the search (target, steps, answer)
     #[arg(long, value_name = "TARGET", value_parser = parse_slo)]
     pub slo: Option<sockscale_load::slo::Target>,
+    /// With --slo and --segment: a directory every agent shares (a volume, as the Kubernetes
+    /// Job's): each step's segment reports meet there, every agent merges them and takes the
+    /// same next step. Steps begin at --start-at, then every -d plus as long again (2 to 10 s)
+    #[arg(long, value_name = "DIR", requires = "slo")]
+    pub slo_dir: Option<PathBuf>,
     /// Write the run as one offline HTML page: the summary, the latency percentile spectrum
     /// (corrected and uncorrected), requests, errors and latency second by second, connections
     /// and client CPU, errors by kind and the settings. Created before the run
@@ -455,6 +460,12 @@ fn merge(args: &MergeArgs) -> Result<()> {
     verdict(&merged, args.allow_errors)
 }
 
+/// Between the steps of a search split over agents: time for every agent to end its step and
+/// write its report before the next begins: as long as a step, at least 2 s and at most 10 s.
+const SLO_STEP_SLACK_S: (f64, f64) = (2.0, 10.0);
+/// How long past a step's planned end an agent waits for the others' reports.
+const SLO_AGENT_WAIT_S: f64 = 60.0;
+
 fn parse_slo(text: &str) -> Result<sockscale_load::slo::Target, String> {
     sockscale_load::slo::Target::parse(text).map_err(|e| e.to_string())
 }
@@ -474,9 +485,17 @@ fn slo_search(
     if common.requests.is_some() || common.duration.is_none() && common.per_conn.is_some() {
         bail!("--slo runs each step for -d seconds; give -d rather than -n or --per-conn");
     }
-    if common.segment.is_some() {
-        bail!("--slo searches from one agent (with --procs for more processes); a run split with --segment cannot choose one rate for every agent: run the steps with -R on each and load merge them");
-    }
+    // Split over agents: each step is every agent's segment at one agreed instant, judged on
+    // their merge, which every agent reads from the shared directory.
+    let shared = match (common.segment, &common.slo_dir, common.start_at) {
+        (None, None, _) => None,
+        (None, Some(_), _) => bail!("--slo-dir is for a search split with --segment"),
+        (Some(_), None, _) => bail!("--slo with --segment needs --slo-dir DIR, a directory every agent shares, where the steps' segment reports meet"),
+        (Some(_), Some(_), None) => bail!("--slo with --segment needs --start-at TIME: the agents begin each step together"),
+        (Some(segment), Some(dir), Some(at)) => Some((segment, dir.clone(), at)),
+    };
+    let duration_s = common.duration.map_or(10.0, |d| d.as_secs_f64());
+    let step_s = duration_s + duration_s.clamp(SLO_STEP_SLACK_S.0, SLO_STEP_SLACK_S.1);
     if common.html.is_some() || common.hdr_log.is_some() {
         bail!("--slo makes several runs: --html and --hdr-log describe one; run the rate it finds with -R to draw it");
     }
@@ -493,11 +512,41 @@ fn slo_search(
         if let Some(rate) = rate {
             cmd.args(["-R", &format!("{rate:.3}")]);
         }
+        if let Some((_, _, at)) = &shared {
+            let begin = unix_seconds(*at) + k as f64 * step_s;
+            cmd.args(["--start-at", &format!("{begin:.3}")]);
+        }
         let status = cmd.stdout(std::process::Stdio::null()).status().context("cannot run a step of the search")?;
         if !status.success() {
             bail!("a step of the search failed ({status})");
         }
-        Ok(Report::load(&path.display().to_string())?)
+        let Some((segment, shared_dir, _)) = &shared else {
+            return Ok(Report::load(&path.display().to_string())?);
+        };
+        // Put this agent's part where the others find it (whole: renamed into place), then
+        // wait for theirs and judge the merge, as every agent does.
+        let step_dir = shared_dir.join(format!("step-{k}"));
+        std::fs::create_dir_all(&step_dir).with_context(|| format!("cannot create {}", step_dir.display()))?;
+        let mine = step_dir.join(format!("segment-{}.json", segment.index));
+        let staged = step_dir.join(format!(".segment-{}.json.part", segment.index));
+        std::fs::copy(&path, &staged)
+            .and_then(|_| std::fs::rename(&staged, &mine))
+            .with_context(|| format!("cannot write {}", mine.display()))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(step_s + SLO_AGENT_WAIT_S);
+        let parts: Vec<PathBuf> = (0..segment.count).map(|i| step_dir.join(format!("segment-{i}.json"))).collect();
+        while parts.iter().any(|p| !p.exists()) {
+            if std::time::Instant::now() > deadline {
+                let missing: Vec<String> =
+                    parts.iter().filter(|p| !p.exists()).map(|p| p.display().to_string()).collect();
+                bail!(
+                    "step {k} of the search: no report from every agent within {SLO_AGENT_WAIT_S} s of the step's end ({} missing)",
+                    missing.join(", ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let reports = parts.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
+        Ok(Report::merge(&reports)?)
     };
     let ceiling = run_step(None, 0)?;
     let ceiling_rate = ceiling.rates.requests_per_s;
@@ -541,7 +590,7 @@ fn slo_search(
 
 /// This command's arguments without the flags the search owns.
 fn slo_step_args(args: &[String]) -> Vec<String> {
-    let owned = ["--slo", "--json", "-R", "--rate", "--allow-errors"];
+    let owned = ["--slo", "--slo-dir", "--json", "-R", "--rate", "--allow-errors", "--start-at"];
     let mut out = Vec::new();
     let mut skip = false;
     for arg in args {
