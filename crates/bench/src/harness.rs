@@ -474,6 +474,17 @@ impl Harness<'_> {
             server_limits: counters.limits(),
             intervals: Some(samples.intervals),
             latency_hdr: Some(report.latency.hdr.clone()).filter(|h| !h.is_empty() && report.latency.count > 0),
+            throughput: Some(
+                report
+                    .timeline
+                    .iter()
+                    .map(|s| crate::results::PerSecond {
+                        at_s: s.t as f64 + s.length_s,
+                        per_s: s.completed as f64 / s.length_s.max(1e-3),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .filter(|v| !v.is_empty()),
         })
     }
 

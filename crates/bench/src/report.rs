@@ -434,12 +434,29 @@ fn over_time_figure(results: &Results, kind: RowKind, style_of: &dyn Fn(&str) ->
         file,
         title: format!("The {name} row over time"),
         caption: format!(
-            "{}. The server sampled about once a second through the row (each point ends an interval; the first includes setting connections up): the connections it held (its own gauge), its CPU over the interval, and its resident memory. Throughput per second is not recorded: the load generator reports one figure for the whole row (see the throughput chart). A model whose row kept no per-interval samples (results from before they were kept) has no line.",
+            "{}. The server sampled about once a second through the row (each point ends an interval; the first includes setting connections up): the connections it held (its own gauge), its CPU over the interval, and its resident memory; the load generator counted the exchanges completed each second of its measured phase (its clock starts when the load does, just after the server's sampling). A model whose row kept no per-second samples (results from before they were kept) has no line.",
             capitalized(&workload_title(results, kind))
         ),
-        panels: measures
-            .into_iter()
-            .map(|(title, axis, value)| Panel {
+        panels: std::iter::once(Panel {
+            title: "throughput (the load generator's count)".to_owned(),
+            value_axis: "exchanges completed per second".to_owned(),
+            log_values: false,
+            plot: Plot::Curves {
+                x_axis: "seconds from the start of the row".to_owned(),
+                x: XScale::Seconds,
+                workload: kind,
+                series: results
+                    .models
+                    .iter()
+                    .filter_map(|m| {
+                        let row = m.rows.iter().find(|r| r.kind == Some(kind))?;
+                        let points = row.throughput.as_ref()?.iter().map(|p| (p.at_s, p.per_s)).collect();
+                        Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                    })
+                    .collect(),
+            },
+        })
+        .chain(measures.into_iter().map(|(title, axis, value)| Panel {
                 title: title.to_owned(),
                 value_axis: axis.to_owned(),
                 log_values: false,
@@ -462,7 +479,7 @@ fn over_time_figure(results: &Results, kind: RowKind, style_of: &dyn Fn(&str) ->
                         })
                         .collect(),
                 },
-            })
+            }))
             .collect(),
     }
 }
@@ -1445,6 +1462,7 @@ mod tests {
             client_bound: bound,
             latency_hdr: Some(hdr.clone()),
             intervals: Some(vec![iv(0.5, cpu), iv(1.0, cpu)]),
+            throughput: Some(vec![crate::results::PerSecond { at_s: 1.0, per_s: bytes / 100.0 }]),
             ..Row::default()
         };
         let r = Results {
@@ -1466,10 +1484,20 @@ mod tests {
         );
         let over = figures.iter().find(|f| f.file == "over_time_flood").expect("the flood row over time");
         let titles: Vec<&str> = over.panels.iter().map(|p| p.title.as_str()).collect();
-        assert_eq!(titles, ["connections held by the server", "server CPU", "server resident memory (RSS)"]);
-        let Plot::Curves { x: XScale::Seconds, series, .. } = &over.panels[1].plot else { panic!() };
+        assert_eq!(
+            titles,
+            [
+                "throughput (the load generator's count)",
+                "connections held by the server",
+                "server CPU",
+                "server resident memory (RSS)"
+            ]
+        );
+        let Plot::Curves { x: XScale::Seconds, series, .. } = &over.panels[0].plot else { panic!() };
+        assert_eq!(series[1].points, [(1.0, 200_000.0)], "select's throughput per second");
+        let Plot::Curves { x: XScale::Seconds, series, .. } = &over.panels[2].plot else { panic!() };
         assert_eq!(series[1].points, [(0.5, 100.0), (1.0, 100.0)]);
-        assert!(over.caption.contains("Throughput per second is not recorded"));
+        assert!(over.caption.contains("exchanges completed each second"));
         assert!(!figures.iter().any(|f| f.file == "over_time_maximum"), "no maximum row, no figure");
 
         let summary = summary_html(&r);

@@ -119,6 +119,19 @@ pub struct Row {
     /// timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_hdr: Option<String>,
+    /// Exchanges completed each second of the load's measured phase (its report's timeline).
+    /// Absent in results written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Vec<PerSecond>>,
+}
+
+/// One second of a row's throughput.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct PerSecond {
+    /// When the second ended, seconds from the start of the load's measured phase.
+    pub at_s: f64,
+    /// Exchanges (messages, requests) completed per second in it.
+    pub per_s: f64,
 }
 
 /// One sampling interval of a row.

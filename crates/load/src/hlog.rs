@@ -250,3 +250,23 @@ pub fn merge(logs: &[Log], out: &mut dyn Write) -> Result<(), HlogError> {
     }
     out.write_all(&bytes).map_err(HlogError::Write)
 }
+
+/// Fill each second's latency from an interval log of the same run.
+pub fn timeline_latency(timeline: &mut [crate::report::Second], log: &Log) {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    for second in timeline.iter_mut() {
+        let at = |tag: &str| {
+            log.intervals.iter().find(|i| i.tag == tag && i.start_s.round() as u64 == second.t).map(|i| &i.histogram)
+        };
+        let Some(h) = at(CORRECTED).or_else(|| at("")) else { continue };
+        second.latency = Some(crate::report::SecondLatency {
+            count: h.len(),
+            p50_us: us(h.value_at_quantile(0.5)),
+            p90_us: us(h.value_at_quantile(0.9)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            max_us: us(h.max()),
+            uncorrected_p99_us: at(UNCORRECTED).map(|u| us(u.value_at_quantile(0.99))),
+        });
+    }
+}

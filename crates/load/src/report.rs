@@ -353,26 +353,6 @@ pub fn merge_timelines(mine: &mut Vec<Second>, theirs: &[Second]) {
     mine.sort_by_key(|s| s.t);
 }
 
-/// Fill each second's latency from an interval log of the same run.
-pub fn timeline_latency(timeline: &mut [Second], log: &crate::hlog::Log) {
-    let us = |ns: u64| ns as f64 / 1000.0;
-    for second in timeline.iter_mut() {
-        let at = |tag: &str| {
-            log.intervals.iter().find(|i| i.tag == tag && i.start_s.round() as u64 == second.t).map(|i| &i.histogram)
-        };
-        let Some(h) = at(crate::hlog::CORRECTED).or_else(|| at("")) else { continue };
-        second.latency = Some(SecondLatency {
-            count: h.len(),
-            p50_us: us(h.value_at_quantile(0.5)),
-            p90_us: us(h.value_at_quantile(0.9)),
-            p99_us: us(h.value_at_quantile(0.99)),
-            p999_us: us(h.value_at_quantile(0.999)),
-            max_us: us(h.max()),
-            uncorrected_p99_us: at(crate::hlog::UNCORRECTED).map(|u| us(u.value_at_quantile(0.99))),
-        });
-    }
-}
-
 /// HTTP/2 (`load http --http2`): what the connections and streams met; absent otherwise.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]

@@ -401,7 +401,7 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
             .map_err(anyhow::Error::from)
             .and_then(|bytes| Ok(sockscale_load::hlog::read(&bytes, &path.display().to_string())?))
         {
-            Ok(log) => sockscale_load::report::timeline_latency(&mut report.timeline, &log),
+            Ok(log) => sockscale_load::hlog::timeline_latency(&mut report.timeline, &log),
             Err(e) => note!("warning: the interval log {} was not read: {e:#}\n", path.display()),
         }
     }
