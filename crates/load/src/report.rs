@@ -1122,29 +1122,21 @@ impl Report {
                 let _ = writeln!(s, "; from the schedule, corrected)");
             }
         }
-        let u = &self.latency_uncorrected;
-        if !u.is_empty() {
-            let _ = writeln!(
-                s,
-                "  uncorrected  p50 {} p90 {} p99 {} p99.9 {} max {} (from each actual send, as a closed-loop tool times it)",
-                human_us(u.p50_us),
-                human_us(u.p90_us),
-                human_us(u.p99_us),
-                human_us(u.p999_us),
-                human_us(u.max_us)
-            );
-        }
-        let slip = &self.schedule_slip;
-        if !slip.is_empty() {
-            let _ = writeln!(
-                s,
-                "  slip         p50 {} p90 {} p99 {} p99.9 {} max {} (how late sends left their schedule)",
-                human_us(slip.p50_us),
-                human_us(slip.p90_us),
-                human_us(slip.p99_us),
-                human_us(slip.p999_us),
-                human_us(slip.max_us)
-            );
+        for (label, l, what) in [
+            ("uncorrected", &self.latency_uncorrected, "from each actual send, as a closed-loop tool times it"),
+            ("slip", &self.schedule_slip, "how late sends left their schedule"),
+        ] {
+            if !l.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  {label:<12} p50 {} p90 {} p99 {} p99.9 {} max {} ({what})",
+                    human_us(l.p50_us),
+                    human_us(l.p90_us),
+                    human_us(l.p99_us),
+                    human_us(l.p999_us),
+                    human_us(l.max_us)
+                );
+            }
         }
         let c = &self.connect_latency;
         if !c.is_empty() {
