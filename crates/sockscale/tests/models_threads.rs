@@ -255,6 +255,17 @@ fn threadpool_refuses_new_connections_when_its_queue_is_full() {
     let mut after = HttpReader::new(server.connect());
     after.send(GET);
     assert_eq!(after.response(false).expect("served after").status, 200);
+    // Both stuck clients are cut off at their send timeout, about together, but one worker is
+    // enough to serve everything above: wait for the server to have closed both (a hang-up
+    // seen on each socket, its unread answers still queued) before closing them from this end,
+    // or a slow machine counts the second as closed by its peer.
+    let hung_up = |s: &TcpStream| {
+        let mut pollfd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(s), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one live pollfd for an open socket; a zero timeout only asks.
+        let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
+        n == 1 && pollfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    };
+    assert!(eventually(Duration::from_secs(20), || stuck.iter().all(hung_up)), "both stuck clients cut off");
     drop(stuck);
     drop(clients);
     drop(after);
