@@ -1393,8 +1393,11 @@ pub fn h2_a_large_body_file_is_read_in_chunks(model: &str) {
     assert!(length, "content-length: 68719476736");
     let baseline = baseline.expect("sampled");
     eprintln!("{model}: RSS {baseline} KiB after 16 MiB of the body, {peak} KiB at most over 256 MiB");
+    // The TLS file-body case's bound: a body held in memory would be 256 MiB. Alone the nine
+    // models grow 40-680 KiB; tokio grew 2.4 MiB once inside the whole suite (its workers'
+    // allocator arenas on a busy machine), so 2 MiB was a bound on the machine, not the server.
     assert!(
-        peak < baseline + 2 * 1024,
+        peak < baseline + 4 * 1024,
         "server RSS grew from {baseline} KiB to {peak} KiB over 256 MiB of an HTTP/2 body"
     );
     drop(c);
