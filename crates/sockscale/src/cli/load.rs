@@ -119,7 +119,7 @@ pub struct Common {
     /// then runs of -d each at chosen -R rates narrow the answer to 2% (16 steps at most), each
     /// step reported; with --procs every step runs over the processes' merged result. --json
     /// writes the search (target, steps, answer)
-    #[arg(long, value_name = "TARGET", value_parser = parse_slo)]
+    #[arg(long, value_name = "TARGET", value_parser = super::slo::parse_target)]
     pub slo: Option<sockscale_load::slo::Target>,
     /// With --slo and --segment: a directory every agent shares (a volume, as the Kubernetes
     /// Job's): each step's segment reports meet there, every agent merges them and takes the
@@ -338,7 +338,7 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         LoadCommand::Udp(a) => (&a.common, udp_config(a)?),
     };
     if let Some(target) = &common.slo {
-        return slo_search(common, &cfg, target, argv);
+        return super::slo::search(common, &cfg, target, argv);
     }
     // Opened before the run: a path that cannot be written fails now, not after it.
     let json = common.json.as_deref().map(JsonSink::open).transpose()?;
@@ -460,152 +460,6 @@ fn merge(args: &MergeArgs) -> Result<()> {
     verdict(&merged, args.allow_errors)
 }
 
-/// Between the steps of a search split over agents: time for every agent to end its step and
-/// write its report before the next begins: as long as a step, at least 2 s and at most 10 s.
-const SLO_STEP_SLACK_S: (f64, f64) = (2.0, 10.0);
-/// How long past a step's planned end an agent waits for the others' reports.
-const SLO_AGENT_WAIT_S: f64 = 60.0;
-
-fn parse_slo(text: &str) -> Result<sockscale_load::slo::Target, String> {
-    sockscale_load::slo::Target::parse(text).map_err(|e| e.to_string())
-}
-
-/// `--slo`: the search, each step a run of this same command with -R chosen (so --procs and
-/// every other flag apply to every step), its report read back from --json.
-fn slo_search(
-    common: &Common,
-    cfg: &sockscale_load::LoadConfig,
-    target: &sockscale_load::slo::Target,
-    argv: &[String],
-) -> Result<()> {
-    use sockscale_load::slo::{Search, Step};
-    if common.total_rate.is_some() {
-        bail!("--slo chooses the rate (-R) of each step itself; leave out -R");
-    }
-    if common.requests.is_some() || common.duration.is_none() && common.per_conn.is_some() {
-        bail!("--slo runs each step for -d seconds; give -d rather than -n or --per-conn");
-    }
-    // Split over agents: each step is every agent's segment at one agreed instant, judged on
-    // their merge, which every agent reads from the shared directory.
-    let shared = match (common.segment, &common.slo_dir, common.start_at) {
-        (None, None, _) => None,
-        (None, Some(_), _) => bail!("--slo-dir is for a search split with --segment"),
-        (Some(_), None, _) => bail!("--slo with --segment needs --slo-dir DIR, a directory every agent shares, where the steps' segment reports meet"),
-        (Some(_), Some(_), None) => bail!("--slo with --segment needs --start-at TIME: the agents begin each step together"),
-        (Some(segment), Some(dir), Some(at)) => Some((segment, dir.clone(), at)),
-    };
-    let duration_s = common.duration.map_or(10.0, |d| d.as_secs_f64());
-    let step_s = duration_s + duration_s.clamp(SLO_STEP_SLACK_S.0, SLO_STEP_SLACK_S.1);
-    if common.html.is_some() || common.hdr_log.is_some() {
-        bail!("--slo makes several runs: --html and --hdr-log describe one; run the rate it finds with -R to draw it");
-    }
-    sockscale_load::preflight(cfg)?;
-    let json = common.json.as_deref().map(JsonSink::open).transpose()?;
-    let dir = std::env::temp_dir().join(format!("sockscale-slo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let base = slo_step_args(&argv[1..]);
-    let run_step = |rate: Option<f64>, k: usize| -> Result<Report> {
-        let path = dir.join(format!("step-{k}.json"));
-        let exe = std::env::current_exe().context("cannot find this program to run the steps")?;
-        let mut cmd = std::process::Command::new(exe);
-        cmd.args(&base).args(["--json", &path.display().to_string(), "--allow-errors"]);
-        if let Some(rate) = rate {
-            cmd.args(["-R", &format!("{rate:.3}")]);
-        }
-        if let Some((_, _, at)) = &shared {
-            let begin = unix_seconds(*at) + k as f64 * step_s;
-            cmd.args(["--start-at", &format!("{begin:.3}")]);
-        }
-        let status = cmd.stdout(std::process::Stdio::null()).status().context("cannot run a step of the search")?;
-        if !status.success() {
-            bail!("a step of the search failed ({status})");
-        }
-        let Some((segment, shared_dir, _)) = &shared else {
-            return Ok(Report::load(&path.display().to_string())?);
-        };
-        // Put this agent's part where the others find it (whole: renamed into place), then
-        // wait for theirs and judge the merge, as every agent does.
-        let step_dir = shared_dir.join(format!("step-{k}"));
-        std::fs::create_dir_all(&step_dir).with_context(|| format!("cannot create {}", step_dir.display()))?;
-        let mine = step_dir.join(format!("segment-{}.json", segment.index));
-        let staged = step_dir.join(format!(".segment-{}.json.part", segment.index));
-        std::fs::copy(&path, &staged)
-            .and_then(|_| std::fs::rename(&staged, &mine))
-            .with_context(|| format!("cannot write {}", mine.display()))?;
-        let deadline = std::time::Instant::now() + Duration::from_secs_f64(step_s + SLO_AGENT_WAIT_S);
-        let parts: Vec<PathBuf> = (0..segment.count).map(|i| step_dir.join(format!("segment-{i}.json"))).collect();
-        while parts.iter().any(|p| !p.exists()) {
-            if std::time::Instant::now() > deadline {
-                let missing: Vec<String> =
-                    parts.iter().filter(|p| !p.exists()).map(|p| p.display().to_string()).collect();
-                bail!(
-                    "step {k} of the search: no report from every agent within {SLO_AGENT_WAIT_S} s of the step's end ({} missing)",
-                    missing.join(", ")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let reports = parts.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
-        Ok(Report::merge(&reports)?)
-    };
-    let ceiling = run_step(None, 0)?;
-    let ceiling_rate = ceiling.rates.requests_per_s;
-    say!(
-        "closed loop: {ceiling_rate:.0} requests/s completed ({} errors), the ceiling of the search for {} <= {}",
-        ceiling.failures(),
-        target.percentile,
-        sockscale_load::report::human_us(target.limit_us)
-    );
-    let mut search = Search::new(target.clone(), ceiling_rate);
-    let mut k = 1;
-    while let Some(rate) = search.next_rate() {
-        let r = run_step(Some(rate), k)?;
-        let percentile_us = r
-            .latency
-            .histogram()
-            .map(|h| h.value_at_quantile(target.quantile) as f64 / 1000.0)
-            .map_err(|e| anyhow::anyhow!("step {k}: {e}"))?;
-        let sent = r.requests.sent as f64 / r.duration_s.max(1e-9);
-        let step = Step::judge(target, rate, sent, r.rates.requests_per_s, percentile_us, r.failures());
-        say!(
-            "step {k:>2}: asked {rate:>9.0}/s  sent {sent:>9.0}/s  {} {:>9}  {}",
-            target.percentile,
-            sockscale_load::report::human_us(percentile_us),
-            if step.passed { "pass".to_owned() } else { format!("fail: {}", step.why) }
-        );
-        search.record(step);
-        k += 1;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let answer = search.answer();
-    say!("{}", answer.verdict);
-    if let Some(sink) = json {
-        sink.write_text(serde_json::to_string_pretty(&serde_json::json!({ "slo": answer }))? + "\n")?;
-    }
-    if answer.rate_per_s.is_none() {
-        bail!("the target was not met at any rate tried");
-    }
-    Ok(())
-}
-
-/// This command's arguments without the flags the search owns.
-fn slo_step_args(args: &[String]) -> Vec<String> {
-    let owned = ["--slo", "--slo-dir", "--json", "-R", "--rate", "--allow-errors", "--start-at"];
-    let mut out = Vec::new();
-    let mut skip = false;
-    for arg in args {
-        if std::mem::take(&mut skip) {
-            continue;
-        }
-        if let Some(flag) = owned.iter().find(|f| arg == *f || arg.starts_with(&format!("{f}="))) {
-            skip = arg == flag && *flag != "--allow-errors";
-            continue;
-        }
-        out.push(arg.clone());
-    }
-    out
-}
-
 /// `load merge --hdr-log OUT LOGS...`: the interval logs of a run's parts, added interval by
 /// interval into one.
 fn merge_hdr_logs(inputs: &[PathBuf], out: &std::path::Path) -> Result<()> {
@@ -675,13 +529,13 @@ impl std::error::Error for RequestsFailed {}
 /// Where `--json` goes. A file is opened (not truncated) before the run, so a path that cannot
 /// be written is found at once; it is removed again if the run fails before writing it and it
 /// did not exist before.
-enum JsonSink {
+pub(super) enum JsonSink {
     Stdout,
     File { path: PathBuf, file: File, created: bool, written: bool },
 }
 
 impl JsonSink {
-    fn open(path: &Path) -> Result<JsonSink> {
+    pub(super) fn open(path: &Path) -> Result<JsonSink> {
         if path.as_os_str() == "-" {
             return Ok(JsonSink::Stdout);
         }
@@ -699,7 +553,7 @@ impl JsonSink {
         self.write_text(serde_json::to_string_pretty(report)? + "\n")
     }
 
-    fn write_text(mut self, text: String) -> Result<()> {
+    pub(super) fn write_text(mut self, text: String) -> Result<()> {
         match &mut self {
             // A closed stdout only loses what the reader chose not to read.
             JsonSink::Stdout => say!("{}", text.trim_end()),
@@ -777,7 +631,7 @@ fn parse_start_at(text: &str) -> Result<std::time::SystemTime, String> {
     Ok(at)
 }
 
-fn unix_seconds(at: std::time::SystemTime) -> f64 {
+pub(super) fn unix_seconds(at: std::time::SystemTime) -> f64 {
     at.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 

@@ -6,6 +6,7 @@ pub mod load;
 pub mod models;
 pub mod procs;
 pub mod serve;
+pub mod slo;
 
 use clap::{Parser, Subcommand};
 

@@ -22,7 +22,7 @@ use sockscale_server::TerminationSignals;
 use sockscale_sys as sys;
 
 /// The arguments after the program name, minus the flags the parent owns.
-fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
+pub(super) fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let mut skip_value = false;
     for arg in argv.iter().skip(1) {
