@@ -485,6 +485,7 @@ impl Harness<'_> {
                     .collect::<Vec<_>>(),
             )
             .filter(|v| !v.is_empty()),
+            ..Row::default()
         })
     }
 
@@ -562,6 +563,7 @@ impl Harness<'_> {
                 tls_resume: workload.tls().then_some(false),
                 server_cpu_pct,
                 handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
+                ..HttpPoint::default()
             });
             progress();
         }
@@ -595,6 +597,7 @@ impl Harness<'_> {
             received_per_s: report.udp.received as f64 / d,
             lost: report.udp.lost,
             sent: Some(report.udp.sent),
+            ..UdpPoint::default()
         })
     }
 }

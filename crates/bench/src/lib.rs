@@ -16,6 +16,7 @@ pub mod run;
 pub mod sampler;
 pub mod seed;
 pub mod tables;
+pub mod verdict;
 
 pub use profile::Profile;
 pub use results::Results;

@@ -290,6 +290,8 @@ pub fn figures(results: &Results) -> Vec<Figure> {
             HttpWorkload::TlsKeepAlive => "HTTPS keep-alive: requests over open TLS connections",
             HttpWorkload::TlsFullHandshake => "HTTPS, a new connection for every request: a full handshake each",
             HttpWorkload::TlsResumed => "HTTPS, a new connection for every request: a resumed handshake each",
+            HttpWorkload::H2c => "h2c: HTTP/2 without TLS, streams on each connection",
+            HttpWorkload::H2Tls => "h2: HTTP/2 over TLS, streams on each connection",
         }
         .to_owned(),
         value_axis: "responses per second".to_owned(),
@@ -327,6 +329,12 @@ pub fn figures(results: &Results) -> Vec<Figure> {
             .into_iter()
             .map(http_panel)
             .collect(),
+    });
+    figures.push(Figure {
+        file: "http2",
+        title: "HTTP/2 4 KiB responses per second by concurrency".to_owned(),
+        caption: "The same page over HTTP/2, as h2load drives it: concurrent streams on each connection (the point's `streams`), h2c with prior knowledge and h2 over TLS (ALPN); nginx (one worker) when it was installed.".to_owned(),
+        panels: [HttpWorkload::H2c, HttpWorkload::H2Tls].into_iter().map(http_panel).collect(),
     });
     figures.push(latency_figure(results, &style_of));
     for kind in [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum] {

@@ -4,7 +4,236 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA: u32 = 1;
+/// Schema 2 added repetitions (`repeats`), their `spread` and the machine's `interference` to
+/// every row and point; schema 1 results still load, each figure standing as one repetition.
+pub const SCHEMA: u32 = 2;
+
+/// The schemas [`Results::load`] reads.
+pub const READABLE_SCHEMAS: [u32; 2] = [1, 2];
+
+/// The names of the figures each repetition keeps and each spread is taken of.
+pub mod figure {
+    /// Echo rows: bytes echoed back to the clients per second.
+    pub const RECEIVED_BYTES_PER_S: &str = "received_bytes_per_s";
+    /// Echo rows: bytes echoed back per second of server CPU.
+    pub const BYTES_PER_CPU_SECOND: &str = "bytes_per_cpu_second";
+    /// Echo rows: connections the server held at its peak.
+    pub const CONNECTIONS_HELD: &str = "connections_held";
+    /// Echo rows: server resident memory at its peak, KiB.
+    pub const SERVER_RSS_KIB: &str = "server_rss_kib";
+    /// Server CPU over the measurement, % of one core (the mean of its intervals for rows).
+    pub const SERVER_CPU_PCT: &str = "server_cpu_pct";
+    /// The load generator's CPU, % of one core.
+    pub const CLIENT_CPU_PCT: &str = "client_cpu_pct";
+    /// Echo rows: latency percentiles, µs.
+    pub const P50_US: &str = "p50_us";
+    pub const P99_US: &str = "p99_us";
+    /// Sweep points: responses per second.
+    pub const REQUESTS_PER_S: &str = "requests_per_s";
+    /// Sweep points: responses per second of server CPU.
+    pub const RESPONSES_PER_CPU_SECOND: &str = "responses_per_cpu_second";
+    /// Sweep points: request latency percentiles, ms.
+    pub const P50_MS: &str = "p50_ms";
+    pub const P99_MS: &str = "p99_ms";
+    /// UDP: answers per second.
+    pub const UDP_RECEIVED_PER_S: &str = "received_per_s";
+}
+
+/// The spread of one figure over a measurement's repetitions: the lowest, the median (the
+/// figure the tables show) and the highest, of `n` repetitions.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of the finite values among `values`; `None` when there are none. The median
+    /// of an even count is the mean of the middle two.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Spread { min: v[0], median, max: v[n - 1], n })
+    }
+
+    /// One measured value, as results from before repetitions hold it.
+    pub fn single(value: f64) -> Spread {
+        Spread { min: value, median: value, max: value, n: 1 }
+    }
+
+    /// Whether the two ranges share a value: the numbers cannot tell the two apart.
+    pub fn overlaps(&self, other: &Spread) -> bool {
+        self.min <= other.max && other.min <= self.max
+    }
+
+    /// The range is one value (one repetition, or all alike).
+    pub fn is_single(&self) -> bool {
+        self.min == self.max
+    }
+
+    /// The width of the range relative to the median (0 for one value).
+    pub fn relative_width(&self) -> f64 {
+        if self.median == 0.0 {
+            0.0
+        } else {
+            (self.max - self.min) / self.median.abs()
+        }
+    }
+}
+
+/// A figure's values by name (see [`figure`]).
+pub type Figures = std::collections::BTreeMap<String, f64>;
+/// A figure's spread over the repetitions, by name.
+pub type Spreads = std::collections::BTreeMap<String, Spread>;
+
+/// What the rest of the machine did while one measurement ran, from /proc/stat per core with
+/// the bench's own processes (the server, the load, the bench itself) taken out.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Interference {
+    /// How long the measurement's window was, seconds.
+    pub seconds: f64,
+    /// CPU that other processes used on the server's cores, in cores (0.5: half a core).
+    pub server_cores: f64,
+    /// CPU that other processes used on the load generator's cores, in cores.
+    pub client_cores: f64,
+    /// Interrupt and softirq time on the bench's cores, in cores: on loopback mostly the
+    /// bench's own packets, so it is recorded beside, not counted as interference.
+    #[serde(default)]
+    pub softirq_cores: f64,
+    /// Time the hypervisor gave to other guests, over all cores, in cores.
+    #[serde(default)]
+    pub steal_cores: f64,
+    /// The 1-minute load average when the measurement ended, where readable.
+    #[serde(default)]
+    pub load_avg_1m: Option<f64>,
+    /// The mean current frequency of the bench's cores, MHz, where readable.
+    #[serde(default)]
+    pub cpu_mhz: Option<f64>,
+    /// Past the run's threshold on either side (or in steal): the figures are not the model's alone.
+    pub disturbed: bool,
+}
+
+impl Interference {
+    /// The most of each figure over `all` (a point's summary over its repetitions); disturbed
+    /// when any was.
+    pub fn worst<'a>(all: impl IntoIterator<Item = &'a Interference>) -> Option<Interference> {
+        let mut out: Option<Interference> = None;
+        for i in all {
+            let o = out.get_or_insert(*i);
+            o.seconds = o.seconds.max(i.seconds);
+            o.server_cores = o.server_cores.max(i.server_cores);
+            o.client_cores = o.client_cores.max(i.client_cores);
+            o.softirq_cores = o.softirq_cores.max(i.softirq_cores);
+            o.steal_cores = o.steal_cores.max(i.steal_cores);
+            o.load_avg_1m = match (o.load_avg_1m, i.load_avg_1m) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            o.cpu_mhz = match (o.cpu_mhz, i.cpu_mhz) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            o.disturbed |= i.disturbed;
+        }
+        out
+    }
+}
+
+/// One repetition of a row or a point: its headline figures, and what the machine did meanwhile.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Repeat {
+    /// Which round of the run it was measured in, from 1 (rounds go through every model in turn).
+    pub round: u32,
+    pub figures: Figures,
+    /// The load generator used 90% or more of its cores.
+    pub client_bound: bool,
+    /// The server used 90% or more of its cores.
+    #[serde(default)]
+    pub server_bound: bool,
+    /// Failed requests or exchanges, all kinds.
+    #[serde(default)]
+    pub errors: u64,
+    /// `None` when /proc/stat could not be read.
+    #[serde(default)]
+    pub interference: Option<Interference>,
+    /// Disturbed, and measured again: kept to show, left out of the spread.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replaced: bool,
+    /// Echo rows: the server's sampling intervals of this repetition (the plan reads the
+    /// steady CPU of each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Vec<Interval>>,
+}
+
+/// What every row and point keeps of its repetitions.
+pub trait Repeated {
+    /// Every repetition, those replaced by a re-run included.
+    fn repeats(&self) -> &[Repeat];
+    /// The spread of each headline figure over the kept repetitions.
+    fn spreads(&self) -> &Spreads;
+    /// The measured value of figure `name` of the result itself (the median repetition's),
+    /// for results from before repetitions.
+    fn own_figure(&self, name: &str) -> Option<f64>;
+
+    /// The spread of figure `name`: over the repetitions, or the one value older results have.
+    fn spread_of(&self, name: &str) -> Option<Spread> {
+        match self.spreads().get(name) {
+            Some(s) => Some(*s),
+            None if self.spreads().is_empty() => self.own_figure(name).map(Spread::single),
+            None => None,
+        }
+    }
+
+    /// The repetitions the spread is taken over.
+    fn kept(&self) -> Vec<&Repeat> {
+        self.repeats().iter().filter(|r| !r.replaced).collect()
+    }
+
+    /// Kept repetitions the machine disturbed past the threshold (a re-run was disturbed too, or
+    /// the run's re-runs were spent).
+    fn disturbed_repeats(&self) -> usize {
+        self.kept().iter().filter(|r| r.interference.is_some_and(|i| i.disturbed)).count()
+    }
+
+    /// Kept repetitions the load generator was the bottleneck for.
+    fn client_bound_repeats(&self) -> usize {
+        self.kept().iter().filter(|r| r.client_bound).count()
+    }
+
+    /// Kept repetitions the server's cores were the bottleneck for.
+    fn server_bound_repeats(&self) -> usize {
+        self.kept().iter().filter(|r| r.server_bound).count()
+    }
+}
+
+/// The index of the median of `values` (the lower middle of an even count): which repetition a
+/// row or point keeps whole.
+pub fn median_index(values: &[f64]) -> usize {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    order.get(values.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
+/// The spread of every figure over `repeats` (those not replaced).
+pub fn spreads_of(repeats: &[Repeat]) -> Spreads {
+    let mut names: Vec<&String> = repeats.iter().flat_map(|r| r.figures.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let values = repeats.iter().filter(|r| !r.replaced).filter_map(|r| r.figures.get(name).copied());
+            Some((name.clone(), Spread::of(values)?))
+        })
+        .collect()
+}
 
 /// The machine a run was made on.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -123,6 +352,18 @@ pub struct Row {
     /// Absent in results written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<Vec<PerSecond>>,
+    /// Every repetition of this row, one entry each with its headline figures (the fields
+    /// above are the median repetition's: see [`Repeated`]). Empty in results written before
+    /// repetitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
+    /// The spread of each headline figure over the kept repetitions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spread: Spreads,
+    /// The most the rest of the machine used over the kept repetitions; `None` when not
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
 }
 
 /// One second of a row's throughput.
@@ -404,6 +645,24 @@ pub struct HttpPoint {
     /// plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshakes: Option<TlsHandshakes>,
+    /// HTTP/2 (h2c with prior knowledge, or ALPN h2 over TLS), with `streams` concurrent
+    /// streams on each connection. False for HTTP/1.1 and in results from before HTTP/2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http2: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u64>,
+    /// Every repetition of this point, one entry each with its headline figures (the fields
+    /// above are the median repetition's: see [`Repeated`]). Empty in results written before
+    /// repetitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
+    /// The spread of each headline figure over the kept repetitions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spread: Spreads,
+    /// The most the rest of the machine used over the kept repetitions; `None` when not
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
 }
 
 /// The TLS handshakes of one HTTPS point, as the load generator counted them.
@@ -469,24 +728,45 @@ pub enum HttpWorkload {
     TlsFullHandshake,
     /// HTTPS, a new connection for every request, each resuming the session of an earlier one.
     TlsResumed,
+    /// HTTP/2 without TLS (h2c, prior knowledge), many streams on each connection.
+    H2c,
+    /// HTTP/2 over TLS (ALPN h2), many streams on each connection.
+    H2Tls,
 }
 
 impl HttpWorkload {
     /// Every workload, in the order the tables list them.
-    pub const ALL: [HttpWorkload; 5] = [
+    pub const ALL: [HttpWorkload; 7] = [
         HttpWorkload::KeepAlive,
         HttpWorkload::NewConnection,
         HttpWorkload::TlsKeepAlive,
         HttpWorkload::TlsFullHandshake,
         HttpWorkload::TlsResumed,
+        HttpWorkload::H2c,
+        HttpWorkload::H2Tls,
     ];
 
     pub fn tls(self) -> bool {
-        !matches!(self, HttpWorkload::KeepAlive | HttpWorkload::NewConnection)
+        !matches!(self, HttpWorkload::KeepAlive | HttpWorkload::NewConnection | HttpWorkload::H2c)
     }
 
     pub fn keepalive(self) -> bool {
-        matches!(self, HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive)
+        matches!(self, HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive | HttpWorkload::H2c | HttpWorkload::H2Tls)
+    }
+
+    pub fn http2(self) -> bool {
+        matches!(self, HttpWorkload::H2c | HttpWorkload::H2Tls)
+    }
+
+    /// Which sweep it belongs to: "HTTP", "HTTPS" or "HTTP/2".
+    pub fn sweep(self) -> &'static str {
+        if self.http2() {
+            "HTTP/2"
+        } else if self.tls() {
+            "HTTPS"
+        } else {
+            "HTTP"
+        }
     }
 
     /// How each request reaches the server, as the tables' second column says it.
@@ -496,12 +776,17 @@ impl HttpWorkload {
             HttpWorkload::NewConnection => "new connection per request",
             HttpWorkload::TlsFullHandshake => "new connection per request, full handshake",
             HttpWorkload::TlsResumed => "new connection per request, resumed handshake",
+            HttpWorkload::H2c => "h2c (prior knowledge), streams on each connection",
+            HttpWorkload::H2Tls => "h2 over TLS, streams on each connection",
         }
     }
 }
 
 impl HttpPoint {
     pub fn workload(&self) -> HttpWorkload {
+        if self.http2 {
+            return if self.tls { HttpWorkload::H2Tls } else { HttpWorkload::H2c };
+        }
         match (self.tls, self.keepalive, self.tls_resume) {
             (false, true, _) => HttpWorkload::KeepAlive,
             (false, false, _) => HttpWorkload::NewConnection,
@@ -550,6 +835,18 @@ pub struct UdpPoint {
     /// measured nothing. Absent in results written before it was kept.
     #[serde(default)]
     pub sent: Option<u64>,
+    /// Every repetition of this point, one entry each with its headline figures (the fields
+    /// above are the median repetition's: see [`Repeated`]). Empty in results written before
+    /// repetitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
+    /// The spread of each headline figure over the kept repetitions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spread: Spreads,
+    /// The most the rest of the machine used over the kept repetitions; `None` when not
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
 }
 
 impl UdpPoint {
@@ -592,6 +889,33 @@ pub struct Results {
     pub models: Vec<ModelResult>,
     /// nginx in the HTTP sweep, when it was installed; otherwise why not.
     pub nginx: Option<ModelResult>,
+    /// Rounds the run was asked for: every row and point measured this many times, the models
+    /// in turn in each round. 1 in results from before repetitions.
+    #[serde(default = "one")]
+    pub rounds: u32,
+    /// Other processes' CPU on the server's or the load's cores, in cores, past which a
+    /// repetition counts as disturbed (and is measured again while the run's re-runs last).
+    #[serde(default)]
+    pub disturbed_above_cores: Option<f64>,
+    /// Re-runs of disturbed repetitions the run made, of the most it allowed itself.
+    #[serde(default)]
+    pub reruns: Option<Reruns>,
+    /// The cores the servers and the load were pinned to (absent in older results).
+    #[serde(default)]
+    pub server_cpus: Vec<usize>,
+    #[serde(default)]
+    pub client_cpus: Vec<usize>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Re-runs of disturbed repetitions: how many were made, of the most the run allowed.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Reruns {
+    pub made: u32,
+    pub budget: u32,
 }
 
 // The OS error is part of the message, so it is not also returned as `source()`: an error
@@ -620,10 +944,10 @@ impl Results {
         }
         let results: Results = serde_json::from_value(value)
             .map_err(|e| ResultsError::Format { path: path.into(), reason: e.to_string() })?;
-        if results.schema != SCHEMA {
+        if !READABLE_SCHEMAS.contains(&results.schema) {
             return Err(ResultsError::Format {
                 path: path.into(),
-                reason: format!("schema {} (expected {SCHEMA})", results.schema),
+                reason: format!("schema {} (this sockscale reads {READABLE_SCHEMAS:?})", results.schema),
             });
         }
         Ok(results)
@@ -635,9 +959,158 @@ impl Results {
     }
 }
 
+impl Row {
+    /// This row's headline figures, as a repetition keeps them.
+    pub fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        f.insert(figure::RECEIVED_BYTES_PER_S.into(), self.received_bytes_per_s);
+        if let Some(v) = self.bytes_per_cpu_second() {
+            f.insert(figure::BYTES_PER_CPU_SECOND.into(), v);
+        }
+        if let Some(v) = self.connected_held() {
+            f.insert(figure::CONNECTIONS_HELD.into(), v as f64);
+        }
+        if let Some(v) = self.server_rss() {
+            f.insert(figure::SERVER_RSS_KIB.into(), v as f64);
+        }
+        if let Some(v) = self.mean_cpu_pct() {
+            f.insert(figure::SERVER_CPU_PCT.into(), v);
+        }
+        f.insert(figure::CLIENT_CPU_PCT.into(), self.client_cpu_pct);
+        if latency_was_timed(self.p50_us, self.p99_us) {
+            f.insert(figure::P50_US.into(), self.p50_us);
+            f.insert(figure::P99_US.into(), self.p99_us);
+        }
+        f
+    }
+
+    /// The figure the median repetition is chosen by: connections held for the maximum row,
+    /// bytes per server CPU-second (else per second) for the others.
+    pub fn headline(&self) -> &'static str {
+        match self.kind {
+            Some(RowKind::Maximum) => figure::CONNECTIONS_HELD,
+            _ if self.bytes_per_cpu_second().is_some() => figure::BYTES_PER_CPU_SECOND,
+            _ => figure::RECEIVED_BYTES_PER_S,
+        }
+    }
+}
+
+/// Echo latency was timed: a row with nothing timed reports 0 for both.
+fn latency_was_timed(p50_us: f64, p99_us: f64) -> bool {
+    p50_us > 0.0 || p99_us > 0.0
+}
+
+impl Repeated for Row {
+    fn repeats(&self) -> &[Repeat] {
+        &self.repeats
+    }
+    fn spreads(&self) -> &Spreads {
+        &self.spread
+    }
+    fn own_figure(&self, name: &str) -> Option<f64> {
+        self.figures().get(name).copied()
+    }
+}
+
+impl HttpPoint {
+    /// Responses per second of server CPU; `None` when the server's CPU was not measured.
+    pub fn per_cpu_second(&self) -> Option<f64> {
+        let cpu = self.server_cpu_pct.filter(|&c| c > 0.0)?;
+        Some(self.requests_per_s / (cpu / 100.0))
+    }
+
+    /// This point's headline figures, as a repetition keeps them.
+    pub fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        f.insert(figure::REQUESTS_PER_S.into(), self.requests_per_s);
+        if let Some(v) = self.per_cpu_second() {
+            f.insert(figure::RESPONSES_PER_CPU_SECOND.into(), v);
+        }
+        if let Some(v) = self.server_cpu_pct {
+            f.insert(figure::SERVER_CPU_PCT.into(), v);
+        }
+        if let Some(l) = &self.latency {
+            f.insert(figure::P50_MS.into(), l.p50_ms);
+            f.insert(figure::P99_MS.into(), l.p99_ms);
+        }
+        f
+    }
+
+    /// The figure the median repetition is chosen by: responses per server CPU-second, else per
+    /// second.
+    pub fn headline(&self) -> &'static str {
+        if self.per_cpu_second().is_some() {
+            figure::RESPONSES_PER_CPU_SECOND
+        } else {
+            figure::REQUESTS_PER_S
+        }
+    }
+}
+
+impl Repeated for HttpPoint {
+    fn repeats(&self) -> &[Repeat] {
+        &self.repeats
+    }
+    fn spreads(&self) -> &Spreads {
+        &self.spread
+    }
+    fn own_figure(&self, name: &str) -> Option<f64> {
+        self.figures().get(name).copied()
+    }
+}
+
+impl UdpPoint {
+    pub fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        if !self.sent_nothing() {
+            f.insert(figure::UDP_RECEIVED_PER_S.into(), self.received_per_s);
+        }
+        f
+    }
+}
+
+impl Repeated for UdpPoint {
+    fn repeats(&self) -> &[Repeat] {
+        &self.repeats
+    }
+    fn spreads(&self) -> &Spreads {
+        &self.spread
+    }
+    fn own_figure(&self, name: &str) -> Option<f64> {
+        self.figures().get(name).copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_median_and_overlap() {
+        let s = Spread::of([3.0, 1.0, 2.0, f64::NAN]).unwrap();
+        assert_eq!((s.min, s.median, s.max, s.n), (1.0, 2.0, 3.0, 3));
+        assert_eq!(Spread::of([4.0, 1.0]).unwrap().median, 2.5);
+        assert!(Spread::of([f64::NAN]).is_none());
+        let a = Spread::of([10.0, 12.0]).unwrap();
+        assert!(a.overlaps(&Spread::of([12.0, 14.0]).unwrap()), "touching ranges cannot be told apart");
+        assert!(!a.overlaps(&Spread::of([12.5, 14.0]).unwrap()));
+        assert_eq!(median_index(&[5.0, 1.0, 3.0]), 2);
+        assert_eq!(median_index(&[5.0, 1.0, 3.0, 4.0]), 2, "the lower middle of an even count");
+    }
+
+    #[test]
+    fn replaced_repeats_are_left_out_of_the_spread() {
+        let rep = |v: f64, replaced: bool| Repeat {
+            figures: Figures::from([(figure::REQUESTS_PER_S.to_owned(), v)]),
+            replaced,
+            ..Repeat::default()
+        };
+        let spreads = spreads_of(&[rep(10.0, false), rep(1.0, true), rep(12.0, false)]);
+        let s = spreads[figure::REQUESTS_PER_S];
+        assert_eq!((s.min, s.max, s.n), (10.0, 12.0, 2));
+        let old = HttpPoint { requests_per_s: 7.0, ..HttpPoint::default() };
+        assert_eq!(old.spread_of(figure::REQUESTS_PER_S), Some(Spread::single(7.0)), "older results: one value");
+    }
 
     /// The steady part of a ramp: the intervals after the count stopped rising, not the ones
     /// with connects in them, nor the last while connections closed.
