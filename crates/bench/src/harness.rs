@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use sockscale_load::Report;
 
+use crate::interference::Watch;
 use crate::profile::Profile;
 use crate::results::{
-    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, KernelMemory, Row, RowKind, SampleCounts, TlsHandshakes,
-    UdpPoint,
+    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, Interference, KernelMemory, Row, RowKind, SampleCounts,
+    TlsHandshakes, UdpPoint,
 };
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
@@ -67,6 +68,16 @@ pub struct Harness<'a> {
     /// The run's certificate for the HTTPS points (a private CA and a leaf for 127.0.0.1,
     /// ECDSA P-256, made in the scratch directory), or why it could not be made.
     pub certificate: Result<sockscale_tls::CertificateFiles, String>,
+    /// Other processes' CPU on the bench's cores, in cores, past which a measurement is disturbed.
+    pub disturbed_above_cores: f64,
+}
+
+/// One measurement, and what the rest of the machine did meanwhile (`None`: /proc/stat could
+/// not be read).
+#[derive(Debug, Clone)]
+pub struct Measured<T> {
+    pub value: T,
+    pub interference: Option<Interference>,
 }
 
 /// A server (one process, or a `--procs` supervisor and its workers), its port, and what its
@@ -373,8 +384,15 @@ impl Harness<'_> {
         conns.div_ceil(per_process).max(1)
     }
 
+    /// Watch the machine while `load` runs against the server `server`.
+    fn watched<T>(&self, server: Option<u32>, load: impl FnOnce() -> T) -> (T, Option<Interference>) {
+        let watch = Watch::start(&self.server_cpus, &self.client_cpus, server);
+        let out = load();
+        (out, watch.finish(self.disturbed_above_cores))
+    }
+
     /// One row of the table: a fresh echo server, one load run, /proc samples.
-    pub fn row(&self, model: &str, kind: RowKind) -> Result<Row, String> {
+    pub fn row(&self, model: &str, kind: RowKind) -> Result<Measured<Row>, String> {
         let p = self.profile;
         let conns = match kind {
             RowKind::Flood => p.flood_conns,
@@ -415,7 +433,7 @@ impl Harness<'_> {
         let interval = Duration::from_secs(1).min(duration / 4);
         let counters = server.counters();
         let sampler = Sampler::start_with_held(server.pid(), interval, Box::new(move || counters.held_now()));
-        let report = self.load(&args);
+        let (report, interference) = self.watched(Some(server.pid()), || self.load(&args));
         let samples = sampler.finish();
         // Let the last stats line (100 ms) in before reading the peak.
         std::thread::sleep(Duration::from_millis(150));
@@ -444,7 +462,7 @@ impl Harness<'_> {
             slab_unmeasured,
         };
         let client_cores = self.client_cpus.len().max(1);
-        Ok(Row {
+        let row = Row {
             kind: Some(kind),
             attempted: conns,
             connected: held.min(conns),
@@ -486,91 +504,81 @@ impl Harness<'_> {
             )
             .filter(|v| !v.is_empty()),
             ..Row::default()
-        })
+        };
+        Ok(Measured { value: row, interference })
     }
 
-    /// The seed-003 sweep against a server already listening on `port`: plain HTTP at the
-    /// profile's `http_concurrency`, with and without keep-alive, or HTTPS at its
-    /// `https_concurrency`, keep-alive and a new connection (a full handshake) per request.
-    /// `server` is the server's pid, whose CPU each point reads.
-    pub fn http_sweep(
+    /// One point of the seed-003 sweep against a server already listening on `port`: `c`
+    /// connections of `workload` (plain HTTP with or without keep-alive, HTTPS keep-alive or a
+    /// full handshake per request, HTTP/2 with the profile's streams). `server` is the server's
+    /// pid, whose CPU the point reads.
+    pub fn http_point(
         &self,
         port: u16,
         server: Option<u32>,
         scheme: Scheme<'_>,
-        mut progress: impl FnMut(),
-    ) -> Result<Vec<HttpPoint>, String> {
+        workload: HttpWorkload,
+        c: u64,
+    ) -> Result<Measured<HttpPoint>, String> {
         let p = self.profile;
-        let workloads: Vec<(u64, HttpWorkload)> = match scheme {
-            Scheme::Http => p
-                .http_concurrency
-                .iter()
-                .flat_map(|&c| [(c, HttpWorkload::KeepAlive), (c, HttpWorkload::NewConnection)])
-                .collect(),
-            Scheme::Https { .. } => p
-                .https_concurrency
-                .iter()
-                .flat_map(|&c| [(c, HttpWorkload::TlsKeepAlive), (c, HttpWorkload::TlsFullHandshake)])
-                .collect(),
+        let url = match scheme {
+            Scheme::Http => format!("http://127.0.0.1:{port}/"),
+            Scheme::Https { .. } => format!("https://127.0.0.1:{port}/"),
         };
-        let mut points = Vec::new();
-        for (c, workload) in workloads {
-            if self.interrupted() {
-                return Ok(points);
-            }
-            let url = match scheme {
-                Scheme::Http => format!("http://127.0.0.1:{port}/"),
-                Scheme::Https { .. } => format!("https://127.0.0.1:{port}/"),
-            };
-            let mut args: Vec<String> = vec![
-                "http".into(),
-                url,
-                "-c".into(),
-                c.to_string(),
-                "-d".into(),
-                format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
-                "-t".into(),
-                self.client_threads(),
-            ];
-            if !workload.keepalive() {
-                args.push("--no-keepalive".into());
-            }
-            if let Scheme::Https { ca } = scheme {
-                args.extend(["--cacert".into(), ca.display().to_string()]);
-                // Every new connection a full handshake: the row measures what the issue asks,
-                // and keep-alive rows pay one full handshake per connection, not a resumed one.
-                args.extend(["--tls-resume".into(), "off".into()]);
-            }
-            args.extend(self.spread(c));
-            let before = server.and_then(|pid| crate::sampler::cpu_ticks(pid).map(|t| (Instant::now(), t)));
-            let report = self.load(&args)?;
-            let server_cpu_pct = before.and_then(|(then, ticks)| {
-                let used = crate::sampler::cpu_ticks(server?)?.checked_sub(ticks)? as f64;
-                let secs = then.elapsed().as_secs_f64();
-                (secs > 0.0).then(|| 100.0 * used / sockscale_sys::clock_ticks_per_second() as f64 / secs)
-            });
-            let rps = report.rates.requests_per_s;
-            points.push(HttpPoint {
-                concurrency: c,
-                keepalive: workload.keepalive(),
-                requests_per_s: rps,
-                mean_ms: report.latency.mean_us / 1000.0,
-                ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
-                latency: HttpLatency::from_report(&report.latency),
-                errors: report.errors.total(),
-                client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
-                tls: workload.tls(),
-                tls_resume: workload.tls().then_some(false),
-                server_cpu_pct,
-                handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
-                ..HttpPoint::default()
-            });
-            progress();
+        let mut args: Vec<String> = vec![
+            "http".into(),
+            url,
+            "-c".into(),
+            c.to_string(),
+            "-d".into(),
+            format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
+            "-t".into(),
+            self.client_threads(),
+        ];
+        if !workload.keepalive() {
+            args.push("--no-keepalive".into());
         }
-        Ok(points)
+        let streams = workload.http2().then_some(p.h2_streams);
+        if let Some(streams) = streams {
+            args.extend(["--http2".into(), "--pipeline".into(), streams.to_string()]);
+        }
+        if let Scheme::Https { ca } = scheme {
+            args.extend(["--cacert".into(), ca.display().to_string()]);
+            // Every new connection a full handshake: the row measures what the issue asks,
+            // and keep-alive rows pay one full handshake per connection, not a resumed one.
+            args.extend(["--tls-resume".into(), "off".into()]);
+        }
+        args.extend(self.spread(c));
+        let before = server.and_then(|pid| crate::sampler::cpu_ticks(pid).map(|t| (Instant::now(), t)));
+        let (report, interference) = self.watched(server, || self.load(&args));
+        let report = report?;
+        let server_cpu_pct = before.and_then(|(then, ticks)| {
+            let used = crate::sampler::cpu_ticks(server?)?.checked_sub(ticks)? as f64;
+            let secs = then.elapsed().as_secs_f64();
+            (secs > 0.0).then(|| 100.0 * used / sockscale_sys::clock_ticks_per_second() as f64 / secs)
+        });
+        let rps = report.rates.requests_per_s;
+        let point = HttpPoint {
+            concurrency: c,
+            keepalive: workload.keepalive(),
+            requests_per_s: rps,
+            mean_ms: report.latency.mean_us / 1000.0,
+            ms_per_request: if rps > 0.0 { 1000.0 / rps } else { 0.0 },
+            latency: HttpLatency::from_report(&report.latency),
+            errors: report.errors.total(),
+            client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
+            tls: workload.tls(),
+            tls_resume: (workload.tls() && !workload.http2()).then_some(false),
+            server_cpu_pct,
+            handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
+            http2: workload.http2(),
+            streams,
+            ..HttpPoint::default()
+        };
+        Ok(Measured { value: point, interference })
     }
 
-    pub fn udp(&self, model: &str) -> Result<UdpPoint, String> {
+    pub fn udp(&self, model: &str) -> Result<Measured<UdpPoint>, String> {
         let server = self.start_server(model, "udp", &[])?;
         let args: Vec<String> = vec![
             "udp".into(),
@@ -588,17 +596,18 @@ impl Harness<'_> {
             "--timeout".into(),
             "0.2".into(),
         ];
-        let report = self.load(&args);
+        let (report, interference) = self.watched(Some(server.pid()), || self.load(&args));
         let _ = self.stop_server(server);
         let report = report?;
         let d = report.duration_s.max(1e-9);
-        Ok(UdpPoint {
+        let point = UdpPoint {
             sent_per_s: report.udp.sent as f64 / d,
             received_per_s: report.udp.received as f64 / d,
             lost: report.udp.lost,
             sent: Some(report.udp.sent),
             ..UdpPoint::default()
-        })
+        };
+        Ok(Measured { value: point, interference })
     }
 }
 

@@ -1,25 +1,18 @@
-//! nginx as an extra row of the HTTP and HTTPS sweeps, when it is installed: one worker process,
-//! the same 4096-byte page, keep-alive without a request limit, pinned like the sockscale
-//! servers; for HTTPS, OpenSSL with the run's certificate.
+//! nginx as an extra row of the HTTP, HTTPS and HTTP/2 sweeps, when it is installed: one worker
+//! process, the same 4096-byte page, keep-alive without a request limit, pinned like the
+//! sockscale servers; for HTTPS, OpenSSL with the run's certificate. A fresh nginx for every
+//! point, as every model gets a fresh server.
 
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Harness, Scheme};
-use crate::results::HttpPoint;
 
 /// The reason nginx has no row, when it is not installed.
 pub const NOT_INSTALLED: &str = "skipped: nginx is not installed (apt-get install nginx)";
 
-/// One sweep against nginx: plain HTTP, or HTTPS with the run's certificate (OpenSSL). A fresh
-/// nginx for each.
-pub fn sweep(h: &Harness<'_>, scheme: Scheme<'_>, progress: impl FnMut()) -> Result<Vec<HttpPoint>, String> {
-    let nginx = find().ok_or(NOT_INSTALLED)?;
-    run(h, &nginx, scheme, progress)
-}
-
-/// Whether nginx is installed where the sweep looks for it.
+/// Whether nginx is installed where the bench looks for it.
 pub fn installed() -> bool {
     find().is_some()
 }
@@ -31,10 +24,27 @@ fn find() -> Option<String> {
         .map(str::to_owned)
 }
 
-fn run(h: &Harness<'_>, nginx: &str, scheme: Scheme<'_>, progress: impl FnMut()) -> Result<Vec<HttpPoint>, String> {
-    let name = match scheme {
-        Scheme::Http => "nginx",
-        Scheme::Https { .. } => "nginx-https",
+/// A running nginx: one worker, pinned to the server cores, in its own process group.
+pub struct Nginx {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Nginx {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Start a fresh nginx speaking `scheme` (HTTP/2 too when `http2`: h2c with prior knowledge on
+/// a plain port, ALPN h2 over TLS) and wait until it listens.
+pub fn start(h: &Harness<'_>, scheme: Scheme<'_>, http2: bool) -> Result<Nginx, String> {
+    let nginx = find().ok_or(NOT_INSTALLED)?;
+    let name = match (scheme, http2) {
+        (Scheme::Http, false) => "nginx",
+        (Scheme::Https { .. }, false) => "nginx-https",
+        (Scheme::Http, true) => "nginx-h2c",
+        (Scheme::Https { .. }, true) => "nginx-h2",
     };
     // Absolute: nginx reads a relative -c path as relative to its -p prefix, so with the
     // default relative output directory it would look for its configuration in the wrong place.
@@ -51,14 +61,17 @@ fn run(h: &Harness<'_>, nginx: &str, scheme: Scheme<'_>, progress: impl FnMut())
             tls_directives(&absolute(&files.cert), &absolute(&files.key))
         }
     };
-    let listen = match scheme {
-        Scheme::Http => format!("127.0.0.1:{port}"),
-        Scheme::Https { .. } => format!("127.0.0.1:{port} ssl"),
-    };
+    // nginx 1.22's syntax, which later versions still take: `http2` on the listen line.
+    let listen = format!(
+        "127.0.0.1:{port}{}{}",
+        if matches!(scheme, Scheme::Https { .. }) { " ssl" } else { "" },
+        if http2 { " http2" } else { "" }
+    );
     let conf = format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\nworker_rlimit_nofile 20000;\nerror_log {dir}/error.log error;\npid {dir}/nginx.pid;\n\
          events {{ worker_connections 19000; }}\n\
          http {{ access_log off; keepalive_requests 1000000000; keepalive_timeout 75s; sendfile off; tcp_nodelay on;\n\
+         http2_max_concurrent_streams 128; http2_max_requests 1000000000;\n\
          open_file_cache max=16 inactive=600s; open_file_cache_valid 600s;\n\
          server {{ listen {listen} backlog=4096; {tls}location / {{ default_type \"text/html; charset=utf-8\"; root {dir}; try_files /page.html =404; }} }} }}\n",
         dir = dir.display()
@@ -80,35 +93,27 @@ fn run(h: &Harness<'_>, nginx: &str, scheme: Scheme<'_>, progress: impl FnMut())
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || sockscale_sys::pin_to_cpus(&cpus));
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start nginx: {e}"))?;
-    let pid = child.id();
-    h.children.add(pid);
-    let points = serve_sweep(h, &mut child, port, &dir, scheme, progress);
-    let _ = child.kill();
-    let _ = child.wait();
-    h.children.remove(pid);
-    points
-}
-
-/// Wait for nginx to listen on `port`, then run the sweep against it.
-fn serve_sweep(
-    h: &Harness<'_>,
-    child: &mut std::process::Child,
-    port: u16,
-    dir: &std::path::Path,
-    scheme: Scheme<'_>,
-    progress: impl FnMut(),
-) -> Result<Vec<HttpPoint>, String> {
+    h.children.add(child.id());
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
             let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
             let (log, stderr) = (read("error.log"), read("stderr.log"));
-            let said = log.lines().chain(stderr.lines()).last().unwrap_or("no log");
+            let said = log.lines().chain(stderr.lines()).last().unwrap_or("no log").to_owned();
+            stop(h, Nginx { child, port });
             return Err(format!("nginx did not start: {said}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    h.http_sweep(port, Some(child.id()), scheme, progress)
+    Ok(Nginx { child, port })
+}
+
+/// Kill nginx and reap it.
+pub fn stop(h: &Harness<'_>, mut nginx: Nginx) {
+    let pid = nginx.child.id();
+    let _ = nginx.child.kill();
+    let _ = nginx.child.wait();
+    h.children.remove(pid);
 }
 
 /// nginx's TLS as sockscale serves it by default: the same ECDSA P-256 certificate, TLS 1.2

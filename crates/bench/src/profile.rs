@@ -1,8 +1,8 @@
 //! The sizes of a bench run. The seed ran 7,000 flooding and 12,000 rate-limited connections
-//! and pushed to 50,000 on three client machines; `full` is that scale, `default` fits the
-//! five-minute budget on a 2-core machine (3 min 25 s for every model before HTTPS, measured;
-//! the HTTPS points add about 7 s a model and nginx), `tiny` takes about 9 s a model and is for
-//! tests.
+//! and pushed to 50,000 on three client machines; `full` is that scale, `default` is three
+//! rounds of every model within eight minutes on a 2-core machine (the measured figure is in
+//! the README and `bench -h`), `quick` is one round for a first look (no spread: it says so),
+//! `tiny` is for tests.
 
 use std::time::Duration;
 
@@ -31,8 +31,17 @@ pub struct Profile {
     /// The same sweep over TLS: keep-alive, and a new connection (a full handshake) per
     /// request, at these concurrencies.
     pub https_concurrency: Vec<u64>,
+    /// The HTTP/2 sweep (h2c and h2 over TLS) at these concurrencies, `h2_streams` concurrent
+    /// streams on each connection (h2load's `-m`).
+    pub h2_concurrency: Vec<u64>,
+    pub h2_streams: u64,
     pub http_time: Duration,
     pub udp_time: Duration,
+    /// Rounds: every row and point is measured this many times, each round going through
+    /// every model in turn (ABC ABC ABC), so that drift in the machine hits them all alike.
+    pub rounds: u32,
+    /// A first look, and says so: too few rounds for a spread.
+    pub first_look: bool,
 }
 
 impl Profile {
@@ -48,11 +57,35 @@ impl Profile {
                 max_conns: 120,
                 ramp_rate: 200,
                 max_time: Duration::from_millis(1500),
-                row_time: Duration::from_secs(1),
+                row_time: Duration::from_millis(500),
                 http_concurrency: vec![10, 50],
                 https_concurrency: vec![10],
-                http_time: Duration::from_millis(500),
-                udp_time: Duration::from_millis(500),
+                h2_concurrency: vec![10],
+                h2_streams: 16,
+                http_time: Duration::from_millis(300),
+                udp_time: Duration::from_millis(300),
+                rounds: 3,
+                first_look: false,
+            }),
+            "quick" => Some(Profile {
+                name: "quick",
+                msg_len: 512,
+                flood_conns: 1_000,
+                rate_conns: 2_000,
+                block: 1_000,
+                block_rate: 200_000,
+                max_conns: 4_000,
+                ramp_rate: 4_000,
+                max_time: Duration::from_secs(2),
+                row_time: Duration::from_millis(500),
+                http_concurrency: vec![10, 100],
+                https_concurrency: vec![100],
+                h2_concurrency: vec![100],
+                h2_streams: 16,
+                http_time: Duration::from_millis(300),
+                udp_time: Duration::from_millis(300),
+                rounds: 1,
+                first_look: true,
             }),
             "default" => Some(Profile {
                 name: "default",
@@ -64,13 +97,18 @@ impl Profile {
                 max_conns: 8_000,
                 ramp_rate: 4_000,
                 max_time: Duration::from_secs(4),
-                row_time: Duration::from_secs(2),
-                http_concurrency: vec![10, 100, 1_000, 10_000],
-                // Not 10,000: its keep-alive point would spend most of its second on the
-                // connections' handshakes, and the sweep's 7 s a model fits the budget.
-                https_concurrency: vec![10, 100, 1_000],
-                http_time: Duration::from_millis(1000),
-                udp_time: Duration::from_secs(1),
+                row_time: Duration::from_secs(1),
+                // 10,000 is the full profile's: its points spend most of their time connecting,
+                // and three rounds of them would not fit the default's eight minutes.
+                http_concurrency: vec![10, 100, 1_000],
+                // The verdict's concurrency; more points would not fit three rounds.
+                https_concurrency: vec![100],
+                h2_concurrency: vec![100],
+                h2_streams: 16,
+                http_time: Duration::from_millis(500),
+                udp_time: Duration::from_millis(500),
+                rounds: 3,
+                first_look: false,
             }),
             "full" => Some(Profile {
                 name: "full",
@@ -85,8 +123,12 @@ impl Profile {
                 row_time: Duration::from_secs(10),
                 http_concurrency: vec![10, 100, 1_000, 10_000],
                 https_concurrency: vec![10, 100, 1_000, 10_000],
+                h2_concurrency: vec![10, 100, 1_000],
+                h2_streams: 16,
                 http_time: Duration::from_secs(5),
                 udp_time: Duration::from_secs(5),
+                rounds: 3,
+                first_look: false,
             }),
             _ => None,
         }
@@ -103,5 +145,10 @@ impl Profile {
         self.https_concurrency.len() * 2
     }
 
-    pub const NAMES: [&'static str; 3] = ["tiny", "default", "full"];
+    /// Points of the HTTP/2 sweep: each concurrency as h2c and as h2 over TLS.
+    pub fn h2_points(&self) -> usize {
+        self.h2_concurrency.len() * 2
+    }
+
+    pub const NAMES: [&'static str; 4] = ["tiny", "quick", "default", "full"];
 }

@@ -1,5 +1,13 @@
-//! `sockscale bench`: every model through the seed's rows, the HTTP and HTTPS sweeps (with
-//! nginx when installed) and UDP, written out as it goes.
+//! `sockscale bench`: every model through the seed's rows, the HTTP, HTTPS and HTTP/2 sweeps
+//! (with nginx when installed) and UDP, each measured in rounds, written out as it goes.
+//!
+//! The run is a list of steps (a row, a sweep point, UDP). Each step is measured `rounds` times,
+//! every round going through every model in turn (ABC ABC ABC, not AAA BBB CCC), so that drift
+//! in the machine (another job starting, the CPU's clock) hits every model alike. Each
+//! measurement is watched for what the rest of the machine did on the bench's cores; one
+//! disturbed past the threshold is measured again at the end of its step, while the run's
+//! re-runs last, and kept marked otherwise. Each row and point keeps its median repetition
+//! whole, every repetition's figures, and the spread of each figure.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -8,10 +16,13 @@ use std::time::{Duration, Instant};
 
 use sockscale_server::Model;
 
-use crate::harness::{Children, Harness, Scheme};
+use crate::harness::{Children, Harness, Measured, Scheme};
 use crate::nginx;
 use crate::profile::Profile;
-use crate::results::{HttpPoint, ModelResult, Results, RowKind, SCHEMA};
+use crate::results::{
+    median_index, spreads_of, Figures, HttpPoint, HttpWorkload, Interference, Interval, ModelResult, Repeat, Reruns,
+    Results, Row, RowKind, Spreads, UdpPoint, SCHEMA,
+};
 use crate::tables::thousands;
 
 pub struct BenchConfig {
@@ -24,6 +35,11 @@ pub struct BenchConfig {
     pub server_cpus: Vec<usize>,
     pub client_cpus: Vec<usize>,
     pub progress: bool,
+    /// Rounds of every step (the profile's unless given).
+    pub rounds: u32,
+    /// Other processes' CPU on the bench's cores, in cores, past which a measurement is
+    /// disturbed.
+    pub disturbed_above_cores: f64,
 }
 
 impl BenchConfig {
@@ -38,12 +54,373 @@ impl BenchConfig {
     }
 }
 
-/// Run the bench; results are written to `out_dir` after every model, marked in progress
+/// One thing measured for every model (and nginx, for sweep points) in each round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Row(RowKind),
+    Point { workload: HttpWorkload, concurrency: u64 },
+    Udp,
+}
+
+impl Step {
+    fn label(self, p: &Profile) -> String {
+        match self {
+            Step::Row(RowKind::Flood) => format!("flood, {} connections", thousands(p.flood_conns)),
+            Step::Row(RowKind::RateLimited) => format!("rate-limited, {} connections", thousands(p.rate_conns)),
+            Step::Row(RowKind::Maximum) => format!("maximum, up to {} connections", thousands(p.max_conns)),
+            Step::Point { workload, concurrency } => {
+                let what = match workload {
+                    HttpWorkload::KeepAlive => "HTTP keep-alive",
+                    HttpWorkload::NewConnection => "HTTP new connection per request",
+                    HttpWorkload::TlsKeepAlive => "HTTPS keep-alive",
+                    HttpWorkload::TlsFullHandshake => "HTTPS full handshake per request",
+                    HttpWorkload::TlsResumed => "HTTPS resumed handshake per request",
+                    HttpWorkload::H2c => "HTTP/2 h2c",
+                    HttpWorkload::H2Tls => "HTTP/2 over TLS",
+                };
+                format!("{what}, {} connections", thousands(concurrency))
+            }
+            Step::Udp => "UDP echo".to_owned(),
+        }
+    }
+
+    /// What the step is called in a model's error.
+    fn name(self) -> String {
+        match self {
+            Step::Row(kind) => format!("{} row", kind.label()),
+            Step::Point { workload, concurrency } => {
+                format!("{} sweep ({}, {concurrency} connections)", workload.sweep(), workload.connection())
+            }
+            Step::Udp => "UDP".to_owned(),
+        }
+    }
+}
+
+/// The run's steps in order: the three rows, the HTTP, HTTPS and HTTP/2 sweeps, UDP.
+pub fn steps(p: &Profile) -> Vec<Step> {
+    let mut steps: Vec<Step> =
+        [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum].into_iter().map(Step::Row).collect();
+    let point = |workload, concurrency| Step::Point { workload, concurrency };
+    for &c in &p.http_concurrency {
+        steps.extend([point(HttpWorkload::KeepAlive, c), point(HttpWorkload::NewConnection, c)]);
+    }
+    for &c in &p.https_concurrency {
+        steps.extend([point(HttpWorkload::TlsKeepAlive, c), point(HttpWorkload::TlsFullHandshake, c)]);
+    }
+    for &c in &p.h2_concurrency {
+        steps.extend([point(HttpWorkload::H2c, c), point(HttpWorkload::H2Tls, c)]);
+    }
+    steps.push(Step::Udp);
+    steps
+}
+
+/// A server the run measures: a model, or nginx for the sweeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Model(Model),
+    Nginx,
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Model(m) => m.name(),
+            Who::Nginx => "nginx",
+        }
+    }
+
+    /// Whether it takes part in `step`; false for nginx outside the sweeps, and for a model
+    /// without UDP.
+    fn measures(self, step: Step) -> bool {
+        match (self, step) {
+            (Who::Nginx, Step::Point { .. }) => true,
+            (Who::Nginx, _) => false,
+            (Who::Model(m), Step::Udp) => m.serves_udp(),
+            (Who::Model(_), _) => true,
+        }
+    }
+}
+
+/// A row or point as the rounds keep it.
+trait Measurable: Clone {
+    fn figures(&self) -> Figures;
+    fn headline(&self) -> &'static str;
+    fn client_bound(&self) -> bool;
+    /// Server CPU, % of one core.
+    fn server_cpu(&self) -> Option<f64>;
+    fn errors(&self) -> u64;
+    fn intervals(&self) -> Option<Vec<Interval>> {
+        None
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>);
+}
+
+impl Measurable for Row {
+    fn figures(&self) -> Figures {
+        Row::figures(self)
+    }
+    fn headline(&self) -> &'static str {
+        Row::headline(self)
+    }
+    fn client_bound(&self) -> bool {
+        self.client_bound
+    }
+    fn server_cpu(&self) -> Option<f64> {
+        self.mean_cpu_pct()
+    }
+    fn errors(&self) -> u64 {
+        self.errors.values().sum()
+    }
+    fn intervals(&self) -> Option<Vec<Interval>> {
+        self.intervals.clone()
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+    }
+}
+
+impl Measurable for HttpPoint {
+    fn figures(&self) -> Figures {
+        HttpPoint::figures(self)
+    }
+    fn headline(&self) -> &'static str {
+        HttpPoint::headline(self)
+    }
+    fn client_bound(&self) -> bool {
+        self.client_bound
+    }
+    fn server_cpu(&self) -> Option<f64> {
+        self.server_cpu_pct
+    }
+    fn errors(&self) -> u64 {
+        self.errors
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+    }
+}
+
+impl Measurable for UdpPoint {
+    fn figures(&self) -> Figures {
+        UdpPoint::figures(self)
+    }
+    fn headline(&self) -> &'static str {
+        crate::results::figure::UDP_RECEIVED_PER_S
+    }
+    fn client_bound(&self) -> bool {
+        false
+    }
+    fn server_cpu(&self) -> Option<f64> {
+        None
+    }
+    fn errors(&self) -> u64 {
+        self.lost
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+    }
+}
+
+/// The repetitions of one row or point of one server: each measured value with its repetition.
+struct Rounds<T> {
+    taken: Vec<(T, Repeat)>,
+}
+
+impl<T: Measurable> Rounds<T> {
+    fn new() -> Rounds<T> {
+        Rounds { taken: Vec::new() }
+    }
+
+    fn push(&mut self, round: u32, m: Measured<T>, server_cores: usize) {
+        let repeat = Repeat {
+            round,
+            figures: m.value.figures(),
+            client_bound: m.value.client_bound(),
+            server_bound: m.value.server_cpu().is_some_and(|c| c >= 90.0 * server_cores as f64),
+            errors: m.value.errors(),
+            interference: m.interference,
+            replaced: false,
+            intervals: m.value.intervals(),
+        };
+        self.taken.push((m.value, repeat));
+    }
+
+    /// Kept repetitions disturbed past the threshold, by index.
+    fn disturbed(&self) -> Vec<usize> {
+        (0..self.taken.len())
+            .filter(|&i| {
+                let r = &self.taken[i].1;
+                !r.replaced && r.interference.is_some_and(|x| x.disturbed)
+            })
+            .collect()
+    }
+
+    /// Take a re-run of the repetition at `i`: the less disturbed of the two is kept, the other
+    /// marked replaced (and shown).
+    fn rerun(&mut self, i: usize, m: Measured<T>, server_cores: usize) {
+        let round = self.taken[i].1.round;
+        self.push(round, m, server_cores);
+        let busy = |r: &Repeat| r.interference.map_or(f64::INFINITY, |x| x.server_cores.max(x.client_cores));
+        let new = self.taken.len() - 1;
+        if busy(&self.taken[new].1) < busy(&self.taken[i].1) {
+            self.taken[i].1.replaced = true;
+        } else {
+            self.taken[new].1.replaced = true;
+        }
+    }
+
+    /// The median kept repetition, whole, with every repetition's figures, the spread and the
+    /// worst interference; `None` when none was measured.
+    fn finish(self) -> Option<T> {
+        let kept: Vec<&(T, Repeat)> = self.taken.iter().filter(|(_, r)| !r.replaced).collect();
+        let headline = kept.first()?.0.headline();
+        let values: Vec<f64> = kept.iter().map(|(_, r)| r.figures.get(headline).copied().unwrap_or(f64::NAN)).collect();
+        let mut chosen = kept[median_index(&values)].0.clone();
+        let interference = Interference::worst(kept.iter().filter_map(|(_, r)| r.interference.as_ref()));
+        let mut repeats: Vec<Repeat> = self.taken.into_iter().map(|(_, r)| r).collect();
+        repeats.sort_by_key(|r| r.round);
+        let spread = spreads_of(&repeats);
+        chosen.keep(repeats, spread, interference);
+        Some(chosen)
+    }
+}
+
+/// A step's repetitions of one server, of the kind the step measures.
+enum Taken {
+    Row(Rounds<Row>),
+    Point(Rounds<HttpPoint>),
+    Udp(Rounds<UdpPoint>),
+}
+
+impl Taken {
+    fn new(step: Step) -> Taken {
+        match step {
+            Step::Row(_) => Taken::Row(Rounds::new()),
+            Step::Point { .. } => Taken::Point(Rounds::new()),
+            Step::Udp => Taken::Udp(Rounds::new()),
+        }
+    }
+
+    fn disturbed(&self) -> Vec<usize> {
+        match self {
+            Taken::Row(r) => r.disturbed(),
+            Taken::Point(r) => r.disturbed(),
+            Taken::Udp(r) => r.disturbed(),
+        }
+    }
+
+    fn round_of(&self, i: usize) -> u32 {
+        match self {
+            Taken::Row(r) => r.taken[i].1.round,
+            Taken::Point(r) => r.taken[i].1.round,
+            Taken::Udp(r) => r.taken[i].1.round,
+        }
+    }
+
+    fn interference_of(&self, i: usize) -> Option<Interference> {
+        match self {
+            Taken::Row(r) => r.taken[i].1.interference,
+            Taken::Point(r) => r.taken[i].1.interference,
+            Taken::Udp(r) => r.taken[i].1.interference,
+        }
+    }
+
+    /// Add one measurement (`rerun_of`: a re-run of the repetition at that index).
+    fn take(&mut self, round: u32, m: Measurement, rerun_of: Option<usize>, server_cores: usize) {
+        match (self, m) {
+            (Taken::Row(r), Measurement::Row(m)) => match rerun_of {
+                Some(i) => r.rerun(i, *m, server_cores),
+                None => r.push(round, *m, server_cores),
+            },
+            (Taken::Point(r), Measurement::Point(m)) => match rerun_of {
+                Some(i) => r.rerun(i, *m, server_cores),
+                None => r.push(round, *m, server_cores),
+            },
+            (Taken::Udp(r), Measurement::Udp(m)) => match rerun_of {
+                Some(i) => r.rerun(i, *m, server_cores),
+                None => r.push(round, *m, server_cores),
+            },
+            // A step measures one kind; `measure` returns that kind.
+            _ => {}
+        }
+    }
+
+    /// Into the server's results.
+    fn finish(self, into: &mut ModelResult) {
+        match self {
+            Taken::Row(r) => into.rows.extend(r.finish()),
+            Taken::Point(r) => into.http.extend(r.finish()),
+            Taken::Udp(r) => into.udp = r.finish(),
+        }
+    }
+}
+
+/// One measurement of any step.
+enum Measurement {
+    Row(Box<Measured<Row>>),
+    Point(Box<Measured<HttpPoint>>),
+    Udp(Box<Measured<UdpPoint>>),
+}
+
+/// Measure `step` once for `who`: a fresh server (or nginx) for it, stopped after.
+fn measure(h: &Harness<'_>, who: Who, step: Step) -> Result<Measurement, String> {
+    match (who, step) {
+        (Who::Model(m), Step::Row(kind)) => h.row(m.name(), kind).map(|m| Measurement::Row(Box::new(m))),
+        (Who::Model(m), Step::Udp) => h.udp(m.name()).map(|m| Measurement::Udp(Box::new(m))),
+        (Who::Model(m), Step::Point { workload, concurrency }) => {
+            let scheme = scheme_of(h, workload)?;
+            let tls: Vec<String> = match (&h.certificate, workload.tls()) {
+                (Ok(files), true) => vec![
+                    "--tls-cert".into(),
+                    files.cert.display().to_string(),
+                    "--tls-key".into(),
+                    files.key.display().to_string(),
+                ],
+                _ => Vec::new(),
+            };
+            let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
+            let server = h.start_server(m.name(), "http", &extra)?;
+            let point = h.http_point(server.port, Some(server.pid()), scheme, workload, concurrency);
+            h.stop_server(server);
+            point.map(|m| Measurement::Point(Box::new(m)))
+        }
+        (Who::Nginx, Step::Point { workload, concurrency }) => {
+            let scheme = scheme_of(h, workload)?;
+            let server = nginx::start(h, scheme, workload.http2())?;
+            let point = h.http_point(server.port, Some(server.pid()), scheme, workload, concurrency);
+            nginx::stop(h, server);
+            point.map(|m| Measurement::Point(Box::new(m)))
+        }
+        (Who::Nginx, _) => Err("nginx serves the HTTP sweeps only".into()),
+    }
+}
+
+/// The scheme of a workload, or why HTTPS cannot be measured.
+fn scheme_of<'a>(h: &'a Harness<'_>, workload: HttpWorkload) -> Result<Scheme<'a>, String> {
+    if !workload.tls() {
+        return Ok(Scheme::Http);
+    }
+    match &h.certificate {
+        Ok(files) => Ok(Scheme::Https { ca: &files.ca }),
+        Err(e) => Err(format!("no certificate: {e}")),
+    }
+}
+
+/// Re-runs the run may make: a tenth of its measurements, and at least three.
+fn rerun_budget(measurements: usize) -> u32 {
+    (measurements.div_ceil(10)).max(3) as u32
+}
+
+/// Run the bench; results are written to `out_dir` after every step, marked in progress
 /// until the run ends.
 pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> std::io::Result<Results> {
     std::fs::create_dir_all(&cfg.out_dir)?;
     let scratch = cfg.out_dir.join(".scratch");
     std::fs::create_dir_all(&scratch)?;
+    // The bench's own threads (samplers, output readers) run beside the load, not on the
+    // server's cores: they would disturb the server, and what the server's cores did apart
+    // from the server is what the interference measures. Threads started from here inherit it.
+    let _ = sockscale_sys::pin_to_cpus(&cfg.client_cpus);
     // The HTTPS points' certificate, made for this run and removed with the scratch directory.
     let certificate = make_certificate(&scratch.join("tls"));
     let harness = Harness {
@@ -55,7 +432,9 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         interrupted,
         children,
         scratch: scratch.clone(),
+        disturbed_above_cores: cfg.disturbed_above_cores,
     };
+    let rounds = cfg.rounds.max(1);
     let mut results = Results {
         schema: SCHEMA,
         profile: cfg.profile.name.into(),
@@ -64,27 +443,121 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         parameters: serde_json::to_value(&cfg.profile).unwrap_or_default(),
         planned_models: cfg.models.iter().map(|m| m.name().to_owned()).collect(),
         in_progress: true,
+        rounds,
+        disturbed_above_cores: Some(cfg.disturbed_above_cores),
+        server_cpus: cfg.server_cpus.clone(),
+        client_cpus: cfg.client_cpus.clone(),
         ..Results::default()
     };
-    let nginx_steps = cfg.profile.http_points() + cfg.profile.https_points();
-    let total_steps = cfg.models.len() * steps_per_model(&cfg.profile) + nginx_steps;
+    let mut who: Vec<Who> = Vec::new();
+    for &model in &cfg.models {
+        let mut result = ModelResult { model: model.name().into(), ..ModelResult::default() };
+        match model.unavailable() {
+            Some(reason) => result.error = Some(format!("unavailable here: {reason}")),
+            None => who.push(Who::Model(model)),
+        }
+        results.models.push(result);
+    }
+    let mut nginx_result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
+    if nginx::installed() {
+        who.push(Who::Nginx);
+    } else {
+        nginx_result.error = Some(nginx::NOT_INSTALLED.into());
+    }
+    let steps = steps(&cfg.profile);
+    let planned: usize =
+        steps.iter().map(|&s| who.iter().filter(|w| w.measures(s)).count()).sum::<usize>() * rounds as usize;
+    let budget = rerun_budget(planned);
+    let mut reruns = Reruns { made: 0, budget };
     let shown = match (cfg.progress, std::io::stderr().is_terminal()) {
         (false, _) => Shown::Off,
         (true, true) => Shown::Bar,
         (true, false) => Shown::Lines,
     };
-    let mut progress = Progress::new(shown, total_steps);
-    for &model in &cfg.models {
-        if harness.interrupted() {
-            break;
+    let mut progress = Progress::new(shown, planned);
+    for model in results.models.iter().filter(|m| m.error.is_some()) {
+        progress.say(&format!("{}: skipped, {}", model.model, model.error.as_deref().unwrap_or("")));
+    }
+    if let Some(e) = &nginx_result.error {
+        progress.say(&format!("nginx: {e}"));
+    }
+    'steps: for &step in &steps {
+        let label = step.label(&cfg.profile);
+        let mut taken: Vec<(Who, Taken)> =
+            who.iter().filter(|w| w.measures(step)).map(|&w| (w, Taken::new(step))).collect();
+        let mut failed: Vec<Who> = Vec::new();
+        for round in 1..=rounds {
+            for (w, t) in &mut taken {
+                if failed.contains(w) {
+                    progress.skip();
+                    continue;
+                }
+                if harness.interrupted() {
+                    break;
+                }
+                progress.begin(format!("round {round}/{rounds} · {label} · {}", w.name()));
+                match measure(&harness, *w, step) {
+                    Ok(m) => {
+                        t.take(round, m, None, cfg.server_cpus.len());
+                        progress.end(Outcome::Done);
+                    }
+                    Err(e) if !harness.interrupted() => {
+                        progress.end(Outcome::Failed(&e));
+                        failed.push(*w);
+                        add_error(result_of(&mut results, &mut nginx_result, *w), format!("{}: {e}", step.name()));
+                    }
+                    Err(_) => progress.end(Outcome::Interrupted),
+                }
+            }
         }
-        let result = bench_model(&harness, model, &mut progress);
-        results.models.push(result);
+        // Disturbed repetitions, measured again while the run's re-runs last, at the end of the
+        // step: a passing disturbance has had the other models' turns to pass.
+        for (w, t) in &mut taken {
+            for i in t.disturbed() {
+                if harness.interrupted() || reruns.made >= reruns.budget || failed.contains(w) {
+                    break;
+                }
+                reruns.made += 1;
+                progress.grow();
+                let busy = t.interference_of(i).map_or(String::new(), |x| {
+                    format!(
+                        " (others used {:.2} of the server's cores, {:.2} of the load's)",
+                        x.server_cores, x.client_cores
+                    )
+                });
+                progress.begin(format!(
+                    "re-run {} of at most {budget} · round {} · {label} · {}{busy}",
+                    reruns.made,
+                    t.round_of(i),
+                    w.name()
+                ));
+                match measure(&harness, *w, step) {
+                    Ok(m) => {
+                        let round = t.round_of(i);
+                        t.take(round, m, Some(i), cfg.server_cpus.len());
+                        progress.end(Outcome::Done);
+                    }
+                    Err(e) if !harness.interrupted() => progress.end(Outcome::Failed(&e)),
+                    Err(_) => progress.end(Outcome::Interrupted),
+                }
+            }
+        }
+        for (w, t) in taken {
+            t.finish(result_of(&mut results, &mut nginx_result, w));
+        }
+        results.reruns = Some(reruns);
+        if harness.interrupted() {
+            let what = format!("interrupted during the {}", step.name());
+            for w in &who {
+                interrupted_first(&mut result_of(&mut results, &mut nginx_result, *w).error, what.clone());
+            }
+            break 'steps;
+        }
+        results.nginx = Some(nginx_result.clone());
         save(&cfg.out_dir, &results)?;
     }
-    if !harness.interrupted() {
-        results.nginx = Some(bench_nginx(&harness, &mut progress));
-    }
+    results.nginx = Some(nginx_result);
+    results.reruns = Some(reruns);
     results.interrupted = harness.interrupted();
     results.in_progress = false;
     results.finished = utc_now();
@@ -94,9 +567,16 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     Ok(results)
 }
 
-/// Steps of one model: three rows, the HTTP and HTTPS points, UDP.
-fn steps_per_model(profile: &Profile) -> usize {
-    3 + profile.http_points() + profile.https_points() + 1
+/// The results a server's measurements go into.
+fn result_of<'a>(results: &'a mut Results, nginx: &'a mut ModelResult, who: Who) -> &'a mut ModelResult {
+    match who {
+        Who::Nginx => nginx,
+        Who::Model(m) => match results.models.iter().position(|r| r.model == m.name()) {
+            Some(i) => &mut results.models[i],
+            // Every measured model was given a result when the run began.
+            None => nginx,
+        },
+    }
 }
 
 /// A private CA and a leaf it signed for 127.0.0.1 and localhost (ECDSA P-256), written into
@@ -108,68 +588,6 @@ fn make_certificate(dir: &Path) -> Result<sockscale_tls::CertificateFiles, Strin
     certificate.write(dir).map_err(|e| e.to_string())
 }
 
-/// The plain HTTP sweep and the HTTPS sweep, in that order.
-fn sweeps(profile: &Profile) -> [(&'static str, usize); 2] {
-    [("HTTP", profile.http_points()), ("HTTPS", profile.https_points())]
-}
-
-/// The scheme of a sweep named by [`sweeps`], or why HTTPS cannot be measured.
-fn scheme_of<'a>(h: &'a Harness<'_>, what: &str) -> Result<Scheme<'a>, String> {
-    match what {
-        "HTTP" => Ok(Scheme::Http),
-        _ => match &h.certificate {
-            Ok(files) => Ok(Scheme::Https { ca: &files.ca }),
-            Err(e) => Err(format!("no certificate: {e}")),
-        },
-    }
-}
-
-/// How one sweep ended.
-struct Swept {
-    points: Vec<HttpPoint>,
-    error: Option<String>,
-    /// Interrupted before its last point.
-    interrupted: bool,
-}
-
-/// One sweep of `n` points, each a step of the progress named "{label} point K of N": every
-/// step is ended here, done, failed, interrupted, or abandoned with the rest.
-fn sweep_steps(
-    h: &Harness<'_>,
-    progress: &mut Progress,
-    label: &str,
-    n: usize,
-    run: impl FnOnce(&mut dyn FnMut()) -> Result<Vec<HttpPoint>, String>,
-) -> Swept {
-    if n == 0 {
-        return Swept { points: Vec::new(), error: None, interrupted: false };
-    }
-    let mut point = 0;
-    progress.begin(format!("{label} point 1 of {n}"));
-    let mut tick = || {
-        point += 1;
-        progress.end(Outcome::Done);
-        if point < n {
-            progress.begin(format!("{label} point {} of {n}", point + 1));
-        }
-    };
-    let result = run(&mut tick);
-    let (points, error) = match result {
-        Ok(points) => (points, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    let interrupted = point < n && h.interrupted();
-    if point < n {
-        match &error {
-            _ if interrupted => progress.end(Outcome::Interrupted),
-            Some(e) => progress.end(Outcome::Failed(e)),
-            None => progress.end(Outcome::Failed("ended before its last point")),
-        }
-        progress.abandon(n - point - 1, &format!("{label}: rest of the sweep not measured"));
-    }
-    Swept { points, error, interrupted }
-}
-
 /// Say first that a result was interrupted, before whatever else went wrong.
 fn interrupted_first(to: &mut Option<String>, what: String) {
     *to = Some(match to.take() {
@@ -179,148 +597,14 @@ fn interrupted_first(to: &mut Option<String>, what: String) {
 }
 
 /// Add `error` to what a result already says went wrong.
-fn add_error(to: &mut Option<String>, error: String) {
-    match to {
+fn add_error(to: &mut ModelResult, error: String) {
+    match &mut to.error {
         Some(e) => {
             e.push_str("; ");
             e.push_str(&error);
         }
-        None => *to = Some(error),
+        None => to.error = Some(error),
     }
-}
-
-/// nginx's HTTP and HTTPS sweeps, a fresh nginx for each, or why it has none.
-fn bench_nginx(h: &Harness<'_>, progress: &mut Progress) -> ModelResult {
-    let mut result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
-    let steps: usize = sweeps(h.profile).iter().map(|(_, n)| n).sum();
-    if !nginx::installed() {
-        progress.abandon(steps, &format!("nginx: {}", nginx::NOT_INSTALLED));
-        result.error = Some(nginx::NOT_INSTALLED.into());
-        return result;
-    }
-    let mut left = steps;
-    run_sweeps(h, progress, &mut result, "nginx", &mut left, |what, tick| nginx::sweep(h, scheme_of(h, what)?, tick));
-    result
-}
-
-/// The HTTP and HTTPS sweeps of one server (`name`), `sweep` measuring each (given "HTTP" or
-/// "HTTPS"): points into `result`, errors beside them, `left` steps counted down. false: the
-/// run was interrupted (the steps left are abandoned, `result` says where).
-fn run_sweeps(
-    h: &Harness<'_>,
-    progress: &mut Progress,
-    result: &mut ModelResult,
-    name: &str,
-    left: &mut usize,
-    mut sweep: impl FnMut(&str, &mut dyn FnMut()) -> Result<Vec<HttpPoint>, String>,
-) -> bool {
-    for (what, n) in sweeps(h.profile) {
-        if h.interrupted() {
-            interrupted_first(&mut result.error, format!("interrupted before the {what} sweep"));
-            progress.abandon(*left, &format!("{name}: not measured (interrupted)"));
-            return false;
-        }
-        let swept = sweep_steps(h, progress, &format!("{name}: {what}"), n, |tick| sweep(what, tick));
-        *left -= n;
-        result.http.extend(swept.points);
-        if let Some(e) = swept.error.filter(|_| !swept.interrupted) {
-            add_error(&mut result.error, format!("{what} sweep: {e}"));
-        }
-        if swept.interrupted {
-            interrupted_first(&mut result.error, format!("interrupted during the {what} sweep"));
-            progress.abandon(*left, &format!("{name}: not measured (interrupted)"));
-            return false;
-        }
-    }
-    true
-}
-
-fn row_label(name: &str, kind: RowKind, p: &Profile) -> String {
-    match kind {
-        RowKind::Flood => format!("{name}: flood, {} connections", thousands(p.flood_conns)),
-        RowKind::RateLimited => format!("{name}: rate-limited, {} connections", thousands(p.rate_conns)),
-        RowKind::Maximum => format!("{name}: maximum, up to {} connections", thousands(p.max_conns)),
-    }
-}
-
-fn bench_model(h: &Harness<'_>, model: Model, progress: &mut Progress) -> ModelResult {
-    let name = model.name();
-    let mut result = ModelResult { model: name.into(), ..ModelResult::default() };
-    let steps = steps_per_model(h.profile);
-    if let Some(reason) = model.unavailable() {
-        let why = format!("unavailable here: {reason}");
-        progress.abandon(steps, &format!("{name}: skipped, {why}"));
-        result.error = Some(why);
-        return result;
-    }
-    let mut left = steps;
-    for kind in [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum] {
-        if h.interrupted() {
-            result.error = Some(format!("interrupted before the {} row", kind.label()));
-            progress.abandon(left, &format!("{name}: not measured (interrupted)"));
-            return result;
-        }
-        progress.begin(row_label(name, kind, h.profile));
-        match h.row(name, kind) {
-            Ok(row) => {
-                result.rows.push(row);
-                progress.end(Outcome::Done);
-            }
-            Err(e) if !h.interrupted() => {
-                progress.end(Outcome::Failed(&e));
-                result.error = Some(format!("{} row: {e}", kind.label()));
-                progress.abandon(left - 1, &format!("{name}: not measured after the failed {} row", kind.label()));
-                return result;
-            }
-            Err(_) => {
-                progress.end(Outcome::Interrupted);
-                result.error = Some(format!("interrupted during the {} row", kind.label()));
-                progress.abandon(left - 1, &format!("{name}: not measured (interrupted)"));
-                return result;
-            }
-        }
-        left -= 1;
-    }
-    let swept_all = run_sweeps(h, progress, &mut result, name, &mut left, |what, tick| {
-        let scheme = scheme_of(h, what)?;
-        let tls: Vec<String> = match &h.certificate {
-            Ok(files) if what == "HTTPS" => vec![
-                "--tls-cert".into(),
-                files.cert.display().to_string(),
-                "--tls-key".into(),
-                files.key.display().to_string(),
-            ],
-            _ => Vec::new(),
-        };
-        let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
-        let server = h.start_server(name, "http", &extra)?;
-        let swept = h.http_sweep(server.port, Some(server.pid()), scheme, tick);
-        h.stop_server(server);
-        swept
-    });
-    if !swept_all {
-        return result;
-    }
-    if !model.serves_udp() {
-        let why = model.limitation(sockscale_server::Policy::Udp).unwrap_or("no UDP");
-        progress.abandon(left, &format!("{name}: UDP skipped: {why}"));
-    } else if h.interrupted() {
-        result.error.get_or_insert_with(|| "interrupted before UDP".into());
-        progress.abandon(left, &format!("{name}: not measured (interrupted)"));
-    } else {
-        progress.begin(format!("{name}: UDP echo"));
-        match h.udp(name) {
-            Ok(point) => {
-                result.udp = Some(point);
-                progress.end(Outcome::Done);
-            }
-            Err(e) => {
-                progress.end(Outcome::Failed(&e));
-                result.error = Some(format!("UDP: {e}"));
-            }
-        }
-    }
-    result
 }
 
 /// Write the raw JSON, the CSVs and the markdown tables, each replacing the last whole (a
@@ -468,17 +752,23 @@ impl Progress {
         let _ = err.flush();
     }
 
-    /// Count `n` steps that will not run, saying why once.
-    fn abandon(&mut self, n: usize, why: &str) {
-        if n == 0 {
-            return;
-        }
+    /// Say something that is not a step (a model skipped, and why), once.
+    fn say(&mut self, what: &str) {
         if self.shown == Shown::Lines {
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{} {why}", self.counter(self.done + 1, self.done + n));
+            let _ = writeln!(err, "{what}");
             let _ = err.flush();
         }
-        self.done += n;
+    }
+
+    /// Count a step that will not run: its server failed this step in an earlier round.
+    fn skip(&mut self) {
+        self.done += 1;
+    }
+
+    /// One more step than planned: a re-run.
+    fn grow(&mut self) {
+        self.total += 1;
     }
 
     fn finish(&self, interrupted: bool) {

@@ -17,10 +17,26 @@ use crate::units::parse_size;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// tiny (about 8 s a model, for tests), default (3½ minutes for all models on 2 cores) or
-    /// full (the seed's scale)
-    #[arg(long, default_value = "default", value_parser = ["tiny", "default", "full"])]
+    /// default (three rounds of every model: BENCH_DEFAULT_TIME on 2 cores), quick (one round,
+    /// a first look without spread), full (the seed's scale) or tiny (for tests)
+    #[arg(long, default_value = "default", value_parser = ["tiny", "quick", "default", "full"])]
     pub profile: String,
+    /// The quick profile: one round of smaller rows for a first look (no spread, so no verdict
+    /// can tell close models apart; it says so)
+    #[arg(long, conflicts_with = "profile")]
+    pub quick: bool,
+    /// Rounds: every row and point measured this many times, the models in turn in each round
+    /// [default: the profile's; 3 but for quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: Option<u32>,
+    /// Other processes' CPU on the server's or the load's cores, in cores, past which a
+    /// measurement counts as disturbed and is measured again (while the run's re-runs last:
+    /// a tenth of its measurements) or marked
+    #[arg(long, value_name = "CORES", value_parser = positive_cores)]
+    pub disturbed_above: Option<f64>,
+    /// Print every table on stdout too (they are always in table.md), before the verdict
+    #[arg(long)]
+    pub print_tables: bool,
     /// Models to run, comma-separated, each once [default: all]
     #[arg(long, value_delimiter = ',', value_name = "MODELS", value_parser = parse_model)]
     pub models: Vec<Model>,
@@ -106,8 +122,17 @@ fn parse_model(text: &str) -> Result<Model, String> {
     text.trim().parse()
 }
 
+/// A fraction of a core: more than 0.
+fn positive_cores(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(c) if c.is_finite() && c > 0.0 => Ok(c),
+        _ => Err("expected a number of cores, more than 0 (e.g. 0.15)".into()),
+    }
+}
+
 pub fn bench(args: &BenchArgs) -> Result<()> {
-    let profile = Profile::named(&args.profile).with_context(|| format!("unknown --profile {}", args.profile))?;
+    let name = if args.quick { "quick" } else { args.profile.as_str() };
+    let profile = Profile::named(name).with_context(|| format!("unknown --profile {name}"))?;
     for (i, model) in args.models.iter().enumerate() {
         if args.models[..i].contains(model) {
             bail!("--models names {model} twice: list each model once");
@@ -119,7 +144,20 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     sockscale_bench::run::prepare_out_dir(&out_dir)?;
     let exe = std::env::current_exe().context("cannot find this program to start servers and load")?;
     let (server_cpus, client_cpus) = BenchConfig::split_cores();
-    let cfg = BenchConfig { exe, profile, models, out_dir: out_dir.clone(), server_cpus, client_cpus, progress: true };
+    let rounds = args.rounds.unwrap_or(profile.rounds);
+    let disturbed_above_cores =
+        args.disturbed_above.unwrap_or(sockscale_bench::interference::DEFAULT_DISTURBED_ABOVE_CORES);
+    let cfg = BenchConfig {
+        exe,
+        profile,
+        models,
+        out_dir: out_dir.clone(),
+        server_cpus,
+        client_cpus,
+        progress: true,
+        rounds,
+        disturbed_above_cores,
+    };
 
     // Ctrl-C (or SIGTERM) stops the run: every process started is killed, the rows measured
     // so far are kept and reported.
@@ -139,7 +177,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .with_context(|| format!("cannot write results to {}", out_dir.display()))?;
     let files = sockscale_bench::run::render_report(&results, &out_dir)
         .with_context(|| format!("cannot draw the report in {}", out_dir.display()))?;
-    say!("{}", sockscale_bench::tables::tables_markdown(&results));
+    if args.print_tables {
+        say!("{}", sockscale_bench::tables::tables_markdown(&results));
+    }
+    say!("{}", sockscale_bench::verdict::text(&results).trim_end());
+    say!("");
+    say!("tables:  {}", out_dir.join("table.md").display());
     say!("results: {}", out_dir.join("results.json").display());
     say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
     if results.interrupted {
