@@ -553,18 +553,33 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
             }
             break 'steps;
         }
-        results.nginx = Some(nginx_result.clone());
-        save(&cfg.out_dir, &results)?;
+        save(&cfg.out_dir, &as_written(&results, &nginx_result))?;
     }
-    results.nginx = Some(nginx_result);
     results.reruns = Some(reruns);
     results.interrupted = harness.interrupted();
     results.in_progress = false;
     results.finished = utc_now();
+    let results = as_written(&results, &nginx_result);
     save(&cfg.out_dir, &results)?;
     progress.finish(results.interrupted);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(results)
+}
+
+/// The results as written: a server that has measured nothing yet (or never will, the run
+/// having been interrupted) is left out, so the tables name it "not measured"; one that was
+/// skipped or failed stays, with why.
+fn as_written(results: &Results, nginx: &ModelResult) -> Results {
+    let measured = |m: &ModelResult| {
+        !m.rows.is_empty()
+            || !m.http.is_empty()
+            || m.udp.is_some()
+            || m.error.as_deref().is_some_and(|e| !e.starts_with("interrupted"))
+    };
+    let mut out = results.clone();
+    out.models.retain(measured);
+    out.nginx = measured(nginx).then(|| nginx.clone());
+    out
 }
 
 /// The results a server's measurements go into.

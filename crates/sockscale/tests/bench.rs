@@ -19,13 +19,17 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         .output()
         .expect("run bench");
     assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    // stdout ends with the verdict and where the files are, not the long tables.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("| I/O model | Attempted/Connected |"), "{stdout}");
+    assert!(!stdout.contains("| I/O model | Attempted/Connected |"), "{stdout}");
+    assert!(stdout.trim_end().lines().last().is_some_and(|l| l.starts_with("report:  ")), "{stdout}");
+    assert!(stdout.contains("Verdict"), "{stdout}");
 
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     let r: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    assert_eq!(r["schema"], 1);
+    assert_eq!(r["schema"], 2);
     assert_eq!(r["profile"], "tiny");
+    assert_eq!(r["rounds"], 3);
     assert_eq!(r["interrupted"], false);
     for key in ["cpu_model", "cores", "kernel", "somaxconn", "tcp_mem_pages", "open_files_limit"] {
         assert!(!r["machine"][key].is_null(), "machine.{key} missing");
@@ -44,6 +48,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         let kinds: Vec<&str> = rows.iter().map(|row| row["kind"].as_str().unwrap_or("")).collect();
         assert_eq!(kinds, ["flood", "rate_limited", "maximum"]);
         for row in rows {
+            assert_repeated(name, row, &["received_bytes_per_s", "bytes_per_cpu_second", "connections_held"]);
             let n = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{name}: {k} missing in {row}"));
             assert!(n("connected") <= n("attempted"), "{name}: connected > attempted");
             assert!(n("attempted") > 0.0);
@@ -72,11 +77,17 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             }
         }
         let http = m["http"].as_array().expect("http");
-        assert_eq!(http.len(), 6, "{name}: HTTP at 2 concurrencies x keep-alive on/off, HTTPS at 1 x 2: {http:?}");
+        assert_eq!(
+            http.len(),
+            8,
+            "{name}: HTTP at 2 concurrencies x keep-alive on/off, HTTPS at 1 x 2, HTTP/2 at 1 x h2c/h2: {http:?}"
+        );
         for p in http {
             assert!(p["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: {p}");
+            assert_repeated(name, p, &["requests_per_s", "responses_per_cpu_second"]);
         }
         assert_https_points(name, http);
+        assert_h2_points(name, http);
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
         assert!(m["udp"]["sent"].as_u64().is_some_and(|n| n > 0), "{name}: UDP datagrams sent kept");
     }
@@ -85,8 +96,9 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     if nginx_installed {
         assert!(r["nginx"]["error"].is_null(), "nginx is installed but was not measured: {}", r["nginx"]);
         let http = r["nginx"]["http"].as_array().expect("nginx's points");
-        assert_eq!(http.len(), 6, "{}", r["nginx"]);
+        assert_eq!(http.len(), 8, "{}", r["nginx"]);
         assert_https_points("nginx", http);
+        assert_h2_points("nginx", http);
     }
     for file in [
         "rows.csv",
@@ -169,10 +181,51 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A row or point measured in three rounds: a repetition for each, with its figures and what
+/// the rest of the machine did meanwhile, and the spread of each headline figure around the
+/// median the row or point itself holds.
+fn assert_repeated(name: &str, v: &serde_json::Value, figures: &[&str]) {
+    let repeats = v["repeats"].as_array().unwrap_or_else(|| panic!("{name}: no repeats: {v}"));
+    let kept: Vec<&serde_json::Value> = repeats.iter().filter(|r| r["replaced"] != true).collect();
+    assert_eq!(kept.len(), 3, "{name}: three kept repetitions: {v}");
+    let rounds: Vec<u64> = kept.iter().filter_map(|r| r["round"].as_u64()).collect();
+    assert_eq!(rounds, [1, 2, 3], "{name}: one per round: {v}");
+    for r in &kept {
+        let i = &r["interference"];
+        assert!(i["server_cores"].as_f64().is_some_and(|c| c >= 0.0), "{name}: interference measured: {r}");
+        assert!(i["client_cores"].as_f64().is_some_and(|c| c >= 0.0), "{name}: {r}");
+        assert!(i["disturbed"].is_boolean(), "{name}: {r}");
+    }
+    for figure in figures {
+        let s = &v["spread"][figure];
+        let (min, median, max) = (s["min"].as_f64(), s["median"].as_f64(), s["max"].as_f64());
+        let (Some(min), Some(median), Some(max)) = (min, median, max) else {
+            panic!("{name}: no spread of {figure}: {v}")
+        };
+        assert!(min <= median && median <= max && s["n"] == 3, "{name}: {figure}: {s}");
+        let each: Vec<f64> = kept.iter().filter_map(|r| r["figures"][figure].as_f64()).collect();
+        assert_eq!(each.len(), 3, "{name}: every repetition has {figure}: {v}");
+        assert!(each.iter().all(|x| (min..=max).contains(x)), "{name}: {figure} {each:?} outside {s}");
+    }
+    assert!(v["interference"].is_object(), "{name}: the point's interference: {v}");
+}
+
+/// The HTTP/2 points: h2c and h2 over TLS, 16 streams a connection, every request answered.
+fn assert_h2_points(name: &str, http: &[serde_json::Value]) {
+    let h2: Vec<&serde_json::Value> = http.iter().filter(|p| p["http2"] == true).collect();
+    let tls: Vec<bool> = h2.iter().map(|p| p["tls"] == true).collect();
+    assert_eq!(tls, [false, true], "{name}: h2c, then h2 over TLS: {http:?}");
+    for p in h2 {
+        assert_eq!(p["streams"], 16, "{name}: {p}");
+        assert_eq!(p["errors"], 0, "{name}: {p}");
+        assert!(p["latency"]["count"].as_u64().is_some_and(|n| n > 0), "{name}: no request completed: {p}");
+    }
+}
+
 /// The HTTPS points of one model's sweep: keep-alive and a full handshake per request at the
 /// tiny profile's one concurrency, every request answered, none failed.
 fn assert_https_points(name: &str, http: &[serde_json::Value]) {
-    let https: Vec<&serde_json::Value> = http.iter().filter(|p| p["tls"] == true).collect();
+    let https: Vec<&serde_json::Value> = http.iter().filter(|p| p["tls"] == true && p["http2"] != true).collect();
     let keepalive: Vec<bool> = https.iter().map(|p| p["keepalive"] == true).collect();
     assert_eq!(keepalive, [true, false], "{name}: HTTPS keep-alive, then a new connection per request: {http:?}");
     for p in https {
@@ -193,7 +246,7 @@ fn assert_https_points(name: &str, http: &[serde_json::Value]) {
         }
         assert!(h["negotiated"][0]["version"].as_str().is_some_and(|v| v.starts_with("TLSv1.")), "{name}: {p}");
     }
-    let plain = http.iter().filter(|p| p["tls"] == false).count();
+    let plain = http.iter().filter(|p| p["tls"] == false && p["http2"] != true).count();
     assert_eq!(plain, 4, "{name}: the plain points stay plain: {http:?}");
 }
 
@@ -292,22 +345,23 @@ fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
     let dir = std::env::temp_dir().join(format!("sockscale-bench-int-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut bench = Command::new(BIN)
-        .args(["bench", "--profile", "tiny", "--models", "epoll,poll64,select,signal", "--out"])
+        .args(["bench", "--profile", "tiny", "--rounds", "1", "--models", "epoll,poll64,select,signal", "--out"])
         .arg(&dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the first model is written, then interrupt while later ones run.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // Wait until the rows are written (the steps go row by row, every model in turn), then
+    // interrupt while the sweeps run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     let mut started = Vec::new();
     loop {
         let done = std::fs::read_to_string(dir.join("results.json")).unwrap_or_default();
         started.extend(descendants(bench.id()));
-        if done.contains("\"model\": \"epoll\"") && !descendants(bench.id()).is_empty() {
+        if done.contains("\"kind\": \"maximum\"") && !descendants(bench.id()).is_empty() {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "bench never got past its first model");
+        assert!(std::time::Instant::now() < deadline, "bench never got past its rows");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let running = descendants(bench.id());
@@ -325,7 +379,11 @@ fn interrupted_bench_kills_its_processes_and_keeps_its_rows() {
     let epoll = &r["models"][0];
     assert_eq!(epoll["model"], "epoll");
     assert_eq!(epoll["rows"].as_array().map(Vec::len), Some(3), "the rows measured before are kept");
-    assert!(r["models"].as_array().map_or(0, Vec::len) < 4, "the run stopped early");
+    assert!(epoll["error"].as_str().is_some_and(|e| e.starts_with("interrupted during")), "{epoll}");
+    assert!(
+        r["models"].as_array().into_iter().flatten().all(|m| m["udp"].is_null()),
+        "the run stopped before its last step: {r}"
+    );
     assert!(dir.join("report.html").exists(), "the report is drawn from what was measured");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -493,7 +551,7 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     let dir = std::env::temp_dir().join(format!("sockscale-bench-progress-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(BIN)
-        .args(["bench", "--profile", "tiny", "--models", "epoll", "--out"])
+        .args(["bench", "--profile", "tiny", "--rounds", "2", "--models", "epoll", "--out"])
         .arg(&dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -502,22 +560,43 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    // One model: 3 rows, HTTP at 2 concurrencies × keep-alive on/off, HTTPS at 1 × keep-alive
-    // and a full handshake per request, UDP; then nginx's 4 + 2 points.
-    for line in [
-        "[ 1/16] epoll: flood, 20 connections … done in ",
-        "[ 2/16] epoll: rate-limited, 40 connections … done in ",
-        "[ 3/16] epoll: maximum, up to 120 connections … done in ",
-        "[ 4/16] epoll: HTTP point 1 of 4 … done in ",
-        "[ 7/16] epoll: HTTP point 4 of 4 … done in ",
-        "[ 8/16] epoll: HTTPS point 1 of 2 … done in ",
-        "[ 9/16] epoll: HTTPS point 2 of 2 … done in ",
-        "[10/16] epoll: UDP echo … done in ",
-    ] {
-        assert!(err.lines().any(|l| l.starts_with(line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
+    // One model in two rounds: 3 rows, HTTP at 2 concurrencies × keep-alive on/off, HTTPS at 1
+    // × keep-alive and a full handshake per request, HTTP/2 at 1 × h2c and h2, UDP; nginx takes
+    // its turn at each of the 8 sweep points when it is installed. Re-runs of disturbed
+    // measurements add steps at the end of theirs.
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
+    let planned = 2 * (12 + if nginx { 8 } else { 0 });
+    let reruns = err.lines().filter(|l| l.contains("] re-run ")).count();
+    let total = planned + reruns;
+    let per_round = planned / 2;
+    // The counter's total grows by one with each re-run.
+    if reruns == 0 {
+        let width = total.to_string().len();
+        for (k, line) in err.lines().filter(|l| l.contains(" … done in ")).enumerate() {
+            assert!(line.starts_with(&format!("[{:>width$}/{total}] round ", k + 1)), "{line}");
+        }
     }
-    assert!(err.lines().any(|l| l.starts_with("[11/16] nginx: ") || l.starts_with("[11-16/16] nginx: ")), "{err}");
-    assert!(err.lines().last().is_some_and(|l| l == "bench finished: 16 of 16 steps"), "{err}");
+    let mut expected = vec![
+        "round 1/2 · flood, 20 connections · epoll … done in ".to_owned(),
+        "round 2/2 · flood, 20 connections · epoll … done in ".to_owned(),
+        "round 1/2 · rate-limited, 40 connections · epoll … done in ".to_owned(),
+        "round 2/2 · maximum, up to 120 connections · epoll … done in ".to_owned(),
+        "round 1/2 · HTTP keep-alive, 10 connections · epoll … done in ".to_owned(),
+        "round 2/2 · HTTPS full handshake per request, 10 connections · epoll … done in ".to_owned(),
+        "round 1/2 · HTTP/2 h2c, 10 connections · epoll … done in ".to_owned(),
+        "round 2/2 · HTTP/2 over TLS, 10 connections · epoll … done in ".to_owned(),
+        "round 2/2 · UDP echo · epoll … done in ".to_owned(),
+    ];
+    if nginx {
+        expected.push("round 2/2 · HTTP/2 over TLS, 10 connections · nginx … done in ".to_owned());
+    } else {
+        assert!(err.lines().any(|l| l.starts_with("nginx: skipped: nginx is not installed")), "{err}");
+    }
+    for line in expected {
+        assert!(err.lines().any(|l| l.contains(&line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
+    }
+    assert_eq!(err.lines().filter(|l| l.contains(" … done in ")).count(), total, "{per_round} a round: {err}");
+    assert!(err.lines().last().is_some_and(|l| l == format!("bench finished: {total} of {total} steps")), "{err}");
     assert!(!err.contains('\r'), "no live bar when stderr is not a terminal: {err:?}");
 }
 
@@ -580,7 +659,7 @@ fn interrupted_bench_leaves_nothing_or_a_complete_partial_report() {
         let _ = std::fs::remove_dir_all(&dir);
         let mut bench = Command::new(BIN);
         bench
-            .args(["bench", "--profile", "tiny", "--models", "epoll,select", "--out"])
+            .args(["bench", "--profile", "tiny", "--rounds", "1", "--models", "epoll,select", "--out"])
             .arg(&dir)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());

@@ -12,7 +12,7 @@ fn a_tiny_bench_keeps_kernel_snapshots_and_http_latency() {
     let dir = std::env::temp_dir().join(format!("sockscale-bench-measures-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(BIN)
-        .args(["bench", "--profile", "tiny", "--models", "epoll", "--out"])
+        .args(["bench", "--profile", "tiny", "--rounds", "1", "--models", "epoll", "--out"])
         .arg(&dir)
         .output()
         .expect("run bench");

@@ -454,7 +454,7 @@ fn invalid_values_get_one_line_listing_the_valid_ones() {
     for (args, listed) in [
         (&["serve", "--proto", "ftp"][..], "echo, http, udp"),
         (&["serve", "--listener", "shared"][..], "reuseport, exclusive"),
-        (&["bench", "--profile", "huge"][..], "tiny, default, full"),
+        (&["bench", "--profile", "huge"][..], "tiny, quick, default, full"),
     ] {
         let (code, err) = fails_quickly(args);
         assert_eq!(code, 2);
