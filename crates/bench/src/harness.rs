@@ -241,6 +241,10 @@ impl Harness<'_> {
             .spawn()
             .map_err(|e| format!("cannot start the server: {e}"))?;
         self.children.add(child.id());
+        // As in `load`: a Ctrl-C that came before the registration did not reach it.
+        if self.interrupted() {
+            kill_tree(child.id());
+        }
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take();
         let counters = Arc::new(ServerCounters::default());
@@ -335,6 +339,11 @@ impl Harness<'_> {
             .map_err(|e| format!("cannot start the load: {e}"))?;
         let pid = child.id();
         self.children.add(pid);
+        // A Ctrl-C between the spawn and the registration above killed every child but this
+        // one: the flag was set before the kill, so it is seen here.
+        if self.interrupted() {
+            kill_tree(pid);
+        }
         let out = child.wait_with_output();
         // Reaped: its pid may be reused by any process now, which a Ctrl-C must not kill.
         self.children.remove(pid);

@@ -94,6 +94,10 @@ pub fn start(h: &Harness<'_>, scheme: Scheme<'_>, http2: bool) -> Result<Nginx, 
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start nginx: {e}"))?;
     h.children.add(child.id());
+    // A Ctrl-C before the registration did not reach it (the flag was set before the kill).
+    if h.interrupted() {
+        let _ = child.kill();
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {

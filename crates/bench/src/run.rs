@@ -417,6 +417,8 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     std::fs::create_dir_all(&cfg.out_dir)?;
     let scratch = cfg.out_dir.join(".scratch");
     std::fs::create_dir_all(&scratch)?;
+    // Before the pinning below, which would make this process see one core.
+    let machine = crate::machine::describe();
     // The bench's own threads (samplers, output readers) run beside the load, not on the
     // server's cores: they would disturb the server, and what the server's cores did apart
     // from the server is what the interference measures. Threads started from here inherit it.
@@ -439,7 +441,7 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         schema: SCHEMA,
         profile: cfg.profile.name.into(),
         started: utc_now(),
-        machine: crate::machine::describe(),
+        machine,
         parameters: serde_json::to_value(&cfg.profile).unwrap_or_default(),
         planned_models: cfg.models.iter().map(|m| m.name().to_owned()).collect(),
         in_progress: true,
