@@ -6,6 +6,7 @@
 //! markdown table, the CSVs, the charts and the HTML page are all drawn from that JSON.
 
 pub mod harness;
+pub mod interference;
 pub mod machine;
 pub mod nginx;
 pub mod plan;
