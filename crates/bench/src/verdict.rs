@@ -451,7 +451,7 @@ fn echo_row(results: &Results, kind: RowKind) -> Result<Measured, String> {
     let attempted = results.models.iter().find_map(|m| row_of(m, kind)).map(|r| r.attempted);
     let setting = match kind {
         RowKind::Flood => format!(
-            "flood row: {} connections, each sending as fast as its echoes come back",
+            "the flood row ({} connections, each sending as fast as its echoes come back)",
             attempted.map_or_else(|| "?".into(), thousands)
         ),
         _ => offered_load(results, attempted),
@@ -466,14 +466,14 @@ fn offered_load(results: &Results, attempted: Option<u64>) -> String {
     let conns = n("rate_conns").or(attempted);
     match (conns, n("block"), n("block_rate")) {
         (Some(c), Some(block), Some(rate)) if block > 0 => format!(
-            "rate-limited row: {} connections in blocks of {} at {} B/s each ({} B/s offered in all)",
+            "the rate-limited row ({} connections in blocks of {} at {} B/s each, {} B/s offered in all)",
             thousands(c),
             thousands(block),
             thousands(rate),
             thousands(c.div_ceil(block) * rate)
         ),
-        (Some(c), _, _) => format!("rate-limited row: {} connections, rate-limited in blocks", thousands(c)),
-        _ => "rate-limited row".into(),
+        (Some(c), _, _) => format!("the rate-limited row ({} connections, rate-limited in blocks)", thousands(c)),
+        _ => "the rate-limited row".into(),
     }
 }
 
@@ -508,7 +508,7 @@ fn idle_connections(results: &Results) -> Result<Measured, String> {
         return Err(missing_reason(results, "no maximum row with the server's count of its connections"));
     }
     let attempted = results.models.iter().find_map(|m| row_of(m, RowKind::Maximum)).map_or(0, |r| r.attempted);
-    let setting = format!("maximum row: {} connections attempted, rate-limited", thousands(attempted));
+    let setting = format!("the maximum row ({} connections attempted, rate-limited)", thousands(attempted));
     let held_unit = Unit::ConnectionsHeld { attempted };
     let nginx_held = || {
         let n = results.nginx.as_ref()?;
@@ -625,7 +625,7 @@ fn http(results: &Results, w: HttpWorkload) -> Result<Measured, String> {
     };
     let streams = results.models.iter().filter_map(|m| at(m, w, c)).find_map(|p| p.streams);
     let streams = streams.map_or_else(String::new, |s| format!(", {} streams each", thousands(s)));
-    let setting = format!("{label} at {} connections{streams} ({chosen})", thousands(c));
+    let setting = format!("the {label} points at {} connections{streams} ({chosen})", thousands(c));
     let measured = measure(results, Unit::ResponsesPerCpuSecond, setting, figure_of);
     measured.map(|m| Measured { concurrency: Some(c), ..m }).ok_or_else(|| {
         missing_reason(
@@ -1143,7 +1143,7 @@ fn workload_line(w: &WorkloadVerdict) -> String {
             .join("; ")
     };
     let mut s =
-        format!("{title}: use {}{tie} — {figures}; {}. {}.", join(&names, "or"), lead_long(r), capital(&m.setting));
+        format!("{title}: use {}{tie} — {figures}; {}. Measured on {}.", join(&names, "or"), lead_long(r), m.setting);
     for note in &m.notes {
         let _ = write!(s, " {note}.");
     }
@@ -1160,18 +1160,18 @@ fn workload_line(w: &WorkloadVerdict) -> String {
     }
     let _ = write!(s, " Bottleneck: {}.", bottleneck_long(&m.bottleneck, per_cpu(r.unit)));
     if m.disturbed > 0 {
-        let _ = write!(s, " The machine was busy during {} of the leaders' runs; the figures are marked.", m.disturbed);
+        let whose = if r.is_tie() { "the leaders'" } else { "the leader's" };
+        let _ = write!(
+            s,
+            " The machine was busy during {} of {whose} {} runs: these figures include a disturbed run.",
+            m.disturbed, m.bottleneck.runs
+        );
     }
     if !m.limits.is_empty() {
         let _ = write!(s, " Limits: {}.", m.limits.join("; "));
     }
     let _ = write!(s, " {seeds}");
     s
-}
-
-fn capital(s: &str) -> String {
-    let mut c = s.chars();
-    c.next().map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
 }
 
 /// Break `text` into lines of at most `width` columns at spaces (a word longer than that
@@ -1334,14 +1334,527 @@ pub fn html(results: &Results) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::results::{spreads_of, Interference, Machine, Repeat};
+
+    /// One repetition with figure `name` at `value`.
+    fn run(round: u32, figures: &[(&str, f64)]) -> Repeat {
+        Repeat {
+            round,
+            figures: figures.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            interference: Some(Interference { seconds: 1.0, ..Interference::default() }),
+            ..Repeat::default()
+        }
+    }
+
+    /// Three repetitions of figure `name`, one value each.
+    fn runs(name: &str, values: &[f64]) -> Vec<Repeat> {
+        values.iter().enumerate().map(|(i, &v)| run(i as u32 + 1, &[(name, v)])).collect()
+    }
+
+    fn row(kind: RowKind, attempted: u64, repeats: Vec<Repeat>) -> Row {
+        let spread = spreads_of(&repeats);
+        let held = spread.get(figure::CONNECTIONS_HELD).map_or(attempted, |s| s.median as u64);
+        Row { kind: Some(kind), attempted, connected: held, repeats, spread, ..Row::default() }
+    }
+
+    /// A maximum row: each run held `held[i]` with `rss[i]` KiB.
+    fn maximum(attempted: u64, held: &[f64], rss: &[f64]) -> Row {
+        let repeats = held
+            .iter()
+            .zip(rss)
+            .enumerate()
+            .map(|(i, (&h, &r))| run(i as u32 + 1, &[(figure::CONNECTIONS_HELD, h), (figure::SERVER_RSS_KIB, r)]))
+            .collect();
+        row(RowKind::Maximum, attempted, repeats)
+    }
+
+    fn point(w: HttpWorkload, concurrency: u64, values: &[f64]) -> HttpPoint {
+        let repeats = runs(figure::RESPONSES_PER_CPU_SECOND, values);
+        HttpPoint {
+            concurrency,
+            keepalive: w.keepalive(),
+            tls: w.tls(),
+            tls_resume: w.tls().then_some(false),
+            http2: w.http2(),
+            streams: w.http2().then_some(16),
+            spread: spreads_of(&repeats),
+            repeats,
+            ..HttpPoint::default()
+        }
+    }
+
+    fn model(name: &str, rows: Vec<Row>, http: Vec<HttpPoint>) -> ModelResult {
+        ModelResult { model: name.into(), error: None, rows, http, udp: None }
+    }
+
+    fn results(models: Vec<ModelResult>) -> Results {
+        Results {
+            schema: crate::results::SCHEMA,
+            profile: "default".into(),
+            machine: Machine {
+                open_files_limit: 20_000,
+                thread_limits: BTreeMap::from([("RLIMIT_NPROC".to_owned(), 96_365)]),
+                ..Machine::default()
+            },
+            parameters: serde_json::json!({"rate_conns": 3000, "block": 1000, "block_rate": 200_000}),
+            models,
+            rounds: 3,
+            ..Results::default()
+        }
+    }
+
+    /// epoll, uring and tokio, three runs of each row and point: uring clearly ahead on the
+    /// flood; uring and epoll tied on HTTP keep-alive at 100 (client-bound), tokio ahead at 10;
+    /// tokio lowest in latency with one disturbed run; epoll and tokio tied on memory per
+    /// connection, uring holding all with twice the memory.
+    fn three_models() -> Results {
+        let gb = 1e9;
+        let flood = |v: [f64; 3]| row(RowKind::Flood, 1000, runs(figure::BYTES_PER_CPU_SECOND, &v.map(|x| x * gb)));
+        let latency = |v: [f64; 3]| row(RowKind::RateLimited, 3000, runs(figure::P99_US, &v));
+        let keep_alive = |c: u64, v: [f64; 3]| {
+            let mut p = point(HttpWorkload::KeepAlive, c, &v);
+            if c == 100 {
+                p.repeats.iter_mut().for_each(|r| r.client_bound = true);
+            }
+            p
+        };
+        let mut tokio_latency = latency([900.0, 950.0, 1000.0]);
+        if let Some(i) = tokio_latency.repeats[1].interference.as_mut() {
+            i.server_cores = 0.6;
+            i.disturbed = true;
+        }
+        results(vec![
+            model(
+                "epoll",
+                vec![
+                    flood([0.90, 0.95, 1.00]),
+                    latency([1200.0, 1300.0, 1400.0]),
+                    maximum(8000, &[8000.0; 3], &[8000.0, 8100.0, 8200.0]),
+                ],
+                vec![
+                    keep_alive(10, [50e3, 51e3, 52e3]),
+                    keep_alive(100, [100e3, 105e3, 110e3]),
+                    point(HttpWorkload::NewConnection, 100, &[20e3, 21e3, 22e3]),
+                    point(HttpWorkload::H2c, 100, &[300e3, 310e3, 320e3]),
+                ],
+            ),
+            model(
+                "uring",
+                vec![
+                    flood([1.18, 1.21, 1.25]),
+                    latency([2000.0, 2100.0, 2200.0]),
+                    maximum(8000, &[8000.0; 3], &[16_000.0, 16_400.0, 16_800.0]),
+                ],
+                vec![
+                    keep_alive(10, [40e3, 41e3, 42e3]),
+                    keep_alive(100, [104e3, 108e3, 112e3]),
+                    point(HttpWorkload::NewConnection, 100, &[25e3, 26e3, 27e3]),
+                    point(HttpWorkload::H2c, 100, &[200e3, 210e3, 220e3]),
+                ],
+            ),
+            model(
+                "tokio",
+                vec![
+                    flood([0.80, 0.85, 0.90]),
+                    tokio_latency,
+                    maximum(8000, &[7990.0, 8000.0, 8000.0], &[8100.0, 8150.0, 8300.0]),
+                ],
+                vec![
+                    keep_alive(10, [90e3, 91e3, 92e3]),
+                    keep_alive(100, [60e3, 62e3, 65e3]),
+                    point(HttpWorkload::NewConnection, 100, &[19e3, 20.5e3, 21.5e3]),
+                    point(HttpWorkload::H2c, 100, &[280e3, 290e3, 305e3]),
+                ],
+            ),
+        ])
+    }
+
+    fn workload(v: &Verdict, w: Workload) -> &WorkloadVerdict {
+        v.workloads.iter().find(|x| x.workload == w).unwrap_or_else(|| panic!("{w:?} missing"))
+    }
+
+    fn measured(v: &Verdict, w: Workload) -> &Measured {
+        workload(v, w).measured.as_ref().unwrap_or_else(|why| panic!("{w:?} not measured: {why}"))
+    }
+
+    /// The paragraph of the text verdict that starts with `title`, unwrapped.
+    fn paragraph(text: &str, title: &str) -> String {
+        text.split("\n\n")
+            .find(|p| p.starts_with(&format!("{title}:")))
+            .unwrap_or_else(|| panic!("no paragraph {title} in\n{text}"))
+            .replace('\n', " ")
+    }
+
+    fn entry_of(model: &str, values: &[f64]) -> Entry {
+        Entry {
+            model: model.into(),
+            spread: Spread::of(values.iter().copied()).unwrap(),
+            disturbed: 0,
+            client_bound: 0,
+            server_bound: 0,
+            runs: values.len(),
+            server_known: true,
+        }
+    }
 
     #[test]
-    fn readme_run_renders() {
+    fn a_range_clear_of_the_rest_is_ahead_by_the_ratio_of_medians() {
+        let r = rank(
+            vec![entry_of("b", &[8.0, 9.0, 10.0]), entry_of("a", &[11.0, 12.0, 13.0]), entry_of("c", &[1.0, 2.0, 3.0])],
+            Unit::ResponsesPerCpuSecond,
+        );
+        assert_eq!(r.leader_names(), ["a"]);
+        assert_eq!(r.lead, Lead::Ahead { next: "b".into(), by: Some(12.0 / 9.0) });
+        let order: Vec<&str> = r.entries.iter().map(|e| e.model.as_str()).collect();
+        assert_eq!(order, ["a", "b", "c"]);
+
+        // Lower is better: the ratio is the next's median over the leader's.
+        let r = rank(vec![entry_of("slow", &[30.0, 40.0, 50.0]), entry_of("fast", &[8.0, 10.0, 12.0])], Unit::P99Us);
+        assert_eq!(r.lead, Lead::Ahead { next: "slow".into(), by: Some(4.0) });
+    }
+
+    #[test]
+    fn overlapping_ranges_are_a_tie_and_a_lead_only_when_the_group_is_clear() {
+        // b overlaps a; c is below both: the tie is clear of c.
+        let r = rank(
+            vec![
+                entry_of("a", &[10.0, 12.0, 14.0]),
+                entry_of("b", &[9.0, 11.0, 13.0]),
+                entry_of("c", &[1.0, 2.0, 3.0]),
+            ],
+            Unit::ResponsesPerCpuSecond,
+        );
+        assert_eq!(r.leader_names(), ["a", "b"]);
+        assert_eq!(r.lead, Lead::Tie { clear_of: Some(("c".into(), Some(12.0 / 2.0))) });
+
+        // c overlaps b but not a: not a leader, and the group is not clear of it.
+        let r = rank(
+            vec![
+                entry_of("a", &[10.0, 12.0, 14.0]),
+                entry_of("b", &[7.0, 11.0, 13.0]),
+                entry_of("c", &[6.0, 8.0, 9.5]),
+            ],
+            Unit::ResponsesPerCpuSecond,
+        );
+        assert_eq!(r.leader_names(), ["a", "b"]);
+        assert_eq!(r.lead, Lead::Tie { clear_of: None });
+
+        // A wide range with a low median still overlaps the top one: it is in the group,
+        // ahead of a narrow range with a higher median that does not.
+        let r = rank(
+            vec![
+                entry_of("a", &[10.0, 12.0, 14.0]),
+                entry_of("narrow", &[9.0, 9.2, 9.4]),
+                entry_of("wide", &[2.0, 3.0, 10.5]),
+            ],
+            Unit::ResponsesPerCpuSecond,
+        );
+        assert_eq!(r.leader_names(), ["a", "wide"]);
+        assert_eq!(r.entries[2].model, "narrow");
+        assert_eq!(r.lead, Lead::Tie { clear_of: None });
+    }
+
+    #[test]
+    fn one_run_each_ties_within_one_percent_and_claims_no_lead() {
+        let one = |m: &str, v: f64| Entry { runs: 1, server_known: false, ..entry_of(m, &[v]) };
+        let r = rank(vec![one("a", 100.0), one("b", 99.5), one("c", 50.0)], Unit::ResponsesPerCpuSecond);
+        assert_eq!(r.leader_names(), ["a", "b"], "within 1%: tied");
+        assert_eq!(r.lead, Lead::Tie { clear_of: None }, "no lead over c claimed on one run");
+        let r = rank(vec![one("a", 100.0), one("b", 98.0)], Unit::ResponsesPerCpuSecond);
+        assert_eq!(r.leader_names(), ["a"]);
+        assert_eq!(r.lead, Lead::SpreadNotMeasured { next: "b".into() });
+        let r = rank(vec![one("a", 100.0)], Unit::ResponsesPerCpuSecond);
+        assert_eq!(r.lead, Lead::Alone);
+        assert_eq!(rank(Vec::new(), Unit::P99Us).leaders, 0);
+    }
+
+    #[test]
+    fn the_sweep_is_judged_at_100_else_the_largest_below_else_the_smallest() {
+        assert_eq!(verdict_concurrency(&[10, 100, 1000]).map(|c| c.0), Some(100));
+        assert_eq!(verdict_concurrency(&[10, 50, 1000]).map(|c| c.0), Some(50));
+        assert_eq!(verdict_concurrency(&[1000, 10_000]).map(|c| c.0), Some(1000));
+        assert_eq!(verdict_concurrency(&[]), None);
+    }
+
+    #[test]
+    fn a_clear_winner_is_named_with_its_figure_spread_and_margin() {
+        let r = three_models();
+        let text = text(&r);
+        let p = paragraph(&text, "Throughput per core (echo)");
+        assert!(
+            p.starts_with("Throughput per core (echo): use uring — 1.21 GB per server CPU-second (1.18–1.25, 3 runs); ahead of epoll (950 MB per server CPU-second) by 1.27×"),
+            "{p}"
+        );
+        assert!(p.contains("this machine agrees"), "uring is the completion port's counterpart: {p}");
+        assert!(p.contains("Table 6-3's flood row"), "{p}");
+    }
+
+    #[test]
+    fn overlapping_models_are_named_as_a_tie() {
+        let r = three_models();
+        let v = verdict(&r);
+        let m = measured(&v, Workload::HttpKeepAlive);
+        assert_eq!(m.ranking.leader_names(), ["uring", "epoll"]);
+        assert_eq!(m.concurrency, Some(100), "100 was measured: not 10, where tokio leads");
+        let p = paragraph(&text(&r), "Throughput per core (HTTP keep-alive)");
+        assert!(p.starts_with("Throughput per core (HTTP keep-alive): use uring or epoll (tie) — uring 108,000 responses per server CPU-second (104,000–112,000, 3 runs); epoll 105,000"), "{p}");
+        assert!(p.contains("tie: uring, epoll — their ranges overlap; together ahead of tokio"), "{p}");
+        assert!(!p.contains("ahead of epoll"), "{p}");
+        assert!(
+            p.contains("Measured on the HTTP keep-alive points at 100 connections (the verdict's concurrency)."),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn a_client_bound_point_says_what_the_client_could_drive() {
+        let v = verdict(&three_models());
+        let b = measured(&v, Workload::HttpKeepAlive).bottleneck;
+        assert_eq!((b.client_bound, b.server_bound, b.runs), (6, 0, 6));
+        let p = paragraph(&text(&three_models()), "Throughput per core (HTTP keep-alive)");
+        assert!(p.contains("Bottleneck: the client: the load used 90% or more of its cores in all 6 of the leaders' runs, so the figures say what the load could drive (per-CPU-second figures still compare)"), "{p}");
+        let p = paragraph(&text(&three_models()), "Connection churn");
+        assert!(p.contains("Bottleneck: neither"), "{p}");
+        assert!(
+            v.machine_limits
+                .iter()
+                .any(|l| l.starts_with("the load generator: 3 of 21 rows and points were client-bound")),
+            "{:?}",
+            v.machine_limits
+        );
+    }
+
+    #[test]
+    fn a_disturbed_run_opens_the_verdict_and_marks_its_figure() {
+        let r = three_models();
+        let text = text(&r);
+        assert!(
+            text.replace('\n', " ").contains(
+                "The machine was busy during 1 point; its figures are marked: tokio rate-limited (1 of 3 runs)."
+            ),
+            "{text}"
+        );
+        let p = paragraph(&text, "Latency under load");
+        assert!(p.starts_with("Latency under load: use tokio — p99 950 µs (900–1,000, 3 runs, machine busy in 1); ahead of epoll (p99 1.30 ms) by 1.37×"), "{p}");
+        assert!(p.contains("The machine was busy during 1 of the leader's 3 runs"), "{p}");
+        assert!(p.contains("Measured on the rate-limited row (3,000 connections in blocks of 1,000 at 200,000 B/s each, 600,000 B/s offered in all)."), "{p}");
+        assert!(p.contains("the seeds timed no latency"), "{p}");
+        assert!(p.contains("this machine differs: here tokio leads"), "{p}");
+        assert!(markdown(&r).contains("**The machine was busy during 1 point;"));
+        assert!(html(&r).contains("<p class=\"busy\" role=\"note\">The machine was busy during 1 point;"));
+
+        let mut quiet = three_models();
+        for m in &mut quiet.models {
+            for row in &mut m.rows {
+                row.repeats.iter_mut().filter_map(|r| r.interference.as_mut()).for_each(|i| i.disturbed = false);
+            }
+        }
+        assert!(verdict(&quiet).disturbed.is_empty());
+        assert!(!text_of(&quiet).contains("busy"));
+    }
+
+    fn text_of(r: &Results) -> String {
+        text(r)
+    }
+
+    #[test]
+    fn idle_connections_rank_those_that_held_all_by_memory_and_name_what_stopped_the_rest() {
+        let mut r = three_models();
+        let mut select = maximum(8000, &[1024.0; 3], &[2000.0; 3]);
+        select.server_limits = Some(BTreeMap::from([("ceiling".to_owned(), 6976)]));
+        r.models.push(model("select", vec![select], Vec::new()));
+        let v = verdict(&r);
+        let m = measured(&v, Workload::IdleConnections);
+        assert_eq!(m.ranking.unit, Unit::KibPerConnection);
+        assert_eq!(m.ranking.leader_names(), ["epoll", "tokio"], "1.0–1.03 and 1.01–1.04 KiB overlap");
+        assert_eq!(m.limits, ["select held 1,024 of 8,000: stopped by the model's ceiling (FD_SETSIZE 1,024)"]);
+        let p = paragraph(&text(&r), "Many idle connections");
+        assert!(p.starts_with("Many idle connections: use epoll or tokio (tie) — epoll 1.01 KiB of server memory per connection (1.00–1.02, 3 runs)"), "{p}");
+        assert!(p.contains("epoll, uring and tokio held all 8,000 (99% or more)"), "{p}");
+        assert!(
+            p.contains("Limits: select held 1,024 of 8,000: stopped by the model's ceiling (FD_SETSIZE 1,024)"),
+            "{p}"
+        );
+        assert!(
+            p.contains("this machine differs: here epoll and tokio lead (uring held all 8,000 too, with more server memory per connection)"),
+            "{p}"
+        );
+        assert!(v.machine_limits.contains(&"select: FD_SETSIZE 1,024 descriptors per process".to_owned()));
+        assert!(v.machine_limits.contains(&"open files: 20,000 per process (RLIMIT_NOFILE)".to_owned()));
+        assert!(v.machine_limits.iter().any(|l| l.starts_with("threads: 96,365")));
+    }
+
+    #[test]
+    fn when_none_held_all_the_most_held_leads() {
+        let r = results(vec![
+            model("select", vec![maximum(8000, &[1024.0; 3], &[2000.0; 3])], Vec::new()),
+            model("blocking", vec![maximum(8000, &[3000.0, 3100.0, 3200.0], &[90_000.0; 3])], Vec::new()),
+        ]);
+        let v = verdict(&r);
+        let m = measured(&v, Workload::IdleConnections);
+        assert_eq!(m.ranking.unit, Unit::ConnectionsHeld { attempted: 8000 });
+        assert_eq!(m.ranking.leader_names(), ["blocking"]);
+        assert!(m.limits.iter().any(|l| l.starts_with("select held 1,024 of 8,000: stopped by a limit this run did not record (select's ceiling is FD_SETSIZE 1,024)")), "{:?}", m.limits);
+        let p = paragraph(&text(&r), "Many idle connections");
+        assert!(
+            p.contains("use blocking — 3,100 of 8,000 connections held (3,000–3,200, 3 runs); ahead of select"),
+            "{p}"
+        );
+        assert!(p.contains("uring was not measured here"), "{p}");
+    }
+
+    #[test]
+    fn nginx_is_a_reference_never_the_model_to_use() {
+        let mut r = three_models();
+        r.nginx = Some(model("nginx", Vec::new(), vec![point(HttpWorkload::KeepAlive, 100, &[500e3, 510e3, 520e3])]));
+        let v = verdict(&r);
+        for w in &v.workloads {
+            if let Ok(m) = &w.measured {
+                assert!(!m.ranking.entries.iter().any(|e| e.model == "nginx"), "{:?}", w.workload);
+            }
+        }
+        let text = text(&r);
+        assert!(!text.contains("use nginx"), "{text}");
+        let p = paragraph(&text, "Throughput per core (HTTP keep-alive)");
+        assert!(p.contains("nginx (a reference, not a model to use): 510,000 responses per server CPU-second (500,000–520,000, 3 runs)"), "{p}");
+        assert!(html(&r).contains("nginx: 510k resp/CPU-s"), "{}", html(&r));
+    }
+
+    #[test]
+    fn results_from_before_repetitions_say_the_spread_was_not_measured() {
+        // Schema 1: no repeats, no spread; flood figures from the rows themselves.
+        let flood = |received: f64| Row {
+            kind: Some(RowKind::Flood),
+            attempted: 1000,
+            received_bytes_per_s: received,
+            cpu_min_pct: 100.0,
+            cpu_max_pct: 100.0,
+            ..Row::default()
+        };
+        let mut r = results(vec![
+            model("epoll", vec![flood(100e6)], Vec::new()),
+            model("uring", vec![flood(99.5e6)], Vec::new()),
+            model("tokio", vec![flood(60e6)], Vec::new()),
+        ]);
+        r.schema = 1;
+        r.rounds = 1;
+        let v = verdict(&r);
+        let m = measured(&v, Workload::EchoThroughput);
+        assert_eq!(m.ranking.leader_names(), ["epoll", "uring"], "within 1% on one run: tied");
+        let text = text(&r);
+        assert!(text.replace('\n', " ").contains("one run of each row and point, so no spread was measured"), "{text}");
+        let p = paragraph(&text, "Throughput per core (echo)");
+        assert!(
+            p.contains("use epoll or uring (tie) — epoll 100 MB per server CPU-second (1 run: spread not measured)"),
+            "{p}"
+        );
+        assert!(p.contains("tie: epoll, uring — within 1% on one run (spread not measured)"), "{p}");
+        assert!(!p.contains("ahead"), "{p}");
+        assert!(p.contains("the server's share was not recorded"), "{p}");
+
+        r.models[1].rows[0].received_bytes_per_s = 90e6;
+        let p = paragraph(&text_of(&r), "Throughput per core (echo)");
+        assert!(p.contains("use epoll — 100 MB per server CPU-second (1 run: spread not measured); one run each, so no lead over uring (90.0 MB per server CPU-second) is claimed"), "{p}");
+        assert!(p.contains("differs: here epoll leads (on one run, spread not measured)"), "{p}");
+    }
+
+    #[test]
+    fn the_readme_run_renders_within_100_columns_and_claims_no_lead() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/images/bench-default-results.json");
         let r = Results::load(path).unwrap();
-        println!("{}", text(&r));
-        println!("{}", markdown(&r));
-        std::fs::write("/tmp/verdict.html", html(&r)).unwrap();
+        let text = text(&r);
+        assert!(text.starts_with("Verdict\n"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+        }
+        let flat = text.replace('\n', " ");
+        assert!(!flat.contains("ahead of"), "one run each: {text}");
+        assert!(flat.contains("Many idle connections: use epoll"), "{text}");
+        assert!(flat.contains("select held 1,017 of 8,000"), "{text}");
+    }
+
+    #[test]
+    fn an_empty_run_has_no_verdict_and_says_so() {
+        let r = results(Vec::new());
+        let v = verdict(&r);
+        assert!(v.workloads.iter().all(|w| w.measured == Err("no model was measured".into())));
+        assert!(v.workloads.iter().all(|w| w.agreement == Agreement::NotMeasured));
+        assert!(text(&r).contains("No model was measured, so there is no verdict."));
+        assert!(markdown(&r).starts_with("## Verdict\n"));
+        let html = html(&r);
+        assert!(html.starts_with("<section id=\"verdict\">") && html.trim_end().ends_with("</section>"), "{html}");
+        assert!(!html.contains("<table>"));
+    }
+
+    #[test]
+    fn unmeasured_workloads_say_why() {
+        let mut r = three_models();
+        r.interrupted = true;
+        let v = verdict(&r);
+        assert_eq!(
+            workload(&v, Workload::TlsHandshakes).measured,
+            Err("no HTTPS full handshake per request point in this run (the run was interrupted)".into())
+        );
+        assert!(!v.workloads.iter().any(|w| w.workload == Workload::Http2TlsStreams), "h2 over TLS only when measured");
+        let p = paragraph(&text(&r), "TLS handshakes");
+        assert!(p.contains("the seeds measured no TLS and say nothing about handshakes"), "{p}");
+        let p = paragraph(&text(&r), "HTTP/2 streams");
+        assert!(p.contains("Measured on the h2c points at 100 connections, 16 streams each"), "{p}");
+        assert!(p.contains("the seeds say nothing about HTTP/2 — nothing to compare"), "{p}");
+    }
+
+    #[test]
+    fn a_subset_of_models_is_said_and_the_seeds_pick_may_be_missing() {
+        let mut r = three_models();
+        r.models.retain(|m| m.model != "uring");
+        let text = text(&r);
+        assert!(text.contains("2 of the 9 models (epoll, tokio)"), "{text}");
+        let p = paragraph(&text, "Throughput per core (echo)");
+        assert!(p.contains("uring was not measured here, so no comparison"), "{p}");
+    }
+
+    #[test]
+    fn the_seeds_picks_map_through_table_6_3() {
+        assert_eq!(counterpart(COMPLETION_PORT), Some("uring"));
+        assert_eq!(counterpart("Overlapped (events)"), Some("uring64"));
+        assert_eq!(counterpart(EVENT_SELECT), Some("poll64"));
+        assert_eq!(counterpart("WSAAsyncSelect"), Some("signal"));
+        // Seed 003: the IOCP server led below 200 concurrent users only.
+        let mut r = three_models();
+        for m in &mut r.models {
+            m.http.iter_mut().filter(|p| p.concurrency == 100).for_each(|p| p.concurrency = 1000);
+        }
+        let v = verdict(&r);
+        let churn = workload(&v, Workload::ConnectionChurn);
+        assert_eq!(churn.seeds.pick, None);
+        assert_eq!(churn.agreement, Agreement::NoPick);
+        assert!(churn.seeds.says.contains("at this concurrency it names no model"));
+        assert_eq!(workload(&verdict(&three_models()), Workload::ConnectionChurn).agreement, Agreement::Agrees);
+    }
+
+    #[test]
+    fn html_is_a_compact_escaped_table() {
+        let mut r = three_models();
+        r.models[2].model = "<b>tokio</b>".into();
+        let html = html(&r);
+        assert!(html.starts_with("<section id=\"verdict\">"));
+        assert!(html.contains("<h2>Verdict</h2>"));
+        assert!(html.contains("<th>Workload</th><th>Use</th><th>Figure and spread</th><th>Ahead by / tie</th><th>Bottleneck</th><th>Seeds say</th><th>Agrees?</th>"));
+        assert!(!html.contains("<b>tokio"), "escaped: {html}");
+        assert!(html.contains("&lt;b&gt;tokio&lt;/b&gt;"));
+        assert!(html.contains("<td>1.21 GB/CPU-s (1.18–1.25, 3 runs)</td><td>ahead of epoll by 1.27×</td>"), "{html}");
+        // Short cells: the longest text between tags stays a cell's worth.
+        let table = html.split("<table>").nth(1).and_then(|t| t.split("</table>").next()).unwrap_or_default();
+        let longest = table
+            .split(['<', '>'])
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(_, t)| t.chars().count())
+            .max()
+            .unwrap_or(0);
+        assert!(longest <= 160, "a cell of {longest} characters");
     }
 }
