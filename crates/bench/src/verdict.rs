@@ -240,6 +240,10 @@ pub struct Verdict {
     /// Rounds the run made of every row and point.
     pub rounds: u32,
     pub disturbed: Vec<DisturbedPoint>,
+    /// Other processes' CPU past which a run counted as disturbed, in cores.
+    pub disturbed_above_cores: Option<f64>,
+    /// Re-runs of disturbed runs made, of the most allowed.
+    pub reruns: Option<crate::results::Reruns>,
     pub workloads: Vec<WorkloadVerdict>,
     /// The machine's limits that bear on the verdict, in words.
     pub machine_limits: Vec<String>,
@@ -267,6 +271,8 @@ pub fn verdict(results: &Results) -> Verdict {
         models: results.models.iter().map(|m| m.model.clone()).collect(),
         rounds: results.rounds,
         disturbed: disturbed_points(results),
+        disturbed_above_cores: results.disturbed_above_cores,
+        reruns: results.reruns,
         workloads,
         machine_limits: machine_limits(results),
         partial: crate::tables::partial_note(results),
@@ -1103,7 +1109,16 @@ fn busy_sentence(v: &Verdict, named: usize) -> Option<String> {
     let names: Vec<String> =
         v.disturbed.iter().take(named).map(|p| format!("{} ({} of {} runs)", p.name, p.disturbed, p.runs)).collect();
     let more = if n > named { format!(", and {} more", n - named) } else { String::new() };
-    Some(format!("The machine was busy during {n} {points}; {their} figures are marked: {}{more}.", names.join(", ")))
+    let mut s =
+        format!("The machine was busy during {n} {points}; {their} figures are marked: {}{more}.", names.join(", "));
+    if let Some(cores) = v.disturbed_above_cores {
+        let _ = write!(s, " Busy: other processes used more than {cores:.2} cores beside the bench");
+        if let Some(r) = v.reruns {
+            let _ = write!(s, "; {} of at most {} re-runs made", r.made, r.budget);
+        }
+        s.push('.');
+    }
+    Some(s)
 }
 
 fn heading_sentence(v: &Verdict) -> String {
@@ -1301,7 +1316,7 @@ pub fn html(results: &Results) -> String {
                 if let Some(n) = &m.reference {
                     let _ = write!(
                         figure,
-                        "<br><small>{}: {}</small>",
+                        "<br><small>{} (reference): {}</small>",
                         escape(&n.model),
                         escape(&figure_short(r.unit, &n.spread, n.disturbed))
                     );
@@ -1644,6 +1659,16 @@ mod tests {
         assert!(p.contains("the seeds timed no latency"), "{p}");
         assert!(p.contains("this machine differs: here tokio leads"), "{p}");
         assert!(markdown(&r).contains("**The machine was busy during 1 point;"));
+        let mut with_threshold = r.clone();
+        with_threshold.disturbed_above_cores = Some(0.25);
+        with_threshold.reruns = Some(crate::results::Reruns { made: 2, budget: 6 });
+        assert!(
+            text_of(&with_threshold).replace('\n', " ").contains(
+                "Busy: other processes used more than 0.25 cores beside the bench; 2 of at most 6 re-runs made."
+            ),
+            "{}",
+            text_of(&with_threshold)
+        );
         assert!(html(&r).contains("<p class=\"busy\" role=\"note\">The machine was busy during 1 point;"));
 
         let mut quiet = three_models();
@@ -1720,7 +1745,7 @@ mod tests {
         assert!(!text.contains("use nginx"), "{text}");
         let p = paragraph(&text, "Throughput per core (HTTP keep-alive)");
         assert!(p.contains("nginx (a reference, not a model to use): 510,000 responses per server CPU-second (500,000–520,000, 3 runs)"), "{p}");
-        assert!(html(&r).contains("nginx: 510k resp/CPU-s"), "{}", html(&r));
+        assert!(html(&r).contains("nginx (reference): 510k resp/CPU-s"), "{}", html(&r));
     }
 
     #[test]
