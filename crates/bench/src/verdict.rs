@@ -228,8 +228,11 @@ pub struct WorkloadVerdict {
 pub struct DisturbedPoint {
     /// "epoll flood", "tokio HTTP keep-alive at 100", ….
     pub name: String,
+    /// Kept runs the machine disturbed (marked).
     pub disturbed: usize,
     pub runs: usize,
+    /// Runs disturbed and measured again, the re-run kept in their place.
+    pub measured_again: usize,
 }
 
 /// The whole verdict.
@@ -249,6 +252,57 @@ pub struct Verdict {
     pub machine_limits: Vec<String>,
     /// Why the results are partial, when they are.
     pub partial: Option<String>,
+}
+
+/// The verdict as plain data for scripts (`sockscale report RESULTS --verdict-json`): per
+/// workload the models to use, whether the numbers told them apart from the rest, and the
+/// leader's figure; the disturbed points.
+pub fn json(results: &Results) -> serde_json::Value {
+    let v = verdict(results);
+    let workloads: Vec<serde_json::Value> = v
+        .workloads
+        .iter()
+        .map(|w| match &w.measured {
+            Ok(m) => {
+                let r = &m.ranking;
+                let top = r.entries.first();
+                serde_json::json!({
+                    "workload": w.workload.title(),
+                    "measured": true,
+                    "use_models": r.leader_names(),
+                    "tie": r.is_tie(),
+                    // Told apart from every model outside the leaders by ranges that do not overlap.
+                    "separated": matches!(r.lead, Lead::Ahead { .. } | Lead::Tie { clear_of: Some(_) }),
+                    "figure": top.map(|e| figure_value(r.unit, &e.spread)),
+                    "median": top.map(|e| e.spread.median),
+                    "min": top.map(|e| e.spread.min),
+                    "max": top.map(|e| e.spread.max),
+                    "concurrency": m.concurrency,
+                    "agreement_with_seeds": format!("{:?}", w.agreement),
+                })
+            }
+            Err(why) => serde_json::json!({
+                "workload": w.workload.title(),
+                "measured": false,
+                "use_models": [],
+                "tie": false,
+                "separated": false,
+                "why_not": why,
+            }),
+        })
+        .collect();
+    serde_json::json!({
+        "profile": results.profile,
+        "started": results.started,
+        "rounds": v.rounds,
+        "disturbed_points": v.disturbed.iter().filter(|p| p.disturbed > 0).count(),
+        "measured_again_points": v.disturbed.iter().filter(|p| p.disturbed == 0).count(),
+        "disturbed": v.disturbed.iter().map(|p| serde_json::json!({
+            "point": p.name, "disturbed_runs": p.disturbed, "runs": p.runs, "measured_again": p.measured_again,
+        })).collect::<Vec<_>>(),
+        "reruns": results.reruns,
+        "workloads": workloads,
+    })
 }
 
 /// The verdict, as data.
@@ -660,22 +714,25 @@ fn workload_label(w: HttpWorkload) -> &'static str {
 /// Every row and point (models and nginx) with a disturbed kept repetition.
 fn disturbed_points(results: &Results) -> Vec<DisturbedPoint> {
     let mut out = Vec::new();
-    let mut add = |name: String, disturbed: usize, runs: usize| {
-        if disturbed > 0 {
-            out.push(DisturbedPoint { name, disturbed, runs });
+    let mut add = |name: String, point: &dyn Repeated| {
+        let again =
+            point.repeats().iter().filter(|r| r.replaced && r.interference.is_some_and(|i| i.disturbed)).count();
+        let disturbed = point.disturbed_repeats();
+        if disturbed > 0 || again > 0 {
+            out.push(DisturbedPoint { name, disturbed, runs: point.kept().len(), measured_again: again });
         }
     };
     for m in results.models.iter().chain(&results.nginx) {
         for r in &m.rows {
             let kind = r.kind.map_or("echo", RowKind::label);
-            add(format!("{} {kind}", m.model), r.disturbed_repeats(), r.kept().len());
+            add(format!("{} {kind}", m.model), r);
         }
         for p in &m.http {
             let name = format!("{} {} at {}", m.model, workload_label(p.workload()), thousands(p.concurrency));
-            add(name, p.disturbed_repeats(), p.kept().len());
+            add(name, p);
         }
         if let Some(u) = &m.udp {
-            add(format!("{} UDP", m.model), u.disturbed_repeats(), u.kept().len());
+            add(format!("{} UDP", m.model), u);
         }
     }
     out
@@ -1101,16 +1158,42 @@ fn per_cpu(unit: Unit) -> bool {
 
 /// The opening sentence about a busy machine, when it was; with the points named.
 fn busy_sentence(v: &Verdict, named: usize) -> Option<String> {
-    let n = v.disturbed.len();
-    if n == 0 {
+    if v.disturbed.is_empty() {
         return None;
     }
-    let (points, their) = if n == 1 { ("point", "its") } else { ("points", "their") };
-    let names: Vec<String> =
-        v.disturbed.iter().take(named).map(|p| format!("{} ({} of {} runs)", p.name, p.disturbed, p.runs)).collect();
-    let more = if n > named { format!(", and {} more", n - named) } else { String::new() };
-    let mut s =
-        format!("The machine was busy during {n} {points}; {their} figures are marked: {}{more}.", names.join(", "));
+    let marked: Vec<&DisturbedPoint> = v.disturbed.iter().filter(|p| p.disturbed > 0).collect();
+    let again: Vec<&DisturbedPoint> = v.disturbed.iter().filter(|p| p.disturbed == 0).collect();
+    let mut s = String::new();
+    let n = marked.len();
+    if n > 0 {
+        let (points, their) = if n == 1 { ("point", "its") } else { ("points", "their") };
+        let names: Vec<String> =
+            marked.iter().take(named).map(|p| format!("{} ({} of {} runs)", p.name, p.disturbed, p.runs)).collect();
+        let more = if n > named { format!(", and {} more", n - named) } else { String::new() };
+        let _ = write!(
+            s,
+            "The machine was busy during {n} {points}; {their} figures are marked: {}{more}.",
+            names.join(", ")
+        );
+    }
+    if !again.is_empty() {
+        let k = again.len();
+        let names: Vec<String> = again
+            .iter()
+            .take(named)
+            .map(|p| format!("{} ({} run{})", p.name, p.measured_again, if p.measured_again == 1 { "" } else { "s" }))
+            .collect();
+        let more = if k > named { format!(", and {} more", k - named) } else { String::new() };
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        let _ = write!(
+            s,
+            "The machine was busy during {k} more point{}, measured again once it was quiet (the disturbed runs are kept in results.json, marked replaced): {}{more}.",
+            if k == 1 { "" } else { "s" },
+            names.join(", ")
+        );
+    }
     if let Some(cores) = v.disturbed_above_cores {
         let _ = write!(s, " Busy: other processes used more than {cores:.2} cores beside the bench");
         if let Some(r) = v.reruns {

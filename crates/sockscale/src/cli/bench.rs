@@ -52,8 +52,14 @@ pub struct ReportArgs {
     /// A results.json written by sockscale bench
     pub results: PathBuf,
     /// Where to write the charts and report.html [default: beside RESULTS]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["verdict", "verdict_json"])]
     pub out: Option<PathBuf>,
+    /// Print only the verdict in words (which model for what), drawing nothing
+    #[arg(long, conflicts_with = "verdict_json")]
+    pub verdict: bool,
+    /// Print only the verdict as JSON (for scripts comparing runs), drawing nothing
+    #[arg(long)]
+    pub verdict_json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +199,14 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 
 pub fn report(args: &ReportArgs) -> Result<()> {
     let results = Results::load(&args.results.display().to_string())?;
+    if args.verdict {
+        say!("{}", sockscale_bench::verdict::text(&results).trim_end());
+        return Ok(());
+    }
+    if args.verdict_json {
+        say!("{}", serde_json::to_string_pretty(&sockscale_bench::verdict::json(&results))?);
+        return Ok(());
+    }
     let dir = args.out.clone().unwrap_or_else(|| args.results.parent().map(PathBuf::from).unwrap_or_default());
     // Each file whole, as bench writes them: drawn aside, then renamed into place.
     let files = sockscale_bench::run::render_report(&results, &dir)
