@@ -155,7 +155,7 @@ pub fn disturbed_suffix(item: &dyn Repeated) -> String {
 
 /// The spread of figure `name` of `item`, when `own` (the result's own value of it) says it
 /// was measured at all.
-fn measured_spread(item: &dyn Repeated, name: &str, own: Option<f64>) -> Option<Spread> {
+pub(crate) fn measured_spread(item: &dyn Repeated, name: &str, own: Option<f64>) -> Option<Spread> {
     let own = own?;
     Some(item.spread_of(name).unwrap_or(Spread::single(own)))
 }
