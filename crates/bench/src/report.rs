@@ -21,7 +21,7 @@ use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{HttpWorkload, Results, Row, RowKind};
+use crate::results::{figure, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread};
 use crate::tables::{decimal, thousands};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,45 @@ pub struct Bar {
     pub value: Option<f64>,
     /// Printed at the end of the bar: the value with its unit, and what qualifies it.
     pub label: String,
+    /// What else is drawn about the bar: its repetitions' range, its bottleneck, its machine.
+    pub mark: PointMark,
+}
+
+/// What a bar or a point carries beside its value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PointMark {
+    /// The lowest and highest of the repetitions, when there were several and they differ:
+    /// drawn as an error bar.
+    pub range: Option<(f64, f64)>,
+    /// The load generator was the bottleneck (in any kept repetition): a lighter bar, a ring
+    /// round the point.
+    pub client_bound: bool,
+    /// The machine disturbed a kept repetition: a † beside it.
+    pub disturbed: bool,
+}
+
+impl PointMark {
+    /// The marks of `item`, its figure `name` scaled by `scale` (as the chart draws it).
+    fn of(item: &dyn Repeated, name: &str, scale: f64, client_bound: bool) -> PointMark {
+        let range = item.spread_of(name).filter(|s| s.n > 1 && !s.is_single()).map(|s| (s.min / scale, s.max / scale));
+        PointMark {
+            range,
+            client_bound: client_bound || item.client_bound_repeats() > 0,
+            disturbed: item.disturbed_repeats() > 0,
+        }
+    }
+
+    /// What the label says of the marks: "; client-bound", " †".
+    fn label_suffix(&self) -> String {
+        let mut s = String::new();
+        if self.client_bound {
+            s.push_str("; client-bound");
+        }
+        if self.disturbed {
+            s.push_str(" † machine busy");
+        }
+        s
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +127,8 @@ pub struct Series {
     pub model: String,
     pub style: Style,
     pub points: Vec<(f64, f64)>,
+    /// Beside each point, in order (empty for curves through one row, which have none).
+    pub marks: Vec<PointMark>,
 }
 
 /// How one model is drawn, the same in every figure.
@@ -157,6 +198,9 @@ struct Metric {
     log_values: bool,
     value: fn(&Row) -> Result<f64, &'static str>,
     label: fn(&Row, f64) -> String,
+    /// The figure whose repetitions the bar's error bar spans, and the divisor the chart draws
+    /// it by; `None` for a figure the repetitions do not keep.
+    spread: Option<(&'static str, f64)>,
 }
 
 const NO_STATUS_SAMPLE: &str = "not measured (/proc/PID/status could not be read)";
@@ -166,11 +210,14 @@ const ECHO_METRICS: [Metric; 4] = [
     Metric {
         file: "throughput",
         title: "Echo throughput received by the clients",
-        caption: "Bytes per second the load generator received back, over each row's measured time (1 MB = 10⁶ bytes). One panel per workload: the workloads differ in connections and traffic, so their figures are not comparable with each other.",
+        caption: "Bytes per second the load generator received back, over each row's measured time (1 MB = 10⁶ bytes): the median of the repetitions, the error bar their lowest–highest; a lighter bar was client-bound, † measured while the machine was busy. One panel per workload: the workloads differ in connections and traffic, so their figures are not comparable with each other.",
         value_axis: "MB/s received by the clients",
         log_values: false,
-        value: |r| Ok(r.received_bytes_per_s / 1e6),
+        value: |r| {
+            Ok(r.spread_of(figure::RECEIVED_BYTES_PER_S).map_or(r.received_bytes_per_s, |s| s.median) / 1e6)
+        },
         label: |_, v| format!("{} MB/s", decimal(v)),
+        spread: Some((figure::RECEIVED_BYTES_PER_S, 1e6)),
     },
     Metric {
         file: "cpu",
@@ -180,6 +227,7 @@ const ECHO_METRICS: [Metric; 4] = [
         log_values: false,
         value: |r| r.server_cpu_pct().map(|(_, max)| max).ok_or(NO_STAT_SAMPLE),
         label: |r, _| format!("{:.0}–{:.0}%", r.cpu_min_pct, r.cpu_max_pct),
+        spread: None,
     },
     Metric {
         file: "memory_per_connection",
@@ -196,6 +244,7 @@ const ECHO_METRICS: [Metric; 4] = [
             Ok(rss as f64 / held as f64)
         },
         label: |r, v| format!("{} KiB ({} KiB RSS)", decimal(v), thousands(r.server_rss_kib)),
+        spread: None,
     },
     Metric {
         file: "threads",
@@ -205,6 +254,7 @@ const ECHO_METRICS: [Metric; 4] = [
         log_values: true,
         value: |r| r.server_threads().map(|t| t as f64).ok_or(NO_STATUS_SAMPLE),
         label: |_, v| thousands(v as u64),
+        spread: None,
     },
 ];
 
@@ -256,6 +306,10 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             .iter()
                             .map(|m| {
                                 let row = m.rows.iter().find(|r| r.kind == Some(kind));
+                                let mark = row.map_or_else(PointMark::default, |r| match metric.spread {
+                                    Some((name, scale)) => PointMark::of(r, name, scale, r.client_bound),
+                                    None => PointMark { range: None, ..PointMark::of(r, "", 1.0, r.client_bound) },
+                                });
                                 let (value, label) = match row.map(|r| (r, (metric.value)(r))) {
                                     Some((r, Ok(v))) => {
                                         let held = match r.connected_held() {
@@ -267,7 +321,13 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                                             Some(_) => String::new(),
                                             None => "; connections held not measured".to_owned(),
                                         };
-                                        (Some(v), format!("{}{held}", (metric.label)(r, v)))
+                                        let range = mark.range.map_or_else(String::new, |(lo, hi)| {
+                                            format!(" ({}–{})", decimal(lo), decimal(hi))
+                                        });
+                                        (
+                                            Some(v),
+                                            format!("{}{range}{held}{}", (metric.label)(r, v), mark.label_suffix()),
+                                        )
                                     }
                                     Some((_, Err(why))) => (None, why.to_owned()),
                                     None if m.error.is_some() => {
@@ -275,7 +335,7 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                                     }
                                     None => (None, "not measured".to_owned()),
                                 };
-                                Bar { model: m.model.clone(), style: style_of(&m.model), value, label }
+                                Bar { model: m.model.clone(), style: style_of(&m.model), value, label, mark }
                             })
                             .collect(),
                     },
@@ -303,14 +363,18 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                 .all_results()
                 .filter(|m| m.http.iter().any(|p| p.workload() == workload))
                 .map(|m| {
-                    let mut points: Vec<(f64, f64)> = m
-                        .http
+                    let mut at: Vec<&HttpPoint> = m.http.iter().filter(|p| p.workload() == workload).collect();
+                    at.sort_by_key(|p| p.concurrency);
+                    let points = at
                         .iter()
-                        .filter(|p| p.workload() == workload)
-                        .map(|p| (p.concurrency as f64, p.requests_per_s))
+                        .map(|p| {
+                            let rate = p.spread_of(figure::REQUESTS_PER_S).map_or(p.requests_per_s, |s| s.median);
+                            (p.concurrency as f64, rate)
+                        })
                         .collect();
-                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    Series { model: m.model.clone(), style: style_of(&m.model), points }
+                    let marks =
+                        at.iter().map(|p| PointMark::of(*p, figure::REQUESTS_PER_S, 1.0, p.client_bound)).collect();
+                    Series { model: m.model.clone(), style: style_of(&m.model), points, marks }
                 })
                 .collect(),
         },
@@ -318,13 +382,13 @@ pub fn figures(results: &Results) -> Vec<Figure> {
     figures.push(Figure {
         file: "http",
         title: "HTTP 4 KiB responses per second by concurrency (seed 003)".to_owned(),
-        caption: "Responses per second the load generator received for GET / of a 4,096-byte page, over each point's measured time, at each concurrency; nginx with one worker when it was installed. Errors and client-bound points are marked in the HTTP tables.".to_owned(),
+        caption: "Responses per second the load generator received for GET / of a 4,096-byte page, over each point's measured time, at each concurrency; nginx with one worker when it was installed. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy; errors are in the HTTP tables.".to_owned(),
         panels: vec![http_panel(HttpWorkload::KeepAlive), http_panel(HttpWorkload::NewConnection)],
     });
     figures.push(Figure {
         file: "https",
         title: "HTTPS 4 KiB responses per second by concurrency".to_owned(),
-        caption: "The same page over TLS (an ECDSA P-256 certificate made for the run, verified by the load generator): with keep-alive, one handshake per connection when it opens; without, a new connection and a full handshake (no resumption) for every request, so that panel is the server's rate of full handshakes. sockscale with rustls, nginx (one worker) with OpenSSL when it was installed. Errors and client-bound points are marked in the HTTPS tables.".to_owned(),
+        caption: "The same page over TLS (an ECDSA P-256 certificate made for the run, verified by the load generator): with keep-alive, one handshake per connection when it opens; without, a new connection and a full handshake (no resumption) for every request, so that panel is the server's rate of full handshakes. sockscale with rustls, nginx (one worker) with OpenSSL when it was installed. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy; errors and handshakes are in the HTTPS tables.".to_owned(),
         panels: [HttpWorkload::TlsKeepAlive, HttpWorkload::TlsFullHandshake, HttpWorkload::TlsResumed]
             .into_iter()
             .map(http_panel)
@@ -333,7 +397,7 @@ pub fn figures(results: &Results) -> Vec<Figure> {
     figures.push(Figure {
         file: "http2",
         title: "HTTP/2 4 KiB responses per second by concurrency".to_owned(),
-        caption: "The same page over HTTP/2, as h2load drives it: concurrent streams on each connection (the point's `streams`), h2c with prior knowledge and h2 over TLS (ALPN); nginx (one worker) when it was installed.".to_owned(),
+        caption: "The same page over HTTP/2, as h2load drives it: concurrent streams on each connection (the point's `streams`), h2c with prior knowledge and h2 over TLS (ALPN); nginx (one worker) when it was installed. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy.".to_owned(),
         panels: [HttpWorkload::H2c, HttpWorkload::H2Tls].into_iter().map(http_panel).collect(),
     });
     figures.push(latency_figure(results, &style_of));
@@ -416,7 +480,7 @@ fn latency_figure(results: &Results, style_of: &dyn Fn(&str) -> Style) -> Figure
                         .filter_map(|m| {
                             let row = m.rows.iter().find(|r| r.kind == Some(kind))?;
                             let points = latency_spectrum(row.latency_hdr.as_deref()?)?;
-                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points, marks: Vec::new() })
                         })
                         .collect(),
                 },
@@ -459,7 +523,7 @@ fn over_time_figure(results: &Results, kind: RowKind, style_of: &dyn Fn(&str) ->
                     .filter_map(|m| {
                         let row = m.rows.iter().find(|r| r.kind == Some(kind))?;
                         let points = row.throughput.as_ref()?.iter().map(|p| (p.at_s, p.per_s)).collect();
-                        Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                        Some(Series { model: m.model.clone(), style: style_of(&m.model), points, marks: Vec::new() })
                     })
                     .collect(),
             },
@@ -483,7 +547,7 @@ fn over_time_figure(results: &Results, kind: RowKind, style_of: &dyn Fn(&str) ->
                                 .enumerate()
                                 .filter_map(|(i, iv)| Some((iv.at_s.unwrap_or((i + 1) as f64), value(iv)?)))
                                 .collect();
-                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points })
+                            Some(Series { model: m.model.clone(), style: style_of(&m.model), points, marks: Vec::new() })
                         })
                         .collect(),
                 },
@@ -557,7 +621,14 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
                 seen.push((s.model.clone(), s.style));
             }
         }
-        draw_legend(&legend, &seen)?;
+        let marks = || {
+            figure.panels.iter().flat_map(|p| match &p.plot {
+                Plot::Lines { series, .. } => series.iter().flat_map(|s| s.marks.iter()).collect::<Vec<_>>(),
+                Plot::Bars { .. } | Plot::Curves { .. } => Vec::new(),
+            })
+        };
+        let flagged = (marks().any(|m| m.client_bound), marks().any(|m| m.disturbed));
+        draw_legend(&legend, &seen, flagged)?;
     }
     root.present().map_err(err)
 }
@@ -566,11 +637,39 @@ fn colour(style: Style) -> RGBColor {
     RGBColor(style.colour.0, style.colour.1, style.colour.2)
 }
 
-/// Horizontal bars, one per model, the first at the top, each labelled with its value.
+/// The top of a linear value axis for data reaching `max`: a little headroom, rounded up to a
+/// whole number of nice steps (1, 2, 2.5 or 5 times a power of ten, about six of them), so the
+/// axis ends near the data and not at a fixed multiple of it.
+pub fn axis_top(max: f64) -> f64 {
+    if !max.is_finite() || max <= 0.0 {
+        return 1.0;
+    }
+    let want = max * 1.05;
+    let raw = want / 6.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].into_iter().map(|m| m * magnitude).find(|&s| s >= raw).unwrap_or(raw);
+    (want / step).ceil() * step
+}
+
+/// About how wide a bar's label is drawn, in pixels (13 px DejaVu Sans).
+fn label_px(label: &str) -> i32 {
+    (label.chars().count() as f64 * 7.2).ceil() as i32
+}
+
+/// A colour halfway to white: a client-bound bar.
+fn lighter(c: RGBColor) -> RGBColor {
+    let mix = |v: u8| ((u16::from(v) + 255 * 3) / 4) as u8;
+    RGBColor(mix(c.0), mix(c.1), mix(c.2))
+}
+
+/// Horizontal bars, one per model, the first at the top, each labelled with its value, its
+/// repetitions' range drawn as an error bar. The value axis ends near the largest value (or
+/// range); a label with no room after its bar is written inside it.
 fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel, bars: &[Bar]) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
     let n = bars.len().max(1) as i32;
-    let max = bars.iter().filter_map(|b| b.value).fold(0.0f64, f64::max);
+    let reach = |b: &Bar| b.value.map(|v| b.mark.range.map_or(v, |(_, hi)| hi.max(v)));
+    let max = bars.iter().filter_map(reach).fold(0.0f64, f64::max);
     let mut builder = ChartBuilder::on(area);
     builder.caption(&panel.title, ("sans-serif", 16)).margin(12).x_label_area_size(44).y_label_area_size(100);
     let rows = (0..n).into_segmented();
@@ -579,7 +678,7 @@ fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel, b
         let built = builder.build_cartesian_2d((0.8f64..(max.max(1.0) * 15.0)).log_scale(), rows).map_err(err)?;
         bars_into(built, panel, bars, 0.8)
     } else {
-        let built = builder.build_cartesian_2d(0.0f64..(max.max(1e-9) * 1.6), rows).map_err(err)?;
+        let built = builder.build_cartesian_2d(0.0f64..axis_top(max), rows).map_err(err)?;
         bars_into(built, panel, bars, 0.0)
     }
 }
@@ -614,23 +713,63 @@ where
         .axis_desc_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
+    let right_edge = ctx.plotting_area().get_pixel_range().0.end;
     for (i, bar) in bars.iter().enumerate() {
         let s = slot(i);
         let text_style = ("sans-serif", 13).into_font().color(&BLACK);
         match bar.value {
             Some(v) => {
-                let fill = colour(bar.style).filled();
+                let full = colour(bar.style);
+                let fill = if bar.mark.client_bound { lighter(full) } else { full };
                 let end = v.max(origin);
-                let mut rect =
-                    Rectangle::new([(origin, SegmentValue::Exact(s)), (end, SegmentValue::Exact(s + 1))], fill);
+                let mut rect = Rectangle::new(
+                    [(origin, SegmentValue::Exact(s)), (end, SegmentValue::Exact(s + 1))],
+                    fill.filled(),
+                );
                 // A gap between neighbouring bars.
                 rect.set_margin(3, 3, 0, 0);
                 ctx.draw_series(std::iter::once(rect)).map_err(err)?;
-                ctx.draw_series(std::iter::once(
-                    EmptyElement::at((end, SegmentValue::CenterOf(s)))
-                        + Text::new(bar.label.clone(), (6, -7), text_style),
-                ))
-                .map_err(err)?;
+                if bar.mark.client_bound {
+                    let mut outline = Rectangle::new(
+                        [(origin, SegmentValue::Exact(s)), (end, SegmentValue::Exact(s + 1))],
+                        full.stroke_width(1),
+                    );
+                    outline.set_margin(3, 3, 0, 0);
+                    ctx.draw_series(std::iter::once(outline)).map_err(err)?;
+                }
+                let mut after = end;
+                if let Some((lo, hi)) = bar.mark.range {
+                    let (lo, hi) = (lo.max(origin), hi.max(origin));
+                    let centre = |x: f64| (x, SegmentValue::CenterOf(s));
+                    let whisker = BLACK.stroke_width(1);
+                    ctx.draw_series(std::iter::once(PathElement::new(vec![centre(lo), centre(hi)], whisker)))
+                        .map_err(err)?;
+                    for x in [lo, hi] {
+                        ctx.draw_series(std::iter::once(
+                            EmptyElement::at(centre(x)) + PathElement::new(vec![(0, -6), (0, 6)], whisker),
+                        ))
+                        .map_err(err)?;
+                    }
+                    after = after.max(hi);
+                }
+                let at = |x: f64| ctx.backend_coord(&(x, SegmentValue::CenterOf(s))).0;
+                let width = label_px(&bar.label);
+                let room_after = right_edge - at(after) - 6;
+                let room_inside = at(bar.mark.range.map_or(end, |(lo, _)| lo.min(end))) - at(origin) - 12;
+                if width > room_after && width <= room_inside {
+                    let ink = if bar.mark.client_bound { BLACK } else { WHITE };
+                    ctx.draw_series(std::iter::once(
+                        EmptyElement::at((origin, SegmentValue::CenterOf(s)))
+                            + Text::new(bar.label.clone(), (6, -7), text_style.color(&ink)),
+                    ))
+                    .map_err(err)?;
+                } else {
+                    ctx.draw_series(std::iter::once(
+                        EmptyElement::at((after, SegmentValue::CenterOf(s)))
+                            + Text::new(bar.label.clone(), (6, -7), text_style),
+                    ))
+                    .map_err(err)?;
+                }
             }
             None => {
                 ctx.draw_series(std::iter::once(
@@ -683,14 +822,15 @@ fn draw_lines<DB: DrawingBackend>(
     let points = || series.iter().flat_map(|s| s.points.iter());
     let x_min = points().map(|p| p.0).fold(f64::INFINITY, f64::min);
     let x_max = points().map(|p| p.0).fold(1.0f64, f64::max);
-    let y_max = points().map(|p| p.1).fold(0.0f64, f64::max);
+    let ranges = || series.iter().flat_map(|s| s.marks.iter().filter_map(|m| m.range));
+    let y_max = points().map(|p| p.1).chain(ranges().map(|r| r.1)).fold(0.0f64, f64::max);
     let x_min = if x_min.is_finite() { x_min * 0.7 } else { 1.0 };
     let mut ctx = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 16))
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(70)
-        .build_cartesian_2d((x_min..x_max * 1.4).log_scale(), 0.0..(y_max.max(1.0) * 1.1))
+        .build_cartesian_2d((x_min..x_max * 1.4).log_scale(), 0.0..axis_top(y_max))
         .map_err(err)?;
     ctx.configure_mesh()
         .x_desc(x_axis)
@@ -708,8 +848,31 @@ fn draw_lines<DB: DrawingBackend>(
         } else {
             ctx.draw_series(LineSeries::new(s.points.iter().copied(), line)).map_err(err)?;
         }
-        for &p in &s.points {
+        for (i, &p) in s.points.iter().enumerate() {
+            let mark = s.marks.get(i).copied().unwrap_or_default();
+            if let Some((lo, hi)) = mark.range {
+                let whisker = colour(s.style).stroke_width(1);
+                ctx.draw_series(std::iter::once(PathElement::new(vec![(p.0, lo), (p.0, hi)], whisker))).map_err(err)?;
+                for y in [lo, hi] {
+                    ctx.draw_series(std::iter::once(
+                        EmptyElement::at((p.0, y)) + PathElement::new(vec![(-5, 0), (5, 0)], whisker),
+                    ))
+                    .map_err(err)?;
+                }
+            }
             draw_marker(ctx.plotting_area(), p, s.style, 5)?;
+            if mark.client_bound {
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at(p) + Circle::new((0, 0), 10, RGBColor(0x60, 0x60, 0x60).stroke_width(1)),
+                ))
+                .map_err(err)?;
+            }
+            if mark.disturbed {
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at(p) + Text::new("†", (8, -20), ("sans-serif", 15).into_font().color(&BLACK)),
+                ))
+                .map_err(err)?;
+            }
         }
     }
     Ok(())
@@ -787,14 +950,29 @@ fn draw_curves<DB: DrawingBackend>(
         let y_min = if y_min.is_finite() { y_min * 0.7 } else { 1e-3 };
         finish!(builder.build_cartesian_2d(0.0..x_end, (y_min..(y_max.max(y_min) * 1.5)).log_scale()).map_err(err)?);
     } else {
-        finish!(builder.build_cartesian_2d(0.0..x_end, 0.0..(y_max.max(1e-9) * 1.15)).map_err(err)?);
+        finish!(builder.build_cartesian_2d(0.0..x_end, 0.0..axis_top(y_max)).map_err(err)?);
     }
     Ok(())
 }
 
 /// The legend of a line figure, in its own column: it covers no point.
-fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, Style)]) -> Result<(), String> {
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, Style)],
+    (client_bound, disturbed): (bool, bool),
+) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
+    let below = 60 + 26 * entries.len() as i32 + 14;
+    let font = ("sans-serif", 14).into_font().color(&BLACK);
+    if client_bound {
+        area.draw(&Circle::new((23, below), 10, RGBColor(0x60, 0x60, 0x60).stroke_width(1))).map_err(err)?;
+        area.draw(&Text::new("client-bound", (46, below - 8), font.clone())).map_err(err)?;
+    }
+    if disturbed {
+        let y = below + if client_bound { 28 } else { 0 };
+        area.draw(&Text::new("†", (19, y - 9), font.clone())).map_err(err)?;
+        area.draw(&Text::new("machine busy", (46, y - 8), font.clone())).map_err(err)?;
+    }
     for (i, (name, style)) in entries.iter().enumerate() {
         let y = 60 + 26 * i as i32;
         let line = colour(*style).stroke_width(2);
@@ -824,7 +1002,7 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
         let png = dir.join(format!("{}.png", figure.file));
         draw(BitMapBackend::new(&png, size(&figure)).into_drawing_area(), &figure).map_err(|e| fail(&png, e))?;
         let text = std::fs::read_to_string(&svg).map_err(|e| fail(&svg, e.to_string()))?;
-        svgs.push((figure.file.to_owned(), figure.caption, text));
+        svgs.push(Inlined { file: figure.file.to_owned(), title: figure.title, caption: figure.caption, svg: text });
         written.push(svg);
         written.push(png);
     }
@@ -834,37 +1012,137 @@ pub fn render(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ReportError
     Ok(written)
 }
 
-/// The page: the summary, the tables (each sortable by a click on a column's heading), then
-/// each figure's SVG with its caption (what was measured; the figure's title is inside the SVG,
-/// so it is not repeated) and links to its PNG and SVG files.
-fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
-    let mut body = summary_html(results);
-    let tables = crate::tables::tables_markdown(results);
-    for block in tables.split("\n\n") {
-        if let Some(heading) = block.strip_prefix("### ") {
-            let _ = writeln!(body, "<h3>{}</h3>", escape(heading));
-        } else if let Some(heading) = block.strip_prefix("## ") {
-            let _ = writeln!(body, "<h2>{}</h2>", escape(heading));
-        } else if block.starts_with('|') {
-            body.push_str(&markdown_table_to_html(block));
-        } else if !block.trim().is_empty() {
-            let _ = writeln!(body, "<p>{}</p>", escape(block));
+/// A figure as the page inlines it: its file name (the anchor), title, caption and SVG text.
+pub struct Inlined {
+    pub file: String,
+    pub title: String,
+    pub caption: String,
+    pub svg: String,
+}
+
+/// Run on `?check` (as the browser test opens the page): where the verdict, the first figure
+/// and the first table stand against the window, written into `<pre id="layout-check">`, so a
+/// test can say the verdict is in the first screen.
+const LAYOUT_CHECK_SCRIPT: &str = r##"
+(function () {
+  if (!/[?&]check\b/.test(location.search)) return;
+  window.addEventListener("load", function () {
+    function top(sel) { var e = document.querySelector(sel); return e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : -1; }
+    var v = document.getElementById("verdict");
+    var pre = document.createElement("pre");
+    pre.id = "layout-check";
+    pre.textContent = "viewport=" + window.innerHeight + " verdict_top=" + top("#verdict") +
+      " verdict_bottom=" + (v ? Math.round(v.getBoundingClientRect().bottom + window.scrollY) : -1) +
+      " first_figure=" + top("figure") + " first_table=" + top("table");
+    document.body.appendChild(pre);
+  });
+})();
+"##;
+
+/// An anchor for a heading: lower case, words joined by '-'.
+fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
         }
     }
-    body.push_str("<h2>Charts</h2>\n");
-    if svgs.is_empty() {
-        body.push_str("<p>No charts: no model was measured.</p>\n");
+    out.trim_end_matches('-').to_owned()
+}
+
+/// Text with `code` spans, escaped.
+fn inline(text: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in escape(text).split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            out.push_str(part);
+        }
     }
-    for (file, caption, svg) in svgs {
-        let inline = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+    out
+}
+
+/// The page, read top-down: what was run (one line); a partial run's note; the verdict, in
+/// the first screen; the contents; the summary; the charts; then the long tables (each
+/// sortable by a click on a column's heading), the seed's own table among them, beside ours.
+fn page(results: &Results, figures: &[Inlined]) -> String {
+    let mut body = String::new();
+    let run = crate::tables::run_line(results);
+    let _ = writeln!(body, "<p class=\"run\">{}</p>", inline(&run));
+    if let Some(note) = crate::tables::partial_note(results) {
+        let _ = writeln!(body, "<section id=\"partial\"><h2>Partial results</h2>\n<p>{}</p></section>", inline(&note));
+    }
+    let verdict = crate::verdict::html(results);
+    body.push_str("<section id=\"verdict\">\n");
+    if !verdict.contains("<h2") {
+        body.push_str("<h2>Verdict</h2>\n");
+    }
+    if verdict.trim().is_empty() {
+        body.push_str("<p>No verdict was drawn from these results.</p>\n");
+    } else {
+        body.push_str(&verdict);
+    }
+    body.push_str("</section>\n");
+
+    // The long tables, as sections, each with its anchor for the contents.
+    let markdown = crate::tables::tables_body_markdown(results);
+    let markdown = markdown.strip_prefix(run.as_str()).unwrap_or(&markdown);
+    let mut sections: Vec<(String, String)> = Vec::new();
+    let mut tables = String::new();
+    for block in markdown.split("\n\n") {
+        if let Some(heading) = block.strip_prefix("### ") {
+            let _ = writeln!(tables, "<h3>{}</h3>", inline(heading));
+        } else if let Some(heading) = block.strip_prefix("## ") {
+            let id = format!("t-{}", slug(heading));
+            if !sections.is_empty() {
+                tables.push_str("</section>\n");
+            }
+            let _ = writeln!(tables, "<section id=\"{id}\"><h2>{}</h2>", inline(heading));
+            sections.push((id, heading.to_owned()));
+        } else if block.starts_with('|') {
+            tables.push_str(&markdown_table_to_html(block));
+        } else if !block.trim().is_empty() {
+            let _ = writeln!(tables, "<p>{}</p>", inline(block.trim()));
+        }
+    }
+    if !sections.is_empty() {
+        tables.push_str("</section>\n");
+    }
+
+    body.push_str("<nav id=\"contents\"><h2>Contents</h2>\n<ul>\n<li><a href=\"#verdict\">Verdict</a></li>\n<li><a href=\"#summary\">Summary</a></li>\n<li><a href=\"#charts\">Charts</a><ul>\n");
+    for f in figures {
+        let _ = writeln!(body, "<li><a href=\"#{}\">{}</a></li>", f.file, escape(&f.title));
+    }
+    body.push_str("</ul></li>\n<li><a href=\"#tables\">Tables</a><ul>\n");
+    for (id, heading) in &sections {
+        let _ = writeln!(body, "<li><a href=\"#{id}\">{}</a></li>", inline(heading));
+    }
+    body.push_str("</ul></li>\n</ul></nav>\n");
+
+    body.push_str(&summary_html(results));
+    body.push_str("<section id=\"charts\"><h2>Charts</h2>\n");
+    if figures.is_empty() {
+        body.push_str("<p>No charts: no model was measured.</p>\n");
+    } else {
+        body.push_str("<p>Bars and points are the median of the repetitions; an error bar spans their lowest–highest. A lighter bar, or a ring round a point, was client-bound (the load generator, not the server, was the limit); † marks a measurement made while the machine was busy.</p>\n");
+    }
+    for f in figures {
+        let inline_svg = f.svg.find("<svg").map_or(f.svg.as_str(), |i| &f.svg[i..]);
         let _ = writeln!(
             body,
-            "<figure id=\"{file}\">{inline}<figcaption>{}</figcaption><p class=\"files\"><a href=\"{file}.png\">{file}.png</a> · <a href=\"{file}.svg\">{file}.svg</a></p></figure>",
-            escape(caption)
+            "<figure id=\"{file}\">{inline_svg}<figcaption>{}</figcaption><p class=\"files\"><a href=\"{file}.png\">{file}.png</a> · <a href=\"{file}.svg\">{file}.svg</a></p></figure>",
+            escape(&f.caption),
+            file = f.file,
         );
     }
+    body.push_str("</section>\n<div id=\"tables\">\n");
+    body.push_str(&tables);
+    body.push_str("</div>\n");
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<script>{LAYOUT_CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\n.run {{ color: #444; }}\n#verdict {{ border-left: 4px solid #1f77b4; padding: 0 1em; margin: 1em 0; }}\nnav ul {{ margin: 0.2em 0; }} nav > ul > li > ul {{ columns: 2; }}\n.scroll {{ overflow-x: auto; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
         // A tab or a bookmark shows only the title: a partial run says so there too.
@@ -872,47 +1150,83 @@ fn page(results: &Results, svgs: &[(String, String, String)]) -> String {
     )
 }
 
-/// Who leads among `entries` (model, value), the highest first: the leader (several when tied)
-/// with its value, and by how much it is ahead of the next. `tied` says when two values are the
-/// same.
-fn lead(
-    mut entries: Vec<(String, f64)>,
-    show: &dyn Fn(f64) -> String,
-    tied: &dyn Fn(f64, f64) -> bool,
-) -> (String, String) {
-    entries.retain(|(_, v)| v.is_finite());
-    entries.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let Some((_, top)) = entries.first().cloned() else {
+/// One model's figure in the summary: its spread, and whether the machine disturbed it.
+#[derive(Debug, Clone)]
+struct Entry {
+    model: String,
+    spread: Spread,
+    disturbed: bool,
+}
+
+impl Entry {
+    fn of(model: &str, item: &dyn Repeated, name: &str, own: Option<f64>) -> Option<Entry> {
+        let spread = crate::tables::measured_spread(item, name, own)?;
+        Some(Entry { model: model.to_owned(), spread, disturbed: item.disturbed_repeats() > 0 })
+    }
+
+    fn name(&self) -> String {
+        format!("{}{}", self.model, if self.disturbed { " †" } else { "" })
+    }
+}
+
+/// Who leads among `entries`, and by how much: the leader with its figure (the median of its
+/// repetitions, with their range), then "N× the next" only when the numbers can tell the two
+/// apart (the leader's lowest above the next's highest), else a tie with every model whose
+/// range reaches the leader's.
+fn lead(mut entries: Vec<Entry>, show: &dyn Fn(f64) -> String, unit: &str) -> (String, String) {
+    entries.retain(|e| e.spread.median.is_finite());
+    entries.sort_by(|a, b| b.spread.median.total_cmp(&a.spread.median));
+    let Some(top) = entries.first().cloned() else {
         return ("not measured".to_owned(), String::new());
     };
-    let (leaders, rest): (Vec<_>, Vec<_>) = entries.iter().partition(|(_, v)| tied(*v, top));
-    let names: Vec<&str> = leaders.iter().map(|(m, _)| m.as_str()).collect();
-    let leader = format!("{}: {}", names.join(", "), show(top));
-    let ahead = match rest.first() {
-        _ if entries.len() == 1 => "the only model measured".to_owned(),
-        None => format!("tied: all {} models", entries.len()),
-        Some((next, v)) if *v > 0.0 => format!("{:.2}× {next} ({})", top / v, show(*v)),
-        Some((next, v)) => format!("{next} had {}", show(*v)),
+    let leader = format!("{}: {}", top.name(), crate::tables::spread_cell(&top.spread, show, unit));
+    let tied: Vec<&Entry> = entries[1..].iter().filter(|e| e.spread.overlaps(&top.spread)).collect();
+    let ahead = match entries.get(1) {
+        None => "the only model measured".to_owned(),
+        Some(_) if !tied.is_empty() => {
+            let names: Vec<String> = tied.iter().map(|e| e.name()).collect();
+            let why = if top.spread.is_single() && tied.iter().all(|e| e.spread.is_single()) {
+                "the same figure"
+            } else {
+                "ranges overlap"
+            };
+            format!("tie with {} ({why})", names.join(", "))
+        }
+        Some(next) if next.spread.median > 0.0 => {
+            let single = top.spread.n < 2 || next.spread.n < 2;
+            format!(
+                "ahead of {} by {:.2}× ({}){}",
+                next.name(),
+                top.spread.median / next.spread.median,
+                crate::tables::spread_cell(&next.spread, show, unit),
+                if single { "; one repetition, no range to judge noise by" } else { "" }
+            )
+        }
+        Some(next) => format!("{} had {}{unit}", next.name(), show(next.spread.median)),
     };
     (leader, ahead)
 }
 
-/// Within 1% of each other.
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 0.01 * a.abs().max(b.abs())
-}
-
-/// The models a row or point was client-bound for, in words.
-fn bottleneck(bound: &[&str], measured: usize) -> String {
-    match bound.len() {
-        0 => "no".to_owned(),
-        n if n == measured && n > 1 => format!("yes, for every model ({})", bound.join(", ")),
-        _ => format!("yes, for {}", bound.join(", ")),
+/// Which side limited each model at a row or point, from its kept repetitions: "epoll, tokio:
+/// client-bound; select: server-bound; uring: neither".
+fn bottleneck(at: &[(&str, &dyn Repeated, bool)]) -> String {
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for &(model, item, client_bound) in at {
+        let mut note = crate::tables::bound_note(item, client_bound);
+        if note.is_empty() {
+            // Results from before repetitions say only whether the client was the limit.
+            note = if item.kept().is_empty() { "not client-bound" } else { "neither" }.to_owned();
+        }
+        match groups.iter_mut().find(|(n, _)| *n == note) {
+            Some((_, models)) => models.push(model),
+            None => groups.push((note, vec![model])),
+        }
     }
+    groups.iter().map(|(note, models)| format!("{}: {note}", models.join(", "))).collect::<Vec<_>>().join("; ")
 }
 
 fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut html = String::from("<table>\n<thead><tr>");
+    let mut html = String::from("<div class=\"scroll\"><table>\n<thead><tr>");
     for h in header {
         let _ = write!(html, "<th>{}</th>", escape(h));
     }
@@ -924,17 +1238,47 @@ fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
         html.push_str("</tr>\n");
     }
-    html.push_str("</tbody>\n</table>\n");
+    html.push_str("</tbody>\n</table></div>\n");
     html
 }
 
-/// The page's opening: per row of Table 6-3 and per sweep point, the leading model and by how
-/// much (per second of server CPU, and in connections held or responses per second), and where
-/// the load generator, not the server, was the bottleneck.
+/// What a sweep point measured, in a few words.
+fn point_label(workload: HttpWorkload, streams: Option<u64>) -> String {
+    let what = match workload {
+        HttpWorkload::KeepAlive => "HTTP keep-alive",
+        HttpWorkload::NewConnection => "HTTP, new connection per request",
+        HttpWorkload::TlsKeepAlive => "HTTPS keep-alive",
+        HttpWorkload::TlsFullHandshake => "HTTPS, full handshake per request",
+        HttpWorkload::TlsResumed => "HTTPS, resumed handshake per request",
+        HttpWorkload::H2c => "HTTP/2 h2c",
+        HttpWorkload::H2Tls => "HTTP/2 h2 (TLS)",
+    };
+    match streams.filter(|_| workload.http2()) {
+        Some(n) => format!("{what}, {n} streams"),
+        None => what.to_owned(),
+    }
+}
+
+/// The page's summary: per row of Table 6-3 and per sweep point, the model that did the most
+/// work per second of server CPU (robust when the client is the limit) and whether the numbers
+/// tell it from the next, the same for connections held or responses per second, and which
+/// side was the bottleneck for each model.
 pub fn summary_html(results: &Results) -> String {
     let mut html = String::from("<h2 id=\"summary\">Summary</h2>\n");
     let measured: Vec<_> = results.models.iter().filter(|m| !m.rows.is_empty()).collect();
-    html.push_str("<p>Per server CPU-second is the work done for each second of CPU the server used (the mean of its samples): bytes echoed back to the clients in Table 6-3, responses in the sweeps. Where the client was the bottleneck (the load generator used 90% or more of its cores), the model's figures say what the load could drive, not what the server could do.</p>\n");
+    html.push_str("<p>Ranked by work per server CPU-second: the work done for each second of CPU the server used (bytes echoed back to the clients in Table 6-3, responses in the sweeps), which stays a measure of the server even when the load generator is the limit. Each figure is the median of the repetitions, with their lowest–highest in brackets; \"ahead by\" is said only when the leader's lowest is above the next's highest, otherwise the models are named as a tie. Client-bound: the load generator used 90% or more of its cores, so the model's rates say what the load could drive; server-bound: the server used 90% or more of its cores.</p>\n");
+    let items = results
+        .models
+        .iter()
+        .flat_map(|m| m.rows.iter().map(|r| r as &dyn Repeated))
+        .chain(results.all_results().flat_map(|m| m.http.iter().map(|p| p as &dyn Repeated)));
+    let (total, disturbed) = items.fold((0, 0), |(t, d), i| (t + 1, d + usize::from(i.disturbed_repeats() > 0)));
+    if disturbed > 0 {
+        let _ = writeln!(
+            html,
+            "<p>The machine was busy during {disturbed} of {total} rows and points: their figures are marked † (see results.json <code>interference</code>).</p>"
+        );
+    }
     if measured.is_empty() {
         html.push_str("<p>No row of Table 6-3 was measured.</p>\n");
     } else {
@@ -949,34 +1293,43 @@ pub fn summary_html(results: &Results) -> String {
             }
             let attempted = of_kind.iter().map(|(_, r)| r.attempted).max().unwrap_or(0);
             let per_cpu = lead(
-                of_kind.iter().filter_map(|(m, r)| Some((m.to_string(), r.bytes_per_cpu_second()?))).collect(),
-                &|v| format!("{} MB per CPU-second", decimal(v / 1e6)),
-                &close,
+                of_kind
+                    .iter()
+                    .filter_map(|(m, r)| Entry::of(m, *r, figure::BYTES_PER_CPU_SECOND, r.bytes_per_cpu_second()))
+                    .collect(),
+                &|v| decimal(v / 1e6),
+                " MB",
             );
             let held = lead(
-                of_kind.iter().filter_map(|(m, r)| Some((m.to_string(), r.connected_held()? as f64))).collect(),
-                &|v| format!("{} of {}", thousands(v as u64), thousands(attempted)),
-                &|a, b| a == b,
+                of_kind
+                    .iter()
+                    .filter_map(|(m, r)| {
+                        Entry::of(m, *r, figure::CONNECTIONS_HELD, r.connected_held().map(|c| c as f64))
+                    })
+                    .collect(),
+                &|v| thousands(v.round() as u64),
+                "",
             );
-            let bound: Vec<&str> = of_kind.iter().filter(|(_, r)| r.client_bound).map(|(m, _)| *m).collect();
+            let bound: Vec<(&str, &dyn Repeated, bool)> =
+                of_kind.iter().map(|(m, r)| (*m, *r as &dyn Repeated, r.client_bound)).collect();
             rows.push(vec![
                 format!("{} ({} connections)", kind.label(), thousands(attempted)),
                 per_cpu.0,
                 per_cpu.1,
                 held.0,
                 held.1,
-                bottleneck(&bound, of_kind.len()),
+                bottleneck(&bound),
             ]);
         }
         html.push_str("<h3>Table 6-3 rows</h3>\n");
         html.push_str(&html_table(
             &[
                 "Row",
-                "Most bytes per server CPU-second",
-                "Ahead of the next by",
+                "Most received per server CPU-second",
+                "Against the next",
                 "Most connections held",
-                "Ahead of the next by",
-                "Client the bottleneck",
+                "Against the next",
+                "Bottleneck",
             ],
             &rows,
         ));
@@ -988,7 +1341,7 @@ pub fn summary_html(results: &Results) -> String {
     if !points.is_empty() {
         let mut rows = Vec::new();
         for (workload, concurrency) in points {
-            let at: Vec<(&str, &crate::results::HttpPoint)> = results
+            let at: Vec<(&str, &HttpPoint)> = results
                 .all_results()
                 .filter_map(|m| {
                     m.http
@@ -999,46 +1352,45 @@ pub fn summary_html(results: &Results) -> String {
                 .collect();
             let per_cpu = lead(
                 at.iter()
-                    .filter_map(|(m, p)| {
-                        let cpu = p.server_cpu_pct.filter(|&c| c > 0.0)?;
-                        Some((m.to_string(), p.requests_per_s / (cpu / 100.0)))
-                    })
+                    .filter_map(|(m, p)| Entry::of(m, *p, figure::RESPONSES_PER_CPU_SECOND, p.per_cpu_second()))
                     .collect(),
-                &|v| format!("{} responses per CPU-second", thousands(v.round() as u64)),
-                &close,
+                &|v| thousands(v.round() as u64),
+                "",
             );
             let rate = lead(
-                at.iter().map(|(m, p)| (m.to_string(), p.requests_per_s)).collect(),
-                &|v| format!("{}/s", thousands(v.round() as u64)),
-                &close,
+                at.iter()
+                    .filter_map(|(m, p)| Entry::of(m, *p, figure::REQUESTS_PER_S, Some(p.requests_per_s)))
+                    .collect(),
+                &|v| thousands(v.round() as u64),
+                "/s",
             );
-            let bound: Vec<&str> = at.iter().filter(|(_, p)| p.client_bound).map(|(m, _)| *m).collect();
+            let bound: Vec<(&str, &dyn Repeated, bool)> =
+                at.iter().map(|(m, p)| (*m, *p as &dyn Repeated, p.client_bound)).collect();
+            let streams = at.iter().find_map(|(_, p)| p.streams);
             rows.push(vec![
-                format!(
-                    "{}{}, {} connections",
-                    if workload.tls() { "HTTPS " } else { "HTTP " },
-                    workload.connection(),
-                    thousands(concurrency)
-                ),
+                format!("{}, {} connections", point_label(workload, streams), thousands(concurrency)),
                 per_cpu.0,
                 per_cpu.1,
                 rate.0,
                 rate.1,
-                bottleneck(&bound, at.len()),
+                bottleneck(&bound),
             ]);
         }
-        html.push_str("<h3>HTTP and HTTPS sweep points</h3>\n<p>Every model holds the same connections at a sweep point (its concurrency), so the points compare responses: per server CPU-second, and per second.</p>\n");
+        html.push_str("<h3>HTTP, HTTPS and HTTP/2 sweep points</h3>\n<p>Every model holds the same connections at a sweep point (its concurrency), so the points compare responses: per server CPU-second, and per second.</p>\n");
         html.push_str(&html_table(
             &[
                 "Sweep point",
                 "Most responses per server CPU-second",
-                "Ahead of the next by",
+                "Against the next",
                 "Most responses per second",
-                "Ahead of the next by",
-                "Client the bottleneck",
+                "Against the next",
+                "Bottleneck",
             ],
             &rows,
         ));
+    }
+    if disturbed > 0 {
+        let _ = writeln!(html, "<p>{}</p>", inline(crate::tables::DISTURBED_NOTE));
     }
     html
 }
@@ -1060,7 +1412,7 @@ fn short(v: f64) -> String {
 }
 
 fn markdown_table_to_html(block: &str) -> String {
-    let mut html = String::from("<table>\n");
+    let mut html = String::from("<div class=\"scroll\"><table>\n");
     for (i, line) in block.lines().filter(|l| l.starts_with('|')).enumerate() {
         if i == 1 {
             continue;
@@ -1082,7 +1434,7 @@ fn markdown_table_to_html(block: &str) -> String {
     if block.lines().filter(|l| l.starts_with('|')).count() > 2 {
         html.push_str("</tbody>\n");
     }
-    html.push_str("</table>\n");
+    html.push_str("</table></div>\n");
     html
 }
 
@@ -1372,8 +1724,10 @@ mod tests {
         render(&r, &dir).expect("render");
         let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
         for f in &figures {
-            // Once, inside the figure's SVG; the caption under it says something else.
-            assert_eq!(html.matches(&escape(&f.title)).count(), 1, "{}", f.title);
+            // Once inside the figure's SVG, once as its link in the contents; the caption under
+            // it says something else.
+            assert_eq!(html.matches(&escape(&f.title)).count(), 2, "{}", f.title);
+            assert!(html.contains(&format!("<li><a href=\"#{}\">{}</a></li>", f.file, escape(&f.title))), "{}", f.file);
             assert!(html.contains(&format!("<figcaption>{}</figcaption>", escape(&f.caption))), "{}", f.file);
         }
         for file in ["throughput.png", "http.svg"] {
@@ -1510,16 +1864,201 @@ mod tests {
 
         let summary = summary_html(&r);
         // epoll: 30 MB/s at 50% = 60 MB per CPU-second; select 20 MB per CPU-second.
+        // One repetition each (results from before repetitions): the ratio, said to have no range.
         assert!(
-            summary.contains("<td>epoll: 60.0 MB per CPU-second</td><td>3.00× select (20.0 MB per CPU-second)</td>"),
+            summary.contains("<td>epoll: 60.0 MB</td><td>ahead of select by 3.00× (20.0 MB); one repetition, no range to judge noise by</td>"),
             "{summary}"
         );
         assert!(
-            summary.contains("<td>epoll, select: 20 of 20</td><td>tied: all 2 models</td><td>yes, for epoll</td>"),
+            summary.contains("<td>epoll: 20</td><td>tie with select (the same figure)</td><td>epoll: client-bound; select: not client-bound</td>"),
             "{summary}"
         );
         let html = page(&r, &[]);
         assert!(html.find("Summary") < html.find("I/O models"), "the page opens with the summary");
         assert!(html.contains("<script>") && !html.contains("src=\"http"), "inline scripts, no network");
+    }
+
+    #[test]
+    fn value_axes_end_near_the_data() {
+        // The CPU axis ran to 160% for a highest value of 101%.
+        let top = axis_top(101.0);
+        assert!((106.0..=125.0).contains(&top), "{top}");
+        assert_eq!(axis_top(101.0), 120.0);
+        assert_eq!(axis_top(9.5), 10.0);
+        assert_eq!(axis_top(138_862.0), 150_000.0);
+        assert_eq!(axis_top(0.0), 1.0, "no data: an axis still");
+        for max in [0.3, 7.0, 55.0, 99.0, 1234.0, 73e6] {
+            let top = axis_top(max);
+            assert!(top >= max * 1.05 && top <= max * 1.4, "{max}: {top}");
+        }
+    }
+
+    fn entry(model: &str, values: &[f64]) -> Entry {
+        Entry { model: model.into(), spread: Spread::of(values.iter().copied()).unwrap(), disturbed: false }
+    }
+
+    /// "Ahead by" only when the leader's lowest is above the next's highest; otherwise a tie,
+    /// named, with every model whose range reaches the leader's.
+    #[test]
+    fn ahead_only_when_the_ranges_do_not_overlap() {
+        let show = |v: f64| thousands(v.round() as u64);
+        let (leader, ahead) = lead(
+            vec![
+                entry("epoll", &[137_647.0, 138_862.0, 140_100.0]),
+                entry("tokio", &[139_000.0, 144_000.0, 145_000.0]),
+                entry("select", &[40_000.0, 41_000.0, 42_000.0]),
+            ],
+            &show,
+            "",
+        );
+        assert_eq!(leader, "tokio: 144,000 (139,000–145,000)");
+        assert_eq!(ahead, "tie with epoll (ranges overlap)");
+        let (leader, ahead) = lead(
+            vec![entry("select", &[40_000.0, 41_000.0, 42_000.0]), entry("epoll", &[137_647.0, 138_862.0, 140_100.0])],
+            &show,
+            "",
+        );
+        assert_eq!(leader, "epoll: 138,862 (137,647–140,100)");
+        assert_eq!(ahead, "ahead of select by 3.39× (41,000 (40,000–42,000))");
+        // Touching ranges cannot be told apart.
+        let (_, ahead) = lead(vec![entry("a", &[10.0, 12.0]), entry("b", &[8.0, 10.0])], &show, "");
+        assert!(ahead.starts_with("tie with b"), "{ahead}");
+        // A disturbed model is marked where it is named.
+        let mut busy = entry("uring", &[10.5, 10.8]);
+        busy.disturbed = true;
+        let (_, ahead) = lead(vec![entry("a", &[10.0, 12.0]), busy], &show, "");
+        assert_eq!(ahead, "tie with uring † (ranges overlap)");
+        assert_eq!(lead(Vec::new(), &show, "").0, "not measured");
+        assert_eq!(lead(vec![entry("a", &[1.0])], &show, "").1, "the only model measured");
+    }
+
+    /// Repeated results: ranges and marks on the charts, the bottleneck per model in the
+    /// summary, and the page in its order: verdict, contents, summary, charts, tables, with
+    /// the seed's table after ours and never among its rows.
+    #[test]
+    fn repeated_results_draw_ranges_and_marks_and_read_top_down() {
+        use crate::results::{spreads_of, Interference, Repeat};
+        let repeat =
+            |round: u32, figures: &[(&str, f64)], client_bound: bool, server_bound: bool, disturbed: bool| Repeat {
+                round,
+                figures: figures.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+                client_bound,
+                server_bound,
+                interference: Some(Interference { disturbed, ..Interference::default() }),
+                ..Repeat::default()
+            };
+        let row = |bytes: [f64; 3], client_bound: bool, disturbed: bool| {
+            let repeats: Vec<Repeat> = bytes
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    repeat(
+                        i as u32 + 1,
+                        &[(figure::RECEIVED_BYTES_PER_S, b), (figure::BYTES_PER_CPU_SECOND, b * 2.0)],
+                        client_bound,
+                        !client_bound,
+                        disturbed && i == 0,
+                    )
+                })
+                .collect();
+            Row {
+                kind: Some(RowKind::Flood),
+                attempted: 20,
+                connected: 20,
+                received_bytes_per_s: bytes[1],
+                cpu_min_pct: 40.0,
+                cpu_max_pct: 101.0,
+                client_bound,
+                spread: spreads_of(&repeats),
+                repeats,
+                ..Row::default()
+            }
+        };
+        let point = |rates: [f64; 3], client_bound: bool| {
+            let repeats: Vec<Repeat> = rates
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| repeat(i as u32 + 1, &[(figure::REQUESTS_PER_S, r)], client_bound, false, false))
+                .collect();
+            HttpPoint {
+                concurrency: 10,
+                keepalive: true,
+                requests_per_s: rates[1],
+                client_bound,
+                spread: spreads_of(&repeats),
+                repeats,
+                ..HttpPoint::default()
+            }
+        };
+        let r = Results {
+            rounds: 3,
+            models: vec![
+                ModelResult {
+                    model: "epoll".into(),
+                    rows: vec![row([30e6, 31e6, 33e6], true, false)],
+                    http: vec![point([100.0, 110.0, 120.0], true)],
+                    ..ModelResult::default()
+                },
+                ModelResult {
+                    model: "uring".into(),
+                    rows: vec![row([10e6, 11e6, 12e6], false, true)],
+                    http: vec![point([50.0, 55.0, 60.0], false)],
+                    ..ModelResult::default()
+                },
+            ],
+            ..Results::default()
+        };
+        let figures = figures(&r);
+        let throughput = figures.iter().find(|f| f.file == "throughput").unwrap();
+        let Plot::Bars { bars, .. } = &throughput.panels[0].plot else { panic!() };
+        assert_eq!(bars[0].value, Some(31.0));
+        assert_eq!(bars[0].mark, PointMark { range: Some((30.0, 33.0)), client_bound: true, disturbed: false });
+        assert!(
+            bars[0].label.contains("31.0 MB/s (30.0–33.0)") && bars[0].label.ends_with("; client-bound"),
+            "{}",
+            bars[0].label
+        );
+        assert!(bars[1].mark.disturbed && bars[1].label.ends_with("† machine busy"), "{}", bars[1].label);
+        let http = figures.iter().find(|f| f.file == "http").unwrap();
+        let Plot::Lines { series, .. } = &http.panels[0].plot else { panic!() };
+        assert_eq!(series[0].points, [(10.0, 110.0)]);
+        assert_eq!(series[0].marks, [PointMark { range: Some((100.0, 120.0)), client_bound: true, disturbed: false }]);
+
+        let summary = summary_html(&r);
+        assert!(
+            summary.contains(
+                "<td>epoll: 62.0 MB (60.0–66.0)</td><td>ahead of uring † by 2.82× (22.0 MB (20.0–24.0))</td>"
+            ),
+            "{summary}"
+        );
+        assert!(summary.contains("<td>epoll: client-bound; uring: server-bound</td>"), "{summary}");
+        assert!(summary.contains("The machine was busy during 1 of 4 rows and points"), "{summary}");
+
+        let dir = std::env::temp_dir().join(format!("sockscale-report-order-{}", std::process::id()));
+        render(&r, &dir).expect("render");
+        let html = std::fs::read_to_string(dir.join("report.html")).expect("page");
+        let _ = std::fs::remove_dir_all(&dir);
+        let at = |what: &str| html.find(what).unwrap_or_else(|| panic!("no {what} in the page"));
+        let order = [
+            "<h1>",
+            "<p class=\"run\">Profile",
+            "<section id=\"verdict\">",
+            "<nav id=\"contents\">",
+            "<h2 id=\"summary\">",
+            "<section id=\"charts\">",
+            "<figure id=\"throughput\">",
+            "<h2>I/O models (Table 6-3)</h2>",
+            "<h2>The seed's Table 6-3, as printed</h2>",
+            "<h2>HTTP 4 KiB responses by concurrency (seed 003)</h2>",
+        ];
+        for pair in order.windows(2) {
+            assert!(at(pair[0]) < at(pair[1]), "{} before {}", pair[0], pair[1]);
+        }
+        // Nothing drawn or tabled before the verdict; every section linked from the contents.
+        assert!(at("<section id=\"verdict\">") < at("<table>").min(at("<svg")), "the verdict first");
+        assert!(html.contains("<a href=\"#t-the-seed-s-table-6-3-as-printed\">"), "the contents link the seed's table");
+        assert!(html.contains("<section id=\"t-the-seed-s-table-6-3-as-printed\">"));
+        assert!(!html.contains("seed: "), "no seed row among ours");
+        assert!(html.contains("white-space: nowrap"), "cells do not wrap");
     }
 }

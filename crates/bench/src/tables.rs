@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{ConnectAttempts, HttpPoint, HttpWorkload, Results, Row, RowKind, SOCKET_SLAB_CACHES};
+use crate::results::{
+    figure, ConnectAttempts, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, SOCKET_SLAB_CACHES,
+};
 
 /// Why the results are partial, in one paragraph, or None when the run measured everything.
 pub fn partial_note(results: &Results) -> Option<String> {
@@ -38,43 +40,73 @@ pub fn partial_note(results: &Results) -> Option<String> {
     Some(note)
 }
 
-/// All tables, as the report and README show them. A section with nothing measured says so
-/// instead of printing a table header with no columns to fill.
+/// All tables, as the report and README show them: a partial run's note first (it qualifies
+/// everything under it), then the verdict, then the tables ([`tables_body_markdown`]).
 pub fn tables_markdown(results: &Results) -> String {
-    let m = &results.machine;
     let mut s = String::new();
     if let Some(note) = partial_note(results) {
         let _ = write!(s, "## Partial results\n\n{note}\n\n");
     }
-    let _ = write!(
-        s,
-        "Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}. Profile `{}`, {}{}.\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. The kernel memory columns (the counterpart of the seed's non-paged pool) are explained under the table. A client-bound row had the load generator at 90% or more of its cores.\n\n",
+    let verdict = crate::verdict::markdown(results);
+    if !verdict.trim().is_empty() {
+        s.push_str(verdict.trim_end());
+        s.push_str("\n\n");
+    }
+    s.push_str(&tables_body_markdown(results));
+    s
+}
+
+/// One line of what was run: profile, rounds, when, on what machine.
+pub fn run_line(results: &Results) -> String {
+    let m = &results.machine;
+    let rounds = match results.rounds {
+        0 | 1 => "1 round (each row and point measured once)".to_owned(),
+        n => format!("{n} rounds (each row and point measured {n} times, the models in turn)"),
+    };
+    format!(
+        "Profile `{}`, {rounds}, started {}{}. Machine: {} ({} cores, {} MiB), Linux {}; somaxconn {}; open files {}.",
+        results.profile,
+        results.started,
+        if results.interrupted { " (interrupted)" } else { "" },
         m.cpu_model,
         m.cores,
         m.memory_kib / 1024,
         m.kernel,
         m.somaxconn,
         m.open_files_limit,
-        results.profile,
-        results.started,
-        if results.interrupted { " (interrupted)" } else { "" },
+    )
+}
+
+/// The tables without the verdict or the partial note: the run, Table 6-3, the seed's table
+/// beside it, the HTTP, HTTPS and HTTP/2 sweeps and UDP. A section with nothing measured says
+/// so instead of printing a table header with no columns to fill.
+pub fn tables_body_markdown(results: &Results) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{}\n\n## I/O models (Table 6-3)\n\nRows: flood, rate-limited (blocks of connections, each block limited in total), maximum (connections added in blocks at a fixed rate, rate-limited). Connected is the server's own peak of open connections. Threads counts every thread of the server process, three of which (main, signals, stats) belong to the command line. The kernel memory columns (the counterpart of the seed's non-paged pool) are explained under the table. A client-bound row had the load generator at 90% or more of its cores.\n\n",
+        run_line(results)
     );
     if results.models.is_empty() {
         s.push_str("No model was measured.\n\n");
     } else {
         let _ = writeln!(s, "{}", results.table_markdown());
+        if let Some(seed) = results.seed_markdown() {
+            let _ = writeln!(s, "## {SEED_HEADING}\n\n{seed}");
+        }
     }
-    s.push_str("## HTTP 4 KiB responses by concurrency (seed 003)\n\n");
-    if results.has_sweep(false) {
-        let _ = writeln!(s, "{}", results.http_markdown());
-    } else {
-        s.push_str("No HTTP point was measured.\n\n");
-    }
-    s.push_str("## HTTPS 4 KiB responses by concurrency\n\n");
-    if results.has_sweep(true) {
-        let _ = writeln!(s, "{}", results.https_markdown());
-    } else {
-        s.push_str("No HTTPS point was measured.\n\n");
+    for sweep in SWEEPS {
+        let _ = write!(
+            s,
+            "## {} 4 KiB responses by concurrency{}\n\n",
+            sweep,
+            if sweep == "HTTP" { " (seed 003)" } else { "" }
+        );
+        if results.has_sweep(sweep) {
+            let _ = writeln!(s, "{}", results.sweep_markdown(sweep));
+        } else {
+            let _ = write!(s, "No {sweep} point was measured.\n\n");
+        }
     }
     s.push_str("## UDP echo\n\n");
     if results.models.iter().any(|m| m.udp.is_some()) {
@@ -85,20 +117,105 @@ pub fn tables_markdown(results: &Results) -> String {
     s
 }
 
+/// The sweeps of the HTTP tables, as [`HttpWorkload::sweep`] names them, in order.
+pub const SWEEPS: [&str; 3] = ["HTTP", "HTTPS", "HTTP/2"];
+
+/// The heading of the seed's own table.
+pub const SEED_HEADING: &str = "The seed's Table 6-3, as printed";
+
+/// What marks a row or point some of whose kept repetitions the machine disturbed.
+pub const DISTURBED_MARK: &str = "†";
+
+/// Under a table with a disturbed row or point.
+pub const DISTURBED_NOTE: &str = "† The machine was busy during this measurement: other processes used more CPU on the server's or the load generator's cores than the run allowed in at least one of its repetitions, so its figures are not the model's alone. See results.json `interference`.";
+
+/// Under a table with ranges.
+pub const SPREAD_NOTE: &str = "A figure with a range in brackets is the median of the repetitions, then their lowest–highest; one without had a single repetition, or all alike.";
+
+/// A figure's cell: its median (with `unit`), then the repetitions' lowest–highest in brackets
+/// when there were several and they differ as shown: "138,862/s (137,647–140,100)".
+pub fn spread_cell(s: &Spread, show: &dyn Fn(f64) -> String, unit: &str) -> String {
+    let median = format!("{}{unit}", show(s.median));
+    let (lo, hi) = (show(s.min), show(s.max));
+    if s.n < 2 || lo == hi {
+        median
+    } else {
+        format!("{median} ({lo}–{hi})")
+    }
+}
+
+/// " †" after a row's or point's headline when the machine disturbed it, else nothing.
+pub fn disturbed_suffix(item: &dyn Repeated) -> String {
+    if item.disturbed_repeats() > 0 {
+        format!(" {DISTURBED_MARK}")
+    } else {
+        String::new()
+    }
+}
+
+/// The spread of figure `name` of `item`, when `own` (the result's own value of it) says it
+/// was measured at all.
+pub(crate) fn measured_spread(item: &dyn Repeated, name: &str, own: Option<f64>) -> Option<Spread> {
+    let own = own?;
+    Some(item.spread_of(name).unwrap_or(Spread::single(own)))
+}
+
+/// Whether any row or point of the results had several repetitions that differ.
+fn any_spread<'a>(items: impl IntoIterator<Item = &'a dyn Repeated>) -> bool {
+    items.into_iter().any(|i| i.spreads().values().any(|s| s.n > 1 && !s.is_single()))
+}
+
+/// Who the bottleneck was for a row or point, from its kept repetitions: "client-bound" (all
+/// of them), "client-bound in 2 of 3", "server-bound", or nothing when neither.
+pub fn bound_note(item: &dyn Repeated, client_bound: bool) -> String {
+    let kept = item.kept().len();
+    if kept == 0 {
+        return if client_bound { "client-bound".into() } else { String::new() };
+    }
+    let said = |what: &str, n: usize| match n {
+        0 => None,
+        n if n == kept => Some(what.to_owned()),
+        n => Some(format!("{what} in {n} of {kept}")),
+    };
+    [said("client-bound", item.client_bound_repeats()), said("server-bound", item.server_bound_repeats())]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Results {
     /// Table 6-3 as the seed lays it out, one model per block of rows, in markdown, followed
-    /// by a note on how the kernel columns were measured.
+    /// by its notes: where a cell's note went (numbered, under the table, so that no cell
+    /// wraps), the spread, disturbed rows, and how the kernel columns were measured. The seed's
+    /// own rows are in a table of their own ([`Results::seed_markdown`]).
     pub fn table_markdown(&self) -> String {
+        const HEADER: [&str; 12] = [
+            "I/O model",
+            "Attempted/Connected",
+            "Memory Used (KiB, server RSS)",
+            "Kernel socket buffers (KiB)",
+            "Kernel socket slab (KiB)",
+            "CPU Usage (% of one core)",
+            "Threads",
+            "Throughput (Send/Receive Bytes Per Second)",
+            "Latency p50/p99",
+            "Errors",
+            "Client CPU (% of one core)",
+            "Received per server CPU-second",
+        ];
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "| I/O model | Attempted/Connected | Memory Used (KiB, server RSS) | Kernel socket buffers (KiB) | Kernel socket slab (KiB) | CPU Usage (% of one core) | Threads | Throughput (Send/Receive Bytes Per Second) | Latency p50/p99 | Errors | Client CPU (% of one core) |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| {} |", HEADER.join(" | "));
+        let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
+        let failed = |s: &mut String, name: &str, error: &str| {
+            let _ = writeln!(s, "| {name} | failed: {} |{}", error.replace('|', "/"), " |".repeat(HEADER.len() - 2));
+        };
+        let mut notes: Vec<String> = Vec::new();
+        let mut disturbed = false;
         for m in &self.models {
             if let Some(error) = &m.error {
                 if m.rows.is_empty() {
-                    let _ = writeln!(s, "| {} | failed: {} | | | | | | | | | |", m.model, error.replace('|', "/"));
+                    failed(&mut s, &m.model, error);
                     continue;
                 }
             }
@@ -107,33 +224,59 @@ impl Results {
             for (i, r) in m.rows.iter().enumerate() {
                 let name = if i == 0 { m.model.as_str() } else { "" };
                 let errors: u64 = r.errors.values().sum();
-                let client = format!("{:.0}%{}", r.client_cpu_pct, if r.client_bound { " (client-bound)" } else { "" });
-                let count = |n: Option<u64>| n.map_or_else(|| NOT_MEASURED.to_owned(), thousands);
+                let bound = bound_note(r, r.client_bound);
+                let client = if bound.is_empty() {
+                    format!("{:.0}%", r.client_cpu_pct)
+                } else {
+                    format!("{:.0}% ({bound})", r.client_cpu_pct)
+                };
+                let count = |n: Option<Spread>| {
+                    n.map_or_else(|| NOT_MEASURED.to_owned(), |s| spread_cell(&s, &|v| thousands(v.round() as u64), ""))
+                };
+                let held = measured_spread(r, figure::CONNECTIONS_HELD, r.connected_held().map(|c| c as f64));
+                let rss = measured_spread(r, figure::SERVER_RSS_KIB, r.server_rss().map(|k| k as f64));
+                let received = measured_spread(r, figure::RECEIVED_BYTES_PER_S, Some(r.received_bytes_per_s))
+                    .unwrap_or(Spread::single(r.received_bytes_per_s));
+                let per_cpu = measured_spread(r, figure::BYTES_PER_CPU_SECOND, r.bytes_per_cpu_second());
+                let note = self.connections_note(&m.model, r);
+                let note_mark = if note.is_empty() {
+                    String::new()
+                } else {
+                    notes.push(format!("{}, {}: {note}", m.model, r.kind.map_or("row", RowKind::label)));
+                    format!(" [{}]", notes.len())
+                };
+                let mark = disturbed_suffix(r);
+                disturbed |= !mark.is_empty();
                 let _ = writeln!(
                     s,
-                    "| {name} | {}/{}{} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {client} |",
+                    "| {name} | {}/{}{note_mark} | {} | {} | {} | {} | {} | {}/{}{mark} | {} | {} | {client} | {} |",
                     thousands(r.attempted),
-                    count(r.connected_held()),
-                    self.connections_note(&m.model, r),
-                    count(r.server_rss()),
+                    count(held),
+                    count(rss),
                     r.kernel_buffers_kib().map_or_else(|| NOT_MEASURED.to_owned(), thousands),
                     r.kernel_slab_kib().map_or_else(|| NOT_MEASURED.to_owned(), signed_thousands),
                     r.server_cpu_pct()
                         .map_or_else(|| NOT_MEASURED.to_owned(), |(min, max)| format!("{min:.0}–{max:.0}%")),
-                    count(r.server_threads()),
+                    r.server_threads().map_or_else(|| NOT_MEASURED.to_owned(), thousands),
                     thousands(r.sent_bytes_per_s as u64),
-                    thousands(r.received_bytes_per_s as u64),
+                    spread_cell(&received, &|v| thousands(v as u64), ""),
                     latency_pair(r.p50_us, r.p99_us),
                     errors_cell(errors, r.connects),
+                    per_cpu.map_or_else(|| NOT_MEASURED.to_owned(), |s| spread_cell(&s, &|v| decimal(v / 1e6), " MB")),
                 );
             }
             if let Some(error) = failure {
-                let _ = writeln!(s, "|  | failed: {} | | | | | | | | | |", error.replace('|', "/"));
+                failed(&mut s, "", error);
             }
-            seed_rows(&mut s, &m.model);
         }
-        if self.models.iter().any(|m| crate::seed::counterpart_of(&m.model).is_some()) {
-            let _ = writeln!(s, "\n{SEED_NOTE}");
+        for (i, note) in notes.iter().enumerate() {
+            let _ = write!(s, "\n[{}] {note}\n", i + 1);
+        }
+        if any_spread(self.models.iter().flat_map(|m| &m.rows).map(|r| r as &dyn Repeated)) {
+            let _ = writeln!(s, "\n{SPREAD_NOTE} The throughput's range is of the bytes received.");
+        }
+        if disturbed {
+            let _ = writeln!(s, "\n{DISTURBED_NOTE}");
         }
         if self.models.iter().flat_map(|m| &m.rows).any(|r| r.server_procs.unwrap_or(1) > 1) {
             let _ = writeln!(s, "\n{}", PROCS_NOTE.replace("{limit}", &thousands(self.machine.open_files_limit)));
@@ -145,17 +288,49 @@ impl Results {
         s
     }
 
-    /// After a row's connection counts: how many server processes held them, and for a row
-    /// that held fewer than it attempted, what stopped it.
+    /// The seed's published rows for the counterparts of the models measured, as printed, in a
+    /// table of their own with a note on where they come from; `None` when no model measured
+    /// has a counterpart.
+    pub fn seed_markdown(&self) -> Option<String> {
+        let seeds: Vec<&crate::seed::SeedModel> =
+            self.models.iter().filter_map(|m| crate::seed::counterpart_of(&m.model)).collect();
+        if seeds.is_empty() {
+            return None;
+        }
+        let mut s = String::from("| Seed's I/O model | Here | Attempted/Connected | Memory Used (KB) | Non-paged pool (KB) | CPU Usage | Threads | Throughput (Send/Receive Bytes Per Second) |\n|---|---|---|---|---|---|---|---|\n");
+        for seed in seeds {
+            for (i, r) in seed.rows.iter().enumerate() {
+                let (name, here) = if i == 0 { (seed.name, seed.counterpart) } else { ("", "") };
+                let _ = writeln!(
+                    s,
+                    "| {name} | {here} | {}/{} | {} | {} | {} | {} | {}/{} |",
+                    thousands(r.attempted),
+                    thousands(r.connected),
+                    thousands(r.memory_kb),
+                    thousands(r.non_paged_pool_kb),
+                    r.cpu,
+                    thousands(r.threads),
+                    thousands(r.sent_per_s),
+                    thousands(r.received_per_s),
+                );
+            }
+        }
+        let _ = write!(s, "\n{SEED_NOTE}\n");
+        Some(s)
+    }
+
+    /// A row's note on its connection counts, said under the table: how many server processes
+    /// held them, and for a row that held fewer than it attempted, what stopped it. Empty when
+    /// there is nothing to say.
     fn connections_note(&self, model: &str, r: &Row) -> String {
-        let mut note = String::new();
+        let mut note = Vec::new();
         if let Some(procs) = r.server_procs.filter(|&n| n > 1) {
-            let _ = write!(note, " ({procs} server processes)");
+            note.push(format!("{procs} server processes"));
         }
         if let Some(why) = self.stopped_by(model, r) {
-            let _ = write!(note, "; stopped by {why}");
+            note.push(format!("stopped by {why}"));
         }
-        note
+        note.join("; ")
     }
 
     /// What kept a row below the connections it attempted, from the limits the server counted
@@ -253,38 +428,50 @@ impl Results {
     /// The seed-003 sweep over plain HTTP by concurrency: responses per second, measured
     /// request latency, and ab's time per request (1 / throughput), each as its own table.
     pub fn http_markdown(&self) -> String {
-        self.sweep_markdown(false)
+        self.sweep_markdown("HTTP")
     }
 
     /// The same sweep over TLS, in tables of its own: keep-alive, and a new connection (a full
     /// handshake) per request.
     pub fn https_markdown(&self) -> String {
-        self.sweep_markdown(true)
+        self.sweep_markdown("HTTPS")
     }
 
-    /// Whether any model (nginx included) has a point of the plain (`tls` false) or the HTTPS
-    /// sweep.
-    pub fn has_sweep(&self, tls: bool) -> bool {
-        self.all_results().any(|m| m.http.iter().any(|p| p.tls == tls))
+    /// The same page over HTTP/2 (h2c and h2 over TLS, streams on each connection), in tables
+    /// of its own.
+    pub fn http2_markdown(&self) -> String {
+        self.sweep_markdown("HTTP/2")
     }
 
-    fn sweep_markdown(&self, tls: bool) -> String {
+    /// Whether any model (nginx included) has a point of `sweep` ("HTTP", "HTTPS", "HTTP/2":
+    /// see [`HttpWorkload::sweep`]).
+    pub fn has_sweep(&self, sweep: &str) -> bool {
+        self.all_results().any(|m| m.http.iter().any(|p| p.workload().sweep() == sweep))
+    }
+
+    /// The tables of one sweep (see [`SWEEPS`]).
+    pub fn sweep_markdown(&self, sweep: &str) -> String {
+        let in_sweep = |p: &&HttpPoint| p.workload().sweep() == sweep;
         let mut concurrencies: Vec<u64> =
-            self.all_results().flat_map(|m| m.http.iter().filter(|p| p.tls == tls).map(|p| p.concurrency)).collect();
+            self.all_results().flat_map(|m| m.http.iter().filter(in_sweep).map(|p| p.concurrency)).collect();
         concurrencies.sort_unstable();
         concurrencies.dedup();
-        let workloads: Vec<HttpWorkload> = HttpWorkload::ALL.into_iter().filter(|w| w.tls() == tls).collect();
+        let workloads: Vec<HttpWorkload> = HttpWorkload::ALL.into_iter().filter(|w| w.sweep() == sweep).collect();
+        let tls = workloads.iter().any(|w| w.tls());
+        let points = || self.all_results().flat_map(|m| &m.http).filter(in_sweep);
         let table = |cell: &dyn Fn(&HttpPoint) -> String| -> String {
             let mut s = String::new();
             let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
-            let second = if tls { "connection" } else { "keep-alive" };
+            let second = match sweep {
+                "HTTP" => "keep-alive",
+                "HTTPS" => "connection",
+                _ => "protocol",
+            };
             let _ = writeln!(s, "| model | {second} | {} |", header.join(" | "));
             let _ = writeln!(s, "|---|---|{}", "---|".repeat(concurrencies.len()));
             for m in self.all_results() {
                 for &workload in &workloads {
-                    if !m.http.iter().any(|p| p.workload() == workload) {
-                        continue;
-                    }
+                    let Some(first) = m.http.iter().find(|p| p.workload() == workload) else { continue };
                     let cells: Vec<String> = concurrencies
                         .iter()
                         .map(|c| {
@@ -294,10 +481,14 @@ impl Results {
                                 .map_or_else(|| "—".into(), cell)
                         })
                         .collect();
-                    let how = match (tls, workload.keepalive()) {
-                        (true, _) => workload.connection(),
-                        (false, true) => "yes",
-                        (false, false) => "no",
+                    let how = match workload {
+                        HttpWorkload::KeepAlive => "yes".to_owned(),
+                        HttpWorkload::NewConnection => "no".to_owned(),
+                        HttpWorkload::H2c | HttpWorkload::H2Tls => {
+                            let name = if workload.tls() { "h2 (TLS)" } else { "h2c" };
+                            first.streams.map_or_else(|| name.to_owned(), |n| format!("{name}, {n} streams"))
+                        }
+                        _ => workload.connection().to_owned(),
                     };
                     let _ = writeln!(s, "| {} | {how} | {} |", m.model, cells.join(" | "));
                 }
@@ -305,24 +496,41 @@ impl Results {
             s
         };
         let mut s = String::new();
-        if tls {
+        if sweep == "HTTP/2" {
+            s.push_str("The same page over HTTP/2, as h2load drives it: h2c (prior knowledge, no TLS) and h2 over TLS (ALPN), each of the c connections carrying its streams concurrently; the TLS connections are set up as the HTTPS ones are.\n\n");
+        }
+        if sweep == "HTTPS" {
             s.push_str("The same page over TLS: the load generator offers TLS 1.3 and 1.2 and verifies the server's certificate (ECDSA P-256, made for the run) against the run's own CA. Keep-alive rows pay one handshake per connection, when it opens; the other rows open a new connection for every request, each a full handshake (`--tls-resume off`: no session is resumed). nginx serves it with OpenSSL, sockscale with rustls.\n\n");
         }
         if tls {
-            if let Some(agreed) = self.negotiated() {
+            if let Some(agreed) = self.negotiated(sweep) {
                 let _ = write!(s, "{agreed}\n\n");
             }
         }
         s.push_str("### Responses per second\n\nResponses the load generator received per second over the point's measured time; errors are requests that failed or were answered with an error.\n\n");
         s.push_str(&table(&|p| {
+            let rate = measured_spread(p, figure::REQUESTS_PER_S, Some(p.requests_per_s))
+                .unwrap_or(Spread::single(p.requests_per_s));
+            let bound = bound_note(p, p.client_bound);
             format!(
-                "{}{}{}{}",
-                thousands(p.requests_per_s as u64),
+                "{}{}{}{}{}",
+                spread_cell(&rate, &|v| thousands(v as u64), ""),
+                disturbed_suffix(p),
                 if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
-                if p.client_bound { " (client-bound)" } else { "" },
+                if bound.is_empty() { String::new() } else { format!(" ({bound})") },
                 handshakes_short(p)
             )
         }));
+        let mut notes = Vec::new();
+        if any_spread(points().map(|p| p as &dyn Repeated)) {
+            notes.push(SPREAD_NOTE);
+        }
+        if points().any(|p| p.disturbed_repeats() > 0) {
+            notes.push(DISTURBED_NOTE);
+        }
+        for note in notes {
+            let _ = write!(s, "\n{note}\n");
+        }
         s.push_str(
             "\n### Request latency, ms: p50 / p99 (mean)\n\nEach request from being sent to its whole response being read, from the load generator's histogram.\n\n",
         );
@@ -341,13 +549,21 @@ impl Results {
                 "no responses".into()
             }
         }));
-        if self.all_results().flat_map(|m| &m.http).any(|p| p.tls == tls && p.server_cpu_pct.is_some()) {
+        if points().any(|p| p.server_cpu_pct.is_some()) {
             s.push_str(
                 "\n### Server CPU, % of one core, and responses per server CPU-second\n\nThe server's user and system time while the load ran (/proc/PID/stat before and after), over that time; the server is pinned to its core, so 100% is all of it.\n\n",
             );
             s.push_str(&table(&|p| match p.server_cpu_pct {
                 Some(cpu) if cpu > 0.0 => {
-                    format!("{cpu:.0}% ({})", thousands((p.requests_per_s * 100.0 / cpu).round() as u64))
+                    let own = p.requests_per_s * 100.0 / cpu;
+                    let per_cpu =
+                        measured_spread(p, figure::RESPONSES_PER_CPU_SECOND, Some(own)).unwrap_or(Spread::single(own));
+                    let show = |v: f64| thousands(v.round() as u64);
+                    if per_cpu.n > 1 && show(per_cpu.min) != show(per_cpu.max) {
+                        format!("{cpu:.0}% ({}; {}–{})", show(per_cpu.median), show(per_cpu.min), show(per_cpu.max))
+                    } else {
+                        format!("{cpu:.0}% ({})", show(per_cpu.median))
+                    }
                 }
                 Some(cpu) => format!("{cpu:.0}%"),
                 None => NOT_MEASURED.into(),
@@ -381,7 +597,7 @@ impl Results {
             }));
         }
         // Said once, under the plain sweep: it names the sweep that failed.
-        if let Some(nginx) = self.nginx.as_ref().filter(|_| !tls) {
+        if let Some(nginx) = self.nginx.as_ref().filter(|_| sweep == "HTTP") {
             if let Some(error) = &nginx.error {
                 let _ = writeln!(s, "\nnginx: {error}");
             }
@@ -389,14 +605,15 @@ impl Results {
         s
     }
 
-    /// What each server's HTTPS handshakes agreed on (version, suite, ALPN), in one paragraph;
+    /// What each server's handshakes in `sweep` agreed on (version, suite, ALPN), in one paragraph;
     /// `None` when no point recorded it.
-    fn negotiated(&self) -> Option<String> {
+    fn negotiated(&self, sweep: &str) -> Option<String> {
         let mut by_model = Vec::new();
         for m in self.all_results() {
             let mut agreed: Vec<String> = m
                 .http
                 .iter()
+                .filter(|p| p.workload().sweep() == sweep)
                 .filter_map(|p| p.handshakes.as_ref())
                 .flat_map(|h| &h.negotiated)
                 .map(|n| match &n.alpn {
@@ -441,25 +658,29 @@ impl Results {
     }
 
     pub fn rows_csv(&self) -> String {
-        let mut s = String::from(
-            "model,row,attempted,connected,server_rss_kib,kernel_buffers_kib,kernel_slab_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,server_procs,stopped_by,error\n",
+        let mut s = format!(
+            "model,row,attempted,connected,server_rss_kib,kernel_buffers_kib,kernel_slab_kib,cpu_min_pct,cpu_max_pct,threads,sent_bytes_per_s,received_bytes_per_s,p50_us,p99_us,errors,client_cpu_pct,client_bound,server_procs,stopped_by,error,{REPEAT_COLUMNS},received_bytes_per_s_min,received_bytes_per_s_max,bytes_per_cpu_second,bytes_per_cpu_second_min,bytes_per_cpu_second_max,connected_min,connected_max\n",
         );
         for m in &self.models {
             if m.rows.is_empty() {
                 let _ = writeln!(
                     s,
-                    "{},,,,,,,,,,,,,,,,,,,\"{}\"",
+                    "{},,,,,,,,,,,,,,,,,,,\"{}\"{}",
                     m.model,
-                    m.error.clone().unwrap_or_default().replace('"', "'")
+                    m.error.clone().unwrap_or_default().replace('"', "'"),
+                    ",".repeat(REPEAT_COLUMNS.split(',').count() + 7)
                 );
             }
             // An empty cell, not 0, where nothing was measured.
             let cell = |v: Option<String>| v.unwrap_or_default();
             for r in &m.rows {
                 let timed = latency_timed(r.p50_us, r.p99_us);
+                let received = measured_spread(r, figure::RECEIVED_BYTES_PER_S, Some(r.received_bytes_per_s));
+                let per_cpu = measured_spread(r, figure::BYTES_PER_CPU_SECOND, r.bytes_per_cpu_second());
+                let held = measured_spread(r, figure::CONNECTIONS_HELD, r.connected_held().map(|c| c as f64));
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{},{},{:.1},{},{},{},",
+                    "{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{},{},{},{:.1},{},{},{},,{},{},{},{},{}",
                     m.model,
                     r.kind.map_or("", RowKind::label),
                     r.attempted,
@@ -479,6 +700,11 @@ impl Results {
                     r.client_bound,
                     r.server_procs.unwrap_or(1),
                     cell(self.stopped_by(&m.model, r).map(|why| format!("\"{}\"", why.replace('"', "'")))),
+                    repeat_cells(r, r.client_bound),
+                    range_cells(received, 0),
+                    cell(per_cpu.map(|s| format!("{:.0}", s.median))),
+                    range_cells(per_cpu, 0),
+                    range_cells(held, 0),
                 );
             }
         }
@@ -486,17 +712,19 @@ impl Results {
     }
 
     pub fn http_csv(&self) -> String {
-        let mut s = String::from(
-            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound,tls,tls_resume,server_cpu_pct\n",
+        let mut s = format!(
+            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound,tls,tls_resume,server_cpu_pct,http2,streams,{REPEAT_COLUMNS},requests_per_s_min,requests_per_s_max,responses_per_cpu_second,responses_per_cpu_second_min,responses_per_cpu_second_max\n",
         );
         // Empty cells, not 0, where nothing was measured.
         let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
         for m in self.all_results() {
             for p in &m.http {
                 let measured_mean = p.latency.map(|l| l.mean_ms).or((p.mean_ms > 0.0).then_some(p.mean_ms));
+                let rate = measured_spread(p, figure::REQUESTS_PER_S, Some(p.requests_per_s));
+                let per_cpu = measured_spread(p, figure::RESPONSES_PER_CPU_SECOND, p.per_cpu_second());
                 let _ = writeln!(
                     s,
-                    "{},{},{},{:.0},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     m.model,
                     p.concurrency,
                     p.keepalive,
@@ -510,11 +738,41 @@ impl Results {
                     p.tls,
                     p.tls_resume.map_or_else(String::new, |r| r.to_string()),
                     p.server_cpu_pct.map_or_else(String::new, |c| format!("{c:.1}")),
+                    p.http2,
+                    p.streams.map_or_else(String::new, |n| n.to_string()),
+                    repeat_cells(p, p.client_bound),
+                    range_cells(rate, 0),
+                    per_cpu.map_or_else(String::new, |s| format!("{:.0}", s.median)),
+                    range_cells(per_cpu, 0),
                 );
             }
         }
         s
     }
+}
+
+/// The CSV columns on a row's or point's repetitions.
+const REPEAT_COLUMNS: &str = "repetitions,client_bound_repetitions,server_bound_repetitions,disturbed_repetitions";
+
+/// The cells of [`REPEAT_COLUMNS`]: results from before repetitions count as one, client-bound
+/// as they said, server-bound unknown.
+fn repeat_cells(item: &dyn Repeated, client_bound: bool) -> String {
+    let kept = item.kept();
+    if kept.is_empty() {
+        return format!("1,{},,", u8::from(client_bound));
+    }
+    format!(
+        "{},{},{},{}",
+        kept.len(),
+        item.client_bound_repeats(),
+        item.server_bound_repeats(),
+        item.disturbed_repeats()
+    )
+}
+
+/// "min,max" of a spread with `decimals`, or two empty cells.
+fn range_cells(spread: Option<Spread>, decimals: usize) -> String {
+    spread.map_or_else(|| ",".to_owned(), |s| format!("{:.decimals$},{:.decimals$}", s.min, s.max))
 }
 
 /// 1234567 → "1,234,567", as the seed prints numbers.
@@ -583,28 +841,8 @@ fn errors_cell(errors: u64, connects: Option<ConnectAttempts>) -> String {
     format!("{} ({} connect retries{given_up})", thousands(errors), thousands(c.retries))
 }
 
-/// Under the seed's rows, where they came from.
-const SEED_NOTE: &str = "Rows named \"seed:\" are the seed's published Table 6-3 for the model's counterpart, as printed: an echo server on a Pentium 4 1.7 GHz Xeon with 768 MB under Windows XP, clients on three machines over a 100 Mb hub, connections in blocks of 1,000, rate-limited blocks at 200,000 B/s. Its non-paged pool (kernel memory for sockets and their buffers together) is in the slab column; its rows were limited by its clients as much as by its servers. threadpool, epoll and tokio have no counterpart.";
-
-/// The seed's Table 6-3 rows for `model`'s counterpart, under its measured rows.
-fn seed_rows(s: &mut String, model: &str) {
-    let Some(seed) = crate::seed::counterpart_of(model) else { return };
-    for r in seed.rows {
-        let _ = writeln!(
-            s,
-            "| seed: {} | {}/{} | {} | — | {} non-paged pool | {} | {} | {}/{} | — | — | — |",
-            seed.name,
-            thousands(r.attempted),
-            thousands(r.connected),
-            thousands(r.memory_kb),
-            thousands(r.non_paged_pool_kb),
-            r.cpu,
-            thousands(r.threads),
-            thousands(r.sent_per_s),
-            thousands(r.received_per_s),
-        );
-    }
-}
+/// Under the seed's table, where its rows came from.
+const SEED_NOTE: &str = "The seed's published Table 6-3 for the counterparts of the models measured here, as printed: an echo server on a Pentium 4 1.7 GHz Xeon with 768 MB under Windows XP, clients on three machines over a 100 Mb hub, connections in blocks of 1,000, rate-limited blocks at 200,000 B/s. Its non-paged pool is kernel memory for sockets and their buffers together (here: the two kernel columns); its rows were limited by its clients as much as by its servers. threadpool, epoll and tokio have no counterpart.";
 
 /// Echo latency p50/p99, or "not measured" when nothing was timed.
 fn latency_pair(p50_us: f64, p99_us: f64) -> String {
@@ -660,26 +898,38 @@ mod tests {
         "sent_bytes_per_s":1192710.6,"received_bytes_per_s":1192710.6,"p50_us":425.9,"p99_us":3557.3,
         "errors":{},"client_cpu_pct":66.9,"client_cores":1,"client_bound":false,"duration_s":4.1"#;
 
-    /// Each model with a seed counterpart has the seed's rows under its own, as printed, and
-    /// a note says where they come from; a model without one has none.
+    /// The seed's rows are a table of their own, after the measured one, as printed, with a
+    /// note on where they come from: no "seed:" row among the measured rows (their cells
+    /// wrapped over four lines); a run without a counterpart has no seed table.
     #[test]
-    fn the_seeds_table_stands_beside_the_measured_rows() {
+    fn the_seeds_table_stands_beside_the_measured_rows_not_among_them() {
         let row = format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#);
         let mut r = epoll_with(&row, "");
         r.models[0].model = "uring".into();
         let t = r.table_markdown();
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[2].starts_with("| uring | 8,000/8,000 |"), "{t}");
+        assert!(!t.contains("seed:") && !t.contains("Overlapped"), "no seed row among the measured: {t}");
+        let seed = r.seed_markdown().expect("uring has a counterpart");
+        let seed_lines: Vec<&str> = seed.lines().collect();
         assert_eq!(
-            lines[3],
-            "| seed: Overlapped (completion port) | 7,000/7,000 | 36,160 | — | 31,128 non-paged pool | 40–50% | 2 | 6,282,473/3,893,507 | — | — | — |"
+            seed_lines[2],
+            "| Overlapped (completion port) | uring | 7,000/7,000 | 36,160 | 31,128 | 40–50% | 2 | 6,282,473/3,893,507 |"
         );
-        assert!(lines[5].starts_with("| seed: Overlapped (completion port) | 50,000/49,997 |"), "{t}");
-        assert!(t.contains("Rows named \"seed:\" are the seed's published Table 6-3"), "{t}");
+        assert!(seed_lines[4].starts_with("|  |  | 50,000/49,997 |"), "{seed}");
+        assert!(seed.contains("The seed's published Table 6-3 for the counterparts"), "{seed}");
         let cells = |l: &str| l.matches('|').count();
-        assert!(lines[2..6].iter().all(|l| cells(l) == cells(lines[0])), "a seed row has the table's columns: {t}");
-        let epoll = epoll_with(&row, "").table_markdown();
-        assert!(!epoll.contains("seed:") && !epoll.contains("published Table 6-3"), "{epoll}");
+        assert!(seed_lines[..5].iter().all(|l| cells(l) == cells(seed_lines[0])), "{seed}");
+        // Every seed cell short enough not to wrap: the longest is the seed's model name.
+        assert!(seed_lines[2..5].iter().flat_map(|l| l.split('|')).all(|c| c.trim().chars().count() <= 28), "{seed}");
+        let all = tables_markdown(&r);
+        let ours = all.find("## I/O models (Table 6-3)").expect("our table");
+        let theirs = all.find(&format!("## {SEED_HEADING}")).expect("the seed's table");
+        let http = all.find("## HTTP 4 KiB").expect("the HTTP section");
+        assert!(ours < theirs && theirs < http, "the seed's table right after ours: {all}");
+        let epoll = epoll_with(&row, "");
+        assert!(epoll.seed_markdown().is_none());
+        assert!(!tables_markdown(&epoll).contains(SEED_HEADING));
     }
 
     /// A row's refusals are retries of a few connections, and the table says how many.
@@ -931,11 +1181,20 @@ mod tests {
         );
         let csv = r.http_csv();
         assert!(
-            csv.lines().next().is_some_and(|h| h.ends_with(",client_bound,tls,tls_resume,server_cpu_pct")),
+            csv.lines()
+                .next()
+                .is_some_and(|h| h.contains(",client_bound,tls,tls_resume,server_cpu_pct,http2,streams,repetitions,")),
             "{csv}"
         );
-        assert!(csv.contains("epoll,10,false,2000,0.200,4.500,0.900,0.500,0,false,true,false,98.0\n"), "{csv}");
-        assert!(csv.contains("epoll,10,true,50000,0.200,0.150,0.900,0.020,0,false,false,,\n"), "{csv}");
+        // One repetition (results from before repetitions), its range that one value.
+        assert!(
+            csv.contains("epoll,10,false,2000,0.200,4.500,0.900,0.500,0,false,true,false,98.0,false,,1,0,,,2000,2000,2041,2041,2041\n"),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("epoll,10,true,50000,0.200,0.150,0.900,0.020,0,false,false,,,false,,1,0,,,50000,50000,,,\n"),
+            "{csv}"
+        );
     }
 
     #[test]
@@ -1025,14 +1284,17 @@ mod tests {
         let blocking =
             one_row("blocking", &maximum_row(16_012, 4, r#"{"threads":9000}"#, r#"{"closed_by_peer":9000}"#));
         let t = blocking.table_markdown();
+        // The note under the table, numbered in the cell: the cell stays short.
+        assert!(t.contains("| 50,000/16,012 [1] |"), "{t}");
         assert!(
-            t.contains("| 50,000/16,012 (4 server processes); stopped by the thread limit (kernel.pid_max 32,768, 33,000 threads running) |"),
+            t.contains("\n[1] blocking, maximum: 4 server processes; stopped by the thread limit (kernel.pid_max 32,768, 33,000 threads running)\n"),
             "{t}"
         );
         assert!(t.contains("sums over them"), "the processes note: {t}");
         let select = one_row("select", &maximum_row(1_020, 1, r#"{"ceiling":48000}"#, "{}"));
         let t = select.table_markdown();
-        assert!(t.contains("| 50,000/1,020; stopped by the model's ceiling (FD_SETSIZE 1,024) |"), "{t}");
+        assert!(t.contains("| 50,000/1,020 [1] |"), "{t}");
+        assert!(t.contains("[1] select, maximum: stopped by the model's ceiling (FD_SETSIZE 1,024)"), "{t}");
         assert!(!t.contains("sums over them"), "one process: no processes note: {t}");
         let files = one_row("epoll", &maximum_row(19_100, 1, r#"{"open_files":30,"max_conns":2}"#, "{}"));
         assert!(files.table_markdown().contains("stopped by the open-files limit (RLIMIT_NOFILE, 20,000 per process)"));
@@ -1056,12 +1318,186 @@ mod tests {
         assert!(time.table_markdown().contains("stopped by the row's time"));
         // Held them all (99%), or no counters kept: nothing said.
         let full = one_row("epoll", &maximum_row(49_600, 4, "{}", "{}"));
-        assert!(!full.table_markdown().contains("; stopped by"));
+        let t = full.table_markdown();
+        assert!(!t.contains("; stopped by") && t.contains("[1] epoll, maximum: 4 server processes\n"), "{t}");
         let old = one_row("epoll", &maximum_row(30_000, 1, "null", "{}"));
-        assert!(!old.table_markdown().contains("; stopped by"));
+        assert!(!old.table_markdown().contains("stopped by") && !old.table_markdown().contains("[1]"));
         let csv = blocking.rows_csv();
         let (header, line) = (csv.lines().next().unwrap(), csv.lines().nth(1).unwrap());
         assert!(header.contains(",server_procs,stopped_by,error"), "{csv}");
         assert!(line.contains(",4,\"the thread limit (kernel.pid_max 32,768, 33,000 threads running)\","), "{csv}");
+    }
+
+    /// An HTTP point measured `rates.len()` times (per CPU-second at 50% of a core), the
+    /// repetitions `disturbed` and `bound` to the client as given.
+    fn repeated_point(workload: HttpWorkload, rates: &[f64], disturbed: &[bool], bound: &[bool]) -> HttpPoint {
+        use crate::results::{spreads_of, Interference, Repeat};
+        let repeats: Vec<Repeat> = rates
+            .iter()
+            .enumerate()
+            .map(|(i, &rate)| Repeat {
+                round: i as u32 + 1,
+                figures: [
+                    (figure::REQUESTS_PER_S.to_owned(), rate),
+                    (figure::RESPONSES_PER_CPU_SECOND.to_owned(), rate * 2.0),
+                    (figure::SERVER_CPU_PCT.to_owned(), 50.0),
+                ]
+                .into_iter()
+                .collect(),
+                client_bound: bound.get(i).copied().unwrap_or(false),
+                interference: Some(Interference {
+                    disturbed: disturbed.get(i).copied().unwrap_or(false),
+                    ..Interference::default()
+                }),
+                ..Repeat::default()
+            })
+            .collect();
+        let median = rates[crate::results::median_index(rates)];
+        HttpPoint {
+            concurrency: 10,
+            keepalive: workload.keepalive(),
+            tls: workload.tls(),
+            http2: workload.http2(),
+            streams: workload.http2().then_some(16),
+            requests_per_s: median,
+            ms_per_request: 1000.0 / median,
+            server_cpu_pct: Some(50.0),
+            client_bound: bound.iter().any(|&b| b),
+            spread: spreads_of(&repeats),
+            repeats,
+            ..HttpPoint::default()
+        }
+    }
+
+    #[test]
+    fn a_spread_cell_is_the_median_then_the_range_when_repetitions_differ() {
+        let show = |v: f64| thousands(v.round() as u64);
+        let three = Spread::of([137_647.0, 138_862.0, 140_100.0]).unwrap();
+        assert_eq!(spread_cell(&three, &show, "/s"), "138,862/s (137,647–140,100)");
+        // One repetition, or several that agree as shown: the figure alone.
+        assert_eq!(spread_cell(&Spread::single(5.0), &show, "/s"), "5/s");
+        assert_eq!(spread_cell(&Spread::of([5.0, 5.2, 4.9]).unwrap(), &show, ""), "5");
+    }
+
+    /// Repetitions in the HTTP table: the median with its range, a disturbed point marked and
+    /// explained under the table, the bottleneck said with how many of the repetitions; the CSV
+    /// has the range, the repetitions and the disturbed count.
+    #[test]
+    fn sweep_cells_show_the_spread_and_mark_disturbed_and_client_bound_points() {
+        let mut r = epoll_with("", "");
+        r.models[0].http = vec![
+            repeated_point(HttpWorkload::KeepAlive, &[137_647.0, 140_100.0, 138_862.0], &[false, true, false], &[]),
+            repeated_point(HttpWorkload::NewConnection, &[20_000.0, 21_000.0, 19_000.0], &[], &[true, true, false]),
+        ];
+        let t = r.http_markdown();
+        assert!(t.contains("| epoll | yes | 138,862 (137,647–140,100) † |"), "{t}");
+        assert!(t.contains("| epoll | no | 20,000 (19,000–21,000) (client-bound in 2 of 3) |"), "{t}");
+        assert!(t.contains(DISTURBED_NOTE) && t.contains(SPREAD_NOTE), "{t}");
+        // Per CPU-second: the median and range of the repetitions' own figures.
+        assert!(t.contains("| epoll | yes | 50% (277,724; 275,294–280,200) |"), "{t}");
+        let csv = r.http_csv();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let line: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(header.len(), line.len(), "{csv}");
+        let at = |name: &str| line[header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name}"))];
+        assert_eq!(
+            (at("repetitions"), at("disturbed_repetitions"), at("requests_per_s_min"), at("requests_per_s_max")),
+            ("3", "1", "137647", "140100")
+        );
+        let second: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+        assert_eq!(second[header.iter().position(|h| *h == "client_bound_repetitions").unwrap()], "2", "{csv}");
+        // No disturbed point, no mark and no note.
+        r.models[0].http.truncate(0);
+        r.models[0].http.push(repeated_point(HttpWorkload::KeepAlive, &[1.0, 2.0, 3.0], &[], &[]));
+        assert!(!r.http_markdown().contains(DISTURBED_MARK), "{}", r.http_markdown());
+    }
+
+    /// HTTP/2 points have tables of their own, not mixed into the HTTP or HTTPS ones.
+    #[test]
+    fn http2_points_have_tables_of_their_own() {
+        let mut r = epoll_with("", "");
+        r.models[0].http = vec![
+            repeated_point(HttpWorkload::KeepAlive, &[50_000.0], &[], &[]),
+            repeated_point(HttpWorkload::TlsKeepAlive, &[40_000.0], &[], &[]),
+            repeated_point(HttpWorkload::H2c, &[91_000.0], &[], &[]),
+            repeated_point(HttpWorkload::H2Tls, &[83_000.0], &[], &[]),
+        ];
+        let http = r.http_markdown();
+        let https = r.https_markdown();
+        let h2 = r.http2_markdown();
+        assert!(
+            http.contains("| epoll | yes | 50,000 |") && !http.contains("91,000") && !http.contains("83,000"),
+            "{http}"
+        );
+        assert!(
+            https.contains("| epoll | keep-alive | 40,000 |") && !https.contains("83,000") && !https.contains("h2"),
+            "{https}"
+        );
+        assert!(h2.contains("| model | protocol | c=10 |"), "{h2}");
+        assert!(h2.contains("| epoll | h2c, 16 streams | 91,000 |"), "{h2}");
+        assert!(h2.contains("| epoll | h2 (TLS), 16 streams | 83,000 |"), "{h2}");
+        assert!(!h2.contains("50,000") && !h2.contains("40,000"), "{h2}");
+        let all = tables_markdown(&r);
+        let (_, rest) = all.split_once("## HTTPS 4 KiB responses by concurrency").expect("HTTPS");
+        let (https_section, h2_section) = rest.split_once("## HTTP/2 4 KiB responses by concurrency").expect("HTTP/2");
+        assert!(!https_section.contains("h2c"), "{https_section}");
+        assert!(h2_section.contains("| epoll | h2c, 16 streams | 91,000 |"), "{h2_section}");
+        let csv = r.http_csv();
+        assert!(csv.lines().filter(|l| l.contains(",true,16,")).count() == 2, "the h2 points say so: {csv}");
+    }
+
+    /// table.md opens with the verdict (after a partial run's note), then the tables.
+    #[test]
+    fn table_md_starts_with_the_verdict() {
+        let mut r = epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#), "");
+        let all = tables_markdown(&r);
+        let verdict = crate::verdict::markdown(&r);
+        assert!(all.starts_with(verdict.trim_end()), "{all}");
+        assert!(all.contains("Profile `tiny`, 1 round"), "{all}");
+        r.interrupted = true;
+        assert!(tables_markdown(&r).starts_with("## Partial results\n\n"), "a partial run says so first");
+    }
+
+    /// A row's cells with repetitions: held, memory and throughput with their ranges, the
+    /// received bytes per server CPU-second (what the summary ranks by) at the end.
+    #[test]
+    fn echo_rows_show_the_spread_of_their_repetitions() {
+        use crate::results::{spreads_of, Repeat};
+        let mut r = epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#), "");
+        let row = &mut r.models[0].rows[0];
+        let repeats: Vec<Repeat> = [(1.0e6, 7990.0), (1.2e6, 8000.0), (1.1e6, 8000.0)]
+            .into_iter()
+            .map(|(bytes, held)| Repeat {
+                figures: [
+                    (figure::RECEIVED_BYTES_PER_S.to_owned(), bytes),
+                    (figure::CONNECTIONS_HELD.to_owned(), held),
+                    (figure::BYTES_PER_CPU_SECOND.to_owned(), bytes * 10.0),
+                ]
+                .into_iter()
+                .collect(),
+                ..Repeat::default()
+            })
+            .collect();
+        row.spread = spreads_of(&repeats);
+        row.repeats = repeats;
+        let t = r.table_markdown();
+        let line = t.lines().nth(2).unwrap();
+        assert!(line.starts_with("| epoll | 8,000/8,000 (7,990–8,000) | 6,768 |"), "{line}");
+        assert!(line.contains("| 1,192,710/1,100,000 (1,000,000–1,200,000) |"), "{line}");
+        assert!(line.ends_with("| 11.0 MB (10.0–12.0) |"), "{line}");
+        assert!(t.contains(SPREAD_NOTE), "{t}");
+        let csv = r.rows_csv();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let line: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(header.len(), line.len(), "{csv}");
+        let at = |name: &str| line[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(
+            (at("repetitions"), at("received_bytes_per_s_min"), at("received_bytes_per_s_max")),
+            ("3", "1000000", "1200000")
+        );
+        assert_eq!(
+            (at("connected_min"), at("connected_max"), at("bytes_per_cpu_second")),
+            ("7990", "8000", "11000000")
+        );
     }
 }
