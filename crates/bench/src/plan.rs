@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use sockscale_server::Model;
 
-use crate::results::{HttpPoint, HttpWorkload, ModelResult, Results, Row, RowKind};
+use crate::results::{figure, HttpPoint, HttpWorkload, Interval, ModelResult, Repeated, Results, Row, RowKind};
 use crate::tables::thousands;
 
 /// One line of Table 14-1.
@@ -121,6 +121,34 @@ pub type Derived = Result<Line, String>;
 /// per-connection cost needs two connection counts, and a negative cost (per connection or per
 /// process) is no cost anything has: the rows do not fit the line, and it is said how they went.
 pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
+    let line = least_squares(points)?;
+    let sorted = by_connections(points);
+    if line.per_connection < 0.0 {
+        return Err(format!(
+            "the line through the rows has a negative cost per connection ({:.2} {unit}), which no connection has: {}",
+            line.per_connection,
+            course(&sorted, unit)
+        ));
+    }
+    if line.fixed < 0.0 {
+        return Err(format!(
+            "the line through the rows has a negative fixed cost ({} {unit} per server process), which no process has: {}",
+            signed(line.fixed),
+            course(&sorted, unit)
+        ));
+    }
+    Ok(line)
+}
+
+fn by_connections(points: &[(u64, u64, f64)]) -> Vec<(u64, u64, f64)> {
+    let mut sorted = points.to_vec();
+    sorted.sort_by_key(|p| (p.0, p.1));
+    sorted
+}
+
+/// The least-squares line of [`fit`], unchecked: refused only when the points cannot tell a
+/// connection's cost from the fixed cost.
+fn least_squares(points: &[(u64, u64, f64)]) -> Derived {
     let mut xs: Vec<u64> = points.iter().map(|p| p.0).collect();
     xs.sort_unstable();
     xs.dedup();
@@ -150,22 +178,50 @@ pub fn fit(points: &[(u64, u64, f64)], unit: &str) -> Derived {
     }
     let fixed = (spy * sxx - spx * sxy) / det;
     let per_connection = (spp * sxy - spx * spy) / det;
-    let mut sorted = points.to_vec();
-    sorted.sort_by_key(|p| (p.0, p.1));
-    if per_connection < 0.0 {
-        return Err(format!(
-            "the line through the rows has a negative cost per connection ({per_connection:.2} {unit}), which no connection has: {}",
-            course(&sorted, unit)
-        ));
-    }
-    if fixed < 0.0 {
-        return Err(format!(
-            "the line through the rows has a negative fixed cost ({} {unit} per server process), which no process has: {}",
-            signed(fixed),
-            course(&sorted, unit)
-        ));
-    }
     Ok(Line { fixed, per_connection, through: xs })
+}
+
+/// Kernel socket memory, fitted as [`fit`] does with what its measurement is taken into account.
+/// The baseline is read with the server already listening, so a server process adds no kernel
+/// socket memory of its own: a line with a negative fixed cost is fitted again through zero (a
+/// cost per connection alone), and the second value says so. A negative cost per connection is
+/// named for what it is here: the slab and the buffers are counted system-wide, and what the
+/// rest of the machine allocated and freed while the rows ran outweighed the connections.
+fn kernel_fit(points: &[(u64, u64, f64)]) -> (Derived, Option<String>) {
+    let line = match least_squares(points) {
+        Ok(line) => line,
+        Err(why) => return (Err(why), None),
+    };
+    let sorted = by_connections(points);
+    let per_row = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!("{:.2}{} at {}", p.2 / p.0.max(1) as f64, if i == 0 { " KiB" } else { "" }, thousands(p.0))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if line.per_connection < 0.0 {
+        return (
+            Err(format!(
+                "measurement noise: the line through the rows has a negative cost per connection ({:.2} KiB), which no connection has: {}, or per connection {per_row}. The socket slab and buffers are counted system-wide, so what the rest of the machine allocated and freed while each row ran is in its figure, and here it outweighs the connections' share",
+                line.per_connection,
+                course(&sorted, "KiB")
+            )),
+            None,
+        );
+    }
+    if line.fixed >= 0.0 {
+        return (Ok(line), None);
+    }
+    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(sxy, sxx), &(x, _, y)| (sxy + x as f64 * y, sxx + (x as f64).powi(2)));
+    let through_zero = Line { fixed: 0.0, per_connection: sxy / sxx, through: line.through };
+    let note = format!(
+        "the least-squares line has a negative fixed cost ({} KiB per server process), but the baseline is read with the server listening, so a process adds none of its own: fitted through zero instead, {:.2} KiB a connection (the rows: {per_row})",
+        signed(line.fixed),
+        through_zero.per_connection
+    );
+    (Ok(through_zero), Some(note))
 }
 
 /// A figure rounded to a whole number with its sign and thousands separators: "-239".
@@ -219,6 +275,12 @@ pub struct CpuLine {
     /// Rows whose steady figure (after the last connect) was not available, with why: their
     /// whole range, connects included, stood for it.
     pub unsteady: Vec<(u64, &'static str)>,
+    /// For each row (by connections): the repetitions whose steady intervals it was read from,
+    /// of those kept.
+    pub repeats: Vec<(u64, usize, usize)>,
+    /// The widest a reading was taken either way for the clock tick it is counted in, % of one
+    /// core; `None` when the intervals' lengths were not recorded.
+    pub tick: Option<f64>,
 }
 
 impl CpuLine {
@@ -228,24 +290,136 @@ impl CpuLine {
     }
 }
 
-/// One row's CPU as the plan reads it: its steady intervals' lowest and highest, or, when the
-/// row has none, its whole range and why.
+/// One row's CPU as the plan reads it: the lowest and highest of its steady intervals over the
+/// repetitions that have some, or, when none has, its whole range and why.
 struct CpuRow {
     held: u64,
+    /// % of one core, the lowest and highest reading.
     low: f64,
     high: f64,
+    /// % of one core per connection, the lowest and highest reading over the connections its
+    /// own repetition held.
+    per_low: f64,
+    per_high: f64,
+    /// Repetitions read, of those kept.
+    used: usize,
+    kept: usize,
     unsteady: Option<&'static str>,
+    tick: Option<f64>,
 }
 
-fn cpu_row(held: u64, r: &Row) -> Option<CpuRow> {
-    match r.steady_cpu() {
-        Ok(steady) => Some(CpuRow {
-            held,
-            low: steady.iter().copied().fold(f64::INFINITY, f64::min),
-            high: steady.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            unsteady: None,
-        }),
-        Err(why) => r.server_cpu_pct().map(|(low, high)| CpuRow { held, low, high, unsteady: Some(why) }),
+/// A held count within this fraction of the peak counts as the peak: the rule of
+/// [`Row::steady_cpu`], which gives the values but not the intervals' lengths this needs.
+const STEADY_FRACTION: f64 = 0.99;
+
+/// The steady readings of one repetition's `intervals` (the rule of [`Row::steady_cpu`]: the
+/// intervals that began and ended with the server at its peak count, within 1%), each as the
+/// lowest and highest CPU it can have been, % of one core, and the widest such allowance.
+///
+/// /proc/PID/stat counts CPU in clock ticks (`hz` a second) and each read truncates, so the
+/// CPU an interval measured is right to within one tick either way: at the few % of a core a
+/// paced row uses, one tick over a 0.65 s interval is 1.5% of a core, as much as the reading.
+/// Two intervals printed 3.0% and 3.0% were anything from 2 to 4. Without the intervals'
+/// lengths (results from before they were kept) the readings stand as printed.
+fn steady_readings(intervals: &[Interval], hz: f64) -> Result<(Vec<(f64, f64)>, Option<f64>), &'static str> {
+    let peak = intervals
+        .iter()
+        .filter_map(|i| i.held)
+        .max()
+        .filter(|&p| p > 0)
+        .ok_or("no interval with the server's count of its connections")?;
+    let at_peak = |i: &Interval| i.held.is_some_and(|h| h as f64 >= STEADY_FRACTION * peak as f64);
+    let mut tick: Option<f64> = None;
+    let readings: Vec<(f64, f64)> = intervals
+        .windows(2)
+        .filter(|w| at_peak(&w[0]) && at_peak(&w[1]))
+        .map(|w| match (w[0].at_s, w[1].at_s) {
+            (Some(start), Some(end)) if end > start && hz > 0.0 => {
+                let one = 100.0 / (hz * (end - start));
+                tick = Some(tick.map_or(one, |t: f64| t.max(one)));
+                ((w[1].cpu_pct - one).max(0.0), w[1].cpu_pct + one)
+            }
+            _ => (w[1].cpu_pct, w[1].cpu_pct),
+        })
+        .collect();
+    if readings.is_empty() {
+        return Err("no interval after the last connect (the count of connections never settled)");
+    }
+    Ok((readings, tick))
+}
+
+fn cpu_row(held: u64, r: &Row, hz: f64) -> Option<CpuRow> {
+    // Each kept repetition with its own count of connections; results from before repetitions
+    // are one, the row itself.
+    let kept = r.kept();
+    let sources: Vec<(u64, Option<&Vec<Interval>>)> = if kept.is_empty() {
+        vec![(held, r.intervals.as_ref())]
+    } else {
+        kept.iter()
+            .map(|rep| {
+                let own = rep.figures.get(figure::CONNECTIONS_HELD).map(|&h| h.round() as u64).filter(|&h| h > 0);
+                (own.unwrap_or(held), rep.intervals.as_ref())
+            })
+            .collect()
+    };
+    let mut row = CpuRow {
+        held,
+        low: f64::INFINITY,
+        high: f64::NEG_INFINITY,
+        per_low: f64::INFINITY,
+        per_high: f64::NEG_INFINITY,
+        used: 0,
+        kept: sources.len(),
+        unsteady: None,
+        tick: None,
+    };
+    let mut why = None;
+    for (own, intervals) in sources {
+        let read = intervals
+            .ok_or("no per-interval samples (results written before they were kept)")
+            .and_then(|iv| steady_readings(iv, hz));
+        match read {
+            Ok((readings, tick)) => {
+                row.used += 1;
+                row.tick = match (row.tick, tick) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                for (low, high) in readings {
+                    row.low = row.low.min(low);
+                    row.high = row.high.max(high);
+                    row.per_low = row.per_low.min(low / own as f64);
+                    row.per_high = row.per_high.max(high / own as f64);
+                }
+            }
+            Err(w) => {
+                why.get_or_insert(w);
+            }
+        }
+    }
+    if row.used > 0 {
+        return Some(row);
+    }
+    // No repetition settled: the row's whole range (the median repetition's) stands for it.
+    let (low, high) = r.server_cpu_pct()?;
+    Some(CpuRow {
+        low,
+        high,
+        per_low: low / held as f64,
+        per_high: high / held as f64,
+        unsteady: why,
+        ..row
+    })
+}
+
+/// `low`–`high`, each as `show` prints it, or one figure when both print alike: "0.31–0.31"
+/// is one figure.
+fn range(low: f64, high: f64, show: impl Fn(f64) -> String) -> String {
+    let (low, high) = (show(low), show(high));
+    if low == high {
+        low
+    } else {
+        format!("{low}–{high}")
     }
 }
 
@@ -266,27 +440,27 @@ fn cpu_line(rows: &[CpuRow]) -> Result<CpuLine, String> {
         _ => {}
     }
     let pct = |v: f64| format!("{v:.1}%");
-    let per = |r: &CpuRow| (r.low / r.held as f64, r.high / r.held as f64);
-    let floor = rows.iter().max_by(|a, b| per(a).0.total_cmp(&per(b).0)).expect("rows");
-    let ceiling = rows.iter().min_by(|a, b| per(a).1.total_cmp(&per(b).1)).expect("rows");
-    let (low, high) = (per(floor).0, per(ceiling).1);
+    let floor = rows.iter().max_by(|a, b| a.per_low.total_cmp(&b.per_low)).expect("rows");
+    let ceiling = rows.iter().min_by(|a, b| a.per_high.total_cmp(&b.per_high)).expect("rows");
+    let (low, high) = (floor.per_low, ceiling.per_high);
     if low > high {
         // The cost that puts the one row at its lowest puts the other past its highest.
         return Err(format!(
-            "no cost per connection fits every row: the {} row's {}–{} of a core over {} connections is more per connection than the {} row's {}–{} over {}, so a line through one misses the other's spread",
+            "no cost per connection fits every row: the {} row's {} of a core over {} connections is more per connection than the {} row's {} over {}, so a line through one misses the other's spread",
             thousands(floor.held),
-            pct(floor.low),
-            pct(floor.high),
+            range(floor.low, floor.high, pct),
             thousands(floor.held),
             thousands(ceiling.held),
-            pct(ceiling.low),
-            pct(ceiling.high),
+            range(ceiling.low, ceiling.high, pct),
             thousands(ceiling.held)
         ));
     }
     let mut unsteady: Vec<(u64, &'static str)> = rows.iter().filter_map(|r| Some((r.held, r.unsteady?))).collect();
     unsteady.sort_unstable();
-    Ok(CpuLine { low, high, through, unsteady })
+    let mut repeats: Vec<(u64, usize, usize)> = rows.iter().map(|r| (r.held, r.used, r.kept)).collect();
+    repeats.sort_unstable();
+    let tick = rows.iter().filter_map(|r| r.tick).reduce(f64::max);
+    Ok(CpuLine { low, high, through, unsteady, repeats, tick })
 }
 
 /// What `target` connections would cost one model, each figure derived from its measured rows.
@@ -309,6 +483,12 @@ pub struct ModelPlan {
     pub rows_at: Vec<u64>,
     /// Largest connection count measured.
     pub measured: u64,
+    /// How a figure was derived other than the table's paragraph says (kernel memory fitted
+    /// through zero), and why.
+    pub kernel_note: Option<String>,
+    /// How many repetitions stand behind each figure, in words; `None` for results from before
+    /// repetitions (one each).
+    pub repetitions: Option<String>,
 }
 
 /// The server's share of the kernel memory a row measured, KiB: socket slab plus socket buffers.
@@ -341,9 +521,53 @@ pub fn processes(results: &Results, target: u64) -> u64 {
 }
 
 /// The rows a plan can use: those where the server reported connections held. A row without
-/// its count has no place on the connections axis.
+/// its count has no place on the connections axis. Each with the median of the connections its
+/// repetitions held (the row's own count in results from before repetitions).
 fn held_rows(m: &ModelResult) -> Vec<(u64, &Row)> {
-    m.rows.iter().filter_map(|r| r.connected_held().filter(|&held| held > 0).map(|held| (held, r))).collect()
+    m.rows
+        .iter()
+        .filter(|r| r.connected_held().is_some())
+        .filter_map(|r| {
+            let held = r.spread_of(figure::CONNECTIONS_HELD).map_or(r.connected, |s| s.median.round() as u64);
+            (held > 0).then_some((held, r))
+        })
+        .collect()
+}
+
+/// The same rows, each with the connections its own (the median) repetition held: the one the
+/// figures that repetitions do not keep (kernel memory, threads) come from.
+fn own_rows<'a>(rows: &[(u64, &'a Row)]) -> Vec<(u64, &'a Row)> {
+    rows.iter().map(|&(held, r)| (Some(r.connected).filter(|&c| c > 0).unwrap_or(held), r)).collect()
+}
+
+/// "3 at each row", or "3 at 1,000, 2 at 3,000" when the rows differ.
+fn per_row_counts(counts: &[(u64, String)]) -> String {
+    match counts.first() {
+        Some((_, first)) if counts.iter().all(|(_, c)| c == first) => format!("{first} at each row"),
+        _ => counts.iter().map(|(at, c)| format!("{c} at {}", thousands(*at))).collect::<Vec<_>>().join(", "),
+    }
+}
+
+/// How many repetitions stand behind each figure of `rows`, in words; `None` when no row has
+/// repetitions.
+fn repetitions(rows: &[(u64, &Row)], cpu: &Result<CpuLine, String>) -> Option<String> {
+    if rows.iter().all(|(_, r)| r.repeats.is_empty()) {
+        return None;
+    }
+    let memory: Vec<(u64, String)> = rows
+        .iter()
+        .map(|&(held, r)| (held, r.spread_of(figure::SERVER_RSS_KIB).map_or(0, |s| s.n).to_string()))
+        .collect();
+    let mut parts = vec![format!(
+        "server memory and connections held are the medians of {}",
+        per_row_counts(&memory)
+    )];
+    if let Ok(line) = cpu {
+        let used: Vec<(u64, String)> = line.repeats.iter().map(|&(at, used, kept)| (at, format!("{used} of {kept}"))).collect();
+        parts.push(format!("CPU is read from the steady intervals of {}", per_row_counts(&used)));
+    }
+    parts.push("kernel socket memory and threads are the median repetition's (repetitions keep no such figure)".into());
+    Some(parts.join("; "))
 }
 
 /// The line through one figure of `rows`. `value` is `None` for a row that does not enter this
@@ -379,25 +603,29 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
         }
         line
     };
-    let server_kib = gaps("server memory", derive(&rows, "KiB", &|r| Some(r.server_rss().map(|k| k as f64))));
-    let kernel_kib = match rows.iter().find(|(_, r)| kernel_kib(r).is_none()) {
-        None => fit(
-            &rows
-                .iter()
+    let own = own_rows(&rows);
+    let server_kib = gaps(
+        "server memory",
+        derive(&rows, "KiB", &|r| Some(r.spread_of(figure::SERVER_RSS_KIB).map(|s| s.median))),
+    );
+    let (kernel_kib, kernel_note) = match own.iter().find(|(_, r)| kernel_kib(r).is_none()) {
+        None => kernel_fit(
+            &own.iter()
                 .filter_map(|&(held, r)| Some((held, r.server_procs.unwrap_or(1), kernel_kib(r)?)))
                 .collect::<Vec<_>>(),
-            "KiB",
         ),
-        Some((held, _)) => {
-            Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held)))
-        }
+        Some((held, _)) => (
+            Err(format!("not measured (no kernel socket memory recorded with {} connections open)", thousands(*held))),
+            None,
+        ),
     };
     // CPU only from the rows whose traffic per connection is the same (paced blocks): the flood
     // row's cost is its traffic, not its connections. A row with no CPU sample stays out.
+    let hz = sockscale_sys::clock_ticks_per_second() as f64;
     let mut cpu_rows = Vec::new();
     let mut cpu_unsampled = Vec::new();
     for &(held, r) in rows.iter().filter(|(_, r)| r.kind != Some(RowKind::Flood)) {
-        match cpu_row(held, r) {
+        match cpu_row(held, r, hz) {
             Some(c) => cpu_rows.push(c),
             None => cpu_unsampled.push(held),
         }
@@ -407,10 +635,11 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
     } else {
         cpu_line(&cpu_rows)
     };
-    let threads = gaps("threads", derive(&rows, "threads", &|r| Some(r.server_threads().map(|t| t as f64))));
+    let threads = gaps("threads", derive(&own, "threads", &|r| Some(r.server_threads().map(|t| t as f64))));
     if cpu.is_ok() && !cpu_unsampled.is_empty() {
         unsampled.push(("CPU", cpu_unsampled));
     }
+    let repetitions = repetitions(&rows, &cpu);
     let mut plan = ModelPlan {
         model: m.model.clone(),
         refused: None,
@@ -421,6 +650,8 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
         unsampled,
         rows_at,
         measured,
+        kernel_note,
+        repetitions,
     };
     plan.refused = refusal(results, &plan, target);
     Some(plan)
@@ -494,6 +725,8 @@ fn cell<T>(
             notes.push(format!("{model}, {what}: {why}"));
             if why.starts_with("not measured") {
                 "not measured".into()
+            } else if why.starts_with("measurement noise") {
+                "not derivable (measurement noise)".into()
             } else {
                 "not derivable".into()
             }
@@ -589,11 +822,14 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
                 let per = match rate {
                     Some(rate) if rate > 0 => {
                         let mb = 1e6 / rate as f64;
-                        format!("{:.1}–{:.1}% of a core per MB/s", l.low * mb, l.high * mb)
+                        format!("{}% of a core per MB/s", range(l.low * mb, l.high * mb, |v| format!("{v:.1}")))
                     }
-                    _ => format!("{:.2}–{:.2}% of a core per 1,000 connections", l.low * 1000.0, l.high * 1000.0),
+                    _ => format!(
+                        "{}% of a core per 1,000 connections",
+                        range(l.low * 1000.0, l.high * 1000.0, |v| format!("{v:.2}"))
+                    ),
                 };
-                format!("{:.2}–{:.2} ({per})", low / 100.0, high / 100.0)
+                format!("{} ({per})", range(low / 100.0, high / 100.0, |v| format!("{v:.2}")))
             },
             &mut notes,
             &p.model,
@@ -612,6 +848,12 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
                 "{}, {what}: not measured with {at} connections open (no sample), so that row is left out of the fit",
                 p.model
             ));
+        }
+        if let Some(note) = &p.kernel_note {
+            notes.push(format!("{}, kernel socket memory: {note}", p.model));
+        }
+        if let Some(note) = &p.repetitions {
+            notes.push(format!("{}, repetitions: {note}", p.model));
         }
         if let Ok(l) = &p.cpu {
             let mut reasons: Vec<&str> = l.unsteady.iter().map(|&(_, why)| why).collect();
@@ -645,8 +887,11 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         let _ = writeln!(s, "| {} | {server} | {kernel} | {cpu} | {threads} | {basis} |", p.model);
     }
     s.push_str(
-        "\nServer memory, kernel socket memory and threads are each the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target; a line with a negative cost is not derivable. CPU is in proportion to traffic, from the rows paced at the same traffic per connection (not the flood row), each read over its steady part, the intervals after its last connect: the range is every cost per connection that puts each of those rows within its own lowest–highest interval, and where none does it is not derivable. A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them).\n",
+        "\nServer memory, kernel socket memory and threads are each the least-squares line (a fixed cost per server process plus a cost per connection) through the model's measured rows, evaluated at the target; a line with a negative cost is not derivable. Where a row was measured several times, server memory and the connections held are the medians of its repetitions. CPU is in proportion to traffic, from the rows paced at the same traffic per connection (not the flood row), each read over its steady part, the intervals after its last connect, in every repetition that has one: the range is every cost per connection that puts each of those rows within its own lowest–highest interval, and where none does it is not derivable. Each interval's CPU is counted in clock ticks, so it is taken as right to within one tick either way (one tick over a 0.65 s interval is 1.5% of a core). A figure is extrapolated when the target is beyond the largest count measured or below the smallest (last column): past the largest the server may meet limits the measured rows could not show. Kernel socket memory is the socket slab plus socket buffers the run added, counted system-wide, times the server's connections over all the sockets the run added (on loopback the client's ends are half of them); its baseline is read with the server listening, so where the line through the rows has a negative fixed cost it is fitted through zero instead (said below).\n",
     );
+    if results.models.iter().flat_map(|m| &m.rows).all(|r| r.repeats.is_empty()) {
+        s.push_str("\nThese results keep one repetition a row (written before repetitions, or a run of one round): every figure stands on one measurement of each row.\n");
+    }
     if procs > 1 {
         let _ = writeln!(
             s,
@@ -1237,12 +1482,13 @@ mod tests {
     }
 
     /// The kernel socket memory of those rows rises; the line through them is refused for its
-    /// negative cost per connection, and the refusal says "rises", from the numbers.
+    /// negative cost per connection, and the refusal says "rises", from the numbers, and names
+    /// it measurement noise with each row's cost per connection.
     #[test]
     fn the_full_runs_kernel_memory_line_says_it_rises() {
         let table = predict(&full_run(), 50_000).unwrap();
         assert!(
-            table.contains("- epoll, kernel socket memory: the line through the rows has a negative cost per connection (-0.59 KiB), which no connection has: it rises from the first row to the last (56,816 KiB at 7,000 connections on 1 process, 55,444 KiB at 12,000 on 1, 214,416 KiB at 50,000 on 4)"),
+            table.contains("- epoll, kernel socket memory: measurement noise: the line through the rows has a negative cost per connection (-0.59 KiB), which no connection has: it rises from the first row to the last (56,816 KiB at 7,000 connections on 1 process, 55,444 KiB at 12,000 on 1, 214,416 KiB at 50,000 on 4), or per connection 8.12 KiB at 7,000, 4.62 at 12,000, 4.29 at 50,000. The socket slab and buffers are counted system-wide"),
             "{table}"
         );
         assert!(!table.contains("falls"), "{table}");
@@ -1268,7 +1514,7 @@ mod tests {
         }
         let table = predict(&r, 50_000).unwrap();
         assert!(
-            table.contains("| epoll | 35 MiB (0.52 KiB/connection) | not derivable | 0.23–0.29 (2.3–2.9% of a core per MB/s) | 23 (1 per 3563 connections) | 7,000, 12,000, 50,000 |"),
+            table.contains("| epoll | 35 MiB (0.52 KiB/connection) | not derivable (measurement noise) | 0.23–0.29 (2.3–2.9% of a core per MB/s) | 23 (1 per 3563 connections) | 7,000, 12,000, 50,000 |"),
             "{table}"
         );
         assert!(
