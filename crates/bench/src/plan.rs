@@ -214,7 +214,8 @@ fn kernel_fit(points: &[(u64, u64, f64)]) -> (Derived, Option<String>) {
     if line.fixed >= 0.0 {
         return (Ok(line), None);
     }
-    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(sxy, sxx), &(x, _, y)| (sxy + x as f64 * y, sxx + (x as f64).powi(2)));
+    let (sxy, sxx) =
+        points.iter().fold((0.0, 0.0), |(sxy, sxx), &(x, _, y)| (sxy + x as f64 * y, sxx + (x as f64).powi(2)));
     let through_zero = Line { fixed: 0.0, per_connection: sxy / sxx, through: line.through };
     let note = format!(
         "the least-squares line has a negative fixed cost ({} KiB per server process), but the baseline is read with the server listening, so a process adds none of its own: fitted through zero instead, {:.2} KiB a connection (the rows: {per_row})",
@@ -402,14 +403,7 @@ fn cpu_row(held: u64, r: &Row, hz: f64) -> Option<CpuRow> {
     }
     // No repetition settled: the row's whole range (the median repetition's) stands for it.
     let (low, high) = r.server_cpu_pct()?;
-    Some(CpuRow {
-        low,
-        high,
-        per_low: low / held as f64,
-        per_high: high / held as f64,
-        unsteady: why,
-        ..row
-    })
+    Some(CpuRow { low, high, per_low: low / held as f64, per_high: high / held as f64, unsteady: why, ..row })
 }
 
 /// `low`–`high`, each as `show` prints it, or one figure when both print alike: "0.31–0.31"
@@ -558,12 +552,10 @@ fn repetitions(rows: &[(u64, &Row)], cpu: &Result<CpuLine, String>) -> Option<St
         .iter()
         .map(|&(held, r)| (held, r.spread_of(figure::SERVER_RSS_KIB).map_or(0, |s| s.n).to_string()))
         .collect();
-    let mut parts = vec![format!(
-        "server memory and connections held are the medians of {}",
-        per_row_counts(&memory)
-    )];
+    let mut parts = vec![format!("server memory and connections held are the medians of {}", per_row_counts(&memory))];
     if let Ok(line) = cpu {
-        let used: Vec<(u64, String)> = line.repeats.iter().map(|&(at, used, kept)| (at, format!("{used} of {kept}"))).collect();
+        let used: Vec<(u64, String)> =
+            line.repeats.iter().map(|&(at, used, kept)| (at, format!("{used} of {kept}"))).collect();
         parts.push(format!("CPU is read from the steady intervals of {}", per_row_counts(&used)));
     }
     parts.push("kernel socket memory and threads are the median repetition's (repetitions keep no such figure)".into());
@@ -604,10 +596,8 @@ pub fn model_plan(results: &Results, m: &ModelResult, target: u64) -> Option<Mod
         line
     };
     let own = own_rows(&rows);
-    let server_kib = gaps(
-        "server memory",
-        derive(&rows, "KiB", &|r| Some(r.spread_of(figure::SERVER_RSS_KIB).map(|s| s.median))),
-    );
+    let server_kib =
+        gaps("server memory", derive(&rows, "KiB", &|r| Some(r.spread_of(figure::SERVER_RSS_KIB).map(|s| s.median))));
     let (kernel_kib, kernel_note) = match own.iter().find(|(_, r)| kernel_kib(r).is_none()) {
         None => kernel_fit(
             &own.iter()
