@@ -309,6 +309,10 @@ struct CpuRow {
     tick: Option<f64>,
 }
 
+/// Each steady interval's lowest and highest CPU, % of one core, and the most a reading was
+/// taken either way for its clock tick (`None` without the intervals' lengths).
+type SteadyReadings = (Vec<(f64, f64)>, Option<f64>);
+
 /// A held count within this fraction of the peak counts as the peak: the rule of
 /// [`Row::steady_cpu`], which gives the values but not the intervals' lengths this needs.
 const STEADY_FRACTION: f64 = 0.99;
@@ -322,7 +326,7 @@ const STEADY_FRACTION: f64 = 0.99;
 /// paced row uses, one tick over a 0.65 s interval is 1.5% of a core, as much as the reading.
 /// Two intervals printed 3.0% and 3.0% were anything from 2 to 4. Without the intervals'
 /// lengths (results from before they were kept) the readings stand as printed.
-fn steady_readings(intervals: &[Interval], hz: f64) -> Result<(Vec<(f64, f64)>, Option<f64>), &'static str> {
+fn steady_readings(intervals: &[Interval], hz: f64) -> Result<SteadyReadings, &'static str> {
     let peak = intervals
         .iter()
         .filter_map(|i| i.held)
@@ -552,11 +556,14 @@ fn repetitions(rows: &[(u64, &Row)], cpu: &Result<CpuLine, String>) -> Option<St
         .iter()
         .map(|&(held, r)| (held, r.spread_of(figure::SERVER_RSS_KIB).map_or(0, |s| s.n).to_string()))
         .collect();
-    let mut parts = vec![format!("server memory and connections held are the medians of {}", per_row_counts(&memory))];
+    let mut parts = vec![format!(
+        "server memory and connections held are the medians of each row's repetitions ({})",
+        per_row_counts(&memory)
+    )];
     if let Ok(line) = cpu {
         let used: Vec<(u64, String)> =
             line.repeats.iter().map(|&(at, used, kept)| (at, format!("{used} of {kept}"))).collect();
-        parts.push(format!("CPU is read from the steady intervals of {}", per_row_counts(&used)));
+        parts.push(format!("CPU is read from the steady intervals of its repetitions ({})", per_row_counts(&used)));
     }
     parts.push("kernel socket memory and threads are the median repetition's (repetitions keep no such figure)".into());
     Some(parts.join("; "))
@@ -1560,5 +1567,179 @@ mod tests {
             table.contains("- epoll, CPU: no cost per connection fits every row: the 50,000 row's 60.0%–62.0% of a core over 50,000 connections is more per connection than the 12,000 row's 5.5%–6.5% over 12,000"),
             "{table}"
         );
+    }
+    use crate::results::{Repeat, Spread};
+
+    /// One repetition of a row: the connections it held and its intervals (no lengths, so each
+    /// reading stands as printed).
+    fn repeat(round: u32, held: u64, cpu: &[f64], replaced: bool) -> Repeat {
+        let iv = |cpu_pct: f64| Interval { cpu_pct, held: Some(held), rss_kib: None, at_s: None };
+        Repeat {
+            round,
+            figures: [(figure::CONNECTIONS_HELD.to_owned(), held as f64)].into(),
+            replaced,
+            // The first interval has the connects in it; the rest are steady.
+            intervals: Some(std::iter::once(iv(50.0)).chain(cpu.iter().map(|&c| iv(c))).collect()),
+            ..Repeat::default()
+        }
+    }
+
+    /// The epoll rows with each paced row's repetitions set: `rate` and `max` list each
+    /// repetition's steady readings.
+    fn repeated(rate: &[&[f64]], max: &[&[f64]]) -> ModelResult {
+        let mut m = epoll();
+        for r in &mut m.rows {
+            let (held, reps) = match r.kind {
+                Some(RowKind::RateLimited) => (3000, rate),
+                Some(RowKind::Maximum) => (8000, max),
+                _ => continue,
+            };
+            r.repeats = reps.iter().enumerate().map(|(i, cpu)| repeat(i as u32 + 1, held, cpu, false)).collect();
+            r.intervals = r.repeats[0].intervals.clone();
+        }
+        m
+    }
+
+    /// One repetition of each row cannot be fitted (3,000 at 6% is 0.0020% a connection, 8,000
+    /// at 12% is 0.0015%); with a second, the union of their steady intervals (5–6% and 12–14%)
+    /// admits 0.00167–0.00175% a connection, and the plan says how many repetitions it read.
+    #[test]
+    fn the_union_of_the_repetitions_intervals_fits_where_one_repetition_does_not() {
+        let one = predict(&results(vec![repeated(&[&[6.0, 6.0]], &[&[12.0, 12.0]])]), 50_000).unwrap();
+        assert!(one.contains("| 98 MiB (2.00 KiB/connection) | not derivable | 5 (fixed) |"), "{one}");
+        assert!(
+            one.contains("- epoll, CPU: no cost per connection fits every row: the 3,000 row's 6.0% of a core over 3,000 connections is more per connection than the 8,000 row's 12.0% over 8,000"),
+            "a range whose ends print alike prints once: {one}"
+        );
+        let two =
+            predict(&results(vec![repeated(&[&[6.0, 6.0], &[5.0, 5.5]], &[&[12.0, 12.0], &[13.0, 14.0]])]), 50_000)
+                .unwrap();
+        // 50,000 × 5/3,000 = 83.3% and 50,000 × 14/8,000 = 87.5%.
+        assert!(two.contains("| 0.83–0.88 (1.67–1.75% of a core per 1,000 connections) |"), "{two}");
+        assert!(
+            two.contains("; CPU is read from the steady intervals of its repetitions (2 of 2 at each row); kernel socket memory and threads are the median repetition's (repetitions keep no such figure)"),
+            "{two}"
+        );
+        assert!(!two.contains("keep one repetition a row"), "{two}");
+    }
+
+    /// A repetition that was disturbed and measured again is shown, not counted: its readings do
+    /// not widen the row's range.
+    #[test]
+    fn a_replaced_repetition_stays_out_of_the_cpu_range() {
+        let mut m = repeated(&[&[6.0, 6.0], &[5.0, 5.5]], &[&[12.0, 12.0], &[13.0, 14.0]]);
+        m.rows[2].repeats.push(repeat(3, 8000, &[40.0, 1.0], true));
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| 0.83–0.88 (1.67–1.75% of a core per 1,000 connections) |"), "{table}");
+        assert!(table.contains("2 of 2 at each row"), "{table}");
+    }
+
+    /// A repetition whose count never settled is left out of the CPU range, and the plan says how
+    /// many of the row's repetitions were read.
+    #[test]
+    fn repetitions_without_a_steady_interval_are_counted_out() {
+        let mut m = repeated(&[&[6.0, 6.0], &[5.0, 5.5]], &[&[12.0, 12.0], &[13.0, 14.0]]);
+        let mut ramp = repeat(3, 8000, &[], false);
+        ramp.intervals = Some(
+            [(2000, 30.0), (5000, 60.0), (8000, 99.0)]
+                .into_iter()
+                .map(|(held, cpu_pct)| Interval { cpu_pct, held: Some(held), rss_kib: None, at_s: None })
+                .collect(),
+        );
+        m.rows[2].repeats.push(ramp);
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| 0.83–0.88 (1.67–1.75% of a core per 1,000 connections) |"), "{table}");
+        assert!(
+            table.contains(
+                "CPU is read from the steady intervals of its repetitions (2 of 2 at 3,000, 2 of 3 at 8,000)"
+            ),
+            "{table}"
+        );
+    }
+
+    /// Every cost per connection exactly 0.01% of a core: the cores at the target and the cost
+    /// print once each, not "5.00–5.00".
+    #[test]
+    fn a_range_whose_ends_print_alike_prints_one_figure() {
+        let table = predict(&results(vec![repeated(&[&[30.0, 30.0]], &[&[80.0, 80.0]])]), 50_000).unwrap();
+        assert!(table.contains("| 5.00 (10.00% of a core per 1,000 connections) |"), "{table}");
+        assert!(!table.contains("5.00–5.00"), "{table}");
+        assert_eq!(range(0.314, 0.306, |v| format!("{v:.2}")), "0.31");
+        assert_eq!(range(0.30, 0.31, |v| format!("{v:.2}")), "0.30–0.31");
+    }
+
+    /// Server memory goes through the medians of the repetitions, with the connections held
+    /// theirs too: the median repetition's own 11,000 KiB is not what the line goes through.
+    #[test]
+    fn server_memory_goes_through_the_repetitions_medians() {
+        let mut m = epoll();
+        let spread = |v: f64| Spread { min: v - 500.0, median: v, max: v + 900.0, n: 3 };
+        for (r, (held, rss)) in m.rows.iter_mut().zip([(1000.0, 4000.0), (3000.0, 6000.0), (8000.0, 11_000.0)]) {
+            r.server_rss_kib = 1; // the median repetition's own, which the line must not use
+            r.spread = [
+                (figure::SERVER_RSS_KIB.to_owned(), spread(rss)),
+                (figure::CONNECTIONS_HELD.to_owned(), Spread { min: held, median: held, max: held, n: 3 }),
+            ]
+            .into();
+            r.repeats = (1..=3).map(|round| Repeat { round, ..Repeat::default() }).collect();
+        }
+        let table = predict(&results(vec![m]), 50_000).unwrap();
+        assert!(table.contains("| epoll | 52 MiB (1.00 KiB/connection) |"), "{table}");
+        assert!(
+            table.contains(
+                "server memory and connections held are the medians of each row's repetitions (3 at each row)"
+            ),
+            "{table}"
+        );
+    }
+
+    /// The plan's steady intervals are those of `Row::steady_cpu`, whose rule it repeats to
+    /// have each interval's length.
+    #[test]
+    fn the_steady_readings_are_the_rows_steady_intervals() {
+        let iv = |cpu_pct: f64, held: u64| Interval { cpu_pct, held: Some(held), rss_kib: None, at_s: None };
+        for intervals in [
+            vec![iv(60.0, 5000), iv(69.0, 10_000), iv(30.0, 14_900), iv(24.0, 15_000), iv(26.0, 14_990), iv(9.0, 300)],
+            vec![iv(60.0, 5000), iv(69.0, 10_000), iv(30.0, 15_000)],
+            vec![iv(3.0, 3000), iv(1.5, 3000), iv(3.1, 3000)],
+        ] {
+            let row = Row { intervals: Some(intervals.clone()), ..Row::default() };
+            let ours =
+                steady_readings(&intervals, 100.0).map(|(r, _)| r.iter().map(|&(low, _)| low).collect::<Vec<_>>());
+            assert_eq!(ours, row.steady_cpu());
+        }
+    }
+
+    /// The epoll and uring rows of a default run on 2026-11-26 (2 cores, beside another build;
+    /// one repetition a row): every paced row's intervals are 1–4 clock ticks of CPU. Read as
+    /// printed, epoll's 3,000 row (1.5–3.1%) costs more a connection than its 8,000 row (3.0%),
+    /// and the plan said "not derivable"; each reading within a tick either way, both fit.
+    #[test]
+    fn the_default_runs_cpu_is_derivable_within_a_clock_tick() {
+        let r: Results = serde_json::from_str(include_str!("../testdata/default-2026-11-26-epoll-uring.json"))
+            .expect("the default run's results");
+        let epoll = r.models.iter().find(|m| m.model == "epoll").expect("epoll");
+        let rate = epoll.rows.iter().find(|row| row.kind == Some(RowKind::RateLimited)).expect("rate-limited row");
+        let max = epoll.rows.iter().find(|row| row.kind == Some(RowKind::Maximum)).expect("maximum row");
+        let rows = [cpu_row(3000, rate, 100.0).unwrap(), cpu_row(8000, max, 100.0).unwrap()];
+        assert!(rows.iter().all(|r| r.unsteady.is_none() && r.used == 1));
+        let line = cpu_line(&rows).expect("a CPU line");
+        // The 8,000 row's 2.99% over one 1 s interval is 2–4 ticks' worth: at most 3.99/8,000.
+        assert!((line.high - 3.99 / 8000.0).abs() < 1e-6, "{line:?}");
+        // As printed (no tick allowed either way), no line fits.
+        let as_printed = [cpu_row(3000, rate, 0.0).unwrap(), cpu_row(8000, max, 0.0).unwrap()];
+        assert!(cpu_line(&as_printed).unwrap_err().contains("no cost per connection fits every row"));
+
+        let table = predict(&r, 50_000).unwrap();
+        assert!(table.contains("| epoll | 31 MiB (0.27 KiB/connection) | 257 MiB (5.18 KiB/connection) | 0.12–0.25 (1.2–2.5% of a core per MB/s) | 15 (fixed) |"), "{table}");
+        // uring's kernel memory: the line's fixed cost is negative, so it goes through zero.
+        assert!(table.contains("| uring | 36 MiB (0.30 KiB/connection) | 289 MiB (5.92 KiB/connection) |"), "{table}");
+        assert!(
+            table.contains("- uring, kernel socket memory: the least-squares line has a negative fixed cost (-828 KiB per server process), but the baseline is read with the server listening, so a process adds none of its own: fitted through zero instead, 5.92 KiB a connection (the rows: 6.95 KiB at 1,000, 4.97 at 3,000, 6.03 at 8,000)"),
+            "{table}"
+        );
+        assert!(!table.lines().any(|l| l.starts_with("| ") && l.contains("not derivable")), "{table}");
+        assert!(!table.contains("- epoll") && !table.contains("uring, CPU"), "nothing else to say: {table}");
+        assert!(table.contains("These results keep one repetition a row"), "{table}");
     }
 }
