@@ -99,9 +99,12 @@ pub struct PointMark {
 }
 
 impl PointMark {
-    /// The marks of `item`, its figure `name` scaled by `scale` (as the chart draws it).
-    fn of(item: &dyn Repeated, name: &str, scale: f64, client_bound: bool) -> PointMark {
-        let range = item.spread_of(name).filter(|s| s.n > 1 && !s.is_single()).map(|s| (s.min / scale, s.max / scale));
+    /// The marks of `item`: the range of `spread`'s figure (name, and the divisor the chart
+    /// draws it by), if any, and its bottleneck and machine.
+    fn of(item: &dyn Repeated, spread: Option<(&str, f64)>, client_bound: bool) -> PointMark {
+        let range = spread.and_then(|(name, scale)| {
+            item.spread_of(name).filter(|s| s.n > 1 && !s.is_single()).map(|s| (s.min / scale, s.max / scale))
+        });
         PointMark {
             range,
             client_bound: client_bound || item.client_bound_repeats() > 0,
@@ -306,9 +309,8 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             .iter()
                             .map(|m| {
                                 let row = m.rows.iter().find(|r| r.kind == Some(kind));
-                                let mark = row.map_or_else(PointMark::default, |r| match metric.spread {
-                                    Some((name, scale)) => PointMark::of(r, name, scale, r.client_bound),
-                                    None => PointMark { range: None, ..PointMark::of(r, "", 1.0, r.client_bound) },
+                                let mark = row.map_or_else(PointMark::default, |r| {
+                                    PointMark::of(r, metric.spread, r.client_bound)
                                 });
                                 let (value, label) = match row.map(|r| (r, (metric.value)(r))) {
                                     Some((r, Ok(v))) => {
@@ -372,8 +374,10 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             (p.concurrency as f64, rate)
                         })
                         .collect();
-                    let marks =
-                        at.iter().map(|p| PointMark::of(*p, figure::REQUESTS_PER_S, 1.0, p.client_bound)).collect();
+                    let marks = at
+                        .iter()
+                        .map(|p| PointMark::of(*p, Some((figure::REQUESTS_PER_S, 1.0)), p.client_bound))
+                        .collect();
                     Series { model: m.model.clone(), style: style_of(&m.model), points, marks }
                 })
                 .collect(),
