@@ -1146,7 +1146,7 @@ fn page(results: &Results, figures: &[Inlined]) -> String {
     body.push_str(&tables);
     body.push_str("</div>\n");
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<script>{LAYOUT_CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\n.run {{ color: #444; }}\n#verdict {{ border-left: 4px solid #1f77b4; padding: 0 1em; margin: 1em 0; }}\nnav ul {{ margin: 0.2em 0; }} nav > ul > li > ul {{ columns: 2; }}\n.scroll {{ overflow-x: auto; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<script>{LAYOUT_CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\n.run {{ color: #444; }}\n#verdict {{ border-left: 4px solid #1f77b4; padding: 0 1em; margin: 1em 0; }}\nnav ul {{ margin: 0.2em 0; }} nav > ul > li > ul {{ columns: 2; }}\n.scroll {{ overflow-x: auto; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child, .summary td, .summary th {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
         // A tab or a bookmark shows only the title: a partial run says so there too.
@@ -1230,7 +1230,7 @@ fn bottleneck(at: &[(&str, &dyn Repeated, bool)]) -> String {
 }
 
 fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut html = String::from("<div class=\"scroll\"><table>\n<thead><tr>");
+    let mut html = String::from("<div class=\"scroll summary\"><table>\n<thead><tr>");
     for h in header {
         let _ = write!(html, "<th>{}</th>", escape(h));
     }
