@@ -99,9 +99,12 @@ pub struct PointMark {
 }
 
 impl PointMark {
-    /// The marks of `item`, its figure `name` scaled by `scale` (as the chart draws it).
-    fn of(item: &dyn Repeated, name: &str, scale: f64, client_bound: bool) -> PointMark {
-        let range = item.spread_of(name).filter(|s| s.n > 1 && !s.is_single()).map(|s| (s.min / scale, s.max / scale));
+    /// The marks of `item`: the range of `spread`'s figure (name, and the divisor the chart
+    /// draws it by), if any, and its bottleneck and machine.
+    fn of(item: &dyn Repeated, spread: Option<(&str, f64)>, client_bound: bool) -> PointMark {
+        let range = spread.and_then(|(name, scale)| {
+            item.spread_of(name).filter(|s| s.n > 1 && !s.is_single()).map(|s| (s.min / scale, s.max / scale))
+        });
         PointMark {
             range,
             client_bound: client_bound || item.client_bound_repeats() > 0,
@@ -306,9 +309,8 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             .iter()
                             .map(|m| {
                                 let row = m.rows.iter().find(|r| r.kind == Some(kind));
-                                let mark = row.map_or_else(PointMark::default, |r| match metric.spread {
-                                    Some((name, scale)) => PointMark::of(r, name, scale, r.client_bound),
-                                    None => PointMark { range: None, ..PointMark::of(r, "", 1.0, r.client_bound) },
+                                let mark = row.map_or_else(PointMark::default, |r| {
+                                    PointMark::of(r, metric.spread, r.client_bound)
                                 });
                                 let (value, label) = match row.map(|r| (r, (metric.value)(r))) {
                                     Some((r, Ok(v))) => {
@@ -372,8 +374,10 @@ pub fn figures(results: &Results) -> Vec<Figure> {
                             (p.concurrency as f64, rate)
                         })
                         .collect();
-                    let marks =
-                        at.iter().map(|p| PointMark::of(*p, figure::REQUESTS_PER_S, 1.0, p.client_bound)).collect();
+                    let marks = at
+                        .iter()
+                        .map(|p| PointMark::of(*p, Some((figure::REQUESTS_PER_S, 1.0)), p.client_bound))
+                        .collect();
                     Series { model: m.model.clone(), style: style_of(&m.model), points, marks }
                 })
                 .collect(),
@@ -1142,7 +1146,7 @@ fn page(results: &Results, figures: &[Inlined]) -> String {
     body.push_str(&tables);
     body.push_str("</div>\n");
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<script>{LAYOUT_CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\n.run {{ color: #444; }}\n#verdict {{ border-left: 4px solid #1f77b4; padding: 0 1em; margin: 1em 0; }}\nnav ul {{ margin: 0.2em 0; }} nav > ul > li > ul {{ columns: 2; }}\n.scroll {{ overflow-x: auto; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sockscale bench: {profile} profile, {started}{partial}</title>\n<script>{CHECK_SCRIPT}</script>\n<script>{LAYOUT_CHECK_SCRIPT}</script>\n<style>\nbody {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }}\n.run {{ color: #444; }}\n#verdict {{ border-left: 4px solid #1f77b4; padding: 0 1em; margin: 1em 0; }}\nnav ul {{ margin: 0.2em 0; }} nav > ul > li > ul {{ columns: 2; }}\n.scroll {{ overflow-x: auto; }}\ntable {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}\nth, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }}\nth {{ background: #eee; cursor: pointer; }} th[aria-sort=ascending]::after {{ content: \" ▲\"; }} th[aria-sort=descending]::after {{ content: \" ▼\"; }}\ntd:first-child, th:first-child, .summary td, .summary th {{ text-align: left; }}\nfigure {{ margin: 1em 0; }} figure svg {{ max-width: 100%; height: auto; }} .files {{ font-size: 0.8em; }} td.repeat {{ color: #888; }}\n</style></head><body>\n<h1>sockscale bench</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         profile = escape(&results.profile),
         started = escape(&results.started),
         // A tab or a bookmark shows only the title: a partial run says so there too.
@@ -1226,7 +1230,7 @@ fn bottleneck(at: &[(&str, &dyn Repeated, bool)]) -> String {
 }
 
 fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut html = String::from("<div class=\"scroll\"><table>\n<thead><tr>");
+    let mut html = String::from("<div class=\"scroll summary\"><table>\n<thead><tr>");
     for h in header {
         let _ = write!(html, "<th>{}</th>", escape(h));
     }
