@@ -1025,13 +1025,18 @@ pub struct Inlined {
 }
 
 /// Run on `?check` (as the browser test opens the page): where the verdict, the first figure
-/// and the first table stand against the window, written into `<pre id="layout-check">`, so a
+/// and the first table after it stand against the window, written into `<pre id="layout-check">`, so a
 /// test can say the verdict is in the first screen.
 const LAYOUT_CHECK_SCRIPT: &str = r##"
 (function () {
   if (!/[?&]check\b/.test(location.search)) return;
   window.addEventListener("load", function () {
-    function top(sel) { var e = document.querySelector(sel); return e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : -1; }
+    // The first element outside the verdict, which has a compact table of its own.
+    function top(sel) {
+      var all = document.querySelectorAll(sel), e = null;
+      for (var i = 0; i < all.length && !e; i++) { if (sel === "#verdict" || !all[i].closest("#verdict")) e = all[i]; }
+      return e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : -1;
+    }
     var v = document.getElementById("verdict");
     var pre = document.createElement("pre");
     pre.id = "layout-check";

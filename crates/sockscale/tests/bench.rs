@@ -48,7 +48,13 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         let kinds: Vec<&str> = rows.iter().map(|row| row["kind"].as_str().unwrap_or("")).collect();
         assert_eq!(kinds, ["flood", "rate_limited", "maximum"]);
         for row in rows {
-            assert_repeated(name, row, &["received_bytes_per_s", "bytes_per_cpu_second", "connections_held"]);
+            // The paced rows of the tiny profile use less than a clock tick of server CPU in an
+            // interval, so only the flood row always has work per CPU-second.
+            let figures: &[&str] = match row["kind"].as_str() {
+                Some("flood") => &["received_bytes_per_s", "bytes_per_cpu_second", "connections_held"],
+                _ => &["received_bytes_per_s", "connections_held"],
+            };
+            assert_repeated(name, row, figures);
             let n = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{name}: {k} missing in {row}"));
             assert!(n("connected") <= n("attempted"), "{name}: connected > attempted");
             assert!(n("attempted") > 0.0);
