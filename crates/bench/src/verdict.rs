@@ -1316,7 +1316,43 @@ pub fn text(results: &Results) -> String {
     let mut s = String::from("Verdict\n=======\n\n");
     s.push_str(&paragraphs.iter().map(|p| wrap(p, TEXT_WIDTH)).collect::<Vec<_>>().join("\n\n"));
     s.push('\n');
+    // The answer in a few lines, last: what a terminal shows when the run ends.
+    if !v.models.is_empty() {
+        s.push_str("\nAt a glance (the model to use; \"tie\": the numbers cannot tell them apart):\n");
+        let width = v.workloads.iter().map(|w| w.workload.title().len()).max().unwrap_or(0);
+        for (title, answer) in glance(&v) {
+            let _ = writeln!(s, "  {title:<width$}  {answer}");
+        }
+    }
     s
+}
+
+/// Each workload's answer in a few words: the model(s) to use, and whether they lead or tie.
+pub fn glance(v: &Verdict) -> Vec<(&'static str, String)> {
+    v.workloads
+        .iter()
+        .map(|w| {
+            let answer = match &w.measured {
+                Err(_) => "not measured".to_owned(),
+                Ok(m) => {
+                    let r = &m.ranking;
+                    let names = r.leader_names().join(", ");
+                    let how = match &r.lead {
+                        Lead::Alone => "the only model measured".to_owned(),
+                        Lead::Ahead { next, by: Some(by) } => format!("ahead of {next} by {by:.2}×"),
+                        Lead::Ahead { next, by: None } => format!("ahead of {next}"),
+                        Lead::Tie { clear_of: Some((next, _)) } => format!("tie, ahead of {next}"),
+                        Lead::Tie { clear_of: None } if r.leaders == r.entries.len() => "tie".to_owned(),
+                        Lead::Tie { clear_of: None } => "tie; not told apart from the next either".to_owned(),
+                        Lead::SpreadNotMeasured { next } => format!("before {next}, one run: spread not measured"),
+                    };
+                    let disturbed = if m.disturbed > 0 { "; machine busy in some runs" } else { "" };
+                    format!("{names} ({how}{disturbed})")
+                }
+            };
+            (w.workload.title(), answer)
+        })
+        .collect()
 }
 
 /// The verdict as Markdown: the top of table.md.
@@ -1333,6 +1369,11 @@ pub fn markdown(results: &Results) -> String {
     if v.models.is_empty() {
         s.push_str("No model was measured, so there is no verdict.\n\n");
     } else {
+        s.push_str("| workload | use |\n|---|---|\n");
+        for (title, answer) in glance(&v) {
+            let _ = writeln!(s, "| {title} | {} |", answer.replace('|', "/"));
+        }
+        s.push('\n');
         for w in &v.workloads {
             let line = workload_line(w);
             // The workload's name in bold: "**Many idle connections**: use …".
