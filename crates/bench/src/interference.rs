@@ -15,8 +15,23 @@ use crate::sampler::{cpu_ticks, group_of};
 /// Past this many cores of other processes on either side (or of steal), a measurement is
 /// disturbed.
 ///
-/// Provisional: not yet calibrated (see the `calibrate` test below).
-pub const DEFAULT_DISTURBED_ABOVE_CORES: f64 = 0.2;
+/// Calibrated on the 2-core development machine (a firecracker VM whose kernel charges
+/// interrupts to tasks), core 0 the server's, core 1 the load's: `sockscale serve --model epoll
+/// --proto http --threads 1` pinned to core 0, `sockscale load http URL -c 100 -d 0.5 -t 1`
+/// pinned to core 1, a Watch around each load (the `calibrate` test below), 0.51–0.52 s windows:
+/// - quiet (both cores idle before; 24 windows): others read 0.00 median, 0.06 most on the
+///   server's side, 0.00–0.05 on the load's: at most 3 ticks of /proc/stat, with the server
+///   near a full core and 0.7–0.9 cores of softirq on the two cores;
+/// - a busy loop pinned to core 0: 0.48–0.54 on the server's side (21 windows), the load's side
+///   at most 0.07; pinned to core 1: 0.49–0.52 on the load's side (12), the server's at most 0.04
+///   (two cores' runnable tasks share each core about evenly);
+/// - other sessions' builds starting mid-run read 0.5–0.8 cores on both sides.
+///
+/// 0.15 is 2.5 times the quietest machine's worst window and under a third of what a single
+/// busy loop takes: a process taking a sixth of a core from a model pinned to one core is
+/// flagged, the tick (0.02 cores of a 0.5 s window; less in longer rows) and the kernel's own
+/// housekeeping are not.
+pub const DEFAULT_DISTURBED_ABOVE_CORES: f64 = 0.15;
 
 /// One core's line of /proc/stat, in clock ticks (USER_HZ). Guest time is not kept: the kernel
 /// counts it in `user` and `nice` already.
@@ -114,6 +129,10 @@ pub struct CoreDeltas {
     pub shared: bool,
     /// irq + softirq over the bench's cores (the union of both sets).
     pub interrupts: u64,
+    /// irq + softirq over the server's cores (over the union when `shared`).
+    pub server_interrupts: u64,
+    /// irq + softirq over the load generator's cores (over the union when `shared`).
+    pub client_interrupts: u64,
     /// steal over every core.
     pub steal: u64,
 }
@@ -134,18 +153,15 @@ pub fn core_deltas(
     let client: BTreeSet<usize> = client_cpus.iter().copied().collect();
     let union: BTreeSet<usize> = server.union(&client).copied().collect();
     let shared = !server.is_disjoint(&client);
-    let (server_busy, client_busy) = if shared {
-        let busy = sum(&union, CpuTicks::busy);
-        (busy, busy)
-    } else {
-        (sum(&server, CpuTicks::busy), sum(&client, CpuTicks::busy))
-    };
+    let (server, client) = if shared { (&union, &union) } else { (&server, &client) };
     let all: BTreeSet<usize> = after.keys().copied().collect();
     CoreDeltas {
-        server_busy,
-        client_busy,
+        server_busy: sum(server, CpuTicks::busy),
+        client_busy: sum(client, CpuTicks::busy),
         shared,
         interrupts: sum(&union, CpuTicks::interrupts),
+        server_interrupts: sum(server, CpuTicks::interrupts),
+        client_interrupts: sum(client, CpuTicks::interrupts),
         steal: sum(&all, |t| t.steal),
     }
 }
@@ -162,23 +178,32 @@ pub struct OwnCpu {
 /// The attribution itself, on plain numbers: other = busy less own (never below 0), in cores
 /// over `seconds`, and the disturbed flag against `disturbed_above_cores`. `load_avg_1m` and
 /// `cpu_mhz` are left for the caller.
+///
+/// `irq_in_task_time`: the kernel charges the interrupts a task was interrupted by to that
+/// task (no CONFIG_IRQ_TIME_ACCOUNTING; see [`irq_time_in_task_time`]). /proc/stat still counts
+/// those ticks as irq/softirq, not as busy, so the side's interrupts are added to its busy time
+/// before the bench's own is taken out; otherwise the bench's own packet work (a third of a core
+/// on loopback) would hide as much interference.
 pub fn attribute(
     deltas: &CoreDeltas,
     own: &OwnCpu,
     seconds: f64,
     ticks_per_second: f64,
+    irq_in_task_time: bool,
     disturbed_above_cores: f64,
 ) -> Interference {
     let cores = |s: f64| if seconds > 0.0 && seconds.is_finite() { s / seconds } else { 0.0 };
     let secs = |ticks: u64| ticks as f64 / ticks_per_second;
+    let charged = |busy: u64, interrupts: u64| secs(if irq_in_task_time { busy + interrupts } else { busy });
     let server_own = secs(own.server_ticks);
+    let server_charged = charged(deltas.server_busy, deltas.server_interrupts);
     let (server_cores, client_cores) = if deltas.shared {
-        let other = cores((secs(deltas.server_busy) - server_own - own.client_seconds).max(0.0));
+        let other = cores((server_charged - server_own - own.client_seconds).max(0.0));
         (other, other)
     } else {
         (
-            cores((secs(deltas.server_busy) - server_own).max(0.0)),
-            cores((secs(deltas.client_busy) - own.client_seconds).max(0.0)),
+            cores((server_charged - server_own).max(0.0)),
+            cores((charged(deltas.client_busy, deltas.client_interrupts) - own.client_seconds).max(0.0)),
         )
     };
     let steal_cores = cores(secs(deltas.steal));
@@ -194,6 +219,58 @@ pub fn attribute(
             || client_cores > disturbed_above_cores
             || steal_cores > disturbed_above_cores,
     }
+}
+
+/// Whether this kernel charges interrupt time to the task it interrupted, from its build
+/// configuration (/boot/config-RELEASE, else /proc/config.gz) and command line; `None` when
+/// neither configuration can be read. Read once.
+///
+/// With CONFIG_IRQ_TIME_ACCOUNTING (most distributions' kernels) interrupt time is measured
+/// apart and taken out of the tasks' time; without it (tick accounting alone, as on the
+/// firecracker kernel of the development machine) a tick that lands in a softirq is counted as
+/// softirq in /proc/stat and as system time of the task it interrupted. Unknown is taken as
+/// accounted apart: other = busy less own, which can only read low (by the bench's own
+/// interrupts) and never takes the bench's own packets for another process.
+pub fn irq_time_in_task_time() -> Option<bool> {
+    static FOUND: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+        parse_irq_accounting(&kernel_config()?, &cmdline)
+    })
+}
+
+/// The running kernel's build configuration, as text.
+fn kernel_config() -> Option<String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    if let Ok(text) = std::fs::read_to_string(format!("/boot/config-{}", release.trim())) {
+        return Some(text);
+    }
+    // gzip rather than a decompressor crate: the bench already runs programs, and without
+    // gzip the answer is only unknown.
+    let out = std::process::Command::new("gzip")
+        .args(["-dc", "/proc/config.gz"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// [`irq_time_in_task_time`] from a kernel configuration text and the kernel command line.
+pub fn parse_irq_accounting(config: &str, cmdline: &str) -> Option<bool> {
+    let set = |name: &str| config.lines().any(|l| l.trim() == format!("{name}=y"));
+    let named = |name: &str| config.lines().any(|l| l.contains(name));
+    if set("CONFIG_VIRT_CPU_ACCOUNTING_NATIVE") {
+        // Time is measured at every kernel entry and exit, interrupts apart.
+        return Some(false);
+    }
+    if set("CONFIG_IRQ_TIME_ACCOUNTING") {
+        // x86 `tsc=noirqtime` turns it off at boot.
+        return Some(cmdline.split_whitespace().any(|w| w == "tsc=noirqtime"));
+    }
+    // Said not set (`# CONFIG_IRQ_TIME_ACCOUNTING is not set`), or tick accounting alone; a
+    // text that names neither is not a configuration this can read.
+    (named("CONFIG_IRQ_TIME_ACCOUNTING") || set("CONFIG_TICK_CPU_ACCOUNTING")).then_some(true)
 }
 
 /// The ticks a process group used between two reads, pid -> utime + stime: a process read at
@@ -313,7 +390,8 @@ impl Watch {
     pub fn finish(self, disturbed_above_cores: f64) -> Option<Interference> {
         let (deltas, own, seconds, cores) = self.finish_counts()?;
         let ticks_per_second = sockscale_sys::clock_ticks_per_second() as f64;
-        let mut out = attribute(&deltas, &own, seconds, ticks_per_second, disturbed_above_cores);
+        let irq_in_task_time = irq_time_in_task_time().unwrap_or(false);
+        let mut out = attribute(&deltas, &own, seconds, ticks_per_second, irq_in_task_time, disturbed_above_cores);
         out.load_avg_1m = std::fs::read_to_string("/proc/loadavg").ok().and_then(|t| parse_loadavg(&t));
         out.cpu_mhz = mean_mhz(&cores);
         Some(out)
@@ -413,6 +491,8 @@ procs_running 2
                 client_busy: 50,
                 shared: false,
                 interrupts: 21,
+                server_interrupts: 20,
+                client_interrupts: 1,
                 // Steal over every core, the bench's or not.
                 steal: 2 + 5,
             }
@@ -435,6 +515,7 @@ procs_running 2
         let d = core_deltas(&before, &after, &[0], &[0]);
         assert!(d.shared);
         assert_eq!((d.server_busy, d.client_busy, d.interrupts), (90, 90, 4));
+        assert_eq!((d.server_interrupts, d.client_interrupts), (4, 4));
         // Partly overlapping: the union of [0, 1] and [1].
         let d = core_deltas(&before, &after, &[0, 1], &[1]);
         assert!(d.shared);
@@ -443,7 +524,7 @@ procs_running 2
         // 0.1 cores of others, reported on both sides.
         let d = core_deltas(&before, &after, &[0], &[0]);
         let own = OwnCpu { server_ticks: 50, client_seconds: 0.3 };
-        let i = attribute(&d, &own, 1.0, 100.0, 0.05);
+        let i = attribute(&d, &own, 1.0, 100.0, false, 0.05);
         assert!((i.server_cores - 0.1).abs() < 1e-9, "{i:?}");
         assert_eq!(i.server_cores, i.client_cores);
         assert!(i.disturbed);
@@ -451,11 +532,11 @@ procs_running 2
 
     #[test]
     fn attribution_takes_the_bench_out() {
-        let d = CoreDeltas { server_busy: 100, client_busy: 80, shared: false, interrupts: 20, steal: 10 };
+        let d = CoreDeltas { server_busy: 100, client_busy: 80, interrupts: 20, steal: 10, ..Default::default() };
         // 0.5 s window at 100 ticks/s. Server side: 1.0 s busy, the server's 0.7 s -> 0.3 s of
         // others = 0.6 cores. Load side: 0.8 s busy, load and bench 0.75 s -> 0.1 cores.
         let own = OwnCpu { server_ticks: 70, client_seconds: 0.75 };
-        let i = attribute(&d, &own, 0.5, 100.0, 0.2);
+        let i = attribute(&d, &own, 0.5, 100.0, false, 0.2);
         assert!((i.server_cores - 0.6).abs() < 1e-9, "{i:?}");
         assert!((i.client_cores - 0.1).abs() < 1e-9, "{i:?}");
         assert!((i.softirq_cores - 0.4).abs() < 1e-9, "{i:?}");
@@ -469,9 +550,9 @@ procs_running 2
     fn own_cpu_above_busy_is_no_negative_interference() {
         // The bench's own CPU can exceed the cores' busy ticks (tick sampling, or softirq time
         // charged to the task but counted apart in /proc/stat): other is 0, not below.
-        let d = CoreDeltas { server_busy: 40, client_busy: 10, shared: false, interrupts: 0, steal: 0 };
+        let d = CoreDeltas { server_busy: 40, client_busy: 10, ..Default::default() };
         let own = OwnCpu { server_ticks: 55, client_seconds: 0.3 };
-        let i = attribute(&d, &own, 1.0, 100.0, 0.2);
+        let i = attribute(&d, &own, 1.0, 100.0, false, 0.2);
         assert_eq!((i.server_cores, i.client_cores), (0.0, 0.0));
         assert!(!i.disturbed);
     }
@@ -480,8 +561,8 @@ procs_running 2
     fn disturbed_by_either_side_or_steal_and_only_above_the_threshold() {
         let own = OwnCpu::default();
         let at = |server: u64, client: u64, steal: u64| {
-            let d = CoreDeltas { server_busy: server, client_busy: client, shared: false, interrupts: 0, steal };
-            attribute(&d, &own, 1.0, 100.0, 0.2).disturbed
+            let d = CoreDeltas { server_busy: server, client_busy: client, steal, ..Default::default() };
+            attribute(&d, &own, 1.0, 100.0, false, 0.2).disturbed
         };
         assert!(!at(20, 20, 20), "at the threshold is not past it");
         assert!(at(21, 0, 0));
@@ -489,13 +570,52 @@ procs_running 2
         assert!(at(0, 0, 21));
         // Interrupts alone never disturb.
         let d = CoreDeltas { interrupts: 500, ..Default::default() };
-        assert!(!attribute(&d, &own, 1.0, 100.0, 0.2).disturbed);
+        assert!(!attribute(&d, &own, 1.0, 100.0, false, 0.2).disturbed);
+    }
+
+    #[test]
+    fn interrupts_charged_to_tasks_are_added_back_before_own_is_taken_out() {
+        // A quiet window on a kernel without IRQ time accounting (figures from the development
+        // machine): the server's 49 ticks include the 20 of softirq /proc/stat counts apart.
+        let d = CoreDeltas {
+            server_busy: 29,
+            client_busy: 33,
+            interrupts: 37,
+            server_interrupts: 20,
+            client_interrupts: 17,
+            ..Default::default()
+        };
+        let own = OwnCpu { server_ticks: 49, client_seconds: 0.5 };
+        let i = attribute(&d, &own, 0.5, 100.0, true, 0.2);
+        assert_eq!((i.server_cores, i.client_cores), (0.0, 0.0), "{i:?}");
+        // A hog beside it: 25 more busy ticks on the server's core are 0.5 cores of others;
+        // without adding the interrupts back they would read 0.1.
+        let d = CoreDeltas { server_busy: 54, ..d };
+        let i = attribute(&d, &own, 0.5, 100.0, true, 0.2);
+        assert!((i.server_cores - 0.5).abs() < 1e-9, "{i:?}");
+        assert!(i.disturbed);
+        let i = attribute(&d, &own, 0.5, 100.0, false, 0.2);
+        assert!((i.server_cores - 0.1).abs() < 1e-9, "{i:?}");
+        // Interrupts are recorded beside either way.
+        assert!((i.softirq_cores - 0.74).abs() < 1e-9, "{i:?}");
+    }
+
+    #[test]
+    fn reads_the_irq_accounting_of_a_kernel_config() {
+        let tick_only = "CONFIG_TICK_CPU_ACCOUNTING=y\n# CONFIG_VIRT_CPU_ACCOUNTING_GEN is not set\n# CONFIG_IRQ_TIME_ACCOUNTING is not set\n";
+        assert_eq!(parse_irq_accounting(tick_only, ""), Some(true));
+        let distro = "CONFIG_TICK_CPU_ACCOUNTING=y\nCONFIG_IRQ_TIME_ACCOUNTING=y\n";
+        assert_eq!(parse_irq_accounting(distro, "ro quiet"), Some(false));
+        assert_eq!(parse_irq_accounting(distro, "ro tsc=noirqtime quiet"), Some(true));
+        assert_eq!(parse_irq_accounting("CONFIG_VIRT_CPU_ACCOUNTING_NATIVE=y\n", ""), Some(false));
+        assert_eq!(parse_irq_accounting("", ""), None);
+        assert_eq!(parse_irq_accounting("CONFIG_HZ=250\n", ""), None);
     }
 
     #[test]
     fn an_empty_window_reads_nothing() {
         let d = CoreDeltas { server_busy: 5, ..Default::default() };
-        let i = attribute(&d, &OwnCpu::default(), 0.0, 100.0, 0.2);
+        let i = attribute(&d, &OwnCpu::default(), 0.0, 100.0, false, 0.2);
         assert_eq!(i.server_cores, 0.0);
         assert!(!i.disturbed);
     }
@@ -624,7 +744,13 @@ procs_running 2
         std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
         let url = format!("http://127.0.0.1:{port}/");
         let tps = sockscale_sys::clock_ticks_per_second() as f64;
+        // CALIBRATE_ONLY=quiet|0|1: one scenario (the quiet one, or a hog on that core).
+        let only = std::env::var("CALIBRATE_ONLY").ok();
         for (scenario, hog_core) in [("quiet", None), ("hog on core 0", Some(0)), ("hog on core 1", Some(1))] {
+            let name = hog_core.map_or("quiet".to_string(), |c: usize| c.to_string());
+            if only.as_ref().is_some_and(|o| *o != name) {
+                continue;
+            }
             let mut hog = hog_core.map(|c| spawn_hog(c).expect("hog"));
             std::thread::sleep(std::time::Duration::from_millis(100));
             let (mut server_side, mut client_side) = (Vec::new(), Vec::new());
@@ -637,10 +763,13 @@ procs_running 2
                     .status()
                     .expect("load");
                 let (d, own, seconds, _) = watch.finish_counts().expect("/proc/stat");
-                let i = attribute(&d, &own, seconds, tps, DEFAULT_DISTURBED_ABOVE_CORES);
+                let (irq0, irq1) = (d.server_interrupts, d.client_interrupts);
+                let irq_in_task_time = irq_time_in_task_time().unwrap_or(false);
+                let i = attribute(&d, &own, seconds, tps, irq_in_task_time, DEFAULT_DISTURBED_ABOVE_CORES);
+                // busy less own without the interrupts added back, for comparison.
                 let raw = |busy: u64, own: f64| (busy as f64 / tps - own) / seconds;
                 println!(
-                    "{scenario:14} {round:2} load {status} {seconds:.3}s server {:.3} (raw {:+.3}, busy {} own {}) client {:.3} (raw {:+.3}, busy {} own {:.2}s) softirq {:.3} steal {:.3} loadavg {}",
+                    "{scenario:14} {round:2} load {status} {seconds:.3}s server {:.3} (raw {:+.3}, busy {} own {} irq {irq0}) client {:.3} (raw {:+.3}, busy {} own {:.2}s irq {irq1}) softirq {:.3} steal {:.3} loadavg {}",
                     i.server_cores,
                     raw(d.server_busy, own.server_ticks as f64 / tps),
                     d.server_busy,
