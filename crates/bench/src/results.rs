@@ -107,6 +107,11 @@ pub struct Interference {
     /// bench's own packets, so it is recorded beside, not counted as interference.
     #[serde(default)]
     pub softirq_cores: f64,
+    /// Kernel threads (ksoftirqd, kworkers, kdamond, …) on the bench's cores, in cores: on a
+    /// quiet machine the bench's own packets, socket teardown and memory, so recorded beside,
+    /// not counted as interference.
+    #[serde(default)]
+    pub kernel_threads_cores: f64,
     /// Time the hypervisor gave to other guests, over all cores, in cores.
     #[serde(default)]
     pub steal_cores: f64,
@@ -131,6 +136,7 @@ impl Interference {
             o.server_cores = o.server_cores.max(i.server_cores);
             o.client_cores = o.client_cores.max(i.client_cores);
             o.softirq_cores = o.softirq_cores.max(i.softirq_cores);
+            o.kernel_threads_cores = o.kernel_threads_cores.max(i.kernel_threads_cores);
             o.steal_cores = o.steal_cores.max(i.steal_cores);
             o.load_avg_1m = match (o.load_avg_1m, i.load_avg_1m) {
                 (Some(a), Some(b)) => Some(a.max(b)),
