@@ -73,6 +73,51 @@ def leaders(run):
     return out
 
 
+def table(runs):
+    """The comparison, from each run's verdict."""
+    names = list(runs)
+    per = {n: leaders(r) for n, r in runs.items()}
+    workloads = []
+    for n in names:
+        for w in per[n]:
+            if w not in workloads:
+                workloads.append(w)
+    quiet_names = [n for n in names if n.startswith("quiet")]
+    lines = [
+        f"| workload | {' | '.join(names)} | quiet runs name the same models | in every quiet run's answer | under the hog, where the quiet runs told the models apart |",
+        f"|---|{'---|' * len(names)}---|---|---|",
+    ]
+    for w in workloads:
+        cells = []
+        for n in names:
+            models, separated = per[n].get(w, ([], False))
+            if not models:
+                cells.append("not measured")
+            elif len(models) == 1:
+                cells.append(f"{models[0]}" + (" (ahead)" if separated else " (not told apart)"))
+            else:
+                cells.append(f"tie: {', '.join(models)}" + (" (clear of the rest)" if separated else ""))
+        quiet = [per[n].get(w, ([], False)) for n in quiet_names]
+        same = all(q[0] == quiet[0][0] for q in quiet) if quiet else None
+        common = sorted(set.intersection(*(set(q[0]) for q in quiet))) if quiet else []
+        apart = [q for q in quiet if q[1] and len(q[0]) == 1]
+        if "hog" in per and apart and all(a[0] == apart[0][0] for a in apart):
+            hog = per["hog"].get(w, ([], False))[0]
+            verdict = "same" if hog == apart[0][0] else f"differs: {', '.join(hog)}"
+        else:
+            verdict = "n/a (no single model told apart in every quiet run)"
+        lines.append(
+            f"| {w} | {' | '.join(cells)} | {'yes' if same else 'no'} | {', '.join(common) or 'none'} | {verdict} |"
+        )
+    lines.append("")
+    for n, r in runs.items():
+        v = r["verdict"]
+        lines.append(
+            f"{n}: {r['wall_s']} s wall; points still marked disturbed {v.get('disturbed_points')}, measured again {v.get('measured_again_points')}; re-runs {r['reruns']}; hog window {r['hog_window_s']} s; {r['out']}"
+        )
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="default")
@@ -81,7 +126,11 @@ def main():
     ap.add_argument("--hog-after", type=float, default=60.0, help="seconds into the hog run the hog starts")
     ap.add_argument("--hog-for", type=float, default=120.0, help="seconds the hog runs")
     ap.add_argument("--no-hog", action="store_true")
+    ap.add_argument("--summarize", metavar="SUMMARY_JSON", help="print the comparison of an earlier run's summary.json")
     args = ap.parse_args()
+    if args.summarize:
+        print(table(json.loads(Path(args.summarize).read_text())))
+        return
     binary = build_sockscale()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base = ROOT / "bench-results" / f"verdict-stability-{stamp}"
@@ -96,34 +145,7 @@ def main():
         runs["hog"] = run_bench(binary, args.profile, base / "hog", args.hog_after, args.hog_for, args.models)
     (base / "summary.json").write_text(json.dumps(runs, indent=2) + "\n")
 
-    names = list(runs)
-    per = {n: leaders(r) for n, r in runs.items()}
-    workloads = []
-    for n in names:
-        for w in per[n]:
-            if w not in workloads:
-                workloads.append(w)
-    print(f"| workload | {' | '.join(names)} | quiet runs agree | hog agrees where quiet runs told models apart |")
-    print(f"|---|{'---|' * len(names)}---|---|")
-    for w in workloads:
-        cells = []
-        for n in names:
-            models, separated = per[n].get(w, ([], False))
-            cells.append((", ".join(models) or "not measured") + ("" if separated or len(models) != 1 else " (tie: 1)") + (" ahead" if separated else (" tie" if len(models) > 1 else "")))
-        quiet = [per[n].get(w) for n in names if n.startswith("quiet")]
-        quiet_agree = all(q == quiet[0] for q in quiet) if quiet else None
-        separated_quiet = [q for q in quiet if q and q[1]]
-        if "hog" in per and separated_quiet:
-            hog_agree = all(per["hog"].get(w, ([], False))[0] == q[0] for q in separated_quiet)
-        else:
-            hog_agree = "n/a (no quiet run told them apart)" if "hog" in per else "n/a"
-        print(f"| {w} | {' | '.join(cells)} | {quiet_agree} | {hog_agree} |")
-    print()
-    for n, r in runs.items():
-        v = r["verdict"]
-        print(
-            f"{n}: {r['wall_s']} s wall; disturbed points {v.get('disturbed_points')}; re-runs {r['reruns']}; hog {r['hog_window_s']}; {r['out']}"
-        )
+    print(table(runs))
     print(f"raw: {base / 'summary.json'}")
 
 
