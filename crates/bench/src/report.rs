@@ -1458,8 +1458,9 @@ mod tests {
     use super::*;
     use crate::results::{HttpPoint, ModelResult};
 
+    /// The README's default run of 2026-11-23, before repetitions (schema 1), kept as a fixture.
     fn readme_results() -> Results {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/images/bench-default-results.json");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/default-2026-11-23-schema1.json");
         Results::load(path).expect("the README's results load")
     }
 

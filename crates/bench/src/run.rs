@@ -5,7 +5,7 @@
 //! every round going through every model in turn (ABC ABC ABC, not AAA BBB CCC), so that drift
 //! in the machine (another job starting, the CPU's clock) hits every model alike. Each
 //! measurement is watched for what the rest of the machine did on the bench's cores; one
-//! disturbed past the threshold is measured again at the end of its step, while the run's
+//! disturbed past the threshold is measured again at the end of the run, while the run's
 //! re-runs last, and kept marked otherwise. Each row and point keeps its median repetition
 //! whole, every repetition's figures, and the spread of each figure.
 
@@ -271,13 +271,13 @@ impl<T: Measurable> Rounds<T> {
 
     /// The median kept repetition, whole, with every repetition's figures, the spread and the
     /// worst interference; `None` when none was measured.
-    fn finish(self) -> Option<T> {
+    fn finish(&self) -> Option<T> {
         let kept: Vec<&(T, Repeat)> = self.taken.iter().filter(|(_, r)| !r.replaced).collect();
         let headline = kept.first()?.0.headline();
         let values: Vec<f64> = kept.iter().map(|(_, r)| r.figures.get(headline).copied().unwrap_or(f64::NAN)).collect();
         let mut chosen = kept[median_index(&values)].0.clone();
         let interference = Interference::worst(kept.iter().filter_map(|(_, r)| r.interference.as_ref()));
-        let mut repeats: Vec<Repeat> = self.taken.into_iter().map(|(_, r)| r).collect();
+        let mut repeats: Vec<Repeat> = self.taken.iter().map(|(_, r)| r.clone()).collect();
         repeats.sort_by_key(|r| r.round);
         let spread = spreads_of(&repeats);
         chosen.keep(repeats, spread, interference);
@@ -346,7 +346,7 @@ impl Taken {
     }
 
     /// Into the server's results.
-    fn finish(self, into: &mut ModelResult) {
+    fn finish(&self, into: &mut ModelResult) {
         match self {
             Taken::Row(r) => into.rows.extend(r.finish()),
             Taken::Point(r) => into.http.extend(r.finish()),
@@ -483,7 +483,9 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     if let Some(e) = &nginx_result.error {
         progress.say(&format!("nginx: {e}"));
     }
-    'steps: for &step in &steps {
+    // Every step's repetitions, kept to the end of the run: the re-runs come last.
+    let mut measured: Vec<StepTaken> = Vec::new();
+    for &step in &steps {
         let label = step.label(&cfg.profile);
         let mut taken: Vec<(Who, Taken)> =
             who.iter().filter(|w| w.measures(step)).map(|&w| (w, Taken::new(step))).collect();
@@ -512,11 +514,28 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
                 }
             }
         }
-        // Disturbed repetitions, measured again while the run's re-runs last, at the end of the
-        // step: a passing disturbance has had the other models' turns to pass.
-        for (w, t) in &mut taken {
+        measured.push(StepTaken { step, taken, failed });
+        if harness.interrupted() {
+            let what = format!("interrupted during the {}", step.name());
+            for w in &who {
+                interrupted_first(&mut result_of(&mut results, &mut nginx_result, *w).error, what.clone());
+            }
+            break;
+        }
+        let (so_far, nginx_so_far) = assemble(&results, &nginx_result, &measured);
+        save(&cfg.out_dir, &as_written(&so_far, &nginx_so_far))?;
+    }
+    // Disturbed repetitions, measured again while the run's re-runs last, at the end of the run:
+    // a passing disturbance (another job's build, a cron job) has had the rest of the run to pass,
+    // where a re-run at once would most often meet it again.
+    'reruns: for st in &mut measured {
+        let label = st.step.label(&cfg.profile);
+        for (w, t) in &mut st.taken {
             for i in t.disturbed() {
-                if harness.interrupted() || reruns.made >= reruns.budget || failed.contains(w) {
+                if harness.interrupted() || reruns.made >= reruns.budget {
+                    break 'reruns;
+                }
+                if st.failed.contains(w) {
                     break;
                 }
                 reruns.made += 1;
@@ -533,7 +552,7 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
                     t.round_of(i),
                     w.name()
                 ));
-                match measure(&harness, *w, step) {
+                match measure(&harness, *w, st.step) {
                     Ok(m) => {
                         let round = t.round_of(i);
                         t.take(round, m, Some(i), cfg.server_cpus.len());
@@ -544,19 +563,22 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
                 }
             }
         }
-        for (w, t) in taken {
-            t.finish(result_of(&mut results, &mut nginx_result, w));
-        }
-        results.reruns = Some(reruns);
-        if harness.interrupted() {
-            let what = format!("interrupted during the {}", step.name());
-            for w in &who {
-                interrupted_first(&mut result_of(&mut results, &mut nginx_result, *w).error, what.clone());
-            }
-            break 'steps;
-        }
-        save(&cfg.out_dir, &as_written(&results, &nginx_result))?;
     }
+    if harness.interrupted()
+        && results
+            .models
+            .iter()
+            .chain([&nginx_result])
+            .all(|m| m.error.as_deref().is_none_or(|e| !e.starts_with("interrupted")))
+    {
+        for w in &who {
+            interrupted_first(
+                &mut result_of(&mut results, &mut nginx_result, *w).error,
+                "interrupted during the re-runs".into(),
+            );
+        }
+    }
+    let (mut results, nginx_result) = assemble(&results, &nginx_result, &measured);
     results.reruns = Some(reruns);
     results.interrupted = harness.interrupted();
     results.in_progress = false;
@@ -582,6 +604,25 @@ fn as_written(results: &Results, nginx: &ModelResult) -> Results {
     out.models.retain(measured);
     out.nginx = measured(nginx).then(|| nginx.clone());
     out
+}
+
+/// One step's repetitions of every server, and the servers that failed it.
+struct StepTaken {
+    step: Step,
+    taken: Vec<(Who, Taken)>,
+    failed: Vec<Who>,
+}
+
+/// The results so far: each server's errors (in `results` and `nginx`) with the median
+/// repetition of every step measured, in step order.
+fn assemble(results: &Results, nginx: &ModelResult, measured: &[StepTaken]) -> (Results, ModelResult) {
+    let (mut results, mut nginx) = (results.clone(), nginx.clone());
+    for st in measured {
+        for (w, t) in &st.taken {
+            t.finish(result_of(&mut results, &mut nginx, *w));
+        }
+    }
+    (results, nginx)
 }
 
 /// The results a server's measurements go into.

@@ -103,7 +103,7 @@ mod tests {
         let line = parse_error(&["serve", "--proto", "htp"]);
         assert!(line.ends_with("[possible values: echo, http, udp]; tip: a similar value exists: 'http'"), "{line}");
         let line = parse_error(&["bench", "--profile", "huge"]);
-        assert!(line.ends_with("[possible values: tiny, default, full]"), "{line}");
+        assert!(line.ends_with("[possible values: tiny, quick, default, full]"), "{line}");
         let line = parse_error(&["serve", "--listener", "shared"]);
         assert!(line.contains("[possible values: reuseport, exclusive]"), "{line}");
     }
