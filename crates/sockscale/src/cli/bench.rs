@@ -17,8 +17,8 @@ use crate::units::parse_size;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// default (three rounds of every model and nginx: about 7 minutes on 2 cores, measured 6 min
-    /// 47 s and 7 min 5 s), quick (one round, a first look without spread), full (the seed's
+    /// default (three rounds of every model and nginx: about 7 minutes on 2 cores, measured 7 min
+    /// 2 s and 6 min 52 s), quick (one round, a first look without spread), full (the seed's
     /// scale) or tiny (for tests)
     #[arg(long, default_value = "default", value_parser = ["tiny", "quick", "default", "full"])]
     pub profile: String,
