@@ -1006,18 +1006,6 @@ fn latency_was_timed(p50_us: f64, p99_us: f64) -> bool {
     p50_us > 0.0 || p99_us > 0.0
 }
 
-impl Repeated for Row {
-    fn repeats(&self) -> &[Repeat] {
-        &self.repeats
-    }
-    fn spreads(&self) -> &Spreads {
-        &self.spread
-    }
-    fn own_figure(&self, name: &str) -> Option<f64> {
-        self.figures().get(name).copied()
-    }
-}
-
 impl HttpPoint {
     /// Responses per second of server CPU; `None` when the server's CPU was not measured.
     pub fn per_cpu_second(&self) -> Option<f64> {
@@ -1053,18 +1041,6 @@ impl HttpPoint {
     }
 }
 
-impl Repeated for HttpPoint {
-    fn repeats(&self) -> &[Repeat] {
-        &self.repeats
-    }
-    fn spreads(&self) -> &Spreads {
-        &self.spread
-    }
-    fn own_figure(&self, name: &str) -> Option<f64> {
-        self.figures().get(name).copied()
-    }
-}
-
 impl UdpPoint {
     pub fn figures(&self) -> Figures {
         let mut f = Figures::new();
@@ -1075,17 +1051,25 @@ impl UdpPoint {
     }
 }
 
-impl Repeated for UdpPoint {
-    fn repeats(&self) -> &[Repeat] {
-        &self.repeats
-    }
-    fn spreads(&self) -> &Spreads {
-        &self.spread
-    }
-    fn own_figure(&self, name: &str) -> Option<f64> {
-        self.figures().get(name).copied()
-    }
+/// Rows and points keep their repetitions in the same three fields and name their own figures
+/// with `figures()`.
+macro_rules! repeated {
+    ($($t:ty),*) => {$(
+        impl Repeated for $t {
+            fn repeats(&self) -> &[Repeat] {
+                &self.repeats
+            }
+            fn spreads(&self) -> &Spreads {
+                &self.spread
+            }
+            fn own_figure(&self, name: &str) -> Option<f64> {
+                self.figures().get(name).copied()
+            }
+        }
+    )*};
 }
+
+repeated!(Row, HttpPoint, UdpPoint);
 
 #[cfg(test)]
 mod tests {
