@@ -40,22 +40,6 @@ pub fn partial_note(results: &Results) -> Option<String> {
     Some(note)
 }
 
-/// All tables, as the report and README show them: a partial run's note first (it qualifies
-/// everything under it), then the verdict, then the tables ([`tables_body_markdown`]).
-pub fn tables_markdown(results: &Results) -> String {
-    let mut s = String::new();
-    if let Some(note) = partial_note(results) {
-        let _ = write!(s, "## Partial results\n\n{note}\n\n");
-    }
-    let verdict = crate::verdict::markdown(results);
-    if !verdict.trim().is_empty() {
-        s.push_str(verdict.trim_end());
-        s.push_str("\n\n");
-    }
-    s.push_str(&tables_body_markdown(results));
-    s
-}
-
 /// One line of what was run: profile, rounds, when, on what machine.
 pub fn run_line(results: &Results) -> String {
     let m = &results.machine;
@@ -922,14 +906,14 @@ mod tests {
         assert!(seed_lines[..5].iter().all(|l| cells(l) == cells(seed_lines[0])), "{seed}");
         // Every seed cell short enough not to wrap: the longest is the seed's model name.
         assert!(seed_lines[2..5].iter().flat_map(|l| l.split('|')).all(|c| c.trim().chars().count() <= 28), "{seed}");
-        let all = tables_markdown(&r);
+        let all = crate::verdict::table_md(&r);
         let ours = all.find("## I/O models (Table 6-3)").expect("our table");
         let theirs = all.find(&format!("## {SEED_HEADING}")).expect("the seed's table");
         let http = all.find("## HTTP 4 KiB").expect("the HTTP section");
         assert!(ours < theirs && theirs < http, "the seed's table right after ours: {all}");
         let epoll = epoll_with(&row, "");
         assert!(epoll.seed_markdown().is_none());
-        assert!(!tables_markdown(&epoll).contains(SEED_HEADING));
+        assert!(!tables_body_markdown(&epoll).contains(SEED_HEADING));
     }
 
     /// A row's refusals are retries of a few connections, and the table says how many.
@@ -1172,7 +1156,7 @@ mod tests {
         );
         // 2,000 responses/s on 98% of a core: 2,041 per CPU-second.
         assert!(https.contains("| epoll | new connection per request, full handshake | 98% (2,041) |"), "{https}");
-        let all = tables_markdown(&r);
+        let all = crate::verdict::table_md(&r);
         let (plain, tls) = all.split_once("## HTTPS 4 KiB responses by concurrency").expect("an HTTPS section");
         assert!(plain.contains("## HTTP 4 KiB responses by concurrency") && plain.contains("| epoll | yes | 50,000 |"));
         assert!(
@@ -1202,7 +1186,7 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/results-2026-11-22-before-slab.json");
         let r = Results::load(path).expect("results from before HTTPS load");
         assert!(r.all_results().flat_map(|m| &m.http).all(|p| !p.tls && p.tls_resume.is_none()));
-        let all = tables_markdown(&r);
+        let all = crate::verdict::table_md(&r);
         assert!(all.contains("## HTTPS 4 KiB responses by concurrency\n\nNo HTTPS point was measured."), "{all}");
         assert!(r.http_markdown().contains("| epoll | yes |"), "the HTTP rows stand");
     }
@@ -1437,25 +1421,13 @@ mod tests {
         assert!(h2.contains("| epoll | h2c, 16 streams | 91,000 |"), "{h2}");
         assert!(h2.contains("| epoll | h2 (TLS), 16 streams | 83,000 |"), "{h2}");
         assert!(!h2.contains("50,000") && !h2.contains("40,000"), "{h2}");
-        let all = tables_markdown(&r);
+        let all = crate::verdict::table_md(&r);
         let (_, rest) = all.split_once("## HTTPS 4 KiB responses by concurrency").expect("HTTPS");
         let (https_section, h2_section) = rest.split_once("## HTTP/2 4 KiB responses by concurrency").expect("HTTP/2");
         assert!(!https_section.contains("h2c"), "{https_section}");
         assert!(h2_section.contains("| epoll | h2c, 16 streams | 91,000 |"), "{h2_section}");
         let csv = r.http_csv();
         assert!(csv.lines().filter(|l| l.contains(",true,16,")).count() == 2, "the h2 points say so: {csv}");
-    }
-
-    /// table.md opens with the verdict (after a partial run's note), then the tables.
-    #[test]
-    fn table_md_starts_with_the_verdict() {
-        let mut r = epoll_with(&format!(r#"{{{ROW},"kernel_tcp_kib":0}}"#), "");
-        let all = tables_markdown(&r);
-        let verdict = crate::verdict::markdown(&r);
-        assert!(all.starts_with(verdict.trim_end()), "{all}");
-        assert!(all.contains("Profile `tiny`, 1 round"), "{all}");
-        r.interrupted = true;
-        assert!(tables_markdown(&r).starts_with("## Partial results\n\n"), "a partial run says so first");
     }
 
     /// A row's cells with repetitions: held, memory and throughput with their ranges, the

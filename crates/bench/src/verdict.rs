@@ -1364,6 +1364,22 @@ pub fn glance(v: &Verdict) -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// table.md: the verdict over all the tables (here, not in `tables`, which the verdict reads): a partial run's note first (it qualifies
+/// everything under it), then the verdict, then the tables ([`crate::tables::tables_body_markdown`]).
+pub fn table_md(results: &Results) -> String {
+    let mut s = String::new();
+    if let Some(note) = crate::tables::partial_note(results) {
+        let _ = write!(s, "## Partial results\n\n{note}\n\n");
+    }
+    let verdict = markdown(results);
+    if !verdict.trim().is_empty() {
+        s.push_str(verdict.trim_end());
+        s.push_str("\n\n");
+    }
+    s.push_str(&crate::tables::tables_body_markdown(results));
+    s
+}
+
 /// The verdict as Markdown: the top of table.md.
 pub fn markdown(results: &Results) -> String {
     let v = verdict(results);
@@ -1946,6 +1962,15 @@ mod tests {
         }
         assert!(text.contains("At a glance"), "{text}");
         assert!(text.contains("3 runs of each row and point"), "{text}");
+    }
+
+    /// table.md opens with the verdict (after a partial run's note), then the tables.
+    #[test]
+    fn table_md_starts_with_the_verdict() {
+        let mut r = results(Vec::new());
+        assert!(table_md(&r).starts_with(markdown(&r).trim_end()), "{}", table_md(&r));
+        r.interrupted = true;
+        assert!(table_md(&r).starts_with("## Partial results\n\n"), "a partial run says so first");
     }
 
     #[test]

@@ -185,7 +185,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let files = sockscale_bench::run::render_report(&results, &out_dir)
         .with_context(|| format!("cannot draw the report in {}", out_dir.display()))?;
     if args.print_tables {
-        say!("{}", sockscale_bench::tables::tables_markdown(&results));
+        say!("{}", sockscale_bench::verdict::table_md(&results));
     }
     say!("{}", sockscale_bench::verdict::text(&results).trim_end());
     say!("");
