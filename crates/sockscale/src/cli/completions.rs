@@ -32,7 +32,9 @@ pub(super) fn write_stdout(bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
+        }
         _ => Ok(()),
     }
 }

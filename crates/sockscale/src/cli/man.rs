@@ -26,8 +26,7 @@ pub fn run(args: &ManArgs) -> Result<()> {
     let cmd = Cli::command();
     match &args.out {
         None => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(cmd).render(&mut page).context("cannot render the manual page")?;
+            let page = render(cmd).context("cannot render the manual page")?;
             super::completions::write_stdout(&page)
         }
         Some(dir) => {
@@ -45,11 +44,20 @@ pub fn run(args: &ManArgs) -> Result<()> {
 
 /// The page of `cmd` and of each of its visible subcommands, their file names in `pages`.
 fn write_pages(cmd: &clap::Command, dir: &Path, pages: &mut Vec<String>) -> std::io::Result<()> {
-    let page = clap_mangen::Man::new(cmd.clone());
-    pages.push(page.get_filename());
-    page.generate_to(dir)?;
+    let name = clap_mangen::Man::new(cmd.clone()).get_filename();
+    std::fs::write(dir.join(&name), render(cmd.clone())?)?;
+    pages.push(name);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         write_pages(sub, dir, pages)?;
     }
     Ok(())
+}
+
+/// The page of `cmd`, its after-help text (errors, exit statuses, examples) under NOTES, the
+/// man-pages(7) heading for it, where clap_mangen names it EXTRA.
+fn render(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd).render(&mut page)?;
+    let text = String::from_utf8_lossy(&page).replace("\n.SH EXTRA\n", "\n.SH NOTES\n");
+    Ok(text.into_bytes())
 }
