@@ -243,8 +243,8 @@ fn a_runs_files_are_all_readable_alike() {
     for name in ["results.json", "rows.csv", "http.csv", "table.md", "report.html", "throughput.png"] {
         assert!(files.iter().any(|(n, _)| n == name), "no {name}: {files:?}");
     }
-    let odd: Vec<_> = files.iter().filter(|(_, mode)| *mode != 0o644).collect();
-    assert!(odd.is_empty(), "files not 0644 under umask 022: {odd:?} (all: {files:?})");
+    let odd: Vec<String> = files.iter().filter(|(_, mode)| *mode != 0o644).map(|(n, m)| format!("{n} {m:o}")).collect();
+    assert!(odd.is_empty(), "files not 0644 under umask 022: {odd:?}");
 
     let server = ServerProc::start("epoll", &["--proto", "echo"]);
     let load = dir.join("load");
