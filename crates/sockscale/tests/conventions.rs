@@ -83,6 +83,7 @@ fn the_man_pages_render() {
     for part in ["NAME", "SYNOPSIS", "sockscale-serve(1)", "sockscale-load(1)", "sockscale-bench(1)"] {
         assert!(top.contains(part), "the top page has no {part}:\n{top}");
     }
+    assert!(!top.contains("sockscale-help(1)"), "a page named that is never written:\n{top}");
     let dir = temp_dir("man");
     let said = stdout_of(&["man", "--out", dir.to_str().unwrap()]);
     let mut pages: Vec<String> =

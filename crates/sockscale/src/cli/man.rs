@@ -23,7 +23,8 @@ pub struct ManArgs {
 }
 
 pub fn run(args: &ManArgs) -> Result<()> {
-    let cmd = Cli::command();
+    // No page for clap's `help` subcommand, and none named in the top page's list.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
     match &args.out {
         None => {
             let page = render(cmd).context("cannot render the manual page")?;
@@ -31,7 +32,6 @@ pub fn run(args: &ManArgs) -> Result<()> {
         }
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create --out {}", dir.display()))?;
-            let mut cmd = cmd.disable_help_subcommand(true);
             // Built, every subcommand knows its full name (sockscale-load-http) for its page.
             cmd.build();
             let mut pages = Vec::new();
