@@ -677,9 +677,14 @@ pub fn save(dir: &Path, results: &Results) -> std::io::Result<()> {
 }
 
 /// Write `path` whole or not at all: a temporary file in the same directory, renamed over it.
+///
+/// The file is readable as any file the user creates (0666 less the umask: 0644 with the
+/// usual 022), like the page and charts beside it; a temporary file's own 0600 would make the
+/// results the one file of a run another user cannot read.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    let mut file = tempfile::Builder::new().permissions(std::fs::Permissions::from_mode(0o666)).tempfile_in(dir)?;
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;

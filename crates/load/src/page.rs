@@ -325,6 +325,17 @@ pub const CHECK_SCRIPT: &str = r#"
 })();
 "#;
 
+/// A Unix time as people read a date: `2026-11-26 13:54:47 UTC` (the report keeps the exact
+/// seconds).
+fn utc(unix_s: f64) -> String {
+    let at = std::time::Duration::try_from_secs_f64(unix_s).ok().and_then(|d| std::time::UNIX_EPOCH.checked_add(d));
+    match at {
+        // RFC 3339's `2026-11-26T13:54:47Z`, with a space and the zone's name.
+        Some(at) => humantime::format_rfc3339_seconds(at).to_string().replacen('T', " ", 1).replace('Z', " UTC"),
+        None => format!("Unix time {unix_s:.3}"),
+    }
+}
+
 /// The page of one run.
 pub fn render(report: &Report) -> String {
     let mut html = String::new();
@@ -335,10 +346,10 @@ pub fn render(report: &Report) -> String {
         escape(&title),
         escape(&title)
     );
-    let started = report.window.as_ref().map(|w| w.started_unix_s).unwrap_or_default();
+    let started = report.window.as_ref().map(|w| format!(" from {}", utc(w.started_unix_s))).unwrap_or_default();
     let _ = write!(
         html,
-        r#"<p class="note">{:.2} s measured from Unix time {started:.3}, {} process(es), {} thread(s) on {} ({} CPU(s) allowed)</p>"#,
+        r#"<p class="note">{:.2} s measured{started}, {} process(es), {} thread(s) on {} ({} CPU(s) allowed)</p>"#,
         report.duration_s,
         report.procs,
         report.threads,
@@ -520,5 +531,19 @@ mod tests {
         assert!(page.contains("&lt;x&gt;") && !page.contains("<x>"));
         assert!(page.contains("nothing measured"));
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
+    }
+
+    #[test]
+    fn the_header_shows_the_start_as_a_date() {
+        let window = crate::report::Window {
+            start_at_unix_s: None,
+            started_unix_s: 1_795_701_287.925,
+            ended_unix_s: 1_795_701_297.0,
+        };
+        let report = Report { mode: "echo".into(), window: Some(window), ..Report::default() };
+        let page = render(&report);
+        assert!(page.contains(" measured from 2026-11-26 13:54:47 UTC, "), "{}", &page[..page.len().min(4000)]);
+        assert!(!page.contains("Unix time"));
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
     }
 }

@@ -471,57 +471,86 @@ impl Snapshot {
     }
 }
 
-/// One line of `key=value` pairs, for periodic and final reports.
+impl Snapshot {
+    /// Every counter as `(name, value)`, in the order of the `key=value` lines.
+    pub fn fields(&self) -> Vec<(String, i64)> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let mut fields: Vec<(String, i64)> = vec![
+            ("accepted".into(), n(self.accepted)),
+            ("refused".into(), n(self.refused)),
+            ("connections".into(), n(self.connections)),
+        ];
+        fields.extend(CloseReason::ALL.iter().map(|r| (format!("closed_{}", r.name()), n(self.closed(*r)))));
+        fields.extend([
+            ("bytes_in".into(), n(self.bytes_in)),
+            ("bytes_out".into(), n(self.bytes_out)),
+            ("datagrams_in".into(), n(self.datagrams_in)),
+            ("datagrams_out".into(), n(self.datagrams_out)),
+            ("datagrams_dropped".into(), n(self.datagrams_dropped)),
+            ("datagrams_overflowed".into(), n(self.datagrams_overflowed)),
+            ("buffers_in_use".into(), self.buffers_in_use),
+        ]);
+        fields.extend(Limit::ALL.iter().map(|l| (format!("limit_{}", l.name()), n(self.limit(*l)))));
+        let mean_us = self.tls_handshake_micros.checked_div(self.tls_handshakes).unwrap_or(0);
+        fields.extend([
+            ("storm_pauses".into(), n(self.storm_pauses)),
+            ("storm_resumes".into(), n(self.storm_resumes)),
+            ("storm_shed".into(), n(self.storm_shed)),
+            ("waiting".into(), n(self.waiting)),
+            ("active_rotations".into(), n(self.active_rotations)),
+            ("tls_handshakes".into(), n(self.tls_handshakes)),
+            ("tls_resumed".into(), n(self.tls_resumed)),
+            ("tls_handshake_mean_us".into(), n(mean_us)),
+        ]);
+        fields.extend(
+            FailureReason::ALL.iter().map(|r| (format!("tls_failed_{}", r.name()), n(self.tls_failed[*r as usize]))),
+        );
+        fields.push(("tls_file_bytes".into(), n(self.tls_file_bytes)));
+        let h2 = &self.h2;
+        fields.extend([
+            ("h2_connections".into(), n(h2.connections)),
+            ("h2_streams".into(), n(h2.streams)),
+            ("h2_requests".into(), n(h2.requests)),
+            ("h2_resets_received".into(), n(h2.resets_received)),
+            ("h2_resets_sent".into(), n(h2.resets_sent)),
+            ("h2_malformed".into(), n(h2.malformed)),
+            ("h2_protocol_errors".into(), n(h2.protocol_errors)),
+            ("h2_goaways".into(), n(h2.goaways)),
+        ]);
+        fields.extend(H2Limit::ALL.iter().map(|l| (format!("h2_limit_{}", l.name()), n(h2.limits[*l as usize]))));
+        fields
+    }
+
+    /// The line a person reads every few seconds: accepted, refused and connections always,
+    /// then only the counters that are not 0 (of a hundred, a run moves a handful). The
+    /// `Display` form (`serve --stats-all`, and the `final` line scripts read) has every one.
+    pub fn nonzero(&self) -> NonZero<'_> {
+        NonZero(self)
+    }
+}
+
+/// How many of [`Snapshot::fields`] lead every line, 0 or not.
+const ALWAYS_SHOWN: usize = 3;
+
+/// [`Snapshot::nonzero`]'s line.
+pub struct NonZero<'a>(&'a Snapshot);
+
+impl fmt::Display for NonZero<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields = self.0.fields();
+        let shown = fields.iter().enumerate().filter(|(i, (_, v))| *i < ALWAYS_SHOWN || *v != 0);
+        for (k, (_, (name, value))) in shown.enumerate() {
+            write!(f, "{}{name}={value}", if k == 0 { "" } else { " " })?;
+        }
+        Ok(())
+    }
+}
+
+/// One line of every counter as `key=value` pairs, for the final report and `--stats-all`.
 impl fmt::Display for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "accepted={} refused={} connections={}", self.accepted, self.refused, self.connections)?;
-        for reason in CloseReason::ALL {
-            write!(f, " closed_{}={}", reason.name(), self.closed(reason))?;
-        }
-        write!(
-            f,
-            " bytes_in={} bytes_out={} datagrams_in={} datagrams_out={} datagrams_dropped={} datagrams_overflowed={} buffers_in_use={}",
-            self.bytes_in,
-            self.bytes_out,
-            self.datagrams_in,
-            self.datagrams_out,
-            self.datagrams_dropped,
-            self.datagrams_overflowed,
-            self.buffers_in_use
-        )?;
-        for limit in Limit::ALL {
-            write!(f, " limit_{}={}", limit.name(), self.limit(limit))?;
-        }
-        write!(
-            f,
-            " storm_pauses={} storm_resumes={} storm_shed={} waiting={} active_rotations={}",
-            self.storm_pauses, self.storm_resumes, self.storm_shed, self.waiting, self.active_rotations
-        )?;
-        let mean_us = self.tls_handshake_micros.checked_div(self.tls_handshakes).unwrap_or(0);
-        write!(
-            f,
-            " tls_handshakes={} tls_resumed={} tls_handshake_mean_us={}",
-            self.tls_handshakes, self.tls_resumed, mean_us
-        )?;
-        for reason in FailureReason::ALL {
-            write!(f, " tls_failed_{}={}", reason.name(), self.tls_failed[reason as usize])?;
-        }
-        write!(f, " tls_file_bytes={}", self.tls_file_bytes)?;
-        let h2 = &self.h2;
-        write!(
-            f,
-            " h2_connections={} h2_streams={} h2_requests={} h2_resets_received={} h2_resets_sent={} h2_malformed={} h2_protocol_errors={} h2_goaways={}",
-            h2.connections,
-            h2.streams,
-            h2.requests,
-            h2.resets_received,
-            h2.resets_sent,
-            h2.malformed,
-            h2.protocol_errors,
-            h2.goaways
-        )?;
-        for limit in H2Limit::ALL {
-            write!(f, " h2_limit_{}={}", limit.name(), h2.limits[limit as usize])?;
+        for (k, (name, value)) in self.fields().iter().enumerate() {
+            write!(f, "{}{name}={value}", if k == 0 { "" } else { " " })?;
         }
         Ok(())
     }
@@ -553,5 +582,17 @@ mod tests {
         assert_eq!(s.limit(Limit::Threads), 2);
         assert!(s.to_string().contains(" limit_threads=2 "), "{s}");
         assert!(s.prometheus().contains("sockscale_limit_hits_total{limit=\"threads\"} 2\n"));
+    }
+
+    #[test]
+    fn the_nonzero_line_keeps_the_head_and_what_moved() {
+        let stats = Stats::new(1);
+        stats.shard(0).bytes_in(10);
+        stats.shard(0).closed(CloseReason::Peer);
+        let s = stats.snapshot();
+        assert_eq!(s.nonzero().to_string(), "accepted=0 refused=0 connections=0 closed_peer=1 bytes_in=10");
+        let all = s.to_string();
+        assert_eq!(all.split(' ').count(), s.fields().len());
+        assert!(all.contains(" limit_threads=0 ") && all.contains(" closed_peer=1 "), "{all}");
     }
 }

@@ -38,17 +38,36 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::bench::plan(args),
         Command::Models(args) => cli::models::run(args),
         Command::Cert(args) => cli::cert::run(args),
+        Command::Completions(args) => cli::completions::run(args),
+        Command::Man(args) => cli::man::run(args),
     };
+    // A run stopped by SIGINT or SIGTERM (load, bench) has written what it measured; its
+    // status is the signal's (see cli::interrupted), unless it then failed to write.
+    let stopped_by = cli::interrupted::signal();
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => match stopped_by {
+            Some(signal) => interrupted(signal, "what was measured until then is reported above"),
+            None => ExitCode::SUCCESS,
+        },
         Err(e) => {
+            if let (Some(stopped), Some(signal)) = (e.downcast_ref::<cli::interrupted::Stopped>(), stopped_by) {
+                return interrupted(signal, &stopped.0);
+            }
             output::note!("error: {e:#}\n");
-            match e.downcast_ref::<cli::load::RequestsFailed>() {
-                Some(_) => ExitCode::from(cli::load::RequestsFailed::EXIT),
-                None => ExitCode::FAILURE,
+            match (e.downcast_ref::<cli::load::RequestsFailed>(), stopped_by) {
+                (Some(_), Some(signal)) => interrupted(signal, "the errors above were counted before it"),
+                (Some(_), None) => ExitCode::from(cli::load::RequestsFailed::EXIT),
+                (None, _) => ExitCode::FAILURE,
             }
         }
     }
+}
+
+/// The line and the status of a run stopped by `signal` after writing its results.
+fn interrupted(signal: i32, what: &str) -> ExitCode {
+    let status = cli::interrupted::exit_status(signal);
+    output::note!("interrupted by {}: {what} (exit status {status})\n", cli::interrupted::name(signal));
+    ExitCode::from(status)
 }
 
 /// A clap error as one line: the message with everything clap puts on the lines under it (the

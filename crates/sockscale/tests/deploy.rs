@@ -296,3 +296,174 @@ fn the_job_runs_as_three_machines_in_namespaces_and_merges() {
     assert_eq!(done.counter("accepted"), 10 + 3, "{:?}", done.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `cmd`'s output if it ends within `limit` and succeeds.
+fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Option<std::process::Output> {
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().ok()?;
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().ok()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().ok().filter(|o| o.status.success())
+}
+
+/// The Dockerfile's instructions, a continued line (`\`) joined, comments left out: each as
+/// (INSTRUCTION, rest) by stage, a stage starting at its FROM.
+fn dockerfile_stages(text: &str) -> Vec<Vec<(String, String)>> {
+    let mut joined = Vec::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || (line.is_empty() && pending.is_empty()) {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(head) => pending.push_str(head),
+            None => {
+                pending.push_str(line);
+                joined.push(std::mem::take(&mut pending));
+            }
+        }
+    }
+    let mut stages: Vec<Vec<(String, String)>> = Vec::new();
+    for instruction in joined {
+        let (word, rest) = instruction.split_once(' ').unwrap_or((&instruction, ""));
+        let word = word.to_ascii_uppercase();
+        if word == "FROM" {
+            stages.push(Vec::new());
+        }
+        let stage = stages.last_mut().expect("an instruction before the first FROM");
+        stage.push((word, rest.split_whitespace().collect::<Vec<_>>().join(" ")));
+    }
+    stages
+}
+
+/// deploy/Dockerfile builds an image whose binary runs. Where a container engine answers
+/// (`docker info` succeeds) the image is built and its binary asked its version; elsewhere
+/// (no daemon, as on the machines this project is built on, which cannot pull a base image)
+/// each build step is checked against the repository instead, and the test says which.
+#[test]
+fn the_dockerfile_builds_or_its_steps_agree_with_the_repository() {
+    let root = repo_root();
+    let text = std::fs::read_to_string(root.join("deploy/Dockerfile")).expect("deploy/Dockerfile");
+    let stages = dockerfile_stages(&text);
+    let mut checked = Vec::new();
+    let engine = run_bounded(Command::new("docker").arg("info"), std::time::Duration::from_secs(20)).is_some();
+    if engine {
+        let tag = format!("sockscale-test:{}", std::process::id());
+        let build = Command::new("docker")
+            .args(["build", "-f", "deploy/Dockerfile", "-t", &tag, "."])
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(build.status.success(), "docker build: {}", String::from_utf8_lossy(&build.stderr));
+        let run = Command::new("docker").args(["run", "--rm", &tag, "--version"]).output().unwrap();
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+        let ours = Command::new(BIN).arg("--version").output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&ours.stdout), "the image's binary");
+        eprintln!(
+            "built deploy/Dockerfile with docker and ran its binary: {}",
+            String::from_utf8_lossy(&run.stdout).trim()
+        );
+        return;
+    }
+    checked
+        .push("no container engine answers `docker info`: the image was not built; its steps were checked".to_owned());
+
+    assert_eq!(stages.len(), 2, "a build stage and the final one: {stages:?}");
+    let (build, last) = (&stages[0], &stages[1]);
+    let find = |stage: &[(String, String)], word: &str| -> Vec<String> {
+        stage.iter().filter(|(w, _)| w == word).map(|(_, rest)| rest.clone()).collect()
+    };
+
+    // The base image's Rust is at least the workspace's rust-version.
+    let from = &find(build, "FROM")[0];
+    let rust = from.strip_prefix("rust:").and_then(|r| r.split(['-', ' ']).next()).expect("FROM rust:VERSION-…");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let wanted = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("rust-version in Cargo.toml");
+    let version = |v: &str| -> Vec<u32> { v.split('.').map(|n| n.parse().unwrap()).collect() };
+    assert!(version(rust) >= version(&wanted), "the image's Rust {rust} is older than rust-version {wanted}");
+    checked.push(format!("base image rust:{rust} >= the workspace's rust-version {wanted}"));
+
+    // The build context is the repository's root, with what --locked needs and without target/.
+    let workdir = find(build, "WORKDIR").pop().expect("WORKDIR");
+    assert_eq!(find(build, "COPY"), [". ."], "the whole context is copied into {workdir}");
+    for needed in ["Cargo.toml", "Cargo.lock", "crates/sockscale/Cargo.toml"] {
+        assert!(root.join(needed).is_file(), "{needed} is not in the build context");
+    }
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore beside the context");
+    let ignored: Vec<&str> = ignore.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert!(ignored.contains(&"/target"), "target/ (gigabytes of build output) is sent as context: {ignored:?}");
+    for kept in ["Cargo.lock", "/Cargo.lock", "/crates", "crates"] {
+        assert!(!ignored.contains(&kept), ".dockerignore leaves out {kept}, which the build needs");
+    }
+    checked.push(format!(
+        "COPY . . into {workdir}: Cargo.toml, Cargo.lock and the crates are in the context; .dockerignore leaves out /target"
+    ));
+
+    // The build command: the README's and the header comment's, for a package and a target that
+    // exist, and the binary it copies is where cargo puts it.
+    let env = find(build, "ENV").join(" ");
+    assert!(env.contains("-C target-feature=+crt-static"), "a static binary for the empty final stage: {env}");
+    let run = find(build, "RUN").pop().expect("RUN");
+    let (cargo, copy) = run.split_once(" && ").expect("RUN cargo build … && cp …");
+    let words: Vec<&str> = cargo.split_whitespace().collect();
+    assert_eq!(&words[..3], ["cargo", "build", "--release"], "{cargo}");
+    assert!(words.contains(&"--locked"), "the build is reproducible from Cargo.lock: {cargo}");
+    let after = |flag: &str| {
+        words.iter().position(|w| *w == flag).map(|i| words[i + 1]).unwrap_or_else(|| panic!("{flag} in {cargo}"))
+    };
+    let (package, triple) = (after("-p"), after("--target"));
+    let package_manifest =
+        std::fs::read_to_string(root.join("crates").join(package).join("Cargo.toml")).expect("the package's manifest");
+    assert!(package_manifest.contains(&format!("name = \"{package}\"")), "no package {package}");
+    assert!(
+        text.contains(&format!("cargo build --release --locked -p {package} --target {triple}")),
+        "the header's command differs"
+    );
+    checked.push(format!("RUN {cargo}: package {package} exists, --locked"));
+
+    let rustc = |args: &[&str]| -> String {
+        let out = Command::new("rustc").args(args).output().expect("rustc");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(rustc(&["--print", "target-list"]).lines().any(|t| t == triple), "rustc knows no target {triple}");
+    let sysroot = rustc(&["--print", "sysroot"]);
+    let std_here = Path::new(sysroot.trim()).join("lib/rustlib").join(triple).join("lib").is_dir();
+    let host = rustc(&["-vV"]).lines().find_map(|l| l.strip_prefix("host: ").map(str::to_owned)).unwrap_or_default();
+    // The image is amd64; its host is the triple, as here where the test runs on x86_64.
+    assert!(std_here, "rust-std for {triple} is not installed here (rustup target add {triple})");
+    checked.push(format!("--target {triple}: rustc knows it and its rust-std is installed (host {host})"));
+
+    let binary = format!("target/{triple}/release/{package}");
+    let (cp, dest) = copy.strip_prefix("cp ").and_then(|c| c.split_once(' ')).expect("cp FROM TO");
+    assert_eq!(cp, binary, "the binary cargo builds is {binary}");
+    assert!(
+        !Path::new(&root).join(".cargo/config.toml").exists() && !env.contains("CARGO_TARGET_DIR"),
+        "target dir moved"
+    );
+    checked.push(format!("cp {binary} {dest}: the path cargo writes with --target"));
+
+    // The final stage copies that file and runs it.
+    assert_eq!(find(last, "FROM"), ["scratch"]);
+    let copied = find(last, "COPY").pop().expect("COPY --from");
+    assert_eq!(copied, format!("--from=build {dest} {dest}"), "the final stage copies the built binary");
+    assert!(from.ends_with(" AS build") || from.ends_with(" as build"), "the build stage is named build: {from}");
+    let entry = find(last, "ENTRYPOINT").pop().expect("ENTRYPOINT");
+    assert_eq!(entry, format!("[\"{dest}\"]"), "the entry point is the copied binary");
+    checked.push(format!("final stage: scratch, COPY --from=build {dest}, ENTRYPOINT [\"{dest}\"]"));
+    eprintln!("deploy/Dockerfile checked:\n  {}", checked.join("\n  "));
+}

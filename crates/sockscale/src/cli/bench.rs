@@ -16,6 +16,11 @@ use crate::output::say;
 use crate::units::parse_size;
 
 #[derive(Debug, Args)]
+#[command(after_help = "Exit status: 0 when the run ended (a model that failed is recorded in the results and \
+                        on the page, not in the status); 1 when it could not start or its files could not be \
+                        written; 2 when the command line cannot be parsed; 130 when stopped by SIGINT (Ctrl-C), \
+                        143 by SIGTERM: every process it started is stopped, and what was measured until then \
+                        is written (results.json marked interrupted, the tables and the page).")]
 pub struct BenchArgs {
     /// default (three rounds of every model and nginx: about 7 minutes on 2 cores, measured 7 min
     /// 2 s and 6 min 52 s), quick (one round, a first look without spread), full (the seed's
@@ -174,7 +179,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     {
         let (flag, children) = (interrupted.clone(), children.clone());
         std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
-            while signals.wait().is_ok() {
+            while let Ok(signal) = signals.wait() {
+                crate::cli::interrupted::record(signal);
                 flag.store(true, Ordering::SeqCst);
                 children.kill_all();
             }
@@ -193,7 +199,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     say!("results: {}", out_dir.join("results.json").display());
     say!("report:  {}", files.last().map_or_else(String::new, |p| p.display().to_string()));
     if results.interrupted {
-        bail!("interrupted; the rows measured before are in {}", out_dir.display());
+        let kept = format!("the rows measured before are in {}", out_dir.display());
+        return Err(crate::cli::interrupted::Stopped(kept).into());
     }
     Ok(())
 }

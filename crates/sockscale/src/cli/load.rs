@@ -32,7 +32,9 @@ The summary and the --json report count each kind.
 
 Exit status: 0 when the run counted no error; 3 when it counted any (the summary and the report are \
 still written; --allow-errors exits 0 instead); 1 when it ended early because the target took no \
-connection, or when it could not start; 2 when the command line cannot be parsed.";
+connection, or when it could not start; 2 when the command line cannot be parsed; 130 when stopped by \
+SIGINT (Ctrl-C), 143 by SIGTERM, after the summary and the report of what was measured until then are \
+written (marked interrupted).";
 
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
@@ -370,12 +372,16 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         // Ctrl-C ends the run early and still reports what was measured.
         let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
         let flag = stop.clone();
+        // A child of --procs reports to its parent, which exits with the signal's status.
+        let child_of_procs = common.proc_slot.is_some();
         std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
-            if signals.wait().is_ok() {
+            if let Ok(signal) = signals.wait() {
+                if !child_of_procs {
+                    crate::cli::interrupted::record(signal);
+                }
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         })?;
-        let child_of_procs = common.proc_slot.is_some();
         if let Some(at) = common.start_at.filter(|_| !cfg.connect_first) {
             wait_until(at, &stop);
         }

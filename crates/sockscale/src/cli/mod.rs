@@ -2,7 +2,10 @@
 
 pub mod bench;
 pub mod cert;
+pub mod completions;
+pub mod interrupted;
 pub mod load;
+pub mod man;
 pub mod models;
 pub mod procs;
 pub mod serve;
@@ -40,4 +43,8 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// Make a private CA and a certificate it signed (ECDSA P-256), for trying TLS out
     Cert(cert::CertArgs),
+    /// Print the completion script for a shell (bash, zsh, fish, elvish, powershell)
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page, or write one page per command into a directory
+    Man(man::ManArgs),
 }

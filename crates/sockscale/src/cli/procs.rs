@@ -58,10 +58,11 @@ fn spawn(args: &[String], extra: &[String], stdin: Stdio) -> Result<Child> {
 }
 
 /// Forward SIGINT/SIGTERM received by this process to the children as SIGTERM.
-fn forward_signals(pids: Arc<Mutex<Vec<u32>>>, stopping: Arc<AtomicBool>) -> Result<()> {
+fn forward_signals(pids: Arc<Mutex<Vec<u32>>>, stopping: Arc<AtomicBool>, on_signal: fn(i32)) -> Result<()> {
     let signals = TerminationSignals::block().context("cannot block SIGINT/SIGTERM")?;
     std::thread::Builder::new().name("sockscale-signals".into()).spawn(move || {
-        while signals.wait().is_ok() {
+        while let Ok(signal) = signals.wait() {
+            on_signal(signal);
             stopping.store(true, Ordering::SeqCst);
             for &pid in pids.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                 let _ = sys::signal_process(pid, libc::SIGTERM);
@@ -87,7 +88,7 @@ pub fn run_load_children(
     let args = child_args(argv, &["--procs", "--json", "--hdr-log", "--html"]);
     let pids = Arc::new(Mutex::new(Vec::new()));
     let stopping = Arc::new(AtomicBool::new(false));
-    forward_signals(pids.clone(), stopping)?;
+    forward_signals(pids.clone(), stopping, crate::cli::interrupted::record)?;
     let live = Arc::new(Mutex::new(vec![(0u64, 0u64, 0u64); n]));
     // --connect-before-start: each child says when its connections are open (or ends), and
     // all begin together at the parent's word, given once every child has said so.
@@ -272,7 +273,8 @@ pub fn run_serve_children(n: usize, argv: &[String], reservation: sockscale_serv
     }
     let pids = Arc::new(Mutex::new(vec![0u32; n]));
     let stopping = Arc::new(AtomicBool::new(false));
-    forward_signals(pids.clone(), stopping.clone())?;
+    // A signal is how a server is meant to stop: not an interruption.
+    forward_signals(pids.clone(), stopping.clone(), |_| {})?;
     let (tx, rx) = mpsc::channel();
     let start_worker = |k: usize| -> Result<u32> {
         let extra = [&listen[..], &["--proc-slot".to_owned(), format!("{k}/{n}")]].concat();

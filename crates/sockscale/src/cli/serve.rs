@@ -205,6 +205,10 @@ pub struct ServeArgs {
     /// Print the counters every SECS seconds [default: no stats lines]
     #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Observability")]
     pub stats_interval: Option<Duration>,
+    /// Stats lines with every counter (about a hundred) [default: accepted, refused,
+    /// connections, and the counters that are not 0]
+    #[arg(long, requires = "stats_interval", help_heading = "Observability")]
+    pub stats_all: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port, logged at
     /// start-up
     #[arg(long, value_name = "ADDR", help_heading = "Observability")]
@@ -421,10 +425,16 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     if let Some(every) = args.stats_interval {
         let stats = server.stats();
         let shutdown = server.shutdown_handle();
+        let all = args.stats_all;
         std::thread::Builder::new().name("sockscale-stats".into()).spawn(move || {
             while shutdown.is_running() {
                 std::thread::sleep(every);
-                say!("stats {}", stats.snapshot());
+                let snapshot = stats.snapshot();
+                if all {
+                    say!("stats {snapshot}");
+                } else {
+                    say!("stats {}", snapshot.nonzero());
+                }
             }
         })?;
     }
