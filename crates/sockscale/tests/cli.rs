@@ -205,12 +205,13 @@ fn models_lists_every_model_with_what_it_cannot_do() {
 }
 
 #[test]
-fn the_readme_models_table_is_the_codes() {
+fn the_docs_models_table_is_the_codes() {
     let table = succeeds(&["models", "--markdown"]);
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/models.md")).expect("docs/models.md");
     assert!(
-        readme.contains(table.trim_end()),
-        "README.md's models table differs from `sockscale models --markdown`; paste this in:\n{table}"
+        page.contains(table.trim_end()),
+        "docs/models.md's models table differs from `sockscale models --markdown`; paste this in:\n{table}"
     );
 }
 
