@@ -16,7 +16,7 @@ pub struct ModelsArgs {
     /// Print JSON, for machines
     #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
-    /// Print the Markdown table of the README (without the machine-dependent availability)
+    /// Print the Markdown table of docs/models.md (without the machine-dependent availability)
     #[arg(long)]
     pub markdown: bool,
 }
@@ -275,7 +275,7 @@ fn http2_line(models: impl Iterator<Item = Model>) -> String {
     line
 }
 
-/// The README's models table.
+/// The models table of docs/models.md.
 fn markdown() -> String {
     let mut out = vec![
         "| `--model` | seed counterpart | threads | how readiness or completion is delivered | UDP | cannot honour | known limits |"
