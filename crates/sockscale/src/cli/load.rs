@@ -34,15 +34,18 @@ Exit status: 0 when the run counted no error; 3 when it counted any (the summary
 still written; --allow-errors exits 0 instead); 1 when it ended early because the target took no \
 connection, or when it could not start; 2 when the command line cannot be parsed.";
 
+/// `load echo --block`: connections sharing one `-r` budget, as in the seed's client.
+const DEFAULT_BLOCK: usize = 1000;
+
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
-    /// TCP echo: each connection sends messages and checks every byte that comes back
+    /// TCP echo over TCP, TLS (--tls) or a Unix socket: every byte that comes back checked
     #[command(after_help = ERRORS_AND_EXIT)]
     Echo(EchoArgs),
-    /// HTTP/1.1: requests answered by Content-Length or chunked responses, checked
+    /// HTTP/1.1 or HTTP/2 (--http2) over TCP, TLS (https://) or a Unix socket; responses checked
     #[command(after_help = ERRORS_AND_EXIT)]
     Http(HttpArgs),
-    /// UDP echo: datagrams with sequence numbers; reports rate each way and loss
+    /// UDP echo: datagrams with sequence numbers; reports the rate each way and the loss
     #[command(after_help = ERRORS_AND_EXIT)]
     Udp(UdpArgs),
     /// Merge reports of runs made side by side (processes, machines) into one
@@ -73,9 +76,6 @@ pub struct Common {
     /// rate sent fell short of it
     #[arg(short = 'R', long = "rate", value_parser = positive_rate, allow_negative_numbers = true)]
     pub total_rate: Option<f64>,
-    /// Connections per block; each block shares one -r budget
-    #[arg(long, default_value_t = 1000, value_parser = at_least_one, allow_negative_numbers = true)]
-    pub block: usize,
     /// New connections per second [default: as fast as they complete]
     #[arg(long, value_name = "N", value_parser = positive_rate, allow_negative_numbers = true)]
     pub connect_rate: Option<f64>,
@@ -235,6 +235,9 @@ pub struct EchoArgs {
     /// Limit each block's total send rate to this many bytes per second (the seed's -r)
     #[arg(short = 'r', long = "byte-rate", value_parser = positive_size, value_name = "BYTES_PER_SEC")]
     pub byte_rate: Option<usize>,
+    /// Connections per block; each block of connections shares one -r budget
+    #[arg(long, default_value_t = DEFAULT_BLOCK, value_parser = at_least_one, allow_negative_numbers = true)]
+    pub block: usize,
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
@@ -804,7 +807,8 @@ fn base_config(
         duration,
         requests,
         depth: 1,
-        block: common.block,
+        // Blocks matter only to echo's -r, which sets its own.
+        block: DEFAULT_BLOCK,
         connect_rate,
         block_byte_rate: None,
         total_rate,
@@ -834,7 +838,6 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "requests": common.requests,
         "threads": common.threads,
         "rate": common.total_rate,
-        "block": common.block,
         "connect_rate": common.connect_rate,
         "source": common.source.as_ref().map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>()),
         "procs": common.procs,
@@ -893,7 +896,7 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
         &target,
         &a.common,
         serde_json::json!({
-            "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "nodelay": !a.no_nodelay,
+            "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "block": a.block, "nodelay": !a.no_nodelay,
             "tls": a.tls.then(|| a.tls_args.options()),
             "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
         }),
@@ -901,6 +904,7 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
     let mut cfg = base_config(&a.common, Mode::Echo { msg_len: a.length }, addr, target, options)?;
     cfg.depth = a.depth;
     cfg.block_byte_rate = a.byte_rate.map(|r| r as f64);
+    cfg.block = a.block;
     cfg.nodelay = !a.no_nodelay;
     cfg.tls = tls;
     Ok(cfg)
