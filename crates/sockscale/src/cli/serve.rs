@@ -570,6 +570,48 @@ mod tests {
     }
 
     #[test]
+    fn listen_forms_and_short_flags() {
+        let listen = |args: &[&str]| serve(args).map(|cfg| cfg.listen.to_string()).map_err(|e| e.to_string());
+        assert_eq!(listen(&["-l", ":8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["--listen", "8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["-l", "0.0.0.0:8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["-l", "[::]:8080"]), Ok("[::]:8080".into()));
+        assert_eq!(listen(&["-l=unix:/tmp/s.sock"]), Ok("unix:/tmp/s.sock".into()));
+        assert!(listen(&["-l", "localhost:0"]).is_ok_and(|a| a == "127.0.0.1:0" || a == "[::1]:0"));
+        let err = listen(&["-l", "127.0.0.1"]).unwrap_err();
+        assert!(err.contains("'127.0.0.1' has no port") && err.contains("unix:PATH"), "{err}");
+        let cfg = serve(&["-p", "http", "-m", "poll64", "-t", "3", "--metrics", ":0"]).unwrap();
+        assert!(matches!(cfg.service, Service::Http(_)));
+        assert_eq!((cfg.model, cfg.threads), (Model::Poll64, 3));
+        assert_eq!(cfg.metrics, Some("0.0.0.0:0".parse().unwrap()));
+        let err = serve(&["--metrics", "unix:/x"]).unwrap_err().to_string();
+        assert!(!err.contains("or unix:PATH"), "{err}");
+        let err = serve(&["-p", "8080"]).unwrap_err().to_string();
+        assert!(err.contains("--listen :8080"), "{err}");
+    }
+
+    /// `serve -h` is a summary: every flag under a heading, its first paragraph one short
+    /// sentence; `--help` has the whole text of every flag.
+    #[test]
+    fn every_flag_has_a_heading_and_a_short_summary() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        let long = serve.render_long_help().to_string();
+        for arg in serve.get_arguments().filter(|a| !a.is_hide_set() && a.get_id() != "help") {
+            let name = arg.get_long().unwrap_or_default();
+            assert!(arg.get_help_heading().is_some(), "--{name} has no heading");
+            let summary = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(
+                !summary.is_empty() && summary.len() <= 90,
+                "--{name}: summary of {} chars: {summary}",
+                summary.len()
+            );
+            assert!(long.contains(&format!("--{name}")), "--help lacks --{name}");
+        }
+    }
+
+    #[test]
     fn cli_defaults_are_the_library_defaults() {
         let Cli { command: Command::Serve(args) } = Cli::parse_from(["sockscale", "serve"]) else { panic!("serve") };
         let cfg = args.to_config().unwrap();
