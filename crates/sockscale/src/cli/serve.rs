@@ -88,19 +88,19 @@ pub struct ServeArgs {
     /// Connecting needs write permission; 0660 lets the owner and group in
     #[arg(long, value_name = "MODE", value_parser = parse_mode, help_heading = LISTENING)]
     pub unix_mode: Option<u32>,
-    /// Server processes sharing the port (SO_REUSEPORT), as nginx's worker processes
+    /// Server processes sharing the port, as nginx's workers
     ///
-    /// Past the per-process open-files limit; a worker that dies is restarted. With --metrics,
+    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. With --metrics,
     /// worker K serves it on the given port + K (port 0: each worker picks a free port)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = LISTENING)]
     pub procs: u16,
-    /// listen(2) backlog (the kernel caps it at net.core.somaxconn)
+    /// listen(2) backlog, capped by net.core.somaxconn
     #[arg(long, value_name = "N", default_value_t = 4096, help_heading = LISTENING)]
     pub backlog: u32,
-    /// Accepts per listener wake-up (the AcceptEx watermarks' analogue)
+    /// Accepts per listener wake-up (AcceptEx watermarks)
     #[arg(long, value_name = "N", default_value_t = 64, help_heading = LISTENING)]
     pub accept_batch: usize,
-    /// TCP_DEFER_ACCEPT: take a connection only with its first bytes [default: off]
+    /// TCP_DEFER_ACCEPT: accept with the first bytes [default: off]
     ///
     /// The kernel hands a connection to the server only with its first bytes (or after about
     /// SECS, whole seconds), so silent connections hold no server slot (the seeds' AcceptEx
@@ -111,34 +111,36 @@ pub struct ServeArgs {
     /// Protocol to serve (http: HTTP/1.1 and HTTP/2, h2c or h2 over TLS)
     #[arg(short = 'p', long, value_name = "PROTO", default_value = "echo", value_parser = ProtoParser, help_heading = PROTOCOL)]
     pub proto: Proto,
-    /// HTTP/2 beside HTTP/1.1 on the same port; off: HTTP/1.1 only
+    /// HTTP/2 beside HTTP/1.1 (off: HTTP/1.1 only)
     ///
-    /// h2c with prior knowledge (a connection opening with the preface) and h2 over TLS by
+    /// On the same port: h2c with prior knowledge (a connection opening with the preface) and h2 over TLS by
     /// ALPN (`h2` offered first)
     #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = PROTOCOL)]
     pub http2: OnOff,
-    /// HTTP/2: streams open at once per connection; one more is refused
+    /// HTTP/2 streams open at once per connection
     ///
-    /// SETTINGS_MAX_CONCURRENT_STREAMS; the stream past it is refused with REFUSED_STREAM
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
     pub max_streams: u32,
     /// HTTP response body file [default: a generated 4096-byte HTML page]
     #[arg(long, value_name = "FILE", help_heading = PROTOCOL)]
     pub body: Option<PathBuf>,
-    /// How --body FILE is sent: sendfile from the page cache, or from memory
+    /// How --body is sent: sendfile or from memory
     ///
     /// on: always with sendfile, from the page cache (memory flat in the file's size, the
     /// seeds' TransmitFile); off: always from a copy in memory, read once at start in every
     /// process; auto: from the file from --sendfile-min up, from memory below it
     #[arg(long, value_enum, default_value_t = SendfileArg::Auto, hide_possible_values = true, value_name = "auto|on|off", help_heading = PROTOCOL)]
     pub sendfile: SendfileArg,
-    /// --sendfile auto sends bodies of at least this size from the file
+    /// --sendfile auto: from the file from this size up
     #[arg(long, value_name = "BYTES", default_value_t = sockscale_server::AUTO_MIN_FILE_BYTES as usize, value_parser = parse_size, help_heading = PROTOCOL)]
     pub sendfile_min: usize,
     /// Content-Type of the HTTP response
     #[arg(long, value_name = "TYPE", default_value = "text/html; charset=utf-8", help_heading = PROTOCOL)]
     pub content_type: String,
-    /// Largest request head; longer gets 431 (414 if the request line alone is)
+    /// Largest request head; longer gets 431 or 414
+    ///
+    /// 414 when the request line alone is longer
     #[arg(long, value_name = "BYTES", default_value = "8KiB", value_parser = parse_size, help_heading = PROTOCOL)]
     pub max_header_bytes: usize,
     /// Largest request body; longer gets 413
@@ -157,9 +159,10 @@ pub struct ServeArgs {
     /// by all workers with EPOLLEXCLUSIVE
     #[arg(long, value_enum, default_value_t = ListenerArg::Reuseport, hide_possible_values = true, value_name = "reuseport|exclusive", help_heading = IO_MODEL)]
     pub listener: ListenerArg,
-    /// Thread pool: connections waiting per worker before new ones are refused
+    /// Thread pool: waiting connections per worker
     ///
-    /// Beyond it new connections are refused (HTTP gets a 503)
+    /// Connections waiting for a worker, per worker; beyond it new connections are refused
+    /// (HTTP gets a 503)
     #[arg(long, value_name = "N", default_value_t = 128, help_heading = IO_MODEL)]
     pub queue_depth: usize,
     /// Sends in flight per connection (completion models)
@@ -174,45 +177,48 @@ pub struct ServeArgs {
     /// Idle and stale connections alike
     #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
     pub idle_timeout: Duration,
-    /// A request head must be complete this long after its first byte (slowloris guard)
+    /// Time to send a whole request head (slowloris guard)
     ///
-    /// For HTTP/2: the preface, a control frame or a header block
+    /// A request head must be complete this long after its first byte; for HTTP/2: the preface, a control frame or a header block
     #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
     pub header_timeout: Duration,
-    /// Close a connection that sent nothing this long after accept [default: off]
+    /// Close a connection silent this long after accept [default: off]
     ///
     /// The seeds' sweep of accepted connections that never send; counted as closed_first_data
     #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
     pub first_data_timeout: Option<Duration>,
-    /// Disconnect a client over --max-pending-send, or taking none of its output, this long
+    /// Disconnect a client stuck this long: over --max-pending-send, or taking no output
     #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
     pub send_timeout: Duration,
-    /// On SIGINT/SIGTERM, wait this long for in-flight responses; 0: close at once
+    /// On SIGTERM/SIGINT, wait this long for in-flight work
     ///
-    /// Then the rest are closed; 0 closes every connection at once
+    /// On SIGINT/SIGTERM, wait this long for in-flight responses, then close the rest; 0
+    /// closes every connection at once
     #[arg(long, default_value = "5", value_parser = parse_duration_or_zero, value_name = "SECS", help_heading = TIMEOUTS)]
     pub drain_timeout: Duration,
 
-    /// Connections beyond this are accepted and closed at once (HTTP gets a 503)
+    /// More connections are closed at once (HTTP: 503)
     ///
-    /// Counted as refused
+    /// Connections beyond this are accepted and closed at once (HTTP gets a 503), counted as
+    /// refused
     #[arg(long, value_name = "N", default_value_t = 100_000, help_heading = ADMISSION)]
     pub max_conns: usize,
-    /// Stop accepting when this many connections abort within a second [default: off]
+    /// Stop accepting at this many aborts a second [default: off]
     ///
     /// Admission control under an abort storm (seed 004): when this many established
     /// connections are aborted (reset, aborted, timed out) within one second, stop accepting
     /// until fewer than --abort-storm-resume are established
     #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..), help_heading = ADMISSION)]
     pub abort_storm: Option<u32>,
-    /// With --abort-storm: accept again below N connections [default: 3/4 of those at the start]
+    /// With --abort-storm: accept again below N connections
     ///
-    /// The default is three quarters of the number established when the storm began
+    /// [default: three quarters of the number established when the storm began]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = ADMISSION)]
     pub abort_storm_resume: Option<u64>,
-    /// With --abort-storm: also close the newest connections down to the resume threshold
+    /// With --abort-storm: also shed the newest connections
     ///
-    /// As a storm begins (seed 004); counted as storm_shed
+    /// As a storm begins, close the newest connections down to the resume threshold (seed
+    /// 004), counted as storm_shed
     #[arg(long, help_heading = ADMISSION)]
     pub abort_storm_shed: bool,
     /// Serve only N connections at a time, in FIFO order [default: off]
@@ -222,29 +228,29 @@ pub struct ServeArgs {
     /// idles past --active-grace or has had --active-turn
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = ADMISSION)]
     pub active_set: Option<u64>,
-    /// With --active-set: a connection silent this long gives its place up
+    /// With --active-set: silence that gives a place up
     ///
     /// An active connection that has sent nothing this long gives its place to the next
     /// waiting one
     #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = ADMISSION)]
     pub active_grace: Duration,
-    /// With --active-set: a connection's turn while others wait
+    /// With --active-set: a turn while others wait
     ///
     /// An active connection that has held its place this long while others wait queues again
     /// at the back, so no waiting connection starves
     #[arg(long, default_value = "1", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = ADMISSION)]
     pub active_turn: Duration,
 
-    /// Bytes read from one connection before yielding to the others (fairness)
+    /// Bytes read per connection before serving others
     #[arg(long, value_name = "BYTES", default_value = "64KiB", value_parser = parse_size, help_heading = BUFFERS)]
     pub read_budget: usize,
-    /// Output waiting for a client beyond this stops the server reading from it
+    /// Unsent output beyond which a client is not read
     #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_size, help_heading = BUFFERS)]
     pub max_pending_send: usize,
-    /// Size of each receive buffer; a multiple of the page size
+    /// Receive buffer size, a multiple of the page size
     #[arg(long, value_name = "BYTES", default_value = "16KiB", value_parser = parse_size, help_heading = BUFFERS)]
     pub buffer_size: usize,
-    /// Receive buffers in the pool, shared out among workers
+    /// Receive buffers in the pool, shared by the workers
     ///
     /// A buffer is taken only while a socket is readable
     #[arg(long, value_name = "N", default_value_t = 256, help_heading = BUFFERS)]
@@ -277,10 +283,10 @@ pub struct ServeArgs {
     /// With --tls-cert
     #[arg(long, value_name = "FILE", requires = "tls_cert", help_heading = TLS)]
     pub tls_key: Option<PathBuf>,
-    /// TLS sessions remembered for resumption by session ID (0: none)
+    /// Sessions kept for resumption by ID (0: none)
     #[arg(long, value_name = "N", default_value_t = 4096, help_heading = TLS)]
     pub tls_session_cache: usize,
-    /// Resumption tickets (stateless, encrypted with rotating keys)
+    /// Resumption tickets (stateless, rotating keys)
     #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = TLS)]
     pub tls_tickets: OnOff,
     /// TLS handshakes in progress at once; more are refused
