@@ -164,8 +164,8 @@ impl HttpRequest {
     /// HTTP, a default header given twice, a Content-Length that contradicts the body, or a
     /// Connection header that contradicts `--no-keepalive`.
     pub fn validate(&self) -> Result<(), LoadConfigError> {
-        if self.method.is_empty() || !self.method.bytes().all(is_token_byte) {
-            return Err(LoadConfigError::Method { method: self.method.clone() });
+        if let Some(why) = method_problem(&self.method) {
+            return Err(LoadConfigError::Method { method: self.method.escape_debug().to_string(), why });
         }
         if self.path.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
             return Err(LoadConfigError::Path { path: self.path.clone() });
@@ -221,6 +221,23 @@ impl HttpRequest {
         }
         Ok(())
     }
+}
+
+/// Why `method` cannot be a request's method, if it cannot: it is not an RFC 9110 token (a
+/// space, a control character), or it is all digits, which is h2load's `-m N` (streams per
+/// connection, `--pipeline` here) sent as a method.
+pub fn method_problem(method: &str) -> Option<String> {
+    if !method.is_empty() && method.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(format!(
+            "not an HTTP method: did you mean --pipeline {method}? (-m is the method here, as in oha)"
+        ));
+    }
+    if method.is_empty() || !method.bytes().all(is_token_byte) {
+        return Some(
+            "not an HTTP method: give a token such as GET, POST or PURGE (no spaces or control characters)".into(),
+        );
+    }
+    None
 }
 
 /// RFC 9110 `tchar`: what a method or a header name is made of.
@@ -363,8 +380,8 @@ pub enum LoadConfigError {
     Rate { flag: &'static str },
     #[error("{flag} must be longer than 0 s")]
     ZeroDuration { flag: &'static str },
-    #[error("-m '{method}' is not an HTTP method (a token such as GET, POST or PURGE)")]
-    Method { method: String },
+    #[error("-m '{method}' is {why}")]
+    Method { method: String, why: String },
     #[error("the URL path '{path}' holds a space or control character; percent-encode it (%20)")]
     Path { path: String },
     #[error("-H '{header}': {reason}")]
@@ -560,6 +577,14 @@ mod tests {
         let mut method = get(&[]);
         method.method = "GET /x".into();
         assert!(matches!(method.validate(), Err(LoadConfigError::Method { .. })));
+        method.method = "16".into();
+        assert!(method.validate().unwrap_err().to_string().contains("did you mean --pipeline 16?"));
+        for ok in ["GET", "PURGE", "M-SEARCH", "GET2"] {
+            assert_eq!(method_problem(ok), None, "{ok}");
+        }
+        for bad in ["", "G T", "GET\r\n", "\u{7f}", "GÉT"] {
+            assert!(method_problem(bad).is_some_and(|why| why.contains("token")), "{bad:?}");
+        }
         let mut path = get(&[]);
         path.path = "/a b".into();
         assert!(matches!(path.validate(), Err(LoadConfigError::Path { .. })));

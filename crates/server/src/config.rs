@@ -120,12 +120,90 @@ impl FromStr for ListenAddr {
         if text.starts_with("unixgram:") {
             return Err(ListenAddrError(format!("'{text}': {UNIXGRAM_REFUSED}")));
         }
-        text.parse().map(ListenAddr::Inet).map_err(|_| {
-            ListenAddrError(format!(
-                "'{text}' is not an address to listen on: give IP:PORT (127.0.0.1:8080, [::1]:8080) or unix:PATH"
-            ))
-        })
+        ListenAddr::parse_inet(text).map(ListenAddr::Inet)
     }
+}
+
+/// The forms `--listen` takes, for the one line a mistake gets.
+const LISTEN_FORMS: &str = "give PORT or :PORT (every IPv4 address), IP:PORT (127.0.0.1:8080, \
+     0.0.0.0:8080), [IPv6]:PORT ([::]:8080, [::1]:8080), HOST:PORT (localhost:0) or unix:PATH; \
+     port 0 picks a free port";
+
+impl ListenAddr {
+    /// An IP address and port to listen on, in the forms servers take: `8080` and `:8080`
+    /// (every IPv4 address, 0.0.0.0, as nginx's `listen 8080`), `IP:PORT`, `[IPv6]:PORT`
+    /// (`[::]` is every IPv6 address, and every IPv4 one too unless the
+    /// `net.ipv6.bindv6only` sysctl says otherwise), or `HOST:PORT`, resolved now, its first
+    /// IPv4 address taken if it has one (`localhost:0`).
+    pub fn parse_inet(text: &str) -> Result<SocketAddr, ListenAddrError> {
+        let refuse = |why: String| ListenAddrError(format!("'{text}' {why}: {LISTEN_FORMS}"));
+        let port_of = |port: &str| {
+            port.parse::<u16>()
+                .map_err(|_| refuse(format!("has no port number ('{port}' is not a number from 0 to 65535)")))
+        };
+        if text.is_empty() {
+            return Err(refuse("is empty".into()));
+        }
+        let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if all_digits(text) {
+            return Ok(SocketAddr::from(([0, 0, 0, 0], port_of(text)?)));
+        }
+        if text.parse::<std::net::Ipv6Addr>().is_ok() {
+            return Err(refuse("is an IPv6 address without brackets or port".into()));
+        }
+        if let Some(port) = text.strip_prefix(':') {
+            return Ok(SocketAddr::from(([0, 0, 0, 0], port_of(port)?)));
+        }
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            return Ok(addr);
+        }
+        if let Some(rest) = text.strip_prefix('[') {
+            let Some((ip, after)) = rest.split_once(']') else {
+                return Err(refuse("has no closing ']'".into()));
+            };
+            if ip.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(refuse(format!("holds '{ip}', not an IPv6 address")));
+            }
+            return match after.strip_prefix(':') {
+                Some(port) => Err(refuse(format!("has no port number ('{port}' is not a number from 0 to 65535)"))),
+                None => Err(refuse("has no port".into())),
+            };
+        }
+        if text.parse::<std::net::Ipv4Addr>().is_ok() {
+            return Err(refuse("has no port".into()));
+        }
+        let Some((host, port)) = text.rsplit_once(':') else {
+            return Err(refuse("has no port".into()));
+        };
+        if host.contains(':') {
+            return Err(refuse("is not HOST:PORT (an IPv6 address goes in brackets)".into()));
+        }
+        let port = port_of(port)?;
+        let addrs = resolve_host(host, port).map_err(ListenAddrError)?;
+        Ok(addrs.iter().find(|a| a.is_ipv4()).unwrap_or(&addrs[0]).to_owned())
+    }
+}
+
+/// The addresses of `host` (a name or an IP address) at `port`, at least one; the error is one
+/// line naming the host and saying why, as `cannot resolve host 'x': Name or service not known`.
+pub fn resolve_host(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
+    if host.is_empty() || host.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+        return Err(format!("'{host}' is not a host name"));
+    }
+    let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => {
+            // The resolver's own words, without std's prefix that says nothing more.
+            let text = e.to_string();
+            let why = text.strip_prefix("failed to lookup address information: ").unwrap_or(&text);
+            return Err(format!("cannot resolve host '{host}': {why}"));
+        }
+    };
+    if addrs.is_empty() {
+        return Err(format!("cannot resolve host '{host}': it has no address"));
+    }
+    Ok(addrs)
 }
 
 /// Why `--proto udp` takes no Unix socket.
@@ -434,11 +512,46 @@ mod tests {
         let err = |text: &str| text.parse::<ListenAddr>().unwrap_err().to_string();
         assert!(err("unix:").contains("needs a path"), "{}", err("unix:"));
         assert!(err("unixgram:/x").contains("not served"), "{}", err("unixgram:/x"));
-        assert!(err("localhost:80").contains("IP:PORT"), "{}", err("localhost:80"));
+        assert!(err("local host:80").contains("not a host name"), "{}", err("local host:80"));
         let long = format!("unix:/{}", "a".repeat(UNIX_PATH_MAX));
         assert!(err(&long).contains("108 bytes"), "{}", err(&long));
         let fits = format!("unix:/{}", "a".repeat(UNIX_PATH_MAX - 1));
         assert!(fits.parse::<ListenAddr>().is_ok());
+    }
+
+    #[test]
+    fn listen_takes_the_forms_servers_take() {
+        let inet = |text: &str| ListenAddr::parse_inet(text).map_err(|e| e.to_string());
+        let v4 = |text: &str| text.parse::<SocketAddr>().unwrap();
+        assert_eq!(inet(":8080"), Ok(v4("0.0.0.0:8080")));
+        assert_eq!(inet("8080"), Ok(v4("0.0.0.0:8080")));
+        assert_eq!(inet("0"), Ok(v4("0.0.0.0:0")));
+        assert_eq!(inet("0.0.0.0:8080"), Ok(v4("0.0.0.0:8080")));
+        assert_eq!(inet("[::]:8080"), Ok(v4("[::]:8080")));
+        assert_eq!(inet("[::1]:0"), Ok(v4("[::1]:0")));
+        let local = inet("localhost:0").unwrap();
+        assert!(local.ip().is_loopback() && local.port() == 0, "{local}");
+        for (bad, why) in [
+            ("", "is empty"),
+            (":", "is not a number from 0 to 65535"),
+            ("65536", "'65536' is not a number from 0 to 65535"),
+            (":http", "'http' is not a number"),
+            ("127.0.0.1", "has no port"),
+            ("localhost", "has no port"),
+            ("127.0.0.1:x", "'x' is not a number"),
+            ("::1", "without brackets"),
+            ("[::1]", "has no port"),
+            ("[::1", "no closing ']'"),
+            ("[::1]:99999", "'99999' is not a number"),
+            ("[nope]:80", "not an IPv6 address"),
+            ("fe80::1:x:80", "an IPv6 address goes in brackets"),
+        ] {
+            let err = inet(bad).unwrap_err();
+            assert!(err.contains(why) && err.contains(&format!("'{bad}'")), "{bad}: {err}");
+            assert!(err.contains("unix:PATH") && !err.contains('\n'), "{bad}: {err}");
+        }
+        let unknown = inet("nosuchhost.invalid:80").unwrap_err();
+        assert!(unknown.starts_with("cannot resolve host 'nosuchhost.invalid': "), "{unknown}");
     }
 
     #[test]

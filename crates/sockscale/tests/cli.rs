@@ -447,7 +447,7 @@ fn meaningless_zeros_on_serve_are_refused_naming_the_flag() {
     }
     let (code, err) = fails_quickly(&["serve", "--listen", "127.0.0.1:0", "--procs", "0"]);
     assert_eq!(code, 2);
-    assert_eq!(one_line(&err), "error: invalid value '0' for '--procs <PROCS>': 0 is not in 1..=65535");
+    assert_eq!(one_line(&err), "error: invalid value '0' for '--procs <N>': 0 is not in 1..=65535");
 }
 
 #[test]
@@ -635,4 +635,253 @@ fn unix_socket_mistakes_get_one_line_naming_them() {
     let (_, err) = fails(&["load", "echo", "--unix-socket", missing.to_str().unwrap(), "--source", "127.0.0.1"]);
     assert!(one_line(&err).contains("--source does not apply to --unix-socket"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// h2load's `-m 16` (streams) sent the method "16" (`16 / HTTP/1.1` on the wire) and ran one
+/// stream; a method that is no HTTP token went out as it was.
+#[test]
+fn a_method_that_is_a_number_or_no_token_is_refused_in_one_line() {
+    // A port nothing listens on: a method that got through would fail to connect, exit 1.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = format!("http://{closed}/");
+    let (code, err) = fails(&["load", "http", &url, "-n", "1", "-m", "16"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(one_line(&err).contains("did you mean --pipeline 16? (-m is the method here, as in oha)"), "{err}");
+    for bad in ["GE T", "GET\r\nX: 1", "GET\t", ""] {
+        let (code, err) = fails(&["load", "http", &url, "-n", "1", "--method", bad]);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+        assert!(one_line(&err).contains("not an HTTP method: give a token such as GET"), "{bad:?}: {err}");
+    }
+}
+
+/// An unknown host was "cannot resolve 'h:80' (expected HOST:PORT)", as if the form were wrong.
+#[test]
+fn targets_name_an_unknown_host_and_say_what_form_is_expected() {
+    for args in [
+        &["load", "http", "http://nosuchhost.invalid/", "-n", "1"][..],
+        &["load", "http", "https://nosuchhost.invalid:8443/x", "-n", "1", "-k"],
+        &["load", "echo", "nosuchhost.invalid:7", "-n", "1"],
+        &["load", "udp", "nosuchhost.invalid:7", "-n", "1"],
+    ] {
+        let (code, err) = fails(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        let line = one_line(&err);
+        assert!(line.contains("cannot resolve host 'nosuchhost.invalid': "), "{args:?}: {line}");
+        assert!(!line.contains("expected HOST:PORT"), "{args:?}: {line}");
+    }
+    for (args, says) in [
+        (&["load", "echo", "127.0.0.1", "-n", "1"][..], "'127.0.0.1' has no port: give HOST:PORT"),
+        (&["load", "udp", "localhost", "-n", "1"], "'localhost' has no port: give HOST:PORT"),
+        (&["load", "echo", "127.0.0.1:http", "-n", "1"], "'http' is not a number from 1 to 65535"),
+        (&["load", "echo", "::1:7", "-n", "1"], "IPv6 address without brackets"),
+        (&["load", "http", "127.0.0.1:8080/", "-n", "1"], "is not a URL: give http://HOST[:PORT]/PATH"),
+        (&["load", "http", "http://127.0.0.1:0/", "-n", "1"], "'0' is not a number from 1 to 65535"),
+    ] {
+        let (_, err) = fails(args);
+        assert!(one_line(&err).contains(says), "{args:?}: {err}");
+    }
+}
+
+/// `serve` listening as `ADDR` with the short flags, its "listening on" address, and an echo
+/// through it (to `connect_to`, on the port it printed).
+fn serve_at(listen: &str, connect_to: std::net::IpAddr) -> std::net::SocketAddr {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "-l", listen, "-p", "echo", "-m", "epoll", "-t", "1"]).env("RUST_LOG", "warn");
+    let server = ServerProc::spawn(cmd);
+    let bound = server.addr;
+    assert_ne!(bound.port(), 0, "{listen}: the port the OS chose is printed");
+    let mut stream = std::net::TcpStream::connect((connect_to, bound.port())).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping", "{listen}");
+    server.stop();
+    bound
+}
+
+/// `--listen :8080`, `0.0.0.0:8080`, `[::]:8080`, `localhost:0` and `8080` as nginx and Go
+/// servers take them, and short flags for the common options.
+#[test]
+fn serve_listens_where_servers_do_with_short_flags() {
+    let loopback = std::net::IpAddr::from([127, 0, 0, 1]);
+    let any = std::net::IpAddr::from([0, 0, 0, 0]);
+    // `:PORT` and `PORT`: every IPv4 address, as nginx's `listen 8080`, and printed so.
+    assert_eq!(serve_at(":0", loopback).ip(), any);
+    assert_eq!(serve_at("0", loopback).ip(), any);
+    assert_eq!(serve_at("0.0.0.0:0", loopback).ip(), any);
+    // A host name is resolved; its IPv4 address is taken first.
+    assert!(serve_at("localhost:0", loopback).ip().is_loopback());
+    if TcpListener::bind("[::1]:0").is_ok() {
+        let v6 = serve_at("[::]:0", std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
+        assert_eq!(v6.ip(), std::net::IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED));
+    } else {
+        eprintln!("not checked: [::]:0 (no IPv6 here)");
+    }
+    for (listen, says) in [
+        ("127.0.0.1", "'127.0.0.1' has no port"),
+        ("localhost", "'localhost' has no port"),
+        (":http", "'http' is not a number from 0 to 65535"),
+        ("65536", "'65536' is not a number from 0 to 65535"),
+        ("::1", "IPv6 address without brackets"),
+        ("[::1]", "'[::1]' has no port"),
+        ("nosuchhost.invalid:80", "cannot resolve host 'nosuchhost.invalid'"),
+        ("", "is empty"),
+    ] {
+        let (code, err) = fails_quickly(&["serve", "-l", listen]);
+        assert_eq!(code, 2, "{listen}: {err}");
+        assert!(one_line(&err).contains(says), "{listen}: {err}");
+    }
+    // `-p 8080`, a port where the protocol goes, is told where the port goes.
+    let (code, err) = fails_quickly(&["serve", "-p", "8080"]);
+    assert_eq!(code, 2);
+    assert!(one_line(&err).contains("give --listen :8080 (-l :8080)"), "{err}");
+    // --metrics takes the IP forms of --listen.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "-l", "127.0.0.1:0", "--metrics", "localhost:0", "-t", "1"]).env("RUST_LOG", "info");
+    let server = ServerProc::spawn(cmd);
+    assert!(server.metrics_addr().ip().is_loopback());
+    server.stop();
+}
+
+/// The flags `--procs` hands its workers: `-l` is replaced by the address reserved, not
+/// given twice.
+#[test]
+fn serve_procs_with_the_short_listen_flag_starts_its_workers() {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "-l", "127.0.0.1:0", "--procs", "2", "-t", "1"]).env("RUST_LOG", "warn");
+    let server = ServerProc::spawn(cmd);
+    let mut stream = server.connect();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"hi").unwrap();
+    let mut back = [0u8; 2];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"hi");
+    let finished = server.stop();
+    assert!(!finished.stderr.contains("cannot be used multiple times"), "{}", finished.stderr);
+}
+
+/// The long options a help text defines (`--name` at the start of an entry) and the flags it
+/// names in its prose (`-x`, `--name`).
+fn defined_and_named(help: &str) -> (Vec<String>, Vec<String>) {
+    let mut defined = Vec::new();
+    let mut named = Vec::new();
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        // Entries are indented 2 or 6 columns; their text wraps deeper.
+        let indent = line.len() - trimmed.len();
+        let entry = (2..=6).contains(&indent) && trimmed.starts_with('-');
+        let words: Vec<&str> = trimmed.split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')').collect();
+        for (i, word) in words.iter().enumerate() {
+            let word = word.trim_end_matches(['.', ';', ':', '\'', '`', ']']).trim_start_matches(['`', '\'', '[']);
+            let flag = word.split('=').next().unwrap_or_default();
+            let is_flag = (flag.starts_with("--")
+                && flag.len() > 3
+                && flag[2..].chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                || (flag.len() == 2 && flag.starts_with('-') && flag[1..].chars().all(|c| c.is_ascii_alphabetic()));
+            if !is_flag {
+                continue;
+            }
+            // An entry's own names come first: `-l, --listen <ADDR>`.
+            if entry && (i == 0 || (i <= 2 && words[..i].iter().all(|w| w.is_empty() || w.starts_with('-')))) {
+                defined.push(flag.to_owned());
+            } else {
+                named.push(flag.to_owned());
+            }
+        }
+    }
+    (defined, named)
+}
+
+/// `--block`'s help named a `-r` that `load http` refuses; every flag a command's help names
+/// must be one that command takes.
+#[test]
+fn load_help_names_only_flags_the_command_takes() {
+    for mode in ["echo", "http", "udp"] {
+        let help = succeeds(&["load", mode, "--help"]);
+        // The exit-status text after the options is shared by the three modes.
+        let options = help.split("\nErrors:").next().unwrap_or_default();
+        let (defined, named) = defined_and_named(options);
+        assert!(defined.contains(&"--connections".to_owned()) && defined.contains(&"-c".to_owned()), "{defined:?}");
+        for flag in &named {
+            // h2load's -m is named as h2load's, beside this command's --pipeline.
+            if flag == "-m" && mode == "http" {
+                continue;
+            }
+            assert!(defined.contains(flag), "load {mode} --help names {flag}, which load {mode} does not take");
+        }
+    }
+    let (code, err) = fails(&["load", "http", "http://127.0.0.1:1/", "-r", "100"]);
+    assert_eq!(code, 2);
+    assert!(one_line(&err).contains("'-r'"), "{err}");
+    let (code, _) = fails(&["load", "http", "http://127.0.0.1:1/", "--block", "10"]);
+    assert_eq!(code, 2, "--block applies to echo's -r only");
+}
+
+/// The help says what sockscale speaks today.
+#[test]
+fn help_says_what_sockscale_speaks() {
+    let top = succeeds(&["-h"]);
+    let serve = top.lines().find(|l| l.trim_start().starts_with("serve ")).unwrap_or_default();
+    let load = top.lines().find(|l| l.trim_start().starts_with("load ")).unwrap_or_default();
+    for (line, what) in [(serve, "serve"), (load, "load")] {
+        for word in ["HTTP/1.1", "HTTP/2", "TLS", "Unix", "UDP", "echo"] {
+            assert!(line.contains(word), "sockscale -h: {what} does not say {word}: {line}");
+        }
+    }
+    let long = succeeds(&["--help"]);
+    for word in ["HTTP/2", "TLS", "Unix sockets"] {
+        assert!(long.contains(word), "sockscale --help does not say {word}");
+    }
+    let serve = succeeds(&["serve", "-h"]);
+    assert!(serve.lines().next().is_some_and(|l| l.contains("HTTP/2") && l.contains("TLS")), "{serve}");
+    let load_http = succeeds(&["load", "http", "-h"]);
+    assert!(load_http.lines().next().is_some_and(|l| l.contains("HTTP/2") && l.contains("TLS")), "{load_http}");
+}
+
+/// `serve --help` was 291 lines with the policies in one heap: `-h` is a summary under
+/// headings, pointing to the docs, and `--help` still has every flag.
+#[test]
+fn serve_short_help_is_a_grouped_summary_and_long_help_has_every_flag() {
+    let short = succeeds(&["serve", "-h"]);
+    let long = succeeds(&["serve", "--help"]);
+    let lines = short.lines().count();
+    assert!(lines <= 120, "serve -h is {lines} lines");
+    let mut at = 0;
+    for heading in [
+        "Listening:",
+        "Protocol:",
+        "I/O model:",
+        "Policies: timeouts:",
+        "Policies: admission:",
+        "Policies: buffers and sockets:",
+        "TLS:",
+        "Metrics and stats:",
+    ] {
+        let found = short[at..]
+            .find(&format!("\n{heading}\n"))
+            .unwrap_or_else(|| panic!("serve -h: no {heading} (in order)\n{short}"));
+        at += found + 1;
+        assert!(long.contains(&format!("\n{heading}\n")), "serve --help: no {heading}");
+    }
+    for short_flag in ["-l, --listen", "-p, --proto", "-m, --model", "-t, --threads"] {
+        assert!(short.contains(short_flag), "serve -h lacks {short_flag}");
+    }
+    assert!(short.contains("docs/serve.md") && long.contains("docs/serve.md"), "serve help points to docs/serve.md");
+    let (in_short, _) = defined_and_named(&short);
+    let (in_long, _) = defined_and_named(&long);
+    assert!(in_short.len() > 40, "{in_short:?}");
+    assert_eq!(in_short, in_long, "serve -h and --help define the same flags");
+    // -h is a summary: no flag's entry runs past three lines there.
+    let mut entry_lines = 0;
+    for line in short.lines() {
+        if line.trim_start().starts_with('-') {
+            entry_lines = 1;
+        } else if !line.trim().is_empty() && line.starts_with("    ") && entry_lines > 0 {
+            entry_lines += 1;
+            assert!(entry_lines <= 3, "serve -h: an entry longer than 3 lines near: {line}");
+        } else {
+            entry_lines = 0;
+        }
+    }
 }

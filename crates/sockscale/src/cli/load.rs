@@ -3,7 +3,7 @@
 use crate::output::{note, say};
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -36,15 +36,18 @@ connection, or when it could not start; 2 when the command line cannot be parsed
 SIGINT (Ctrl-C), 143 by SIGTERM, after the summary and the report of what was measured until then are \
 written (marked interrupted).";
 
+/// `load echo --block`: connections sharing one `-r` budget, as in the seed's client.
+const DEFAULT_BLOCK: usize = 1000;
+
 #[derive(Debug, Subcommand)]
 pub enum LoadCommand {
-    /// TCP echo: each connection sends messages and checks every byte that comes back
+    /// TCP echo over TCP, TLS (--tls) or a Unix socket: every byte that comes back checked
     #[command(after_help = ERRORS_AND_EXIT)]
     Echo(EchoArgs),
-    /// HTTP/1.1: requests answered by Content-Length or chunked responses, checked
+    /// HTTP/1.1 or HTTP/2 (--http2) over TCP, TLS (https://) or a Unix socket; responses checked
     #[command(after_help = ERRORS_AND_EXIT)]
     Http(HttpArgs),
-    /// UDP echo: datagrams with sequence numbers; reports rate each way and loss
+    /// UDP echo: datagrams with sequence numbers; reports the rate each way and the loss
     #[command(after_help = ERRORS_AND_EXIT)]
     Udp(UdpArgs),
     /// Merge reports of runs made side by side (processes, machines) into one
@@ -75,9 +78,6 @@ pub struct Common {
     /// rate sent fell short of it
     #[arg(short = 'R', long = "rate", value_parser = positive_rate, allow_negative_numbers = true)]
     pub total_rate: Option<f64>,
-    /// Connections per block; each block shares one -r budget
-    #[arg(long, default_value_t = 1000, value_parser = at_least_one, allow_negative_numbers = true)]
-    pub block: usize,
     /// New connections per second [default: as fast as they complete]
     #[arg(long, value_name = "N", value_parser = positive_rate, allow_negative_numbers = true)]
     pub connect_rate: Option<f64>,
@@ -237,6 +237,9 @@ pub struct EchoArgs {
     /// Limit each block's total send rate to this many bytes per second (the seed's -r)
     #[arg(short = 'r', long = "byte-rate", value_parser = positive_size, value_name = "BYTES_PER_SEC")]
     pub byte_rate: Option<usize>,
+    /// Connections per block; each block of connections shares one -r budget
+    #[arg(long, default_value_t = DEFAULT_BLOCK, value_parser = at_least_one, allow_negative_numbers = true)]
+    pub block: usize,
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
@@ -275,8 +278,8 @@ pub struct HttpArgs {
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
-    /// Request method
-    #[arg(short = 'm', long = "method", default_value = "GET")]
+    /// Request method (oha's -m; h2load's -m N, streams, is --pipeline N here)
+    #[arg(short = 'm', long = "method", default_value = "GET", value_parser = parse_method)]
     pub method: String,
     /// Extra header, 'Name: value'; may be repeated. Host, User-Agent, Connection and
     /// Content-Length given here replace sockscale's own
@@ -614,10 +617,64 @@ fn positive_size(text: &str) -> Result<usize, String> {
     }
 }
 
-fn resolve(target: &str) -> Result<SocketAddr> {
-    let mut addrs =
-        target.to_socket_addrs().with_context(|| format!("cannot resolve '{target}' (expected HOST:PORT)"))?;
-    addrs.next().with_context(|| format!("'{target}' resolves to no address"))
+/// `-m`: a method the server can read as one (see [`sockscale_load::config::method_problem`]).
+fn parse_method(text: &str) -> Result<String, String> {
+    match sockscale_load::config::method_problem(text) {
+        Some(why) => Err(why),
+        None => Ok(text.to_owned()),
+    }
+}
+
+/// The forms a server address takes, for the line a malformed one gets.
+const ADDR_FORMS: &str = "give HOST:PORT, such as 127.0.0.1:8080, localhost:8080 or [::1]:8080";
+
+/// The socket address of `target`, `HOST:PORT`, `[IPv6]:PORT` or, with a `default_port` (the
+/// scheme's, for a URL, as curl), `HOST` alone: the host resolved, its first address taken.
+fn resolve(target: &str, default_port: Option<u16>) -> Result<SocketAddr> {
+    let (host, port) = split_host_port(target)?;
+    let port = match (port, default_port) {
+        (Some(port), _) => port,
+        (None, Some(port)) => port,
+        (None, None) => bail!("'{target}' has no port: {ADDR_FORMS}"),
+    };
+    let addrs = sockscale_server::resolve_host(host, port).map_err(anyhow::Error::msg)?;
+    Ok(addrs[0])
+}
+
+/// `host:port`, `[v6]:port`, `host` or `[v6]` taken apart (the brackets dropped), the port
+/// checked: a number from 1 to 65535.
+fn split_host_port(target: &str) -> Result<(&str, Option<u16>)> {
+    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else {
+            bail!("'{target}' has no closing ']': {ADDR_FORMS}");
+        };
+        match after.strip_prefix(':') {
+            Some(port) => (host, Some(port)),
+            None if after.is_empty() => (host, None),
+            None => bail!("'{target}' has '{after}' after the ']': {ADDR_FORMS}"),
+        }
+    } else if target.parse::<std::net::Ipv6Addr>().is_ok() {
+        bail!("'{target}' is an IPv6 address without brackets or port: {ADDR_FORMS}");
+    } else {
+        match target.rsplit_once(':') {
+            Some((host, _)) if host.contains(':') => {
+                bail!("'{target}' is not HOST:PORT (an IPv6 address goes in brackets): {ADDR_FORMS}")
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (target, None),
+        }
+    };
+    if host.is_empty() {
+        bail!("'{target}' has no host: {ADDR_FORMS}");
+    }
+    let port = match port.map(|p| (p, p.parse::<u16>())) {
+        None => None,
+        Some((_, Ok(port))) if port > 0 => Some(port),
+        Some((text, _)) => {
+            bail!("'{target}' has no port number ('{text}' is not a number from 1 to 65535): {ADDR_FORMS}")
+        }
+    };
+    Ok((host, port))
 }
 
 /// `--start-at`: RFC 3339 or Unix seconds, within a day from now.
@@ -756,7 +813,8 @@ fn base_config(
         duration,
         requests,
         depth: 1,
-        block: common.block,
+        // Blocks matter only to echo's -r, which sets its own.
+        block: DEFAULT_BLOCK,
         connect_rate,
         block_byte_rate: None,
         total_rate,
@@ -786,7 +844,6 @@ fn options_json(mode: &str, target: &str, common: &Common, extra: serde_json::Va
         "requests": common.requests,
         "threads": common.threads,
         "rate": common.total_rate,
-        "block": common.block,
         "connect_rate": common.connect_rate,
         "source": common.source.as_ref().map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>()),
         "procs": common.procs,
@@ -827,7 +884,7 @@ fn via(named: Option<&str>, path: &Path) -> String {
 fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
     let (addr, target) = match (&a.unix_socket, &a.addr) {
         (Some(path), named) => (unix_endpoint(path, a.no_nodelay, false)?, via(named.as_deref(), path)),
-        (None, Some(addr)) => (resolve(addr)?.into(), addr.clone()),
+        (None, Some(addr)) => (resolve(addr, None)?.into(), addr.clone()),
         (None, None) => bail!("give the server's address, or --unix-socket PATH"),
     };
     let tls = match (a.tls, a.tls_args.given()) {
@@ -845,7 +902,7 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
         &target,
         &a.common,
         serde_json::json!({
-            "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "nodelay": !a.no_nodelay,
+            "length": a.length, "depth": a.depth, "byte_rate": a.byte_rate, "block": a.block, "nodelay": !a.no_nodelay,
             "tls": a.tls.then(|| a.tls_args.options()),
             "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
         }),
@@ -853,13 +910,14 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
     let mut cfg = base_config(&a.common, Mode::Echo { msg_len: a.length }, addr, target, options)?;
     cfg.depth = a.depth;
     cfg.block_byte_rate = a.byte_rate.map(|r| r as f64);
+    cfg.block = a.block;
     cfg.nodelay = !a.no_nodelay;
     cfg.tls = tls;
     Ok(cfg)
 }
 
 fn udp_config(a: &UdpArgs) -> Result<LoadConfig> {
-    let addr = resolve(&a.addr)?;
+    let addr = resolve(&a.addr, None)?;
     let options = options_json("udp", &a.addr, &a.common, serde_json::json!({ "length": a.length, "depth": a.depth }));
     let mut cfg = base_config(&a.common, Mode::Udp { msg_len: a.length }, addr.into(), a.addr.clone(), options)?;
     cfg.depth = a.depth;
@@ -871,7 +929,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
     let (addr, target) = match &a.unix_socket {
         // As curl: the URL still names the host (the Host header, the TLS server name).
         Some(socket) => (unix_endpoint(socket, a.no_nodelay, a.nodelay)?, via(Some(&a.url), socket)),
-        None => (resolve(&with_default_port(&authority, if https { 443 } else { 80 }))?.into(), a.url.clone()),
+        None => (resolve(&authority, Some(if https { 443 } else { 80 }))?.into(), a.url.clone()),
     };
     let tls = match (https, a.tls_args.given()) {
         (true, _) => {
@@ -933,21 +991,32 @@ struct Url {
     path: String,
 }
 
-/// Split `http[s]://host[:port]/path` into the scheme, the authority and the path.
+/// Split `http[s]://host[:port][/path][?query]` into the scheme, the authority and the path
+/// (with its query; a `#fragment` is not sent, as curl does not send it). The authority's form
+/// is checked here; its host is resolved only when connecting to it.
 fn parse_url(url: &str) -> Result<Url> {
-    let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
-        (Some(rest), _) => (false, rest),
-        (None, Some(rest)) => (true, rest),
-        (None, None) => bail!("'{url}' is not an http:// or https:// URL"),
+    const URL_FORM: &str = "give http://HOST[:PORT]/PATH or https://HOST[:PORT]/PATH, such as http://127.0.0.1:8080/";
+    let scheme_end = url.find("://");
+    let (https, rest) = match scheme_end.map(|i| (url[..i].to_ascii_lowercase(), &url[i + 3..])) {
+        Some((scheme, rest)) if scheme == "http" => (false, rest),
+        Some((scheme, rest)) if scheme == "https" => (true, rest),
+        Some((scheme, _)) => bail!("'{url}' is a {scheme}:// URL; load http speaks http:// and https://"),
+        None => bail!("'{url}' is not a URL: {URL_FORM}"),
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest[i..].starts_with('?') => (&rest[..i], format!("/{}", &rest[i..])),
+        Some(i) => (&rest[..i], rest[i..].to_owned()),
+        None => (rest, "/".to_owned()),
     };
     if authority.is_empty() {
-        bail!("'{url}' has no host");
+        bail!("'{url}' has no host: {URL_FORM}");
     }
-    Ok(Url { https, authority: authority.to_owned(), path: path.to_owned() })
+    if authority.contains('@') {
+        bail!("'{url}' holds user credentials, which are not sent: give -H 'Authorization: ...' instead");
+    }
+    split_host_port(authority).with_context(|| format!("'{url}'"))?;
+    Ok(Url { https, authority: authority.to_owned(), path })
 }
 
 /// The host of `host:port`, `host`, `[v6]:port` or `[v6]`: the TLS server name.
@@ -956,18 +1025,6 @@ fn host_of(authority: &str) -> &str {
         return rest.split_once(']').map_or(rest, |(host, _)| host);
     }
     authority.rsplit_once(':').map_or(authority, |(host, _)| host)
-}
-
-fn with_default_port(authority: &str, port: u16) -> String {
-    let has_port = match authority.rfind(']') {
-        Some(bracket) => authority[bracket..].contains(':'),
-        None => authority.contains(':'),
-    };
-    if has_port {
-        authority.to_owned()
-    } else {
-        format!("{authority}:{port}")
-    }
 }
 
 #[cfg(test)]
@@ -982,7 +1039,8 @@ mod tests {
         match *command {
             LoadCommand::Echo(a) => echo_config(&a),
             LoadCommand::Http(a) => http_config(&a),
-            _ => panic!("echo or http"),
+            LoadCommand::Udp(a) => udp_config(&a),
+            LoadCommand::Merge(_) => panic!("echo, http or udp"),
         }
     }
 
@@ -1011,16 +1069,49 @@ mod tests {
     }
 
     #[test]
+    fn malformed_targets_say_what_form_is_expected() {
+        let err = |args: &[&str]| format!("{:#}", load(args).unwrap_err());
+        for (args, want) in [
+            (&["echo", "127.0.0.1"][..], "'127.0.0.1' has no port: give HOST:PORT"),
+            (&["echo", "127.0.0.1:abc"], "('abc' is not a number from 1 to 65535): give HOST:PORT"),
+            (&["echo", "127.0.0.1:0"], "('0' is not a number from 1 to 65535)"),
+            (&["udp", "localhost"], "'localhost' has no port: give HOST:PORT"),
+            (&["echo", ":8080"], "':8080' has no host: give HOST:PORT"),
+            (&["echo", "::1:8080"], "without brackets or port: give HOST:PORT"),
+            (&["echo", "[::1:8080"], "no closing ']'"),
+            (&["http", "127.0.0.1:8080/"], "is not a URL: give http://HOST[:PORT]/PATH"),
+            (&["http", "http://127.0.0.1:99999/"], "('99999' is not a number from 1 to 65535)"),
+            (&["http", "http:///x"], "has no host"),
+            (&["http", "http://u:p@h/"], "-H 'Authorization: ...'"),
+        ] {
+            let line = err(args);
+            assert!(line.contains(want) && !line.contains('\n'), "{args:?}: {line}");
+        }
+        for args in [
+            &["echo", "nosuchhost.invalid:80"][..],
+            &["udp", "nosuchhost.invalid:80"],
+            &["http", "http://nosuchhost.invalid/"],
+        ] {
+            let line = err(args);
+            assert!(line.starts_with("cannot resolve host 'nosuchhost.invalid': "), "{args:?}: {line}");
+            assert!(!line.contains("HOST:PORT"), "{line}");
+        }
+    }
+
+    #[test]
     fn urls() {
         let url = |https, authority: &str, path: &str| Url { https, authority: authority.into(), path: path.into() };
         assert_eq!(parse_url("http://127.0.0.1:8080/a/b").unwrap(), url(false, "127.0.0.1:8080", "/a/b"));
         assert_eq!(parse_url("http://localhost").unwrap(), url(false, "localhost", "/"));
         assert_eq!(parse_url("https://localhost:8443/x").unwrap(), url(true, "localhost:8443", "/x"));
         assert!(parse_url("ftp://x/").unwrap_err().to_string().contains("https://"));
-        assert_eq!(with_default_port("localhost", 80), "localhost:80");
-        assert_eq!(with_default_port("localhost", 443), "localhost:443");
-        assert_eq!(with_default_port("[::1]:81", 80), "[::1]:81");
-        assert_eq!(with_default_port("[::1]", 80), "[::1]:80");
+        assert_eq!(parse_url("HTTP://h?q=1#frag").unwrap(), url(false, "h", "/?q=1"));
+        assert_eq!(parse_url("http://h/a?b#c").unwrap(), url(false, "h", "/a?b"));
+        // As curl: the scheme's port when the URL gives none.
+        assert_eq!(resolve("127.0.0.1", Some(80)).unwrap(), "127.0.0.1:80".parse().unwrap());
+        assert_eq!(resolve("[::1]", Some(443)).unwrap(), "[::1]:443".parse().unwrap());
+        assert_eq!(resolve("[::1]:81", Some(80)).unwrap(), "[::1]:81".parse().unwrap());
+        assert_eq!(resolve("localhost:9", None).unwrap().port(), 9);
         assert_eq!(host_of("localhost:8443"), "localhost");
         assert_eq!(host_of("localhost"), "localhost");
         assert_eq!(host_of("[::1]:8443"), "::1");

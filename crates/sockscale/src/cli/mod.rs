@@ -18,8 +18,10 @@ use clap::{Parser, Subcommand};
     name = "sockscale",
     version,
     about = "Scalable socket servers on every Linux I/O model, measured side by side",
-    long_about = "sockscale serves TCP echo, fixed-response HTTP/1.1 and UDP echo on the I/O models of the \
-                  classic Winsock server comparison, brought to Linux, with every resource policy of those texts as a flag."
+    long_about = "sockscale serves TCP echo, fixed-response HTTP/1.1 and HTTP/2 (h2c, and h2 over TLS) and UDP \
+                  echo, over TCP, TLS 1.3/1.2 or Unix sockets, on the I/O models of the classic Winsock server \
+                  comparison brought to Linux, with every resource policy of those texts as a flag; `sockscale load` \
+                  drives it, or any HTTP server, as wrk, oha and h2load do."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -28,9 +30,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a server: one protocol on one I/O model, with every resource policy as a flag
+    /// Serve echo, HTTP/1.1 and HTTP/2, or UDP, over TCP, TLS or Unix sockets, on one I/O model
     Serve(Box<serve::ServeArgs>),
-    /// Generate load: echo, HTTP or UDP, closed or open loop, with HDR latency
+    /// Generate load: echo, HTTP/1.1 and HTTP/2, UDP; over TCP, TLS or Unix sockets
     #[command(subcommand)]
     Load(Box<load::LoadCommand>),
     /// Reproduce the seeds' I/O-model table (Table 6-3) on this machine, for every model

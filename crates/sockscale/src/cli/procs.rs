@@ -30,7 +30,13 @@ pub(super) fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
             skip_value = false;
             continue;
         }
-        if let Some(flag) = drop_flags.iter().find(|f| arg == *f || arg.starts_with(&format!("{f}="))) {
+        // A long flag's value follows it or an '='; a short flag's (`-l`) may also be attached
+        // (`-l:8080`).
+        let attached = |f: &str| match f.strip_prefix("--") {
+            Some(_) => arg.starts_with(&format!("{f}=")),
+            None => arg.starts_with(f),
+        };
+        if let Some(flag) = drop_flags.iter().find(|f| arg == *f || attached(f)) {
             skip_value = arg == flag;
             continue;
         }
@@ -265,7 +271,7 @@ enum WorkerLine {
 /// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT, or, on a
 /// Unix socket, the listener `reservation` holds, which every worker inherits.
 pub fn run_serve_children(n: usize, argv: &[String], reservation: sockscale_server::Reservation) -> Result<()> {
-    let args = child_args(argv, &["--procs", "--listen"]);
+    let args = child_args(argv, &["--procs", "--listen", "-l"]);
     let addr = reservation.local_addr().clone();
     let mut listen = vec!["--listen".to_owned(), addr.to_string()];
     if let Some(fd) = reservation.inherited_fd() {
@@ -401,6 +407,12 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(child_args(&argv, &["--procs", "--json"]), ["load", "echo", "a:1", "-c", "9"]);
+        let argv: Vec<String> =
+            ["sockscale", "serve", "-l", ":0", "-t", "2", "-l:1", "-l=:2", "--listen=:3", "-m", "epoll"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        assert_eq!(child_args(&argv, &["--procs", "--listen", "-l"]), ["serve", "-t", "2", "-m", "epoll"]);
     }
 
     #[test]

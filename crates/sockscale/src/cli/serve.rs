@@ -23,7 +23,7 @@ use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
 pub enum Proto {
     /// TCP echo: every byte received is sent back
     Echo,
-    /// HTTP/1.1 answering every request with one fixed response
+    /// HTTP/1.1 and HTTP/2, answering every request with one fixed response
     Http,
     /// UDP echo: every datagram is sent back to its sender
     Udp,
@@ -53,173 +53,263 @@ pub enum SendfileArg {
     Off,
 }
 
+/// Where `serve --help` sends a reader for the long story.
+const SERVE_AFTER_HELP: &str = "Every flag, the listen forms and the policies at length: docs/serve.md and \
+docs/policies.md; the I/O models: `sockscale models` and docs/models.md. '-h' gives a summary, '--help' the \
+whole text.";
+
+// The headings of `serve -h`, in the order they are shown.
+const LISTENING: &str = "Listening";
+const PROTOCOL: &str = "Protocol";
+const IO_MODEL: &str = "I/O model";
+const TIMEOUTS: &str = "Policies: timeouts";
+const ADMISSION: &str = "Policies: admission";
+const BUFFERS: &str = "Policies: buffers and sockets";
+const TLS: &str = "TLS";
+const OBSERVABILITY: &str = "Metrics and stats";
+
 #[derive(Debug, Args)]
 // A negative value (`--drain-timeout -1`) reaches the flag's parser, which names the flag and
 // says why, instead of being taken for an unknown flag `-1`.
-#[command(next_line_help = false, allow_negative_numbers = true)]
+#[command(next_line_help = false, allow_negative_numbers = true, after_help = SERVE_AFTER_HELP)]
 pub struct ServeArgs {
-    /// Address to listen on: IP:PORT (port 0 picks a free port, printed on the first line) or
-    /// unix:PATH, a Unix stream socket (its file made with --unix-mode, a stale one replaced,
+    /// Address to listen on: PORT, :PORT, IP:PORT, [IPv6]:PORT, HOST:PORT or unix:PATH
+    ///
+    /// 8080 and :8080 listen on every IPv4 address (0.0.0.0:8080, as nginx's `listen 8080`);
+    /// [::]:8080 on every IPv6 address, and IPv4 too unless net.ipv6.bindv6only is 1;
+    /// HOST:PORT is resolved at start (localhost:0), its first IPv4 address taken. Port 0 picks
+    /// a free port; the address bound is printed on the first line, "listening on ADDR".
+    /// unix:PATH is a Unix stream socket (its file made with --unix-mode, a stale one replaced,
     /// removed at exit)
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", help_heading = "Service")]
+    #[arg(short = 'l', long, default_value = "127.0.0.1:8080", value_name = "ADDR", help_heading = LISTENING)]
     pub listen: ListenAddr,
-    /// Permission bits of a unix:PATH socket file, octal; connecting needs write permission
-    /// [default: 0660, owner and group]
-    #[arg(long, value_name = "MODE", value_parser = parse_mode, help_heading = "Service")]
+    /// Permission bits of a unix:PATH socket file, octal [default: 0660]
+    ///
+    /// Connecting needs write permission; 0660 lets the owner and group in
+    #[arg(long, value_name = "MODE", value_parser = parse_mode, help_heading = LISTENING)]
     pub unix_mode: Option<u32>,
-    /// Protocol to serve
-    #[arg(long, value_enum, default_value_t = Proto::Echo, help_heading = "Service")]
-    pub proto: Proto,
-    /// I/O model; `sockscale models` describes each
-    #[arg(long, default_value = "epoll", value_parser = ModelParser, help_heading = "Service")]
-    pub model: Model,
-    /// Worker threads [default: the number of CPUs]
-    #[arg(long, help_heading = "Service")]
-    pub threads: Option<usize>,
-    /// How the epoll workers share the port
-    #[arg(long, value_enum, default_value_t = ListenerArg::Reuseport, help_heading = "Service")]
-    pub listener: ListenerArg,
+    /// Server processes sharing the port, as nginx's workers
+    ///
+    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. With --metrics,
+    /// worker K serves it on the given port + K (port 0: each worker picks a free port)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = LISTENING)]
+    pub procs: u16,
+    /// listen(2) backlog, capped by net.core.somaxconn
+    #[arg(long, value_name = "N", default_value_t = 4096, help_heading = LISTENING)]
+    pub backlog: u32,
+    /// Accepts per listener wake-up (AcceptEx watermarks)
+    #[arg(long, value_name = "N", default_value_t = 64, help_heading = LISTENING)]
+    pub accept_batch: usize,
+    /// TCP_DEFER_ACCEPT: accept with the first bytes [default: off]
+    ///
+    /// The kernel hands a connection to the server only with its first bytes (or after about
+    /// SECS, whole seconds), so silent connections hold no server slot (the seeds' AcceptEx
+    /// with first data)
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = LISTENING)]
+    pub defer_accept: Option<Duration>,
 
+    /// Protocol to serve (http: HTTP/1.1 and HTTP/2, h2c or h2 over TLS)
+    #[arg(short = 'p', long, value_name = "PROTO", default_value = "echo", value_parser = ProtoParser, help_heading = PROTOCOL)]
+    pub proto: Proto,
+    /// HTTP/2 beside HTTP/1.1 (off: HTTP/1.1 only)
+    ///
+    /// On the same port: h2c with prior knowledge (a connection opening with the preface) and h2 over TLS by
+    /// ALPN (`h2` offered first)
+    #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub http2: OnOff,
+    /// HTTP/2 streams open at once per connection
+    ///
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
+    pub max_streams: u32,
     /// HTTP response body file [default: a generated 4096-byte HTML page]
-    #[arg(long, value_name = "FILE", help_heading = "HTTP")]
+    #[arg(long, value_name = "FILE", help_heading = PROTOCOL)]
     pub body: Option<PathBuf>,
-    /// How --body FILE is sent: with sendfile from the page cache (memory flat in the file's
-    /// size, the seeds' TransmitFile) or from a copy in memory
-    #[arg(long, value_enum, default_value_t = SendfileArg::Auto, help_heading = "HTTP")]
+    /// How --body is sent: sendfile or from memory
+    ///
+    /// on: always with sendfile, from the page cache (memory flat in the file's size, the
+    /// seeds' TransmitFile); off: always from a copy in memory, read once at start in every
+    /// process; auto: from the file from --sendfile-min up, from memory below it
+    #[arg(long, value_enum, default_value_t = SendfileArg::Auto, hide_possible_values = true, value_name = "auto|on|off", help_heading = PROTOCOL)]
     pub sendfile: SendfileArg,
-    /// --sendfile auto sends bodies of at least this size from the file
-    #[arg(long, value_name = "BYTES", default_value_t = sockscale_server::AUTO_MIN_FILE_BYTES as usize, value_parser = parse_size, help_heading = "HTTP")]
+    /// --sendfile auto: from the file from this size up
+    #[arg(long, value_name = "BYTES", default_value_t = sockscale_server::AUTO_MIN_FILE_BYTES as usize, value_parser = parse_size, help_heading = PROTOCOL)]
     pub sendfile_min: usize,
     /// Content-Type of the HTTP response
-    #[arg(long, default_value = "text/html; charset=utf-8", help_heading = "HTTP")]
+    #[arg(long, value_name = "TYPE", default_value = "text/html; charset=utf-8", help_heading = PROTOCOL)]
     pub content_type: String,
-    /// Largest request head; longer gets 431 (414 if the request line alone is)
-    #[arg(long, default_value = "8KiB", value_parser = parse_size, help_heading = "HTTP")]
+    /// Largest request head; longer gets 431 or 414
+    ///
+    /// 414 when the request line alone is longer
+    #[arg(long, value_name = "BYTES", default_value = "8KiB", value_parser = parse_size, help_heading = PROTOCOL)]
     pub max_header_bytes: usize,
     /// Largest request body; longer gets 413
-    #[arg(long, default_value = "8MiB", value_parser = parse_size, help_heading = "HTTP")]
+    #[arg(long, value_name = "BYTES", default_value = "8MiB", value_parser = parse_size, help_heading = PROTOCOL)]
     pub max_body_bytes: usize,
-    /// A request head must be complete this long after its first byte (slowloris guard); for
-    /// HTTP/2, the preface, a control frame or a header block
-    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = "HTTP")]
-    pub header_timeout: Duration,
-    /// HTTP/2 on the same port: h2c with prior knowledge (a connection opening with the
-    /// preface) and h2 over TLS by ALPN (`h2` offered first); off: HTTP/1.1 only
-    #[arg(long, value_enum, default_value_t = OnOff::On, help_heading = "HTTP")]
-    pub http2: OnOff,
-    /// HTTP/2: streams a connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
-    /// one more is refused (REFUSED_STREAM)
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = "HTTP")]
-    pub max_streams: u32,
 
-    /// Connections beyond this are accepted and closed at once (HTTP gets a 503), counted as refused
-    #[arg(long, default_value_t = 100_000, help_heading = "Connections")]
-    pub max_conns: usize,
-    /// listen(2) backlog (the kernel caps it at net.core.somaxconn)
-    #[arg(long, default_value_t = 4096, help_heading = "Connections")]
-    pub backlog: u32,
-    /// Accepts per listener wake-up: the analogue of the AcceptEx watermarks
-    #[arg(long, default_value_t = 64, help_heading = "Connections")]
-    pub accept_batch: usize,
-    /// Close a connection with no traffic for this long (idle and stale connections)
-    #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
-    pub idle_timeout: Duration,
-    /// Close a connection that has sent nothing this long after it was accepted (the seeds'
-    /// sweep of accepted connections that never send), counted as closed_first_data [default:
-    /// off]
-    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
-    pub first_data_timeout: Option<Duration>,
-    /// TCP_DEFER_ACCEPT: the kernel hands a connection to the server only with its first bytes
-    /// (or after about SECS, whole seconds), so silent connections hold no server slot (the
-    /// seeds' AcceptEx with first data) [default: off]
-    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
-    pub defer_accept: Option<Duration>,
-    /// Admission control under an abort storm (seed 004): when this many established
-    /// connections are aborted (reset, aborted, timed out) within one second, stop accepting
-    /// until fewer than --abort-storm-resume are established [default: off]
-    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Connections")]
-    pub abort_storm: Option<u32>,
-    /// With --abort-storm: resume accepting once fewer than N connections are established
-    /// [default: three quarters of the number when the storm began]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Connections")]
-    pub abort_storm_resume: Option<u64>,
-    /// With --abort-storm: as a storm begins, also close the newest connections down to the
-    /// resume threshold (seed 004), counted as storm_shed
-    #[arg(long, help_heading = "Connections")]
-    pub abort_storm_shed: bool,
-    /// The seeds' high-throughput strategy: read from (and so serve) only N connections at a
-    /// time, in FIFO order; the rest are held, with no read posted, until one of the N closes,
-    /// idles past --active-grace or has had --active-turn [default: off]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Connections")]
-    pub active_set: Option<u64>,
-    /// With --active-set: an active connection that has sent nothing this long gives its place
-    /// to the next waiting one
-    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = "Connections")]
-    pub active_grace: Duration,
-    /// With --active-set: an active connection that has held its place this long while others
-    /// wait queues again at the back, so no waiting connection starves
-    #[arg(long, default_value = "1", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = "Connections")]
-    pub active_turn: Duration,
-    /// Bytes read from one connection before yielding to the others (fairness)
-    #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Connections")]
-    pub read_budget: usize,
-    /// Output waiting for a client beyond this stops the server reading from it
-    #[arg(long, default_value = "1MiB", value_parser = parse_size, help_heading = "Connections")]
-    pub max_pending_send: usize,
-    /// Disconnect a client still over --max-pending-send, or taking none of its output, after this long
-    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = "Connections")]
-    pub send_timeout: Duration,
-    /// Sends in flight per connection (completion models)
-    #[arg(long, default_value_t = 200, help_heading = "Connections")]
-    pub max_outstanding_sends: usize,
-    /// Thread pool: connections waiting for a worker, per worker, beyond which new ones are refused (HTTP gets a 503)
-    #[arg(long, default_value_t = 128, help_heading = "Connections")]
+    /// I/O model; `sockscale models` describes each
+    #[arg(short = 'm', long, default_value = "epoll", value_parser = ModelParser, help_heading = IO_MODEL)]
+    pub model: Model,
+    /// Worker threads [default: the number of CPUs]
+    #[arg(short = 't', long, value_name = "N", help_heading = IO_MODEL)]
+    pub threads: Option<usize>,
+    /// How the epoll workers share the port
+    ///
+    /// reuseport: one SO_REUSEPORT listener per worker thread; exclusive: one listener shared
+    /// by all workers with EPOLLEXCLUSIVE
+    #[arg(long, value_enum, default_value_t = ListenerArg::Reuseport, hide_possible_values = true, value_name = "reuseport|exclusive", help_heading = IO_MODEL)]
+    pub listener: ListenerArg,
+    /// Thread pool: waiting connections per worker
+    ///
+    /// Connections waiting for a worker, per worker; beyond it new connections are refused
+    /// (HTTP gets a 503)
+    #[arg(long, value_name = "N", default_value_t = 128, help_heading = IO_MODEL)]
     pub queue_depth: usize,
-
-    /// Size of each receive buffer; a multiple of the page size
-    #[arg(long, default_value = "16KiB", value_parser = parse_size, help_heading = "Memory")]
-    pub buffer_size: usize,
-    /// Receive buffers in the pool, shared out among workers; taken only while a socket is readable
-    #[arg(long, default_value_t = 256, help_heading = "Memory")]
-    pub pool_buffers: usize,
-    /// mlock the buffer pool (the VirtualLock analogue); fails clearly if RLIMIT_MEMLOCK forbids it
-    #[arg(long, help_heading = "Memory")]
-    pub lock_memory: bool,
+    /// Sends in flight per connection (completion models)
+    #[arg(long, value_name = "N", default_value_t = 200, help_heading = IO_MODEL)]
+    pub max_outstanding_sends: usize,
     /// Stack size of per-connection threads (blocking model)
-    #[arg(long, default_value = "64KiB", value_parser = parse_size, help_heading = "Memory")]
+    #[arg(long, value_name = "BYTES", default_value = "64KiB", value_parser = parse_size, help_heading = IO_MODEL)]
     pub stack_size: usize,
 
+    /// Close a connection with no traffic for this long
+    ///
+    /// Idle and stale connections alike
+    #[arg(long, default_value = "60", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
+    pub idle_timeout: Duration,
+    /// Time to send a whole request head (slowloris guard)
+    ///
+    /// A request head must be complete this long after its first byte; for HTTP/2: the preface, a control frame or a header block
+    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
+    pub header_timeout: Duration,
+    /// Close a connection silent this long after accept [default: off]
+    ///
+    /// The seeds' sweep of accepted connections that never send; counted as closed_first_data
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
+    pub first_data_timeout: Option<Duration>,
+    /// Disconnect a client stuck this long: over --max-pending-send, or taking no output
+    #[arg(long, default_value = "10", value_parser = parse_duration, value_name = "SECS", help_heading = TIMEOUTS)]
+    pub send_timeout: Duration,
+    /// On SIGTERM/SIGINT, wait this long for in-flight work
+    ///
+    /// On SIGINT/SIGTERM, wait this long for in-flight responses, then close the rest; 0
+    /// closes every connection at once
+    #[arg(long, default_value = "5", value_parser = parse_duration_or_zero, value_name = "SECS", help_heading = TIMEOUTS)]
+    pub drain_timeout: Duration,
+
+    /// More connections are closed at once (HTTP: 503)
+    ///
+    /// Connections beyond this are accepted and closed at once (HTTP gets a 503), counted as
+    /// refused
+    #[arg(long, value_name = "N", default_value_t = 100_000, help_heading = ADMISSION)]
+    pub max_conns: usize,
+    /// Stop accepting at this many aborts a second [default: off]
+    ///
+    /// Admission control under an abort storm (seed 004): when this many established
+    /// connections are aborted (reset, aborted, timed out) within one second, stop accepting
+    /// until fewer than --abort-storm-resume are established
+    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..), help_heading = ADMISSION)]
+    pub abort_storm: Option<u32>,
+    /// With --abort-storm: accept again below N connections
+    ///
+    /// [default: three quarters of the number established when the storm began]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = ADMISSION)]
+    pub abort_storm_resume: Option<u64>,
+    /// With --abort-storm: also shed the newest connections
+    ///
+    /// As a storm begins, close the newest connections down to the resume threshold (seed
+    /// 004), counted as storm_shed
+    #[arg(long, help_heading = ADMISSION)]
+    pub abort_storm_shed: bool,
+    /// Serve only N connections at a time, in FIFO order [default: off]
+    ///
+    /// The seeds' high-throughput strategy: read from (and so serve) only N connections at a
+    /// time, in FIFO order; the rest are held, with no read posted, until one of the N closes,
+    /// idles past --active-grace or has had --active-turn
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = ADMISSION)]
+    pub active_set: Option<u64>,
+    /// With --active-set: silence that gives a place up
+    ///
+    /// An active connection that has sent nothing this long gives its place to the next
+    /// waiting one
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = ADMISSION)]
+    pub active_grace: Duration,
+    /// With --active-set: a turn while others wait
+    ///
+    /// An active connection that has held its place this long while others wait queues again
+    /// at the back, so no waiting connection starves
+    #[arg(long, default_value = "1", value_parser = parse_duration, value_name = "SECS", requires = "active_set", help_heading = ADMISSION)]
+    pub active_turn: Duration,
+
+    /// Bytes read per connection before serving others
+    #[arg(long, value_name = "BYTES", default_value = "64KiB", value_parser = parse_size, help_heading = BUFFERS)]
+    pub read_budget: usize,
+    /// Unsent output beyond which a client is not read
+    #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_size, help_heading = BUFFERS)]
+    pub max_pending_send: usize,
+    /// Receive buffer size, a multiple of the page size
+    #[arg(long, value_name = "BYTES", default_value = "16KiB", value_parser = parse_size, help_heading = BUFFERS)]
+    pub buffer_size: usize,
+    /// Receive buffers in the pool, shared by the workers
+    ///
+    /// A buffer is taken only while a socket is readable
+    #[arg(long, value_name = "N", default_value_t = 256, help_heading = BUFFERS)]
+    pub pool_buffers: usize,
+    /// mlock the buffer pool (the VirtualLock analogue)
+    ///
+    /// Fails clearly if RLIMIT_MEMLOCK forbids it
+    #[arg(long, help_heading = BUFFERS)]
+    pub lock_memory: bool,
     /// SO_SNDBUF of every connection [default: the kernel's]
-    #[arg(long, value_parser = parse_size, help_heading = "Sockets")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = BUFFERS)]
     pub sndbuf: Option<usize>,
     /// SO_RCVBUF of every connection [default: the kernel's]
-    #[arg(long, value_parser = parse_size, help_heading = "Sockets")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = BUFFERS)]
     pub rcvbuf: Option<usize>,
     /// Disable Nagle's algorithm (TCP_NODELAY) [default]
-    #[arg(long, overrides_with = "no_nodelay", help_heading = "Sockets")]
+    #[arg(long, overrides_with = "no_nodelay", help_heading = BUFFERS)]
     pub nodelay: bool,
     /// Keep Nagle's algorithm on
-    #[arg(long, help_heading = "Sockets")]
+    #[arg(long, help_heading = BUFFERS)]
     pub no_nodelay: bool,
 
+    /// Serve TLS 1.3 and 1.2 with this PEM certificate chain, leaf first
+    ///
+    /// With --tls-key; for echo and http
+    #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = TLS)]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM: PKCS#8, SEC1 or PKCS#1
+    ///
+    /// With --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert", help_heading = TLS)]
+    pub tls_key: Option<PathBuf>,
+    /// Sessions kept for resumption by ID (0: none)
+    #[arg(long, value_name = "N", default_value_t = 4096, help_heading = TLS)]
+    pub tls_session_cache: usize,
+    /// Resumption tickets (stateless, rotating keys)
+    #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = TLS)]
+    pub tls_tickets: OnOff,
+    /// TLS handshakes in progress at once; more are refused
+    ///
+    /// Connections beyond it are refused (closed at once, counted as limit_handshakes) so a
+    /// handshake flood cannot starve served ones
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "tls_cert", help_heading = TLS)]
+    pub max_handshakes: Option<u64>,
+
     /// Print the counters every SECS seconds [default: no stats lines]
-    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = "Observability")]
+    #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = OBSERVABILITY)]
     pub stats_interval: Option<Duration>,
     /// Stats lines with every counter (about a hundred) [default: accepted, refused,
     /// connections, and the counters that are not 0]
-    #[arg(long, requires = "stats_interval", help_heading = "Observability")]
+    #[arg(long, requires = "stats_interval", help_heading = OBSERVABILITY)]
     pub stats_all: bool,
-    /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port, logged at
-    /// start-up
-    #[arg(long, value_name = "ADDR", help_heading = "Observability")]
+    /// Serve Prometheus metrics at http://ADDR/metrics (ADDR as --listen's)
+    ///
+    /// The same IP forms as --listen (:9090, 127.0.0.1:9090, localhost:0); port 0 picks a free
+    /// port, logged at start-up
+    #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr, help_heading = OBSERVABILITY)]
     pub metrics: Option<SocketAddr>,
 
-    /// Run this many server processes sharing the port with SO_REUSEPORT, as nginx runs
-    /// worker processes (past the per-process open-files limit); a worker that dies is
-    /// restarted. With --metrics, worker K serves it on the given port + K (port 0: each
-    /// worker picks a free port)
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = "Service")]
-    pub procs: u16,
     /// Internal: this process is worker K of N of a --procs server
     #[arg(long, hide = true, value_name = "K/N")]
     pub proc_slot: Option<String>,
@@ -227,27 +317,41 @@ pub struct ServeArgs {
     /// as this descriptor
     #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
     pub listen_fd: Option<i32>,
+}
 
-    /// Serve TLS (1.3 and 1.2) with this PEM certificate chain, leaf first (with --tls-key)
-    #[arg(long, value_name = "FILE", requires = "tls_key", help_heading = "TLS")]
-    pub tls_cert: Option<PathBuf>,
-    /// The certificate's private key, PEM: PKCS#8, SEC1 or PKCS#1 (with --tls-cert)
-    #[arg(long, value_name = "FILE", requires = "tls_cert", help_heading = "TLS")]
-    pub tls_key: Option<PathBuf>,
-    /// TLS sessions remembered for resumption by session ID, at most (0: none)
-    #[arg(long, value_name = "N", default_value_t = 4096, help_heading = "TLS")]
-    pub tls_session_cache: usize,
-    /// TLS handshakes in progress at once, at most; connections beyond it are refused (closed
-    /// at once, counted as limit_handshakes) so a handshake flood cannot starve served ones
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "tls_cert", help_heading = "TLS")]
-    pub max_handshakes: Option<u64>,
-    /// Resumption tickets (stateless, encrypted with rotating keys)
-    #[arg(long, value_enum, default_value_t = OnOff::On, help_heading = "TLS")]
-    pub tls_tickets: OnOff,
-    /// On SIGINT/SIGTERM, wait this long for in-flight responses before closing the rest; 0
-    /// closes every connection at once
-    #[arg(long, default_value = "5", value_parser = parse_duration_or_zero, value_name = "SECS", help_heading = "Lifecycle")]
-    pub drain_timeout: Duration,
+/// `--proto`: echo, http or udp; a number is taken for the port it most likely is.
+#[derive(Debug, Clone, Copy)]
+struct ProtoParser;
+
+impl clap::builder::TypedValueParser for ProtoParser {
+    type Value = Proto;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Proto, clap::Error> {
+        let text = value.to_string_lossy();
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            let arg = arg.map_or_else(|| "--proto".to_owned(), ToString::to_string);
+            let message = format!(
+                "invalid value '{text}' for '{arg}': a protocol is echo, http or udp; for port {text}, give \
+                 --listen :{text} (-l :{text})\n"
+            );
+            return Err(clap::Error::raw(clap::error::ErrorKind::InvalidValue, message).with_cmd(cmd));
+        }
+        clap::builder::EnumValueParser::<Proto>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(Proto::value_variants().iter().filter_map(ValueEnum::to_possible_value)))
+    }
+}
+
+/// `--metrics`: an IP address and port in the forms `--listen` takes.
+fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    ListenAddr::parse_inet(text).map_err(|e| e.to_string().replace(" or unix:PATH", ""))
 }
 
 impl ServeArgs {
@@ -479,6 +583,48 @@ mod tests {
         assert!(err(&["--listen", "unix:s.sock", "--no-nodelay"]).contains("TCP_NODELAY"));
         assert!(err(&["--listen", "unixgram:s.sock"]).contains("not served"));
         assert!(err(&["--listen", &format!("unix:/{}", "x".repeat(200))]).contains("at most 107"));
+    }
+
+    #[test]
+    fn listen_forms_and_short_flags() {
+        let listen = |args: &[&str]| serve(args).map(|cfg| cfg.listen.to_string()).map_err(|e| e.to_string());
+        assert_eq!(listen(&["-l", ":8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["--listen", "8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["-l", "0.0.0.0:8080"]), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen(&["-l", "[::]:8080"]), Ok("[::]:8080".into()));
+        assert_eq!(listen(&["-l=unix:/tmp/s.sock"]), Ok("unix:/tmp/s.sock".into()));
+        assert!(listen(&["-l", "localhost:0"]).is_ok_and(|a| a == "127.0.0.1:0" || a == "[::1]:0"));
+        let err = listen(&["-l", "127.0.0.1"]).unwrap_err();
+        assert!(err.contains("'127.0.0.1' has no port") && err.contains("unix:PATH"), "{err}");
+        let cfg = serve(&["-p", "http", "-m", "poll64", "-t", "3", "--metrics", ":0"]).unwrap();
+        assert!(matches!(cfg.service, Service::Http(_)));
+        assert_eq!((cfg.model, cfg.threads), (Model::Poll64, 3));
+        assert_eq!(cfg.metrics, Some("0.0.0.0:0".parse().unwrap()));
+        let err = serve(&["--metrics", "unix:/x"]).unwrap_err().to_string();
+        assert!(!err.contains("or unix:PATH"), "{err}");
+        let err = serve(&["-p", "8080"]).unwrap_err().to_string();
+        assert!(err.contains("--listen :8080"), "{err}");
+    }
+
+    /// `serve -h` is a summary: every flag under a heading, its first paragraph one short
+    /// sentence; `--help` has the whole text of every flag.
+    #[test]
+    fn every_flag_has_a_heading_and_a_short_summary() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        let long = serve.render_long_help().to_string();
+        for arg in serve.get_arguments().filter(|a| !a.is_hide_set() && a.get_id() != "help") {
+            let name = arg.get_long().unwrap_or_default();
+            assert!(arg.get_help_heading().is_some(), "--{name} has no heading");
+            let summary = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(
+                !summary.is_empty() && summary.len() <= 90,
+                "--{name}: summary of {} chars: {summary}",
+                summary.len()
+            );
+            assert!(long.contains(&format!("--{name}")), "--help lacks --{name}");
+        }
     }
 
     #[test]
