@@ -299,8 +299,11 @@ pub struct ServeArgs {
     /// Print the counters every SECS seconds [default: no stats lines]
     #[arg(long, value_parser = parse_duration, value_name = "SECS", help_heading = OBSERVABILITY)]
     pub stats_interval: Option<Duration>,
-    /// Stats lines with every counter (about a hundred) [default: accepted, refused,
-    /// connections, and the counters that are not 0]
+    /// Stats lines with every counter, not only those that moved
+    ///
+    /// By default a stats line has accepted, refused and connections, then only the counters
+    /// that are not 0; with this flag, every counter (about a hundred). The final line at exit
+    /// always has every counter.
     #[arg(long, requires = "stats_interval", help_heading = OBSERVABILITY)]
     pub stats_all: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (ADDR as --listen's)
