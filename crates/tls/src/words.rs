@@ -14,7 +14,8 @@ pub struct Received {
     pub closed: bool,
 }
 
-/// Why a session failed: close the connection (no alert is sent).
+/// Why a session failed: send what the failing call appended to its `out` (the fatal alert that
+/// tells the peer why; nothing for a peer not speaking TLS), then close the connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {detail}")]
 pub struct Failure {
