@@ -420,5 +420,9 @@ pub(crate) fn classify(error: &rustls::Error, not_tls: bool) -> Failure {
         E::InvalidCertificate(_) => FailureReason::Certificate,
         _ => FailureReason::Protocol,
     };
-    Failure { reason, detail: error.to_string() }
+    let detail = match error {
+        E::InvalidCertificate(certificate) => crate::words::certificate(certificate),
+        other => other.to_string(),
+    };
+    Failure { reason, detail }
 }
