@@ -75,7 +75,8 @@ fn every_model_sends_the_alert_that_says_why_a_handshake_failed() {
             assert!(out.contains("alert no application protocol"), "{model}: {alpn:?}:\n{out}");
         }
         // A suite sockscale does not serve: AES-CBC with RSA key exchange (TLS 1.2), AES-CCM (1.3).
-        for suites in [&["-tls1_2", "-cipher", "AES128-SHA"][..], &["-tls1_3", "-ciphersuites", "TLS_AES_128_CCM_SHA256"]]
+        for suites in
+            [&["-tls1_2", "-cipher", "AES128-SHA"][..], &["-tls1_3", "-ciphersuites", "TLS_AES_128_CCM_SHA256"]]
         {
             let out = s_client(&server, suites).expect("openssl");
             assert!(out.contains("alert handshake failure"), "{model}: {suites:?}:\n{out}");

@@ -122,7 +122,9 @@ impl Verifier {
         use rustls::CertificateError as C;
         let (_, parsed) =
             x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|_| rustls::Error::from(C::BadEncoding))?;
-        let unix = |t: x509_parser::time::ASN1Time| UnixTime::since_unix_epoch(Duration::from_secs(t.timestamp().max(0) as u64));
+        let unix = |t: x509_parser::time::ASN1Time| {
+            UnixTime::since_unix_epoch(Duration::from_secs(t.timestamp().max(0) as u64))
+        };
         let validity = parsed.validity();
         let seconds = now.as_secs() as i64;
         if seconds > validity.not_after.timestamp() {

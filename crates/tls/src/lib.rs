@@ -20,7 +20,7 @@ mod server;
 mod stage;
 mod words;
 
-pub use certs::{CertificateFiles, TestCertificate};
+pub use certs::{CertificateFiles, TestCertificate, Validity};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
 pub use server::{Busy, ServerSession};
