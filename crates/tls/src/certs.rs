@@ -95,8 +95,13 @@ impl TestCertificate {
         ca_params.not_after = now + time::Duration::days(i64::from(validity.ca_days));
         ca_params.distinguished_name = rcgen::DistinguishedName::new();
         ca_params.distinguished_name.push(rcgen::DnType::OrganizationName, "sockscale");
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sockscale test CA");
-        ca_params.serial_number = Some(serial()?);
+        // Named apart from every other CA made so (by its serial's first bytes): a client
+        // trusting an earlier one finds no CA of this name, rather than one whose key did not
+        // sign the leaf.
+        let ca_serial = serial()?;
+        let tag: String = ca_serial.as_ref().iter().take(4).map(|b| format!("{b:02X}")).collect();
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("sockscale test CA {tag}"));
+        ca_params.serial_number = Some(ca_serial);
         let ca_key = rcgen::KeyPair::generate().map_err(setup)?;
         let ca = ca_params.self_signed(&ca_key).map_err(setup)?;
         let issuer = rcgen::Issuer::new(ca_params, ca_key);

@@ -153,6 +153,11 @@ impl Verifier {
             rustls::CertificateError::UnknownIssuer if self.cacert => {
                 format!("the server's certificate is signed by a CA not in --cacert {file}{issuer}")
             }
+            // webpki found a CA of the issuer's name in the file, whose key did not sign it.
+            rustls::CertificateError::BadSignature if self.cacert => format!(
+                "the server's certificate is signed by a CA not in --cacert {file}{issuer}: a CA there has \
+                 that name but another key (a CA made again?)"
+            ),
             rustls::CertificateError::UnknownIssuer => format!(
                 "the server's certificate is signed by a CA the system does not trust ({file}){issuer} (trust \
                  that CA with --cacert FILE, or skip verification with --insecure)"
