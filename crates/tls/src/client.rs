@@ -142,7 +142,10 @@ impl Verifier {
         let file = self.file.display();
         let parsed = x509_parser::parse_x509_certificate(cert.as_ref()).ok().map(|(_, c)| c);
         let self_signed = parsed.as_ref().is_some_and(|c| c.subject().as_raw() == c.issuer().as_raw());
-        let issuer = parsed.as_ref().map_or_else(String::new, |c| format!(" (its issuer: {})", c.issuer()));
+        let issuer = match &parsed {
+            Some(c) if !self_signed => format!(" (its issuer: {})", c.issuer()),
+            _ => String::new(),
+        };
         let words = match kind {
             rustls::CertificateError::UnknownIssuer if self_signed && self.cacert => {
                 format!("the server's certificate is self-signed, and it is not in --cacert {file}")
