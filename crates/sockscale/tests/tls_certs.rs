@@ -156,24 +156,38 @@ fn a_certificate_signed_by_another_ca_is_named_so() {
     assert!(text.contains(&format!("signed by a CA not in --cacert {ca}")), "{text}");
     assert!(text.contains("sockscale test CA"), "the issuer is named: {text}");
     assert_words(&text);
+    // Against the system's roots, the advice names the flag not passed.
+    let (ok, text) = load(&format!("https://localhost:{}/", server.addr.port()), &[]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("not among the system's roots") && text.contains("--cacert FILE"), "{text}");
+    assert_words(&text);
     // The right CA is taken.
     let ca = theirs.join("ca.pem").display().to_string();
     let (ok, text) = load(&format!("https://localhost:{}/", server.addr.port()), &["--cacert", &ca]);
     assert!(ok, "{text}");
 }
 
-/// An expired certificate, served by `openssl s_server` (sockscale serve refuses to start with
-/// one): the refusal gives the date it expired.
+/// An expired certificate and one not valid yet, served by `openssl s_server` (sockscale serve
+/// refuses to start with either): the refusal gives the date.
 #[test]
-fn an_expired_certificate_is_named_with_its_date() {
+fn an_expired_or_not_yet_valid_certificate_is_named_with_its_date() {
     if !have("openssl", "version") {
         return;
     }
-    let dir = Dir::new("expired");
+    let expired = served_for_a_while((2020, 1, 1), (2021, 3, 4), "expired");
+    assert!(expired.contains("the server's certificate expired on Mar  4 00:00:00 2021"), "{expired}");
+    let early = served_for_a_while((2999, 5, 6), (3000, 1, 1), "early");
+    assert!(early.contains("the server's certificate is not valid before May  6 00:00:00 2999"), "{early}");
+}
+
+/// What `load --cacert` says of a self-signed certificate for localhost valid from `begins` to
+/// `ends` (year, month, day), which it trusts as itself and `openssl s_server` serves.
+fn served_for_a_while(begins: (i32, u8, u8), ends: (i32, u8, u8), name: &str) -> String {
+    let dir = Dir::new(name);
     let key = rcgen::KeyPair::generate().expect("key");
     let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
-    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2021, 3, 4);
+    params.not_before = rcgen::date_time_ymd(begins.0, begins.1, begins.2);
+    params.not_after = rcgen::date_time_ymd(ends.0, ends.1, ends.2);
     let cert = params.self_signed(&key).expect("cert");
     std::fs::write(dir.join("c.pem"), cert.pem()).expect("write");
     std::fs::write(dir.join("k.pem"), key.serialize_pem()).expect("write");
@@ -196,8 +210,8 @@ fn an_expired_certificate_is_named_with_its_date() {
     let _ = server.wait();
     assert!(listening, "openssl s_server did not listen");
     assert!(!ok, "{text}");
-    assert!(text.contains("the server's certificate expired on Mar  4 00:00:00 2021"), "{text}");
     assert_words(&text);
+    text
 }
 
 fn openssl(args: &[&str]) -> String {

@@ -162,8 +162,8 @@ impl Verifier {
                  that name but another key (a CA made again?)"
             ),
             rustls::CertificateError::UnknownIssuer => format!(
-                "the server's certificate is signed by a CA the system does not trust ({file}){issuer} (trust \
-                 that CA with --cacert FILE, or skip verification with --insecure)"
+                "the server's certificate is signed by a CA not among the system's roots in {file}{issuer}: \
+                 trust that CA with --cacert FILE, or skip verification with --insecure"
             ),
             rustls::CertificateError::Other(other) if is_ca_used_as_end_entity(other) => {
                 let what = if self_signed {
