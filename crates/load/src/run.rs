@@ -361,10 +361,10 @@ fn handshake(
             Err(e) => return Err(io(e)),
         };
         session.receive(&mut buf[..n], Instant::now(), &mut plain, &mut out).map_err(|failure| {
+            // The fatal alert that tells the server why (a bad certificate, say), best effort.
+            let _ = stream.write_all(&out);
+            // A certificate's refusal carries its own advice, which knows the flags passed.
             let hint = match failure.reason {
-                FailureReason::Certificate => {
-                    " (trust its CA with --cacert FILE, or skip verification with --insecure)"
-                }
                 FailureReason::Protocol | FailureReason::NotTls => NOT_TLS_HINT,
                 _ => "",
             };

@@ -262,7 +262,13 @@ impl Exchange {
                             io.counters.bytes_in(n);
                             let fed = match self.through_tls(&mut buf[..n], want, io, now) {
                                 Ok(fed) => fed,
-                                Err(reason) => return Turned::Close(reason),
+                                Err(closing) => {
+                                    // Only behind everything sent, as close_notify.
+                                    if self.out.is_empty() {
+                                        closing.send_last(socket.fd());
+                                    }
+                                    return Turned::Close(closing.reason);
+                                }
                             };
                             input |= fed.counted();
                             // The handshake's flight and the answer's records go at once.
@@ -313,16 +319,16 @@ impl Exchange {
     }
 
     /// Ciphertext `read` of `wanted` bytes, through the TLS stage: the handshake's records and
-    /// the answer's, encrypted, are queued in `out`. Err: close, for this reason.
+    /// the answer's, encrypted, are queued in `out`. Err: close, as it says.
     fn through_tls(
         &mut self,
         read: &mut [u8],
         wanted: usize,
         io: &mut TurnIo<'_>,
         now: Instant,
-    ) -> Result<Fed, CloseReason> {
+    ) -> Result<Fed, TlsClosing> {
         let Some(tls) = self.tls.as_deref_mut() else {
-            return Err(CloseReason::Error);
+            return Err(CloseReason::Error.into());
         };
         self.lc.on_read(read.len(), wanted);
         let Kit { engine, scratch, body, tls_scratch, .. } = &mut *io.kit;
@@ -363,6 +369,32 @@ impl Exchange {
             Some(tls) => tls_answer_once(tls, fd, &kit.scratch, &mut kit.tls_scratch),
         };
         Some((expiry.reason, sent))
+    }
+}
+
+/// A TLS connection to close, and the bytes to send it first: the fatal alert that says why its
+/// session failed (RFC 8446 §6.2), or nothing.
+#[derive(Debug)]
+pub struct TlsClosing {
+    pub reason: CloseReason,
+    pub last: Vec<u8>,
+}
+
+impl From<CloseReason> for TlsClosing {
+    fn from(reason: CloseReason) -> Self {
+        TlsClosing { reason, last: Vec::new() }
+    }
+}
+
+impl TlsClosing {
+    /// One non-blocking attempt to send the last bytes on `fd` (every engine's sockets are
+    /// non-blocking), as close_notify is sent: a client that does not read them holds nothing,
+    /// and what did not fit is dropped with the connection. The caller sends them only when
+    /// nothing is queued ahead (records go out in the order they were sealed).
+    pub fn send_last(&self, fd: RawFd) {
+        if !self.last.is_empty() {
+            let _ = sockscale_sys::send(fd, &self.last);
+        }
     }
 }
 
@@ -418,8 +450,8 @@ pub struct TlsIo<'a> {
 /// the engines that write at once, and io_uring's): the handshake is counted when it
 /// completes, the plaintext goes to the lifecycle's protocol, and what to send (the
 /// handshake's records, the answer flattened and encrypted, a body file range to seal as it
-/// goes, and plaintext behind it) is handed to `queue` in order. Err: close, for this reason
-/// (the failure is counted).
+/// goes, and plaintext behind it) is handed to `queue` in order. Err: close, after sending its
+/// last bytes if nothing is queued ahead of them (the failure is counted).
 pub fn tls_input(
     tls: &mut ServerSession,
     lc: &mut Lifecycle,
@@ -427,7 +459,7 @@ pub fn tls_input(
     now: Instant,
     io: &mut TlsIo<'_>,
     mut queue: impl FnMut(TlsOut),
-) -> Result<Fed, CloseReason> {
+) -> Result<Fed, TlsClosing> {
     let TlsIo { engine, scratch, buffers, body, counters } = io;
     buffers.plain.clear();
     let mut records = Vec::new();
@@ -439,7 +471,8 @@ pub fn tls_input(
         }
         Err(failure) => {
             counters.tls_failed(failure.reason);
-            return Err(CloseReason::Protocol);
+            // The session appended its fatal alert, if it owes the client one.
+            return Err(TlsClosing { reason: CloseReason::Protocol, last: records });
         }
     }
     if !records.is_empty() {

@@ -8,6 +8,19 @@ use std::path::{Path, PathBuf};
 
 use crate::config::TlsConfigError;
 
+/// A random positive serial number of 16 bytes (RFC 5280 allows 20; the CA/Browser Forum asks
+/// for 64 random bits at least), so that two certificates made alike never share one.
+fn serial() -> Result<rcgen::SerialNumber, TlsConfigError> {
+    let mut bytes = [0u8; 16];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut bytes)
+        .map_err(|_| TlsConfigError::Setup("no random bytes for a serial number".to_owned()))?;
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01;
+    Ok(rcgen::SerialNumber::from_slice(&bytes))
+}
+
 /// A CA certificate and a leaf certificate and key, PEM.
 #[derive(Debug, Clone)]
 pub struct TestCertificate {
@@ -27,23 +40,82 @@ pub struct CertificateFiles {
     pub key: PathBuf,
 }
 
+/// How long what [`TestCertificate::issue`] makes is valid, in days from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    /// The leaf's (`sockscale cert --days`): 90 by default, as public CAs issue them.
+    pub leaf_days: u32,
+    /// The CA's (`--ca-days`): ten years by default; at least the leaf's.
+    pub ca_days: u32,
+}
+
+impl Default for Validity {
+    fn default() -> Self {
+        Validity { leaf_days: 90, ca_days: 3650 }
+    }
+}
+
+/// Both certificates are valid from this long before they are made, so that a client whose
+/// clock runs a little behind the maker's does not find them not yet valid.
+const CLOCK_SKEW: time::Duration = time::Duration::hours(1);
+
 impl TestCertificate {
-    /// A fresh CA and a leaf for `names` (DNS names or IP addresses, as subject alternative
-    /// names), both ECDSA P-256.
+    /// A fresh CA and a leaf for `names`, valid as [`Validity::default`] says from now.
     pub fn generate(names: &[String]) -> Result<TestCertificate, TlsConfigError> {
+        Self::issue(names, Validity::default(), std::time::SystemTime::now())
+    }
+
+    /// A fresh CA and a leaf for `names` (DNS names or IP addresses, as subject alternative
+    /// names; the first is also the leaf's common name), both ECDSA P-256, made at `now`: what
+    /// a private CA issues. The CA: CA:TRUE with a path length of 0 (it signs leaves only),
+    /// keyCertSign and cRLSign, valid `ca_days`. The leaf: CA:FALSE, digitalSignature (all an
+    /// ECDSA key does in TLS), extendedKeyUsage serverAuth, subject and authority key
+    /// identifiers, valid `leaf_days`. Both begin an hour before `now` (clock skew).
+    pub fn issue(
+        names: &[String],
+        validity: Validity,
+        now: std::time::SystemTime,
+    ) -> Result<TestCertificate, TlsConfigError> {
         let setup = |e: rcgen::Error| TlsConfigError::Setup(format!("cannot make a certificate: {e}"));
         if names.is_empty() {
             return Err(TlsConfigError::Setup("a certificate needs at least one name".to_owned()));
         }
+        if validity.leaf_days == 0 || validity.ca_days < validity.leaf_days {
+            return Err(TlsConfigError::Setup(format!(
+                "a certificate valid {} days cannot be signed by a CA valid {} (the CA must outlive it)",
+                validity.leaf_days, validity.ca_days
+            )));
+        }
+        let now = time::OffsetDateTime::from(now);
+        let begins = now - CLOCK_SKEW;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(setup)?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sockscale test CA");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+        ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        ca_params.not_before = begins;
+        ca_params.not_after = now + time::Duration::days(i64::from(validity.ca_days));
+        ca_params.distinguished_name = rcgen::DistinguishedName::new();
+        ca_params.distinguished_name.push(rcgen::DnType::OrganizationName, "sockscale");
+        // Named apart from every other CA made so (by its serial's first bytes): a client
+        // trusting an earlier one finds no CA of this name, rather than one whose key did not
+        // sign the leaf.
+        let ca_serial = serial()?;
+        let tag: String = ca_serial.as_ref().iter().take(4).map(|b| format!("{b:02X}")).collect();
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("sockscale test CA {tag}"));
+        ca_params.serial_number = Some(ca_serial);
         let ca_key = rcgen::KeyPair::generate().map_err(setup)?;
         let ca = ca_params.self_signed(&ca_key).map_err(setup)?;
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
         let key = rcgen::KeyPair::generate().map_err(setup)?;
         let mut leaf_params = rcgen::CertificateParams::new(names.to_vec()).map_err(setup)?;
+        leaf_params.is_ca = rcgen::IsCa::ExplicitNoCa;
+        leaf_params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        leaf_params.use_authority_key_identifier_extension = true;
+        leaf_params.not_before = begins;
+        leaf_params.not_after = now + time::Duration::days(i64::from(validity.leaf_days));
+        leaf_params.distinguished_name = rcgen::DistinguishedName::new();
         leaf_params.distinguished_name.push(rcgen::DnType::CommonName, names[0].clone());
+        leaf_params.serial_number = Some(serial()?);
         let leaf = leaf_params.signed_by(&key, &issuer).map_err(setup)?;
         Ok(TestCertificate { ca_pem: ca.pem(), cert_pem: leaf.pem(), key_pem: key.serialize_pem() })
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{Resumption, UnbufferedClientConnection};
@@ -48,14 +48,12 @@ impl ClientTls {
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&TLS13, &TLS12])
             .map_err(|e| TlsConfigError::Setup(e.to_string()))?;
-        let mut config = match trust {
-            Trust::Insecure => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-                .with_no_client_auth(),
-            Trust::System => builder.with_root_certificates(roots(&system_bundle())?).with_no_client_auth(),
-            Trust::CaFile(path) => builder.with_root_certificates(roots(path)?).with_no_client_auth(),
+        let verifier: Arc<dyn ServerCertVerifier> = match trust {
+            Trust::Insecure => Arc::new(AnyCertificate(provider)),
+            Trust::System => Arc::new(Verifier::new(&system_bundle(), false, provider)?),
+            Trust::CaFile(path) => Arc::new(Verifier::new(path, true, provider)?),
         };
+        let mut config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
         config.alpn_protocols = alpn;
         config.resumption =
             if resume { Resumption::store(Arc::new(ManyTickets::default())) } else { Resumption::disabled() };
@@ -71,18 +69,167 @@ impl ClientTls {
     }
 }
 
-fn roots(path: &Path) -> Result<rustls::RootCertStore, TlsConfigError> {
+/// The certificates in a PEM file: the roots webpki can use as anchors, and every certificate
+/// as it is (DER).
+fn roots(path: &Path) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'static>>), TlsConfigError> {
     let pem = std::fs::read(path).map_err(|error| TlsConfigError::Read { path: path.into(), error })?;
     let mut store = rustls::RootCertStore::empty();
+    let mut all = Vec::new();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| TlsConfigError::BadCertificate { path: path.into(), reason: e.to_string() })?;
         // A bundle may hold a certificate webpki cannot use as an anchor; the others still count.
-        let _ = store.add(cert);
+        let _ = store.add(cert.clone());
+        all.push(cert);
     }
     if store.is_empty() {
         return Err(TlsConfigError::NoCertificate { path: path.into() });
     }
-    Ok(store)
+    Ok((store, all))
+}
+
+/// The certificate check of a client that trusts a PEM file (`--cacert`, or the system's
+/// bundle): webpki's, as rustls does it, with two differences.
+///
+/// - A certificate in `--cacert` that the server presents exactly (the same DER) is trusted as
+///   itself, as curl and OpenSSL trust a self-signed certificate named in their CA file: the
+///   common `openssl req -x509` certificate is CA:TRUE, which webpki refuses as a server's
+///   (CaUsedAsEndEntity) even when it is the very anchor. Its validity dates and its names
+///   (against the name asked for) are still checked, and the handshake's signatures are, as
+///   always, against its key.
+/// - A refusal says why in words (see [`crate::words::certificate`]), naming the file trusted,
+///   and tells the user what to do only with a flag they did not pass.
+#[derive(Debug)]
+struct Verifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    /// The file's certificates, trusted as themselves (`--cacert` only; none for the system's).
+    pinned: Vec<CertificateDer<'static>>,
+    /// The file trusted, and whether the user named it (`--cacert`) or it is the system's.
+    file: PathBuf,
+    cacert: bool,
+}
+
+impl Verifier {
+    fn new(path: &Path, cacert: bool, provider: Arc<rustls::crypto::CryptoProvider>) -> Result<Self, TlsConfigError> {
+        let (store, all) = roots(path)?;
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider)
+            .build()
+            .map_err(|e| TlsConfigError::Setup(e.to_string()))?;
+        Ok(Verifier { webpki, pinned: if cacert { all } else { Vec::new() }, file: path.into(), cacert })
+    }
+
+    /// The pinned certificate's own checks: valid at `now`, and for `name`.
+    fn as_itself(cert: &CertificateDer<'_>, name: &ServerName<'_>, now: UnixTime) -> Result<(), rustls::Error> {
+        use rustls::CertificateError as C;
+        let (_, parsed) =
+            x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|_| rustls::Error::from(C::BadEncoding))?;
+        let unix = |t: x509_parser::time::ASN1Time| {
+            UnixTime::since_unix_epoch(Duration::from_secs(t.timestamp().max(0) as u64))
+        };
+        let validity = parsed.validity();
+        let seconds = now.as_secs() as i64;
+        if seconds > validity.not_after.timestamp() {
+            return Err(C::ExpiredContext { time: now, not_after: unix(validity.not_after) }.into());
+        }
+        if seconds < validity.not_before.timestamp() {
+            return Err(C::NotValidYetContext { time: now, not_before: unix(validity.not_before) }.into());
+        }
+        rustls::client::verify_server_name(&rustls::server::ParsedCertificate::try_from(cert)?, name)
+    }
+
+    /// `error` about `cert`, in words where webpki's own are a type name.
+    fn explain(&self, error: rustls::Error, cert: &CertificateDer<'_>) -> rustls::Error {
+        let rustls::Error::InvalidCertificate(kind) = &error else { return error };
+        let file = self.file.display();
+        let parsed = x509_parser::parse_x509_certificate(cert.as_ref()).ok().map(|(_, c)| c);
+        let self_signed = parsed.as_ref().is_some_and(|c| c.subject().as_raw() == c.issuer().as_raw());
+        let issuer = match &parsed {
+            Some(c) if !self_signed => format!(" (its issuer: {})", c.issuer()),
+            _ => String::new(),
+        };
+        let words = match kind {
+            rustls::CertificateError::UnknownIssuer if self_signed && self.cacert => {
+                format!("the server's certificate is self-signed, and it is not in --cacert {file}")
+            }
+            rustls::CertificateError::UnknownIssuer if self_signed => "the server's certificate is self-signed (trust \
+                 it with --cacert FILE holding it, or skip verification with --insecure)"
+                .to_owned(),
+            rustls::CertificateError::UnknownIssuer if self.cacert => {
+                format!("the server's certificate is signed by a CA not in --cacert {file}{issuer}")
+            }
+            // webpki found a CA of the issuer's name in the file, whose key did not sign it.
+            rustls::CertificateError::BadSignature if self.cacert => format!(
+                "the server's certificate is signed by a CA not in --cacert {file}{issuer}: a CA there has \
+                 that name but another key (a CA made again?)"
+            ),
+            rustls::CertificateError::UnknownIssuer => format!(
+                "the server's certificate is signed by a CA not among the system's roots in {file}{issuer}: \
+                 trust that CA with --cacert FILE, or skip verification with --insecure"
+            ),
+            rustls::CertificateError::Other(other) if is_ca_used_as_end_entity(other) => {
+                let what = if self_signed {
+                    "self-signed, a CA certificate (CA:TRUE) used as a server certificate"
+                } else {
+                    "a CA certificate (CA:TRUE) used as a server certificate"
+                };
+                if self.cacert {
+                    format!("the server's certificate is {what}, and it is not in --cacert {file}{issuer}")
+                } else {
+                    format!(
+                        "the server's certificate is {what} (trust it as itself with --cacert FILE holding it, \
+                         or skip verification with --insecure)"
+                    )
+                }
+            }
+            _ => return error,
+        };
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(Arc::new(
+            crate::words::CertificateWords(words),
+        ))))
+    }
+}
+
+fn is_ca_used_as_end_entity(other: &rustls::OtherError) -> bool {
+    matches!(other.0.downcast_ref::<webpki::Error>(), Some(webpki::Error::CaUsedAsEndEntity))
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if self.pinned.iter().any(|pinned| pinned.as_ref() == end_entity.as_ref()) {
+            return Self::as_itself(end_entity, server_name, now).map(|()| ServerCertVerified::assertion());
+        }
+        self.webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            .map_err(|e| self.explain(e, end_entity))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// Sessions kept for resumption, for a load generator: many connections to one server, each

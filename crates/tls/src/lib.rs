@@ -8,10 +8,14 @@
 //!   and 1.2, ALPN, a bounded session cache and rotating ticket keys.
 //! - [`ServerSession`]: one connection's session: [`ServerSession::receive`],
 //!   [`ServerSession::send`], [`ServerSession::take_ciphertext`], and what the handshake
-//!   agreed on ([`Negotiated`]) or why it failed ([`Failure`]).
+//!   agreed on ([`Negotiated`]) or why it failed ([`Failure`], with the fatal alert that tells
+//!   the peer why appended to the records to send).
 //! - [`ClientTls`], [`ClientSession`]: the client side (the load generator's), over the same
-//!   record loop, trusting the system's roots, a CA file, or anyone (`--insecure`).
-//! - [`TestCertificate`]: a private CA and a leaf it signed, made on the spot (`sockscale cert`).
+//!   record loop, trusting the system's roots, a CA file (whose certificates are also trusted
+//!   as themselves: a self-signed server certificate named in `--cacert`), or anyone
+//!   (`--insecure`); a refused certificate is named in words.
+//! - [`TestCertificate`]: a private CA and a leaf it signed, made on the spot (`sockscale cert`),
+//!   as a private CA issues them (bounded validity, key usages, key identifiers).
 
 mod certs;
 mod client;
@@ -20,7 +24,7 @@ mod server;
 mod stage;
 mod words;
 
-pub use certs::{CertificateFiles, TestCertificate};
+pub use certs::{CertificateFiles, TestCertificate, Validity};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
 pub use server::{Busy, ServerSession};

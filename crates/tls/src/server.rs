@@ -62,7 +62,7 @@ impl ServerSession {
 
     /// Take `ciphertext` as received at `now` (it is decrypted in place, so it is the caller's
     /// receive buffer), appending what it decrypts to `plaintext` and the records to send to
-    /// `out`. On a failure, close the connection.
+    /// `out`. On a failure, send what was appended to `out` (the fatal alert), then close.
     pub fn receive(
         &mut self,
         ciphertext: &mut [u8],

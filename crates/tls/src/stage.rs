@@ -18,6 +18,15 @@ use crate::words::{Failure, FailureReason, Negotiated, Received};
 /// anything else is not speaking TLS (plain HTTP on a TLS port, say).
 const HANDSHAKE_RECORD: u8 = 0x16;
 
+/// A TLS record carrying an alert, an alert's fatal level, and the descriptions renamed (RFC
+/// 8446 §6).
+const ALERT_RECORD: u8 = 0x15;
+const FATAL: u8 = 2;
+const HANDSHAKE_FAILURE: u8 = 40;
+const PROTOCOL_VERSION: u8 = 70;
+/// TLS 1.2's version number (a hello's legacy version below it is TLS 1.1 or older).
+const TLS12: u16 = 0x0303;
+
 /// Rounds of rustls's state machine per call, at most (a handshake flight takes a handful).
 const MAX_ROUNDS: usize = 10_000;
 
@@ -55,6 +64,9 @@ pub(crate) struct Stage<C> {
     began: Option<Instant>,
     /// The peer's first byte did not begin a TLS handshake record.
     not_tls: bool,
+    /// The legacy version of the peer's first hello, if its first record began with one
+    /// (0: unknown): what tells a TLS 1.0 or 1.1 client (see [`Stage::take_alert`]).
+    hello_version: u16,
     handshaking: bool,
     /// The peer's close_notify was seen.
     peer_closed: bool,
@@ -72,6 +84,7 @@ impl<C: Records> Stage<C> {
             opened: now,
             began: None,
             not_tls: false,
+            hello_version: 0,
             handshaking: true,
             peer_closed: false,
             failed: None,
@@ -80,7 +93,7 @@ impl<C: Records> Stage<C> {
 
     /// Take `ciphertext` as received at `now` (it is decrypted in place, so it is the caller's
     /// receive buffer), appending what it decrypts to `plaintext` and the records to send to
-    /// `out`. On a failure, close the connection.
+    /// `out`. On a failure, send what was appended to `out` (the fatal alert), then close.
     pub(crate) fn receive(
         &mut self,
         ciphertext: &mut [u8],
@@ -94,6 +107,7 @@ impl<C: Records> Stage<C> {
         if let (None, Some(&first)) = (self.began, ciphertext.first()) {
             self.began = Some(now);
             self.not_tls = first != HANDSHAKE_RECORD;
+            self.hello_version = hello_version(ciphertext);
         }
         let before = plaintext.len();
         let was_handshaking = self.handshaking;
@@ -139,10 +153,14 @@ impl<C: Records> Stage<C> {
             let UnbufferedStatus { mut discard, state } = self.conn.process(&mut buf[offset..]);
             let state = match state {
                 Ok(state) => state,
-                // No alert is sent: after an error rustls's unbuffered connection must not be
-                // driven again (its handshake deframer still points into the input that failed),
-                // and a close is all a client that fails the handshake is owed.
-                Err(e) => return Err(classify(&e, self.not_tls)),
+                Err(e) => {
+                    let failure = classify(&e, self.not_tls);
+                    // A peer that is not speaking TLS is owed nothing but the close.
+                    if !self.not_tls {
+                        self.take_alert(&e, out);
+                    }
+                    return Err(failure);
+                }
             };
             let more = match state {
                 ConnectionState::ReadTraffic(mut traffic) => {
@@ -194,6 +212,48 @@ impl<C: Records> Stage<C> {
             }
         }
         Err(stuck())
+    }
+
+    /// After rustls failed, append the fatal alert it queued (RFC 8446 §6.2: protocol_version,
+    /// handshake_failure, no_application_protocol, bad_record_mac...) to `out`, behind whatever
+    /// the failing step queued before it (a ServerHello ahead of an ALPN refusal), so the peer
+    /// learns why instead of seeing a bare close. rustls queues the alert in its outgoing queue
+    /// when it fails, and `process_tls_records` pops that queue (as `EncodeTlsData`) before it
+    /// deframes anything; so it is called, with no input, only while the queue holds something
+    /// (`wants_write`): the deframer, which may still point into the input that failed, is
+    /// never reached.
+    ///
+    /// One alert is renamed: rustls refuses a TLS 1.0 or 1.1 ClientHello for the
+    /// signature_algorithms extension such a client never sends (a TLS 1.2 addition), with
+    /// handshake_failure; the version is the reason, so the alert says protocol_version, as
+    /// nginx's and OpenSSL's do (and `openssl s_client -tls1_1` prints it).
+    fn take_alert(&mut self, error: &rustls::Error, out: &mut Vec<u8>) {
+        let start = out.len();
+        for _ in 0..MAX_ROUNDS {
+            if !self.conn.wants_write() {
+                break;
+            }
+            let Ok(ConnectionState::EncodeTlsData(mut encode)) = self.conn.process(&mut []).state else {
+                break;
+            };
+            append(out, |room| {
+                encode.encode(room).map_err(|e| match e {
+                    EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Some(required_size),
+                    EncodeError::AlreadyEncoded => None,
+                })
+            });
+        }
+        let too_old = matches!(
+            error,
+            rustls::Error::PeerIncompatible(rustls::PeerIncompatible::SignatureAlgorithmsExtensionRequired)
+        ) && (1..TLS12).contains(&self.hello_version);
+        // The alert in clear, as it goes before any key: content type, version, length 2,
+        // level fatal, description.
+        if let [ALERT_RECORD, _, _, 0, 2, FATAL, description] = &mut out[start..] {
+            if too_old && *description == HANDSHAKE_FAILURE {
+                *description = PROTOCOL_VERSION;
+            }
+        }
     }
 
     /// Encrypt `plaintext` into records appended to `out`. Before the handshake completes it
@@ -300,6 +360,16 @@ impl<C: Records> Stage<C> {
     }
 }
 
+/// The legacy version of the hello that begins `first` (a connection's first bytes): a
+/// handshake record header (5 bytes), the handshake header (type 1 or 2, length: 4 bytes), then
+/// the version. 0 when the bytes are not that.
+fn hello_version(first: &[u8]) -> u16 {
+    match first {
+        [HANDSHAKE_RECORD, _, _, _, _, 1 | 2, _, _, _, major, minor, ..] => u16::from_be_bytes([*major, *minor]),
+        _ => 0,
+    }
+}
+
 fn stuck() -> Failure {
     Failure { reason: FailureReason::Protocol, detail: "the TLS state machine made no progress".to_owned() }
 }
@@ -350,5 +420,9 @@ pub(crate) fn classify(error: &rustls::Error, not_tls: bool) -> Failure {
         E::InvalidCertificate(_) => FailureReason::Certificate,
         _ => FailureReason::Protocol,
     };
-    Failure { reason, detail: error.to_string() }
+    let detail = match error {
+        E::InvalidCertificate(certificate) => crate::words::certificate(certificate),
+        other => other.to_string(),
+    };
+    Failure { reason, detail }
 }

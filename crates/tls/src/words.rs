@@ -14,7 +14,8 @@ pub struct Received {
     pub closed: bool,
 }
 
-/// Why a session failed: close the connection (no alert is sent).
+/// Why a session failed: send what the failing call appended to its `out` (the fatal alert that
+/// tells the peer why; nothing for a peer not speaking TLS), then close the connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {detail}")]
 pub struct Failure {
@@ -74,4 +75,66 @@ pub struct Negotiated {
     pub alpn: Option<Vec<u8>>,
     /// The session was resumed (a ticket or a cached session ID), not a full handshake.
     pub resumed: bool,
+}
+
+/// A certificate refusal already in words (the client's verifier's, which knows the file
+/// trusted and the certificate), carried through rustls as its "other" certificate error.
+#[derive(Debug)]
+pub(crate) struct CertificateWords(pub String);
+
+impl std::fmt::Display for CertificateWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CertificateWords {}
+
+/// Why the server's certificate was refused, in words a user reads (not rustls's debug form).
+pub(crate) fn certificate(error: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as C;
+    let date = |t: &rustls::pki_types::UnixTime| {
+        i64::try_from(t.as_secs())
+            .ok()
+            .and_then(|secs| x509_parser::time::ASN1Time::from_timestamp(secs).ok())
+            .map_or_else(|| format!("Unix time {}", t.as_secs()), |t| t.to_string())
+    };
+    match error {
+        C::Other(other) => match other.0.downcast_ref::<CertificateWords>() {
+            Some(words) => words.0.clone(),
+            None => format!("the server's certificate was refused: {other}"),
+        },
+        C::NotValidForNameContext { expected, presented } => {
+            let names: Vec<String> = presented.iter().map(|name| presented_name(name)).collect();
+            let names = if names.is_empty() { "no name".to_owned() } else { names.join(", ") };
+            format!("the server's certificate is not valid for {} (it names {names})", expected.to_str())
+        }
+        C::NotValidForName => "the server's certificate is not valid for the name asked for".to_owned(),
+        C::ExpiredContext { not_after, .. } => format!("the server's certificate expired on {}", date(not_after)),
+        C::Expired => "the server's certificate has expired".to_owned(),
+        C::NotValidYetContext { not_before, .. } => {
+            format!("the server's certificate is not valid before {}", date(not_before))
+        }
+        C::NotValidYet => "the server's certificate is not valid yet".to_owned(),
+        C::UnknownIssuer => "the server's certificate is signed by a CA that is not trusted".to_owned(),
+        C::BadSignature => "the server's certificate is not correctly signed by its issuer".to_owned(),
+        C::BadEncoding => "the server's certificate is not a well-formed X.509 certificate".to_owned(),
+        C::Revoked => "the server's certificate is revoked".to_owned(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+            "the server's certificate is not for serving TLS (its extendedKeyUsage lacks serverAuth)".to_owned()
+        }
+        C::UnhandledCriticalExtension => {
+            "the server's certificate has a critical extension no client here knows".to_owned()
+        }
+        other => format!("the server's certificate was refused: {other}"),
+    }
+}
+
+/// A name as webpki lists it (`DnsName("localhost")`, `IpAddress(127.0.0.1)`), bare.
+fn presented_name(name: &str) -> String {
+    let bare = name
+        .strip_prefix("DnsName(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+        .or_else(|| name.strip_prefix("IpAddress(").and_then(|rest| rest.strip_suffix(')')));
+    bare.unwrap_or(name).to_owned()
 }

@@ -187,7 +187,12 @@ fn plain_http_or_garbage_on_a_tls_port_is_named_and_gets_no_answer() {
         let expected = if junk[0] == 0x16 { FailureReason::Protocol } else { FailureReason::NotTls };
         assert_eq!(failure.reason, expected, "{failure}");
         assert!(plain.is_empty());
-        assert!(alert.is_empty(), "nothing is sent to a client that failed the handshake: {alert:?}");
+        if junk[0] == 0x16 {
+            // A handshake record that is not one: at most a fatal alert (RFC 8446 §6.2).
+            assert!(alert.is_empty() || alert[0] == 0x15, "{alert:?}");
+        } else {
+            assert!(alert.is_empty(), "nothing is sent to a peer not speaking TLS: {alert:?}");
+        }
         assert!(session.send(b"x", &mut alert).is_err(), "a failed session sends nothing more");
     }
 }
@@ -199,9 +204,42 @@ fn an_alpn_the_server_does_not_speak_is_refused() {
     let (mut client, mut session) = connect(&config, &tls);
     let mut hello = Vec::new();
     client.write_tls(&mut hello).expect("hello");
+    let mut out = Vec::new();
     let failure =
-        session.receive(&mut hello, Instant::now(), &mut Vec::new(), &mut Vec::new()).expect_err("no common protocol");
+        session.receive(&mut hello, Instant::now(), &mut Vec::new(), &mut out).expect_err("no common protocol");
     assert_eq!(failure.reason, FailureReason::Incompatible, "{failure}");
+    // The client is told why: the ServerHello, then no_application_protocol (encrypted).
+    client.read_tls(&mut out.as_slice()).expect("the server's records");
+    assert_eq!(
+        client.process_new_packets().map(drop),
+        Err(rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol))
+    );
+}
+
+/// A TLS 1.1 ClientHello (no supported_versions, no signature_algorithms: what `openssl
+/// s_client -tls1_1` sends, trimmed) is answered with protocol_version, in clear.
+#[test]
+fn a_tls11_client_is_told_protocol_version() {
+    let (tls, _) = server(&[b"http/1.1"]);
+    let body: Vec<u8> = [
+        &[0x03, 0x02][..],                     // client_version TLS 1.1
+        &[0x42; 32],                           // random
+        &[0x00],                               // session id
+        &[0x00, 0x04, 0xc0, 0x13, 0x00, 0x2f], // cipher suites
+        &[0x01, 0x00],                         // compression: null
+    ]
+    .concat();
+    let mut hello = vec![0x16, 0x03, 0x01];
+    hello.extend_from_slice(&((body.len() + 4) as u16).to_be_bytes());
+    hello.extend_from_slice(&[0x01, 0x00]);
+    hello.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    hello.extend_from_slice(&body);
+    let mut session = ServerSession::new(&tls, Instant::now()).expect("session").expect("session");
+    let mut out = Vec::new();
+    let failure = session.receive(&mut hello, Instant::now(), &mut Vec::new(), &mut out).expect_err("too old");
+    assert_eq!(failure.reason, FailureReason::Incompatible, "{failure}");
+    assert_eq!(out.len(), 7, "{out:?}");
+    assert_eq!((out[0], &out[3..]), (0x15, &[0x00, 0x02, 0x02, 70][..]), "a fatal protocol_version alert: {out:?}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

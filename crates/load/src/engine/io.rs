@@ -87,6 +87,7 @@ impl Engine<'_> {
                     result.tls.counts.wire.received += n as u64;
                     plain.clear();
                     let handshaking = tls.handshaking();
+                    let quiet = tls.records.is_empty();
                     match tls.session.receive(&mut rbuf[..n], now, plain, &mut tls.records) {
                         Ok(received) => {
                             if let Some(took) = received.handshake_done {
@@ -108,6 +109,11 @@ impl Engine<'_> {
                             tls_closed = received.closed;
                         }
                         Err(failure) => {
+                            // The fatal alert that tells the server why, when nothing is queued
+                            // ahead of it: one non-blocking attempt before the close.
+                            if quiet {
+                                let _ = sys::send(fd, &tls.records);
+                            }
                             result.errors.tls += 1;
                             result.tls.failed(failure.reason.name(), || failure.to_string(), handshaking);
                             return Some(End::Failed);

@@ -168,7 +168,13 @@ impl UringWorker<'_> {
                     }
                     self.settle(index, generation)
                 }
-                Err(reason) => self.close(index, reason),
+                Err(closing) => {
+                    // Only behind everything sent, as close_notify.
+                    if conn.pending().is_empty() {
+                        closing.send_last(conn.fd.as_raw_fd());
+                    }
+                    self.close(index, closing.reason)
+                }
             };
         }
         let data = self.bufs.get(bid, n);

@@ -163,7 +163,9 @@ pub struct Common {
 /// TLS options of `load http https://...` and `load echo --tls`.
 #[derive(Debug, Clone, Args)]
 pub struct TlsArgs {
-    /// Trust the CA certificates in this PEM file instead of the system's roots
+    /// Trust the CA certificates in this PEM file instead of the system's roots; a certificate
+    /// in it that the server presents is trusted as itself (a self-signed one, as curl does),
+    /// its names and dates still checked
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
     pub cacert: Option<PathBuf>,
     /// Do not verify the server's certificate (the handshake's signatures are still checked)
