@@ -231,9 +231,9 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
             let stream =
                 TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
             let round_trip = began.elapsed();
-            let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2);
-            if cfg.tls.is_none() && !http2 {
-                // HTTP/2 in clear finds out with its preface, below.
+            // HTTP/1.1 only: HTTP/2 in clear finds out with its preface, below; echo sends
+            // nothing before the run (an echo server would take any byte for load).
+            if cfg.tls.is_none() && matches!(&cfg.mode, Mode::Http(h) if !h.http2) {
                 let stream = stream.try_clone().map_err(|e| unreachable(e.to_string()))?;
                 if plain_bytes_refused(cfg, stream, round_trip) && speaks_tls(cfg, addr) {
                     return Err(speaks_tls_error(cfg, addr));
@@ -245,21 +245,15 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
 }
 
 /// Whether a plaintext client's first bytes meet what a TLS server does with them: an alert
-/// record, or a close (or reset) with nothing said. Only a request line (echo: a few bytes) is
-/// sent, never a whole request, so a plain server counts no request for the probe; it waits for
-/// the rest, and the probe waits for it no longer than a few round trips (at least 20 ms).
+/// record, or a close (or reset) with nothing said. Only the request line is sent, never a
+/// whole request, so a plain server counts no request for the probe; it waits for the rest,
+/// and the probe waits for it no longer than a few round trips (at least 20 ms).
 fn plain_bytes_refused(cfg: &LoadConfig, mut stream: TcpStream, round_trip: Duration) -> bool {
-    let first: Vec<u8> = match &cfg.mode {
-        Mode::Http(h) => {
-            let request = h.render();
-            let line = request.iter().position(|&b| b == b'\n').map_or(request.len(), |i| i + 1);
-            request[..line].to_vec()
-        }
-        // Not a TLS record's first byte (a content type of 20 to 24): a TLS server refuses it.
-        _ => b"sockscale".to_vec(),
-    };
+    let Mode::Http(h) = &cfg.mode else { return false };
+    let request = h.render();
+    let first = &request[..request.iter().position(|&b| b == b'\n').map_or(request.len(), |i| i + 1)];
     let wait = (4 * round_trip).max(Duration::from_millis(20)).min(cfg.reply_timeout);
-    if stream.write_all(&first).is_err() || stream.set_read_timeout(Some(wait)).is_err() {
+    if stream.write_all(first).is_err() || stream.set_read_timeout(Some(wait)).is_err() {
         return false;
     }
     let mut buf = [0u8; 2];
@@ -291,7 +285,7 @@ fn speaks_tls(cfg: &LoadConfig, addr: SocketAddr) -> bool {
 }
 
 /// What to give instead: the URL with https:// (and its port, which the plain default would
-/// not keep), or --tls for echo.
+/// not keep).
 fn speaks_tls_error(cfg: &LoadConfig, addr: SocketAddr) -> LoadError {
     let fix = match cfg.target.strip_prefix("http://") {
         Some(rest) => {
@@ -301,7 +295,7 @@ fn speaks_tls_error(cfg: &LoadConfig, addr: SocketAddr) -> LoadError {
             let authority = if has_port { authority.to_owned() } else { format!("{authority}:{}", addr.port()) };
             format!("use https://{authority}{path}")
         }
-        None => "add --tls (with --insecure or --cacert for a certificate of its own)".to_owned(),
+        None => "use https://".to_owned(),
     };
     LoadError::SpeaksTls { target: cfg.target.clone(), fix }
 }

@@ -497,7 +497,8 @@ fn tls_echo_across_processes_and_open_loop_https() {
         "1",
     ]);
     assert_eq!((n(&r, "tls.handshakes.full"), n(&r, "tls.handshakes.resumed")), (20, 0), "{}", r["tls"]);
-    let plain = load(&["http", &format!("http://{}/", http.addr), "-c", "1", "-n", "1", "-t", "1", "--allow-errors"]);
+    let plain_server = ServerProc::start("epoll", &["--proto", "http"]);
+    let plain = load(&["http", &format!("http://{}/", plain_server.addr), "-c", "1", "-n", "1", "-t", "1"]);
     assert!(plain.get("tls").is_none(), "no TLS block for a plaintext run");
     let out =
         Command::new(BIN).args(["load", "http", &url, "--insecure", "--cacert", ca, "-n", "1"]).output().expect("run");
