@@ -589,6 +589,10 @@ fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
         "{summary}"
     );
     assert!(!summary.contains("errors       none"), "{summary}");
+    // Bytes with a human figure beside the exact count: "360 sent (360 B, 7.03 KiB/s)".
+    let bytes = summary.lines().find(|l| l.starts_with("  bytes ")).unwrap_or_default();
+    let sent: u64 = bytes.split_whitespace().nth(1).and_then(|n| n.replace(',', "").parse().ok()).unwrap_or(0);
+    assert!(sent > 0 && bytes.contains(&format!("{sent} sent ({sent} B, ")) && bytes.contains("B/s)"), "{summary}");
     let r = read_json(&json);
     assert_eq!((r["statuses"]["4xx"].as_u64(), r["errors"]["http_status"].as_u64()), (Some(10), Some(10)), "{r}");
     assert_eq!(r["statuses"]["codes"]["404"].as_u64(), Some(10), "{r}");
