@@ -33,6 +33,73 @@ pub enum ReportError {
     Mode(String, String),
     #[error("cannot merge: {0}")]
     Segments(String),
+    #[error("cannot merge: {reports}' measured windows do not overlap (report {first} ran {first_window}, report {second} {second_window}): {hint}give --allow-disjoint to merge runs made one after another")]
+    Disjoint {
+        reports: &'static str,
+        first: usize,
+        first_window: String,
+        second: usize,
+        second_window: String,
+        hint: &'static str,
+    },
+}
+
+/// What `load merge` does with reports that did not run together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apart {
+    /// Refuse them, naming their windows (the default).
+    Refuse,
+    /// Merge them over the time at least one ran, and say so (`--allow-disjoint`).
+    Allow,
+}
+
+/// Reports ran together when the window common to all of them (from the last start to the
+/// first end) covers at least this share of the shortest one's: agents started with
+/// `--start-at` a few milliseconds apart, or a `--procs` child that ended early, are together;
+/// runs made one after another, or overlapping by less than this, are not.
+pub const OVERLAP_SHARE: f64 = 0.5;
+
+/// Whether these windows are of runs made apart: the indices of the one that began last and of
+/// the one that ended first, when their common window is shorter than [`OVERLAP_SHARE`] of the
+/// shortest window (or there is none).
+pub fn ran_apart(windows: &[Window]) -> Option<(usize, usize)> {
+    let last_start =
+        (0..windows.len()).max_by(|&a, &b| windows[a].started_unix_s.total_cmp(&windows[b].started_unix_s))?;
+    let first_end = (0..windows.len()).min_by(|&a, &b| windows[a].ended_unix_s.total_cmp(&windows[b].ended_unix_s))?;
+    let common = windows[first_end].ended_unix_s - windows[last_start].started_unix_s;
+    let shortest = windows.iter().map(|w| w.ended_unix_s - w.started_unix_s).fold(f64::MAX, f64::min).max(0.0);
+    (common < OVERLAP_SHARE * shortest || common < 0.0).then_some((last_start, first_end))
+}
+
+/// The time covered by at least one of these windows (sorted by start).
+fn union_s(sorted: &[Window]) -> f64 {
+    let mut total = 0.0;
+    let mut reach = f64::MIN;
+    for w in sorted {
+        let from = w.started_unix_s.max(reach);
+        if w.ended_unix_s > from {
+            total += w.ended_unix_s - from;
+        }
+        reach = reach.max(w.ended_unix_s);
+    }
+    total
+}
+
+/// A Unix time as an RFC 3339 date, UTC, to the millisecond.
+fn unix_date(unix_s: f64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::try_from_secs_f64(unix_s.max(0.0)).unwrap_or_default();
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// "2026-11-26T18:55:00.000Z to 18:55:10.000Z (10.0 s)".
+fn window_words(w: &Window) -> String {
+    let (from, to) = (unix_date(w.started_unix_s), unix_date(w.ended_unix_s));
+    // The end's date is left out when it is the start's.
+    let to = match (from.split_once('T'), to.split_once('T')) {
+        (Some((day, _)), Some((end_day, time))) if day == end_day => time.to_owned(),
+        _ => to,
+    };
+    format!("{from} to {to} ({:.1} s)", w.ended_unix_s - w.started_unix_s)
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -81,6 +148,9 @@ pub struct Statuses {
     #[serde(rename = "5xx")]
     pub s5xx: u64,
     pub other: u64,
+    /// Final statuses by code ("404": 12); absent in reports from before they were counted.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub codes: std::collections::BTreeMap<u16, u64>,
 }
 
 impl Statuses {
@@ -93,6 +163,7 @@ impl Statuses {
             500..=599 => self.s5xx += 1,
             _ => self.other += 1,
         }
+        *self.codes.entry(status).or_default() += 1;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -196,6 +267,9 @@ impl Statuses {
         self.s4xx += o.s4xx;
         self.s5xx += o.s5xx;
         self.other += o.other;
+        for (code, n) in &o.codes {
+            *self.codes.entry(*code).or_default() += n;
+        }
     }
 }
 
@@ -587,6 +661,11 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Statuses::is_empty")]
     pub statuses: Statuses,
     pub errors: Errors,
+    /// The first bytes (at most [`SAMPLE_LEN`], escaped as Rust's `escape_ascii` does) of the
+    /// first response counted in `errors.bad_response`: what the server said instead; absent
+    /// when none was bad (and in reports from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_bad_response: Option<String>,
     /// UDP only: absent from the JSON of echo and HTTP runs (and of a UDP run that sent
     /// nothing).
     #[serde(default, skip_serializing_if = "Udp::is_empty")]
@@ -643,6 +722,12 @@ pub struct Report {
     /// report. Absent in reports from before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// A merge (`load merge --allow-disjoint`) of reports whose windows did not overlap: each
+    /// report's window, in order of start. Then `window` is absent (there is no common one)
+    /// and `duration_s` is the time at least one of them was measuring (the union of their
+    /// windows), which the rates are computed over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disjoint_windows: Vec<Window>,
     /// A merge of segments: every agent's segment, host, window and CPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<Agent>,
@@ -832,9 +917,21 @@ impl Report {
         Ok(report)
     }
 
-    /// Merge reports of runs that ran side by side (processes, machines): counters and
-    /// histograms add, the duration is the longest.
+    /// Merge reports of the processes of one run (`--procs`), which ran together by
+    /// construction: counters and histograms add, the duration is the longest. Segments whose
+    /// windows do not overlap at all are refused.
     pub fn merge(reports: &[Report]) -> Result<Report, ReportError> {
+        Report::merge_with(reports, None)
+    }
+
+    /// Merge reports saved apart (`load merge`), which may not have run together: those whose
+    /// windows do not overlap enough (see [`ran_apart`]) are refused, or with [`Apart::Allow`]
+    /// merged over the time at least one of them ran, saying so (`disjoint_windows`).
+    pub fn merge_runs(reports: &[Report], apart: Apart) -> Result<Report, ReportError> {
+        Report::merge_with(reports, Some(apart))
+    }
+
+    fn merge_with(reports: &[Report], apart_runs: Option<Apart>) -> Result<Report, ReportError> {
         check_segments(reports)?;
         let mut merged = reports.first().cloned().unwrap_or_default();
         if reports.is_empty() {
@@ -858,21 +955,43 @@ impl Report {
             merged.agents.sort_by_key(|a| a.segment.map(|s| s.index));
             merged.host = None;
         }
+        merged.disjoint_windows = Vec::new();
+        let mut apart = None;
+        let segments = reports.iter().any(|r| r.segment.is_some());
         // The window every report was measuring in: from the last start to the first end.
         if let Some(windows) = reports.iter().map(|r| r.window).collect::<Option<Vec<Window>>>() {
             let started = windows.iter().map(|w| w.started_unix_s).fold(f64::MIN, f64::max);
             let ended = windows.iter().map(|w| w.ended_unix_s).fold(f64::MAX, f64::min);
-            if merged.segment.is_none() && reports.iter().any(|r| r.segment.is_some()) && started >= ended {
-                return Err(ReportError::Segments(format!(
-                    "the segments' measured windows do not overlap (the last began {:.1} s after the first ended): start them together, with --start-at",
-                    started - ended
-                )));
+            let found = ran_apart(&windows);
+            let (refuse, allow) = match apart_runs {
+                Some(Apart::Refuse) => (found.is_some(), false),
+                Some(Apart::Allow) => (false, found.is_some()),
+                // Processes of one run: only segments with no common window at all.
+                None => (segments && started >= ended, false),
+            };
+            if let (Some((late, early)), true) = (found, refuse || allow) {
+                if refuse {
+                    return Err(ReportError::Disjoint {
+                        reports: if segments { "the segments" } else { "the reports" },
+                        first: early + 1,
+                        first_window: window_words(&windows[early]),
+                        second: late + 1,
+                        second_window: window_words(&windows[late]),
+                        hint: if segments { "start them together, with --start-at, or " } else { "" },
+                    });
+                }
+                let mut sorted = windows.clone();
+                sorted.sort_by(|a, b| a.started_unix_s.total_cmp(&b.started_unix_s));
+                apart = Some(union_s(&sorted));
+                merged.disjoint_windows = sorted;
+                merged.window = None;
+            } else {
+                merged.window = Some(Window {
+                    start_at_unix_s: windows[0].start_at_unix_s,
+                    started_unix_s: started,
+                    ended_unix_s: ended,
+                });
             }
-            merged.window = Some(Window {
-                start_at_unix_s: windows[0].start_at_unix_s,
-                started_unix_s: started,
-                ended_unix_s: ended,
-            });
         } else {
             merged.window = None;
         }
@@ -949,6 +1068,13 @@ impl Report {
         merged.latency_uncorrected = Latency::from_histogram(&uncorrected);
         merged.schedule_slip = Latency::from_histogram(&slip);
         merged.connect_latency = Latency::from_histogram(&connect);
+        if let Some(union) = apart {
+            // Runs one after another: the rate is what they did over the time they ran, not
+            // their sum as if side by side.
+            merged.duration_s = union;
+        }
+        merged.first_bad_response =
+            reports.iter().find_map(|r| r.first_bad_response.clone()).filter(|_| merged.errors.bad_response > 0);
         merged.compute_rates();
         Ok(merged)
     }
@@ -968,14 +1094,54 @@ impl Report {
         self.errors.total() + self.udp.lost
     }
 
-    /// The failures by kind, as "reset 2, lost 5"; empty when none.
+    /// The failures by kind, as "reset 2, lost 5"; empty when none. HTTP statuses not accepted
+    /// are named with their codes, and bad responses with the first one's start.
     pub fn failure_list(&self) -> String {
-        let mut listed: Vec<String> =
-            self.errors.fields().iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{name} {n}")).collect();
+        let mut listed: Vec<String> = self
+            .errors
+            .fields()
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|&(name, n)| match name {
+                "HTTP status" => self.unaccepted_words(),
+                "bad response" => match &self.first_bad_response {
+                    Some(first) => format!("{name} {} (first: \"{first}\")", thousands(n)),
+                    None => format!("{name} {}", thousands(n)),
+                },
+                _ => format!("{name} {}", thousands(n)),
+            })
+            .collect();
         if self.udp.lost > 0 {
             listed.push(format!("lost {}", self.udp.lost));
         }
         listed.join(", ")
+    }
+
+    /// "non-2xx responses 48,276 (404: 48,276)": the responses whose status was not accepted,
+    /// with the commonest codes; "responses outside --accept-status 2xx,404 ..." when it was
+    /// given.
+    fn unaccepted_words(&self) -> String {
+        let given = self.options.get("accept_status").and_then(serde_json::Value::as_str).filter(|a| *a != "2xx");
+        let accepted = match given {
+            Some(text) => crate::config::AcceptedStatuses::parse(text).unwrap_or_default(),
+            None => crate::config::AcceptedStatuses::default(),
+        };
+        let mut codes: Vec<(u16, u64)> =
+            self.statuses.codes.iter().filter(|(c, _)| !accepted.accepts(**c)).map(|(&c, &n)| (c, n)).collect();
+        codes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        const SHOWN: usize = 4;
+        let mut listed: Vec<String> =
+            codes.iter().take(SHOWN).map(|(c, n)| format!("{c}: {}", thousands(*n))).collect();
+        if codes.len() > SHOWN {
+            let rest: u64 = codes[SHOWN..].iter().map(|(_, n)| n).sum();
+            listed.push(format!("{} other codes: {}", codes.len() - SHOWN, thousands(rest)));
+        }
+        let codes = if listed.is_empty() { String::new() } else { format!(" ({})", listed.join(", ")) };
+        let n = thousands(self.errors.http_status);
+        match given {
+            Some(text) => format!("responses outside --accept-status {text} {n}{codes}"),
+            None => format!("non-2xx responses {n}{codes}"),
+        }
     }
 
     /// The open-loop rate asked for with -R, in requests per second.
@@ -1022,6 +1188,15 @@ impl Report {
         for warning in self.agent_warnings() {
             let _ = writeln!(s, "  warning      {warning}");
         }
+        if !self.disjoint_windows.is_empty() {
+            let windows: Vec<String> = self.disjoint_windows.iter().map(window_words).collect();
+            let _ = writeln!(
+                s,
+                "  not together these runs' windows do not overlap ({}): merged with --allow-disjoint, the rates over the {:.2} s at least one was measuring, not as if side by side",
+                windows.join("; "),
+                self.duration_s
+            );
+        }
         if let Some(why) = &self.ended_early {
             let _ = writeln!(s, "  ended early  {why}");
         }
@@ -1058,7 +1233,9 @@ impl Report {
         let _ = writeln!(
             s,
             "  {what:<12} {} sent, {} completed, {:.0}/s",
-            self.requests.sent, self.requests.completed, self.rates.requests_per_s
+            thousands(self.requests.sent),
+            thousands(self.requests.completed),
+            self.rates.requests_per_s
         );
         if let Some(asked) = self.asked_rate() {
             let sent_rate = self.requests.sent as f64 / self.duration_s.max(1e-9);
@@ -1075,11 +1252,13 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  bytes        {} sent ({}/s), {} received ({}/s)",
-            self.bytes.sent,
-            human_bytes(self.rates.sent_bytes_per_s),
-            self.bytes.received,
-            human_bytes(self.rates.received_bytes_per_s)
+            "  bytes        {} sent ({}, {}/s), {} received ({}, {}/s)",
+            thousands(self.bytes.sent),
+            binary_bytes(self.bytes.sent),
+            binary_bytes(self.rates.sent_bytes_per_s as u64),
+            thousands(self.bytes.received),
+            binary_bytes(self.bytes.received),
+            binary_bytes(self.rates.received_bytes_per_s as u64)
         );
         if self.mode == "http" {
             let st = &self.statuses;
@@ -1158,7 +1337,7 @@ impl Report {
         if failures == 0 {
             let _ = writeln!(s, "  errors       none");
         } else {
-            let _ = writeln!(s, "  errors       {failures}: {}", self.failure_list());
+            let _ = writeln!(s, "  errors       {}: {}", thousands(failures), self.failure_list());
         }
         let _ = write!(
             s,
@@ -1208,6 +1387,43 @@ pub fn human_bytes(per_s: f64) -> String {
         b if b >= 1e3 => format!("{:.2} kB", b / 1e3),
         b => format!("{b:.0} B"),
     }
+}
+
+/// The most of a bad response the report keeps.
+pub const SAMPLE_LEN: usize = 60;
+
+/// The first [`SAMPLE_LEN`] bytes of `data`, escaped as Rust's `escape_ascii` does
+/// (`SSH-2.0-OpenSSH_9.2p1\\r\\n`).
+pub fn sample(data: &[u8]) -> String {
+    data[..data.len().min(SAMPLE_LEN)].escape_ascii().to_string()
+}
+
+/// A count of bytes in binary units, as "1.23 GiB" (exact below a KiB: "512 B").
+pub fn binary_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2} {}", UNITS[unit])
+}
+
+/// A count with thousands separators: "48,276".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 pub fn human_us(us: f64) -> String {
@@ -1419,7 +1635,7 @@ mod tests {
         let m = Report::merge(&[a.clone(), b]).unwrap();
         assert_eq!((m.statuses.s2xx, m.statuses.s4xx), (1, 1));
         assert_eq!((m.errors.http_status, m.errors.reset, m.failures()), (1, 2, 3));
-        assert!(m.summary().contains("errors       3: reset 2, HTTP status 1"), "{}", m.summary());
+        assert!(m.summary().contains("errors       3: reset 2, non-2xx responses 1 (404: 1)"), "{}", m.summary());
         assert!(a.summary().contains("4xx 1"), "{}", a.summary());
 
         let mut udp = report_with(&[1_000], 1);
@@ -1489,5 +1705,161 @@ mod tests {
         let plain = report_with(&[1_000], 1);
         assert!(serde_json::to_value(&plain).unwrap().get("tls").is_none(), "no TLS block without TLS");
         assert!(!plain.summary().contains("handshakes"));
+    }
+
+    fn windowed(started: f64, ended: f64, completed: u64) -> Report {
+        let mut r = report_with(&[1_000], completed);
+        r.duration_s = ended - started;
+        r.window = Some(Window { start_at_unix_s: None, started_unix_s: started, ended_unix_s: ended });
+        r.compute_rates();
+        r
+    }
+
+    // 2026-11-26T18:00:00Z
+    const T0: f64 = 1_795_716_000.0;
+
+    #[test]
+    fn runs_made_one_after_another_are_not_merged_without_being_asked() {
+        // Two 10 s runs, the second 140 s after the first.
+        let (a, b) = (windowed(T0, T0 + 10.0, 1_000_000), windowed(T0 + 150.0, T0 + 160.0, 1_000_000));
+        let err = Report::merge_runs(&[a.clone(), b.clone()], Apart::Refuse).unwrap_err().to_string();
+        // The processes of one run are together by construction: not judged.
+        assert!(Report::merge(&[a.clone(), b.clone()]).is_ok());
+        assert!(!err.contains('\n'), "{err}");
+        for words in [
+            "do not overlap",
+            "report 1 ran 2026-11-26T18:00:00.000Z to 18:00:10.000Z (10.0 s)",
+            "report 2 2026-11-26T18:02:30.000Z to 18:02:40.000Z (10.0 s)",
+            "--allow-disjoint",
+        ] {
+            assert!(err.contains(words), "{words:?} in {err}");
+        }
+        // Asked: merged over the 20 s they ran, not the 10 s of one, nor the 160 s span.
+        let m = Report::merge_runs(&[b, a], Apart::Allow).unwrap();
+        assert_eq!(m.requests.completed, 2_000_000);
+        assert!((m.duration_s - 20.0).abs() < 1e-9 && (m.rates.requests_per_s - 100_000.0).abs() < 1e-6, "{m:?}");
+        assert_eq!(m.window, None);
+        assert_eq!(m.disjoint_windows.len(), 2);
+        assert!(m.disjoint_windows[0].started_unix_s < m.disjoint_windows[1].started_unix_s);
+        let text = m.summary();
+        assert!(
+            text.contains(
+                "windows do not overlap (2026-11-26T18:00:00.000Z to 18:00:10.000Z (10.0 s); 2026-11-26T18:02:30.000Z"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("merged with --allow-disjoint, the rates over the 20.00 s at least one was measuring"),
+            "{text}"
+        );
+        let back: Report = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.disjoint_windows, m.disjoint_windows);
+    }
+
+    #[test]
+    fn runs_that_mostly_overlap_merge_silently_and_slight_ones_do_not() {
+        // Agents started with --start-at a few ms apart: together, whatever --allow-disjoint.
+        let skewed = [windowed(T0, T0 + 10.0, 10), windowed(T0 + 0.004, T0 + 10.004, 10)];
+        for apart in [Apart::Refuse, Apart::Allow] {
+            let m = Report::merge_runs(&skewed, apart).unwrap();
+            assert!(m.disjoint_windows.is_empty() && m.window.is_some(), "{m:?}");
+            assert!(!m.summary().contains("not together"), "{}", m.summary());
+            assert!((m.duration_s - 10.0).abs() < 1e-9);
+        }
+        // A process that ended early, inside the others' window: together.
+        assert!(
+            Report::merge_runs(&[windowed(T0, T0 + 10.0, 10), windowed(T0 + 1.0, T0 + 2.0, 1)], Apart::Refuse).is_ok()
+        );
+        // Common window 6 s of the shortest 10 s: together; 4 s of it: apart.
+        assert!(Report::merge_runs(&[windowed(T0, T0 + 10.0, 10), windowed(T0 + 4.0, T0 + 14.0, 10)], Apart::Refuse)
+            .is_ok());
+        let slight = [windowed(T0, T0 + 10.0, 10), windowed(T0 + 6.0, T0 + 16.0, 10)];
+        assert!(Report::merge_runs(&slight, Apart::Refuse).unwrap_err().to_string().contains("do not overlap"));
+        // Their union is 16 s, not the 20 s of their sum.
+        let m = Report::merge_runs(&slight, Apart::Allow).unwrap();
+        assert!((m.duration_s - 16.0).abs() < 1e-9, "{}", m.duration_s);
+        // Reports from before windows were recorded: nothing to judge, merged as before.
+        assert!(Report::merge_runs(&[report_with(&[1_000], 1), report_with(&[1_000], 1)], Apart::Refuse).is_ok());
+    }
+
+    #[test]
+    fn statuses_not_accepted_are_named_by_code() {
+        let mut r = report_with(&[1_000], 48_300);
+        for _ in 0..48_276 {
+            r.statuses.count(404);
+        }
+        for _ in 0..24 {
+            r.statuses.count(200);
+        }
+        r.errors.http_status = 48_276;
+        let text = r.summary();
+        assert!(text.contains("errors       48,276: non-2xx responses 48,276 (404: 48,276)"), "{text}");
+        assert!(!text.contains("HTTP status"), "{text}");
+        // Per code in the JSON, beside the classes and the old field.
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["statuses"]["codes"]["404"], 48_276);
+        assert_eq!(json["statuses"]["4xx"], 48_276);
+        assert_eq!(json["errors"]["http_status"], 48_276);
+        // A report from before the codes were counted still reads and merges.
+        let mut old = json.clone();
+        old["statuses"].as_object_mut().unwrap().remove("codes");
+        let old: Report = serde_json::from_value(old).unwrap();
+        let m = Report::merge(&[old, r.clone()]).unwrap();
+        assert_eq!((m.statuses.codes[&404], m.errors.http_status), (48_276, 96_552));
+
+        // With --accept-status the words follow it, and accepted codes are not listed.
+        let mut r = report_with(&[1_000], 10);
+        r.options = serde_json::json!({ "accept_status": "2xx,404" });
+        for (code, n) in [(404, 3), (500, 4), (503, 2), (418, 1), (302, 5), (301, 1)] {
+            for _ in 0..n {
+                r.statuses.count(code);
+            }
+        }
+        r.errors.http_status = 13;
+        let text = r.summary();
+        assert!(
+            text.contains(
+                "responses outside --accept-status 2xx,404 13 (302: 5, 500: 4, 503: 2, 301: 1, 1 other codes: 1)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bytes_read_in_binary_units_and_counts_with_separators() {
+        assert_eq!(binary_bytes(512), "512 B");
+        assert_eq!(binary_bytes(1536), "1.50 KiB");
+        assert_eq!(binary_bytes(3_246_391_296), "3.02 GiB");
+        assert_eq!(
+            (thousands(0), thousands(999), thousands(1_000), thousands(48_276)),
+            ("0".into(), "999".into(), "1,000".into(), "48,276".into())
+        );
+        assert_eq!(thousands(1_234_567_890), "1,234,567,890");
+        let mut r = report_with(&[1_000], 1_234_567);
+        r.requests.sent = 1_234_600;
+        r.bytes = ByteCounts { sent: 47_815_065, received: 1_320_702_444 };
+        r.compute_rates();
+        let text = r.summary();
+        assert!(text.contains("requests     1,234,600 sent, 1,234,567 completed, 617284/s"), "{text}");
+        assert!(
+            text.contains("bytes        47,815,065 sent (45.60 MiB, 22.80 MiB/s), 1,320,702,444 received (1.23 GiB, 629.76 MiB/s)"),
+            "{text}"
+        );
+        // Exact in the JSON.
+        assert_eq!(serde_json::to_value(&r).unwrap()["bytes"]["received"], 1_320_702_444u64);
+    }
+
+    #[test]
+    fn a_bad_response_shows_how_it_began() {
+        assert_eq!(sample(b"SSH-2.0-OpenSSH_9.2p1\r\n"), "SSH-2.0-OpenSSH_9.2p1\\r\\n");
+        assert_eq!(sample(&[0x15, 0x03, 0x03, 0, 2, 2, 40]), "\\x15\\x03\\x03\\x00\\x02\\x02(");
+        assert_eq!(sample(&[b'a'; 100]).len(), SAMPLE_LEN);
+        let mut r = report_with(&[1_000], 1);
+        r.errors.bad_response = 12;
+        r.first_bad_response = Some(sample(b"SSH-2.0-OpenSSH_9.2p1\r\n"));
+        assert!(r.summary().contains(r#"bad response 12 (first: "SSH-2.0-OpenSSH_9.2p1\r\n")"#), "{}", r.summary());
+        let m = Report::merge(&[report_with(&[1_000], 1), r.clone()]).unwrap();
+        assert_eq!(m.first_bad_response, r.first_bad_response);
+        assert_eq!(serde_json::to_value(&m).unwrap()["first_bad_response"], r#"SSH-2.0-OpenSSH_9.2p1\r\n"#);
     }
 }

@@ -1,7 +1,7 @@
 //! Running a load: check the target answers, start one engine per thread, show progress, and
 //! assemble the report.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -37,6 +37,9 @@ pub enum LoadError {
     NotHttp2 { target: String, reason: String },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
+    /// A plaintext run at a port that answers a ClientHello with a ServerHello.
+    #[error("{target}: this port speaks TLS: {fix}")]
+    SpeaksTls { target: String, fix: String },
 }
 
 /// Run the load described by `cfg` to its end (duration or request count) or until `stop`
@@ -224,11 +227,77 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
             }
         }
         _ => {
+            let began = Instant::now();
             let stream =
                 TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| unreachable(e.to_string()))?;
+            let round_trip = began.elapsed();
+            // HTTP/1.1 only: HTTP/2 in clear finds out with its preface, below; echo sends
+            // nothing before the run (an echo server would take any byte for load).
+            if cfg.tls.is_none() && matches!(&cfg.mode, Mode::Http(h) if !h.http2) {
+                let stream = stream.try_clone().map_err(|e| unreachable(e.to_string()))?;
+                if plain_bytes_refused(cfg, stream, round_trip) && speaks_tls(cfg, addr) {
+                    return Err(speaks_tls_error(cfg, addr));
+                }
+            }
             probe_stream(cfg, stream)
         }
     }
+}
+
+/// Whether a plaintext client's first bytes meet what a TLS server does with them: an alert
+/// record, or a close (or reset) with nothing said. Only the request line is sent, never a
+/// whole request, so a plain server counts no request for the probe; it waits for the rest,
+/// and the probe waits for it no longer than a few round trips (at least 20 ms).
+fn plain_bytes_refused(cfg: &LoadConfig, mut stream: TcpStream, round_trip: Duration) -> bool {
+    let Mode::Http(h) = &cfg.mode else { return false };
+    let request = h.render();
+    let first = &request[..request.iter().position(|&b| b == b'\n').map_or(request.len(), |i| i + 1)];
+    let wait = (4 * round_trip).max(Duration::from_millis(20)).min(cfg.reply_timeout);
+    if stream.write_all(first).is_err() || stream.set_read_timeout(Some(wait)).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 2];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(n) => n < 2 || buf == [0x15, 0x03],
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// Whether `addr` answers a ClientHello with a TLS handshake record (a ServerHello, or an
+/// alert for a handshake it refuses): asked only when plain bytes met a TLS server's refusal,
+/// so that a server that closes on every plain client is not taken for one.
+fn speaks_tls(cfg: &LoadConfig, addr: SocketAddr) -> bool {
+    let Ok(client) = sockscale_tls::ClientTls::new(&sockscale_tls::Trust::Insecure, Vec::new(), false) else {
+        return false;
+    };
+    let mut hello = Vec::new();
+    if ClientSession::start(&client, &addr.ip().to_string(), Instant::now(), &mut hello).is_err() {
+        return false;
+    }
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, cfg.connect_timeout) else { return false };
+    let timeout = cfg.connect_timeout.max(cfg.reply_timeout);
+    if stream.write_all(&hello).is_err() || stream.set_read_timeout(Some(timeout)).is_err() {
+        return false;
+    }
+    let mut record = [0u8; 2];
+    stream.read_exact(&mut record).is_ok() && matches!(record, [0x15 | 0x16, 0x03])
+}
+
+/// What to give instead: the URL with https:// (and its port, which the plain default would
+/// not keep).
+fn speaks_tls_error(cfg: &LoadConfig, addr: SocketAddr) -> LoadError {
+    let fix = match cfg.target.strip_prefix("http://") {
+        Some(rest) => {
+            let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+            let has_port = authority.rsplit_once(':').is_some_and(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+                && !authority.ends_with(']');
+            let authority = if has_port { authority.to_owned() } else { format!("{authority}:{}", addr.port()) };
+            format!("use https://{authority}{path}")
+        }
+        None => "use https://".to_owned(),
+    };
+    LoadError::SpeaksTls { target: cfg.target.clone(), fix }
 }
 
 /// The probe on a connected stream: the TLS handshake, and with `--http2` whether the server
@@ -253,33 +322,59 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
                 ))),
             }
         }
-        None if http2 => h2c_greeting(stream, timeout).map_err(not_http2),
+        None if http2 => h2c_greeting(stream, timeout).map_err(|reason| match (&cfg.addr, reason) {
+            (Endpoint::Inet(addr), H2cRefusal::Tls) if speaks_tls(cfg, *addr) => speaks_tls_error(cfg, *addr),
+            (_, H2cRefusal::Tls) => {
+                not_http2(format!("the server closed the connection at the HTTP/2 preface{H2C_HINT}"))
+            }
+            (_, H2cRefusal::Other(reason)) => not_http2(reason),
+        }),
         None => Ok(()),
     }
 }
 
+const H2C_HINT: &str = " (leave out --http2, or give an https:// URL for h2 by ALPN)";
+
+/// Why a server did not greet the HTTP/2 preface.
+enum H2cRefusal {
+    /// As a TLS server refuses plain bytes: an alert, or a close with nothing said.
+    Tls,
+    Other(String),
+}
+
+impl From<String> for H2cRefusal {
+    fn from(reason: String) -> Self {
+        H2cRefusal::Other(reason)
+    }
+}
+
 /// Send the HTTP/2 preface and wait for the server's SETTINGS.
-fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), String> {
+fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), H2cRefusal> {
     let mut out = Vec::new();
     let mut conn = sockscale_h2::ClientConnection::new(sockscale_h2::ClientSettings::default(), &mut out);
     stream.write_all(&out).map_err(|e| format!("{e} sending the preface"))?;
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 16 << 10];
-    let hint = " (leave out --http2, or give an https:// URL for h2 by ALPN)";
+    let hint = H2C_HINT;
+    let mut first = true;
     while !conn.greeted() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()));
+            return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()).into());
         }
         stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
         let n = match stream.read(&mut buf) {
-            Ok(0) => return Err(format!("the server closed the connection at the HTTP/2 preface{hint}")),
+            Ok(0) if first => return Err(H2cRefusal::Tls),
+            Ok(0) => return Err(format!("the server closed the connection at the HTTP/2 preface{hint}").into()),
+            Ok(n) if first && buf[..n].starts_with(&[0x15, 0x03]) => return Err(H2cRefusal::Tls),
             Ok(n) => n,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()))
+                return Err(format!("no SETTINGS within {:.1} s of the preface{hint}", timeout.as_secs_f64()).into())
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) if first && e.kind() == std::io::ErrorKind::ConnectionReset => return Err(H2cRefusal::Tls),
+            Err(e) => return Err(e.to_string().into()),
         };
+        first = false;
         out.clear();
         if let Err(e) = conn.receive(&buf[..n], &mut out, &mut |_| {}) {
             return Err(match e {
@@ -289,7 +384,8 @@ fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), S
                     format!("it answered the preface (h2c, prior knowledge) with '{line}'{hint}")
                 }
                 e => format!("{e}, answering the preface{hint}"),
-            });
+            }
+            .into());
         }
     }
     Ok(())
@@ -505,6 +601,9 @@ fn assemble(
         total.bytes_received += r.bytes_received;
         total.statuses.add(&r.statuses);
         total.errors.add(&r.errors);
+        if total.first_bad_response.is_none() {
+            total.first_bad_response.clone_from(&r.first_bad_response);
+        }
         total.udp.add(&r.udp);
         // Same bounds on every histogram, so adding cannot fail.
         total.latency.add(&r.latency);
@@ -531,6 +630,7 @@ fn assemble(
         bytes: ByteCounts { sent: total.bytes_sent, received: total.bytes_received },
         statuses: total.statuses,
         errors: total.errors,
+        first_bad_response: total.first_bad_response,
         udp: total.udp,
         latency: Latency::from_histogram(&total.latency.corrected),
         latency_uncorrected: Latency::from_histogram(&total.latency.uncorrected),
@@ -549,6 +649,7 @@ fn assemble(
         segment: None,
         host: host_name(),
         window: None,
+        disjoint_windows: Vec::new(),
         agents: Vec::new(),
     };
     // What this process may run on: its affinity mask (and a cgroup's CPU quota).

@@ -584,14 +584,28 @@ fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
     assert!(err.contains("10 errors") && err.contains("--allow-errors"), "{err}");
     assert_eq!(out.status.code(), Some(3), "a run that counted errors exits 3, apart from one that never ran");
     let summary = stdout(&out);
-    assert!(summary.contains("4xx 10") && summary.contains("errors       10: HTTP status 10"), "{summary}");
+    assert!(
+        summary.contains("4xx 10") && summary.contains("errors       10: non-2xx responses 10 (404: 10)"),
+        "{summary}"
+    );
     assert!(!summary.contains("errors       none"), "{summary}");
+    // Bytes with a human figure beside the exact count: "360 sent (360 B, 7.03 KiB/s)".
+    let bytes = summary.lines().find(|l| l.starts_with("  bytes ")).unwrap_or_default();
+    let sent: u64 = bytes.split_whitespace().nth(1).and_then(|n| n.replace(',', "").parse().ok()).unwrap_or(0);
+    assert!(sent > 0 && bytes.contains(&format!("{sent} sent ({sent} B, ")) && bytes.contains("B/s)"), "{summary}");
     let r = read_json(&json);
     assert_eq!((r["statuses"]["4xx"].as_u64(), r["errors"]["http_status"].as_u64()), (Some(10), Some(10)), "{r}");
+    assert_eq!(r["statuses"]["codes"]["404"].as_u64(), Some(10), "{r}");
 
     let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--allow-errors"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("HTTP status 10"));
+    assert!(stdout(&out).contains("non-2xx responses 10 (404: 10)"));
+    let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--accept-status", "3xx"]);
+    assert!(
+        stdout(&out).contains("errors       10: responses outside --accept-status 3xx 10 (404: 10)"),
+        "{}",
+        stdout(&out)
+    );
     let out = load(&["http", &url, "-n", "10", "-c", "2", "-t", "1", "--accept-status", "2xx,404"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("errors       none"), "{}", stdout(&out));
@@ -604,15 +618,22 @@ fn non_2xx_answers_are_errors_that_fail_the_run_unless_allowed() {
     let r = read_json(&procs_json);
     assert_eq!((r["procs"].as_u64(), r["statuses"]["4xx"].as_u64()), (Some(2), Some(10)), "{r}");
     assert_eq!(r["errors"]["http_status"].as_u64(), Some(10), "{r}");
+    // Two runs made one after another: merged only when asked.
     let merged = dir.join("merged.json");
     let out = run_within(
         Duration::from_secs(30),
-        Command::new(BIN).args(["load", "merge"]).arg(&json).arg(&procs_json).arg("--json").arg(&merged),
+        Command::new(BIN)
+            .args(["load", "merge", "--allow-disjoint"])
+            .arg(&json)
+            .arg(&procs_json)
+            .arg("--json")
+            .arg(&merged),
     );
     assert_one_line_error(&out, "merge of failed runs");
     assert_eq!(out.status.code(), Some(3), "merged reports that counted errors exit 3");
     let m = read_json(&merged);
     assert_eq!((m["statuses"]["4xx"].as_u64(), m["errors"]["http_status"].as_u64()), (Some(20), Some(20)), "{m}");
+    assert_eq!(m["statuses"]["codes"]["404"].as_u64(), Some(20), "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -732,5 +753,169 @@ fn a_paused_server_gives_the_analytic_percentiles_when_corrected() {
         "the sends due in the pause left late: {}",
         r["schedule_slip"]
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP server that answers every connection with `answer` once something arrives, and
+/// closes.
+fn answering_server(answer: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = [0u8; 4096];
+                if matches!(read_some(&mut stream, &mut buf), Ok(n) if n > 0) {
+                    let _ = stream.write_all(answer);
+                }
+                let _ = stream.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_bad_response_shows_what_came_back() {
+    let addr = answering_server(b"SSH-2.0-OpenSSH_9.2p1\r\nProtocol mismatch.\r\n");
+    let dir = scratch("bad-response");
+    let json = dir.join("r.json");
+    let out = load(&["http", &format!("http://{addr}/"), "-d", "1", "-c", "1", "--json", json.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let summary = stdout(&out);
+    let line = summary.lines().find(|l| l.contains("errors ")).unwrap_or_default();
+    assert!(
+        line.contains(r#"bad response "#)
+            && line.contains(r#"(first: "SSH-2.0-OpenSSH_9.2p1\r\nProtocol mismatch.\r\n")"#),
+        "{summary}"
+    );
+    assert_eq!(summary.matches("first:").count(), 1, "once a run: {summary}");
+    let r = read_json(&json);
+    assert!(r["errors"]["bad_response"].as_u64() > Some(0), "{r}");
+    assert_eq!(r["first_bad_response"], r#"SSH-2.0-OpenSSH_9.2p1\r\nProtocol mismatch.\r\n"#, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plain_http_at_a_tls_port_fails_at_once_naming_https() {
+    let cert = tls::TestCert::new("truth-tls-port");
+    let args = cert.args();
+    let tls_args = [args[0].as_str(), args[1].as_str(), args[2].as_str(), args[3].as_str()];
+    let http = ServerProc::start("epoll", &[&["--proto", "http"][..], &tls_args].concat());
+    let port = http.addr.port();
+    let began = Instant::now();
+    for (args, fix) in [
+        (vec!["http".to_owned(), format!("http://127.0.0.1:{port}/")], format!("use https://127.0.0.1:{port}/")),
+        (vec!["http".to_owned(), format!("http://localhost:{port}/a?b")], format!("use https://localhost:{port}/a?b")),
+        (
+            vec!["http".to_owned(), "--http2".to_owned(), format!("http://127.0.0.1:{port}/")],
+            format!("use https://127.0.0.1:{port}/"),
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).chain(["-d", "30", "-c", "2"]).collect();
+        let out = load(&args);
+        let err = assert_one_line_error(&out, "plain HTTP at a TLS port");
+        assert!(err.contains(&format!("this port speaks TLS: {fix}")), "{err}");
+        assert_eq!(out.status.code(), Some(1), "{err}");
+    }
+    assert!(began.elapsed() < Duration::from_secs(20), "not fast: {:?}", began.elapsed());
+}
+
+#[test]
+fn a_server_that_closes_without_a_word_is_told_apart_from_tls() {
+    // Refuses plain bytes as a TLS server does, with a bare close, and answers a ClientHello
+    // with a handshake record: TLS.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tls_like = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut first = [0u8; 1];
+            if matches!(std::io::Read::read(&mut stream, &mut first), Ok(1)) && first[0] == 0x16 {
+                let _ = stream.write_all(&[0x16, 0x03, 0x03, 0x00, 0x00]);
+            }
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    });
+    let out = load(&["http", &format!("http://{tls_like}/"), "-d", "30", "-c", "1"]);
+    let err = assert_one_line_error(&out, "a bare close at a TLS port");
+    assert!(err.contains("this port speaks TLS"), "{err}");
+
+    // Closes on everything, TLS or not: not called TLS; the run counts what happened.
+    let closer = answering_server(b"");
+    let out = load(&["http", &format!("http://{closer}/"), "-d", "1", "-c", "1"]);
+    assert!(!stderr(&out).contains("TLS"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("closed by peer"), "{}", stdout(&out));
+}
+
+/// A report of a short run against a local server, to edit into others.
+fn a_real_report(dir: &std::path::Path) -> serde_json::Value {
+    let (addr, _) = http_server(200);
+    let json = dir.join("real.json");
+    let out = load(&[
+        "http",
+        &format!("http://{addr}/"),
+        "-n",
+        "200",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    read_json(&json)
+}
+
+/// `report` with its measured window moved to start at `started` and to last `length`.
+fn moved(report: &serde_json::Value, started: f64, length: f64, dir: &std::path::Path, name: &str) -> PathBuf {
+    let mut r = report.clone();
+    r["window"] = serde_json::json!({ "started_unix_s": started, "ended_unix_s": started + length });
+    r["duration_s"] = serde_json::json!(length);
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
+    path
+}
+
+fn merge(args: &[&std::ffi::OsStr]) -> Output {
+    run_within(Duration::from_secs(30), Command::new(BIN).args(["load", "merge"]).args(args))
+}
+
+#[test]
+fn merge_refuses_runs_made_apart_unless_asked_and_then_says_so() {
+    let dir = scratch("disjoint");
+    let real = a_real_report(&dir);
+    let completed = real["requests"]["completed"].as_f64().unwrap();
+    // 2026-11-26T18:00:00Z, and 140 s after the first run's end.
+    let t0 = 1_795_716_000.0;
+    let a = moved(&real, t0, 10.0, &dir, "a.json");
+    let b = moved(&real, t0 + 150.0, 10.0, &dir, "b.json");
+    let out = merge(&[a.as_os_str(), b.as_os_str()]);
+    let err = assert_one_line_error(&out, "runs 140 s apart");
+    assert_eq!(out.status.code(), Some(1), "as the other reports that do not belong together: {err}");
+    for words in
+        ["2026-11-26T18:00:00.000Z to 18:00:10.000Z", "2026-11-26T18:02:30.000Z to 18:02:40.000Z", "--allow-disjoint"]
+    {
+        assert!(err.contains(words), "{words} in {err}");
+    }
+    let merged = dir.join("merged.json");
+    let out =
+        merge(&[a.as_os_str(), b.as_os_str(), "--allow-disjoint".as_ref(), "--json".as_ref(), merged.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("windows do not overlap"), "{}", stdout(&out));
+    let m = read_json(&merged);
+    // Over the 20 s they ran: not 10 s as if side by side.
+    assert_eq!(m["duration_s"].as_f64(), Some(20.0), "{m}");
+    let rate = m["rates"]["requests_per_s"].as_f64().unwrap();
+    assert!((rate - 2.0 * completed / 20.0).abs() < 1e-6, "{rate} {m}");
+    assert_eq!(m["disjoint_windows"].as_array().map(Vec::len), Some(2), "{m}");
+
+    // Started 4 ms apart (--start-at's skew): together, merged without a word.
+    let c = moved(&real, t0 + 0.004, 10.0, &dir, "c.json");
+    let out = merge(&[a.as_os_str(), c.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("overlap"), "{}", stdout(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -219,7 +219,12 @@ impl Engine<'_> {
             if let Err(failure) = outcome {
                 match failure {
                     Failure::Mismatch | Failure::Surplus => result.errors.verify_mismatch += 1,
-                    Failure::BadResponse(_) => result.errors.bad_response += 1,
+                    Failure::BadResponse(_) => {
+                        result.errors.bad_response += 1;
+                        if result.first_bad_response.is_none() {
+                            result.first_bad_response = Some(crate::report::sample(data));
+                        }
+                    }
                 }
                 return Some(End::Failed);
             }

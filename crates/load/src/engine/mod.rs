@@ -181,6 +181,8 @@ pub struct ThreadResult {
     pub bytes_received: u64,
     pub statuses: Statuses,
     pub errors: Errors,
+    /// The start of the first bad response, escaped (see `Report::first_bad_response`).
+    pub first_bad_response: Option<String>,
     pub udp: Udp,
     pub latency: Latencies,
     pub connect_latency: Histogram<u64>,
@@ -209,6 +211,7 @@ impl Default for ThreadResult {
             bytes_received: 0,
             statuses: Statuses::default(),
             errors: Errors::default(),
+            first_bad_response: None,
             udp: Udp::default(),
             latency: Latencies::default(),
             connect_latency: new_histogram(),

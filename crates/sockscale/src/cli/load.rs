@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use sockscale_load::report::EndedEarly;
+use sockscale_load::report::{Apart, EndedEarly};
 use sockscale_load::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, Report, Segment};
 use sockscale_server::TerminationSignals;
 use sockscale_tls::{ClientTls, Trust};
@@ -327,6 +327,11 @@ pub struct MergeArgs {
     /// Exit 0 even when the reports counted errors
     #[arg(long)]
     pub allow_errors: bool,
+    /// Merge reports whose measured windows do not overlap (runs made one after another):
+    /// refused without it, since adding them up reads as one run of their summed rate. The
+    /// merge says so, and its rates are over the time at least one of them was measuring
+    #[arg(long)]
+    pub allow_disjoint: bool,
     /// Merge interval logs (--hdr-log files) into this one instead: the inputs are the logs
     /// of the processes or segments of one run
     #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "html"])]
@@ -458,7 +463,8 @@ fn merge(args: &MergeArgs) -> Result<()> {
         }
     }
     let reports = paths.iter().map(|p| Report::load(&p.display().to_string())).collect::<Result<Vec<_>, _>>()?;
-    let merged = Report::merge(&reports)?;
+    let apart = if args.allow_disjoint { Apart::Allow } else { Apart::Refuse };
+    let merged = Report::merge_runs(&reports, apart)?;
     let summary_to_stderr = matches!(json, Some(JsonSink::Stdout));
     if let Some(sink) = json {
         sink.write(&merged)?;
