@@ -87,6 +87,16 @@ impl EchoClient {
         self.unsent -= n as u64;
     }
 
+    /// The oldest message in flight is partly echoed.
+    pub fn answering(&self) -> bool {
+        self.received > self.completed * self.msg_len
+    }
+
+    /// Messages in flight not yet handed whole to the socket.
+    pub fn unsent_messages(&self) -> usize {
+        self.unsent.div_ceil(self.msg_len.max(1)) as usize
+    }
+
     /// Verify echoed bytes; `done` gets the stamp of each completed message.
     pub fn on_data(&mut self, pattern: &Pattern, data: &[u8], mut done: impl FnMut(Stamp)) -> Result<(), Failure> {
         if self.received + data.len() as u64 > self.sent {
@@ -138,6 +148,16 @@ impl HttpClient {
 
     pub fn sent(&mut self, n: usize) {
         self.unsent -= n;
+    }
+
+    /// The oldest response in flight has begun (part of its head or body came).
+    pub fn answering(&self) -> bool {
+        self.parser.answering()
+    }
+
+    /// Requests in flight not yet handed whole to the socket, of `request_len` bytes each.
+    pub fn unsent_requests(&self, request_len: usize) -> usize {
+        self.unsent.div_ceil(request_len.max(1))
     }
 
     /// Parse response bytes; `done` gets the stamp and the response for each one completed.

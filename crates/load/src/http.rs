@@ -76,6 +76,11 @@ impl ResponseParser {
         self.pending_head.len()
     }
 
+    /// A response has begun and not ended: part of its head, or its head and part of its body.
+    pub fn answering(&self) -> bool {
+        self.current.is_some() || !self.partial.is_empty()
+    }
+
     /// Feed bytes; `done` is called for every complete response, in order.
     pub fn feed(&mut self, mut data: &[u8], mut done: impl FnMut(Response)) -> Result<(), ResponseError> {
         loop {

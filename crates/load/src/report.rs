@@ -117,6 +117,104 @@ pub struct Connections {
     pub connected: u64,
     /// Most connections open at once (summed over processes).
     pub peak_open: u64,
+    /// Connections asked for (`-c`; in a merge, their sum); 0 in reports from before it was
+    /// recorded.
+    #[serde(default)]
+    pub asked: u64,
+    /// Connections asked for that the run never attempted, by what held them back when it
+    /// ended; absent when every one was attempted.
+    #[serde(default, skip_serializing_if = "Unopened::is_empty")]
+    pub never_attempted: Unopened,
+}
+
+/// Connections of `-c` never attempted, by what held them back when the run ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Unopened {
+    /// `--connect-rate` had not reached them yet.
+    pub connect_rate: u64,
+    /// The most connects a thread keeps in progress at once were all still in progress: the
+    /// target was slow to complete handshakes (or stopped: a full accept queue drops SYNs).
+    pub pending_connects: u64,
+    /// The run ended before (interrupted, or stopped for want of connections).
+    pub run_ended: u64,
+}
+
+impl Unopened {
+    pub fn total(&self) -> u64 {
+        self.connect_rate + self.pending_connects + self.run_ended
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    pub fn add(&mut self, o: &Unopened) {
+        self.connect_rate += o.connect_rate;
+        self.pending_connects += o.pending_connects;
+        self.run_ended += o.run_ended;
+    }
+
+    /// Why, in words: the biggest reason first.
+    fn words(&self, per_thread: usize) -> String {
+        let mut reasons = [
+            (self.pending_connects, format!("the run ended with its {per_thread} connects per thread still in progress, the most it keeps at once: the target was slow to complete handshakes")),
+            (self.connect_rate, "--connect-rate had not reached them when the run ended".to_owned()),
+            (self.run_ended, "the run ended first".to_owned()),
+        ];
+        reasons.sort_by(|a, b| b.0.cmp(&a.0));
+        let listed: Vec<String> = reasons
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, why)| if *n == self.total() { why.clone() } else { format!("{}: {why}", thousands(*n)) })
+            .collect();
+        listed.join("; ")
+    }
+}
+
+/// What was still in flight when the run's `-d` ended, and what became of it. Requests in
+/// flight then are waited for up to a grace period (the longer of 1 s and twice the slowest
+/// exchange the run measured, never longer than `--timeout`): those answered are counted as
+/// completed, those still unanswered as errors (`errors.unanswered_*`, `connect_unfinished`,
+/// `handshake_unfinished`; UDP: `udp.lost`). An interrupted run does not wait, and counts
+/// nothing in flight as an error.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AtEnd {
+    /// Exchanges (requests, echo messages, datagrams, HTTP/2 streams) in flight at the end.
+    pub in_flight: u64,
+    /// Connects, TLS handshakes and HTTP/2 greetings in progress at the end.
+    pub connecting: u64,
+    /// The longest the run would wait for them, in seconds.
+    pub grace_s: f64,
+    /// How long it waited (its slowest thread), in seconds; part of `duration_s`.
+    pub waited_s: f64,
+    /// Exchanges answered while it waited (in `requests.completed` and the latency).
+    pub answered: u64,
+    /// Exchanges still unanswered after the wait (counted as errors).
+    pub unanswered: u64,
+    /// Connections among those with exchanges unanswered that never had one answered: taken
+    /// by the server's kernel (connected) but never served.
+    pub never_served: u64,
+    /// Not waited for: the run was interrupted or stopped; nothing here counted as an error.
+    pub not_waited_for: bool,
+}
+
+impl AtEnd {
+    pub fn is_empty(&self) -> bool {
+        self.in_flight == 0 && self.connecting == 0
+    }
+
+    pub fn add(&mut self, o: &AtEnd) {
+        self.in_flight += o.in_flight;
+        self.connecting += o.connecting;
+        self.grace_s = self.grace_s.max(o.grace_s);
+        self.waited_s = self.waited_s.max(o.waited_s);
+        self.answered += o.answered;
+        self.unanswered += o.unanswered;
+        self.never_served += o.never_served;
+        self.not_waited_for |= o.not_waited_for;
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -203,6 +301,18 @@ pub struct Errors {
     pub h2_refused: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
+    /// Exchanges in flight when `-d` ended and still unanswered after the wait for them (see
+    /// [`AtEnd`]), nothing of their answer received (HTTP/2: every stream still open).
+    pub unanswered_waiting: u64,
+    /// The same, their answer begun but not finished (a response head or body cut off, an
+    /// echo partly returned).
+    pub unanswered_partial: u64,
+    /// The same, not even sent whole: the server stopped reading (its receive window full).
+    pub unanswered_unsent: u64,
+    /// Connects still in progress after the wait at the end.
+    pub connect_unfinished: u64,
+    /// TLS handshakes (HTTP/2: the server's SETTINGS) still awaited after the wait at the end.
+    pub handshake_unfinished: u64,
 }
 
 impl Errors {
@@ -210,7 +320,7 @@ impl Errors {
         self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 15] {
+    fn fields(&self) -> [(&'static str, u64); 20] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
@@ -227,6 +337,11 @@ impl Errors {
             ("HTTP/2 stream reset", self.h2_reset),
             ("HTTP/2 refused by GOAWAY", self.h2_refused),
             ("other", self.other),
+            ("unanswered at the end (nothing back)", self.unanswered_waiting),
+            ("unanswered at the end (answer cut off)", self.unanswered_partial),
+            ("unanswered at the end (not all sent: the server stopped reading)", self.unanswered_unsent),
+            ("connect unfinished at the end", self.connect_unfinished),
+            ("handshake unfinished at the end", self.handshake_unfinished),
         ]
     }
 
@@ -255,6 +370,11 @@ impl Errors {
         self.h2_reset += o.h2_reset;
         self.h2_refused += o.h2_refused;
         self.other += o.other;
+        self.unanswered_waiting += o.unanswered_waiting;
+        self.unanswered_partial += o.unanswered_partial;
+        self.unanswered_unsent += o.unanswered_unsent;
+        self.connect_unfinished += o.connect_unfinished;
+        self.handshake_unfinished += o.handshake_unfinished;
     }
 }
 
@@ -291,8 +411,9 @@ impl Udp {
 pub struct Udp {
     pub sent: u64,
     pub received: u64,
-    /// Sent and not answered within the reply timeout. Datagrams still in flight when the
-    /// run ends are neither received nor lost.
+    /// Sent and not answered within the reply timeout, or, in flight when `-d` ended, within
+    /// the wait for them (see [`AtEnd`]; an interrupted run counts those neither received nor
+    /// lost).
     pub lost: u64,
     /// Answers that came after their datagram had been counted lost.
     pub late: u64,
@@ -666,6 +787,9 @@ pub struct Report {
     /// when none was bad (and in reports from before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_bad_response: Option<String>,
+    /// What was in flight when `-d` ended and what became of it; absent when nothing was.
+    #[serde(default, skip_serializing_if = "AtEnd::is_empty")]
+    pub at_end: AtEnd,
     /// UDP only: absent from the JSON of echo and HTTP runs (and of a UDP run that sent
     /// nothing).
     #[serde(default, skip_serializing_if = "Udp::is_empty")]
@@ -791,6 +915,9 @@ impl Agent {
 
 /// An agent that began more than this after `--start-at` is named in the merged summary.
 pub const LATE_START_S: f64 = 0.1;
+
+/// A wait at the end of -d shorter than this is not mentioned in the summary.
+const WAIT_WORTH_SAYING_S: f64 = 0.01;
 
 /// Why a run ended before its -d or -n.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -1021,6 +1148,9 @@ impl Report {
             m.connections.abandoned += r.connections.abandoned;
             m.connections.connected += r.connections.connected;
             m.connections.peak_open += r.connections.peak_open;
+            m.connections.asked += r.connections.asked;
+            m.connections.never_attempted.add(&r.connections.never_attempted);
+            m.at_end.add(&r.at_end);
             m.requests.sent += r.requests.sent;
             m.requests.completed += r.requests.completed;
             m.bytes.sent += r.bytes.sent;
@@ -1112,7 +1242,7 @@ impl Report {
             })
             .collect();
         if self.udp.lost > 0 {
-            listed.push(format!("lost {}", self.udp.lost));
+            listed.push(format!("lost {}", thousands(self.udp.lost)));
         }
         listed.join(", ")
     }
@@ -1144,6 +1274,51 @@ impl Report {
         }
     }
 
+    /// What was in flight when -d ended and what became of it, in words; None when nothing
+    /// was.
+    fn at_end_words(&self, what: &str) -> Option<String> {
+        let e = &self.at_end;
+        let unfinished = self.errors.connect_unfinished + self.errors.handshake_unfinished;
+        // A healthy run's last answers, come at once, are not worth a line (the JSON has them).
+        if e.is_empty()
+            || (e.unanswered == 0 && unfinished == 0 && e.waited_s < WAIT_WORTH_SAYING_S && !e.not_waited_for)
+        {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if e.in_flight > 0 {
+            parts.push(format!("{} {what} in flight", thousands(e.in_flight)));
+        }
+        if e.connecting > 0 {
+            parts.push(format!("{} connects or handshakes in progress", thousands(e.connecting)));
+        }
+        let held = parts.join(" and ");
+        if e.not_waited_for {
+            return Some(format!("{held} when the run was stopped: not waited for, not counted"));
+        }
+        let waited = human_us(e.waited_s * 1e6);
+        let mut line = if e.waited_s + 1e-3 < e.grace_s {
+            format!("{held} when -d ended; waited {waited} (at most {})", human_us(e.grace_s * 1e6))
+        } else {
+            format!("{held} when -d ended; waited {waited}, the most allowed")
+        };
+        if e.in_flight > 0 {
+            let _ = write!(line, ": {} answered, {} unanswered", thousands(e.answered), thousands(e.unanswered));
+        }
+        if unfinished > 0 {
+            let _ = write!(line, ", {} connects or handshakes unfinished", thousands(unfinished));
+        }
+        if e.never_served > 0 {
+            let how = if self.mode == "udp" {
+                "sockets never answered at all"
+            } else {
+                "connections never answered at all (connected, so taken by the server's kernel, but never served)"
+            };
+            let _ = write!(line, "; {} {how}", thousands(e.never_served));
+        }
+        Some(line)
+    }
+
     /// The open-loop rate asked for with -R, in requests per second.
     pub fn asked_rate(&self) -> Option<f64> {
         self.options.get("rate").and_then(serde_json::Value::as_f64)
@@ -1158,9 +1333,14 @@ impl Report {
             "udp" => "datagrams",
             _ => "messages",
         };
+        let waited = if self.at_end.waited_s >= WAIT_WORTH_SAYING_S {
+            format!(" (the last {} waiting for what was in flight when -d ended)", human_us(self.at_end.waited_s * 1e6))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "{} load on {}: {:.2} s, {} process(es), {} thread(s)",
+            "{} load on {}: {:.2} s{waited}, {} process(es), {} thread(s)",
             self.mode, self.target, self.duration_s, self.procs, self.threads
         );
         for agent in &self.agents {
@@ -1225,11 +1405,27 @@ impl Report {
             0 => String::new(),
             n => format!(", {n} given up (--connect-retries)"),
         };
+        let never = &self.connections.never_attempted;
+        let unopened = if never.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} of the {} asked (-c) never attempted: {}",
+                thousands(never.total()),
+                thousands(self.connections.asked),
+                never.words(crate::engine::MAX_PENDING_CONNECTS)
+            )
+        };
         let _ = writeln!(
             s,
-            "  {sockets:<12} {} attempted{retries}, {} connected, {} {peak}{abandoned}",
-            self.connections.attempted, self.connections.connected, self.connections.peak_open
+            "  {sockets:<12} {} attempted{retries}, {} connected, {} {peak}{abandoned}{unopened}",
+            thousands(self.connections.attempted),
+            thousands(self.connections.connected),
+            thousands(self.connections.peak_open)
         );
+        if let Some(line) = self.at_end_words(what) {
+            let _ = writeln!(s, "  at the end   {line}");
+        }
         let _ = writeln!(
             s,
             "  {what:<12} {} sent, {} completed, {:.0}/s",
@@ -1238,7 +1434,8 @@ impl Report {
             self.rates.requests_per_s
         );
         if let Some(asked) = self.asked_rate() {
-            let sent_rate = self.requests.sent as f64 / self.duration_s.max(1e-9);
+            // Over the measured phase: nothing is sent while waiting for the last answers.
+            let sent_rate = self.requests.sent as f64 / (self.duration_s - self.at_end.waited_s).max(1e-9);
             // Within 5 %: the schedule's first and last intervals are partly outside the run.
             let verdict = if sent_rate < 0.95 * asked {
                 format!(
@@ -1334,7 +1531,10 @@ impl Report {
             h2.summary(&mut s, self.options.get("pipeline").and_then(serde_json::Value::as_u64));
         }
         let failures = self.failures();
-        if failures == 0 {
+        if failures == 0 && self.requests.completed == 0 && self.ended_early.is_none() {
+            // Nothing failed, and nothing was done either: not a pass.
+            let _ = writeln!(s, "  errors       none counted, but no {what} completed");
+        } else if failures == 0 {
             let _ = writeln!(s, "  errors       none");
         } else {
             let _ = writeln!(s, "  errors       {}: {}", thousands(failures), self.failure_list());

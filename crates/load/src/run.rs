@@ -189,7 +189,10 @@ pub fn preflight(cfg: &LoadConfig) -> Result<(), LoadError> {
     };
     let ports = limits::local_port_range();
     limits::check(&demand, open_files, ports)?;
-    if !matches!(cfg.mode, Mode::Udp { .. }) {
+    // A --procs child's parent has warned once for the run (its preflight sees the largest
+    // share): every child saying it again would print the same line N + 1 times.
+    let child_of_procs = cfg.progress == Progress::JsonLines;
+    if !matches!(cfg.mode, Mode::Udp { .. }) && !child_of_procs {
         if let Some(warning) = limits::crowded_ports(&demand, ports) {
             tracing::warn!("{warning}");
         }
@@ -605,6 +608,8 @@ fn assemble(
             total.first_bad_response.clone_from(&r.first_bad_response);
         }
         total.udp.add(&r.udp);
+        total.never_attempted.add(&r.never_attempted);
+        total.at_end.add(&r.at_end);
         // Same bounds on every histogram, so adding cannot fail.
         total.latency.add(&r.latency);
         let _ = total.connect_latency.add(&r.connect_latency);
@@ -625,12 +630,15 @@ fn assemble(
             abandoned: total.abandoned,
             connected: total.connected,
             peak_open: shared.peak_open.load(Relaxed),
+            asked: cfg.conns as u64,
+            never_attempted: total.never_attempted,
         },
         requests: Requests { sent: total.sent, completed: total.completed },
         bytes: ByteCounts { sent: total.bytes_sent, received: total.bytes_received },
         statuses: total.statuses,
         errors: total.errors,
         first_bad_response: total.first_bad_response,
+        at_end: total.at_end,
         udp: total.udp,
         latency: Latency::from_histogram(&total.latency.corrected),
         latency_uncorrected: Latency::from_histogram(&total.latency.uncorrected),

@@ -16,7 +16,11 @@ use support::*;
 
 /// Run `sockscale ARGS`, killing it (and failing) if it has not ended within `limit`.
 fn run_within(limit: Duration, cmd: &mut Command) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "off").spawn().unwrap();
+    // Quiet logs unless the test asked for them.
+    if !cmd.get_envs().any(|(name, _)| name == "RUST_LOG") {
+        cmd.env("RUST_LOG", "off");
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + limit;
     // Read both pipes on threads so a full pipe cannot stall the child.
     let mut out = child.stdout.take().unwrap();
@@ -917,5 +921,237 @@ fn merge_refuses_runs_made_apart_unless_asked_and_then_says_so() {
     let out = merge(&[a.as_os_str(), c.as_os_str()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stdout(&out).contains("overlap"), "{}", stdout(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The exit status of a run that counted errors (`RequestsFailed::EXIT`).
+const ERRORS_EXIT: i32 = 3;
+
+/// A TCP server that takes every connection and reads everything, answering with `greeting`
+/// once (nothing, or an HTTP/2 SETTINGS frame) and never again.
+fn silent_server(greeting: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let _ = stream.write_all(greeting);
+                let mut buf = [0u8; 65536];
+                while matches!(read_some(&mut stream, &mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// An empty SETTINGS frame: all an HTTP/2 server must say before streams may open.
+const EMPTY_SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+/// A run whose requests are never answered fails: what was in flight when -d ended is waited
+/// for (1 s here: nothing was ever answered), then counted as unanswered, by kind; never
+/// "errors none" with nothing completed. Before, each of these said "errors none" and exited 0.
+#[test]
+fn a_server_that_never_answers_fails_the_run() {
+    let tcp = silent_server(b"").to_string();
+    let h2 = silent_server(EMPTY_SETTINGS).to_string();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_addr = udp.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while udp.recv(&mut buf).is_ok() {}
+    });
+    let dir = scratch("silent");
+    let url = format!("http://{tcp}/");
+    let h2_url = format!("http://{h2}/");
+    let cases: [(&str, Vec<&str>, &str); 4] = [
+        ("http", vec!["http", &url], "unanswered_waiting"),
+        ("echo", vec!["echo", &tcp], "unanswered_waiting"),
+        ("h2c", vec!["http", &h2_url, "--http2"], "unanswered_waiting"),
+        ("udp", vec!["udp", &udp_addr], "lost"),
+    ];
+    for (name, target, kind) in cases {
+        let json = dir.join(format!("{name}.json"));
+        let mut args = target.clone();
+        args.extend(["-c", "3", "-t", "1", "-d", "0.5", "--json", json.to_str().unwrap()]);
+        let began = Instant::now();
+        let out = load(&args);
+        let summary = stdout(&out);
+        assert_eq!(out.status.code(), Some(ERRORS_EXIT), "{name}: {summary}{}", stderr(&out));
+        assert!(!summary.contains("errors       none"), "{name}: {summary}");
+        assert!(summary.contains("at the end") && summary.contains("0 answered, 3 unanswered"), "{name}: {summary}");
+        // The wait is bounded: 1 s when nothing was ever answered.
+        assert!(began.elapsed() < Duration::from_secs(10), "{name} took {:?}", began.elapsed());
+        let r = read_json(&json);
+        let counted = if kind == "lost" { &r["udp"]["lost"] } else { &r["errors"][kind] };
+        assert_eq!(counted.as_u64(), Some(3), "{name}: {r}");
+        assert_eq!(r["at_end"]["unanswered"].as_u64(), Some(3), "{name}: {r}");
+        assert_eq!(r["at_end"]["never_served"].as_u64(), Some(3), "{name}: {r}");
+        let waited = r["at_end"]["waited_s"].as_f64().unwrap();
+        assert!((0.9..3.0).contains(&waited), "{name}: waited {waited} s");
+        if name != "udp" {
+            assert!(summary.contains("unanswered at the end (nothing back) 3"), "{name}: {summary}");
+        }
+        // --allow-errors still exits 0, the errors still counted.
+        args.push("--allow-errors");
+        let out = load(&args);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        assert!(stdout(&out).contains("unanswered"), "{name}: {}", stdout(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server that answers the first bytes of each connection with `answer`, then reads on
+/// and says nothing more.
+fn stalling_server(answer: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                if matches!(read_some(&mut stream, &mut buf), Ok(n) if n > 0) {
+                    let _ = stream.write_all(answer);
+                }
+                while matches!(read_some(&mut stream, &mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// An answer cut off and a request the server does not read are told apart from nothing back.
+#[test]
+fn unanswered_requests_say_how_far_they_got() {
+    // A head and part of the body, then silence.
+    let cut_off = stalling_server(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart of it");
+    let out = load(&["http", &format!("http://{cut_off}/"), "-c", "2", "-t", "1", "-d", "0.3"]);
+    let summary = stdout(&out);
+    assert_eq!(out.status.code(), Some(ERRORS_EXIT), "{summary}{}", stderr(&out));
+    assert!(summary.contains("unanswered at the end (answer cut off) 2"), "{summary}");
+    // A server that accepts and never reads: a 64 MiB message fills its receive buffer and
+    // this side's send buffer (a few MiB each) long before it is all sent.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<TcpStream> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let out = load(&["echo", &addr.to_string(), "-c", "1", "-t", "1", "-d", "0.3", "-l", "64MiB"]);
+    let summary = stdout(&out);
+    assert_eq!(out.status.code(), Some(ERRORS_EXIT), "{summary}{}", stderr(&out));
+    assert!(summary.contains("not all sent: the server stopped reading) 1"), "{summary}");
+}
+
+/// A healthy server answers what is in flight when -d ends: the run waits for those answers
+/// (a moment), counts them, and passes.
+#[test]
+fn requests_in_flight_when_a_healthy_run_ends_are_answered_and_it_passes() {
+    let server = ServerProc::start("epoll", &["--proto", "http"]);
+    let dir = scratch("healthy-end");
+    let json = dir.join("r.json");
+    let url = format!("http://{}/", server.addr);
+    for extra in [&[][..], &["--http2"][..], &["--no-keepalive"][..]] {
+        let mut args = vec!["http", &url, "-c", "20", "-t", "1", "-d", "0.5", "--json", json.to_str().unwrap()];
+        args.extend(extra);
+        let out = load(&args);
+        let summary = stdout(&out);
+        assert!(out.status.success(), "{extra:?}: {summary}{}", stderr(&out));
+        assert!(summary.contains("errors       none"), "{extra:?}: {summary}");
+        let r = read_json(&json);
+        let at_end = &r["at_end"];
+        assert!(at_end["in_flight"].as_u64().unwrap_or(0) > 0, "{extra:?}: a closed loop always has some: {r}");
+        assert_eq!(at_end["unanswered"].as_u64(), Some(0), "{extra:?}: {r}");
+        assert_eq!(at_end["answered"], at_end["in_flight"], "{extra:?}: {r}");
+        assert!(at_end["waited_s"].as_f64().unwrap() < 0.5, "{extra:?}: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The run at a small scale: a server at its open-files limit (64) takes connections
+/// into its accept queue and never serves them. Those are errors, and the run fails; before,
+/// it said "errors none" and exited 0.
+#[test]
+fn connections_a_server_at_its_limit_never_serves_are_errors() {
+    let server = ServerProc::start_limited("epoll", &["--proto", "echo"], Some(64));
+    let dir = scratch("never-served");
+    let json = dir.join("r.json");
+    let out = load(&[
+        "echo",
+        &server.addr.to_string(),
+        "-c",
+        "300",
+        "-t",
+        "1",
+        "-d",
+        "0.5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let summary = stdout(&out);
+    assert_eq!(out.status.code(), Some(ERRORS_EXIT), "{summary}{}", stderr(&out));
+    assert!(summary.contains("never answered at all"), "{summary}");
+    let r = read_json(&json);
+    assert!(r["requests"]["completed"].as_u64().unwrap() > 0, "the first 50 or so were served: {r}");
+    let never = r["at_end"]["never_served"].as_u64().unwrap();
+    assert!(never >= 200, "300 connections, the server held fewer than 64 descriptors: {r}");
+    assert!(r["errors"]["unanswered_waiting"].as_u64().unwrap() >= never, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A listener with an accept queue of `backlog` that never accepts: once the queue is full,
+/// the kernel drops new SYNs and their connects stay in progress.
+fn never_accepting(backlog: i32) -> (socket2::Socket, SocketAddr) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    socket.listen(backlog).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    (socket, addr)
+}
+
+/// Connections asked for and never opened are counted with the limit that held them back;
+/// connects still in progress at the end are errors; the ports warning of a --procs run is
+/// printed once, not once by every process.
+#[test]
+fn connections_never_opened_are_explained_and_the_warning_said_once() {
+    raise_nofile();
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let ports: Vec<u64> = range.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    // Just past what one source address holds cheaply (half the range, less a tenth), so the
+    // crowded-ports warning speaks.
+    let conns = (ports[1] - ports[0] + 1) / 2 * 9 / 10 + 2;
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes only the rlimit we pass.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+    if rl.rlim_max != libc::RLIM_INFINITY && rl.rlim_max < conns / 2 + 100 {
+        eprintln!("skipped: the open-files hard limit {} is below {} for each of 2 processes", rl.rlim_max, conns / 2);
+        return;
+    }
+    let (_listener, addr) = never_accepting(8);
+    let dir = scratch("unopened");
+    let json = dir.join("r.json");
+    let conns = conns.to_string();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["load", "echo", &addr.to_string(), "-c", &conns, "--procs", "2", "-t", "1", "-d", "0.5"])
+        .args(["--json", json.to_str().unwrap()])
+        .env("RUST_LOG", "warn");
+    let out = run_within(Duration::from_secs(60), &mut cmd);
+    let (summary, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(ERRORS_EXIT), "{summary}{err}");
+    assert_eq!(err.matches("connections per source address").count(), 1, "{err}");
+    assert!(
+        summary.contains("never attempted") && summary.contains("connects per thread still in progress"),
+        "{summary}"
+    );
+    let r = read_json(&json);
+    let c = &r["connections"];
+    assert_eq!(c["asked"].as_u64().unwrap().to_string(), conns, "{r}");
+    let never = c["never_attempted"]["pending_connects"].as_u64().unwrap_or(0);
+    assert!(never > 0, "{r}");
+    // Every connection asked for is attempted or explained.
+    let attempted_first = c["attempted"].as_u64().unwrap() - c["retries"].as_u64().unwrap_or(0);
+    assert_eq!(attempted_first + never, c["asked"].as_u64().unwrap(), "{r}");
+    assert!(r["errors"]["connect_unfinished"].as_u64().unwrap() > 0, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,11 +33,11 @@ use crate::client::{EchoClient, H2Client, HttpClient, Stamp, UdpClient};
 use crate::config::{Endpoint, LoadConfig, Mode};
 use crate::pattern::Pattern;
 use crate::rate::PacedBlock;
-use crate::report::{new_histogram, Errors, Statuses, Udp, H2};
+use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, H2};
 
 /// Connects in flight per thread: more would only overflow the server's backlog and turn
 /// into SYN retransmissions that look like slow connects.
-const MAX_PENDING_CONNECTS: usize = 512;
+pub const MAX_PENDING_CONNECTS: usize = 512;
 /// The slab index in a timer token that marks a `-r` block's deadline (the block number is
 /// in the high half); no connection slot gets this far.
 const PACER_SLOT: u64 = 0xffff_ffff;
@@ -189,6 +189,10 @@ pub struct ThreadResult {
     pub tls: ThreadTls,
     /// HTTP/2: connections, streams, GOAWAYs and resets received.
     pub h2: H2,
+    /// This thread's connections never attempted, by what held them back.
+    pub never_attempted: Unopened,
+    /// What was in flight when `-d` ended, and what became of it.
+    pub at_end: AtEnd,
     /// Deadlines that fired (connection timers and pacing timers): the work a run does
     /// besides moving bytes, which waiting connections must not multiply.
     pub timer_fires: u64,
@@ -217,6 +221,8 @@ impl Default for ThreadResult {
             connect_latency: new_histogram(),
             tls: ThreadTls::default(),
             h2: H2::default(),
+            never_attempted: Unopened::default(),
+            at_end: AtEnd::default(),
             timer_fires: 0,
             unclosed: Vec::new(),
         }
@@ -314,6 +320,20 @@ impl Client {
         oldest.map(|stamp| stamp.sent_ns)
     }
 
+    /// The exchanges in flight by how far they got: (nothing of the answer back, the answer
+    /// begun, not all sent). Only the oldest can be begun; only the newest can be unsent.
+    fn in_flight_kinds(&self, request_len: usize) -> (u64, u64, u64) {
+        let n = self.outstanding();
+        let (unsent, begun) = match self {
+            Client::Echo(c) => (c.unsent_messages(), c.answering()),
+            Client::Http(c) => (c.unsent_requests(request_len), c.answering()),
+            Client::H2(_) | Client::Udp(_) => (0, false),
+        };
+        let unsent = unsent.min(n);
+        let partial = usize::from(begun && n > unsent);
+        ((n - unsent - partial) as u64, partial as u64, unsent as u64)
+    }
+
     /// Whether another exchange may begin under `depth` (and, over HTTP/2, under the server's
     /// stream limit, before any GOAWAY).
     fn has_room(&self, depth: usize) -> bool {
@@ -358,6 +378,16 @@ struct Conn {
     /// Exchanges begun (for `--per-conn`), carried over a reconnect.
     exchanges: u64,
     timer_at: Option<Instant>,
+}
+
+impl Conn {
+    /// Still being set up: connecting, in its TLS handshake, or (HTTP/2) waiting for the
+    /// server's SETTINGS.
+    fn greeting(&self) -> bool {
+        !self.connected
+            || self.tls.as_deref().is_some_and(|t| t.handshaking())
+            || matches!(&self.client, Client::H2(c) if !c.greeted())
+    }
 }
 
 /// Why a connection ended.
@@ -532,10 +562,139 @@ impl<'a> Engine<'a> {
             self.publish();
         }
         self.tick();
+        // A run that reached its -d (or was stopped) says what it left undone; one that made
+        // its -n or --per-conn has nothing in flight and may leave connections unopened.
+        let stopped = self.shared.stop.load(Relaxed);
+        let deadline = self.shared.end().is_some_and(|end| self.now >= end);
+        if stopped || deadline {
+            self.note_unopened(stopped);
+            self.drain(stopped);
+        }
+        self.tick();
         self.roll_interval(true);
         self.close_all();
         self.publish();
         self.result
+    }
+
+    /// Count the connections of ours never attempted, by what held them back.
+    fn note_unopened(&mut self, stopped: bool) {
+        let left = self.mine.saturating_sub(self.opened);
+        let never = &mut self.result.never_attempted;
+        if left == 0 {
+        } else if stopped {
+            never.run_ended += left;
+        } else if self.pending_connects >= MAX_PENDING_CONNECTS {
+            never.pending_connects += left;
+        } else if self.open_interval_ns.is_some() {
+            never.connect_rate += left;
+        } else {
+            never.run_ended += left;
+        }
+    }
+
+    /// What is in flight now: (exchanges, connects and handshakes).
+    fn census(&self) -> (u64, u64) {
+        self.conns.iter().fold((0, 0), |(exchanges, connecting), (_, c)| {
+            (exchanges + c.client.outstanding() as u64, connecting + u64::from(c.greeting()))
+        })
+    }
+
+    /// The longest to wait at the end for exchanges in flight: the longer of 1 s and twice the
+    /// slowest exchange this thread measured (from its send), never longer than --timeout. A
+    /// server that answered everything within the run answers these too; one that stopped
+    /// answering is not waited for longer than the slowest answer it gave justifies.
+    fn grace(&self) -> Duration {
+        let latency = &self.result.latency;
+        let slowest_ns = if latency.open_loop { latency.uncorrected.max() } else { latency.corrected.max() };
+        Duration::from_nanos(slowest_ns.saturating_mul(2))
+            .max(Duration::from_secs(1))
+            .min(self.shared.cfg.reply_timeout)
+    }
+
+    /// `-d` ended: no new exchange begins, no connection is made again, but those in flight
+    /// (and connects and handshakes in progress) are given [`Self::grace`] to finish, as
+    /// during the run. What is still unanswered then is counted as an error by how far it got.
+    /// A stopped run (Ctrl-C, or a target that takes no connection) does not wait, and counts
+    /// nothing in flight as an error.
+    fn drain(&mut self, stopped: bool) {
+        let (in_flight, connecting) = self.census();
+        if in_flight == 0 && connecting == 0 {
+            return;
+        }
+        self.result.at_end.in_flight = in_flight;
+        self.result.at_end.connecting = connecting;
+        if stopped {
+            self.result.at_end.not_waited_for = true;
+            return;
+        }
+        let grace = self.grace();
+        self.result.at_end.grace_s = grace.as_secs_f64();
+        let began = self.now;
+        let until = began + grace;
+        let completed_before = self.result.completed;
+        while self.conns.iter().any(|(_, c)| c.greeting() || c.client.outstanding() > 0)
+            && self.now < until
+            && !self.shared.stop.load(Relaxed)
+        {
+            let mut at = until;
+            if let Some(timer) = self.timers.next() {
+                at = at.min(timer);
+            }
+            let timeout = at.saturating_duration_since(self.now).min(Duration::from_millis(100));
+            self.events.clear();
+            if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "epoll_wait failed");
+                    break;
+                }
+            }
+            self.tick();
+            let events = std::mem::take(&mut self.events);
+            for event in &events {
+                self.on_event(*event);
+            }
+            self.events = events;
+            self.fire_timers();
+            self.roll_interval(false);
+            self.publish();
+        }
+        let at_end = &mut self.result.at_end;
+        at_end.waited_s = self.now.saturating_duration_since(began).as_secs_f64();
+        at_end.answered = self.result.completed - completed_before;
+        if self.shared.stop.load(Relaxed) {
+            // Interrupted while waiting: what is left was not waited for.
+            at_end.not_waited_for = true;
+            return;
+        }
+        let request_len = self.shared.request_len;
+        for (_, conn) in &self.conns {
+            let errors = &mut self.result.errors;
+            if !conn.connected {
+                errors.connect_unfinished += 1;
+                continue;
+            }
+            if conn.greeting() {
+                errors.handshake_unfinished += 1;
+            }
+            let n = conn.client.outstanding() as u64;
+            if n == 0 {
+                continue;
+            }
+            if let Client::Udp(_) = conn.client {
+                self.result.udp.lost += n;
+            } else {
+                let (waiting, partial, unsent) = conn.client.in_flight_kinds(request_len);
+                errors.unanswered_waiting += waiting;
+                errors.unanswered_partial += partial;
+                errors.unanswered_unsent += unsent;
+            }
+            let at_end = &mut self.result.at_end;
+            at_end.unanswered += n;
+            if !conn.answered {
+                at_end.never_served += 1;
+            }
+        }
     }
 
     fn tick(&mut self) {

@@ -27,11 +27,20 @@ Errors: a connect refused, timed out or failed (no local port, no file descripto
 by the server mid-exchange; a reply that did not come within --timeout; an echoed byte that differs; a \
 malformed HTTP response; an HTTP status not accepted (--accept-status, default 2xx); a TLS handshake or \
 session that failed (by reason in the report's tls block); an HTTP/2 stream reset by the server or refused \
-by its GOAWAY (by code in the report's h2 block); a UDP datagram lost. \
-The summary and the --json report count each kind.
+by its GOAWAY (by code in the report's h2 block); a UDP datagram lost; and what was still in flight \
+when -d ended and stayed so: an exchange unanswered (nothing back, its answer cut off, or not all sent \
+because the server stopped reading), a connect or TLS handshake unfinished. The summary and the --json \
+report count each kind.
 
-Exit status: 0 when the run counted no error; 3 when it counted any (the summary and the report are \
-still written; --allow-errors exits 0 instead); 1 when it ended early because the target took no \
+The end of -d: no new request begins, and those in flight (connects and handshakes too) get the longer \
+of 1 s and twice the slowest exchange of the run to finish, never more than --timeout (a healthy \
+server answers them within that; wrk drops them uncounted). Those answered count as completed; the \
+rest are errors. The wait is part of the run's time, and the summary says how long it was. A run \
+stopped by a signal does not wait and counts nothing in flight as an error. A run that completed \
+nothing fails even with no error counted.
+
+Exit status: 0 when the run counted no error; 3 when it counted any, or completed nothing (the summary \
+and the report are still written; --allow-errors exits 0 instead); 1 when it ended early because the target took no \
 connection, or when it could not start; 2 when the command line cannot be parsed; 130 when stopped by \
 SIGINT (Ctrl-C), 143 by SIGTERM, after the summary and the report of what was measured until then are \
 written (marked interrupted).";
@@ -513,6 +522,18 @@ fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
         bail!("the run ended early: {why}");
     }
     let failures = report.failures();
+    if failures == 0 && report.requests.completed == 0 && report.ended_early.is_none() && !allow_errors {
+        let what = match report.mode.as_str() {
+            "http" => "request",
+            "udp" => "datagram",
+            _ => "message",
+        };
+        return Err(RequestsFailed(format!(
+            "no {what} completed ({} sent); --allow-errors exits 0 with nothing done",
+            report.requests.sent
+        ))
+        .into());
+    }
     if failures > 0 && !allow_errors {
         let noun = if failures == 1 { "error" } else { "errors" };
         return Err(RequestsFailed(format!(
