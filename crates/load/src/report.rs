@@ -187,9 +187,10 @@ pub struct AtEnd {
     pub connecting: u64,
     /// The longest the run would wait for them, in seconds.
     pub grace_s: f64,
-    /// How long it waited (its slowest thread), in seconds; part of `duration_s`.
+    /// How long it waited (its slowest thread), in seconds; not part of `duration_s`.
     pub waited_s: f64,
-    /// Exchanges answered while it waited (in `requests.completed` and the latency).
+    /// Exchanges answered while it waited: in `requests.completed` and the latency, not in
+    /// `rates.requests_per_s` (over `duration_s`).
     pub answered: u64,
     /// Exchanges still unanswered after the wait (counted as errors).
     pub unanswered: u64,
@@ -1016,7 +1017,9 @@ impl Report {
         let d = self.duration_s.max(1e-9);
         let cpu = self.cpu.total_s();
         self.rates = Rates {
-            requests_per_s: self.requests.completed as f64 / d,
+            // Answers that came in the wait after -d are counted, but not in the rate over -d
+            // (as wrk, which stops counting at the end).
+            requests_per_s: self.requests.completed.saturating_sub(self.at_end.answered) as f64 / d,
             sent_bytes_per_s: self.bytes.sent as f64 / d,
             received_bytes_per_s: self.bytes.received as f64 / d,
             requests_per_cpu_s: if cpu > 0.0 { self.requests.completed as f64 / cpu } else { 0.0 },
@@ -1334,7 +1337,7 @@ impl Report {
             _ => "messages",
         };
         let waited = if self.at_end.waited_s >= WAIT_WORTH_SAYING_S {
-            format!(" (the last {} waiting for what was in flight when -d ended)", human_us(self.at_end.waited_s * 1e6))
+            format!(" (then {} waiting for what was in flight)", human_us(self.at_end.waited_s * 1e6))
         } else {
             String::new()
         };
@@ -1434,8 +1437,7 @@ impl Report {
             self.rates.requests_per_s
         );
         if let Some(asked) = self.asked_rate() {
-            // Over the measured phase: nothing is sent while waiting for the last answers.
-            let sent_rate = self.requests.sent as f64 / (self.duration_s - self.at_end.waited_s).max(1e-9);
+            let sent_rate = self.requests.sent as f64 / self.duration_s.max(1e-9);
             // Within 5 %: the schedule's first and last intervals are partly outside the run.
             let verdict = if sent_rate < 0.95 * asked {
                 format!(

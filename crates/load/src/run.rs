@@ -127,11 +127,16 @@ pub fn run_with(
         })
     })?;
     let began = *shared.began.get_or_init(Instant::now);
-    let elapsed = began.elapsed();
+    // The measured phase: without the wait at its end for what was in flight (the threads
+    // wait side by side, so the longest of their waits).
+    let waited = results.iter().map(|r| r.at_end.waited_s).fold(0.0, f64::max);
+    let ran = began.elapsed();
+    let elapsed = ran.saturating_sub(Duration::from_secs_f64(waited));
     if let Some(intervals) = &shared.intervals {
+        // The log has the answers of the wait too: its intervals run to now.
         let mut log = intervals.lock().unwrap_or_else(|e| e.into_inner());
-        log.begin(std::time::SystemTime::now() - elapsed);
-        if let Err(e) = log.finish(elapsed) {
+        log.begin(std::time::SystemTime::now() - ran);
+        if let Err(e) = log.finish(ran) {
             tracing::error!(
                 "--hdr-log {}: {e}",
                 shared.cfg.hdr_log.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
