@@ -162,7 +162,7 @@ impl Unopened {
             (self.connect_rate, "--connect-rate had not reached them when the run ended".to_owned()),
             (self.run_ended, "the run ended first".to_owned()),
         ];
-        reasons.sort_by(|a, b| b.0.cmp(&a.0));
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
         let listed: Vec<String> = reasons
             .iter()
             .filter(|(n, _)| *n > 0)
@@ -1845,6 +1845,69 @@ mod tests {
         udp.udp = Udp { sent: 10, received: 5, lost: 5, late: 0 };
         assert_eq!(udp.failures(), 5);
         assert!(udp.summary().contains("errors       5: lost 5"), "{}", udp.summary());
+    }
+
+    /// What was in flight at the end of -d: said in a line, counted by kind, added up in a
+    /// merge, and left out of the rate over -d; a healthy run's instant last answers are not
+    /// worth a line.
+    #[test]
+    fn what_was_in_flight_at_the_end_is_said_counted_and_merged() {
+        let mut a = report_with(&[1_000; 4], 4);
+        a.requests.sent = 8;
+        a.at_end = AtEnd {
+            in_flight: 5,
+            grace_s: 1.0,
+            waited_s: 1.0,
+            answered: 1,
+            unanswered: 4,
+            never_served: 3,
+            ..AtEnd::default()
+        };
+        a.errors.unanswered_waiting = 3;
+        a.errors.unanswered_partial = 1;
+        a.compute_rates();
+        assert_eq!(a.rates.requests_per_s, 1.5, "3 answered within the 2 s of -d");
+        let summary = a.summary();
+        assert!(summary.contains("2.00 s (then 1.00s waiting for what was in flight)"), "{summary}");
+        assert!(summary.contains("5 requests in flight when -d ended; waited 1.00s, the most allowed: 1 answered, 4 unanswered; 3 connections never answered at all"), "{summary}");
+        assert!(
+            summary.contains(
+                "errors       4: unanswered at the end (nothing back) 3, unanswered at the end (answer cut off) 1"
+            ),
+            "{summary}"
+        );
+        let mut b = report_with(&[1_000], 1);
+        b.at_end = AtEnd { in_flight: 2, connecting: 1, grace_s: 2.0, waited_s: 0.5, answered: 2, ..AtEnd::default() };
+        b.errors.connect_unfinished = 1;
+        b.connections = Connections {
+            asked: 10,
+            never_attempted: Unopened { connect_rate: 6, ..Unopened::default() },
+            ..Connections::default()
+        };
+        let m = Report::merge(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!((m.at_end.in_flight, m.at_end.connecting, m.at_end.answered, m.at_end.unanswered), (7, 1, 3, 4));
+        assert_eq!((m.at_end.grace_s, m.at_end.waited_s), (2.0, 1.0));
+        assert_eq!((m.errors.connect_unfinished, m.failures()), (1, 5));
+        assert_eq!((m.connections.asked, m.connections.never_attempted.connect_rate), (10, 6));
+        let summary = b.summary();
+        assert!(
+            summary.contains("6 of the 10 asked (-c) never attempted: --connect-rate had not reached them"),
+            "{summary}"
+        );
+        // Older reports have none of it, and read as before.
+        let old: Report = serde_json::from_str(&serde_json::to_string(&report_with(&[1_000], 1)).unwrap()).unwrap();
+        assert!(old.at_end.is_empty() && old.connections.never_attempted.is_empty());
+        let mut quick = report_with(&[1_000], 1);
+        quick.at_end = AtEnd { in_flight: 20, grace_s: 1.0, waited_s: 0.0003, answered: 20, ..AtEnd::default() };
+        assert!(!quick.summary().contains("at the end") && !quick.summary().contains("waiting"), "{}", quick.summary());
+    }
+
+    /// A run that completed nothing is never "errors none".
+    #[test]
+    fn nothing_completed_is_not_errors_none() {
+        let mut r = report_with(&[], 0);
+        r.requests.sent = 5;
+        assert!(r.summary().contains("errors       none counted, but no requests completed"), "{}", r.summary());
     }
 
     #[test]

@@ -1157,10 +1157,11 @@ fn never_accepting(backlog: i32) -> (socket2::Socket, SocketAddr) {
 fn connections_never_opened_are_explained_and_the_warning_said_once() {
     raise_nofile();
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
-    let ports: Vec<u64> = range.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let bounds: Vec<u64> = range.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let ports = bounds[1] - bounds[0] + 1;
     // Just past what one source address holds cheaply (half the range, less a tenth), so the
     // crowded-ports warning speaks.
-    let conns = (ports[1] - ports[0] + 1) / 2 * 9 / 10 + 2;
+    let conns = ports / 2 * 9 / 10 + 2;
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes only the rlimit we pass.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);

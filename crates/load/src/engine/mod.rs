@@ -582,7 +582,9 @@ impl<'a> Engine<'a> {
         let left = self.mine.saturating_sub(self.opened);
         let never = &mut self.result.never_attempted;
         if left == 0 {
-        } else if stopped {
+            return;
+        }
+        if stopped {
             never.run_ended += left;
         } else if self.pending_connects >= MAX_PENDING_CONNECTS {
             never.pending_connects += left;
