@@ -158,7 +158,7 @@ impl Unopened {
     /// Why, in words: the biggest reason first.
     fn words(&self, per_thread: usize) -> String {
         let mut reasons = [
-            (self.pending_connects, format!("the run ended with its {per_thread} connects per thread still in progress, the most it keeps at once: the target was slow to complete handshakes")),
+            (self.pending_connects, format!("the run ended with its {per_thread} connects per thread still in progress, the most it keeps at once (the target completed handshakes slower than asked, or stopped: a full accept queue drops new ones)")),
             (self.connect_rate, "--connect-rate had not reached them when the run ended".to_owned()),
             (self.run_ended, "the run ended first".to_owned()),
         ];
@@ -1533,7 +1533,7 @@ impl Report {
             h2.summary(&mut s, self.options.get("pipeline").and_then(serde_json::Value::as_u64));
         }
         let failures = self.failures();
-        if failures == 0 && self.requests.completed == 0 && self.ended_early.is_none() {
+        if failures == 0 && self.requests.completed == 0 {
             // Nothing failed, and nothing was done either: not a pass.
             let _ = writeln!(s, "  errors       none counted, but no {what} completed");
         } else if failures == 0 {
