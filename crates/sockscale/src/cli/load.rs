@@ -35,7 +35,8 @@ report count each kind.
 The end of -d: no new request begins, and those in flight (connects and handshakes too) get the longer \
 of 1 s and twice the slowest exchange of the run to finish, never more than --timeout (a healthy \
 server answers them within that; wrk drops them uncounted). Those answered count as completed; the \
-rest are errors. The wait is part of the run's time, and the summary says how long it was. A run \
+rest are errors. The wait is not in the run's time or rate (those are over -d, as wrk's); the summary says how \
+long it was. A run \
 stopped by a signal does not wait and counts nothing in flight as an error. A run that completed \
 nothing fails even with no error counted.
 
