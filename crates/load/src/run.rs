@@ -551,7 +551,9 @@ fn sample_timeline(shared: &Shared, done: &AtomicBool) -> Vec<Second> {
     let mut seconds: Vec<Second> = Vec::new();
     let mut last = totals();
     // The live counters are published after each loop turn of a thread: at most 100 ms late.
-    let (mut last_completed, mut last_errors, mut last_cpu) = (last.0, last.1, last.3);
+    // They start from zero: this thread sees `began` up to 5 ms after it was set, and
+    // exchanges that completed in between belong to the first second, not to no second.
+    let (mut last_completed, mut last_errors, mut last_cpu) = (0, 0, last.3);
     let mut t = 0u64;
     loop {
         let next = began + Duration::from_secs(t + 1);
