@@ -728,7 +728,8 @@ impl Tls {
         let _ = writeln!(
             s,
             "  on the wire  {} sent, {} received (records and handshakes)",
-            self.wire.sent, self.wire.received
+            thousands(self.wire.sent),
+            thousands(self.wire.received)
         );
     }
 }
@@ -1431,10 +1432,10 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  {what:<12} {} sent, {} completed, {:.0}/s",
+            "  {what:<12} {} sent, {} completed, {}/s",
             thousands(self.requests.sent),
             thousands(self.requests.completed),
-            self.rates.requests_per_s
+            thousands(self.rates.requests_per_s.round() as u64)
         );
         if let Some(asked) = self.asked_rate() {
             let sent_rate = self.requests.sent as f64 / self.duration_s.max(1e-9);
@@ -1447,7 +1448,12 @@ impl Report {
             } else {
                 String::new()
             };
-            let _ = writeln!(s, "  rate         asked {asked:.0}/s, sent {sent_rate:.0}/s{verdict}");
+            let _ = writeln!(
+                s,
+                "  rate         asked {}/s, sent {}/s{verdict}",
+                thousands(asked.round() as u64),
+                thousands(sent_rate.round() as u64)
+            );
         }
         let _ = writeln!(
             s,
@@ -1464,7 +1470,11 @@ impl Report {
             let _ = writeln!(
                 s,
                 "  statuses     2xx {} 3xx {} 4xx {} 5xx {} other {}",
-                st.s2xx, st.s3xx, st.s4xx, st.s5xx, st.other
+                thousands(st.s2xx),
+                thousands(st.s3xx),
+                thousands(st.s4xx),
+                thousands(st.s5xx),
+                thousands(st.other)
             );
         }
         if self.mode == "udp" {
@@ -1914,7 +1924,7 @@ mod tests {
     fn a_rate_that_fell_short_says_so() {
         let mut r = report_with(&[1_000; 10], 10);
         r.options = serde_json::json!({ "rate": 1000.0 });
-        assert!(r.summary().contains("asked 1000/s, sent 5/s: fell short by 100%"), "{}", r.summary());
+        assert!(r.summary().contains("asked 1,000/s, sent 5/s: fell short by 100%"), "{}", r.summary());
         r.options = serde_json::json!({ "rate": 5.0 });
         let text = r.summary();
         assert!(text.contains("asked 5/s, sent 5/s\n"), "{text}");
@@ -2105,7 +2115,7 @@ mod tests {
         r.bytes = ByteCounts { sent: 47_815_065, received: 1_320_702_444 };
         r.compute_rates();
         let text = r.summary();
-        assert!(text.contains("requests     1,234,600 sent, 1,234,567 completed, 617284/s"), "{text}");
+        assert!(text.contains("requests     1,234,600 sent, 1,234,567 completed, 617,284/s"), "{text}");
         assert!(
             text.contains("bytes        47,815,065 sent (45.60 MiB, 22.80 MiB/s), 1,320,702,444 received (1.23 GiB, 629.76 MiB/s)"),
             "{text}"

@@ -678,7 +678,7 @@ fn a_rate_the_generator_cannot_reach_says_it_fell_short() {
     let out = load(&["echo", &server.addr.to_string(), "-c", "1", "-t", "1", "-d", "1", "-R", "1000000"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = stdout(&out);
-    assert!(summary.contains("asked 1000000/s") && summary.contains("fell short"), "{summary}");
+    assert!(summary.contains("asked 1,000,000/s") && summary.contains("fell short"), "{summary}");
 }
 
 #[test]
