@@ -759,18 +759,8 @@ fn range_cells(spread: Option<Spread>, decimals: usize) -> String {
     spread.map_or_else(|| ",".to_owned(), |s| format!("{:.decimals$},{:.decimals$}", s.min, s.max))
 }
 
-/// 1234567 → "1,234,567", as the seed prints numbers.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// 1234567 → "1,234,567", as the seed prints numbers (the load summary's own).
+pub use sockscale_load::report::thousands;
 
 /// What a cell says for a figure that was not measured (never 0).
 pub const NOT_MEASURED: &str = "not measured";

@@ -7,6 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use socket2::SockAddr;
 
+/// Connects in flight per thread: more would only overflow the server's backlog and turn
+/// into SYN retransmissions that look like slow connects.
+pub const MAX_PENDING_CONNECTS: usize = 512;
+
 /// Where a run connects: an IP address and port, or the path of a Unix stream socket
 /// (`--unix-socket`, curl's and oha's flag), which then needs no port, source address or
 /// TCP option.

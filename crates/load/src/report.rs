@@ -1417,7 +1417,7 @@ impl Report {
                 "; {} of the {} asked (-c) never attempted: {}",
                 thousands(never.total()),
                 thousands(self.connections.asked),
-                never.words(crate::engine::MAX_PENDING_CONNECTS)
+                never.words(crate::config::MAX_PENDING_CONNECTS)
             )
         };
         let _ = writeln!(

@@ -30,14 +30,11 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
 use crate::client::{EchoClient, H2Client, HttpClient, Stamp, UdpClient};
-use crate::config::{Endpoint, LoadConfig, Mode};
+use crate::config::{Endpoint, LoadConfig, Mode, MAX_PENDING_CONNECTS};
 use crate::pattern::Pattern;
 use crate::rate::PacedBlock;
 use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, H2};
 
-/// Connects in flight per thread: more would only overflow the server's backlog and turn
-/// into SYN retransmissions that look like slow connects.
-pub const MAX_PENDING_CONNECTS: usize = 512;
 /// The slab index in a timer token that marks a `-r` block's deadline (the block number is
 /// in the high half); no connection slot gets this far.
 const PACER_SLOT: u64 = 0xffff_ffff;
@@ -543,23 +540,10 @@ impl<'a> Engine<'a> {
             }
             self.open_due();
             self.tell_ready();
-            self.events.clear();
             let timeout = self.wait_timeout();
-            if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    tracing::error!(error = %e, "epoll_wait failed");
-                    break;
-                }
+            if !self.turn(timeout) {
+                break;
             }
-            self.tick();
-            let events = std::mem::take(&mut self.events);
-            for event in &events {
-                self.on_event(*event);
-            }
-            self.events = events;
-            self.fire_timers();
-            self.roll_interval(false);
-            self.publish();
         }
         self.tick();
         // A run that reached its -d (or was stopped) says what it left undone; one that made
@@ -644,22 +628,9 @@ impl<'a> Engine<'a> {
                 at = at.min(timer);
             }
             let timeout = at.saturating_duration_since(self.now).min(Duration::from_millis(100));
-            self.events.clear();
-            if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    tracing::error!(error = %e, "epoll_wait failed");
-                    break;
-                }
+            if !self.turn(timeout) {
+                break;
             }
-            self.tick();
-            let events = std::mem::take(&mut self.events);
-            for event in &events {
-                self.on_event(*event);
-            }
-            self.events = events;
-            self.fire_timers();
-            self.roll_interval(false);
-            self.publish();
         }
         let at_end = &mut self.result.at_end;
         at_end.waited_s = self.now.saturating_duration_since(began).as_secs_f64();
@@ -697,6 +668,28 @@ impl<'a> Engine<'a> {
                 at_end.never_served += 1;
             }
         }
+    }
+
+    /// One turn of the event loop: wait up to `timeout`, handle what became ready and the
+    /// timers due, publish. False when epoll itself failed (the thread's run ends).
+    fn turn(&mut self, timeout: Duration) -> bool {
+        self.events.clear();
+        if let Err(e) = self.epoll.select(&mut self.events, Some(timeout)) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::error!(error = %e, "epoll_wait failed");
+                return false;
+            }
+        }
+        self.tick();
+        let events = std::mem::take(&mut self.events);
+        for event in &events {
+            self.on_event(*event);
+        }
+        self.events = events;
+        self.fire_timers();
+        self.roll_interval(false);
+        self.publish();
+        true
     }
 
     fn tick(&mut self) {
