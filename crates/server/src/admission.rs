@@ -182,23 +182,13 @@ pub fn refuse(
     }
     // A TLS server passes no engine: its protocol's refusal cannot be sent in clear before a
     // handshake, and a handshake is what a refused connection is not given.
-    if let Some(refusal) = engine.and_then(Engine::refusal) {
-        send_refusal(fd, &refusal);
-    }
+    // Either way in good order: closing with the client's first bytes unread would reset the
+    // connection, and could destroy the 503 before the client reads it.
+    let refusal = engine.and_then(Engine::refusal);
+    sockscale_sys::end_socket(fd, refusal.as_deref().unwrap_or_default(), sockscale_sys::Ending::Orderly);
     if let Some(suppressed) = log.allow(Instant::now()) {
         tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
     }
-}
-
-/// Send the protocol's refusal on a connection about to be closed, with raw non-blocking calls
-/// (a runtime that has not yet seen the socket writable would not try).
-fn send_refusal(fd: RawFd, refusal: &[u8]) {
-    let _ = sockscale_sys::send(fd, refusal);
-    let _ = sockscale_sys::shutdown_write(fd);
-    // Read what the client already sent: closing with unread data would reset the connection
-    // and could destroy the 503 before the client reads it.
-    let mut sink = [0u8; 2048];
-    let _ = sockscale_sys::recv(fd, &mut sink);
 }
 
 #[cfg(test)]

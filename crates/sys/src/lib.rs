@@ -138,6 +138,39 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     syscall!(shutdown(fd, libc::SHUT_WR)).map(drop)
 }
 
+/// How a socket ends once its last bytes are written: in good order (a FIN, after reading
+/// what the peer already sent, so that no reset destroys the last bytes before the peer reads
+/// them), or aborted (closed as it is: the kernel resets it if input is unread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Orderly,
+    Abort,
+}
+
+/// Carry out the end of a non-blocking socket `fd` that its owner closes right after: one
+/// attempt to send `last` (what did not fit is dropped: a peer that does not read holds
+/// nothing), then, `Ending::Orderly`, a FIN and a read of what the peer has already sent (at
+/// most 64 KiB, never waiting). Every engine ends a connection, and every acceptor refuses one,
+/// through this, so a client sees one ending whatever the model.
+pub fn end_socket(fd: RawFd, last: &[u8], ending: Ending) {
+    if !last.is_empty() {
+        // SAFETY: last is valid for reads of last.len() bytes.
+        let _ = syscall!(send(fd, last.as_ptr().cast(), last.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
+    }
+    if ending == Ending::Abort {
+        return;
+    }
+    let _ = shutdown_write(fd);
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        // SAFETY: sink is valid for writes of its length for the duration of the call.
+        match syscall!(recv(fd, sink.as_mut_ptr().cast(), sink.len(), libc::MSG_DONTWAIT)) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+}
+
 /// A non-blocking eventfd, used to wake a thread sleeping in its selector.
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers.
