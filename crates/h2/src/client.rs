@@ -23,8 +23,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, MAX_WINDOW, PREFACE};
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, PREFACE};
 use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
+use crate::rules::{self, PeerSettings, Settings, Violation};
 
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
@@ -66,16 +67,11 @@ impl Default for ClientSettings {
 pub enum ClientError {
     #[error("the server answered in HTTP/1.x: it does not speak HTTP/2 with prior knowledge (h2c)")]
     NotHttp2,
-    #[error("{what} ({code:?})")]
-    Protocol { code: ErrorCode, what: &'static str },
+    /// The server broke a rule of RFC 9113: GOAWAY with [`Violation::code`].
+    #[error("{0} ({code:?})", code = .0.code())]
+    Protocol(#[from] Violation),
     #[error("a response's header block did not decode: {0}")]
     Compression(HpackError),
-}
-
-impl ClientError {
-    fn protocol(what: &'static str) -> Self {
-        ClientError::Protocol { code: ErrorCode::Protocol, what }
-    }
 }
 
 /// How a stream ended, with the tag it was opened with.
@@ -214,6 +210,8 @@ struct Stream {
 struct Block {
     stream: u32,
     end_stream: bool,
+    /// Its HEADERS made the stream depend on itself: reset once the block is decoded.
+    self_dependent: bool,
     bytes: Vec<u8>,
 }
 
@@ -233,16 +231,13 @@ pub struct ClientConnection {
     open: usize,
     /// Streams with a request body not all framed yet.
     sending: usize,
-    peer_max_streams: u32,
-    peer_initial_window: i64,
-    peer_max_frame: usize,
+    /// What the server's SETTINGS said.
+    peer: PeerSettings,
     send_window: i64,
     recv_window: i64,
     recv_unacked: u32,
     seen_settings: bool,
     goaway: Option<u32>,
-    /// The server's SETTINGS_HEADER_TABLE_SIZE: how much of its table this client may fill.
-    peer_table_size: usize,
     /// The request's entries are in the server's table (its first block was sent).
     indexed_sent: bool,
     /// The server changed its table size after this client used the table: the next block
@@ -281,17 +276,14 @@ impl ClientConnection {
             streams: VecDeque::new(),
             open: 0,
             sending: 0,
-            // Until the server's SETTINGS say otherwise (RFC 9113 §6.5.2: initially unlimited;
-            // the caller's depth bounds it).
-            peer_max_streams: u32::MAX,
-            peer_initial_window: initial,
-            peer_max_frame: frame::MIN_MAX_FRAME as usize,
+            // Until the server's SETTINGS say otherwise (RFC 9113 §6.5.2: streams initially
+            // unlimited; the caller's depth bounds them).
+            peer: PeerSettings::default(),
             send_window: initial,
             recv_window: connection_window,
             recv_unacked: 0,
             seen_settings: false,
             goaway: None,
-            peer_table_size: 4096,
             indexed_sent: false,
             table_resize: false,
             scratch: Vec::new(),
@@ -315,7 +307,7 @@ impl ClientConnection {
         self.seen_settings
             && self.goaway.is_none()
             && self.next_id <= MAX_STREAM_ID
-            && self.open < self.peer_max_streams as usize
+            && self.peer.max_concurrent_streams.is_none_or(|max| self.open < max as usize)
     }
 
     /// No stream will ever open on this connection again (GOAWAY, or every identifier used):
@@ -331,7 +323,7 @@ impl ClientConnection {
 
     /// The server's SETTINGS_MAX_CONCURRENT_STREAMS, once its SETTINGS came.
     pub fn peer_max_streams(&self) -> Option<u32> {
-        (self.seen_settings && self.peer_max_streams != u32::MAX).then_some(self.peer_max_streams)
+        self.peer.max_concurrent_streams.filter(|_| self.seen_settings)
     }
 
     /// Bytes held between calls (a frame in part, a header block in progress).
@@ -345,7 +337,7 @@ impl ClientConnection {
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(2);
         let has_body = !request.body.is_empty();
-        let indexed = request.indexed.as_ref().filter(|ix| ix.table_bytes <= self.peer_table_size);
+        let indexed = request.indexed.as_ref().filter(|ix| ix.table_bytes <= self.peer.header_table_size as usize);
         let block: &[u8] = match indexed {
             Some(ix) if self.indexed_sent => &ix.rest,
             Some(ix) => {
@@ -358,13 +350,13 @@ impl ClientConnection {
             // Empty the table (the old entries may not fit the new size), then allow it again.
             self.scratch.clear();
             crate::hpack::put_integer(&mut self.scratch, 0, 5, 0x20);
-            crate::hpack::put_integer(&mut self.scratch, self.peer_table_size, 5, 0x20);
+            crate::hpack::put_integer(&mut self.scratch, self.peer.header_table_size as usize, 5, 0x20);
             self.scratch.extend_from_slice(block);
             &self.scratch[..]
         } else {
             block
         };
-        frame::put_header_block(out, id, block, !has_body, self.peer_max_frame);
+        frame::put_header_block(out, id, block, !has_body, self.peer.max_frame_size as usize);
         self.streams.push_back(Some(Stream {
             tag,
             head: request.head,
@@ -374,7 +366,7 @@ impl ClientConnection {
             unacked: 0,
             recv_window: i64::from(self.settings.stream_window),
             send: has_body.then(|| request.body.clone()),
-            send_window: self.peer_initial_window,
+            send_window: self.peer.initial_window,
         }));
         self.open += 1;
         if has_body {
@@ -397,8 +389,8 @@ impl ClientConnection {
             return Err(ClientError::NotHttp2);
         }
         let result = self.receive_frames(&mut data, out, on);
-        if let Err(ClientError::Protocol { code, .. }) = &result {
-            frame::put_goaway(out, 0, *code, b"");
+        if let Err(ClientError::Protocol(violation)) = &result {
+            frame::put_goaway(out, 0, violation.code(), b"");
         } else if let Err(ClientError::Compression(_)) = &result {
             frame::put_goaway(out, 0, ErrorCode::Compression, b"");
         }
@@ -427,7 +419,7 @@ impl ClientConnection {
                 continue;
             }
             let whole = std::mem::take(&mut self.partial);
-            let head = Head::parse(whole[..HEADER_LEN].try_into().map_err(|_| ClientError::protocol("frame header"))?);
+            let Some(head) = whole.first_chunk().map(Head::parse) else { return Ok(()) };
             self.frame(head, &whole[HEADER_LEN..], out, on)?;
         }
         while data.len() >= HEADER_LEN {
@@ -435,7 +427,7 @@ impl ClientConnection {
             if data.len() < total {
                 break;
             }
-            let head = Head::parse(data[..HEADER_LEN].try_into().map_err(|_| ClientError::protocol("frame header"))?);
+            let Some(head) = data.first_chunk().map(Head::parse) else { break };
             self.frame(head, &data[HEADER_LEN..total], out, on)?;
             *data = &data[total..];
         }
@@ -452,14 +444,9 @@ impl ClientConnection {
     /// The whole length of the frame whose header begins `bytes`, checked against
     /// SETTINGS_MAX_FRAME_SIZE.
     fn frame_len(&self, bytes: &[u8]) -> Result<usize, ClientError> {
-        let len = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
-        if len > self.settings.max_frame {
-            return Err(ClientError::Protocol {
-                code: ErrorCode::FrameSize,
-                what: "a frame over SETTINGS_MAX_FRAME_SIZE",
-            });
-        }
-        Ok(HEADER_LEN + len as usize)
+        let Some(head) = bytes.first_chunk().map(Head::parse) else { return Ok(HEADER_LEN) };
+        rules::check_size(&head, self.settings.max_frame)?;
+        Ok(HEADER_LEN + head.len as usize)
     }
 
     fn frame(
@@ -469,11 +456,10 @@ impl ClientConnection {
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        if !self.seen_settings && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
-            return Err(ClientError::protocol("the server's first frame is not SETTINGS"));
-        }
-        if self.block.is_some() && head.kind != kind::CONTINUATION {
-            return Err(ClientError::protocol("a frame inside a header block"));
+        let checked = rules::check_order(&head, self.seen_settings, self.block.as_ref().map(|b| b.stream))
+            .and_then(|()| rules::check_shape(&head, payload));
+        if let Err(violation) = checked {
+            return self.refuse(head.stream, violation, out, on);
         }
         match head.kind {
             kind::DATA => self.on_data(head, payload, out, on),
@@ -482,21 +468,22 @@ impl ClientConnection {
             kind::RST_STREAM => self.on_reset(head, payload, on),
             kind::SETTINGS => self.on_settings(head, payload, out),
             kind::PING => {
-                if head.stream != 0 {
-                    return Err(ClientError::protocol("PING on a stream"));
-                }
-                let opaque: &[u8; 8] = payload
-                    .try_into()
-                    .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "PING not 8 octets" })?;
+                let opaque: &[u8; 8] = payload.try_into().map_err(|_| Violation::PingLength)?;
                 if !head.has(flag::ACK) {
                     frame::put_ping_ack(out, opaque);
                 }
                 Ok(())
             }
-            kind::GOAWAY => self.on_goaway(head, payload, on),
-            kind::WINDOW_UPDATE => self.on_window_update(head, payload, out),
-            kind::PUSH_PROMISE => Err(ClientError::protocol("PUSH_PROMISE with push disabled")),
-            // PRIORITY and unknown types are ignored (§5.3.2, §5.5).
+            kind::GOAWAY => self.on_goaway(payload, on),
+            kind::WINDOW_UPDATE => self.on_window_update(head, payload, out, on),
+            // This client sent SETTINGS_ENABLE_PUSH = 0 (§6.5.2).
+            kind::PUSH_PROMISE => Err(Violation::PushDisabled.into()),
+            // Priorities are not acted on (RFC 9113 deprecates them), only checked.
+            kind::PRIORITY => match rules::check_priority(&head, payload) {
+                Ok(()) => Ok(()),
+                Err(violation) => self.refuse(head.stream, violation, out, on),
+            },
+            // Unknown types are ignored (§5.5).
             _ => Ok(()),
         }
     }
@@ -512,12 +499,25 @@ impl ClientConnection {
     /// A frame on stream `id` that is not open: one that was (this client reset it, or it
     /// ended) is ignored; an idle one or a server-initiated one is a protocol error.
     fn check_known(&self, id: u32) -> Result<(), ClientError> {
-        if id == 0 {
-            return Err(ClientError::protocol("a stream frame on stream 0"));
-        }
         if id % 2 == 0 || id >= self.next_id {
-            return Err(ClientError::protocol("a frame on a stream this client never opened"));
+            return Err(Violation::IdleStream.into());
         }
+        Ok(())
+    }
+
+    /// A rule broken on `stream`: a stream error resets it if it is open (a closed one's frame
+    /// was on its way), a connection error ends the connection.
+    fn refuse(
+        &mut self,
+        stream: u32,
+        violation: Violation,
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        if !violation.is_stream_error() {
+            return Err(violation.into());
+        }
+        self.reset(stream, violation.code(), out, on);
         Ok(())
     }
 
@@ -543,8 +543,13 @@ impl ClientConnection {
 
     /// Reset a stream whose response broke the protocol.
     fn malformed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+        self.reset(id, ErrorCode::Protocol, out, on);
+    }
+
+    /// Reset an open stream that broke a rule (RST_STREAM with `code`): reported as malformed.
+    fn reset(&mut self, id: u32, code: ErrorCode, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
         if let Some(stream) = self.remove(id) {
-            frame::put_rst(out, id, ErrorCode::Protocol);
+            frame::put_rst(out, id, code);
             on(ClientEvent::Malformed { tag: stream.tag });
         }
     }
@@ -568,27 +573,23 @@ impl ClientConnection {
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        let len = payload.len() as u32;
+        let len = head.len;
         // Flow control counts the whole payload, padding included (§6.9.1).
-        self.recv_window -= i64::from(len);
-        if self.recv_window < 0 {
-            return Err(ClientError::Protocol {
-                code: ErrorCode::FlowControl,
-                what: "DATA over the connection window",
-            });
-        }
+        rules::take_receive_window(&mut self.recv_window, len, false)?;
         self.recv_unacked += len;
         if self.recv_unacked >= self.settings.connection_window / 2 {
             frame::put_window_update(out, 0, self.recv_unacked);
             self.recv_window += i64::from(self.recv_unacked);
             self.recv_unacked = 0;
         }
-        let content = unpad(head, payload)?;
+        let content = rules::unpad(&head, payload)?;
         let stream_window = self.settings.stream_window;
         let end = head.has(flag::END_STREAM);
         let Some(stream) = self.stream_mut(head.stream) else { return self.check_known(head.stream) };
-        stream.recv_window -= i64::from(len);
-        if stream.status == 0 || stream.recv_window < 0 {
+        if let Err(violation) = rules::take_receive_window(&mut stream.recv_window, len, true) {
+            return self.refuse(head.stream, violation, out, on);
+        }
+        if stream.status == 0 {
             self.malformed(head.stream, out, on);
             return Ok(());
         }
@@ -613,19 +614,18 @@ impl ClientConnection {
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        if head.stream == 0 {
-            return Err(ClientError::protocol("HEADERS on stream 0"));
-        }
-        let mut fragment = unpad(head, payload)?;
-        if head.has(flag::PRIORITY) {
-            fragment = fragment.get(5..).ok_or(ClientError::protocol("HEADERS too short for its priority"))?;
-        }
-        let end_stream = head.has(flag::END_STREAM);
+        let (fragment, dependency) = rules::header_fragment(&head, payload)?;
+        let block = Block {
+            stream: head.stream,
+            end_stream: head.has(flag::END_STREAM),
+            self_dependent: dependency == Some(head.stream),
+            bytes: Vec::new(),
+        };
         if head.has(flag::END_HEADERS) {
-            return self.on_block(head.stream, end_stream, fragment, out, on);
+            return self.on_block(&block, fragment, out, on);
         }
         self.check_block_size(fragment.len())?;
-        self.block = Some(Block { stream: head.stream, end_stream, bytes: fragment.to_vec() });
+        self.block = Some(Block { bytes: fragment.to_vec(), ..block });
         Ok(())
     }
 
@@ -637,16 +637,16 @@ impl ClientConnection {
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
         let Some(block) = self.block.as_mut().filter(|b| b.stream == head.stream) else {
-            return Err(ClientError::protocol("CONTINUATION without a header block on its stream"));
+            return Err(Violation::HeaderBlockInterrupted.into());
         };
         let size = block.bytes.len() + payload.len();
         if size > 2 * self.settings.max_header_list as usize {
-            return Err(ClientError::protocol("a response header block over twice SETTINGS_MAX_HEADER_LIST_SIZE"));
+            return Err(Violation::HeaderBlockTooLarge.into());
         }
         block.bytes.extend_from_slice(payload);
         if head.has(flag::END_HEADERS) {
             let Some(block) = self.block.take() else { return Ok(()) };
-            return self.on_block(block.stream, block.end_stream, &block.bytes, out, on);
+            return self.on_block(&block, &block.bytes, out, on);
         }
         Ok(())
     }
@@ -655,7 +655,7 @@ impl ClientConnection {
     /// grows a list, and never by half): past it, the server is flooding.
     fn check_block_size(&self, size: usize) -> Result<(), ClientError> {
         if size > 2 * self.settings.max_header_list as usize {
-            return Err(ClientError::protocol("a response header block over twice SETTINGS_MAX_HEADER_LIST_SIZE"));
+            return Err(Violation::HeaderBlockTooLarge.into());
         }
         Ok(())
     }
@@ -664,8 +664,7 @@ impl ClientConnection {
     /// with the server's), then taken as a response head, an interim response or trailers.
     fn on_block(
         &mut self,
-        id: u32,
-        end_stream: bool,
+        info: &Block,
         block: &[u8],
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
@@ -679,7 +678,11 @@ impl ClientConnection {
         self.list = list;
         decoded.map_err(ClientError::Compression)?;
         if overflowed {
-            return Err(ClientError::protocol("a response header list over SETTINGS_MAX_HEADER_LIST_SIZE"));
+            return Err(Violation::HeaderListTooLarge.into());
+        }
+        let (id, end_stream) = (info.stream, info.end_stream);
+        if info.self_dependent && self.stream_mut(id).is_some() {
+            return self.refuse(id, Violation::SelfDependency, out, on);
         }
         let Some(stream) = self.stream_mut(id) else { return self.check_known(id) };
         if stream.status != 0 {
@@ -711,9 +714,7 @@ impl ClientConnection {
     }
 
     fn on_reset(&mut self, head: Head, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
-        let code: [u8; 4] = payload
-            .try_into()
-            .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "RST_STREAM not 4 octets" })?;
+        let code: [u8; 4] = payload.try_into().map_err(|_| Violation::RstLength)?;
         match self.remove(head.stream) {
             Some(stream) => on(ClientEvent::Reset { tag: stream.tag, code: u32::from_be_bytes(code) }),
             None => self.check_known(head.stream)?,
@@ -722,55 +723,17 @@ impl ClientConnection {
     }
 
     fn on_settings(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
-        if head.stream != 0 {
-            return Err(ClientError::protocol("SETTINGS on a stream"));
+        let Settings::Values(values) = Settings::parse(&head, payload)? else { return Ok(()) };
+        let applied =
+            self.peer.apply(values, self.streams.iter_mut().flatten().map(|stream| &mut stream.send_window))?;
+        if applied.push_enabled {
+            // Only a client may enable push (RFC 9113 §6.5.2).
+            return Err(Violation::PushEnabledByServer.into());
         }
-        if head.has(flag::ACK) {
-            if !payload.is_empty() {
-                return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "SETTINGS ACK with a payload" });
-            }
-            return Ok(());
-        }
-        if payload.len() % 6 != 0 {
-            return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "SETTINGS not a multiple of 6" });
-        }
-        for entry in payload.chunks_exact(6) {
-            let id = u16::from_be_bytes([entry[0], entry[1]]);
-            let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
-            match id {
-                setting::MAX_CONCURRENT_STREAMS => self.peer_max_streams = value,
-                setting::INITIAL_WINDOW_SIZE => {
-                    if i64::from(value) > MAX_WINDOW {
-                        return Err(ClientError::Protocol {
-                            code: ErrorCode::FlowControl,
-                            what: "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1",
-                        });
-                    }
-                    let delta = i64::from(value) - self.peer_initial_window;
-                    self.peer_initial_window = i64::from(value);
-                    for stream in self.streams.iter_mut().flatten() {
-                        stream.send_window += delta;
-                    }
-                }
-                setting::MAX_FRAME_SIZE => {
-                    if !(frame::MIN_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&value) {
-                        return Err(ClientError::protocol("SETTINGS_MAX_FRAME_SIZE out of range"));
-                    }
-                    self.peer_max_frame = value as usize;
-                }
-                setting::HEADER_TABLE_SIZE if value as usize != self.peer_table_size => {
-                    self.peer_table_size = value as usize;
-                    if self.indexed_sent {
-                        // Its entries are gone or may not fit: add them again after emptying.
-                        self.indexed_sent = false;
-                        self.table_resize = true;
-                    }
-                }
-                setting::ENABLE_PUSH if value > 1 => {
-                    return Err(ClientError::protocol("SETTINGS_ENABLE_PUSH not 0 or 1"));
-                }
-                _ => {}
-            }
+        if applied.header_table_changed && self.indexed_sent {
+            // The request's entries are gone or may not fit: add them again after emptying.
+            self.indexed_sent = false;
+            self.table_resize = true;
         }
         self.seen_settings = true;
         frame::put_settings_ack(out);
@@ -778,15 +741,11 @@ impl ClientConnection {
         Ok(())
     }
 
-    fn on_goaway(&mut self, head: Head, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
-        if head.stream != 0 {
-            return Err(ClientError::protocol("GOAWAY on a stream"));
-        }
-        if payload.len() < 8 {
-            return Err(ClientError::Protocol { code: ErrorCode::FrameSize, what: "GOAWAY under 8 octets" });
-        }
-        let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & MAX_STREAM_ID;
-        let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+    /// GOAWAY (its shape checked by `rules::check_shape`).
+    fn on_goaway(&mut self, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+        let Some(f) = payload.first_chunk::<8>() else { return Err(Violation::GoawayLength.into()) };
+        let last = u32::from_be_bytes([f[0], f[1], f[2], f[3]]) & MAX_STREAM_ID;
+        let code = u32::from_be_bytes([f[4], f[5], f[6], f[7]]);
         self.goaway = Some(self.goaway.map_or(last, |earlier| earlier.min(last)));
         on(ClientEvent::GoAway { last_stream: last, code });
         let base = self.base;
@@ -803,26 +762,28 @@ impl ClientConnection {
         Ok(())
     }
 
-    fn on_window_update(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
-        let bytes: [u8; 4] = payload
-            .try_into()
-            .map_err(|_| ClientError::Protocol { code: ErrorCode::FrameSize, what: "WINDOW_UPDATE not 4 octets" })?;
-        let increment = i64::from(u32::from_be_bytes(bytes) & MAX_STREAM_ID);
-        if head.stream == 0 {
-            if increment == 0 {
-                return Err(ClientError::protocol("a connection WINDOW_UPDATE of 0"));
+    fn on_window_update(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl FnMut(ClientEvent),
+    ) -> Result<(), ClientError> {
+        if head.stream != 0 {
+            self.check_known(head.stream)?;
+        }
+        let opened = rules::window_increment(&head, payload).and_then(|increment| {
+            if head.stream == 0 {
+                return rules::open_send_window(&mut self.send_window, increment, false);
             }
-            self.send_window += increment;
-            if self.send_window > MAX_WINDOW {
-                return Err(ClientError::Protocol {
-                    code: ErrorCode::FlowControl,
-                    what: "the send window over 2^31-1",
-                });
+            match self.stream_mut(head.stream) {
+                Some(stream) => rules::open_send_window(&mut stream.send_window, increment, true),
+                // A stream that ended: its window no longer matters.
+                None => Ok(()),
             }
-        } else if let Some(stream) = self.stream_mut(head.stream) {
-            // A stream's error here (0, or over 2^31-1) would reset one request; the window
-            // simply saturates instead: this client sends bodies only.
-            stream.send_window = (stream.send_window + increment).min(MAX_WINDOW);
+        });
+        if let Err(violation) = opened {
+            self.refuse(head.stream, violation, out, on)?;
         }
         self.flush_bodies(out);
         Ok(())
@@ -833,7 +794,7 @@ impl ClientConnection {
         if self.sending == 0 {
             return;
         }
-        let max_frame = self.peer_max_frame;
+        let max_frame = self.peer.max_frame_size as usize;
         let base = self.base;
         let mut finished = 0;
         for (i, slot) in self.streams.iter_mut().enumerate() {
@@ -864,18 +825,6 @@ impl ClientConnection {
         }
         self.sending -= finished;
     }
-}
-
-/// A frame's content without its padding (§6.1, §6.2).
-fn unpad(head: Head, payload: &[u8]) -> Result<&[u8], ClientError> {
-    if !head.has(flag::PADDED) {
-        return Ok(payload);
-    }
-    let (&pad, rest) = payload.split_first().ok_or(ClientError::protocol("a padded frame without its pad length"))?;
-    rest.len()
-        .checked_sub(pad as usize)
-        .map(|len| &rest[..len])
-        .ok_or(ClientError::protocol("padding longer than the frame"))
 }
 
 fn parse_status(value: &[u8]) -> Option<u16> {

@@ -209,7 +209,7 @@ fn an_http1_answer_or_a_first_frame_not_settings_is_refused() {
     let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
     out.clear();
     let ping = server_frame(kind::PING, 0, 0, &[0; 8]);
-    assert!(matches!(feed(&mut client, &ping, &mut out), Err(ClientError::Protocol { code: ErrorCode::Protocol, .. })));
+    assert_eq!(protocol_code(feed(&mut client, &ping, &mut out)), Some(ErrorCode::Protocol));
     assert_eq!(out_frames(&out).last().map(|h| h.kind), Some(kind::GOAWAY), "the error is said with GOAWAY");
 }
 
@@ -283,22 +283,19 @@ fn interim_responses_trailers_and_padding_are_understood() {
 fn frames_on_streams_never_opened_and_oversized_frames_are_connection_errors() {
     let (mut client, mut out) = opened(1);
     let input = response_head(200, &[], 5, true);
-    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol { .. })));
+    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol(_))));
 
     let (mut client, mut out) = opened(1);
     let mut head = Vec::new();
     frame::put_head(&mut head, 1 << 20, kind::DATA, 0, 1);
-    assert!(matches!(
-        feed(&mut client, &head, &mut out),
-        Err(ClientError::Protocol { code: ErrorCode::FrameSize, .. })
-    ));
+    assert_eq!(protocol_code(feed(&mut client, &head, &mut out)), Some(ErrorCode::FrameSize));
 }
 
 #[test]
 fn a_push_promise_is_refused_and_a_continuation_flood_is_cut_off() {
     let (mut client, mut out) = opened(1);
     let input = server_frame(kind::PUSH_PROMISE, flag::END_HEADERS, 1, &[0, 0, 0, 2]);
-    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol { .. })));
+    assert!(matches!(feed(&mut client, &input, &mut out), Err(ClientError::Protocol(_))));
 
     let (mut client, mut out) = opened(1);
     let mut flood = server_frame(kind::HEADERS, 0, 1, &[0; 100]);
@@ -311,7 +308,7 @@ fn a_push_promise_is_refused_and_a_continuation_flood_is_cut_off() {
             break;
         }
     }
-    assert!(matches!(result, Err(ClientError::Protocol { .. })), "{result:?}");
+    assert!(matches!(result, Err(ClientError::Protocol(_))), "{result:?}");
     assert!(client.buffered() < 200 << 10, "held {} bytes", client.buffered());
 }
 
@@ -378,4 +375,106 @@ fn a_server_table_too_small_or_resized_gets_literals_or_a_size_update() {
     let block = &out[HEADER_LEN..];
     assert_eq!(&block[..2], &[0x20, 0x3f], "size update to 0, then to 2048 (a multi-octet integer)");
     assert!(block.ends_with(&get_indexed().indexed.unwrap().first), "the fields added again");
+}
+
+/// The client's windows and settings follow the same rules as the server's (the shared layer in
+/// `rules`): each of these was accepted or answered otherwise before.
+fn window_update(stream: u32, increment: u32) -> Vec<u8> {
+    server_frame(kind::WINDOW_UPDATE, 0, stream, &increment.to_be_bytes())
+}
+
+fn rst_codes(out: &[u8]) -> Vec<(u32, u32)> {
+    let mut all = Vec::new();
+    let mut bytes = out;
+    while bytes.len() >= HEADER_LEN {
+        let head = Head::parse(bytes[..HEADER_LEN].try_into().expect("a header"));
+        let payload = &bytes[HEADER_LEN..HEADER_LEN + head.len as usize];
+        if head.kind == kind::RST_STREAM {
+            all.push((head.stream, u32::from_be_bytes(payload.try_into().expect("4 octets"))));
+        }
+        bytes = &bytes[HEADER_LEN + head.len as usize..];
+    }
+    all
+}
+
+fn protocol_code(result: Result<Vec<ClientEvent>, ClientError>) -> Option<ErrorCode> {
+    match result {
+        Err(ClientError::Protocol(violation)) => Some(violation.code()),
+        _ => None,
+    }
+}
+
+#[test]
+fn settings_that_push_a_stream_window_past_2_31_is_a_flow_control_error() {
+    // Stream 1's send window at 2^31-1 (65,535 and the rest by WINDOW_UPDATE); then
+    // SETTINGS_INITIAL_WINDOW_SIZE one above the initial 65,535 would push it to 2^31.
+    let (mut client, mut out) = opened(1);
+    feed(&mut client, &window_update(1, (1 << 31) - 1 - 65_535), &mut out).expect("up to 2^31-1 is fine");
+    let mut settings = Vec::new();
+    frame::put_settings(&mut settings, &[(setting::INITIAL_WINDOW_SIZE, 65_536)]);
+    assert_eq!(protocol_code(feed(&mut client, &settings, &mut out)), Some(ErrorCode::FlowControl));
+    assert_eq!(out_frames(&out).last().map(|h| h.kind), Some(kind::GOAWAY), "the error is said with GOAWAY");
+}
+
+#[test]
+fn a_stream_window_update_of_0_or_past_2_31_resets_the_stream() {
+    let (mut client, mut out) = opened(2);
+    let mut input = window_update(1, 0);
+    input.extend(window_update(3, (1 << 31) - 65_535));
+    let events = feed(&mut client, &input, &mut out).expect("stream errors only");
+    assert_eq!(events, vec![ClientEvent::Malformed { tag: 0 }, ClientEvent::Malformed { tag: 1 }]);
+    assert_eq!(
+        rst_codes(&out),
+        vec![(1, ErrorCode::Protocol as u32), (3, ErrorCode::FlowControl as u32)],
+        "RST_STREAM with the codes the server uses"
+    );
+}
+
+#[test]
+fn a_window_update_on_an_idle_stream_or_a_push_enabling_server_is_a_protocol_error() {
+    let (mut client, mut out) = opened(1);
+    assert_eq!(protocol_code(feed(&mut client, &window_update(5, 1), &mut out)), Some(ErrorCode::Protocol));
+
+    // RFC 9113 §6.5.2: a client treats SETTINGS_ENABLE_PUSH = 1 from a server as a
+    // connection error (a server may only send 0).
+    let (mut client, mut out) = opened(1);
+    let mut settings = Vec::new();
+    frame::put_settings(&mut settings, &[(setting::ENABLE_PUSH, 1)]);
+    assert_eq!(protocol_code(feed(&mut client, &settings, &mut out)), Some(ErrorCode::Protocol));
+}
+
+#[test]
+fn priority_frames_and_short_priority_fields_are_checked() {
+    let (mut client, mut out) = opened(1);
+    let priority = server_frame(kind::PRIORITY, 0, 0, &[0, 0, 0, 1, 16]);
+    assert_eq!(protocol_code(feed(&mut client, &priority, &mut out)), Some(ErrorCode::Protocol), "on stream 0");
+
+    let (mut client, mut out) = opened(1);
+    let priority = server_frame(kind::PRIORITY, 0, 1, &[0, 0, 0, 0]);
+    let events = feed(&mut client, &priority, &mut out).expect("a stream error");
+    assert_eq!(events, vec![ClientEvent::Malformed { tag: 0 }]);
+    assert_eq!(rst_codes(&out), vec![(1, ErrorCode::FrameSize as u32)]);
+
+    // HEADERS whose PRIORITY flag promises 5 octets it does not have: a frame size error.
+    let (mut client, mut out) = opened(1);
+    let headers = server_frame(kind::HEADERS, flag::END_HEADERS | flag::PRIORITY, 1, &[0, 0, 0]);
+    assert_eq!(protocol_code(feed(&mut client, &headers, &mut out)), Some(ErrorCode::FrameSize));
+}
+
+#[test]
+fn data_past_a_streams_window_is_a_flow_control_reset() {
+    // A stream window of 100 octets: 101 of DATA (padding counts) is past it.
+    let settings = ClientSettings { stream_window: 100, ..ClientSettings::default() };
+    let mut out = Vec::new();
+    let mut client = ClientConnection::new(settings, &mut out);
+    let mut input = Vec::new();
+    frame::put_settings(&mut input, &[]);
+    feed(&mut client, &input, &mut out).expect("SETTINGS");
+    client.open(&get(), 0, &mut out);
+    out.clear();
+    let mut input = response_head(200, &[], 1, false);
+    input.extend(server_frame(kind::DATA, flag::PADDED, 1, &[[50].as_slice(), &[0; 100]].concat()));
+    let events = feed(&mut client, &input, &mut out).expect("a stream error");
+    assert_eq!(events, vec![ClientEvent::Malformed { tag: 0 }]);
+    assert_eq!(rst_codes(&out), vec![(1, ErrorCode::FlowControl as u32)]);
 }

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::config::{Budget, Limits};
-use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE};
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, PREFACE};
 use crate::hpack::{self, Decoder, HeaderList};
 use crate::request::{check_request, check_trailers, Malformed, Request};
+use crate::rules::{self, PeerSettings, Settings, Violation};
 use crate::stats::{Limit, Stats};
 
 /// What the connection wants once the output of a call is sent.
@@ -161,8 +162,8 @@ pub struct Connection {
     pending_goaway: Option<ErrorCode>,
     reset_by_us: [u32; RESET_MEMORY],
     reset_next: usize,
-    peer_max_frame: usize,
-    peer_initial_window: i64,
+    /// What the peer's SETTINGS said.
+    peer: PeerSettings,
     /// SETTINGS this server sent that the peer has not acknowledged (one: those of `new`); an
     /// acknowledgement past them answers nothing, and counts as an empty frame.
     settings_unacked: u32,
@@ -222,8 +223,7 @@ impl Connection {
             pending_goaway: None,
             reset_by_us: [0; RESET_MEMORY],
             reset_next: 0,
-            peer_max_frame: frame::MIN_MAX_FRAME as usize,
-            peer_initial_window: i64::from(DEFAULT_WINDOW),
+            peer: PeerSettings::default(),
             settings_unacked: 1,
             table_size_changed: false,
             send_window: i64::from(DEFAULT_WINDOW),
@@ -342,8 +342,8 @@ impl Connection {
 
     /// A frame's header, before its payload is kept: the size limit.
     fn head_ok(&mut self, head: &Head) -> bool {
-        if head.len > self.limits.max_frame_size {
-            self.connection_error(ErrorCode::FrameSize);
+        if let Err(violation) = rules::check_size(head, self.limits.max_frame_size) {
+            self.connection_error(violation.code());
             return false;
         }
         true
@@ -480,7 +480,7 @@ impl Connection {
 
     /// One DATA frame for stream `i`, at most `room` bytes of output.
     fn frame_data(&mut self, i: usize, room: usize, out: &mut Vec<u8>) -> Framed {
-        let max_frame = self.peer_max_frame;
+        let max_frame = self.peer.max_frame_size as usize;
         let conn_window = self.send_window;
         let s = &mut self.streams[i];
         let Send::Body { queue, end, .. } = &mut s.send else { return Framed::Nothing };
@@ -640,29 +640,26 @@ impl Connection {
     // ---- frames ----
 
     fn frame(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if self.phase == Phase::FirstSettings {
-            if head.kind != kind::SETTINGS || head.has(flag::ACK) {
-                self.connection_error(ErrorCode::Protocol);
-                return;
-            }
+        let settings_seen = self.phase != Phase::FirstSettings;
+        let checked = rules::check_order(&head, settings_seen, self.block.as_ref().map(|b| b.stream))
+            .and_then(|()| rules::check_shape(&head, payload));
+        if let Err(violation) = checked {
+            return self.refuse(head.stream, violation, now, out);
+        }
+        if !settings_seen {
             self.phase = Phase::Open;
             self.unfinished_since = None;
-        }
-        if let Some(block) = &self.block {
-            if head.kind != kind::CONTINUATION || head.stream != block.stream {
-                self.connection_error(ErrorCode::Protocol);
-                return;
-            }
         }
         match head.kind {
             kind::DATA => self.on_data(head, payload, now, out),
             kind::HEADERS => self.on_headers(head, payload, now, out),
             kind::PRIORITY => self.on_priority(head, payload, now, out),
-            kind::RST_STREAM => self.on_rst(head, payload, now, out),
+            kind::RST_STREAM => self.on_rst(head, now, out),
             kind::SETTINGS => self.on_settings(head, payload, now, out),
-            kind::PUSH_PROMISE => self.connection_error(ErrorCode::Protocol),
+            // Only a server pushes (RFC 9113 §8.4).
+            kind::PUSH_PROMISE => self.connection_error(Violation::PushFromClient.code()),
             kind::PING => self.on_ping(head, payload, now, out),
-            kind::GOAWAY => self.on_goaway(head, payload),
+            kind::GOAWAY => self.on_goaway(),
             kind::WINDOW_UPDATE => self.on_window_update(head, payload, now, out),
             kind::CONTINUATION => self.on_continuation(head, payload, now, out),
             // Unknown types are ignored (§4.1), but they cost a frame's work: counted.
@@ -671,19 +668,17 @@ impl Connection {
     }
 
     fn on_data(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if head.stream == 0 {
-            return self.connection_error(ErrorCode::Protocol);
-        }
-        let Some(data) = self.unpad(head, payload) else { return };
+        let data = match rules::unpad(&head, payload) {
+            Ok(data) => data,
+            Err(violation) => return self.refuse(head.stream, violation, now, out),
+        };
         if head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol);
+            return self.connection_error(Violation::IdleStream.code());
         }
         // The whole frame counts against the connection's window, whatever becomes of it.
-        let len = i64::from(head.len);
-        if len > self.recv_window {
-            return self.connection_error(ErrorCode::FlowControl);
+        if let Err(violation) = rules::take_receive_window(&mut self.recv_window, head.len, false) {
+            return self.refuse(head.stream, violation, now, out);
         }
-        self.recv_window -= len;
         self.credit_connection(head.len, out);
         let end = head.has(flag::END_STREAM);
         if data.is_empty() && !end {
@@ -697,14 +692,11 @@ impl Connection {
         };
         let s = &mut self.streams[i];
         if s.remote_done {
-            self.streams_error_at(i, ErrorCode::StreamClosed, now, out);
-            return;
+            return self.refuse(head.stream, Violation::StreamEnded, now, out);
         }
-        if len > s.recv_window {
-            self.streams_error_at(i, ErrorCode::FlowControl, now, out);
-            return;
+        if let Err(violation) = rules::take_receive_window(&mut s.recv_window, head.len, true) {
+            return self.refuse(head.stream, violation, now, out);
         }
-        s.recv_window -= len;
         s.body_len += data.len() as u64;
         if s.rejected {
             return;
@@ -741,39 +733,18 @@ impl Connection {
         }
     }
 
-    /// The payload without its padding; a padding as long as the payload is a connection error.
-    fn unpad<'p>(&mut self, head: Head, payload: &'p [u8]) -> Option<&'p [u8]> {
-        if !head.has(flag::PADDED) {
-            return Some(payload);
-        }
-        let Some((&pad, rest)) = payload.split_first() else {
-            self.connection_error(ErrorCode::Protocol);
-            return None;
-        };
-        match rest.len().checked_sub(usize::from(pad)) {
-            Some(len) => Some(&rest[..len]),
-            None => {
-                self.connection_error(ErrorCode::Protocol);
-                None
-            }
-        }
-    }
-
     fn on_headers(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if head.stream == 0 || head.stream % 2 == 0 {
-            return self.connection_error(ErrorCode::Protocol);
+        if head.stream % 2 == 0 {
+            // An even stream is the server's to open (§5.1.1).
+            return self.connection_error(Violation::IdleStream.code());
         }
-        let Some(mut fragment) = self.unpad(head, payload) else { return };
-        if head.has(flag::PRIORITY) {
-            if fragment.len() < 5 {
-                return self.connection_error(ErrorCode::FrameSize);
-            }
-            let dependency = u32::from_be_bytes([fragment[0], fragment[1], fragment[2], fragment[3]]) & 0x7fff_ffff;
-            fragment = &fragment[5..];
-            if dependency == head.stream {
-                // Decoded all the same, to keep HPACK in step, then reset.
-                self.self_dependent = Some(head.stream);
-            }
+        let (fragment, dependency) = match rules::header_fragment(&head, payload) {
+            Ok(parts) => parts,
+            Err(violation) => return self.refuse(head.stream, violation, now, out),
+        };
+        if dependency == Some(head.stream) {
+            // Decoded all the same, to keep HPACK in step, then reset.
+            self.self_dependent = Some(head.stream);
         }
         if head.stream <= self.last_stream && self.index(head.stream).is_none() && !self.was_reset_by_us(head.stream) {
             // A closed stream (RFC 9113 §5.1), or an id below one already used (§5.1.1).
@@ -878,7 +849,7 @@ impl Connection {
             id,
             remote_done: false,
             send: Send::Waiting,
-            send_window: self.peer_initial_window,
+            send_window: self.peer.initial_window,
             recv_window: window,
             recv_unacked: 0,
             content_length: head.map(|h| h.content_length).unwrap_or_default(),
@@ -915,26 +886,17 @@ impl Connection {
     }
 
     fn on_priority(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if head.stream == 0 {
-            return self.connection_error(ErrorCode::Protocol);
-        }
-        if payload.len() != 5 {
-            return self.stream_error(head.stream, ErrorCode::FrameSize, now, out);
-        }
-        let dependency = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff;
-        if dependency == head.stream {
-            return self.stream_error(head.stream, ErrorCode::Protocol, now, out);
+        if let Err(violation) = rules::check_priority(&head, payload) {
+            return self.refuse(head.stream, violation, now, out);
         }
         // Priorities are not acted on (RFC 9113 deprecates them), but each costs a frame.
         self.count_empty(now, out);
     }
 
-    fn on_rst(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if payload.len() != 4 {
-            return self.connection_error(ErrorCode::FrameSize);
-        }
-        if head.stream == 0 || head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol);
+    /// RST_STREAM (its shape checked by `rules::check_shape`).
+    fn on_rst(&mut self, head: Head, now: Instant, out: &mut Vec<u8>) {
+        if head.stream > self.last_stream {
+            return self.connection_error(Violation::IdleStream.code());
         }
         self.stats.resets_received += 1;
         if let Some(i) = self.index(head.stream) {
@@ -947,62 +909,31 @@ impl Connection {
     }
 
     fn on_settings(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol);
-        }
-        if head.has(flag::ACK) {
-            if !payload.is_empty() {
-                return self.connection_error(ErrorCode::FrameSize);
+        let values = match Settings::parse(&head, payload) {
+            Ok(Settings::Values(values)) => values,
+            Ok(Settings::Ack) => {
+                match self.settings_unacked.checked_sub(1) {
+                    Some(left) => self.settings_unacked = left,
+                    None => self.count_empty(now, out),
+                }
+                return;
             }
-            match self.settings_unacked.checked_sub(1) {
-                Some(left) => self.settings_unacked = left,
-                None => self.count_empty(now, out),
-            }
-            return;
-        }
-        if payload.len() % 6 != 0 {
-            return self.connection_error(ErrorCode::FrameSize);
-        }
+            Err(violation) => return self.refuse(head.stream, violation, now, out),
+        };
         if self.settings.over(now, self.limits.settings) {
             return self.limit_hit(Limit::SettingsFlood, ErrorCode::EnhanceYourCalm, out);
         }
-        for entry in payload.chunks_exact(6) {
-            let id = u16::from_be_bytes([entry[0], entry[1]]);
-            let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
-            match id {
-                setting::HEADER_TABLE_SIZE => self.table_size_changed = true,
-                setting::ENABLE_PUSH if value > 1 => return self.connection_error(ErrorCode::Protocol),
-                setting::INITIAL_WINDOW_SIZE => {
-                    if i64::from(value) > MAX_WINDOW {
-                        return self.connection_error(ErrorCode::FlowControl);
-                    }
-                    let delta = i64::from(value) - self.peer_initial_window;
-                    self.peer_initial_window = i64::from(value);
-                    for s in &mut self.streams {
-                        s.send_window += delta;
-                        if s.send_window > MAX_WINDOW {
-                            return self.connection_error(ErrorCode::FlowControl);
-                        }
-                    }
-                }
-                setting::MAX_FRAME_SIZE => {
-                    if !(frame::MIN_MAX_FRAME..=frame::MAX_MAX_FRAME).contains(&value) {
-                        return self.connection_error(ErrorCode::Protocol);
-                    }
-                    self.peer_max_frame = value as usize;
-                }
-                _ => {}
-            }
+        match self.peer.apply(values, self.streams.iter_mut().map(|s| &mut s.send_window)) {
+            Ok(applied) => self.table_size_changed |= applied.header_table_seen,
+            Err(violation) => return self.refuse(head.stream, violation, now, out),
         }
         frame::put_settings_ack(out);
     }
 
+    /// PING (its shape checked by `rules::check_shape`).
     fn on_ping(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol);
-        }
         let Ok(data) = <&[u8; 8]>::try_from(payload) else {
-            return self.connection_error(ErrorCode::FrameSize);
+            return self.connection_error(Violation::PingLength.code());
         };
         if head.has(flag::ACK) {
             // This server sends no PING: an acknowledgement answers nothing.
@@ -1014,47 +945,27 @@ impl Connection {
         frame::put_ping_ack(out, data);
     }
 
-    fn on_goaway(&mut self, head: Head, payload: &[u8]) {
-        if head.stream != 0 {
-            return self.connection_error(ErrorCode::Protocol);
-        }
-        if payload.len() < 8 {
-            return self.connection_error(ErrorCode::FrameSize);
-        }
+    /// GOAWAY (its shape checked by `rules::check_shape`).
+    fn on_goaway(&mut self) {
         self.peer_goaway = true;
     }
 
     fn on_window_update(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
-        let Ok(bytes) = <[u8; 4]>::try_from(payload) else {
-            return self.connection_error(ErrorCode::FrameSize);
-        };
-        let increment = i64::from(u32::from_be_bytes(bytes) & 0x7fff_ffff);
-        if head.stream == 0 {
-            if increment == 0 {
-                return self.connection_error(ErrorCode::Protocol);
-            }
-            self.send_window += increment;
-            if self.send_window > MAX_WINDOW {
-                self.connection_error(ErrorCode::FlowControl);
-            }
-            return;
-        }
         if head.stream > self.last_stream {
-            return self.connection_error(ErrorCode::Protocol);
+            return self.connection_error(Violation::IdleStream.code());
         }
-        let Some(i) = self.index(head.stream) else {
-            if increment == 0 && !self.was_reset_by_us(head.stream) {
-                self.stream_error(head.stream, ErrorCode::Protocol, now, out);
+        let opened = rules::window_increment(&head, payload).and_then(|increment| {
+            if head.stream == 0 {
+                return rules::open_send_window(&mut self.send_window, increment, false);
             }
-            return;
-        };
-        if increment == 0 {
-            return self.streams_error_at(i, ErrorCode::Protocol, now, out);
-        }
-        let s = &mut self.streams[i];
-        s.send_window += increment;
-        if s.send_window > MAX_WINDOW {
-            self.streams_error_at(i, ErrorCode::FlowControl, now, out);
+            match self.streams.iter_mut().find(|s| s.id == head.stream) {
+                Some(s) => rules::open_send_window(&mut s.send_window, increment, true),
+                // A stream that ended: its window no longer matters.
+                None => Ok(()),
+            }
+        });
+        if let Err(violation) = opened {
+            self.refuse(head.stream, violation, now, out);
         }
     }
 
@@ -1063,7 +974,7 @@ impl Connection {
     fn write_headers(&mut self, stream: u32, status: u16, fields: &[(&[u8], &[u8])], end: bool, out: &mut Vec<u8>) {
         let mut block = Vec::with_capacity(64);
         hpack::encode_response(&mut block, status, fields, std::mem::take(&mut self.table_size_changed));
-        frame::put_header_block(out, stream, &block, end, self.peer_max_frame);
+        frame::put_header_block(out, stream, &block, end, self.peer.max_frame_size as usize);
     }
 
     /// Answer stream `i` with a status of the stage's own (431, 413), then stop its request.
@@ -1089,6 +1000,19 @@ impl Connection {
     fn malformed(&mut self, i: usize, _why: Malformed, now: Instant, out: &mut Vec<u8>) {
         self.stats.malformed += 1;
         self.streams_error_at(i, ErrorCode::Protocol, now, out);
+    }
+
+    /// A rule broken on `stream`: a stream error resets it (unless this server reset it already:
+    /// the frame was on its way before the peer saw the reset), a connection error closes.
+    fn refuse(&mut self, stream: u32, violation: Violation, now: Instant, out: &mut Vec<u8>) {
+        if !violation.is_stream_error() {
+            return self.connection_error(violation.code());
+        }
+        match self.index(stream) {
+            Some(i) => self.streams_error_at(i, violation.code(), now, out),
+            None if !self.was_reset_by_us(stream) => self.stream_error(stream, violation.code(), now, out),
+            None => {}
+        }
     }
 
     /// A stream error on the open stream at `i`: RST_STREAM, and the stream is gone.

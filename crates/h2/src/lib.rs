@@ -88,6 +88,7 @@ mod conn;
 pub mod frame;
 pub mod hpack;
 mod request;
+pub mod rules;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -101,4 +102,5 @@ pub use conn::{Body, Closing, Connection, Event, Verdict};
 pub use frame::{error_code_name, ErrorCode};
 pub use hpack::HeaderList;
 pub use request::{Malformed, Request};
+pub use rules::Violation;
 pub use stats::{Limit, Stats};

@@ -184,8 +184,8 @@ impl Engine<'_> {
                         Err(e) => {
                             let kind = match e {
                                 sockscale_h2::ClientError::NotHttp2 => "not_http2".to_owned(),
-                                sockscale_h2::ClientError::Protocol { code, .. } => {
-                                    sockscale_h2::error_code_name(code as u32).into_owned()
+                                sockscale_h2::ClientError::Protocol(violation) => {
+                                    sockscale_h2::error_code_name(violation.code() as u32).into_owned()
                                 }
                                 sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".to_owned(),
                             };
