@@ -25,7 +25,7 @@ use bytes::Bytes;
 
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, PREFACE};
 use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
-use crate::rules::{self, PeerSettings, Settings, Violation};
+use crate::rules::{self, PeerSettings, ReceiveWindow, Settings, Violation};
 
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
@@ -197,10 +197,8 @@ struct Stream {
     /// Content-Length, when the response gave one.
     expect: Option<u64>,
     body: u64,
-    /// Octets received on the stream not given back yet.
-    unacked: u32,
     /// What the server may still send on the stream.
-    recv_window: i64,
+    recv: ReceiveWindow,
     /// The request body not yet framed, and what the server lets this client send.
     send: Option<Bytes>,
     send_window: i64,
@@ -234,8 +232,7 @@ pub struct ClientConnection {
     /// What the server's SETTINGS said.
     peer: PeerSettings,
     send_window: i64,
-    recv_window: i64,
-    recv_unacked: u32,
+    recv: ReceiveWindow,
     seen_settings: bool,
     goaway: Option<u32>,
     /// The request's entries are in the server's table (its first block was sent).
@@ -280,8 +277,7 @@ impl ClientConnection {
             // unlimited; the caller's depth bounds them).
             peer: PeerSettings::default(),
             send_window: initial,
-            recv_window: connection_window,
-            recv_unacked: 0,
+            recv: ReceiveWindow::new(settings.connection_window.max(frame::DEFAULT_WINDOW)),
             seen_settings: false,
             goaway: None,
             indexed_sent: false,
@@ -363,8 +359,7 @@ impl ClientConnection {
             status: 0,
             expect: None,
             body: 0,
-            unacked: 0,
-            recv_window: i64::from(self.settings.stream_window),
+            recv: ReceiveWindow::new(self.settings.stream_window),
             send: has_body.then(|| request.body.clone()),
             send_window: self.peer.initial_window,
         }));
@@ -575,18 +570,13 @@ impl ClientConnection {
     ) -> Result<(), ClientError> {
         let len = head.len;
         // Flow control counts the whole payload, padding included (§6.9.1).
-        rules::take_receive_window(&mut self.recv_window, len, false)?;
-        self.recv_unacked += len;
-        if self.recv_unacked >= self.settings.connection_window / 2 {
-            frame::put_window_update(out, 0, self.recv_unacked);
-            self.recv_window += i64::from(self.recv_unacked);
-            self.recv_unacked = 0;
-        }
+        self.recv.take(len, 0)?;
+        self.recv.give_back(len, self.settings.connection_window, 0, out);
         let content = rules::unpad(&head, payload)?;
         let stream_window = self.settings.stream_window;
         let end = head.has(flag::END_STREAM);
         let Some(stream) = self.stream_mut(head.stream) else { return self.check_known(head.stream) };
-        if let Err(violation) = rules::take_receive_window(&mut stream.recv_window, len, true) {
+        if let Err(violation) = stream.recv.take(len, head.stream) {
             return self.refuse(head.stream, violation, out, on);
         }
         if stream.status == 0 {
@@ -598,12 +588,7 @@ impl ClientConnection {
             self.complete(head.stream, out, on);
             return Ok(());
         }
-        stream.unacked += len;
-        if stream.unacked >= stream_window / 2 {
-            frame::put_window_update(out, head.stream, stream.unacked);
-            stream.recv_window += i64::from(stream.unacked);
-            stream.unacked = 0;
-        }
+        stream.recv.give_back(len, stream_window, head.stream, out);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use crate::config::{Budget, Limits};
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, PREFACE};
 use crate::hpack::{self, Decoder, HeaderList};
 use crate::request::{check_request, check_trailers, Malformed, Request};
-use crate::rules::{self, PeerSettings, Settings, Violation};
+use crate::rules::{self, PeerSettings, ReceiveWindow, Settings, Violation};
 use crate::stats::{Limit, Stats};
 
 /// What the connection wants once the output of a call is sent.
@@ -86,9 +86,8 @@ struct Stream {
     remote_done: bool,
     send: Send,
     send_window: i64,
-    recv_window: i64,
-    /// Received and discarded, not yet given back by a WINDOW_UPDATE.
-    recv_unacked: u32,
+    /// What the peer may still send (its body is discarded, the window given back).
+    recv: ReceiveWindow,
     content_length: Option<u64>,
     body_len: u64,
     /// The request's fields, kept until its END_STREAM.
@@ -170,8 +169,7 @@ pub struct Connection {
     /// The peer changed SETTINGS_HEADER_TABLE_SIZE: the next header block begins with a size update.
     table_size_changed: bool,
     send_window: i64,
-    recv_window: i64,
-    recv_unacked: u32,
+    recv: ReceiveWindow,
     /// The GOAWAY of a drain was sent.
     draining: bool,
     peer_goaway: bool,
@@ -227,8 +225,7 @@ impl Connection {
             settings_unacked: 1,
             table_size_changed: false,
             send_window: i64::from(DEFAULT_WINDOW),
-            recv_window: i64::from(l.connection_window),
-            recv_unacked: 0,
+            recv: ReceiveWindow::new(l.connection_window),
             draining: false,
             peer_goaway: false,
             closing: None,
@@ -676,10 +673,10 @@ impl Connection {
             return self.connection_error(Violation::IdleStream.code());
         }
         // The whole frame counts against the connection's window, whatever becomes of it.
-        if let Err(violation) = rules::take_receive_window(&mut self.recv_window, head.len, false) {
+        if let Err(violation) = self.recv.take(head.len, 0) {
             return self.refuse(head.stream, violation, now, out);
         }
-        self.credit_connection(head.len, out);
+        self.recv.give_back(head.len, self.limits.connection_window, 0, out);
         let end = head.has(flag::END_STREAM);
         if data.is_empty() && !end {
             self.count_empty(now, out);
@@ -694,7 +691,7 @@ impl Connection {
         if s.remote_done {
             return self.refuse(head.stream, Violation::StreamEnded, now, out);
         }
-        if let Err(violation) = rules::take_receive_window(&mut s.recv_window, head.len, true) {
+        if let Err(violation) = s.recv.take(head.len, s.id) {
             return self.refuse(head.stream, violation, now, out);
         }
         s.body_len += data.len() as u64;
@@ -715,21 +712,7 @@ impl Connection {
         } else {
             // The body is discarded: give its window back once half is used.
             let s = &mut self.streams[i];
-            s.recv_unacked += head.len;
-            if s.recv_unacked >= self.limits.stream_window / 2 {
-                frame::put_window_update(out, s.id, s.recv_unacked);
-                s.recv_window += i64::from(s.recv_unacked);
-                s.recv_unacked = 0;
-            }
-        }
-    }
-
-    fn credit_connection(&mut self, len: u32, out: &mut Vec<u8>) {
-        self.recv_unacked += len;
-        if self.recv_unacked >= self.limits.connection_window / 2 {
-            frame::put_window_update(out, 0, self.recv_unacked);
-            self.recv_window += i64::from(self.recv_unacked);
-            self.recv_unacked = 0;
+            s.recv.give_back(head.len, self.limits.stream_window, s.id, out);
         }
     }
 
@@ -844,14 +827,12 @@ impl Connection {
             return self.stream_error(id, ErrorCode::RefusedStream, now, out);
         }
         let head = if fields.overflowed() { Ok(Default::default()) } else { check_request(&fields) };
-        let window = i64::from(self.limits.stream_window);
         self.streams.push(Stream {
             id,
             remote_done: false,
             send: Send::Waiting,
             send_window: self.peer.initial_window,
-            recv_window: window,
-            recv_unacked: 0,
+            recv: ReceiveWindow::new(self.limits.stream_window),
             content_length: head.map(|h| h.content_length).unwrap_or_default(),
             body_len: 0,
             fields: None,

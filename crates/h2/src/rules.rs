@@ -262,15 +262,50 @@ pub fn open_send_window(window: &mut i64, increment: u32, stream: bool) -> Resul
     Ok(())
 }
 
-/// Take a DATA frame's whole length (padding included, §6.9.1) from a receive window: more than
-/// it holds is a flow-control error, for the connection or the stream as `stream` says.
-pub fn take_receive_window(window: &mut i64, len: u32, stream: bool) -> Result<(), Violation> {
-    let len = i64::from(len);
-    if len > *window {
-        return Err(if stream { Violation::StreamWindowExceeded } else { Violation::ConnectionWindowExceeded });
+/// A receive window (§6.9), of the connection or of a stream: what the peer may still send, and
+/// what was received and not yet given back by a WINDOW_UPDATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveWindow {
+    window: i64,
+    unacked: u32,
+}
+
+impl ReceiveWindow {
+    /// A window of `size` octets (the one advertised).
+    pub fn new(size: u32) -> Self {
+        ReceiveWindow { window: i64::from(size), unacked: 0 }
     }
-    *window -= len;
-    Ok(())
+
+    /// What the peer may still send.
+    pub fn available(&self) -> i64 {
+        self.window
+    }
+
+    /// Take a DATA frame's whole length (padding included, §6.9.1): more than the window holds
+    /// is a flow-control error, for the connection (`stream` 0) or the stream.
+    pub fn take(&mut self, len: u32, stream: u32) -> Result<(), Violation> {
+        let len = i64::from(len);
+        if len > self.window {
+            return Err(if stream == 0 {
+                Violation::ConnectionWindowExceeded
+            } else {
+                Violation::StreamWindowExceeded
+            });
+        }
+        self.window -= len;
+        Ok(())
+    }
+
+    /// Give `len` octets taken back (read, or discarded): once half of the advertised `size` is
+    /// owed, a WINDOW_UPDATE for `stream` (0: the connection) is appended to `out`.
+    pub fn give_back(&mut self, len: u32, size: u32, stream: u32, out: &mut Vec<u8>) {
+        self.unacked = self.unacked.saturating_add(len);
+        if self.unacked >= size / 2 {
+            crate::frame::put_window_update(out, stream, self.unacked);
+            self.window += i64::from(self.unacked);
+            self.unacked = 0;
+        }
+    }
 }
 
 /// One setting of a SETTINGS frame, its value checked against §6.5.2's range.
@@ -599,14 +634,20 @@ mod tests {
     }
 
     #[test]
-    fn data_takes_its_whole_length_from_a_receive_window() {
-        let mut window = 100;
-        assert_eq!(take_receive_window(&mut window, 100, true), Ok(()));
-        assert_eq!(window, 0);
-        assert_eq!(take_receive_window(&mut window, 1, true), Err(Violation::StreamWindowExceeded));
-        assert_eq!(take_receive_window(&mut window, 1, false), Err(Violation::ConnectionWindowExceeded));
+    fn data_takes_its_whole_length_from_a_receive_window_given_back_at_half() {
+        let mut window = ReceiveWindow::new(100);
+        assert_eq!(window.take(100, 1), Ok(()));
+        assert_eq!(window.available(), 0);
+        assert_eq!(window.take(1, 1), Err(Violation::StreamWindowExceeded));
+        assert_eq!(window.take(1, 0), Err(Violation::ConnectionWindowExceeded));
         assert!(Violation::StreamWindowExceeded.is_stream_error());
         assert!(!Violation::ConnectionWindowExceeded.is_stream_error());
+        let mut out = Vec::new();
+        window.give_back(49, 100, 1, &mut out);
+        assert!(out.is_empty(), "under half the window owed: nothing yet");
+        window.give_back(1, 100, 1, &mut out);
+        assert_eq!(out, [0, 0, 4, kind::WINDOW_UPDATE, 0, 0, 0, 0, 1, 0, 0, 0, 50], "WINDOW_UPDATE(1, 50)");
+        assert_eq!(window.available(), 50);
     }
 
     #[test]
