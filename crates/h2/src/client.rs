@@ -25,7 +25,7 @@ use bytes::Bytes;
 
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, PREFACE};
 use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
-use crate::rules::{self, PeerSettings, ReceiveWindow, Settings, Violation};
+use crate::rules::{self, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
 
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
@@ -85,7 +85,8 @@ pub enum ClientEvent {
     /// Above a GOAWAY's last stream identifier: the server did not and will not process it.
     Refused { tag: u64 },
     /// The response broke the protocol on its stream (no `:status`, DATA before HEADERS, a
-    /// body that contradicts its Content-Length): this client reset the stream.
+    /// body that contradicts its Content-Length, DATA past the stream's window, a stream
+    /// WINDOW_UPDATE of 0 or past 2^31-1, a bad PRIORITY): this client reset the stream.
     Malformed { tag: u64 },
     /// The server sent GOAWAY: no stream opens after this one.
     GoAway { last_stream: u32, code: u32 },
@@ -235,6 +236,8 @@ pub struct ClientConnection {
     recv: ReceiveWindow,
     seen_settings: bool,
     goaway: Option<u32>,
+    /// Streams this client reset lately: the server's frames on them are ignored.
+    reset_here: RecentResets,
     /// The request's entries are in the server's table (its first block was sent).
     indexed_sent: bool,
     /// The server changed its table size after this client used the table: the next block
@@ -280,6 +283,7 @@ impl ClientConnection {
             recv: ReceiveWindow::new(settings.connection_window.max(frame::DEFAULT_WINDOW)),
             seen_settings: false,
             goaway: None,
+            reset_here: RecentResets::default(),
             indexed_sent: false,
             table_resize: false,
             scratch: Vec::new(),
@@ -491,8 +495,8 @@ impl ClientConnection {
         self.streams.get_mut(((id - self.base) / 2) as usize).and_then(Option::as_mut)
     }
 
-    /// A frame on stream `id` that is not open: one that was (this client reset it, or it
-    /// ended) is ignored; an idle one or a server-initiated one is a protocol error.
+    /// A frame on stream `id` that is not open: an idle one or a server-initiated one is a
+    /// protocol error.
     fn check_known(&self, id: u32) -> Result<(), ClientError> {
         if id % 2 == 0 || id >= self.next_id {
             return Err(Violation::IdleStream.into());
@@ -500,8 +504,17 @@ impl ClientConnection {
         Ok(())
     }
 
-    /// A rule broken on `stream`: a stream error resets it if it is open (a closed one's frame
-    /// was on its way), a connection error ends the connection.
+    /// DATA or a header block on stream `id`, not open: on an idle stream a connection error;
+    /// on a closed one RST_STREAM(STREAM_CLOSED), unless this client reset it lately (RFC 9113
+    /// §5.1; the server makes HEADERS on a closed stream a connection error, this client only
+    /// resets it: a load generator keeps its other streams).
+    fn on_closed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+        self.check_known(id)?;
+        self.refuse(id, Violation::StreamEnded, out, on)
+    }
+
+    /// A rule broken on `stream`: a stream error resets it (unless this client reset it lately:
+    /// the frame was on its way), a connection error ends the connection.
     fn refuse(
         &mut self,
         stream: u32,
@@ -512,7 +525,12 @@ impl ClientConnection {
         if !violation.is_stream_error() {
             return Err(violation.into());
         }
-        self.reset(stream, violation.code(), out, on);
+        if self.stream_mut(stream).is_some() {
+            self.reset(stream, violation.code(), out, on);
+        } else if !self.reset_here.contains(stream) {
+            frame::put_rst(out, stream, violation.code());
+            self.reset_here.remember(stream);
+        }
         Ok(())
     }
 
@@ -545,6 +563,7 @@ impl ClientConnection {
     fn reset(&mut self, id: u32, code: ErrorCode, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
         if let Some(stream) = self.remove(id) {
             frame::put_rst(out, id, code);
+            self.reset_here.remember(id);
             on(ClientEvent::Malformed { tag: stream.tag });
         }
     }
@@ -575,7 +594,7 @@ impl ClientConnection {
         let content = rules::unpad(&head, payload)?;
         let stream_window = self.settings.stream_window;
         let end = head.has(flag::END_STREAM);
-        let Some(stream) = self.stream_mut(head.stream) else { return self.check_known(head.stream) };
+        let Some(stream) = self.stream_mut(head.stream) else { return self.on_closed(head.stream, out, on) };
         if let Err(violation) = stream.recv.take(len, head.stream) {
             return self.refuse(head.stream, violation, out, on);
         }
@@ -669,7 +688,7 @@ impl ClientConnection {
         if info.self_dependent && self.stream_mut(id).is_some() {
             return self.refuse(id, Violation::SelfDependency, out, on);
         }
-        let Some(stream) = self.stream_mut(id) else { return self.check_known(id) };
+        let Some(stream) = self.stream_mut(id) else { return self.on_closed(id, out, on) };
         if stream.status != 0 {
             // Trailers: they end the stream, or the response is malformed.
             if end_stream {

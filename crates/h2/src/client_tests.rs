@@ -478,3 +478,26 @@ fn data_past_a_streams_window_is_a_flow_control_reset() {
     assert_eq!(events, vec![ClientEvent::Malformed { tag: 0 }]);
     assert_eq!(rst_codes(&out), vec![(1, ErrorCode::FlowControl as u32)]);
 }
+
+#[test]
+fn frames_on_a_closed_stream_are_reset_unless_this_client_reset_it() {
+    // Stream 1 ends whole; stream 3 is reset here (DATA before its HEADERS).
+    let (mut client, mut out) = opened(2);
+    let mut input = response_head(200, &[], 1, true);
+    input.extend(server_frame(kind::DATA, 0, 3, b"x"));
+    let events = feed(&mut client, &input, &mut out).expect("fine");
+    assert_eq!(
+        events,
+        vec![ClientEvent::Response { tag: 0, status: 200, body_len: 0 }, ClientEvent::Malformed { tag: 1 }]
+    );
+    assert_eq!(rst_codes(&out), vec![(3, ErrorCode::Protocol as u32)]);
+    out.clear();
+    // DATA on the ended stream 1: STREAM_CLOSED; on stream 3, which this client reset: ignored,
+    // as is a WINDOW_UPDATE there; a WINDOW_UPDATE of 0 on stream 1: PROTOCOL_ERROR.
+    let mut input = server_frame(kind::DATA, 0, 1, b"late");
+    input.extend(server_frame(kind::DATA, 0, 3, b"in flight"));
+    input.extend(window_update(3, 0));
+    input.extend(window_update(1, 0));
+    assert_eq!(feed(&mut client, &input, &mut out), Ok(vec![]));
+    assert_eq!(rst_codes(&out), vec![(1, ErrorCode::StreamClosed as u32)], "stream 1 reset once, then remembered");
+}

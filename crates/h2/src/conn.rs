@@ -10,7 +10,7 @@ use crate::config::{Budget, Limits};
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, PREFACE};
 use crate::hpack::{self, Decoder, HeaderList};
 use crate::request::{check_request, check_trailers, Malformed, Request};
-use crate::rules::{self, PeerSettings, ReceiveWindow, Settings, Violation};
+use crate::rules::{self, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
 use crate::stats::{Limit, Stats};
 
 /// What the connection wants once the output of a call is sent.
@@ -131,10 +131,6 @@ impl Window {
     }
 }
 
-/// Streams this server reset, remembered so frames the peer sent before it saw the reset are
-/// ignored (RFC 9113 §5.1, "closed").
-const RESET_MEMORY: usize = 8;
-
 /// An HTTP/2 server connection (see the crate's documentation for how an engine drives it).
 #[derive(Debug)]
 pub struct Connection {
@@ -159,8 +155,8 @@ pub struct Connection {
     self_dependent: Option<u32>,
     /// A connection error's GOAWAY, written at the end of the call.
     pending_goaway: Option<ErrorCode>,
-    reset_by_us: [u32; RESET_MEMORY],
-    reset_next: usize,
+    /// Streams this server reset lately: the peer's frames on them are ignored.
+    reset_by_us: RecentResets,
     /// What the peer's SETTINGS said.
     peer: PeerSettings,
     /// SETTINGS this server sent that the peer has not acknowledged (one: those of `new`); an
@@ -219,8 +215,7 @@ impl Connection {
             opened: 0,
             self_dependent: None,
             pending_goaway: None,
-            reset_by_us: [0; RESET_MEMORY],
-            reset_next: 0,
+            reset_by_us: RecentResets::default(),
             peer: PeerSettings::default(),
             settings_unacked: 1,
             table_size_changed: false,
@@ -1066,12 +1061,11 @@ impl Connection {
     }
 
     fn remember_reset(&mut self, stream: u32) {
-        self.reset_by_us[self.reset_next % RESET_MEMORY] = stream;
-        self.reset_next = self.reset_next.wrapping_add(1);
+        self.reset_by_us.remember(stream);
     }
 
     fn was_reset_by_us(&self, stream: u32) -> bool {
-        stream != 0 && self.reset_by_us.contains(&stream)
+        self.reset_by_us.contains(stream)
     }
 
     fn index(&self, stream: u32) -> Option<usize> {

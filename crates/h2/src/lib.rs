@@ -73,7 +73,10 @@
 //! examples and proptest. The encoder keeps no dynamic table (literals without indexing, names
 //! by static index): a few bytes a response, and no table per connection. No framing crate fits
 //! either (`h2`'s codec is tied to tokio's I/O traits), and framing is 9 octets of header and the
-//! rules of §6, written in `frame` and `conn` with tests.
+//! rules of §6: `frame` writes frames; [`rules`] checks every frame received, once for both sides
+//! (shapes, order, padding, SETTINGS applied to the windows, WINDOW_UPDATE, receive windows), each
+//! broken rule a [`Violation`] with its RFC 9113 code; `conn` (server) and `client` keep only
+//! what differs by role.
 //!
 //! # Conformance
 //!

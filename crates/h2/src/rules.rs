@@ -308,6 +308,29 @@ impl ReceiveWindow {
     }
 }
 
+/// Streams this side reset lately, remembered so that frames the peer sent before it saw the
+/// reset are ignored (RFC 9113 §5.1, "closed") rather than answered as errors. A fixed ring: no
+/// allocation, and a peer cannot grow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecentResets {
+    ids: [u32; RecentResets::KEPT],
+    next: usize,
+}
+
+impl RecentResets {
+    /// How many are remembered.
+    pub const KEPT: usize = 8;
+
+    pub fn remember(&mut self, stream: u32) {
+        self.ids[self.next % Self::KEPT] = stream;
+        self.next = self.next.wrapping_add(1);
+    }
+
+    pub fn contains(&self, stream: u32) -> bool {
+        stream != 0 && self.ids.contains(&stream)
+    }
+}
+
 /// One setting of a SETTINGS frame, its value checked against §6.5.2's range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
@@ -648,6 +671,17 @@ mod tests {
         window.give_back(1, 100, 1, &mut out);
         assert_eq!(out, [0, 0, 4, kind::WINDOW_UPDATE, 0, 0, 0, 0, 1, 0, 0, 0, 50], "WINDOW_UPDATE(1, 50)");
         assert_eq!(window.available(), 50);
+    }
+
+    #[test]
+    fn the_latest_resets_are_remembered_and_older_ones_forgotten() {
+        let mut resets = RecentResets::default();
+        assert!(!resets.contains(0), "stream 0 is never a reset stream");
+        for id in (1..=2 * RecentResets::KEPT as u32 + 1).step_by(2) {
+            resets.remember(id);
+        }
+        assert!(!resets.contains(1), "the oldest is forgotten");
+        assert!(resets.contains(3) && resets.contains(17));
     }
 
     #[test]
