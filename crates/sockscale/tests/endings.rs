@@ -36,6 +36,11 @@ const AT_ONCE: Duration = Duration::from_millis(500);
 /// open, so a late ending is seen and reported with its time rather than as "open".
 const WATCH_PAST: Duration = Duration::from_millis(1500);
 
+/// How long a client waits, connected (and its handshake done), before its half request: a
+/// header deadline counted from the accept or the handshake rather than from the head's first
+/// byte would end it this much early.
+const PAUSE_BEFORE_HEAD: Duration = Duration::from_millis(500);
+
 const HALF_HEAD: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n";
 /// The body of the request pipelined behind a `Connection: close`: 16 KiB, more than one read of
 /// some engines takes, within what a close reads of the peer's unread input (`end_socket`: 64
@@ -411,10 +416,12 @@ fn on_every_model(
 }
 
 /// A half request at the header deadline: a 408, then (TLS) close_notify, then a FIN, at the
-/// deadline counted from the request's first byte.
+/// deadline counted from the request's first byte (not from the accept or the handshake: the
+/// client pauses before it sends).
 fn half_request(model: &str, wire: Wire, cert: &TestCert, config: &Arc<rustls::ClientConfig>) -> Sightings {
     let server = serve(model, wire, cert, &["--proto", "http", "--header-timeout", "1", "--idle-timeout", "30"]);
     let mut client = Client::connect(&server, wire, config);
+    std::thread::sleep(PAUSE_BEFORE_HEAD);
     let since = Instant::now();
     client.send(HALF_HEAD);
     vec![("half head", client.watch(since, since + HEADER_TIMEOUT + LATE + WATCH_PAST))]
