@@ -733,4 +733,4 @@ macro_rules! faults {
     )*};
 }
 
-faults!(blocking, threadpool, select, poll64, signal, epoll, uring, uring64, tokio);
+support::for_every_model!(faults);

@@ -646,4 +646,4 @@ macro_rules! hardening {
     )*};
 }
 
-hardening!(blocking, threadpool, select, poll64, signal, epoll, uring, uring64, tokio);
+support::for_every_model!(hardening);

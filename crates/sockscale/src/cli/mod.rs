@@ -4,7 +4,9 @@ pub mod bench;
 pub mod cert;
 pub mod completions;
 pub mod interrupted;
+mod json_sink;
 pub mod load;
+pub mod load_flags;
 pub mod man;
 pub mod models;
 pub mod procs;
@@ -34,7 +36,7 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Generate load: echo, HTTP/1.1 and HTTP/2, UDP; over TCP, TLS or Unix sockets
     #[command(subcommand)]
-    Load(Box<load::LoadCommand>),
+    Load(Box<load_flags::LoadCommand>),
     /// Reproduce the seeds' I/O-model table (Table 6-3) on this machine, for every model
     Bench(bench::BenchArgs),
     /// Draw charts and an HTML page from a bench results.json

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use sockscale_load::Report;
 
-use super::load::{unix_seconds, Common, JsonSink};
+use super::json_sink::JsonSink;
+use super::load_flags::{unix_seconds, Common};
 use super::procs;
 use crate::output::say;
 
@@ -18,10 +19,6 @@ use crate::output::say;
 const SLO_STEP_SLACK_S: (f64, f64) = (2.0, 10.0);
 /// How long past a step's planned end an agent waits for the others' reports.
 const SLO_AGENT_WAIT_S: f64 = 60.0;
-
-pub fn parse_target(text: &str) -> Result<sockscale_load::slo::Target, String> {
-    sockscale_load::slo::Target::parse(text).map_err(|e| e.to_string())
-}
 
 /// `--slo`: the search, each step a run of this same command with -R chosen (so --procs and
 /// every other flag apply to every step), its report read back from --json.

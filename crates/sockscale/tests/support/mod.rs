@@ -39,6 +39,46 @@ pub fn skip(model: &str, policy: sockscale_server::Policy) -> bool {
     }
 }
 
+/// Instantiate a suite's cases for every model of the library's table: `for_every_model!(suite)`
+/// invokes `suite!(blocking, threadpool, …)`, the suite's macro making one module of `#[test]`s a
+/// model, and adds `every_model_of_the_table_is_in_the_suite`. A macro needs its models when it
+/// compiles, so this is the one place the suites write their names; that test fails when they
+/// differ from the table (`Model::ALL` and `sockscale models --json`), so a new model cannot
+/// skip a suite: it is added here, once, for all of them.
+#[allow(unused_macros)] // Unused in the test binaries that are not suites.
+macro_rules! for_every_model {
+    ($suite:ident) => {
+        $crate::support::for_every_model!(@models $suite: blocking, threadpool, select, poll64, signal, epoll, uring, uring64, tokio);
+    };
+    (@models $suite:ident: $($model:ident),*) => {
+        $suite!($($model),*);
+
+        #[test]
+        fn every_model_of_the_table_is_in_the_suite() {
+            $crate::support::assert_models_are_the_table(stringify!($suite), &[$(stringify!($model)),*]);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use for_every_model;
+
+/// Fail unless `listed`, the models a suite instantiates its cases for, are the table's, in its
+/// order: the library's `Model::ALL` and what `sockscale models --json` prints.
+pub fn assert_models_are_the_table(suite: &str, listed: &[&str]) {
+    let library: Vec<&str> = sockscale_server::Model::ALL.iter().map(|m| m.name()).collect();
+    let out = Command::new(BIN).args(["models", "--json"]).output().expect("run sockscale models --json");
+    assert!(out.status.success(), "sockscale models --json: {}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("models --json prints JSON");
+    let printed: Vec<&str> =
+        json.as_array().expect("an array of models").iter().map(|m| m["name"].as_str().expect("a name")).collect();
+    assert_eq!(library, printed, "Model::ALL and `sockscale models --json` differ");
+    assert_eq!(
+        listed,
+        library.as_slice(),
+        "the {suite} suite's models are not the table's: the list is `for_every_model!` in tests/support/mod.rs"
+    );
+}
+
 /// Raise this process's open-files soft limit to the hard limit, for tests that hold
 /// thousands of client sockets.
 pub fn raise_nofile() {
