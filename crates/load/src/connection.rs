@@ -265,20 +265,35 @@ pub enum Reason {
     /// it would.
     ClosedByPeer,
     /// The TLS session failed (`handshaking`: during its handshake).
-    Tls { failure: Failure, handshaking: bool },
+    Tls {
+        failure: Failure,
+        handshaking: bool,
+    },
     /// The server did not agree to HTTP/2 (ALPN h2).
     NoH2,
     /// Echoed bytes differ from those sent, or more came back.
     Mismatch,
     /// A response did not parse; `sample` is its start, escaped.
-    BadResponse { sample: String },
+    BadResponse {
+        sample: String,
+    },
     /// A response that runs to the close did not end well at the close.
     BadResponseAtEof,
     /// HTTP/2: a connection error (GOAWAY sent); `sample`: the start of the bytes.
-    H2 { error: sockscale_h2::ClientError, sample: String },
-    ConnectTimeout { waited: Duration },
-    HandshakeTimeout { waited: Duration },
+    H2 {
+        error: sockscale_h2::ClientError,
+        sample: String,
+    },
+    ConnectTimeout {
+        waited: Duration,
+    },
+    HandshakeTimeout {
+        waited: Duration,
+    },
     ReplyTimeout,
+    /// The run ended and its grace passed with the connection still connecting, greeting or
+    /// waiting for answers: what is in flight is left unanswered.
+    GraceOver,
 }
 
 /// How a connection ends: why, the last bytes to send, and how the socket ends after them.
@@ -316,6 +331,8 @@ pub struct Connection {
     closing: bool,
     /// An exchange completed and was accepted: the target served this connection.
     answered: bool,
+    /// The run ended: when the grace for what is in flight ends, in ns of the run.
+    grace_until_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -344,6 +361,7 @@ impl Connection {
             connect_started_ns: now.ns,
             closing: false,
             answered: false,
+            grace_until_ns: None,
         }
     }
 
@@ -441,7 +459,11 @@ impl Connection {
 
     /// The bytes to send now (over TLS, what is unsent is encrypted first, unless records
     /// enough wait already). Empty: nothing to send.
-    pub fn poll_transmit<'s>(&'s mut self, profile: &'s Profile, on: &mut impl FnMut(Event)) -> Result<&'s [u8], Close> {
+    pub fn poll_transmit<'s>(
+        &'s mut self,
+        profile: &'s Profile,
+        on: &mut impl FnMut(Event),
+    ) -> Result<&'s [u8], Close> {
         let Some(tls) = self.tls.as_deref_mut() else {
             return Ok(self.protocol.to_send(profile));
         };
@@ -630,32 +652,53 @@ impl Connection {
         Close { reason, last, ending: Ending::Orderly }
     }
 
+    /// The run ended `now`: no exchange begins (the engine's pacing says so), and what is in
+    /// flight, connects and handshakes included, has `grace` to finish.
+    pub fn begin_grace(&mut self, now: Now, grace: Duration) {
+        self.grace_until_ns = Some(now.ns + grace.as_nanos() as u64);
+    }
+
+    /// Connecting, greeting, or waiting for answers.
+    pub fn busy(&self) -> bool {
+        self.greeting() || self.protocol.outstanding() > 0
+    }
+
     /// When the connection must be woken: its connect timeout, its handshake's, its oldest
-    /// exchange's reply timeout.
+    /// exchange's reply timeout, the end of the run's grace.
     pub fn poll_timeout(&self, profile: &Profile) -> Option<Instant> {
         let reply = profile.reply_timeout.as_nanos() as u64;
+        let mut due = self.grace_until_ns.filter(|_| self.busy());
+        let mut consider = |ns: u64| due = Some(due.map_or(ns, |d| d.min(ns)));
         if !self.connected {
-            return Some(profile.at(self.connect_started_ns + profile.connect_timeout.as_nanos() as u64));
+            consider(self.connect_started_ns + profile.connect_timeout.as_nanos() as u64);
+        } else {
+            if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking()) {
+                consider(tls.started_ns + reply);
+            }
+            if let Some(stamp) = self.protocol.oldest() {
+                consider(stamp.sent_ns + reply);
+            }
         }
-        let handshake = self.tls.as_deref().filter(|t| t.session.is_handshaking()).map(|t| t.started_ns + reply);
-        let oldest = self.protocol.oldest().map(|stamp| stamp.sent_ns + reply);
-        let due = match (handshake, oldest) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         due.map(|ns| profile.at(ns))
     }
 
     /// A deadline of [`Connection::poll_timeout`] may have passed: `now`.
     pub fn on_timeout(&mut self, profile: &Profile, now: Now, on: &mut impl FnMut(Event)) -> Result<(), Close> {
         let reply = profile.reply_timeout.as_nanos() as u64;
+        // The run's grace is looked at last: a deadline of its own that falls at the same
+        // instant is what ends the connection.
+        let grace_over = self.grace_until_ns.is_some_and(|until| now.ns >= until) && self.busy();
         if !self.connected {
             if now.ns >= self.connect_started_ns + profile.connect_timeout.as_nanos() as u64 {
                 return Err(Close::bare(Reason::ConnectTimeout { waited: profile.connect_timeout }));
             }
+            if grace_over {
+                return Err(Close::bare(Reason::GraceOver));
+            }
             return Ok(());
         }
-        if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking() && now.ns >= t.started_ns + reply) {
+        if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking() && now.ns >= t.started_ns + reply)
+        {
             let waited = Duration::from_nanos(now.ns - tls.started_ns);
             return Err(Close::bare(Reason::HandshakeTimeout { waited }));
         }
@@ -666,6 +709,9 @@ impl Connection {
             }
         } else if self.protocol.oldest().is_some_and(|stamp| now.ns >= stamp.sent_ns + reply) {
             return Err(Close::bare(Reason::ReplyTimeout));
+        }
+        if grace_over {
+            return Err(Close::bare(Reason::GraceOver));
         }
         Ok(())
     }

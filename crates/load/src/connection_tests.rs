@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use sockscale_tls::{
-    ClientTls, FailureReason, ServerOptions, ServerSession, ServerTls, TestCertificate, Trust,
-};
+use sockscale_tls::{ClientTls, FailureReason, ServerOptions, ServerSession, ServerTls, TestCertificate, Trust};
 
 use super::*;
 use crate::config::AcceptedStatuses;
@@ -373,4 +371,33 @@ fn end_of_run_grace_is_twice_the_slowest_within_one_second_and_the_timeout() {
     assert_eq!(end_of_run_grace(Duration::from_millis(100), s(10)), s(1));
     assert_eq!(end_of_run_grace(s(2), s(10)), s(4));
     assert_eq!(end_of_run_grace(s(20), s(10)), s(10));
+}
+
+#[test]
+fn the_run_grace_ends_a_busy_connection_at_its_exact_instant_and_an_idle_one_never() {
+    let mut client = Client::connected(profile(Kind::Http, None), 10);
+    client.now_ns = 1_000_000;
+    client.begin(1);
+    client.transmit();
+    let grace = Duration::from_secs(1);
+    let ended_ns = 2_000_000;
+    client.conn.begin_grace(Now::after(client.profile.origin, ended_ns), grace);
+    let until = ended_ns + grace.as_nanos() as u64;
+    let (p, conn) = (&client.profile, &mut client.conn);
+    // The grace (1 s) ends before the reply timeout (5 s after the send).
+    assert_eq!(conn.poll_timeout(p), Some(p.origin + Duration::from_nanos(until)));
+    assert!(conn.on_timeout(p, Now::after(p.origin, until - 1), &mut |_| {}).is_ok());
+    let close = conn.on_timeout(p, Now::after(p.origin, until), &mut |_| {}).expect_err("grace over");
+    assert!(matches!(close.reason, Reason::GraceOver), "{close:?}");
+
+    // Answered before the grace ends: idle, nothing to wake for, nothing to end.
+    let mut client = Client::connected(profile(Kind::Http, None), 10);
+    client.begin(1);
+    client.transmit();
+    client.conn.begin_grace(Now::after(client.profile.origin, 2_000_000), grace);
+    client.receive(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").expect("no close");
+    let (p, conn) = (&client.profile, &mut client.conn);
+    assert!(!conn.busy());
+    assert_eq!(conn.poll_timeout(p), None);
+    assert!(conn.on_timeout(p, Now::after(p.origin, u64::MAX / 2), &mut |_| {}).is_ok());
 }

@@ -197,7 +197,8 @@ impl Engine<'_> {
             }
             // Write what the connection has to send, all in one call.
             let result = &mut self.result;
-            let bytes = conn.core.poll_transmit(profile, &mut |event| count(result, now_ns, event)).map_err(Over::Close)?;
+            let bytes =
+                conn.core.poll_transmit(profile, &mut |event| count(result, now_ns, event)).map_err(Over::Close)?;
             if bytes.is_empty() || !conn.writable {
                 return Ok(());
             }

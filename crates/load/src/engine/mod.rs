@@ -528,17 +528,21 @@ impl<'a> Engine<'a> {
         let grace = self.grace();
         self.result.at_end.grace_s = grace.as_secs_f64();
         let began = self.now;
-        let until = began + grace;
-        let completed_before = self.result.completed;
-        while self.conns.iter().any(|(_, c)| c.core.greeting() || c.core.outstanding() > 0)
-            && self.now < until
-            && !self.shared.stop.load(Relaxed)
-        {
-            let mut at = until;
-            if let Some(timer) = self.timers.next() {
-                at = at.min(timer);
+        let now = self.clock();
+        let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
+        for &token in &tokens {
+            if let Some(conn) = self.conn_mut(token) {
+                conn.core.begin_grace(now, grace);
             }
-            let timeout = at.saturating_duration_since(self.now).min(Duration::from_millis(100));
+            self.settle(token);
+        }
+        let completed_before = self.result.completed;
+        // Each connection's grace is a deadline of its own: when it passes, the connection
+        // says so (Reason::GraceOver) and what it left is counted.
+        while self.conns.iter().any(|(_, c)| c.core.busy()) && !self.shared.stop.load(Relaxed) {
+            // Wake at least every 100 ms to see a stop.
+            let cap = Duration::from_millis(100);
+            let timeout = self.timers.next().map_or(cap, |at| at.saturating_duration_since(self.now).min(cap));
             if !self.turn(timeout) {
                 break;
             }
@@ -551,33 +555,52 @@ impl<'a> Engine<'a> {
             at_end.not_waited_for = true;
             return;
         }
+        // Only if epoll itself failed is anything still waiting.
+        for token in tokens {
+            if self.conn_mut(token).is_some_and(|c| c.core.busy()) {
+                self.leave_unfinished(token);
+            }
+        }
+    }
+
+    /// The run's grace ended with this connection unfinished: count what it left, and keep
+    /// its socket for the end (see [`ThreadResult::unclosed`]).
+    fn leave_unfinished(&mut self, token: u64) {
         let profile = &self.shared.profile;
-        for (_, conn) in &self.conns {
-            let errors = &mut self.result.errors;
-            if !conn.core.is_connected() {
-                errors.connect_unfinished += 1;
-                continue;
-            }
-            if conn.core.greeting() {
-                errors.handshake_unfinished += 1;
-            }
-            let n = conn.core.outstanding() as u64;
-            if n == 0 {
-                continue;
-            }
-            if conn.core.is_udp() {
-                self.result.udp.lost += n;
-            } else {
-                let (waiting, partial, unsent) = conn.core.in_flight_kinds(profile);
-                errors.unanswered_waiting += waiting;
-                errors.unanswered_partial += partial;
-                errors.unanswered_unsent += unsent;
-            }
-            let at_end = &mut self.result.at_end;
-            at_end.unanswered += n;
-            if !conn.core.answered() {
-                at_end.never_served += 1;
-            }
+        let (slot, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get(slot).filter(|c| c.generation == generation) else { return };
+        let (connected, greeting, udp, answered) =
+            (conn.core.is_connected(), conn.core.greeting(), conn.core.is_udp(), conn.core.answered());
+        let n = conn.core.outstanding() as u64;
+        let kinds = conn.core.in_flight_kinds(profile);
+        let Some(conn) = self.conns.try_remove(slot) else { return };
+        self.result.unclosed.push(conn.socket);
+        let errors = &mut self.result.errors;
+        if !connected {
+            self.pending_connects -= 1;
+            errors.connect_unfinished += 1;
+            return;
+        }
+        self.open -= 1;
+        self.shared.open.fetch_sub(1, Relaxed);
+        if greeting {
+            errors.handshake_unfinished += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        if udp {
+            self.result.udp.lost += n;
+        } else {
+            let (waiting, partial, unsent) = kinds;
+            errors.unanswered_waiting += waiting;
+            errors.unanswered_partial += partial;
+            errors.unanswered_unsent += unsent;
+        }
+        let at_end = &mut self.result.at_end;
+        at_end.unanswered += n;
+        if !answered {
+            at_end.never_served += 1;
         }
     }
 
@@ -967,6 +990,9 @@ impl<'a> Engine<'a> {
     /// A connection closes as it said: count why, send its last bytes, end the socket, and
     /// reconnect it unless the run is ending.
     fn close(&mut self, token: u64, close: Close) {
+        if let Reason::GraceOver = close.reason {
+            return self.leave_unfinished(token);
+        }
         let end = self.count_close(&close.reason);
         if let Some(conn) = self.conn_mut(token) {
             sockscale_sys::end_socket(conn.socket.as_raw_fd(), &close.last, close.ending);
@@ -1022,6 +1048,8 @@ impl<'a> Engine<'a> {
                 );
             }
             Reason::ReplyTimeout => errors.reply_timeout += 1,
+            // Counted by `leave_unfinished`.
+            Reason::GraceOver => {}
         }
         End::Failed
     }
