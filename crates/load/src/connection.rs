@@ -556,7 +556,7 @@ impl Connection {
             *answered |= accepted;
             on(Event::Response { stamp, status, accepted });
         };
-        let outcome = match &mut self.protocol {
+        match &mut self.protocol {
             Protocol::Echo(c) => {
                 let outcome = c.on_data(&profile.pattern, data, |stamp| {
                     *answered = true;
@@ -612,8 +612,7 @@ impl Connection {
                 }
                 Ok(())
             }
-        };
-        outcome
+        }
     }
 
     /// After what was received: the close the connection is ready for (every response came
@@ -643,13 +642,17 @@ impl Connection {
         Close::bare(Reason::ClosedByPeer)
     }
 
-    /// A clean close: over TLS, close_notify first, then a FIN.
+    /// A clean close: over TLS, close_notify first, then a FIN that no reset can overtake.
+    /// Without last bytes the socket is simply closed: every answer was read, so the kernel
+    /// sends a FIN anyway, without the two more system calls of an orderly ending (a run
+    /// without keep-alive closes once a request).
     fn close_in_order(&mut self, reason: Reason) -> Close {
         let mut last = Vec::new();
         if let Some(tls) = self.tls.as_deref_mut() {
             tls.session.close(&mut last);
         }
-        Close { reason, last, ending: Ending::Orderly }
+        let ending = if last.is_empty() { Ending::Abort } else { Ending::Orderly };
+        Close { reason, last, ending }
     }
 
     /// The run ended `now`: no exchange begins (the engine's pacing says so), and what is in

@@ -164,7 +164,7 @@ fn handshake(client: &mut Client, server: &mut TlsServer) {
         }
         let (_, back) = server.receive(&flight).expect("the server takes the client's flight");
         if !back.is_empty() {
-            assert_eq!(client.receive(&back).expect("the client takes the server's flight"), false);
+            assert!(!client.receive(&back).expect("the client takes the server's flight"));
         }
     }
     assert!(!client.conn.greeting(), "the handshake did not finish");
@@ -190,7 +190,7 @@ fn tls_handshake_then_an_echo_through_it() {
     // One byte at a time: the messages complete on their last byte, not before.
     let mut completed = 0;
     for (i, byte) in back.iter().enumerate() {
-        assert_eq!(client.receive(std::slice::from_ref(byte)).expect("no close"), false, "at byte {i}");
+        assert!(!client.receive(std::slice::from_ref(byte)).expect("no close"), "at byte {i}");
         let now = client.events.iter().filter(|e| matches!(e, Event::Echoed { .. })).count();
         if now > completed {
             assert_eq!(i, back.len() - 1, "an echo completed before its record was whole");
@@ -217,7 +217,7 @@ fn http1_responses_split_to_single_bytes_complete_on_their_last_byte() {
     let reply = [&first[..], &second[..]].concat();
     for (i, byte) in reply.iter().enumerate() {
         client.now_ns += 1;
-        assert_eq!(client.receive(std::slice::from_ref(byte)).expect("no close"), false);
+        assert!(!client.receive(std::slice::from_ref(byte)).expect("no close"));
         let expected = usize::from(i + 1 >= first.len()) + usize::from(i + 1 == reply.len());
         assert_eq!(client.responses().len(), expected, "after byte {i}");
         // The close comes only once every response is in.
