@@ -2,7 +2,7 @@
 //!
 //! It owns the TLS stage (behind [`Crypto`], as quinn-proto holds its crypto session), the
 //! protocol session (echo, HTTP/1.1, HTTP/2, UDP) and its timers (the connect timeout, the
-//! handshake timeout, the reply timeout, a datagram's loss). It is fed what the socket did and
+//! handshake timeout, the reply timeout, a datagram's loss, the end-of-run grace). It is fed what the socket did and
 //! the time ([`Now`]), and answers with the bytes to send ([`Connection::poll_transmit`]), what
 //! happened ([`Event`], through a callback: nothing is queued, so an exchange allocates
 //! nothing here), when to wake it ([`Connection::poll_timeout`]) and, once, how it ends
@@ -13,13 +13,17 @@
 //!
 //! ```text
 //! conn = Connection::new(&profile, index, now)              // connect begun: connect timeout
-//! conn.on_connected(&profile, now)?                         // TLS: the ClientHello waits to go
+//! conn.on_connected(&profile, now)                          // TLS: the ClientHello waits to go
 //! while the engine's pacing allows && conn.may_begin(depth): conn.begin(&profile, stamp, ..)
 //! bytes = conn.poll_transmit(&profile, on)?; n = send(bytes); conn.sent(n, on)
 //! on input:    conn.receive(&profile, now, bytes, scratch, on)?   (and conn.poll_close())
-//! on EOF:      close = conn.receive_eof(now, on)
+//! on EOF:      close = conn.receive_eof(&profile, on)
 //! at poll_timeout(): conn.on_timeout(&profile, now, on)?
+//! the run ends: conn.begin_grace(now, grace)                // a busy connection: Reason::GraceOver
 //! ```
+//!
+//! The engine carries out a close: it sends `last` once without waiting and ends the socket
+//! with `sockscale_sys::end_socket(fd, last, ending)`.
 
 use std::time::{Duration, Instant};
 
@@ -149,6 +153,14 @@ impl Profile {
 
     fn at(&self, ns: u64) -> Instant {
         self.origin + Duration::from_nanos(ns)
+    }
+
+    /// The longest to wait at the end of a run for the exchanges in flight: the longer of 1 s
+    /// and twice the slowest exchange measured (`slowest`), never longer than the reply
+    /// timeout. A server that answered everything within the run answers these too; one that
+    /// stopped answering is not waited for longer than the slowest answer it gave justifies.
+    pub fn end_of_run_grace(&self, slowest: Duration) -> Duration {
+        (slowest * 2).max(Duration::from_secs(1)).min(self.reply_timeout)
     }
 
     /// The bytes one exchange sends (what a `-r` bucket pays for it).
@@ -515,6 +527,8 @@ impl Connection {
             }
             Some(tls) => {
                 scratch.clear();
+                // Records received count on the wire whatever they turn out to be.
+                on(Event::Received { plaintext: 0, wire: data.len() });
                 let handshaking = tls.session.is_handshaking();
                 let quiet = tls.records.is_empty();
                 match tls.session.receive(data, now.at, scratch, &mut tls.records) {
@@ -539,7 +553,7 @@ impl Connection {
                         return Err(Close { reason: Reason::Tls { failure, handshaking }, last, ending });
                     }
                 }
-                on(Event::Received { plaintext: scratch.len(), wire: data.len() });
+                on(Event::Received { plaintext: scratch.len(), wire: 0 });
                 scratch
             }
         };
@@ -621,7 +635,7 @@ impl Connection {
         (self.closing && self.protocol.outstanding() == 0).then(|| self.close_in_order(Reason::Done))
     }
 
-    /// The server ended its stream `now` (a FIN, or the TLS close_notify before it): a
+    /// The server ended its stream (a FIN, or the TLS close_notify before it): a
     /// response running to the close completes; how the connection ends.
     pub fn receive_eof(&mut self, profile: &Profile, on: &mut impl FnMut(Event)) -> Close {
         if let Protocol::Http(c) = &mut self.protocol {
@@ -732,14 +746,6 @@ impl Connection {
         let partial = usize::from(begun && n > unsent);
         ((n - unsent - partial) as u64, partial as u64, unsent as u64)
     }
-}
-
-/// The longest to wait at the end of a run for the exchanges in flight: the longer of 1 s and
-/// twice the slowest exchange measured (`slowest`), never longer than the reply timeout. A
-/// server that answered everything within the run answers these too; one that stopped
-/// answering is not waited for longer than the slowest answer it gave justifies.
-pub fn end_of_run_grace(slowest: Duration, reply_timeout: Duration) -> Duration {
-    (slowest * 2).max(Duration::from_secs(1)).min(reply_timeout)
 }
 
 #[cfg(test)]

@@ -367,10 +367,11 @@ fn the_peer_closing_mid_exchange_is_closed_by_peer_and_a_response_to_the_close_c
 
 #[test]
 fn end_of_run_grace_is_twice_the_slowest_within_one_second_and_the_timeout() {
+    let p = profile(Kind::Http, None);
     let s = Duration::from_secs;
-    assert_eq!(end_of_run_grace(Duration::from_millis(100), s(10)), s(1));
-    assert_eq!(end_of_run_grace(s(2), s(10)), s(4));
-    assert_eq!(end_of_run_grace(s(20), s(10)), s(10));
+    assert_eq!(p.end_of_run_grace(Duration::from_millis(100)), s(1));
+    assert_eq!(p.end_of_run_grace(s(2)), s(4));
+    assert_eq!(p.end_of_run_grace(s(20)), REPLY_TIMEOUT);
 }
 
 #[test]

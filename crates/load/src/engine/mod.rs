@@ -501,12 +501,12 @@ impl<'a> Engine<'a> {
     }
 
     /// The longest to wait at the end for exchanges in flight (see
-    /// [`crate::connection::end_of_run_grace`]), from the slowest exchange this thread measured
-    /// (from its send).
+    /// [`Profile::end_of_run_grace`]), from the slowest exchange this thread measured (from its
+    /// send).
     fn grace(&self) -> Duration {
         let latency = &self.result.latency;
         let slowest_ns = if latency.open_loop { latency.uncorrected.max() } else { latency.corrected.max() };
-        crate::connection::end_of_run_grace(Duration::from_nanos(slowest_ns), self.shared.cfg.reply_timeout)
+        self.shared.profile.end_of_run_grace(Duration::from_nanos(slowest_ns))
     }
 
     /// `-d` ended: no new exchange begins, no connection is made again, but those in flight
