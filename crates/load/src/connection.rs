@@ -163,6 +163,13 @@ impl Profile {
         (slowest * 2).max(Duration::from_secs(1)).min(self.reply_timeout)
     }
 
+    /// With nothing of the run open, no connect succeeded for `since`: whether the target
+    /// takes no connection (the connect timeout has passed), and the run should stop rather
+    /// than retry for ever.
+    pub fn takes_no_connection(&self, since: Duration) -> bool {
+        since >= self.connect_timeout
+    }
+
     /// The bytes one exchange sends (what a `-r` bucket pays for it).
     pub fn exchange_len(&self) -> usize {
         match self.kind {

@@ -402,3 +402,10 @@ fn the_run_grace_ends_a_busy_connection_at_its_exact_instant_and_an_idle_one_nev
     assert_eq!(conn.poll_timeout(p), None);
     assert!(conn.on_timeout(p, Now::after(p.origin, u64::MAX / 2), &mut |_| {}).is_ok());
 }
+
+#[test]
+fn a_target_takes_no_connection_once_none_succeeded_for_the_connect_timeout() {
+    let p = profile(Kind::Http, None);
+    assert!(!p.takes_no_connection(CONNECT_TIMEOUT - Duration::from_nanos(1)));
+    assert!(p.takes_no_connection(CONNECT_TIMEOUT));
+}

@@ -876,12 +876,12 @@ impl<'a> Engine<'a> {
         if shared.open.load(Relaxed) > 0 {
             return;
         }
-        let since = self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed));
-        if since < shared.cfg.connect_timeout.as_nanos() as u64 {
+        let since = Duration::from_nanos(self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed)));
+        if !shared.profile.takes_no_connection(since) {
             return;
         }
         if shared.gave_up.set(reason()).is_ok() {
-            tracing::debug!("no connection for {since} ns; giving up");
+            tracing::debug!("no connection for {since:?}; giving up");
         }
         shared.stop.store(true, Relaxed);
     }
