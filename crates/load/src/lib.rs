@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod client;
 pub mod config;
+pub mod connection;
 pub mod engine;
 pub mod hlog;
 pub mod http;

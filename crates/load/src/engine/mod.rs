@@ -16,7 +16,6 @@ mod io;
 mod tls;
 
 pub use self::tls::ThreadTls;
-use self::tls::TlsConn;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -29,9 +28,9 @@ use slab::Slab;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use sockscale_sys::{Epoll, Event, Interest, Selector, Timers};
 
-use crate::client::{EchoClient, H2Client, HttpClient, Stamp, UdpClient};
+use crate::client::Stamp;
 use crate::config::{Endpoint, LoadConfig, Mode, MAX_PENDING_CONNECTS};
-use crate::pattern::Pattern;
+use crate::connection::{Close, Connection, Event as ConnEvent, Now, Profile, Reason};
 use crate::rate::PacedBlock;
 use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, H2};
 
@@ -55,13 +54,8 @@ struct Pacer {
 /// What all threads of a run share.
 pub struct Shared {
     pub cfg: LoadConfig,
-    pub pattern: Pattern,
-    /// The HTTP request repeated `pipeline` times.
-    pub requests: Vec<u8>,
-    pub request_len: usize,
-    pub head_requests: bool,
-    /// HTTP/2 (`--http2`): the request every stream sends, its header block encoded once.
-    pub h2_request: Option<sockscale_h2::ClientRequest>,
+    /// What every connection sends and accepts, its timeouts and its TLS.
+    pub profile: Profile,
     /// The clock's origin: every `*_ns` of the run counts from here.
     pub start: Instant,
     /// When the measured phase began: at `start`, or, with `connect_first`, when the run
@@ -127,16 +121,8 @@ impl Shared {
             let _ = began.set(start);
             None
         };
-        let h2_request = match &cfg.mode {
-            Mode::Http(h) if h.http2 => Some(h.h2_request()),
-            _ => None,
-        };
         Ok(Shared {
-            pattern: Pattern::default(),
-            requests,
-            request_len,
-            head_requests,
-            h2_request,
+            profile: Profile::new(&cfg, requests, request_len, head_requests, start),
             start,
             began,
             gate,
@@ -288,70 +274,13 @@ impl Latencies {
     }
 }
 
-enum Client {
-    Echo(EchoClient),
-    Http(HttpClient),
-    /// Boxed: its HPACK table and stream ring would make every connection's slot larger.
-    H2(Box<H2Client>),
-    Udp(UdpClient),
-}
-
-impl Client {
-    fn outstanding(&self) -> usize {
-        match self {
-            Client::Echo(c) => c.outstanding(),
-            Client::Http(c) => c.outstanding(),
-            Client::H2(c) => c.outstanding(),
-            Client::Udp(c) => c.outstanding(),
-        }
-    }
-
-    /// When the oldest exchange in flight began: the reply timeout's clock.
-    fn oldest(&self) -> Option<u64> {
-        let oldest = match self {
-            Client::Echo(c) => c.oldest(),
-            Client::Http(c) => c.oldest(),
-            Client::H2(c) => c.oldest(),
-            Client::Udp(c) => c.oldest(),
-        };
-        oldest.map(|stamp| stamp.sent_ns)
-    }
-
-    /// The exchanges in flight by how far they got: (nothing of the answer back, the answer
-    /// begun, not all sent). Only the oldest can be begun; only the newest can be unsent.
-    fn in_flight_kinds(&self, request_len: usize) -> (u64, u64, u64) {
-        let n = self.outstanding();
-        let (unsent, begun) = match self {
-            Client::Echo(c) => (c.unsent_messages(), c.answering()),
-            Client::Http(c) => (c.unsent_requests(request_len), c.answering()),
-            Client::H2(_) | Client::Udp(_) => (0, false),
-        };
-        let unsent = unsent.min(n);
-        let partial = usize::from(begun && n > unsent);
-        ((n - unsent - partial) as u64, partial as u64, unsent as u64)
-    }
-
-    /// Whether another exchange may begin under `depth` (and, over HTTP/2, under the server's
-    /// stream limit, before any GOAWAY).
-    fn has_room(&self, depth: usize) -> bool {
-        match self {
-            Client::H2(c) => c.outstanding() < depth && c.can_begin(),
-            _ => self.outstanding() < depth,
-        }
-    }
-}
-
 struct Conn {
     socket: Socket,
     /// The connection's number in the run.
     index: u64,
     generation: u32,
-    connected: bool,
-    connect_started_ns: u64,
-    client: Client,
-    /// The TLS session (https://, `echo --tls`); boxed, so a plaintext connection pays a
-    /// pointer.
-    tls: Option<Box<TlsConn>>,
+    /// The connection itself: its protocol, TLS and timers, without the socket.
+    core: Connection,
     readable: bool,
     writable: bool,
     /// epoll reported an error or hang-up. A FIN or reset that came with data is seen only
@@ -365,26 +294,11 @@ struct Conn {
     queued: bool,
     /// `-r`: its block paid for one send it has not begun yet.
     granted: bool,
-    /// The server will close after the responses in flight (HTTP `Connection: close`).
-    closing: bool,
-    /// An exchange completed and was accepted: the target served this connection, so its
-    /// next failure backs off from the shortest wait again.
-    answered: bool,
     /// Requests already claimed from `-n` for this connection before it connected.
     prepaid: u32,
     /// Exchanges begun (for `--per-conn`), carried over a reconnect.
     exchanges: u64,
     timer_at: Option<Instant>,
-}
-
-impl Conn {
-    /// Still being set up: connecting, in its TLS handshake, or (HTTP/2) waiting for the
-    /// server's SETTINGS.
-    fn greeting(&self) -> bool {
-        !self.connected
-            || self.tls.as_deref().is_some_and(|t| t.handshaking())
-            || matches!(&self.client, Client::H2(c) if !c.greeted())
-    }
 }
 
 /// Why a connection ended.
@@ -582,20 +496,17 @@ impl<'a> Engine<'a> {
     /// What is in flight now: (exchanges, connects and handshakes).
     fn census(&self) -> (u64, u64) {
         self.conns.iter().fold((0, 0), |(exchanges, connecting), (_, c)| {
-            (exchanges + c.client.outstanding() as u64, connecting + u64::from(c.greeting()))
+            (exchanges + c.core.outstanding() as u64, connecting + u64::from(c.core.greeting()))
         })
     }
 
-    /// The longest to wait at the end for exchanges in flight: the longer of 1 s and twice the
-    /// slowest exchange this thread measured (from its send), never longer than --timeout. A
-    /// server that answered everything within the run answers these too; one that stopped
-    /// answering is not waited for longer than the slowest answer it gave justifies.
+    /// The longest to wait at the end for exchanges in flight (see
+    /// [`Profile::end_of_run_grace`]), from the slowest exchange this thread measured (from its
+    /// send).
     fn grace(&self) -> Duration {
         let latency = &self.result.latency;
         let slowest_ns = if latency.open_loop { latency.uncorrected.max() } else { latency.corrected.max() };
-        Duration::from_nanos(slowest_ns.saturating_mul(2))
-            .max(Duration::from_secs(1))
-            .min(self.shared.cfg.reply_timeout)
+        self.shared.profile.end_of_run_grace(Duration::from_nanos(slowest_ns))
     }
 
     /// `-d` ended: no new exchange begins, no connection is made again, but those in flight
@@ -617,17 +528,21 @@ impl<'a> Engine<'a> {
         let grace = self.grace();
         self.result.at_end.grace_s = grace.as_secs_f64();
         let began = self.now;
-        let until = began + grace;
-        let completed_before = self.result.completed;
-        while self.conns.iter().any(|(_, c)| c.greeting() || c.client.outstanding() > 0)
-            && self.now < until
-            && !self.shared.stop.load(Relaxed)
-        {
-            let mut at = until;
-            if let Some(timer) = self.timers.next() {
-                at = at.min(timer);
+        let now = self.clock();
+        let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
+        for &token in &tokens {
+            if let Some(conn) = self.conn_mut(token) {
+                conn.core.begin_grace(now, grace);
             }
-            let timeout = at.saturating_duration_since(self.now).min(Duration::from_millis(100));
+            self.settle(token);
+        }
+        let completed_before = self.result.completed;
+        // Each connection's grace is a deadline of its own: when it passes, the connection
+        // says so (Reason::GraceOver) and what it left is counted.
+        while self.conns.iter().any(|(_, c)| c.core.busy()) && !self.shared.stop.load(Relaxed) {
+            // Wake at least every 100 ms to see a stop.
+            let cap = Duration::from_millis(100);
+            let timeout = self.timers.next().map_or(cap, |at| at.saturating_duration_since(self.now).min(cap));
             if !self.turn(timeout) {
                 break;
             }
@@ -640,33 +555,52 @@ impl<'a> Engine<'a> {
             at_end.not_waited_for = true;
             return;
         }
-        let request_len = self.shared.request_len;
-        for (_, conn) in &self.conns {
-            let errors = &mut self.result.errors;
-            if !conn.connected {
-                errors.connect_unfinished += 1;
-                continue;
+        // Only if epoll itself failed is anything still waiting.
+        for token in tokens {
+            if self.conn_mut(token).is_some_and(|c| c.core.busy()) {
+                self.leave_unfinished(token);
             }
-            if conn.greeting() {
-                errors.handshake_unfinished += 1;
-            }
-            let n = conn.client.outstanding() as u64;
-            if n == 0 {
-                continue;
-            }
-            if let Client::Udp(_) = conn.client {
-                self.result.udp.lost += n;
-            } else {
-                let (waiting, partial, unsent) = conn.client.in_flight_kinds(request_len);
-                errors.unanswered_waiting += waiting;
-                errors.unanswered_partial += partial;
-                errors.unanswered_unsent += unsent;
-            }
-            let at_end = &mut self.result.at_end;
-            at_end.unanswered += n;
-            if !conn.answered {
-                at_end.never_served += 1;
-            }
+        }
+    }
+
+    /// The run's grace ended with this connection unfinished: count what it left, and keep
+    /// its socket for the end (see [`ThreadResult::unclosed`]).
+    fn leave_unfinished(&mut self, token: u64) {
+        let profile = &self.shared.profile;
+        let (slot, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(conn) = self.conns.get(slot).filter(|c| c.generation == generation) else { return };
+        let (connected, greeting, udp, answered) =
+            (conn.core.is_connected(), conn.core.greeting(), conn.core.is_udp(), conn.core.answered());
+        let n = conn.core.outstanding() as u64;
+        let kinds = conn.core.in_flight_kinds(profile);
+        let Some(conn) = self.conns.try_remove(slot) else { return };
+        self.result.unclosed.push(conn.socket);
+        let errors = &mut self.result.errors;
+        if !connected {
+            self.pending_connects -= 1;
+            errors.connect_unfinished += 1;
+            return;
+        }
+        self.open -= 1;
+        self.shared.open.fetch_sub(1, Relaxed);
+        if greeting {
+            errors.handshake_unfinished += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        if udp {
+            self.result.udp.lost += n;
+        } else {
+            let (waiting, partial, unsent) = kinds;
+            errors.unanswered_waiting += waiting;
+            errors.unanswered_partial += partial;
+            errors.unanswered_unsent += unsent;
+        }
+        let at_end = &mut self.result.at_end;
+        at_end.unanswered += n;
+        if !answered {
+            at_end.never_served += 1;
         }
     }
 
@@ -697,6 +631,11 @@ impl<'a> Engine<'a> {
         self.now_ns = self.now.duration_since(self.shared.start).as_nanos() as u64;
     }
 
+    /// The time as a connection is told it.
+    fn clock(&self) -> Now {
+        Now { at: self.now, ns: self.now_ns }
+    }
+
     fn stopping(&self) -> bool {
         self.shared.stop.load(Relaxed) || self.shared.end().is_some_and(|end| self.now >= end)
     }
@@ -722,7 +661,7 @@ impl<'a> Engine<'a> {
         let tokens: Vec<u64> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.connected)
+            .filter(|(_, c)| c.core.is_connected())
             .map(|(i, c)| (u64::from(c.generation) << 32) | i as u64)
             .collect();
         for token in tokens {
@@ -765,7 +704,7 @@ impl<'a> Engine<'a> {
         // claimed for a connection still to be made.
         self.shared.budget_spent()
             && self.prepaid_pending == 0
-            && self.conns.iter().all(|(_, c)| !c.connected || c.client.outstanding() == 0)
+            && self.conns.iter().all(|(_, c)| !c.core.is_connected() || c.core.outstanding() == 0)
     }
 
     fn wait_timeout(&self) -> Duration {
@@ -867,20 +806,12 @@ impl<'a> Engine<'a> {
             self.refund(prepaid);
             return self.schedule_reconnect(index, End::Failed);
         }
-        let client = match &cfg.mode {
-            Mode::Echo { msg_len } => Client::Echo(EchoClient::new(index, *msg_len)),
-            Mode::Http(h) if h.http2 => Client::H2(Box::new(H2Client::new(sockscale_h2::ClientSettings::default()))),
-            Mode::Http(_) => Client::Http(HttpClient::default()),
-            Mode::Udp { msg_len } => Client::Udp(UdpClient::new(index, *msg_len)),
-        };
+        let core = Connection::new(&self.shared.profile, index, Now::after(self.shared.start, started_ns));
         entry.insert(Conn {
             socket,
             index,
             generation,
-            connected: false,
-            connect_started_ns: started_ns,
-            client,
-            tls: None,
+            core,
             readable: false,
             writable: true,
             hangup: false,
@@ -888,8 +819,6 @@ impl<'a> Engine<'a> {
             late: 0,
             queued: false,
             granted: false,
-            closing: false,
-            answered: false,
             prepaid: u32::from(prepaid),
             exchanges: self.carried_exchanges.remove(&index).unwrap_or(0),
             timer_at: None,
@@ -947,12 +876,12 @@ impl<'a> Engine<'a> {
         if shared.open.load(Relaxed) > 0 {
             return;
         }
-        let since = self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed));
-        if since < shared.cfg.connect_timeout.as_nanos() as u64 {
+        let since = Duration::from_nanos(self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed)));
+        if !shared.profile.takes_no_connection(since) {
             return;
         }
         if shared.gave_up.set(reason()).is_ok() {
-            tracing::debug!("no connection for {since} ns; giving up");
+            tracing::debug!("no connection for {since:?}; giving up");
         }
         shared.stop.store(true, Relaxed);
     }
@@ -1005,7 +934,7 @@ impl<'a> Engine<'a> {
         conn.readable |= event.readable || event.closed;
         conn.writable |= event.writable || event.closed;
         conn.hangup |= event.closed;
-        if !conn.connected {
+        if !conn.core.is_connected() {
             match conn.socket.take_error() {
                 Ok(None) if event.writable => self.on_connected(token),
                 Ok(None) => {}
@@ -1026,14 +955,14 @@ impl<'a> Engine<'a> {
     }
 
     fn on_connected(&mut self, token: u64) {
-        let now_ns = self.now_ns;
+        let now = self.clock();
         let index = self.conn_mut(token).map(|c| c.index);
         let carried = index.and_then(|i| self.carried_schedules.remove(&i));
         // Before the measured phase this is a placeholder: the gate starts every schedule.
         let first = index.and_then(|i| self.first_send_ns(i));
+        let profile = &self.shared.profile;
         let Some(conn) = self.conn_mut(token) else { return };
-        conn.connected = true;
-        let took = now_ns.saturating_sub(conn.connect_started_ns);
+        let connected = conn.core.on_connected(profile, now);
         if let Some((next_send_ns, late)) = carried {
             // A reconnect keeps the schedule of the connection it replaces.
             conn.next_send_ns = next_send_ns;
@@ -1041,41 +970,95 @@ impl<'a> Engine<'a> {
         } else {
             conn.next_send_ns = first;
         }
-        let tcp = !matches!(conn.client, Client::Udp(_));
+        let tcp = !conn.core.is_udp();
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
         // A UDP connect only sets the peer address: there is no handshake to time.
         if tcp {
-            self.result.connect_latency.saturating_record(took.max(1));
+            self.result.connect_latency.saturating_record((connected.took.as_nanos() as u64).max(1));
         }
-        self.shared.last_connect_ns.fetch_max(now_ns, Relaxed);
+        self.shared.last_connect_ns.fetch_max(now.ns, Relaxed);
         let open = self.shared.open.fetch_add(1, Relaxed) + 1;
         self.shared.peak_open.fetch_max(open, Relaxed);
-        if let Some(tls) = &self.shared.cfg.tls {
-            // The handshake is timed from its ClientHello, apart from the TCP connect before
-            // it and the requests after it; requests begin once it is done.
-            match TlsConn::start(tls, self.now, now_ns) {
-                Ok(session) => {
-                    if let Some(conn) = self.conn_mut(token) {
-                        conn.tls = Some(session);
-                    }
-                }
-                Err(failure) => {
-                    self.result.errors.tls += 1;
-                    self.result.tls.failed(failure.reason.name(), || failure.to_string(), true);
-                    return self.end(token, End::Failed);
-                }
-            }
+        if let Some(close) = connected.failed {
+            return self.close(token, close);
         }
         self.drive(token);
+    }
+
+    /// A connection closes as it said: count why, send its last bytes, end the socket, and
+    /// reconnect it unless the run is ending.
+    fn close(&mut self, token: u64, close: Close) {
+        if let Reason::GraceOver = close.reason {
+            return self.leave_unfinished(token);
+        }
+        let end = self.count_close(&close.reason);
+        if let Some(conn) = self.conn_mut(token) {
+            sockscale_sys::end_socket(conn.socket.as_raw_fd(), &close.last, close.ending);
+        }
+        self.end(token, end);
+        if let Reason::ConnectTimeout { waited } = close.reason {
+            self.give_up_if_dead(|| format!("connection timed out after {:.1} s", waited.as_secs_f64()));
+        }
+    }
+
+    /// Count why a connection closed; how it ended.
+    fn count_close(&mut self, reason: &Reason) -> End {
+        let result = &mut self.result;
+        let errors = &mut result.errors;
+        match reason {
+            Reason::Done => return End::Done,
+            Reason::ClosedByPeer => errors.closed_by_peer += 1,
+            Reason::Tls { failure, handshaking } => {
+                errors.tls += 1;
+                result.tls.failed(failure.reason.name(), || failure.to_string(), *handshaking);
+            }
+            Reason::NoH2 => {
+                errors.tls += 1;
+                result.tls.failed("no_h2", || "the server did not agree to HTTP/2 (ALPN h2)".into(), false);
+            }
+            Reason::Mismatch => errors.verify_mismatch += 1,
+            Reason::BadResponse { sample } => {
+                errors.bad_response += 1;
+                result.first_bad_response.get_or_insert_with(|| sample.clone());
+            }
+            Reason::BadResponseAtEof => errors.bad_response += 1,
+            Reason::H2 { error, sample } => {
+                let kind = match error {
+                    sockscale_h2::ClientError::NotHttp2 => "not_http2".to_owned(),
+                    sockscale_h2::ClientError::Protocol(violation) => {
+                        sockscale_h2::error_code_name(violation.code() as u32).into_owned()
+                    }
+                    sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".to_owned(),
+                };
+                *result.h2.connection_errors.entry(kind).or_default() += 1;
+                result.h2.first_error.get_or_insert_with(|| error.to_string());
+                errors.bad_response += 1;
+                result.first_bad_response.get_or_insert_with(|| sample.clone());
+            }
+            Reason::ConnectTimeout { .. } => errors.connect_timeout += 1,
+            Reason::HandshakeTimeout { waited } => {
+                errors.tls += 1;
+                let waited = waited.as_secs_f64();
+                result.tls.failed(
+                    "timeout",
+                    || format!("timeout: the handshake was not done after {waited:.1} s (--timeout)"),
+                    true,
+                );
+            }
+            Reason::ReplyTimeout => errors.reply_timeout += 1,
+            // Counted by `leave_unfinished`.
+            Reason::GraceOver => {}
+        }
+        End::Failed
     }
 
     /// Close a connection; reconnect it unless the run is ending.
     fn end(&mut self, token: u64, end: End) {
         let (index, _) = ((token & 0xffff_ffff) as usize, ());
         let Some(conn) = self.conns.try_remove(index) else { return };
-        if conn.connected {
+        if conn.core.is_connected() {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
             if self.send_interval_ns.is_some() {
@@ -1093,17 +1076,17 @@ impl<'a> Engine<'a> {
         // bring every refused connection back after the shortest wait, a storm (a blocking
         // server at its threads limit saw 240,000 reconnects in 16 s). Only a connection that
         // completed an accepted exchange starts its back-off over.
-        if conn.answered {
+        if conn.core.answered() {
             self.connect_failures.remove(&conn.index);
         }
         // Closed normally but never answered with an accepted status (an HTTP server refusing
         // when busy answers 503 with `Connection: close`): a refusal, which backs off and
         // counts toward --connect-retries like any other.
-        let end = if end == End::Done && !conn.answered { End::Failed } else { end };
+        let end = if end == End::Done && !conn.core.answered() { End::Failed } else { end };
         // Requests in flight on a failed connection count toward -n as failures (as ab
         // counts them), so a broken server ends a -n run instead of retrying forever.
-        if let Client::Udp(_) = conn.client {
-            self.result.udp.lost += conn.client.outstanding() as u64;
+        if conn.core.is_udp() {
+            self.result.udp.lost += conn.core.outstanding() as u64;
         }
         self.schedule_reconnect(conn.index, end);
     }
@@ -1112,7 +1095,7 @@ impl<'a> Engine<'a> {
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
         for token in tokens {
             let Some(conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
-            if conn.connected {
+            if conn.core.is_connected() {
                 self.open -= 1;
                 self.shared.open.fetch_sub(1, Relaxed);
             }
@@ -1137,42 +1120,22 @@ impl<'a> Engine<'a> {
     }
 
     fn on_deadline(&mut self, token: u64) {
-        let cfg = &self.shared.cfg;
-        let now_ns = self.now_ns;
-        let connect_timeout = cfg.connect_timeout.as_nanos() as u64;
-        let reply_timeout = cfg.reply_timeout.as_nanos() as u64;
+        let now = self.clock();
+        let profile = &self.shared.profile;
         let interval = self.send_interval_ns;
+        let result = &mut self.result;
         let (slot, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let Some(conn) = self.conns.get_mut(slot).filter(|c| c.generation == generation) else { return };
-        if !conn.connected {
-            if now_ns >= conn.connect_started_ns + connect_timeout {
-                self.result.errors.connect_timeout += 1;
-                let waited = cfg.connect_timeout;
-                self.end(token, End::Failed);
-                return self.give_up_if_dead(|| format!("connection timed out after {:.1} s", waited.as_secs_f64()));
-            }
+        if let Err(close) = conn.core.on_timeout(profile, now, &mut |event| count(result, now.ns, event)) {
+            return self.close(token, close);
+        }
+        if !conn.core.is_connected() {
             return self.settle(token);
         }
-        if let Some(tls) = conn.tls.as_deref().filter(|t| t.handshaking() && now_ns >= t.started_ns + reply_timeout) {
-            let waited = now_ns - tls.started_ns;
-            self.result.errors.tls += 1;
-            self.result.tls.failed(
-                "timeout",
-                || format!("timeout: the handshake was not done after {:.1} s (--timeout)", waited as f64 / 1e9),
-                true,
-            );
-            return self.end(token, End::Failed);
-        }
-        if let Client::Udp(udp) = &mut conn.client {
-            let lost = udp.expire(now_ns.saturating_sub(reply_timeout));
-            self.result.udp.lost += lost;
-        } else if conn.client.oldest().is_some_and(|stamp| now_ns >= stamp + reply_timeout) {
-            self.result.errors.reply_timeout += 1;
-            return self.end(token, End::Failed);
-        }
+        // Open loop: the sends that fell due while the connection could not make them.
         if let (Some(next), Some(interval)) = (conn.next_send_ns, interval) {
-            if next <= now_ns {
-                let due = (now_ns - next) / interval + 1;
+            if next <= now.ns {
+                let due = (now.ns - next) / interval + 1;
                 conn.late += due;
                 conn.next_send_ns = Some(next + due * interval);
             }
@@ -1217,30 +1180,19 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Re-arm the connection's timer for its earliest deadline.
+    /// Re-arm the connection's timer: the earliest of its own deadlines and (open loop) its
+    /// next send.
     fn settle(&mut self, token: u64) {
-        let cfg = &self.shared.cfg;
         let start = self.shared.start;
-        let connect_timeout = cfg.connect_timeout.as_nanos() as u64;
-        let reply_timeout = cfg.reply_timeout.as_nanos() as u64;
+        let profile = &self.shared.profile;
         let Some(conn) = self.conns.get_mut((token & 0xffff_ffff) as usize) else { return };
-        let mut due: Option<u64> = None;
-        let mut consider = |ns: u64| due = Some(due.map_or(ns, |d| d.min(ns)));
-        if !conn.connected {
-            consider(conn.connect_started_ns + connect_timeout);
-        } else {
-            if let Some(oldest) = conn.client.oldest() {
-                consider(oldest + reply_timeout);
-            }
-            if let Some(tls) = conn.tls.as_deref().filter(|t| t.handshaking()) {
-                consider(tls.started_ns + reply_timeout);
-            }
-            if let Some(next) = conn.next_send_ns {
-                consider(next);
-            }
-        }
-        if let Some(ns) = due {
-            self.timers.schedule(&mut conn.timer_at, start + Duration::from_nanos(ns), token);
+        let send = conn.next_send_ns.filter(|_| conn.core.is_connected()).map(|ns| start + Duration::from_nanos(ns));
+        let due = match (conn.core.poll_timeout(profile), send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = due {
+            self.timers.schedule(&mut conn.timer_at, at, token);
         }
     }
 
@@ -1249,6 +1201,58 @@ impl<'a> Engine<'a> {
         live.completed.store(self.result.completed, Relaxed);
         live.errors.store(self.result.errors.total(), Relaxed);
         live.open.store(self.open, Relaxed);
+    }
+}
+
+/// Count what a connection reported at `now_ns`.
+fn count(result: &mut ThreadResult, now_ns: u64, event: ConnEvent) {
+    match event {
+        ConnEvent::HandshakeDone { took, negotiated } => result.tls.handshake_done(took, negotiated),
+        ConnEvent::Echoed { stamp } => {
+            result.completed += 1;
+            result.latency.record(now_ns, stamp);
+        }
+        ConnEvent::Response { stamp, status, accepted } => {
+            result.completed += 1;
+            result.statuses.count(status);
+            if !accepted {
+                result.errors.http_status += 1;
+            }
+            result.latency.record(now_ns, stamp);
+        }
+        ConnEvent::StreamReset { code } => {
+            result.errors.h2_reset += 1;
+            *result.h2.resets.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1;
+        }
+        ConnEvent::StreamRefused => result.errors.h2_refused += 1,
+        ConnEvent::StreamMalformed => result.errors.bad_response += 1,
+        ConnEvent::GoAway { code } => {
+            *result.h2.goaways.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1
+        }
+        ConnEvent::Greeted { max_streams } => {
+            let h2 = &mut result.h2;
+            h2.connections += 1;
+            if let Some(max) = max_streams {
+                h2.server_max_streams = Some(h2.server_max_streams.map_or(max, |m| m.min(max)));
+            }
+        }
+        ConnEvent::StreamOpened => result.h2.streams += 1,
+        ConnEvent::Datagram { stamp } => {
+            result.completed += 1;
+            result.udp.received += 1;
+            result.latency.record(now_ns, stamp);
+        }
+        ConnEvent::LateDatagram => result.udp.late += 1,
+        ConnEvent::BadDatagram => result.errors.verify_mismatch += 1,
+        ConnEvent::Lost(n) => result.udp.lost += n,
+        ConnEvent::Sent { plaintext, wire } => {
+            result.bytes_sent += plaintext as u64;
+            result.tls.counts.wire.sent += wire as u64;
+        }
+        ConnEvent::Received { plaintext, wire } => {
+            result.bytes_received += plaintext as u64;
+            result.tls.counts.wire.received += wire as u64;
+        }
     }
 }
 

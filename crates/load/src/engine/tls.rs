@@ -1,52 +1,12 @@
-//! A load connection's TLS: the I/O-free client session of sockscale-tls between the socket
-//! and the client's bytes. The engine reads ciphertext into its receive buffer, has it
-//! decrypted in place, and hands the plaintext to the client; what the client would send is
-//! encrypted into the connection's records, which the engine writes like any other bytes.
+//! A load thread's TLS figures (the sessions themselves are the connections', in
+//! [`crate::connection`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use sockscale_tls::{ClientSession, Failure, Negotiated};
+use sockscale_tls::Negotiated;
 
-use crate::config::LoadTls;
 use crate::report::{new_histogram, Latency, Tls};
-
-/// Records encrypted ahead of the socket at most: past this the client's bytes wait unencrypted
-/// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
-/// socket is full does not grow a buffer.
-pub(super) const MAX_RECORDS_AHEAD: usize = 64 << 10;
-
-/// One connection's session and the records it has not written yet.
-pub(super) struct TlsConn {
-    pub session: ClientSession,
-    /// Records (a handshake flight, encrypted requests) not yet taken by the socket; empty and
-    /// unallocated on an idle connection once they are sent.
-    pub records: Vec<u8>,
-    /// When the ClientHello left, in ns of the run: a handshake not done a reply timeout later
-    /// has failed.
-    pub started_ns: u64,
-}
-
-impl TlsConn {
-    /// A session opened now, its ClientHello waiting in `records`.
-    pub fn start(tls: &LoadTls, now: Instant, now_ns: u64) -> Result<Box<TlsConn>, Failure> {
-        let mut records = Vec::new();
-        let session = ClientSession::start(&tls.client, &tls.server_name, now, &mut records)?;
-        Ok(Box::new(TlsConn { session, records, started_ns: now_ns }))
-    }
-
-    pub fn handshaking(&self) -> bool {
-        self.session.is_handshaking()
-    }
-
-    /// Bytes written from the front of `records`; an emptied buffer is given back.
-    pub fn written(&mut self, n: usize) {
-        self.records.drain(..n);
-        if self.records.is_empty() {
-            self.records = Vec::new();
-        }
-    }
-}
 
 /// One thread's TLS figures: the report's block, and the handshake latency as a histogram
 /// until the report encodes it.

@@ -1,0 +1,760 @@
+//! One load connection without its socket: the client side of a `Connection`, as quinn-proto's.
+//!
+//! It owns the TLS stage (behind [`Crypto`], as quinn-proto holds its crypto session), the
+//! protocol session (echo, HTTP/1.1, HTTP/2, UDP) and its timers (the connect timeout, the
+//! handshake timeout, the reply timeout, a datagram's loss, the end-of-run grace). It is fed what the socket did and
+//! the time ([`Now`]), and answers with the bytes to send ([`Connection::poll_transmit`]), what
+//! happened ([`Event`], through a callback: nothing is queued, so an exchange allocates
+//! nothing here), when to wake it ([`Connection::poll_timeout`]) and, once, how it ends
+//! ([`Close`]: the reason, the last bytes — a fatal alert, a close_notify — and the ending).
+//!
+//! The engine moves the bytes, waits, paces and counts; which bytes, which deadline and what an
+//! answer means are decided here.
+//!
+//! ```text
+//! conn = Connection::new(&profile, index, now)              // connect begun: connect timeout
+//! conn.on_connected(&profile, now)                          // TLS: the ClientHello waits to go
+//! while the engine's pacing allows && conn.may_begin(depth): conn.begin(&profile, stamp, ..)
+//! bytes = conn.poll_transmit(&profile, on)?; n = send(bytes); conn.sent(n, on)
+//! on input:    conn.receive(&profile, now, bytes, scratch, on)?   (and conn.poll_close())
+//! on EOF:      close = conn.receive_eof(&profile, on)
+//! at poll_timeout(): conn.on_timeout(&profile, now, on)?
+//! the run ends: conn.begin_grace(now, grace)                // a busy connection: Reason::GraceOver
+//! ```
+//!
+//! The engine carries out a close: it sends `last` once without waiting and ends the socket
+//! with `sockscale_sys::end_socket(fd, last, ending)`.
+
+use std::time::{Duration, Instant};
+
+use sockscale_sys::Ending;
+use sockscale_tls::{ClientSession, Failure, Negotiated, Received};
+
+use crate::client::{EchoClient, Failure as Mismatch, H2Client, HttpClient, Reply, Stamp, StreamEnd, UdpClient};
+use crate::config::{AcceptedStatuses, LoadConfig, LoadTls, Mode};
+use crate::http::Response;
+use crate::pattern::Pattern;
+
+/// Records encrypted ahead of the socket at most: past this the client's bytes wait unencrypted
+/// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
+/// socket is full does not grow a buffer.
+pub const MAX_RECORDS_AHEAD: usize = 64 << 10;
+
+/// A TLS session as the connection uses it: fed ciphertext and the time, it appends plaintext
+/// and the records to send. [`ClientSession`] (rustls) is the one the load generator uses.
+pub trait Crypto {
+    /// Take `ciphertext` (decrypted in place) received at `now`; append the plaintext to
+    /// `plaintext` and the records to send to `out` (on a failure: the fatal alert).
+    fn receive(
+        &mut self,
+        ciphertext: &mut [u8],
+        now: Instant,
+        plaintext: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<Received, Failure>;
+    /// Encrypt `plaintext` into records appended to `out`.
+    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure>;
+    /// Append a close_notify alert to `out`.
+    fn close(&mut self, out: &mut Vec<u8>);
+    fn is_handshaking(&self) -> bool;
+    fn negotiated(&self) -> Option<Negotiated>;
+}
+
+impl Crypto for ClientSession {
+    fn receive(
+        &mut self,
+        ciphertext: &mut [u8],
+        now: Instant,
+        plaintext: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<Received, Failure> {
+        ClientSession::receive(self, ciphertext, now, plaintext, out)
+    }
+    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+        ClientSession::send(self, plaintext, out)
+    }
+    fn close(&mut self, out: &mut Vec<u8>) {
+        ClientSession::close(self, out)
+    }
+    fn is_handshaking(&self) -> bool {
+        ClientSession::is_handshaking(self)
+    }
+    fn negotiated(&self) -> Option<Negotiated> {
+        ClientSession::negotiated(self)
+    }
+}
+
+/// The time, as the clock read it and in ns of the run (from [`Profile::origin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub at: Instant,
+    pub ns: u64,
+}
+
+impl Now {
+    /// `ns` into the run that began at `origin`.
+    pub fn after(origin: Instant, ns: u64) -> Now {
+        Now { at: origin + Duration::from_nanos(ns), ns }
+    }
+}
+
+/// What speaks on the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Echo { msg_len: usize },
+    Http,
+    H2,
+    Udp { msg_len: usize },
+}
+
+/// What every connection of a run shares: what it sends, what it accepts, its timeouts and
+/// its TLS configuration. Borrowed by every call, so a connection holds none of it.
+#[derive(Debug)]
+pub struct Profile {
+    pub kind: Kind,
+    pub pattern: Pattern,
+    /// The HTTP request repeated `pipeline` times.
+    pub requests: Vec<u8>,
+    pub request_len: usize,
+    pub head_requests: bool,
+    /// HTTP/2 (`--http2`): the request every stream sends, its header block encoded once.
+    pub h2_request: Option<sockscale_h2::ClientRequest>,
+    pub accept_status: AcceptedStatuses,
+    pub connect_timeout: Duration,
+    /// `--timeout`: for a reply, and for a TLS handshake.
+    pub reply_timeout: Duration,
+    pub tls: Option<LoadTls>,
+    /// The clock's origin: every `ns` of the run counts from here.
+    pub origin: Instant,
+}
+
+impl Profile {
+    pub fn new(cfg: &LoadConfig, requests: Vec<u8>, request_len: usize, head_requests: bool, origin: Instant) -> Self {
+        let (kind, h2_request) = match &cfg.mode {
+            Mode::Echo { msg_len } => (Kind::Echo { msg_len: *msg_len }, None),
+            Mode::Udp { msg_len } => (Kind::Udp { msg_len: *msg_len }, None),
+            Mode::Http(h) if h.http2 => (Kind::H2, Some(h.h2_request())),
+            Mode::Http(_) => (Kind::Http, None),
+        };
+        Profile {
+            kind,
+            pattern: Pattern::default(),
+            requests,
+            request_len,
+            head_requests,
+            h2_request,
+            accept_status: cfg.accept_status.clone(),
+            connect_timeout: cfg.connect_timeout,
+            reply_timeout: cfg.reply_timeout,
+            tls: cfg.tls.clone(),
+            origin,
+        }
+    }
+
+    fn at(&self, ns: u64) -> Instant {
+        self.origin + Duration::from_nanos(ns)
+    }
+
+    /// The longest to wait at the end of a run for the exchanges in flight: the longer of 1 s
+    /// and twice the slowest exchange measured (`slowest`), never longer than the reply
+    /// timeout. A server that answered everything within the run answers these too; one that
+    /// stopped answering is not waited for longer than the slowest answer it gave justifies.
+    pub fn end_of_run_grace(&self, slowest: Duration) -> Duration {
+        (slowest * 2).max(Duration::from_secs(1)).min(self.reply_timeout)
+    }
+
+    /// With nothing of the run open, no connect succeeded for `since`: whether the target
+    /// takes no connection (the connect timeout has passed), and the run should stop rather
+    /// than retry for ever.
+    pub fn takes_no_connection(&self, since: Duration) -> bool {
+        since >= self.connect_timeout
+    }
+
+    /// The bytes one exchange sends (what a `-r` bucket pays for it).
+    pub fn exchange_len(&self) -> usize {
+        match self.kind {
+            Kind::Echo { msg_len } | Kind::Udp { msg_len } => msg_len,
+            Kind::Http | Kind::H2 => self.request_len,
+        }
+    }
+}
+
+/// The protocol session.
+#[derive(Debug)]
+enum Protocol {
+    Echo(EchoClient),
+    Http(HttpClient),
+    /// Boxed: its HPACK table and stream ring would make every connection's slot larger.
+    H2(Box<H2Client>),
+    Udp(UdpClient),
+}
+
+impl Protocol {
+    fn outstanding(&self) -> usize {
+        match self {
+            Protocol::Echo(c) => c.outstanding(),
+            Protocol::Http(c) => c.outstanding(),
+            Protocol::H2(c) => c.outstanding(),
+            Protocol::Udp(c) => c.outstanding(),
+        }
+    }
+
+    fn oldest(&self) -> Option<Stamp> {
+        match self {
+            Protocol::Echo(c) => c.oldest(),
+            Protocol::Http(c) => c.oldest(),
+            Protocol::H2(c) => c.oldest(),
+            Protocol::Udp(c) => c.oldest(),
+        }
+    }
+
+    /// The plaintext not yet handed on (to the socket, or to TLS).
+    fn to_send<'p>(&'p self, profile: &'p Profile) -> &'p [u8] {
+        match self {
+            Protocol::Echo(c) if c.unsent > 0 => c.to_send(&profile.pattern),
+            Protocol::Http(c) if c.unsent > 0 => c.to_send(&profile.requests),
+            Protocol::H2(c) if c.unsent() > 0 => c.to_send(),
+            _ => &[],
+        }
+    }
+
+    fn sent(&mut self, n: usize) {
+        match self {
+            Protocol::Echo(c) => c.sent(n),
+            Protocol::Http(c) => c.sent(n),
+            Protocol::H2(c) => c.sent(n),
+            Protocol::Udp(_) => {}
+        }
+    }
+}
+
+/// The TLS stage: the session, and the records it has not handed to the socket yet.
+struct Tls<S: ?Sized> {
+    /// Records (a handshake flight, encrypted requests) not yet taken by the socket; empty and
+    /// unallocated on an idle connection once they are sent.
+    records: Vec<u8>,
+    /// When the ClientHello was made, in ns of the run: a handshake not done a reply timeout
+    /// later has failed.
+    started_ns: u64,
+    session: S,
+}
+
+/// What happened, for the engine to count.
+#[derive(Debug)]
+pub enum Event {
+    /// The TLS handshake finished, `took` after its first byte came back.
+    HandshakeDone { took: Duration, negotiated: Option<Negotiated> },
+    /// An echoed message came back whole.
+    Echoed { stamp: Stamp },
+    /// A response (HTTP/1.1 or an HTTP/2 stream's) completed; `accepted` by `--accept-status`.
+    Response { stamp: Stamp, status: u16, accepted: bool },
+    /// HTTP/2: a stream was reset (RST_STREAM, its code).
+    StreamReset { code: u32 },
+    /// HTTP/2: a stream above a GOAWAY's last identifier.
+    StreamRefused,
+    /// HTTP/2: a response that broke the protocol on its stream.
+    StreamMalformed,
+    /// HTTP/2: a GOAWAY, with its code.
+    GoAway { code: u32 },
+    /// HTTP/2: the server's first SETTINGS came; its stream limit.
+    Greeted { max_streams: Option<u32> },
+    /// HTTP/2: a stream opened.
+    StreamOpened,
+    /// UDP: the answer to a datagram.
+    Datagram { stamp: Stamp },
+    /// UDP: an answer to a datagram already counted lost.
+    LateDatagram,
+    /// UDP: a datagram that is no answer (counted, then ignored: the socket lives on).
+    BadDatagram,
+    /// UDP: datagrams unanswered for the reply timeout, counted lost.
+    Lost(u64),
+    /// Bytes handed on: plaintext (encrypted, or written without TLS) and TLS records written.
+    Sent { plaintext: usize, wire: usize },
+    /// Bytes received: TLS records, and the plaintext (the bytes themselves without TLS).
+    Received { plaintext: usize, wire: usize },
+}
+
+/// Why a connection ends.
+#[derive(Debug)]
+pub enum Reason {
+    /// Normally: the server closes after the responses in flight (HTTP `Connection: close`,
+    /// an HTTP/2 connection out of streams), and they all came.
+    Done,
+    /// The server closed (FIN, or TLS close_notify) with exchanges in flight, or without saying
+    /// it would.
+    ClosedByPeer,
+    /// The TLS session failed (`handshaking`: during its handshake).
+    Tls {
+        failure: Failure,
+        handshaking: bool,
+    },
+    /// The server did not agree to HTTP/2 (ALPN h2).
+    NoH2,
+    /// Echoed bytes differ from those sent, or more came back.
+    Mismatch,
+    /// A response did not parse; `sample` is its start, escaped.
+    BadResponse {
+        sample: String,
+    },
+    /// A response that runs to the close did not end well at the close.
+    BadResponseAtEof,
+    /// HTTP/2: a connection error (GOAWAY sent); `sample`: the start of the bytes.
+    H2 {
+        error: sockscale_h2::ClientError,
+        sample: String,
+    },
+    ConnectTimeout {
+        waited: Duration,
+    },
+    HandshakeTimeout {
+        waited: Duration,
+    },
+    ReplyTimeout,
+    /// The run ended and its grace passed with the connection still connecting, greeting or
+    /// waiting for answers: what is in flight is left unanswered.
+    GraceOver,
+}
+
+/// How a connection ends: why, the last bytes to send, and how the socket ends after them.
+#[derive(Debug)]
+pub struct Close {
+    pub reason: Reason,
+    /// A TLS fatal alert or close_notify: sent once, without waiting, before the end.
+    pub last: Vec<u8>,
+    pub ending: Ending,
+}
+
+impl Close {
+    fn bare(reason: Reason) -> Close {
+        Close { reason, last: Vec::new(), ending: Ending::Abort }
+    }
+}
+
+/// A connect completed: how long it took, and the close if TLS could not begin.
+#[derive(Debug)]
+pub struct Connected {
+    pub took: Duration,
+    pub failed: Option<Close>,
+}
+
+/// One load connection's protocol, TLS and timers (see the module).
+pub struct Connection {
+    protocol: Protocol,
+    /// The TLS session (https://, `echo --tls`); boxed, so a plaintext connection pays a
+    /// pointer.
+    tls: Option<Box<Tls<dyn Crypto + Send>>>,
+    connected: bool,
+    connect_started_ns: u64,
+    /// The server will close after the responses in flight (HTTP `Connection: close`, an
+    /// HTTP/2 connection with no stream left to open).
+    closing: bool,
+    /// An exchange completed and was accepted: the target served this connection.
+    answered: bool,
+    /// The run ended: when the grace for what is in flight ends, in ns of the run.
+    grace_until_ns: Option<u64>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("protocol", &self.protocol)
+            .field("tls", &self.tls.is_some())
+            .field("connected", &self.connected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Connection number `index` of the run, its connect begun `now`.
+    pub fn new(profile: &Profile, index: u64, now: Now) -> Self {
+        let protocol = match profile.kind {
+            Kind::Echo { msg_len } => Protocol::Echo(EchoClient::new(index, msg_len)),
+            Kind::Http => Protocol::Http(HttpClient::default()),
+            Kind::H2 => Protocol::H2(Box::new(H2Client::new(sockscale_h2::ClientSettings::default()))),
+            Kind::Udp { msg_len } => Protocol::Udp(UdpClient::new(index, msg_len)),
+        };
+        Connection {
+            protocol,
+            tls: None,
+            connected: false,
+            connect_started_ns: now.ns,
+            closing: false,
+            answered: false,
+            grace_until_ns: None,
+        }
+    }
+
+    /// The connect completed `now`: how long it took and, over TLS, the ClientHello made (the
+    /// handshake is timed from it, apart from the connect before it and the requests after
+    /// it), or the close if the session could not begin.
+    pub fn on_connected(&mut self, profile: &Profile, now: Now) -> Connected {
+        self.connected = true;
+        let took = Duration::from_nanos(now.ns.saturating_sub(self.connect_started_ns));
+        let mut failed = None;
+        if let (Some(tls), false) = (&profile.tls, self.is_udp()) {
+            let mut records = Vec::new();
+            match ClientSession::start(&tls.client, &tls.server_name, now.at, &mut records) {
+                Ok(session) => {
+                    let stage: Box<Tls<dyn Crypto + Send>> = Box::new(Tls { records, started_ns: now.ns, session });
+                    self.tls = Some(stage);
+                }
+                Err(failure) => failed = Some(Close::bare(Reason::Tls { failure, handshaking: true })),
+            }
+        }
+        Connected { took, failed }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    pub fn is_udp(&self) -> bool {
+        matches!(self.protocol, Protocol::Udp(_))
+    }
+
+    fn handshaking(&self) -> bool {
+        self.tls.as_deref().is_some_and(|t| t.session.is_handshaking())
+    }
+
+    /// Still being set up: connecting, in its TLS handshake, or (HTTP/2) waiting for the
+    /// server's SETTINGS.
+    pub fn greeting(&self) -> bool {
+        !self.connected || self.handshaking() || matches!(&self.protocol, Protocol::H2(c) if !c.greeted())
+    }
+
+    /// An exchange completed and was accepted: the target served this connection.
+    pub fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// Exchanges in flight.
+    pub fn outstanding(&self) -> usize {
+        self.protocol.outstanding()
+    }
+
+    /// Whether another exchange may begin now with at most `depth` in flight: connected, its
+    /// handshake done (its time is not a request's), the server not closing, and over HTTP/2
+    /// the server's stream limit and GOAWAY allowing.
+    pub fn may_begin(&self, depth: usize) -> bool {
+        self.connected
+            && !self.closing
+            && !self.handshaking()
+            && match &self.protocol {
+                Protocol::H2(c) => c.outstanding() < depth && c.can_begin(),
+                p => p.outstanding() < depth,
+            }
+    }
+
+    /// Begin an exchange stamped `stamp`. A datagram is made in `datagram` and returned, to be
+    /// sent now (or taken back with [`Connection::cancel_datagram`]); a stream's bytes wait
+    /// for [`Connection::poll_transmit`].
+    pub fn begin<'d>(
+        &mut self,
+        profile: &Profile,
+        stamp: Stamp,
+        datagram: &'d mut Vec<u8>,
+        on: &mut impl FnMut(Event),
+    ) -> Option<&'d [u8]> {
+        match &mut self.protocol {
+            Protocol::Echo(c) => c.begin(stamp),
+            Protocol::Http(c) => c.begin(stamp, profile.request_len, profile.head_requests),
+            Protocol::H2(c) => {
+                if let Some(request) = &profile.h2_request {
+                    c.begin(stamp, request);
+                    on(Event::StreamOpened);
+                }
+            }
+            Protocol::Udp(c) => return Some(c.next_datagram(&profile.pattern, stamp, datagram)),
+        }
+        None
+    }
+
+    /// Take back the datagram just made: the socket would not send it.
+    pub fn cancel_datagram(&mut self) {
+        if let Protocol::Udp(c) = &mut self.protocol {
+            c.cancel_last();
+        }
+    }
+
+    /// The bytes to send now (over TLS, what is unsent is encrypted first, unless records
+    /// enough wait already). Empty: nothing to send.
+    pub fn poll_transmit<'s>(
+        &'s mut self,
+        profile: &'s Profile,
+        on: &mut impl FnMut(Event),
+    ) -> Result<&'s [u8], Close> {
+        let Some(tls) = self.tls.as_deref_mut() else {
+            return Ok(self.protocol.to_send(profile));
+        };
+        let unsent = self.protocol.to_send(profile);
+        let plaintext = unsent.len();
+        if plaintext > 0 && tls.records.len() < MAX_RECORDS_AHEAD && !tls.session.is_handshaking() {
+            if let Err(failure) = tls.session.send(unsent, &mut tls.records) {
+                return Err(Close::bare(Reason::Tls { failure, handshaking: false }));
+            }
+            on(Event::Sent { plaintext, wire: 0 });
+            self.protocol.sent(plaintext);
+        }
+        Ok(&tls.records)
+    }
+
+    /// The socket took `n` bytes of what [`Connection::poll_transmit`] gave.
+    pub fn sent(&mut self, n: usize, on: &mut impl FnMut(Event)) {
+        match self.tls.as_deref_mut() {
+            None => {
+                on(Event::Sent { plaintext: n, wire: 0 });
+                self.protocol.sent(n);
+            }
+            Some(tls) => {
+                on(Event::Sent { plaintext: 0, wire: n });
+                tls.records.drain(..n);
+                if tls.records.is_empty() {
+                    // An idle connection keeps no buffer.
+                    tls.records = Vec::new();
+                }
+            }
+        }
+    }
+
+    /// Bytes received `now` (`data` is the receive buffer: TLS decrypts in place, into
+    /// `scratch`). Ok(true): the peer's close_notify came, the end of its stream.
+    pub fn receive(
+        &mut self,
+        profile: &Profile,
+        now: Now,
+        data: &mut [u8],
+        scratch: &mut Vec<u8>,
+        on: &mut impl FnMut(Event),
+    ) -> Result<bool, Close> {
+        let mut peer_closed = false;
+        let plain: &[u8] = match self.tls.as_deref_mut() {
+            None => {
+                on(Event::Received { plaintext: data.len(), wire: 0 });
+                data
+            }
+            Some(tls) => {
+                scratch.clear();
+                // Records received count on the wire whatever they turn out to be.
+                on(Event::Received { plaintext: 0, wire: data.len() });
+                let handshaking = tls.session.is_handshaking();
+                let quiet = tls.records.is_empty();
+                match tls.session.receive(data, now.at, scratch, &mut tls.records) {
+                    Ok(received) => {
+                        if let Some(took) = received.handshake_done {
+                            let negotiated = tls.session.negotiated();
+                            let h2 = negotiated.as_ref().and_then(|n| n.alpn.as_deref()) == Some(b"h2");
+                            on(Event::HandshakeDone { took, negotiated });
+                            if matches!(self.protocol, Protocol::H2(_)) && !h2 {
+                                // A server that chose http/1.1 (or nothing) does not speak
+                                // HTTP/2 (the probe says so before the run).
+                                return Err(Close::bare(Reason::NoH2));
+                            }
+                        }
+                        peer_closed = received.closed;
+                    }
+                    Err(failure) => {
+                        // The fatal alert that tells the server why, unless records are queued
+                        // ahead of it (then the server would not read it in time anyway).
+                        let last = if quiet { std::mem::take(&mut tls.records) } else { Vec::new() };
+                        let ending = if last.is_empty() { Ending::Abort } else { Ending::Orderly };
+                        return Err(Close { reason: Reason::Tls { failure, handshaking }, last, ending });
+                    }
+                }
+                on(Event::Received { plaintext: scratch.len(), wire: 0 });
+                scratch
+            }
+        };
+        self.take(profile, plain, on)?;
+        Ok(peer_closed)
+    }
+
+    /// Hand received plaintext to the protocol.
+    fn take(&mut self, profile: &Profile, data: &[u8], on: &mut impl FnMut(Event)) -> Result<(), Close> {
+        let answered = &mut self.answered;
+        let accept = &profile.accept_status;
+        let response = |answered: &mut bool, on: &mut dyn FnMut(Event), stamp: Stamp, status: u16| {
+            let accepted = accept.accepts(status);
+            *answered |= accepted;
+            on(Event::Response { stamp, status, accepted });
+        };
+        match &mut self.protocol {
+            Protocol::Echo(c) => {
+                let outcome = c.on_data(&profile.pattern, data, |stamp| {
+                    *answered = true;
+                    on(Event::Echoed { stamp });
+                });
+                outcome.map_err(|_| Close::bare(Reason::Mismatch))
+            }
+            Protocol::Http(c) => {
+                let closing = &mut self.closing;
+                let outcome = c.on_data(data, |stamp, r| {
+                    response(answered, on, stamp, r.status);
+                    *closing |= r.close;
+                });
+                outcome.map_err(|failure| match failure {
+                    Mismatch::BadResponse(_) => {
+                        Close::bare(Reason::BadResponse { sample: crate::report::sample(data) })
+                    }
+                    Mismatch::Mismatch | Mismatch::Surplus => Close::bare(Reason::Mismatch),
+                })
+            }
+            Protocol::H2(c) => {
+                let greeted = c.greeted();
+                let mut goaway = None;
+                let outcome = c.on_data(
+                    data,
+                    |stamp, end| match end {
+                        StreamEnd::Response(Response { status, .. }) => response(answered, on, stamp, status),
+                        StreamEnd::Reset(code) => on(Event::StreamReset { code }),
+                        StreamEnd::Refused => on(Event::StreamRefused),
+                        StreamEnd::Malformed => on(Event::StreamMalformed),
+                    },
+                    |code| goaway = Some(code),
+                );
+                // GOAWAY is reported after the streams it ended (its count does not depend on
+                // the order).
+                if let Some(code) = goaway {
+                    on(Event::GoAway { code });
+                }
+                if !greeted && c.greeted() {
+                    on(Event::Greeted { max_streams: c.server_max_streams() });
+                }
+                self.closing |= c.exhausted();
+                outcome.map_err(|error| Close::bare(Reason::H2 { error, sample: crate::report::sample(data) }))
+            }
+            Protocol::Udp(c) => {
+                match c.on_datagram(&profile.pattern, data) {
+                    Ok(Reply::Answer(stamp)) => {
+                        *answered = true;
+                        on(Event::Datagram { stamp });
+                    }
+                    Ok(Reply::Late) => on(Event::LateDatagram),
+                    Err(_) => on(Event::BadDatagram),
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// After what was received: the close the connection is ready for (every response came
+    /// and the server said it closes), if any.
+    pub fn poll_close(&mut self) -> Option<Close> {
+        (self.closing && self.protocol.outstanding() == 0).then(|| self.close_in_order(Reason::Done))
+    }
+
+    /// The server ended its stream (a FIN, or the TLS close_notify before it): a
+    /// response running to the close completes; how the connection ends.
+    pub fn receive_eof(&mut self, profile: &Profile, on: &mut impl FnMut(Event)) -> Close {
+        if let Protocol::Http(c) = &mut self.protocol {
+            let (closing, answered) = (&mut self.closing, &mut self.answered);
+            let finished = c.on_eof(|stamp, r| {
+                let accepted = profile.accept_status.accepts(r.status);
+                *answered |= accepted;
+                on(Event::Response { stamp, status: r.status, accepted });
+                *closing |= r.close;
+            });
+            if finished.is_err() {
+                return Close::bare(Reason::BadResponseAtEof);
+            }
+        }
+        if self.closing && self.protocol.outstanding() == 0 {
+            return self.close_in_order(Reason::Done);
+        }
+        Close::bare(Reason::ClosedByPeer)
+    }
+
+    /// A clean close: over TLS, close_notify first, then a FIN that no reset can overtake.
+    /// Without last bytes the socket is simply closed: every answer was read, so the kernel
+    /// sends a FIN anyway, without the two more system calls of an orderly ending (a run
+    /// without keep-alive closes once a request).
+    fn close_in_order(&mut self, reason: Reason) -> Close {
+        let mut last = Vec::new();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            tls.session.close(&mut last);
+        }
+        let ending = if last.is_empty() { Ending::Abort } else { Ending::Orderly };
+        Close { reason, last, ending }
+    }
+
+    /// The run ended `now`: no exchange begins (the engine's pacing says so), and what is in
+    /// flight, connects and handshakes included, has `grace` to finish.
+    pub fn begin_grace(&mut self, now: Now, grace: Duration) {
+        self.grace_until_ns = Some(now.ns + grace.as_nanos() as u64);
+    }
+
+    /// Connecting, greeting, or waiting for answers.
+    pub fn busy(&self) -> bool {
+        self.greeting() || self.protocol.outstanding() > 0
+    }
+
+    /// When the connection must be woken: its connect timeout, its handshake's, its oldest
+    /// exchange's reply timeout, the end of the run's grace.
+    pub fn poll_timeout(&self, profile: &Profile) -> Option<Instant> {
+        let reply = profile.reply_timeout.as_nanos() as u64;
+        let mut due = self.grace_until_ns.filter(|_| self.busy());
+        let mut consider = |ns: u64| due = Some(due.map_or(ns, |d| d.min(ns)));
+        if !self.connected {
+            consider(self.connect_started_ns + profile.connect_timeout.as_nanos() as u64);
+        } else {
+            if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking()) {
+                consider(tls.started_ns + reply);
+            }
+            if let Some(stamp) = self.protocol.oldest() {
+                consider(stamp.sent_ns + reply);
+            }
+        }
+        due.map(|ns| profile.at(ns))
+    }
+
+    /// A deadline of [`Connection::poll_timeout`] may have passed: `now`.
+    pub fn on_timeout(&mut self, profile: &Profile, now: Now, on: &mut impl FnMut(Event)) -> Result<(), Close> {
+        let reply = profile.reply_timeout.as_nanos() as u64;
+        // The run's grace is looked at last: a deadline of its own that falls at the same
+        // instant is what ends the connection.
+        let grace_over = self.grace_until_ns.is_some_and(|until| now.ns >= until) && self.busy();
+        if !self.connected {
+            if now.ns >= self.connect_started_ns + profile.connect_timeout.as_nanos() as u64 {
+                return Err(Close::bare(Reason::ConnectTimeout { waited: profile.connect_timeout }));
+            }
+            if grace_over {
+                return Err(Close::bare(Reason::GraceOver));
+            }
+            return Ok(());
+        }
+        if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking() && now.ns >= t.started_ns + reply)
+        {
+            let waited = Duration::from_nanos(now.ns - tls.started_ns);
+            return Err(Close::bare(Reason::HandshakeTimeout { waited }));
+        }
+        if let Protocol::Udp(udp) = &mut self.protocol {
+            let lost = udp.expire(now.ns.saturating_sub(reply));
+            if lost > 0 {
+                on(Event::Lost(lost));
+            }
+        } else if self.protocol.oldest().is_some_and(|stamp| now.ns >= stamp.sent_ns + reply) {
+            return Err(Close::bare(Reason::ReplyTimeout));
+        }
+        if grace_over {
+            return Err(Close::bare(Reason::GraceOver));
+        }
+        Ok(())
+    }
+
+    /// The exchanges in flight by how far they got: (nothing of the answer back, the answer
+    /// begun, not all sent). Only the oldest can be begun; only the newest can be unsent.
+    pub fn in_flight_kinds(&self, profile: &Profile) -> (u64, u64, u64) {
+        let n = self.protocol.outstanding();
+        let (unsent, begun) = match &self.protocol {
+            Protocol::Echo(c) => (c.unsent_messages(), c.answering()),
+            Protocol::Http(c) => (c.unsent_requests(profile.request_len), c.answering()),
+            Protocol::H2(_) | Protocol::Udp(_) => (0, false),
+        };
+        let unsent = unsent.min(n);
+        let partial = usize::from(begun && n > unsent);
+        ((n - unsent - partial) as u64, partial as u64, unsent as u64)
+    }
+}
+
+#[cfg(test)]
+#[path = "connection_tests.rs"]
+mod tests;
