@@ -2,7 +2,7 @@
 //!
 //! Each kind of client tracks what it has sent, checks what comes back, and reports completed
 //! exchanges with the time they were stamped (sent, or scheduled to be sent in open loop), so
-//! the engine can record latency. The engine owns the socket and decides when to begin more.
+//! the event loop can record latency. The event loop owns the socket and decides when to begin more.
 
 use std::collections::VecDeque;
 
@@ -198,7 +198,7 @@ pub struct H2Client {
     written: usize,
 }
 
-/// How an HTTP/2 stream ended, as the engine counts it.
+/// How an HTTP/2 stream ended, as the event loop counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamEnd {
     Response(Response),

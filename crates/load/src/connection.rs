@@ -8,13 +8,13 @@
 //! nothing here), when to wake it ([`Connection::poll_timeout`]) and, once, how it ends
 //! ([`Close`]: the reason, the last bytes — a fatal alert, a close_notify — and the ending).
 //!
-//! The engine moves the bytes, waits, paces and counts; which bytes, which deadline and what an
+//! The event loop (`event_loop/`) moves the bytes, waits, paces and counts; which bytes, which deadline and what an
 //! answer means are decided here.
 //!
 //! ```text
 //! conn = Connection::new(&profile, index, now)              // connect begun: connect timeout
 //! conn.on_connected(&profile, now)                          // TLS: the ClientHello waits to go
-//! while the engine's pacing allows && conn.may_begin(depth): conn.begin(&profile, stamp, ..)
+//! while the event loop's pacing allows && conn.may_begin(depth): conn.begin(&profile, stamp, ..)
 //! bytes = conn.poll_transmit(&profile, on)?; n = send(bytes); conn.sent(n, on)
 //! on input:    conn.receive(&profile, now, bytes, scratch, on)?   (and conn.poll_close())
 //! on EOF:      close = conn.receive_eof(&profile, on)
@@ -22,7 +22,7 @@
 //! the run ends: conn.begin_grace(now, grace)                // a busy connection: Reason::GraceOver
 //! ```
 //!
-//! The engine carries out a close: it sends `last` once without waiting and ends the socket
+//! The event loop carries out a close: it sends `last` once without waiting and ends the socket
 //! with `sockscale_sys::end_socket(fd, last, ending)`.
 
 use std::time::{Duration, Instant};
@@ -239,7 +239,7 @@ struct Tls<S: ?Sized> {
     session: S,
 }
 
-/// What happened, for the engine to count.
+/// What happened, for the event loop to count.
 #[derive(Debug)]
 pub enum Event {
     /// The TLS handshake finished, `took` after its first byte came back.
@@ -676,7 +676,7 @@ impl Connection {
         Close { reason, last, ending }
     }
 
-    /// The run ended `now`: no exchange begins (the engine's pacing says so), and what is in
+    /// The run ended `now`: no exchange begins (the event loop's pacing says so), and what is in
     /// flight, connects and handshakes included, has `grace` to finish.
     pub fn begin_grace(&mut self, now: Now, grace: Duration) {
         self.grace_until_ns = Some(now.ns + grace.as_nanos() as u64);

@@ -2,14 +2,14 @@
 //!
 //! Echo, HTTP and UDP load, closed or open loop, from one or several threads and processes,
 //! with latency in HDR histograms and every echoed byte verified. The protocol sides
-//! (`client`, `http`, `pattern`) are I/O-free; `engine` drives them over sockets, one event
+//! (`client`, `http`, `pattern`) are I/O-free; `event_loop` drives them over sockets, one event
 //! loop per thread; `run` starts the threads and assembles the [`report::Report`].
 
 pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod connection;
-pub mod engine;
+pub mod event_loop;
 pub mod hlog;
 pub mod http;
 pub mod limits;

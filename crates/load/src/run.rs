@@ -1,4 +1,4 @@
-//! Running a load: check the target answers, start one engine per thread, show progress, and
+//! Running a load: check the target answers, start one event loop per thread, show progress, and
 //! assemble the report.
 
 use std::io::{IsTerminal, Read, Write};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sockscale_tls::{ClientSession, FailureReason};
 
 use crate::config::{Endpoint, LoadConfig, LoadConfigError, LoadTls, Mode, Progress};
-use crate::engine::{Engine, Shared, ThreadResult};
+use crate::event_loop::{EventLoop, Shared, ThreadResult};
 use crate::hlog::Intervals;
 use crate::limits::{self, Demand, LimitError};
 use crate::report::{
@@ -85,10 +85,10 @@ pub fn run_with(
     let mut results = std::thread::scope(|scope| -> Result<Vec<ThreadResult>, LoadError> {
         let mut handles = Vec::with_capacity(threads);
         for t in 0..threads {
-            let engine = Engine::new(&shared, t, threads).map_err(LoadError::Thread)?;
+            let event_loop = EventLoop::new(&shared, t, threads).map_err(LoadError::Thread)?;
             let handle = std::thread::Builder::new()
                 .name(format!("sockscale-load-{t}"))
-                .spawn_scoped(scope, move || engine.run())
+                .spawn_scoped(scope, move || event_loop.run())
                 .map_err(LoadError::Thread)?;
             handles.push(handle);
         }

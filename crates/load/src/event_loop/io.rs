@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 
 use sockscale_sys as sys;
 
-use super::{count, pacer_token, End, Engine, Pacer};
+use super::{count, pacer_token, End, EventLoop, Pacer};
 use crate::client::Stamp;
 use crate::connection::Close;
 use crate::rate::PacedBlock;
@@ -20,7 +20,7 @@ enum Over {
     Close(Close),
 }
 
-impl Engine<'_> {
+impl EventLoop<'_> {
     pub(super) fn drive(&mut self, token: u64) {
         let over = match self.receive(token) {
             Some(over) => Err(over),

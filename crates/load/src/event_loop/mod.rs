@@ -310,7 +310,7 @@ enum End {
     Failed,
 }
 
-pub struct Engine<'a> {
+pub struct EventLoop<'a> {
     shared: &'a Shared,
     thread: usize,
     threads: usize,
@@ -367,7 +367,7 @@ pub struct Engine<'a> {
     result: ThreadResult,
 }
 
-impl<'a> Engine<'a> {
+impl<'a> EventLoop<'a> {
     pub fn new(shared: &'a Shared, thread: usize, threads: usize) -> std::io::Result<Self> {
         let cfg = &shared.cfg;
         let conns = cfg.conns as u64;
@@ -379,7 +379,7 @@ impl<'a> Engine<'a> {
             // Each connection of this thread gets an equal share of the thread's rate.
             (1e9 * mine as f64 / (r * mine as f64 / conns as f64)).max(1.0) as u64
         });
-        Ok(Engine {
+        Ok(EventLoop {
             shared,
             thread,
             threads,
@@ -1329,7 +1329,7 @@ mod tests {
 
     fn run_one_thread(cfg: LoadConfig) -> ThreadResult {
         let shared = Shared::new(cfg, Vec::new(), 0, false, 1).expect("shared");
-        Engine::new(&shared, 0, 1).expect("engine").run()
+        EventLoop::new(&shared, 0, 1).expect("event loop").run()
     }
 
     /// 200 connections share one block of 20,000 B/s (200 messages of 100 bytes a second):
