@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sockscale_load::Report;
 
-use crate::interference::Watch;
+use crate::interference::InterferenceWindow;
 use crate::profile::Profile;
 use crate::results::{
     ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, Interference, KernelMemory, Row, RowKind, SampleCounts,
@@ -395,7 +395,7 @@ impl Harness<'_> {
 
     /// Watch the machine while `load` runs against the server `server`.
     fn watched<T>(&self, server: Option<u32>, load: impl FnOnce() -> T) -> (T, Option<Interference>) {
-        let watch = Watch::start(&self.server_cpus, &self.client_cpus, server);
+        let watch = InterferenceWindow::start(&self.server_cpus, &self.client_cpus, server);
         let out = load();
         (out, watch.finish(self.disturbed_above_cores))
     }

@@ -18,7 +18,7 @@ use crate::sampler::{cpu_ticks, group_of};
 /// Calibrated on the 2-core development machine (a firecracker VM whose kernel charges
 /// interrupts to tasks), core 0 the server's, core 1 the load's: `sockscale serve --model epoll
 /// --proto http --threads 1` pinned to core 0, `sockscale load http URL -c 100 -d 0.5 -t 1`
-/// pinned to core 1, a Watch around each load (the `calibrate` test below), 0.51–0.52 s windows:
+/// pinned to core 1, an InterferenceWindow around each load (the `calibrate` test below), 0.51–0.52 s windows:
 /// - quiet (both cores idle before; 24 windows): others read 0.00 median, 0.06 most on the
 ///   server's side, 0.00–0.05 on the load's: at most 3 ticks of /proc/stat, with the server
 ///   near a full core and 0.7–0.9 cores of softirq on the two cores;
@@ -418,7 +418,7 @@ fn mean_mhz(cores: &BTreeSet<usize>) -> Option<f64> {
 
 /// One measurement's window, opened before its load starts.
 #[derive(Debug)]
-pub struct Watch {
+pub struct InterferenceWindow {
     server_cpus: Vec<usize>,
     client_cpus: Vec<usize>,
     server_leader: Option<u32>,
@@ -429,16 +429,16 @@ pub struct Watch {
     started: Instant,
 }
 
-impl Watch {
+impl InterferenceWindow {
     /// Before the load starts: the server group's ticks, the bench's and its reaped children's
     /// CPU, then /proc/stat and the clock. The bench's own reads lie outside the window, so its
     /// walk of /proc is not taken for another process.
-    pub fn start(server_cpus: &[usize], client_cpus: &[usize], server_leader: Option<u32>) -> Watch {
+    pub fn start(server_cpus: &[usize], client_cpus: &[usize], server_leader: Option<u32>) -> InterferenceWindow {
         let server_ticks = server_group_ticks(server_leader);
         let kernel_threads = kernel_threads();
         let client_seconds = client_own_seconds();
         let stat = read_proc_stat();
-        Watch {
+        InterferenceWindow {
             server_cpus: server_cpus.to_vec(),
             client_cpus: client_cpus.to_vec(),
             server_leader,
@@ -738,7 +738,7 @@ procs_running 2
         // /proc/stat is there on any Linux this runs on; its cores are the ones it lists.
         let stat = read_proc_stat().expect("/proc/stat");
         let core = *stat.keys().next().unwrap();
-        let watch = Watch::start(&[core], &[], None);
+        let watch = InterferenceWindow::start(&[core], &[], None);
         let i = watch.finish(DEFAULT_DISTURBED_ABOVE_CORES).expect("a window");
         assert!(i.seconds >= 0.0 && i.server_cores >= 0.0 && i.client_cores == 0.0, "{i:?}");
     }
@@ -780,7 +780,7 @@ procs_running 2
         };
         // Let it get going before the window opens.
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let watch = Watch::start(&[core], &[], None);
+        let watch = InterferenceWindow::start(&[core], &[], None);
         std::thread::sleep(std::time::Duration::from_millis(500));
         let i = watch.finish(DEFAULT_DISTURBED_ABOVE_CORES);
         let _ = hog.kill();
@@ -795,7 +795,7 @@ procs_running 2
     /// The threshold's calibration (run by hand, release build first):
     /// `cargo build --release -p sockscale && cargo test -p sockscale-bench --lib
     /// interference::tests::calibrate -- --ignored --nocapture`. A server pinned to core 0, the
-    /// load pinned to core 1, the Watch around each load; quiet, then with a busy loop on core 0,
+    /// load pinned to core 1, the InterferenceWindow around each load; quiet, then with a busy loop on core 0,
     /// then on core 1. Prints every window; asserts nothing about the machine.
     #[test]
     #[ignore]
@@ -848,7 +848,7 @@ procs_running 2
             let (mut server_side, mut client_side) = (Vec::new(), Vec::new());
             for round in 1..=rounds {
                 let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-                let watch = Watch::start(&[0], &[1], Some(server.id()));
+                let watch = InterferenceWindow::start(&[0], &[1], Some(server.id()));
                 let status = pinned(&exe, &["load", "http", &url, "-c", "100", "-d", "0.5", "-t", "1"], 1)
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())

@@ -117,7 +117,7 @@ fn remove_stale_namespaces() {
 }
 
 /// A namespace joined to the root namespace by an impaired link; removed on drop.
-struct Link {
+struct ImpairedLink {
     ns: String,
     host_if: String,
     /// The server's address, inside the namespace, and its device there.
@@ -128,9 +128,9 @@ struct Link {
     emulator: Option<impair::Forwarder>,
 }
 
-impl Link {
+impl ImpairedLink {
     /// Set up the namespace and the link, or say why this machine cannot.
-    fn new(model: &str, index: usize) -> Result<Link, String> {
+    fn new(model: &str, index: usize) -> Result<ImpairedLink, String> {
         let pid = std::process::id();
         let ns = format!("ssf-{pid}-{model}");
         let host_if = format!("ssf{pid}-{index}h");
@@ -140,8 +140,14 @@ impl Link {
         let _ = run("ip", &["link", "del", &host_if]);
         run("ip", &["netns", "add", &ns]).map_err(|e| format!("cannot create a network namespace: {e}"))?;
         // From here on the guard removes whatever was made.
-        let mut link =
-            Link { ns, host_if, ns_ip: String::new(), ns_if: ns_if.clone(), impairment: "netem", emulator: None };
+        let mut link = ImpairedLink {
+            ns,
+            host_if,
+            ns_ip: String::new(),
+            ns_if: ns_if.clone(),
+            impairment: "netem",
+            emulator: None,
+        };
         let (host_ip, ns_ip) = free_subnet(pid, index)?;
         link.ns_ip = ns_ip.clone();
         let Err(e) = link.veth_netem(&ns_if, &host_ip) else { return Ok(link) };
@@ -224,7 +230,7 @@ impl Link {
     }
 }
 
-impl Drop for Link {
+impl Drop for ImpairedLink {
     fn drop(&mut self) {
         // Closing the TUN devices removes them.
         if let Some(stats) = self.emulator.as_mut().map(impair::Forwarder::finish) {
@@ -256,7 +262,7 @@ fn free_subnet(pid: u32, index: usize) -> Result<(String, String), String> {
 
 /// `sockscale serve` inside a namespace, started with `ip netns exec` (which execs, so the
 /// child is the server itself); killed if the test ends without stopping it.
-fn start_in_namespace(link: &Link, model: &str, args: &[&str]) -> ServerProc {
+fn start_in_namespace(link: &ImpairedLink, model: &str, args: &[&str]) -> ServerProc {
     let listen = format!("{}:0", link.ns_ip);
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &link.ns, BIN, "serve", "--model", model, "--listen", &listen, "--threads", "2"])
@@ -538,7 +544,7 @@ fn faults(model: &str) {
     remove_stale_namespaces();
     let began = Instant::now();
     let index = Model::ALL.iter().position(|m| m.name() == model).expect("a listed model");
-    let link = match Link::new(model, index) {
+    let link = match ImpairedLink::new(model, index) {
         Ok(link) => link,
         Err(reason) => {
             eprintln!("skipped: {reason}");
@@ -644,7 +650,7 @@ fn abort_storm_under_loss(model: &str) {
     }
     remove_stale_namespaces();
     let index = Model::ALL.len() + Model::ALL.iter().position(|m| m.name() == model).expect("a listed model");
-    let link = match Link::new(&format!("{model}-storm"), index) {
+    let link = match ImpairedLink::new(&format!("{model}-storm"), index) {
         Ok(link) => link,
         Err(reason) => {
             eprintln!("skipped: {reason}");
