@@ -12,7 +12,7 @@ use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
     ActiveConfig, BodyFile, Config, ListenAddr, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
-    DEFAULT_UNIX_MODE,
+    UdpOffload, DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::{ServerOptions, ServerTls};
 
@@ -122,6 +122,16 @@ pub struct ServeArgs {
     /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
     pub max_streams: u32,
+    /// UDP GSO: equal-size datagrams to one peer sent in one message (off: one per message)
+    ///
+    /// UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
+    #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub udp_gso: OnOff,
+    /// UDP GRO: the kernel hands over datagrams of one flow coalesced (off: one per buffer)
+    ///
+    /// UDP_GRO, where the kernel has it (Linux 5.0); counted as udp_gro_buffers and udp_gro_datagrams
+    #[arg(long, value_name = "on|off", value_enum, default_value_t = OnOff::On, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub udp_gro: OnOff,
     /// HTTP response body file [default: a generated 4096-byte HTML page]
     #[arg(long, value_name = "FILE", help_heading = PROTOCOL)]
     pub body: Option<PathBuf>,
@@ -473,6 +483,7 @@ impl ServeArgs {
             shared_port: self.proc_slot.is_some(),
             listener_fd: self.listen_fd,
             body_file,
+            udp_offload: UdpOffload { gso: self.udp_gso == OnOff::On, gro: self.udp_gro == OnOff::On },
             tls,
         })
     }
