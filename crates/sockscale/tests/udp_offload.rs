@@ -111,3 +111,27 @@ fn udp_echo_with_gso_and_gro_on_and_off_on_every_model() {
         }
     }
 }
+
+/// The offload flags asked of a server without datagrams are refused in one line, not ignored.
+#[test]
+fn the_offload_flags_are_refused_for_tcp_in_one_line() {
+    for (flag, proto) in [("--udp-gso", "echo"), ("--udp-gro", "http")] {
+        let mut child = std::process::Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--proto", proto, flag, "off"])
+            .env("RUST_LOG", "off")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run sockscale serve");
+        // A server that wrongly starts is killed after 10 s, and fails below.
+        let exited = eventually(Duration::from_secs(10), || child.try_wait().expect("wait").is_some());
+        if !exited {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().expect("its output");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(exited, "{flag} with {proto}: the server started");
+        assert!(!out.status.success(), "{flag} with {proto}: {err}");
+        assert_eq!(err.trim(), format!("error: {flag} applies to --proto udp, and --proto {proto} has no datagrams"));
+    }
+}
