@@ -2,8 +2,8 @@
 """UDP through the datagram endpoint: echo against today's binary, and GSO/GRO on against off.
 
 (a) echo: UDP echo of 512-byte datagrams, `--before` (today's binary) against this checkout's
-    release build (the endpoint, GSO/GRO at their default, on), one thread each, pinned to core
-    0; the client is `sockscale load udp -t1 -c32 --depth 8 -l 512` of the --before binary, on
+    release build (the endpoint), with GSO/GRO at their default (on) and off, one thread each,
+    pinned to core 0; the client is `sockscale load udp -t1 -c32 --depth 8 -l 512` of the --before binary, on
     core 1, for both. Figure: datagrams answered per server CPU-second.
 (b) bulk: a stream of 1,200-byte datagrams (the size QUIC sends) through this checkout's
     server with `--udp-gso on --udp-gro on` against `off off` (both `--rcvbuf 4M --sndbuf 4M`);
@@ -20,6 +20,7 @@ adjacent pair. Writes bench-results/udp_endpoint-<stamp>/results.json.
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -28,6 +29,20 @@ from pathlib import Path
 import common
 
 HERE = Path(__file__).resolve().parent
+
+
+def start_reference(source, workdir):
+    """The kernel-limit reference, a bare recvmmsg/sendmmsg echo in C (no GSO/GRO), built from
+    `source` with gcc and pinned to the server core; returns (process, port)."""
+    binary = Path(workdir) / "limit_udp"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), source], check=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["taskset", "-c", common.SERVER_CPU, str(binary), str(port), "32"],
+                            stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    return proc, port
 
 
 def build_client(workdir):
@@ -62,23 +77,26 @@ def interleave(servers, run, repeat, label):
             r.update(server=name, run=rep, scenario=label,
                      server_cpu_pct=round(100 * r["server_cpu_s"] / r["wall_s"], 1))
             rows.append(r)
-            print(f"{label:6} run {rep} {name:10} {r['per_cpu_s']:>14,} per CPU-s  cpu {r['server_cpu_pct']:5.1f}%",
+            print(f"{label:6} run {rep} {name:18} {r['per_cpu_s']:>14,} per CPU-s  cpu {r['server_cpu_pct']:5.1f}%",
                   flush=True)
     return rows
 
 
-def table(rows, baseline, contender, unit):
+def table(rows, baseline, unit):
+    """A row per server: its median (range) per CPU-second, its CPU, and its ratio to `baseline`
+    taken within each repetition."""
     med = statistics.median
     b = [r for r in rows if r["server"] == baseline]
-    c = [r for r in rows if r["server"] == contender]
-    ratios = [y["per_cpu_s"] / x["per_cpu_s"] for x, y in zip(b, c)]
-    fmt = lambda runs: (f"{med(r['per_cpu_s'] for r in runs):,.0f} ({min(r['per_cpu_s'] for r in runs):,}"
-                        f"-{max(r['per_cpu_s'] for r in runs):,})")
-    return common.markdown_table(
-        ["", f"{baseline}: {unit}/CPU-s, median (range)", f"{baseline} CPU",
-         f"{contender}: {unit}/CPU-s, median (range)", f"{contender} CPU", "ratio, median (range)"],
-        [[rows[0]["scenario"], fmt(b), f"{med(r['server_cpu_pct'] for r in b)}%", fmt(c),
-          f"{med(r['server_cpu_pct'] for r in c)}%", f"{med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"]])
+    out = []
+    for name in dict.fromkeys(r["server"] for r in rows):
+        c = [r for r in rows if r["server"] == name]
+        ratios = [y["per_cpu_s"] / x["per_cpu_s"] for x, y in zip(b, c)]
+        out.append([name, f"{med(r['per_cpu_s'] for r in c):,.0f}",
+                    f"{min(r['per_cpu_s'] for r in c):,}-{max(r['per_cpu_s'] for r in c):,}",
+                    f"{med(r['server_cpu_pct'] for r in c)}%",
+                    "1" if name == baseline else f"{med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"])
+    return common.markdown_table(["server", f"{unit}/CPU-s, median", "range", "server CPU, median",
+                                  f"vs {baseline}, median (range)"], out)
 
 
 def main():
@@ -89,6 +107,7 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["echo", "bulk"], help="run one of the two measurements")
+    ap.add_argument("--reference", help="limit_udp.c, a bare recvmmsg/sendmmsg echo: measured in (b) beside the two")
     args = ap.parse_args()
     for path in (args.before, args.after):
         if not os.access(path, os.X_OK):
@@ -109,6 +128,8 @@ def main():
             try:
                 servers["before"] = common.start_sockscale(one, binary=args.before)
                 servers["after"] = common.start_sockscale(one, binary=args.after)
+                servers["after, GSO/GRO off"] = common.start_sockscale(
+                    [*one, "--udp-gso", "off", "--udp-gro", "off"], binary=args.after)
                 rows = interleave(servers, lambda p, port: echo_run(p, port, args.before, args.duration),
                                   args.repeat, "echo")
             finally:
@@ -116,7 +137,7 @@ def main():
                     common.stop(proc)
             results["models"][model]["echo"] = rows
             tables.append(f"### --model {model}: (a) echo of 512-byte datagrams, datagrams per server CPU-second\n\n"
-                          + table(rows, "before", "after", "datagrams"))
+                          + table(rows, "before", "datagrams"))
         if args.only in (None, "bulk"):
             servers = {}
             bufs = ["--rcvbuf", "4M", "--sndbuf", "4M"]
@@ -125,6 +146,8 @@ def main():
                                                         binary=args.after)
                 servers["on"] = common.start_sockscale([*one, *bufs, "--udp-gso", "on", "--udp-gro", "on"],
                                                        binary=args.after)
+                if args.reference:
+                    servers["limit_udp.c (no GSO/GRO)"] = start_reference(args.reference, work.name)
                 rows = interleave(servers, lambda p, port: bulk_run(p, port, client, args.duration),
                                   args.repeat, "bulk")
             finally:
@@ -132,7 +155,7 @@ def main():
                     common.stop(proc)
             results["models"][model]["bulk"] = rows
             tables.append(f"### --model {model}: (b) bulk 1,200-byte datagrams, bytes per server CPU-second, "
-                          "GSO/GRO off vs on\n\n" + table(rows, "off", "on", "bytes"))
+                          "GSO/GRO off vs on\n\n" + table(rows, "off", "bytes"))
     results["loadavg_end"] = os.getloadavg()
     common.write_json(out_dir / "results.json", results)
     print(f"load average at start {results['loadavg_start']}, at end {results['loadavg_end']}")

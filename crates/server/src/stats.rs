@@ -70,10 +70,16 @@ impl Counters {
             self.tls_file_bytes.fetch_add(written.sealed, Relaxed);
         }
     }
+    /// Datagrams received, sent and dropped; the UDP path counts each where it happens, so
+    /// most calls carry zeroes, which cost no atomic add.
     pub fn datagrams(&self, received: usize, sent: usize, dropped: usize) {
-        self.datagrams_in.fetch_add(received as u64, Relaxed);
-        self.datagrams_out.fetch_add(sent as u64, Relaxed);
-        self.datagrams_dropped.fetch_add(dropped as u64, Relaxed);
+        for (counter, n) in
+            [(&self.datagrams_in, received), (&self.datagrams_out, sent), (&self.datagrams_dropped, dropped)]
+        {
+            if n > 0 {
+                counter.fetch_add(n as u64, Relaxed);
+            }
+        }
     }
     /// A TLS handshake completed, `took` after its first byte; `resumed`: not a full one.
     pub fn tls_handshake(&self, took: std::time::Duration, resumed: bool) {

@@ -51,7 +51,7 @@ pub enum UdpTurn {
 }
 
 /// Buffers received, and messages sent, per system call.
-pub const BATCH: usize = 32;
+pub use sockscale_sys::udp::BATCH;
 
 /// A UDP socket serving UDP echo.
 pub type UdpEcho = DatagramSocket<EchoEndpoint>;
@@ -99,8 +99,8 @@ impl<E: Endpoint> DatagramSocket<E> {
         DatagramSocket {
             socket,
             endpoint,
-            received: RecvBatch::new(BATCH),
-            to_send: SendBatch::new(BATCH),
+            received: RecvBatch::new(),
+            to_send: SendBatch::new(),
             offload: Offload { gso: matches!(gso, Some(Ok(()))), gro: matches!(gro, Some(Ok(()))) },
             // The count starts at zero for a new socket; None until the option is known on.
             overflow_seen: overflow_counted.ok().map(|_| 0),

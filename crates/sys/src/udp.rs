@@ -25,6 +25,10 @@ const UDP_GRO: libc::c_int = 104;
 /// Linux 6.8 and 128 since: the lower holds everywhere).
 pub const MAX_SEGMENTS: usize = 64;
 
+/// Messages received, and sent, per system call at most: the headers of one call live on the
+/// stack, so a call allocates nothing.
+pub const BATCH: usize = 32;
+
 /// The most bytes one UDP message carries over IPv4 (65,535 less the IPv4 and UDP headers); a
 /// GSO message is bounded by it too, as it is one IP packet until the kernel cuts it.
 pub const MAX_MESSAGE: usize = 65_507;
@@ -168,12 +172,18 @@ pub struct RecvBatch {
     overflow: Option<u32>,
 }
 
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RecvBatch {
     /// A slot holds the largest UDP payload or GRO buffer.
     pub const SLOT: usize = 64 << 10;
 
-    pub fn new(batch: usize) -> Self {
-        let batch = batch.max(1);
+    pub fn new() -> Self {
+        let batch = BATCH;
         RecvBatch {
             slots: vec![0; batch * Self::SLOT],
             // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
@@ -186,23 +196,18 @@ impl RecvBatch {
         }
     }
 
-    /// How many messages one call receives at most.
-    pub fn capacity(&self) -> usize {
-        self.lens.len()
-    }
-
     /// One `recvmmsg` without waiting; `control`: read control messages (GRO segment sizes,
     /// drop counts). Returns how many buffers arrived, each read with [`RecvBatch::get`].
     pub fn recv(&mut self, fd: RawFd, control: bool) -> io::Result<usize> {
-        let batch = self.capacity();
         self.count = 0;
-        let mut iovs: Vec<libc::iovec> = self
-            .slots
-            .chunks_exact_mut(Self::SLOT)
-            .map(|slot| libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: Self::SLOT })
-            .collect();
+        let slots = self.slots.as_mut_ptr();
+        // Slot i starts i * SLOT bytes into `slots`, which holds BATCH slots.
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: slots.wrapping_add(i * Self::SLOT).cast(),
+            iov_len: Self::SLOT,
+        });
         // SAFETY: mmsghdr is plain old data; zeroed is "no name, no control".
-        let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for (i, msg) in msgs.iter_mut().enumerate() {
             msg.msg_hdr.msg_iov = &mut iovs[i];
             msg.msg_hdr.msg_iovlen = 1;
@@ -215,14 +220,17 @@ impl RecvBatch {
         }
         // SAFETY: every header points at a live iovec over its own slot, at its own address
         // storage and at its own control buffer, all of which outlive the call.
-        let n = syscall!(recvmmsg(fd, msgs.as_mut_ptr(), batch as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()))?;
+        let n = syscall!(recvmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()))?;
         let n = n as usize;
         self.overflow = None;
         for (i, msg) in msgs[..n].iter().enumerate() {
             self.lens[i] = msg.msg_len as usize;
-            let parsed = parse_control(&msg.msg_hdr);
-            self.segment_sizes[i] = parsed.segment_size;
-            self.overflow = parsed.overflow.or(self.overflow);
+            self.segment_sizes[i] = None;
+            if msg.msg_hdr.msg_controllen > 0 {
+                let parsed = parse_control(&msg.msg_hdr);
+                self.segment_sizes[i] = parsed.segment_size;
+                self.overflow = parsed.overflow.or(self.overflow);
+            }
         }
         self.count = n;
         Ok(n)
@@ -290,12 +298,18 @@ pub struct Sent {
 pub struct SendBatch {
     buffer: Vec<u8>,
     messages: Vec<Message>,
-    capacity: usize,
+}
+
+impl Default for SendBatch {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SendBatch {
-    pub fn new(capacity: usize) -> Self {
-        SendBatch { buffer: Vec::new(), messages: Vec::with_capacity(capacity), capacity: capacity.max(1) }
+    /// A batch of at most [`BATCH`] messages.
+    pub fn new() -> Self {
+        SendBatch { buffer: Vec::new(), messages: Vec::with_capacity(BATCH) }
     }
 
     /// The bytes of the messages pushed so far; a new message's bytes are appended here.
@@ -304,7 +318,7 @@ impl SendBatch {
     }
 
     pub fn is_full(&self) -> bool {
-        self.messages.len() >= self.capacity
+        self.messages.len() >= BATCH
     }
 
     pub fn is_empty(&self) -> bool {
@@ -312,11 +326,16 @@ impl SendBatch {
     }
 
     /// The last `len` bytes of the buffer are one message to `destination`; with
-    /// `segment_size`, several datagrams of that size (the last may be shorter).
+    /// `segment_size`, several datagrams of that size (the last may be shorter). A full batch
+    /// takes no more (check [`SendBatch::is_full`]): the message is dropped.
     pub fn push(&mut self, destination: SocketAddr, len: usize, segment_size: Option<usize>) {
         let (storage, storage_len) = to_storage(destination);
         let start = self.buffer.len().saturating_sub(len);
         let segment_size = segment_size.filter(|&s| s > 0 && s < len).and_then(|s| u16::try_from(s).ok());
+        if self.is_full() {
+            debug_assert!(false, "a message pushed on a full batch");
+            return;
+        }
         self.messages.push(Message { destination: storage, destination_len: storage_len, start, len, segment_size });
     }
 
@@ -325,15 +344,17 @@ impl SendBatch {
     pub fn send(&mut self, fd: RawFd) -> Sent {
         let count = self.messages.len();
         let mut sent = Sent::default();
-        let mut iovs: Vec<libc::iovec> = self
-            .messages
-            .iter()
-            .map(|m| libc::iovec { iov_base: self.buffer[m.start..].as_mut_ptr().cast(), iov_len: m.len })
-            .collect();
-        let mut control: Vec<[u64; SEND_CONTROL / 8]> = vec![[0; SEND_CONTROL / 8]; count];
+        let base = self.buffer.as_mut_ptr();
+        let messages = &self.messages;
+        // Every message's start lies within the buffer (push takes it from the buffer's end).
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| match messages.get(i) {
+            Some(m) => libc::iovec { iov_base: base.wrapping_add(m.start).cast(), iov_len: m.len },
+            None => libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 },
+        });
+        let mut control = [[0u64; SEND_CONTROL / 8]; BATCH];
         // SAFETY: mmsghdr is plain old data; zeroed is "no name, no control".
-        let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; count];
-        for (i, msg) in msgs.iter_mut().enumerate() {
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for (i, msg) in msgs.iter_mut().enumerate().take(count) {
             let m = &mut self.messages[i];
             let hdr = &mut msg.msg_hdr;
             hdr.msg_iov = &mut iovs[i];
@@ -536,7 +557,7 @@ mod tests {
 
     #[test]
     fn a_gso_message_counts_its_datagrams() {
-        let mut batch = SendBatch::new(4);
+        let mut batch = SendBatch::new();
         batch.buffer().extend_from_slice(&[1; 2500]);
         batch.push("127.0.0.1:9".parse().unwrap(), 2500, Some(1200));
         batch.buffer().extend_from_slice(&[2; 100]);
