@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use sockscale_proto::http::{HttpConfig, ResponseBody};
 use sockscale_sys as sys;
+/// `--udp-gso`, `--udp-gro`.
+pub use sockscale_sys::udp::Offload as UdpOffload;
 
 use sockscale_tls::ServerTls;
 
@@ -301,6 +303,8 @@ pub struct Config {
     /// `--tls-cert`, `--tls-key`: serve TLS with this certificate (read and checked before
     /// anything listens).
     pub tls: Option<ServerTls>,
+    /// `--udp-gso`, `--udp-gro`: the UDP segmentation offloads to ask the kernel for.
+    pub udp_offload: UdpOffload,
 }
 
 impl Default for Config {
@@ -338,6 +342,7 @@ impl Default for Config {
             tls: None,
             abort_storm: None,
             active_set: None,
+            udp_offload: UdpOffload::default(),
         }
     }
 }

@@ -36,7 +36,7 @@ mod udp;
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
 pub use config::{
-    check_unix_path, resolve_host, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service,
+    check_unix_path, resolve_host, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service, UdpOffload,
     DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
 pub use error::ServerError;

@@ -35,6 +35,10 @@ pub struct Counters {
     datagrams_out: AtomicU64,
     datagrams_dropped: AtomicU64,
     datagrams_overflowed: AtomicU64,
+    udp_gro_buffers: AtomicU64,
+    udp_gro_datagrams: AtomicU64,
+    udp_gso_sends: AtomicU64,
+    udp_gso_datagrams: AtomicU64,
     buffers_in_use: AtomicI64,
     tls_handshakes: AtomicU64,
     tls_resumed: AtomicU64,
@@ -66,10 +70,16 @@ impl Counters {
             self.tls_file_bytes.fetch_add(written.sealed, Relaxed);
         }
     }
+    /// Datagrams received, sent and dropped; the UDP path counts each where it happens, so
+    /// most calls carry zeroes, which cost no atomic add.
     pub fn datagrams(&self, received: usize, sent: usize, dropped: usize) {
-        self.datagrams_in.fetch_add(received as u64, Relaxed);
-        self.datagrams_out.fetch_add(sent as u64, Relaxed);
-        self.datagrams_dropped.fetch_add(dropped as u64, Relaxed);
+        for (counter, n) in
+            [(&self.datagrams_in, received), (&self.datagrams_out, sent), (&self.datagrams_dropped, dropped)]
+        {
+            if n > 0 {
+                counter.fetch_add(n as u64, Relaxed);
+            }
+        }
     }
     /// A TLS handshake completed, `took` after its first byte; `resumed`: not a full one.
     pub fn tls_handshake(&self, took: std::time::Duration, resumed: bool) {
@@ -86,6 +96,16 @@ impl Counters {
     /// Datagrams the kernel dropped before the server saw them (receive queue full).
     pub fn datagrams_overflowed(&self, n: u64) {
         self.datagrams_overflowed.fetch_add(n, Relaxed);
+    }
+    /// One received buffer held `datagrams` datagrams the kernel coalesced (UDP GRO).
+    pub fn gro_coalesced(&self, datagrams: usize) {
+        self.udp_gro_buffers.fetch_add(1, Relaxed);
+        self.udp_gro_datagrams.fetch_add(datagrams as u64, Relaxed);
+    }
+    /// `messages` GSO messages were sent, carrying `datagrams` datagrams (UDP GSO).
+    pub fn gso_sent(&self, messages: usize, datagrams: usize) {
+        self.udp_gso_sends.fetch_add(messages as u64, Relaxed);
+        self.udp_gso_datagrams.fetch_add(datagrams as u64, Relaxed);
     }
     pub(crate) fn buffer_taken(&self) {
         self.buffers_in_use.fetch_add(1, Relaxed);
@@ -264,6 +284,10 @@ impl Stats {
             s.datagrams_out += c.datagrams_out.load(Relaxed);
             s.datagrams_dropped += c.datagrams_dropped.load(Relaxed);
             s.datagrams_overflowed += c.datagrams_overflowed.load(Relaxed);
+            s.udp_gro_buffers += c.udp_gro_buffers.load(Relaxed);
+            s.udp_gro_datagrams += c.udp_gro_datagrams.load(Relaxed);
+            s.udp_gso_sends += c.udp_gso_sends.load(Relaxed);
+            s.udp_gso_datagrams += c.udp_gso_datagrams.load(Relaxed);
             s.buffers_in_use += c.buffers_in_use.load(Relaxed);
             s.tls_handshakes += c.tls_handshakes.load(Relaxed);
             s.tls_resumed += c.tls_resumed.load(Relaxed);
@@ -291,6 +315,14 @@ pub struct Snapshot {
     pub datagrams_dropped: u64,
     /// Datagrams the kernel dropped because the socket's receive queue was full (SO_RXQ_OVFL).
     pub datagrams_overflowed: u64,
+    /// Received buffers holding several datagrams the kernel coalesced (UDP GRO), and the
+    /// datagrams in them.
+    pub udp_gro_buffers: u64,
+    pub udp_gro_datagrams: u64,
+    /// Messages sent carrying several datagrams for the kernel to cut (UDP GSO), and the
+    /// datagrams in them.
+    pub udp_gso_sends: u64,
+    pub udp_gso_datagrams: u64,
     pub connections: u64,
     pub buffers_in_use: i64,
     /// Indexed by `Limit as usize`: refusals and accept pauses each limit caused.
@@ -378,6 +410,30 @@ impl Snapshot {
             "counter",
             "UDP datagrams the kernel dropped because the receive queue was full.",
             &one(self.datagrams_overflowed),
+        );
+        metric(
+            "udp_gro_buffers_total",
+            "counter",
+            "Received UDP buffers that held several datagrams coalesced by the kernel (GRO).",
+            &one(self.udp_gro_buffers),
+        );
+        metric(
+            "udp_gro_datagrams_total",
+            "counter",
+            "UDP datagrams received coalesced by the kernel (GRO).",
+            &one(self.udp_gro_datagrams),
+        );
+        metric(
+            "udp_gso_sends_total",
+            "counter",
+            "UDP messages sent carrying several datagrams for the kernel to cut (GSO).",
+            &one(self.udp_gso_sends),
+        );
+        metric(
+            "udp_gso_datagrams_total",
+            "counter",
+            "UDP datagrams sent in GSO messages.",
+            &one(self.udp_gso_datagrams),
         );
         let limits: Vec<_> =
             Limit::ALL.iter().map(|l| (format!("{{limit=\"{}\"}}", l.name()), self.limit(*l).to_string())).collect();
@@ -488,6 +544,10 @@ impl Snapshot {
             ("datagrams_out".into(), n(self.datagrams_out)),
             ("datagrams_dropped".into(), n(self.datagrams_dropped)),
             ("datagrams_overflowed".into(), n(self.datagrams_overflowed)),
+            ("udp_gro_buffers".into(), n(self.udp_gro_buffers)),
+            ("udp_gro_datagrams".into(), n(self.udp_gro_datagrams)),
+            ("udp_gso_sends".into(), n(self.udp_gso_sends)),
+            ("udp_gso_datagrams".into(), n(self.udp_gso_datagrams)),
             ("buffers_in_use".into(), self.buffers_in_use),
         ]);
         fields.extend(Limit::ALL.iter().map(|l| (format!("limit_{}", l.name()), n(self.limit(*l)))));

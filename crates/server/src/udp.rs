@@ -1,30 +1,37 @@
-//! UDP echo in batches: `recvmmsg` up to [`BATCH`] datagrams, answer each from the buffer it
-//! arrived in with one `sendmmsg`.
+//! A UDP socket served through an I/O-free datagram endpoint: received batches go into the
+//! [`Endpoint`], its transmits come back out in send batches. The batches themselves move
+//! through sockscale_sys::udp (recvmmsg/sendmmsg with GRO and GSO); what the datagrams mean is
+//! the endpoint's (UDP echo today: [`UdpEcho`]).
 //!
 //! A UDP server never queues: a reply the socket will not take now (EAGAIN) is dropped and
-//! counted, as the network itself would drop it. Slots are 64 KiB, so even a 65,507-byte
-//! datagram is echoed whole; untouched slot pages cost no RSS.
+//! counted, as the network itself would drop it. Receive slots are 64 KiB, so even a
+//! 65,507-byte datagram, or a full GRO buffer, arrives whole; untouched slot pages cost no RSS.
 //!
 //! Datagrams the kernel drops because the receive queue is full never reach us, so a flood
 //! would otherwise be invisible: SO_RXQ_OVFL makes the kernel attach the socket's running drop
 //! count to each datagram, and the growth of that count is reported as `datagrams_overflowed`.
-//! Zero-length datagrams are echoed as zero-length datagrams, and ICMP errors caused by earlier
-//! replies (the peer's port closed) concern that peer only and are skipped.
+//! ICMP errors caused by earlier replies (the peer's port closed) concern that peer only and
+//! are skipped.
 //!
-//! Every engine serves the socket through [`UdpEcho::serve`] and does what its [`UdpTurn`] says:
-//! a spent budget comes back after the others, a drained socket waits for readiness, and a
-//! failed receive (logged here, at most once a second per process) is looked at again only
-//! [`ERROR_PAUSE`] later: the socket may still be reported ready, and an error that persists
-//! would spin a level-triggered waiter. A UDP worker serves nothing else, so its pause delays
-//! no connection.
+//! GRO and GSO (`--udp-gro`, `--udp-gso`) are asked of the kernel per socket; a kernel that
+//! refuses is said once in the log, and the socket moves one datagram per message. Their use
+//! is counted (`udp_gro_*`, `udp_gso_*`).
+//!
+//! Every engine serves the socket through [`DatagramSocket::serve`] and does what its
+//! [`UdpTurn`] says: a spent budget comes back after the others, a drained socket waits for
+//! readiness, and a failed receive (logged here, at most once a second per process) is looked
+//! at again only [`ERROR_PAUSE`] later: the socket may still be reported ready, and an error
+//! that persists would spin a level-triggered waiter. A UDP worker serves nothing else, so its
+//! pause delays no connection.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
-use sockscale_sys::syscall;
+use sockscale_proto::udp::{EchoEndpoint, Endpoint};
+use sockscale_sys::udp::{self as batch, Offload, RecvBatch, SendBatch};
 
 use crate::admission::LogLimiter;
 use crate::stats::Counters;
@@ -43,50 +50,60 @@ pub enum UdpTurn {
     Failed,
 }
 
-pub const BATCH: usize = 32;
-const SLOT: usize = 64 << 10;
-/// Room for one SO_RXQ_OVFL control message (CMSG_SPACE of a u32 is 16 on 64-bit Linux).
-const CONTROL: usize = 32;
+/// Buffers received, and messages sent, per system call.
+pub use sockscale_sys::udp::BATCH;
 
-pub struct UdpEcho {
+/// A UDP socket serving UDP echo.
+pub type UdpEcho = DatagramSocket<EchoEndpoint>;
+
+impl UdpEcho {
+    pub fn new(socket: Arc<Socket>, offload: Offload) -> Self {
+        // One batch received is polled out before the next, so one batch's bytes always fit.
+        DatagramSocket::with_endpoint(socket, offload, EchoEndpoint::new(BATCH * RecvBatch::SLOT))
+    }
+}
+
+/// A UDP socket and the endpoint it feeds.
+pub struct DatagramSocket<E> {
     socket: Arc<Socket>,
-    slots: Vec<u8>,
-    addrs: Vec<libc::sockaddr_storage>,
-    lens: [usize; BATCH],
-    addr_lens: [libc::socklen_t; BATCH],
-    control: [[u64; CONTROL / 8]; BATCH],
+    endpoint: E,
+    received: RecvBatch,
+    to_send: SendBatch,
+    /// The offloads the kernel took on this socket (and the flags allowed).
+    offload: Offload,
     /// The kernel's drop count as last seen, when SO_RXQ_OVFL is on.
     overflow_seen: Option<u32>,
-    /// The drop count carried by the newest datagram of the last batch, if any carried one.
-    overflow_newest: Option<u32>,
     errors: LogLimiter,
 }
 
-impl UdpEcho {
-    pub fn new(socket: Arc<Socket>) -> Self {
-        let on: libc::c_int = 1;
-        // SAFETY: the option value is a live c_int of the size passed.
-        let overflow_counted = syscall!(setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RXQ_OVFL,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t
-        ));
+/// What the kernel said to the offloads, logged once per process (every worker's socket asks).
+static OFFLOAD_SAID: Once = Once::new();
+
+impl<E: Endpoint> DatagramSocket<E> {
+    pub fn with_endpoint(socket: Arc<Socket>, wanted: Offload, endpoint: E) -> Self {
+        let fd = socket.as_raw_fd();
+        let overflow_counted = batch::enable_overflow_count(fd);
         if let Err(e) = &overflow_counted {
             tracing::warn!(error = %e, "SO_RXQ_OVFL unavailable: kernel drops of UDP datagrams will not be counted");
         }
-        UdpEcho {
+        let gso = wanted.gso.then(|| batch::probe_gso(fd));
+        let gro = wanted.gro.then(|| batch::enable_gro(fd));
+        OFFLOAD_SAID.call_once(|| {
+            let say = |name: &str, flag: &str, result: &Option<io::Result<()>>| match result {
+                None => format!("{name} off (--{flag} off)"),
+                Some(Ok(())) => format!("{name} on"),
+                Some(Err(e)) => format!("{name} off (the kernel refused it: {e})"),
+            };
+            tracing::info!("UDP {}, {}", say("GSO", "udp-gso", &gso), say("GRO", "udp-gro", &gro));
+        });
+        DatagramSocket {
             socket,
-            slots: vec![0; BATCH * SLOT],
-            // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
-            addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
-            lens: [0; BATCH],
-            addr_lens: [0; BATCH],
-            control: [[0; CONTROL / 8]; BATCH],
+            endpoint,
+            received: RecvBatch::new(),
+            to_send: SendBatch::new(),
+            offload: Offload { gso: matches!(gso, Some(Ok(()))), gro: matches!(gro, Some(Ok(()))) },
             // The count starts at zero for a new socket; None until the option is known on.
             overflow_seen: overflow_counted.ok().map(|_| 0),
-            overflow_newest: None,
             errors: LogLimiter::udp_errors(),
         }
     }
@@ -95,8 +112,16 @@ impl UdpEcho {
         self.socket.as_raw_fd()
     }
 
-    /// Echo datagrams until the socket is empty or `budget` bytes were received.
+    /// Serve datagrams until the socket is empty or `budget` bytes were received. A timeout
+    /// of the endpoint that fell due is handled first. (The engines wait for readiness only:
+    /// an endpoint with timers of its own, QUIC, will need them to wait for
+    /// `Endpoint::poll_timeout` too; UDP echo has none.)
     pub fn serve(&mut self, budget: usize, counters: &Counters) -> UdpTurn {
+        let now = Instant::now();
+        if self.endpoint.poll_timeout().is_some_and(|at| at <= now) {
+            self.endpoint.handle_timeout(now);
+            self.flush(now, counters);
+        }
         match self.serve_batches(budget, counters) {
             Ok(true) => UdpTurn::Spent,
             Ok(false) => UdpTurn::Drained,
@@ -112,8 +137,9 @@ impl UdpEcho {
     /// Returns true if the budget ran out with datagrams possibly left.
     fn serve_batches(&mut self, budget: usize, counters: &Counters) -> io::Result<bool> {
         let mut received_bytes = 0;
+        let control = self.overflow_seen.is_some() || self.offload.gro;
         loop {
-            let received = match self.receive() {
+            let buffers = match self.received.recv(self.socket.as_raw_fd(), control) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 // ICMP errors from earlier replies surface here; they concern one peer only.
@@ -128,14 +154,26 @@ impl UdpEcho {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            let bytes: usize = self.lens[..received].iter().sum();
+            let now = Instant::now();
+            let (mut datagrams, mut bytes) = (0, 0);
+            for i in 0..buffers {
+                let Some(received) = self.received.get(i) else { continue };
+                let count = received.count();
+                datagrams += count;
+                bytes += received.data.len();
+                if count > 1 {
+                    counters.gro_coalesced(count);
+                }
+                for datagram in received.datagrams() {
+                    self.endpoint.handle(now, received.peer, datagram);
+                }
+            }
             received_bytes += bytes;
             counters.bytes_in(bytes);
-            let (sent, sent_bytes) = self.reply(received);
-            counters.bytes_out(sent_bytes);
-            counters.datagrams(received, sent, received - sent);
+            counters.datagrams(datagrams, 0, 0);
+            self.flush(now, counters);
             self.count_overflows(counters);
-            if received < BATCH {
+            if buffers < BATCH {
                 return Ok(false);
             }
             if received_bytes >= budget {
@@ -144,103 +182,42 @@ impl UdpEcho {
         }
     }
 
-    fn receive(&mut self) -> io::Result<usize> {
-        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
-            iov_base: self.slots[i * SLOT..].as_mut_ptr().cast(),
-            iov_len: SLOT,
-        });
-        // SAFETY: mmsghdr is plain old data; zeroed is "no name, no control".
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for (i, msg) in msgs.iter_mut().enumerate() {
-            msg.msg_hdr.msg_iov = &mut iovs[i];
-            msg.msg_hdr.msg_iovlen = 1;
-            msg.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            msg.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            if self.overflow_seen.is_some() {
-                msg.msg_hdr.msg_control = self.control[i].as_mut_ptr().cast();
-                msg.msg_hdr.msg_controllen = CONTROL;
+    /// Send everything the endpoint has to send now, a batch of messages per sendmmsg.
+    fn flush(&mut self, now: Instant, counters: &Counters) {
+        let max_segments = if self.offload.gso { batch::MAX_SEGMENTS } else { 1 };
+        loop {
+            while !self.to_send.is_full() {
+                let Some(transmit) = self.endpoint.poll_transmit(now, max_segments, self.to_send.buffer()) else {
+                    break;
+                };
+                self.to_send.push(transmit.destination, transmit.size, transmit.segment_size);
+            }
+            let dropped_by_endpoint = self.endpoint.take_dropped();
+            if dropped_by_endpoint > 0 {
+                counters.datagrams(0, 0, dropped_by_endpoint as usize);
+            }
+            if self.to_send.is_empty() {
+                return;
+            }
+            let sent = self.to_send.send(self.socket.as_raw_fd());
+            counters.bytes_out(sent.bytes);
+            counters.datagrams(0, sent.datagrams, sent.dropped);
+            if sent.gso_messages > 0 {
+                counters.gso_sent(sent.gso_messages, sent.gso_datagrams);
+            }
+            if let Some(e) = sent.gso_unsupported {
+                self.offload.gso = false;
+                tracing::warn!(error = %e, "the kernel cannot send UDP GSO here: this socket sends one datagram per message now");
             }
         }
-        // SAFETY: every header points at a live iovec over its own 64 KiB slot, at its own
-        // address storage and at its own control buffer, all of which outlive the call.
-        let n =
-            syscall!(recvmmsg(self.fd(), msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()))?;
-        let n = n as usize;
-        self.overflow_newest = None;
-        for (i, msg) in msgs[..n].iter().enumerate() {
-            self.lens[i] = msg.msg_len as usize;
-            self.addr_lens[i] = msg.msg_hdr.msg_namelen;
-            if msg.msg_hdr.msg_controllen > 0 {
-                self.overflow_newest = read_overflow(&msg.msg_hdr).or(self.overflow_newest);
-            }
-        }
-        Ok(n)
     }
 
     /// Count the drops the kernel reported since the last batch (the count is cumulative per
     /// socket and wraps at 2^32).
     fn count_overflows(&mut self, counters: &Counters) {
-        if let (Some(seen), Some(newest)) = (self.overflow_seen, self.overflow_newest) {
+        if let (Some(seen), Some(newest)) = (self.overflow_seen, self.received.overflow()) {
             counters.datagrams_overflowed(u64::from(newest.wrapping_sub(seen)));
             self.overflow_seen = Some(newest);
         }
     }
-
-    /// Send the replies to the first `count` datagrams; returns (sent, bytes sent).
-    fn reply(&mut self, count: usize) -> (usize, usize) {
-        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| {
-            let datagram = &self.slots[i * SLOT..i * SLOT + self.lens[i]];
-            let reply = sockscale_proto::udp::reply(datagram);
-            libc::iovec { iov_base: reply.as_ptr() as *mut libc::c_void, iov_len: reply.len() }
-        });
-        // SAFETY: as in receive.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for (i, msg) in msgs.iter_mut().enumerate().take(count) {
-            msg.msg_hdr.msg_iov = &mut iovs[i];
-            msg.msg_hdr.msg_iovlen = 1;
-            msg.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            msg.msg_hdr.msg_namelen = self.addr_lens[i];
-        }
-        let (mut sent, mut sent_bytes, mut next) = (0, 0, 0);
-        while next < count {
-            // SAFETY: headers next..count point at live iovecs and addresses, as above.
-            let result = syscall!(sendmmsg(
-                self.fd(),
-                msgs[next..].as_mut_ptr(),
-                (count - next) as u32,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-            ));
-            match result {
-                Ok(n) => {
-                    let n = n as usize;
-                    sent += n;
-                    sent_bytes += self.lens[next..next + n].iter().sum::<usize>();
-                    next += n;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // This one reply failed (e.g. an ICMP error for its peer): drop it, go on.
-                Err(_) => next += 1,
-            }
-        }
-        (sent, sent_bytes)
-    }
-}
-
-/// The SO_RXQ_OVFL drop count carried by one received message. The kernel attaches it only
-/// once the socket has dropped something.
-fn read_overflow(hdr: &libc::msghdr) -> Option<u32> {
-    // SAFETY: `hdr` was filled by recvmmsg, so its control pointer and length describe the
-    // control messages the kernel wrote into our buffer; CMSG_FIRSTHDR/NXTHDR stay within it.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
-                let data = libc::CMSG_DATA(cmsg).cast::<u32>();
-                return Some(data.read_unaligned());
-            }
-            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
-        }
-    }
-    None
 }

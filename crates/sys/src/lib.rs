@@ -7,7 +7,8 @@
 //! Besides the wrappers, this crate holds what both the server's readiness models and the load
 //! generator's engine wait with: the readiness contract ([`Interest`], [`Event`],
 //! [`RegisterError`] and the [`Selector`] trait), its epoll implementation ([`Epoll`]), the
-//! eventfd [`Waker`] and the lazy timer heap ([`Timers`]). It knows nothing of protocols,
+//! eventfd [`Waker`] and the lazy timer heap ([`Timers`]), and the UDP batch mover ([`udp`]:
+//! recvmmsg/sendmmsg with GSO and GRO). It knows nothing of protocols,
 //! policies or models.
 
 use std::io::{self, IoSlice};
@@ -52,6 +53,7 @@ pub use libc as __libc;
 mod epoll;
 mod selector;
 mod timers;
+pub mod udp;
 mod waker;
 
 pub use epoll::Epoll;

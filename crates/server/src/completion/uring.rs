@@ -48,7 +48,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         // Every worker gets its own SO_REUSEPORT socket (`--listener` applies to epoll only).
         let socket = if i == 0 { ctx.listen.shared() } else { Arc::new(ctx.listen.bind_another().map_err(io_err)?) };
         sources.push(if ctx.listen.is_udp() {
-            UringSource::Udp(Box::new(UdpEcho::new(socket)))
+            UringSource::Udp(Box::new(UdpEcho::new(socket, cfg.udp_offload)))
         } else {
             UringSource::Listener(socket)
         });

@@ -72,7 +72,7 @@ impl Source {
     /// from (`exclusive`: shared with other workers under EPOLLEXCLUSIVE).
     pub fn own(socket: Arc<socket2::Socket>, udp: bool, exclusive: bool, cfg: &Config) -> Source {
         if udp {
-            Source::Udp(Box::new(UdpEcho::new(socket)))
+            Source::Udp(Box::new(UdpEcho::new(socket, cfg.udp_offload)))
         } else {
             Source::Listener(Acceptor::new(socket, exclusive, cfg.accept_batch))
         }

@@ -160,7 +160,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             counters: ctx.stats.shard(0),
             pool: &pool,
             shutdown: ctx.shutdown.clone(),
-            source: Source::Udp(Box::new(UdpEcho::new(ctx.listen.shared()))),
+            source: Source::Udp(Box::new(UdpEcho::new(ctx.listen.shared(), ctx.cfg.udp_offload))),
             active: None,
         };
         let worker = Worker::new(PollSelector::new(GROUP_SIZE), parts).map_err(io_err)?;

@@ -194,7 +194,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
             // received on every core.
             let socket =
                 if i == 0 { ctx.listen.shared() } else { Arc::new(ctx.listen.bind_another().map_err(io_err)?) };
-            let socket = register(UdpFd(UdpEcho::new(socket))).map_err(io_err)?;
+            let socket = register(UdpFd(UdpEcho::new(socket, cfg.udp_offload))).map_err(io_err)?;
             sources.spawn(udp_loop(socket, shared.clone(), stage_rx.clone()));
         }
     } else {

@@ -399,9 +399,11 @@ pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<
             let counters = ctx.stats.shard(i);
             let drain = drain.fd().as_raw_fd();
             let budget = ctx.cfg.read_budget;
+            // Made before the thread starts, so the socket has its options (GRO) once ready.
+            let udp = UdpEcho::new(socket, ctx.cfg.udp_offload);
             let spawned = std::thread::Builder::new()
                 .name(format!("sockscale-udp-{i}"))
-                .spawn_scoped(scope, move || udp_thread(UdpEcho::new(socket), drain, budget, counters));
+                .spawn_scoped(scope, move || udp_thread(udp, drain, budget, counters));
             match spawned {
                 Ok(handle) => handles.push(handle),
                 Err(e) => {

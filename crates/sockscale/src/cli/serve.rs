@@ -12,7 +12,7 @@ use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
     ActiveConfig, BodyFile, Config, ListenAddr, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
-    DEFAULT_UNIX_MODE,
+    UdpOffload, DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::{ServerOptions, ServerTls};
 
@@ -122,6 +122,16 @@ pub struct ServeArgs {
     /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
     pub max_streams: u32,
+    /// UDP GSO: equal-size datagrams to one peer sent in one message (off: one per message) [default: on]
+    ///
+    /// UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub udp_gso: Option<OnOff>,
+    /// UDP GRO: the kernel hands over datagrams of one flow coalesced (off: one per buffer) [default: on]
+    ///
+    /// UDP_GRO, where the kernel has it (Linux 5.0); counted as udp_gro_buffers and udp_gro_datagrams
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub udp_gro: Option<OnOff>,
     /// HTTP response body file [default: a generated 4096-byte HTML page]
     #[arg(long, value_name = "FILE", help_heading = PROTOCOL)]
     pub body: Option<PathBuf>,
@@ -473,6 +483,7 @@ impl ServeArgs {
             shared_port: self.proc_slot.is_some(),
             listener_fd: self.listen_fd,
             body_file,
+            udp_offload: self.udp_offload()?,
             tls,
         })
     }
@@ -490,6 +501,17 @@ impl ServeArgs {
             )
         })?;
         Ok(SocketAddr::new(metrics.ip(), port))
+    }
+
+    /// `--udp-gso`, `--udp-gro` (on unless turned off); refused for a protocol without datagrams.
+    fn udp_offload(&self) -> Result<UdpOffload> {
+        for (flag, given) in [("--udp-gso", self.udp_gso), ("--udp-gro", self.udp_gro)] {
+            if given.is_some() && self.proto != Proto::Udp {
+                let proto = if self.proto == Proto::Echo { "echo" } else { "http" };
+                anyhow::bail!("{flag} applies to --proto udp, and --proto {proto} has no datagrams");
+            }
+        }
+        Ok(UdpOffload { gso: self.udp_gso != Some(OnOff::Off), gro: self.udp_gro != Some(OnOff::Off) })
     }
 
     /// Worker number K of a `--procs` server.
