@@ -17,23 +17,30 @@
 //! refuses is said once in the log, and the socket moves one datagram per message. Their use
 //! is counted (`udp_gro_*`, `udp_gso_*`).
 //!
-//! Every engine serves the socket through [`DatagramSocket::serve`] and does what its
-//! [`UdpTurn`] says: a spent budget comes back after the others, a drained socket waits for
-//! readiness, and a failed receive (logged here, at most once a second per process) is looked
+//! Every engine makes its socket with [`UdpService::new`], where the configured service's
+//! endpoint is chosen once ([`ServiceEndpoint`]: echo today, QUIC tomorrow), serves it through
+//! [`DatagramSocket::serve`] and does what its [`UdpTurn`] says: a spent budget comes back after
+//! the others; a drained socket waits for readiness or for the endpoint's wake-up
+//! ([`Endpoint::poll_timeout`], carried in [`UdpTurn::Drained`]), whichever comes first, and is
+//! served again then (`serve` calls [`Endpoint::handle_timeout`] when it is due and sends what
+//! that produced); a failed receive (logged here, at most once a second per process) is looked
 //! at again only [`ERROR_PAUSE`] later: the socket may still be reported ready, and an error
 //! that persists would spin a level-triggered waiter. A UDP worker serves nothing else, so its
-//! pause delays no connection.
+//! pause delays no connection. Engines wait for the instant the endpoint gives; they compute
+//! no deadline of their own.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
-use sockscale_proto::udp::{EchoEndpoint, Endpoint};
+use sockscale_proto::udp::{EchoEndpoint, Endpoint, Transmit};
 use sockscale_sys::udp::{self as batch, Offload, RecvBatch, SendBatch};
 
 use crate::admission::LogLimiter;
+use crate::config::{Config, Service};
 use crate::stats::Counters;
 
 /// How long a worker waits after a failed receive before it looks again.
@@ -42,8 +49,9 @@ pub const ERROR_PAUSE: Duration = Duration::from_millis(10);
 /// What one turn of serving the socket came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdpTurn {
-    /// The socket is empty: wait for the next datagram's readiness.
-    Drained,
+    /// The socket is empty: wait for the next datagram's readiness, or until `wake_at` (the
+    /// endpoint's next timer), whichever comes first, then serve again.
+    Drained { wake_at: Option<Instant> },
     /// The read budget ran out with datagrams possibly left: come back after the others.
     Spent,
     /// The receive failed (already logged): look again [`ERROR_PAUSE`] later.
@@ -53,13 +61,82 @@ pub enum UdpTurn {
 /// Buffers received, and messages sent, per system call.
 pub use sockscale_sys::udp::BATCH;
 
-/// A UDP socket serving UDP echo.
-pub type UdpEcho = DatagramSocket<EchoEndpoint>;
+/// A UDP socket serving the configured datagram service: what every engine holds.
+pub type UdpService = DatagramSocket<ServiceEndpoint>;
 
-impl UdpEcho {
-    pub fn new(socket: Arc<Socket>, offload: Offload) -> Self {
-        // One batch received is polled out before the next, so one batch's bytes always fit.
-        DatagramSocket::with_endpoint(socket, offload, EchoEndpoint::new(BATCH * RecvBatch::SLOT))
+impl UdpService {
+    /// The socket serving `cfg`'s service, with `cfg`'s offloads: the one place an engine's
+    /// UDP socket gets its endpoint.
+    pub fn new(socket: Arc<Socket>, cfg: &Config) -> Self {
+        DatagramSocket::with_endpoint(socket, cfg.udp_offload, ServiceEndpoint::for_service(&cfg.service))
+    }
+}
+
+/// The endpoint of the configured datagram service, chosen once for every engine. An enum
+/// rather than a boxed trait object, so that echo's per-datagram calls stay direct.
+pub enum ServiceEndpoint {
+    Echo(EchoEndpoint),
+    /// A test's own endpoint (see `tests::TEST_ENDPOINT`).
+    #[cfg(test)]
+    Test(Box<dyn Endpoint + Send>),
+}
+
+impl ServiceEndpoint {
+    pub fn for_service(service: &Service) -> Self {
+        #[cfg(test)]
+        if let Some(make) = *tests::TEST_ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) {
+            return ServiceEndpoint::Test(make());
+        }
+        match service {
+            // One batch received is polled out before the next, so one batch's bytes always
+            // fit. A stream service binds no UDP socket (`Service::is_udp`): were one made for
+            // it regardless, it would echo.
+            Service::UdpEcho | Service::Echo | Service::Http(_) => {
+                ServiceEndpoint::Echo(EchoEndpoint::new(BATCH * RecvBatch::SLOT))
+            }
+        }
+    }
+}
+
+impl Endpoint for ServiceEndpoint {
+    fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]) {
+        match self {
+            ServiceEndpoint::Echo(e) => e.handle(now, peer, datagram),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.handle(now, peer, datagram),
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant, max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        match self {
+            ServiceEndpoint::Echo(e) => e.poll_transmit(now, max_segments, buf),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.poll_transmit(now, max_segments, buf),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            ServiceEndpoint::Echo(e) => e.poll_timeout(),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.poll_timeout(),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            ServiceEndpoint::Echo(e) => e.handle_timeout(now),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.handle_timeout(now),
+        }
+    }
+
+    fn take_dropped(&mut self) -> u64 {
+        match self {
+            ServiceEndpoint::Echo(e) => e.take_dropped(),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.take_dropped(),
+        }
     }
 }
 
@@ -112,25 +189,34 @@ impl<E: Endpoint> DatagramSocket<E> {
         self.socket.as_raw_fd()
     }
 
-    /// Serve datagrams until the socket is empty or `budget` bytes were received. A timeout
-    /// of the endpoint that fell due is handled first. (The engines wait for readiness only:
-    /// an endpoint with timers of its own, QUIC, will need them to wait for
-    /// `Endpoint::poll_timeout` too; UDP echo has none.)
+    /// Serve datagrams until the socket is empty or `budget` bytes were received, handling the
+    /// endpoint's timeout first if it fell due (and again at the end, should serving have
+    /// taken past it). A drained socket says when the endpoint wants to be woken next.
     pub fn serve(&mut self, budget: usize, counters: &Counters) -> UdpTurn {
-        let now = Instant::now();
-        if self.endpoint.poll_timeout().is_some_and(|at| at <= now) {
-            self.endpoint.handle_timeout(now);
-            self.flush(now, counters);
-        }
+        self.handle_due_timeout(counters);
         match self.serve_batches(budget, counters) {
             Ok(true) => UdpTurn::Spent,
-            Ok(false) => UdpTurn::Drained,
+            Ok(false) => {
+                self.handle_due_timeout(counters);
+                UdpTurn::Drained { wake_at: self.endpoint.poll_timeout() }
+            }
             Err(e) => {
                 if let Some(suppressed) = self.errors.allow(Instant::now()) {
                     tracing::warn!(error = %e, suppressed, "UDP receive failed");
                 }
                 UdpTurn::Failed
             }
+        }
+    }
+
+    /// If the endpoint's timeout fell due, handle it and send what it produced.
+    fn handle_due_timeout(&mut self, counters: &Counters) {
+        // Echo has no timer: it pays for no clock read.
+        let Some(at) = self.endpoint.poll_timeout() else { return };
+        let now = Instant::now();
+        if at <= now {
+            self.endpoint.handle_timeout(now);
+            self.flush(now, counters);
         }
     }
 
@@ -218,6 +304,154 @@ impl<E: Endpoint> DatagramSocket<E> {
         if let (Some(seen), Some(newest)) = (self.overflow_seen, self.received.overflow()) {
             counters.datagrams_overflowed(u64::from(newest.wrapping_sub(seen)));
             self.overflow_seen = Some(newest);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::VecDeque;
+    use std::net::UdpSocket;
+    use std::sync::{Mutex, MutexGuard};
+
+    use super::*;
+    use crate::model::{Family, Model};
+    use crate::server::Server;
+
+    /// Makes the endpoint of every UDP socket made while it is set (see
+    /// [`ServiceEndpoint::for_service`]): how a test serves its own endpoint on every model.
+    pub(crate) static TEST_ENDPOINT: Mutex<Option<MakeEndpoint>> = Mutex::new(None);
+
+    type MakeEndpoint = fn() -> Box<dyn Endpoint + Send>;
+
+    /// Held while a test's endpoint is installed; uninstalls it when dropped (a failed test
+    /// included).
+    struct Installed {
+        _one_at_a_time: MutexGuard<'static, ()>,
+    }
+
+    /// One installer at a time.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+
+    fn install(make: MakeEndpoint) -> Installed {
+        let held = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+        *TEST_ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(make);
+        Installed { _one_at_a_time: held }
+    }
+
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            *TEST_ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// How long [`LateEcho`] holds a reply.
+    const LATE_BY: Duration = Duration::from_millis(150);
+
+    /// Echo that answers each datagram [`LATE_BY`] after it arrived, from its timer: the reply
+    /// exists only once `handle_timeout` has run at or after that instant, as a QUIC ACK or
+    /// retransmission does.
+    #[derive(Default)]
+    struct LateEcho {
+        holding: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
+        due: VecDeque<(SocketAddr, Vec<u8>)>,
+    }
+
+    impl Endpoint for LateEcho {
+        fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]) {
+            self.holding.push_back((now + LATE_BY, peer, datagram.to_vec()));
+        }
+
+        fn poll_transmit(&mut self, _now: Instant, _max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+            let (destination, reply) = self.due.pop_front()?;
+            buf.extend_from_slice(&reply);
+            Some(Transmit { destination, size: reply.len(), segment_size: None })
+        }
+
+        fn poll_timeout(&self) -> Option<Instant> {
+            self.holding.front().map(|&(at, _, _)| at)
+        }
+
+        fn handle_timeout(&mut self, now: Instant) {
+            while self.holding.front().is_some_and(|&(at, _, _)| at <= now) {
+                if let Some((_, peer, reply)) = self.holding.pop_front() {
+                    self.due.push_back((peer, reply));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn late_echo_replies_only_from_its_timer() {
+        let start = Instant::now();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+        let mut e = LateEcho::default();
+        e.handle(start, peer, b"x");
+        assert_eq!(e.poll_timeout(), Some(start + LATE_BY));
+        assert_eq!(e.poll_transmit(start + LATE_BY, 1, &mut Vec::new()), None);
+        e.handle_timeout(start + LATE_BY - Duration::from_millis(1));
+        assert_eq!(e.poll_transmit(start + LATE_BY, 1, &mut Vec::new()), None);
+        e.handle_timeout(start + LATE_BY);
+        assert_eq!(e.poll_timeout(), None);
+        let mut buf = Vec::new();
+        assert_eq!(e.poll_transmit(start + LATE_BY, 1, &mut buf).map(|t| t.destination), Some(peer));
+        assert_eq!(buf, b"x");
+    }
+
+    /// A datagram whose reply the endpoint makes only at its wake-up reaches the client on
+    /// every model that serves UDP: each engine waits for the endpoint's instant as well as
+    /// for readiness. Twice per model, so a wake-up is armed again after one fired.
+    #[test]
+    fn every_udp_model_sends_what_the_endpoint_makes_at_its_wake_up() {
+        let _installed = install(|| Box::new(LateEcho::default()));
+        let models: Vec<Model> = Model::ALL.into_iter().filter(|m| m.serves_udp()).collect();
+        assert!(!models.is_empty());
+        for model in models {
+            if model.capabilities().family == Family::Completion {
+                if let Some(why) = crate::completion::unavailable() {
+                    eprintln!("skipping {model}: {why}");
+                    continue;
+                }
+            }
+            let cfg = Config {
+                listen: "127.0.0.1:0".parse().expect("address"),
+                service: Service::UdpEcho,
+                model,
+                threads: 2,
+                ..Config::default()
+            };
+            let server = Server::start(cfg).unwrap_or_else(|e| panic!("{model}: {e}"));
+            let addr = server.local_addr().inet().expect("an IP address");
+            let client = UdpSocket::bind("127.0.0.1:0").expect("client socket");
+            client.set_read_timeout(Some(LATE_BY + Duration::from_secs(3))).expect("read timeout");
+            for round in 0..2u8 {
+                let sent_at = Instant::now();
+                client.send_to(&[round; 100], addr).expect("send");
+                let mut reply = [0; 200];
+                let (size, from) = loop {
+                    match client.recv_from(&mut reply) {
+                        Ok(received) => break received,
+                        // The signal model's real-time signals may reach this thread.
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            panic!("{model}, round {round}: no reply {:?} after sending ({e})", sent_at.elapsed())
+                        }
+                    }
+                };
+                let waited = sent_at.elapsed();
+                assert_eq!((from, &reply[..size]), (addr, &[round; 100][..]), "{model}, round {round}");
+                assert!(
+                    waited >= LATE_BY,
+                    "{model}, round {round}: the reply came {waited:?} after sending, before the wake-up"
+                );
+                // Woken at the instant, not by some periodic tick (io_uring's wait is capped at 1 s).
+                assert!(
+                    waited < LATE_BY + Duration::from_millis(700),
+                    "{model}, round {round}: the reply came {waited:?} after sending, long after the wake-up"
+                );
+            }
+            server.shutdown_handle().shutdown();
+            server.wait().unwrap_or_else(|e| panic!("{model}: {e}"));
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
-use crate::udp::UdpEcho;
+use crate::udp::UdpService;
 
 /// `--model uring`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -48,7 +48,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         // Every worker gets its own SO_REUSEPORT socket (`--listener` applies to epoll only).
         let socket = if i == 0 { ctx.listen.shared() } else { Arc::new(ctx.listen.bind_another().map_err(io_err)?) };
         sources.push(if ctx.listen.is_udp() {
-            UringSource::Udp(Box::new(UdpEcho::new(socket, cfg.udp_offload)))
+            UringSource::Udp(Box::new(UdpService::new(socket, cfg)))
         } else {
             UringSource::Listener(socket)
         });

@@ -27,7 +27,7 @@ use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::{self, UdpEcho, UdpTurn};
+use crate::udp::{self, UdpService, UdpTurn};
 
 /// Where a worker's connections come from.
 pub enum UringSource {
@@ -36,7 +36,7 @@ pub enum UringSource {
     /// Another thread accepts and hands connections over (uring64's acceptor).
     Inbox(Arc<Inbox<OwnedFd>>),
     /// A UDP socket: readiness from a multishot poll, datagrams in recvmmsg batches.
-    Udp(Box<UdpEcho>),
+    Udp(Box<UdpService>),
 }
 
 /// What a model gives a worker thread to build its worker with.
@@ -44,6 +44,9 @@ pub enum UringSource {
 pub(super) fn conn_token(index: usize, generation: u32) -> u64 {
     (u64::from(generation) << 32) | index as u64
 }
+
+/// The UDP socket's key for the timers: no connection's (a generation has 24 bits).
+const UDP_TIMER: u64 = u64::MAX;
 
 /// The slot and generation of a [`conn_token`].
 pub(super) fn split_token(token: u64) -> (usize, u32) {
@@ -84,6 +87,8 @@ pub struct UringWorker<'a> {
     accept_cancelling: bool,
     /// The UDP socket is served again on the next turn (a spent budget, a failed receive).
     udp_more: bool,
+    /// The UDP socket's entry in `timers` (token [`UDP_TIMER`]): its endpoint's wake-up.
+    udp_timer_at: Option<Instant>,
     /// The worker's buffers for the TLS stage.
     pub(super) tls_scratch: crate::conn::TlsScratch,
     /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
@@ -158,6 +163,7 @@ impl<'a> UringWorker<'a> {
             accept_armed: false,
             accept_cancelling: false,
             udp_more: false,
+            udp_timer_at: None,
             tls_scratch: crate::conn::TlsScratch::default(),
             gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
@@ -530,7 +536,12 @@ impl<'a> UringWorker<'a> {
         let Some(UringSource::Udp(udp)) = &mut self.source else { return };
         self.udp_more = match udp.serve(self.cfg.read_budget, self.counters) {
             UdpTurn::Spent => true,
-            UdpTurn::Drained => false,
+            UdpTurn::Drained { wake_at } => {
+                if let Some(at) = wake_at {
+                    self.timers.schedule(&mut self.udp_timer_at, at, UDP_TIMER);
+                }
+                false
+            }
             UdpTurn::Failed => {
                 std::thread::sleep(udp::ERROR_PAUSE);
                 true
@@ -595,6 +606,13 @@ impl<'a> UringWorker<'a> {
     fn fire_timers(&mut self) {
         self.review_active_set();
         while let Some((at, token)) = self.timers.pop_due(self.now) {
+            if token == UDP_TIMER {
+                if self.udp_timer_at == Some(at) {
+                    self.udp_timer_at = None;
+                    self.udp_turn();
+                }
+                continue;
+            }
             let (index, generation) = split_token(token);
             let Some(conn) = self.conns.get_mut(index) else { continue };
             if conn.generation != generation || conn.closed || conn.timer_at != Some(at) {

@@ -118,7 +118,11 @@ impl<S: Selector> Worker<'_, S> {
         };
         match udp.serve(self.limits.read_budget, self.counters) {
             UdpTurn::Spent => self.resume.push(super::UDP),
-            UdpTurn::Drained => {}
+            UdpTurn::Drained { wake_at } => {
+                if let Some(at) = wake_at {
+                    self.timers.schedule(&mut self.udp_timer_at, at, super::UDP);
+                }
+            }
             // A UDP worker serves only this socket: its pause delays nothing else.
             UdpTurn::Failed => {
                 std::thread::sleep(udp::ERROR_PAUSE);

@@ -38,7 +38,7 @@ use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::UdpEcho;
+use crate::udp::UdpService;
 
 pub use crate::inbox::Inbox;
 pub use accept::Acceptor;
@@ -64,7 +64,7 @@ pub enum Source {
     /// `--max-conns` already.
     Inbox(Arc<Inbox<OwnedFd>>),
     /// It serves UDP datagrams instead.
-    Udp(Box<UdpEcho>),
+    Udp(Box<UdpService>),
 }
 
 impl Source {
@@ -72,7 +72,7 @@ impl Source {
     /// from (`exclusive`: shared with other workers under EPOLLEXCLUSIVE).
     pub fn own(socket: Arc<socket2::Socket>, udp: bool, exclusive: bool, cfg: &Config) -> Source {
         if udp {
-            Source::Udp(Box::new(UdpEcho::new(socket, cfg.udp_offload)))
+            Source::Udp(Box::new(UdpService::new(socket, cfg)))
         } else {
             Source::Listener(Acceptor::new(socket, exclusive, cfg.accept_batch))
         }
@@ -107,6 +107,8 @@ pub struct Worker<'a, S: Selector> {
     conns: Slab<crate::conn::Conn>,
     next_generation: u32,
     timers: Timers,
+    /// The UDP socket's entry in `timers` (token [`UDP`]): its endpoint's wake-up.
+    udp_timer_at: Option<Instant>,
     /// Connections (and the listener) to drive again without waiting for an event.
     resume: Vec<u64>,
     resume_accept: bool,
@@ -152,6 +154,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
+            udp_timer_at: None,
             resume: Vec::new(),
             resume_accept: false,
             events: Vec::with_capacity(1024),
@@ -256,6 +259,13 @@ impl<'a, S: Selector> Worker<'a, S> {
         self.resume_accepting(false);
         self.review_active_set();
         while let Some((at, token)) = self.timers.pop_due(self.now) {
+            if token == UDP {
+                if self.udp_timer_at == Some(at) {
+                    self.udp_timer_at = None;
+                    self.udp_ready();
+                }
+                continue;
+            }
             let (index, generation) = split(token);
             let Some(conn) = self.conns.get_mut(index) else {
                 continue;

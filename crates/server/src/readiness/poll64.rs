@@ -26,7 +26,7 @@ use crate::groups::{GroupAcceptor, GroupLoad, NewGroup};
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::readiness::{Source, Worker, WorkerParts, INBOX};
-use crate::udp::UdpEcho;
+use crate::udp::UdpService;
 
 /// Connections per group: WSAWaitForMultipleEvents' MAXIMUM_WAIT_OBJECTS.
 pub const GROUP_SIZE: usize = 64;
@@ -160,7 +160,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             counters: ctx.stats.shard(0),
             pool: &pool,
             shutdown: ctx.shutdown.clone(),
-            source: Source::Udp(Box::new(UdpEcho::new(ctx.listen.shared(), ctx.cfg.udp_offload))),
+            source: Source::Udp(Box::new(UdpService::new(ctx.listen.shared(), cfg))),
             active: None,
         };
         let worker = Worker::new(PollSelector::new(GROUP_SIZE), parts).map_err(io_err)?;

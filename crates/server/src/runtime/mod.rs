@@ -85,7 +85,7 @@ use crate::policy::{after, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::{self, UdpEcho, UdpTurn};
+use crate::udp::{self, UdpService, UdpTurn};
 
 use active::ActiveGate;
 use conn::{conn_task, Conn};
@@ -194,7 +194,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
             // received on every core.
             let socket =
                 if i == 0 { ctx.listen.shared() } else { Arc::new(ctx.listen.bind_another().map_err(io_err)?) };
-            let socket = register(UdpFd(UdpEcho::new(socket, cfg.udp_offload))).map_err(io_err)?;
+            let socket = register(UdpFd(UdpService::new(socket, cfg))).map_err(io_err)?;
             sources.spawn(udp_loop(socket, shared.clone(), stage_rx.clone()));
         }
     } else {
@@ -294,8 +294,8 @@ impl AsRawFd for WakerFd {
 
 impl OwnsFd for WakerFd {}
 
-/// A UDP socket with its echo batches; `UdpEcho` holds the socket's Arc.
-struct UdpFd(UdpEcho);
+/// A UDP socket with its batches and endpoint; `UdpService` holds the socket's Arc.
+struct UdpFd(UdpService);
 
 impl AsRawFd for UdpFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -313,34 +313,57 @@ fn register<T: OwnsFd>(inner: T) -> io::Result<AsyncFd<T>> {
     unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(io::Error::from)
 }
 
-/// Echo datagrams whenever the socket is readable, until the drain begins.
+/// Serve datagrams whenever the socket is readable or the endpoint's wake-up comes, until the
+/// drain begins.
 async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: watch::Receiver<Stage>) {
     if *stage.borrow_and_update() != Stage::Running {
         return;
     }
+    let mut wake_at: Option<Instant> = None;
     loop {
-        let mut guard = ::tokio::select! {
+        let woken = async {
+            match wake_at {
+                Some(at) => ::tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ready = ::tokio::select! {
             biased;
             _ = stage.changed() => return,
             ready = socket.readable_mut() => match ready {
-                Ok(guard) => guard,
+                Ok(guard) => Some(guard),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot wait on the UDP socket");
                     return;
                 }
             },
+            () = woken => None,
         };
-        let turn = guard.try_io(|inner| match inner.get_mut().0.serve(shared.cfg.read_budget, counters(&shared)) {
-            // Drained: forget the readiness until the next datagram raises an edge.
-            UdpTurn::Drained => Err(io::ErrorKind::WouldBlock.into()),
-            turn => Ok(turn),
-        });
-        if let Ok(Ok(UdpTurn::Failed)) = turn {
-            ::tokio::time::sleep(udp::ERROR_PAUSE).await;
-        } else if let Ok(Ok(UdpTurn::Spent)) = turn {
-            // The budget ran out with datagrams possibly left: let other tasks run first.
-            ::tokio::task::yield_now().await;
-        }
+        let budget = shared.cfg.read_budget;
+        let turn = match ready {
+            Some(mut guard) => {
+                let turn = guard.get_inner_mut().0.serve(budget, counters(&shared));
+                if matches!(turn, UdpTurn::Drained { .. }) {
+                    // Forget the readiness until the next datagram raises an edge.
+                    guard.clear_ready();
+                }
+                turn
+            }
+            // The wake-up: `serve` handles the endpoint's timeout.
+            None => socket.get_mut().0.serve(budget, counters(&shared)),
+        };
+        wake_at = match turn {
+            UdpTurn::Drained { wake_at } => wake_at,
+            // Served again at once, after the pause or after the other tasks.
+            UdpTurn::Failed => {
+                ::tokio::time::sleep(udp::ERROR_PAUSE).await;
+                Some(Instant::now())
+            }
+            UdpTurn::Spent => {
+                ::tokio::task::yield_now().await;
+                Some(Instant::now())
+            }
+        };
     }
 }
 

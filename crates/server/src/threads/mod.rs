@@ -48,7 +48,7 @@ use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Limits};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
-use crate::udp::{self, UdpEcho, UdpTurn};
+use crate::udp::{self, UdpService, UdpTurn};
 
 /// How long a thread waits before trying again when the shared buffer pool is empty.
 pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
@@ -400,7 +400,7 @@ pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<
             let drain = drain.fd().as_raw_fd();
             let budget = ctx.cfg.read_budget;
             // Made before the thread starts, so the socket has its options (GRO) once ready.
-            let udp = UdpEcho::new(socket, ctx.cfg.udp_offload);
+            let udp = UdpService::new(socket, &ctx.cfg);
             let spawned = std::thread::Builder::new()
                 .name(format!("sockscale-udp-{i}"))
                 .spawn_scoped(scope, move || udp_thread(udp, drain, budget, counters));
@@ -425,10 +425,12 @@ pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<
     })
 }
 
-fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
+fn udp_thread(mut udp: UdpService, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
+    // The endpoint's wake-up: poll waits for a datagram or for it, whichever comes first.
+    let mut wake_at = None;
     loop {
         let mut fds = [pollfd(udp.fd(), libc::POLLIN), pollfd(drain, libc::POLLIN)];
-        match sys::ppoll(&mut fds, None) {
+        match sys::ppoll(&mut fds, wake_at.map(|at: Instant| at.saturating_duration_since(Instant::now()))) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -436,10 +438,15 @@ fn udp_thread(mut udp: UdpEcho, drain: RawFd, budget: usize, counters: &Counters
         if fds[1].revents != 0 {
             return Ok(());
         }
-        match udp.serve(budget, counters) {
-            // A spent budget: poll says so again at once, and the drain is checked between.
-            UdpTurn::Spent | UdpTurn::Drained => {}
-            UdpTurn::Failed => std::thread::sleep(udp::ERROR_PAUSE),
-        }
+        // Served on a datagram or at the wake-up (a timeout of the endpoint's is handled then).
+        wake_at = match udp.serve(budget, counters) {
+            UdpTurn::Drained { wake_at } => wake_at,
+            // Served again at once, datagrams or not, with the drain checked between.
+            UdpTurn::Spent => Some(Instant::now()),
+            UdpTurn::Failed => {
+                std::thread::sleep(udp::ERROR_PAUSE);
+                Some(Instant::now())
+            }
+        };
     }
 }
