@@ -398,6 +398,43 @@ pub(crate) mod tests {
         assert_eq!(buf, b"x");
     }
 
+    /// `serve` says when the endpoint wants to be woken, and sends at that instant what its
+    /// timeout made; echo never asks.
+    #[test]
+    fn a_drained_socket_carries_the_endpoints_wake_up() {
+        let stats = crate::stats::Stats::new(1);
+        let counters = stats.shard(0);
+        let bound = |endpoint| {
+            let socket = Socket::from(UdpSocket::bind("127.0.0.1:0").expect("server socket"));
+            socket.set_nonblocking(true).expect("nonblocking");
+            DatagramSocket::with_endpoint(Arc::new(socket), Offload { gso: false, gro: false }, endpoint)
+        };
+        let client = UdpSocket::bind("127.0.0.1:0").expect("client socket");
+        client.set_read_timeout(Some(Duration::from_secs(2))).expect("read timeout");
+        let addr_of = |s: &Socket| s.local_addr().ok().and_then(|a| a.as_socket()).expect("address");
+
+        let mut echo = bound(ServiceEndpoint::Echo(EchoEndpoint::new(1 << 16)));
+        assert_eq!(echo.serve(1 << 20, counters), UdpTurn::Drained { wake_at: None });
+        client.send_to(b"now", addr_of(&echo.socket)).expect("send");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(echo.serve(1 << 20, counters), UdpTurn::Drained { wake_at: None });
+        let mut reply = [0; 16];
+        assert_eq!(client.recv(&mut reply).ok(), Some(3));
+
+        let mut late = bound(ServiceEndpoint::Test(Box::new(LateEcho::default())));
+        let sent_at = Instant::now();
+        client.send_to(b"late", addr_of(&late.socket)).expect("send");
+        std::thread::sleep(Duration::from_millis(50));
+        let UdpTurn::Drained { wake_at: Some(at) } = late.serve(1 << 20, counters) else {
+            panic!("no wake-up after a datagram the endpoint holds")
+        };
+        assert!(at >= sent_at + LATE_BY && at <= Instant::now() + LATE_BY, "wake-up {:?} after sending", at - sent_at);
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        assert_eq!(late.serve(1 << 20, counters), UdpTurn::Drained { wake_at: None });
+        assert_eq!(client.recv(&mut reply).ok(), Some(4));
+        assert_eq!(&reply[..4], b"late");
+    }
+
     /// A datagram whose reply the endpoint makes only at its wake-up reaches the client on
     /// every model that serves UDP: each engine waits for the endpoint's instant as well as
     /// for readiness. Twice per model, so a wake-up is armed again after one fired.
