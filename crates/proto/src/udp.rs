@@ -48,7 +48,8 @@ pub trait Endpoint {
     fn poll_transmit(&mut self, now: Instant, max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit>;
 
     /// When the endpoint wants [`Endpoint::handle_timeout`] called; None: never, until
-    /// something arrives.
+    /// something arrives. The socket layer serves the endpoint at this instant whether or not
+    /// a datagram has arrived: a timer's datagrams (an ACK, a retransmission) go out then.
     fn poll_timeout(&self) -> Option<Instant>;
 
     /// The time is `now`: what fell due is done (and may have queued datagrams to send).
