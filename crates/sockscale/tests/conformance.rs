@@ -467,7 +467,7 @@ pub fn a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin(model: &str) {
     std::thread::sleep(Duration::from_millis(100));
     let began = Instant::now();
     server.signal(libc::SIGTERM);
-    let mut ending = |c: &mut HttpReader, name: &str| {
+    let ending = |c: &mut HttpReader, name: &str| {
         c.stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
         let mut byte = [0u8; 1];
         let read = read_some(&mut c.stream, &mut byte);
