@@ -1,8 +1,10 @@
-//! What every acceptor shares besides the accept gate (`policy::AcceptGate`): refusing a
-//! connection the server will not serve, and logging at most once a second.
+//! What every acceptor shares besides the accept gate (`policy::AcceptGate`): carrying out a
+//! refusal, and logging at most once a second.
 //!
 //! Refusing is the seeds' "refuse clients when busy": the connection is accepted, given the
-//! protocol's refusal (HTTP's 503, nothing for echo), closed at once and counted as refused.
+//! protocol's refusal (HTTP's 503 in clear; nothing for TLS or echo), ended in good order and
+//! counted as refused. Whom to refuse, and with which bytes and ending, is the worker core's
+//! (`policy::WorkerCore`); [`refuse`] only carries its answer out.
 
 use std::io;
 use std::os::fd::RawFd;

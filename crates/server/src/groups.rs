@@ -4,9 +4,9 @@
 //! a group runs.
 //!
 //! The model's own thread is the acceptor: it waits in poll(2) on the listener and its shutdown
-//! waker, takes up to `--accept-batch` connections per wake-up, counts each against
-//! `--max-conns` (beyond it the connection is refused: closed at once, after a 503 for HTTP) and
-//! hands it to the first group with room through that group's `Inbox`. When every group is full
+//! waker, takes up to `--accept-batch` connections per wake-up, asks its worker core
+//! (`policy::WorkerCore`) whether to admit each (beyond `--max-conns` it is refused: a 503 in
+//! clear, nothing under TLS, then a FIN) and hands it to the first group with room through that group's `Inbox`. When every group is full
 //! it starts another. Empty groups stay: a parked group thread costs no CPU, and refilling the
 //! lowest-numbered groups first keeps the threads of the busiest moment instead of starting and
 //! stopping threads while the load oscillates around a multiple of the group size.

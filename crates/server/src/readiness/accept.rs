@@ -3,8 +3,9 @@
 //! the listener is taken out of the selector, so the loop never spins on a listener it cannot
 //! serve; it comes back when the gate's time is due or one of this worker's connections
 //! closes. A spent batch drives the listener again on the next turn, after the connections
-//! already ready have had theirs. Beyond `--max-conns` a connection is refused
-//! (`admission::refuse`).
+//! already ready have had theirs. Whether a connection taken is served, waits for an
+//! active-set place or is refused (and with which bytes) is the worker core's
+//! (`policy::WorkerCore`); a refusal is carried out by `admission::refuse`.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

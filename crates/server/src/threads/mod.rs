@@ -8,10 +8,12 @@
 //!   shutdown latches, the count of live connections, pooled protocol engines;
 //! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
 //!   drain latch and carries out what `policy::AcceptGate` answers (batch, back-off, storm
-//!   hold; a pause is cut short when a connection closes), refusing beyond `--max-conns`;
+//!   hold; a pause is cut short when a connection closes), and [`Admission`] what the model's
+//!   worker core (`policy::WorkerCore`) answers: admit, or refuse (beyond `--max-conns`, past
+//!   the memory maps' budget, when no TLS session or thread can be had);
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
-//!   and returns when every connection has drained or the drain deadline (or a second signal)
-//!   says the rest must close now;
+//!   and returns when the core's drain says so: every connection drained, or the drain
+//!   deadline (or a second signal) passed and the rest must close now;
 //! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
 //!   (`policy::Lifecycle`, carried out by `conn::Exchange::turn`: a pool buffer taken only when
 //!   it asks for a read, the output written straight from the buffer);
