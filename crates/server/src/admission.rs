@@ -1,19 +1,19 @@
-//! What every acceptor shares besides the accept gate (`policy::AcceptGate`): refusing a
-//! connection the server will not serve, and logging at most once a second.
+//! What every acceptor shares besides the accept gate (`policy::AcceptGate`): carrying out a
+//! refusal, and logging at most once a second.
 //!
 //! Refusing is the seeds' "refuse clients when busy": the connection is accepted, given the
-//! protocol's refusal (HTTP's 503, nothing for echo), closed at once and counted as refused.
+//! protocol's refusal (HTTP's 503 in clear; nothing for TLS or echo), ended in good order and
+//! counted as refused. Whom to refuse, and with which bytes and ending, is the worker core's
+//! (`policy::WorkerCore`); [`refuse`] only carries its answer out.
 
-use std::fmt::Display;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sockscale_proto::Engine;
-
 use crate::policy::AcceptStep;
-use crate::policy::Limit;
+pub use crate::policy::Refusal;
+use crate::policy::{Limit, Refused, Slots};
 use crate::stats::{Counters, Stats};
 
 /// Let a kind of message through at most once a second per process, counting the ones held
@@ -99,95 +99,33 @@ pub fn accept_paused(log: &mut LogLimiter, stats: &Stats, now: Instant, err: &io
     }
 }
 
-/// Why a connection is refused. Each acceptor says which; the words and the [`Limit`] counted
-/// are said here once.
-#[derive(Debug)]
-pub enum Refusal<'a> {
-    /// `--max-conns` connections are open.
-    MaxConns,
-    /// The model cannot watch another descriptor; the selector's reason.
-    Full(&'a str),
-    /// The selector failed to watch this one (ENOMEM, ENOSPC: `max_user_watches`). Once a
-    /// connection is served, the same failure is a close with `CloseReason::Error`.
-    Unwatchable(&'a io::Error),
-    /// No thread could be started for the connection.
-    Thread(&'a io::Error),
-    /// No thread could be started for another connection group.
-    Group(&'a io::Error),
-    /// The connection's threads would take the process past `max_map_count` memory maps.
-    MemoryMaps { max_map_count: u64 },
-    /// `bound` connections already wait for a worker.
-    QueueFull { bound: usize },
-    /// `max` TLS handshakes are in progress (`--max-handshakes`).
-    Handshakes { max: usize },
-    /// No TLS session could be made for the connection.
-    TlsUnavailable,
-    /// The server is draining.
-    ShuttingDown,
-}
-
-impl Refusal<'_> {
-    /// The limit this refusal is counted against, if any.
-    pub fn limit(&self) -> Option<Limit> {
-        match self {
-            Refusal::MaxConns => Some(Limit::MaxConns),
-            Refusal::Full(_) => Some(Limit::Ceiling),
-            Refusal::Thread(e) | Refusal::Group(e) => Some(Limit::of_error(e).unwrap_or(Limit::Threads)),
-            Refusal::Unwatchable(e) => Limit::of_error(e),
-            Refusal::QueueFull { .. } => Some(Limit::Queue),
-            Refusal::MemoryMaps { .. } => Some(Limit::MemoryMaps),
-            Refusal::Handshakes { .. } => Some(Limit::Handshakes),
-            Refusal::TlsUnavailable => None,
-            Refusal::ShuttingDown => None,
-        }
-    }
-}
-
-impl Display for Refusal<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::MaxConns => f.write_str("--max-conns reached"),
-            Refusal::Full(reason) => f.write_str(reason),
-            Refusal::Unwatchable(e) => write!(f, "cannot watch an accepted connection: {e}"),
-            Refusal::Thread(e) => write!(f, "cannot start a thread for a connection: {e}"),
-            Refusal::Group(e) => write!(f, "cannot start another connection group: {e}"),
-            Refusal::QueueFull { bound } => {
-                write!(f, "{bound} connections already wait for a worker (the queue is full)")
-            }
-            Refusal::MemoryMaps { max_map_count } => write!(
-                f,
-                "another connection's threads would pass the process's memory-map limit (vm.max_map_count {max_map_count})"
-            ),
-            Refusal::Handshakes { max } => write!(f, "{max} TLS handshakes are in progress (--max-handshakes)"),
-            Refusal::TlsUnavailable => f.write_str("no TLS session could be made for the connection"),
-            Refusal::ShuttingDown => f.write_str("the server is shutting down"),
-        }
-    }
-}
-
-/// Refuse the connection on `fd`, which the caller closes right after: send the protocol's
-/// refusal (HTTP's 503), count it as refused and against its limit, and log why at most once a
-/// second. Every acceptor refuses through this.
-pub fn refuse(
-    fd: RawFd,
-    engine: Option<&mut Engine>,
-    counters: &Counters,
-    stats: &Stats,
-    log: &mut LogLimiter,
-    why: Refusal<'_>,
-) {
+/// Carry out a refusal the worker core answered (`policy::WorkerCore`) on `fd`, which the
+/// caller closes right after: send its last bytes and end the socket as it says, count it as
+/// refused and against its limit, and log why at most once a second. Every acceptor refuses
+/// through this.
+pub fn refuse(fd: RawFd, refused: Refused<'_>, counters: &Counters, stats: &Stats, log: &mut LogLimiter) {
     counters.refused();
-    if let Some(limit) = why.limit() {
+    if let Some(limit) = refused.why.limit() {
         stats.limit_hit(limit);
     }
-    // A TLS server passes no engine: its protocol's refusal cannot be sent in clear before a
-    // handshake, and a handshake is what a refused connection is not given.
-    // Either way in good order: closing with the client's first bytes unread would reset the
-    // connection, and could destroy the 503 before the client reads it.
-    let refusal = engine.and_then(Engine::refusal);
-    sockscale_sys::end_socket(fd, refusal.as_deref().unwrap_or_default(), sockscale_sys::Ending::Orderly);
+    sockscale_sys::end_socket(fd, refused.last.as_deref().unwrap_or_default(), refused.ending);
     if let Some(suppressed) = log.allow(Instant::now()) {
-        tracing::warn!(open = stats.current(), suppressed, "refusing connections: {why}");
+        tracing::warn!(open = stats.current(), suppressed, "refusing connections: {}", refused.why);
+    }
+}
+
+/// The process's `--max-conns` count is the one `Stats` keeps.
+impl Slots for Stats {
+    fn try_take(&self, max: usize) -> bool {
+        self.try_open(max)
+    }
+
+    fn give_back(&self) {
+        self.close();
+    }
+
+    fn taken(&self) -> usize {
+        self.current()
     }
 }
 

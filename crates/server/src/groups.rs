@@ -4,9 +4,9 @@
 //! a group runs.
 //!
 //! The model's own thread is the acceptor: it waits in poll(2) on the listener and its shutdown
-//! waker, takes up to `--accept-batch` connections per wake-up, counts each against
-//! `--max-conns` (beyond it the connection is refused: closed at once, after a 503 for HTTP) and
-//! hands it to the first group with room through that group's `Inbox`. When every group is full
+//! waker, takes up to `--accept-batch` connections per wake-up, asks its worker core
+//! (`policy::WorkerCore`) whether to admit each (beyond `--max-conns` it is refused: a 503 in
+//! clear, nothing under TLS, then a FIN) and hands it to the first group with room through that group's `Inbox`. When every group is full
 //! it starts another. Empty groups stay: a parked group thread costs no CPU, and refilling the
 //! lowest-numbered groups first keeps the threads of the busiest moment instead of starting and
 //! stopping threads while the load oscillates around a multiple of the group size.
@@ -31,7 +31,7 @@ use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
 use crate::inbox::Inbox;
-use crate::policy::{AcceptFailed, AcceptGate, AcceptNext};
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Handover, Refused, WorkerCore};
 use crate::shutdown::Shutdown;
 use crate::stats::{Counters, Stats};
 
@@ -111,7 +111,6 @@ struct Group<'scope> {
 
 /// The model's own thread: accepts, and hands connections to groups.
 pub struct GroupAcceptor<'scope, 'env> {
-    cfg: &'env Config,
     stats: &'env Stats,
     counters: &'env Counters,
     shutdown: &'env Shutdown,
@@ -125,6 +124,8 @@ pub struct GroupAcceptor<'scope, 'env> {
     gate: AcceptGate<OwnedFd>,
     accept_log: LogLimiter,
     refusal_log: LogLimiter,
+    /// Whom to admit and how to refuse (the groups keep their own active sets and drains).
+    core: WorkerCore<u64>,
 }
 
 impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
@@ -139,7 +140,6 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
         let waker = Arc::new(Waker::new()?);
         shutdown.register(waker.clone());
         Ok(GroupAcceptor {
-            cfg,
             stats,
             counters: stats.shard(0),
             shutdown,
@@ -151,6 +151,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             gate: AcceptGate::new(cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             refusal_log: LogLimiter::refusals(),
+            core: WorkerCore::new(cfg.max_conns, cfg.tls.is_some(), None, Handover::AtOnce),
         })
     }
 
@@ -248,23 +249,20 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     where
         F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
     {
-        if !self.stats.try_open(self.cfg.max_conns) {
-            return self.refuse(fd, Refusal::MaxConns);
+        let engine = &mut self.engine;
+        if let Some(refused) = self.core.on_accepted(false, self.stats, || refusal(engine)) {
+            return self.refuse(fd, refused);
         }
         let group = match self.group_with_room(scope, start) {
             Ok(group) => group,
-            Err(e) => {
-                self.stats.close();
-                return self.refuse(fd, Refusal::Group(&e));
-            }
+            Err(e) => return self.unserved(fd, Refusal::Group(&e)),
         };
         let load = self.groups[group].load.clone();
         load.connections.fetch_add(1, Ordering::AcqRel);
         if let Err(fd) = self.groups[group].inbox.push(fd) {
             // The group stopped taking connections: it is draining, or it failed.
             load.connections.fetch_sub(1, Ordering::AcqRel);
-            self.stats.close();
-            self.refuse(fd, Refusal::ShuttingDown);
+            self.unserved(fd, Refusal::ShuttingDown);
         }
     }
 
@@ -288,13 +286,26 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
 
     /// A connection counted against --max-conns that no group will serve.
     fn abandon(&mut self, fd: OwnedFd) {
-        self.stats.close();
-        self.refuse(fd, Refusal::ShuttingDown);
+        self.unserved(fd, Refusal::ShuttingDown);
     }
 
-    fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        self.engine.tick(unix_now());
-        let engine = self.cfg.tls.is_none().then_some(&mut self.engine);
-        admission::refuse(fd.as_raw_fd(), engine, self.counters, self.stats, &mut self.refusal_log, why);
+    /// A connection admitted (its slot taken) that will not be served, for `why`: refused as
+    /// the core answers, its slot given back.
+    fn unserved(&mut self, fd: OwnedFd, why: Refusal<'_>) {
+        let engine = &mut self.engine;
+        let refused = self.core.on_unserved(why, self.stats, || refusal(engine));
+        self.refuse(fd, refused);
     }
+
+    /// Carry out a refusal: its last bytes, its ending, its count.
+    fn refuse(&mut self, fd: OwnedFd, refused: Refused<'_>) {
+        admission::refuse(fd.as_raw_fd(), refused, self.counters, self.stats, &mut self.refusal_log);
+    }
+}
+
+/// The protocol's refusal (HTTP's 503), dated now: this engine serves nothing else, so it is
+/// brought to the current second only when a refusal is rendered.
+fn refusal(engine: &mut Engine) -> Option<bytes::Bytes> {
+    engine.tick(unix_now());
+    engine.refusal()
 }

@@ -297,6 +297,79 @@ pub fn max_conns_refuses_with_503(model: &str) {
     assert_eq!(done.counter("refused"), 1);
 }
 
+/// A connection beyond `--max-conns` gets one refusal on every model, in clear and over TLS:
+/// HTTP's 503 in clear (nothing under TLS, which gives no refused connection a handshake), then
+/// a FIN, never a reset, even when the client's first bytes (a request, a ClientHello) were
+/// queued unread when the server refused it: the server is stopped while they arrive. Before
+/// refusals ended the socket in good order (`sockscale_sys::end_socket`), the TLS refusal closed
+/// with the ClientHello unread, and the kernel reset the connection.
+pub fn a_connection_beyond_max_conns_is_refused_with_a_fin(model: &str) {
+    if skip(model, Policy::MaxConns) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("beyond-max-conns-{model}"));
+    let config = cert.client(&[&rustls::version::TLS13], &[b"http/1.1"]);
+    let cert_args = cert.args();
+    for tls_on in [false, true] {
+        if tls_on && skip(model, Policy::Tls) {
+            continue;
+        }
+        let mut args = vec!["--proto", "http", "--max-conns", "2"];
+        if tls_on {
+            args.extend(cert_args.iter().map(String::as_str));
+        }
+        let server = ServerProc::start(model, &args);
+        // Two held connections, served: the server is full.
+        let (mut plain, mut secure) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            if tls_on {
+                let mut c = HttpReader::new(tls::over(server.connect(), &config));
+                c.send(GET);
+                assert_eq!(c.response(false).expect("admitted").status, 200);
+                secure.push(c);
+            } else {
+                let mut c = HttpReader::new(server.connect());
+                c.send(GET);
+                assert_eq!(c.response(false).expect("admitted").status, 200);
+                plain.push(c);
+            }
+        }
+        let first: Vec<u8> = if tls_on {
+            let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+            let mut hello = Vec::new();
+            let mut client = rustls::ClientConnection::new(config.clone(), name).expect("client");
+            client.write_tls(&mut hello).expect("a ClientHello");
+            hello
+        } else {
+            GET.to_vec()
+        };
+        server.signal(libc::SIGSTOP);
+        let mut extra = server.connect();
+        extra.write_all(&first).expect("the client's first bytes");
+        std::thread::sleep(Duration::from_millis(100));
+        server.signal(libc::SIGCONT);
+        extra.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let (mut got, mut chunk) = (Vec::new(), [0u8; 4096]);
+        let end = loop {
+            match read_some(&mut extra, &mut chunk) {
+                Ok(0) => break Ok(()),
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Err(e) => break Err(e),
+            }
+        };
+        let how = if tls_on { "TLS" } else { "clear" };
+        assert!(end.is_ok(), "{how}: the refused connection ended with {end:?}, not a FIN");
+        if tls_on {
+            assert!(got.is_empty(), "TLS: no bytes in clear, got {:?}", String::from_utf8_lossy(&got));
+        } else {
+            assert!(got.starts_with(b"HTTP/1.1 503"), "clear: {:?}", String::from_utf8_lossy(&got));
+        }
+        drop((plain, secure));
+        let done = server.stop();
+        assert_eq!(done.counter("refused"), 1, "{how}: {:?}", done.stdout);
+    }
+}
+
 pub fn flooding_client_is_disconnected_and_memory_stays_bounded(model: &str) {
     if skip(model, Policy::FloodCutoff) {
         return;
@@ -375,6 +448,40 @@ pub fn graceful_shutdown(model: &str) {
     let done = server.stop_within(Duration::from_secs(5));
     assert!(done.status.success(), "exit status {:?}", done.status);
     assert!(done.took < Duration::from_secs(3), "drained in {:?}", done.took);
+    assert_eq!(done.counter("connections"), 0);
+}
+
+/// The drain ends an idle connection and a half-sent one alike on every model: the idle one at
+/// once, the half-sent one (its request never finished) at the drain's one deadline, each with a
+/// FIN and no bytes (never a reset), and the server exits when both are gone.
+pub fn a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin(model: &str) {
+    if skip(model, Policy::GracefulShutdown) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "http", "--drain-timeout", "1"]);
+    let (mut idle, mut half) = (HttpReader::new(server.connect()), HttpReader::new(server.connect()));
+    for c in [&mut idle, &mut half] {
+        c.send(GET);
+        assert_eq!(c.response(false).expect("served").status, 200);
+    }
+    half.send(b"GET / HTTP/1.1\r\nHo");
+    std::thread::sleep(Duration::from_millis(100));
+    let began = Instant::now();
+    server.signal(libc::SIGTERM);
+    let ending = |c: &mut HttpReader, name: &str| {
+        c.stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let mut byte = [0u8; 1];
+        let read = read_some(&mut c.stream, &mut byte);
+        assert!(matches!(read, Ok(0)), "the {name} connection ended with {read:?}, not a FIN and no bytes");
+        began.elapsed()
+    };
+    let idle_at = ending(&mut idle, "idle");
+    let half_at = ending(&mut half, "half-sent");
+    assert!(idle_at < Duration::from_millis(700), "the idle connection closes at once: {idle_at:?}");
+    assert!(half_at >= Duration::from_millis(900), "the half-sent one at the deadline, not before: {half_at:?}");
+    assert!(half_at < Duration::from_secs(3), "the half-sent one at the deadline, not long after: {half_at:?}");
+    let done = server.stop_within(Duration::from_secs(5));
+    assert!(done.status.success(), "exit status {:?}", done.status);
     assert_eq!(done.counter("connections"), 0);
 }
 
@@ -2025,8 +2132,10 @@ macro_rules! conformance {
             #[test] fn first_data_timeout_and_defer_accept() { if !super::unavailable(MODEL) { super::first_data_timeout_and_defer_accept(MODEL) } }
             #[test] fn header_timeout() { if !super::unavailable(MODEL) { super::header_timeout(MODEL) } }
             #[test] fn max_conns_refuses_with_503() { if !super::unavailable(MODEL) { super::max_conns_refuses_with_503(MODEL) } }
+            #[test] fn a_connection_beyond_max_conns_is_refused_with_a_fin() { if !super::unavailable(MODEL) { super::a_connection_beyond_max_conns_is_refused_with_a_fin(MODEL) } }
             #[test] fn flooding_client_is_disconnected_and_memory_stays_bounded() { if !super::unavailable(MODEL) { super::flooding_client_is_disconnected_and_memory_stays_bounded(MODEL) } }
             #[test] fn graceful_shutdown() { if !super::unavailable(MODEL) { super::graceful_shutdown(MODEL) } }
+            #[test] fn a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin() { if !super::unavailable(MODEL) { super::a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin(MODEL) } }
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }

@@ -16,7 +16,6 @@ use sockscale_proto::Segment;
 
 use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
-use crate::admission::Refusal;
 use crate::body::{no_body_file, BodyFile, FileStep, Seal, FILE_CHUNK};
 use crate::conn::{
     answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_seal_output,
@@ -29,14 +28,16 @@ impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
     /// accepted it.
     pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
-        if !counted && !self.stats.try_open(self.cfg.max_conns) {
-            return self.refuse(fd, Refusal::MaxConns);
+        let engine = &mut self.engine;
+        if let Some(refused) = self.core.on_accepted(counted, self.stats, || engine.refusal()) {
+            return self.refuse(fd, refused);
         }
         let tls = match tls_session(self.cfg.tls.as_ref(), self.counters, self.now) {
             Ok(tls) => tls,
-            Err(refusal) => {
-                self.stats.close();
-                return self.refuse(fd, refusal);
+            Err(why) => {
+                let engine = &mut self.engine;
+                let refused = self.core.on_unserved(why, self.stats, || engine.refusal());
+                return self.refuse(fd, refused);
             }
         };
         let generation = self.next_generation();
@@ -48,11 +49,9 @@ impl UringWorker<'_> {
         self.counters.accepted();
         self.stats.enlist(raw);
         let token = conn_token(index, generation);
-        if let Some(set) = &mut self.active {
-            if set.enter(token, self.now) == Entry::Waiting {
-                if let Some(conn) = self.conns.get_mut(index) {
-                    seats::stop(&mut conn.lc, raw, self.now, self.stats);
-                }
+        if self.core.on_started(token, self.now) == Entry::Waiting {
+            if let Some(conn) = self.conns.get_mut(index) {
+                seats::stop(&mut conn.lc, raw, self.now, self.stats);
             }
         }
         self.settle(index, generation);
@@ -61,13 +60,12 @@ impl UringWorker<'_> {
     /// Give places in the active set up to waiting connections when a review is due: the ones
     /// that stop have their receive cancelled, the ones that start get one.
     pub(super) fn review_active_set(&mut self) {
-        let Some(set) = &mut self.active else { return };
-        if set.next_review().is_none_or(|at| self.now < at) {
+        if !self.core.review_due(self.now) {
             return;
         }
         let conns = &self.conns;
         let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.lc.is_between_requests());
-        let swaps = set.review(self.now, between);
+        let swaps = self.core.review(self.now, between);
         self.stats.rotated(swaps.stop.len());
         for token in swaps.stop {
             let (index, generation) = split_token(token);
@@ -162,9 +160,7 @@ impl UringWorker<'_> {
             return match fed {
                 Ok(fed) => {
                     if fed.counted() {
-                        if let Some(set) = &mut self.active {
-                            set.on_input(&conn_token(index, generation), self.now);
-                        }
+                        self.core.on_input(&conn_token(index, generation), self.now);
                     }
                     self.settle(index, generation)
                 }
@@ -180,9 +176,7 @@ impl UringWorker<'_> {
         let data = self.bufs.get(bid, n);
         let fed = conn.lc.on_input(data, n, self.now, &mut self.engine, &mut self.scratch);
         if fed.counted() {
-            if let Some(set) = &mut self.active {
-                set.on_input(&conn_token(index, generation), self.now);
-            }
+            self.core.on_input(&conn_token(index, generation), self.now);
         }
         if fed != Fed::Send {
             // Nothing to send, or the protocol had already ended the exchange: input a
@@ -462,12 +456,10 @@ impl UringWorker<'_> {
         if cancel {
             self.cancel_recv(index);
         }
-        if let Some(set) = &mut self.active {
-            seats::closed(was_waiting, self.stats);
-            // No set while draining (the drain ended it), so a close never opens another here.
-            if let Some(next) = set.leave(&token, self.now) {
-                self.start_reading(next);
-            }
+        seats::closed(was_waiting, self.stats);
+        // No set while draining (the drain ended it), so a close never opens another here.
+        if let Some(next) = self.core.on_closed(&token, self.now) {
+            self.start_reading(next);
         }
         self.reclaim(index);
     }

@@ -16,13 +16,13 @@ use sockscale_sys::{Timers, Waker};
 use super::bufring::BufRing;
 use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
-use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::admission::{self, accept_paused, LogLimiter};
 use crate::clock::{unix_now, DateClock};
 use crate::config::Config;
 use crate::groups::GroupLoad;
 use crate::inbox::Inbox;
 use crate::policy::CloseReason;
-use crate::policy::{AcceptGate, AcceptNext, ActiveConfig, ActiveSet, Limits};
+use crate::policy::{AcceptGate, AcceptNext, ActiveConfig, DrainStep, Handover, Limits, Refused, WorkerCore};
 use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
@@ -106,7 +106,6 @@ pub struct UringWorker<'a> {
     pub(super) scratch: Output,
     pub(super) now: Instant,
     date: DateClock,
-    pub(super) drain_deadline: Option<Instant>,
     /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
     pub(super) held_buffers: usize,
     /// Boxes of completed sends, for the next sends.
@@ -133,8 +132,9 @@ pub struct UringWorker<'a> {
     /// fail with EBUSY.
     #[cfg(test)]
     pub(super) fail_submits: u32,
-    /// `--active-set`: which connections have a receive posted, keyed by token.
-    pub(super) active: Option<ActiveSet<u64>>,
+    /// Admission, the active set (which connections have a receive posted, keyed by token) and
+    /// the drain: this worker's core decides.
+    pub(super) core: WorkerCore<u64>,
 }
 
 impl<'a> UringWorker<'a> {
@@ -177,7 +177,6 @@ impl<'a> UringWorker<'a> {
             scratch: Output::default(),
             now,
             date: DateClock::new(now),
-            drain_deadline: None,
             held_buffers: 0,
             sends: SpareSends::default(),
             starved: Vec::new(),
@@ -190,7 +189,7 @@ impl<'a> UringWorker<'a> {
             submit_error_logged: false,
             #[cfg(test)]
             fail_submits: 0,
-            active: setup.active.map(ActiveSet::new),
+            core: WorkerCore::new(setup.cfg.max_conns, setup.cfg.tls.is_some(), setup.active, Handover::AtOnce),
         };
         worker.arm_wake();
         worker.arm_source();
@@ -202,11 +201,12 @@ impl<'a> UringWorker<'a> {
     pub fn run(mut self) -> io::Result<()> {
         loop {
             self.turn()?;
-            if let Some(deadline) = self.drain_deadline {
-                if self.conns.iter().all(|(_, c)| c.closed) {
-                    break;
-                }
-                if self.now >= deadline || self.shutdown.phase() == Phase::Forced {
+            // Counting the open connections walks the slab: only once the drain began.
+            let open = if self.core.is_draining() { self.conns.iter().filter(|(_, c)| !c.closed).count() } else { 0 };
+            match self.core.drain_step(self.now, open, self.shutdown.phase() == Phase::Forced) {
+                DrainStep::Serving | DrainStep::Draining => {}
+                DrainStep::Done => break,
+                DrainStep::CloseAll => {
                     self.close_all(CloseReason::Shutdown);
                     break;
                 }
@@ -244,8 +244,7 @@ impl<'a> UringWorker<'a> {
 
     fn wait_timeout(&self) -> Duration {
         let mut at = self.timers.next();
-        let review = self.active.as_ref().and_then(ActiveSet::next_review);
-        for candidate in [self.drain_deadline, self.gate.resumes_at(), review].into_iter().flatten() {
+        for candidate in [self.core.next_wake(), self.gate.resumes_at()].into_iter().flatten() {
             at = Some(at.map_or(candidate, |a| a.min(candidate)));
         }
         // Starved receives and entries waiting for room are retried soon; otherwise sleep until
@@ -434,7 +433,7 @@ impl<'a> UringWorker<'a> {
     /// multishot accept as connections come, so the batch does not apply.
     fn arm_accept(&mut self) {
         let Some(fd) = self.listener_fd() else { return };
-        if self.drain_deadline.is_some() || self.tearing_down {
+        if self.core.is_draining() || self.tearing_down {
             return;
         }
         loop {
@@ -478,8 +477,9 @@ impl<'a> UringWorker<'a> {
         if result >= 0 {
             // SAFETY: a successful accept completion's result is a new descriptor we own.
             let fd = unsafe { OwnedFd::from_raw_fd(result) };
-            if self.drain_deadline.is_some() {
-                return;
+            if self.core.is_draining() {
+                // Taken as the drain began: refused, as the core answers.
+                return self.admit(fd, false);
             }
             // An abort storm that began while the multishot accept was armed: the kernel has
             // taken this one in already, so the gate holds it, unserved as it would have been in
@@ -518,14 +518,14 @@ impl<'a> UringWorker<'a> {
         for fd in fds {
             self.admit(fd, true);
         }
-        if self.drain_deadline.is_none() && !self.tearing_down {
+        if !self.core.is_draining() && !self.tearing_down {
             self.arm_source();
         }
     }
 
     fn serve_udp(&mut self, flags: u32) {
         self.udp_turn();
-        if !cqueue::more(flags) && self.drain_deadline.is_none() && !self.tearing_down {
+        if !cqueue::more(flags) && !self.core.is_draining() && !self.tearing_down {
             self.arm_source();
         }
     }
@@ -550,14 +550,18 @@ impl<'a> UringWorker<'a> {
     }
 
     fn on_phase_change(&mut self) {
-        if self.shutdown.phase() != Phase::Running && self.drain_deadline.is_none() {
+        if self.shutdown.phase() != Phase::Running {
             self.begin_drain();
         }
     }
 
     fn begin_drain(&mut self) {
         let until = self.shutdown.drain_until().unwrap_or(self.now);
-        self.drain_deadline = Some(until);
+        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
+        // reads what it sent before the drain, or closes now if it sent nothing.
+        if !self.core.begin_drain(until) {
+            return;
+        }
         if self.accept_armed {
             let entry =
                 opcode::AsyncCancel::new(pack(Op::Accept, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
@@ -566,11 +570,10 @@ impl<'a> UringWorker<'a> {
         }
         match self.source.take() {
             Some(UringSource::Inbox(inbox)) => {
-                // Connections handed over but never taken give back their --max-conns slot.
+                // Connections handed over but never taken are refused (the core answers how, and
+                // gives back the --max-conns slots their acceptor took).
                 for fd in inbox.close() {
-                    drop(fd);
-                    self.stats.close();
-                    self.counters.refused();
+                    self.admit(fd, true);
                 }
             }
             Some(UringSource::Udp(udp)) => {
@@ -586,9 +589,6 @@ impl<'a> UringWorker<'a> {
         }
         let live: Vec<(usize, u32)> =
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
-        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
-        // reads what it sent before the drain, or closes now if it sent nothing.
-        self.active = None;
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
                 seats::drain(&mut conn.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
@@ -675,9 +675,9 @@ impl<'a> UringWorker<'a> {
         self.reclaim(index);
     }
 
-    pub(super) fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        let engine = self.cfg.tls.is_none().then_some(&mut self.engine);
-        admission::refuse(fd.as_raw_fd(), engine, self.counters, self.stats, &mut self.refusal_log, why);
+    /// Carry out a refusal the core answered: its last bytes, its ending, its count.
+    pub(super) fn refuse(&mut self, fd: OwnedFd, refused: Refused<'_>) {
+        admission::refuse(fd.as_raw_fd(), refused, self.counters, self.stats, &mut self.refusal_log);
     }
 }
 

@@ -104,7 +104,9 @@ pub struct ActiveSet<K> {
 }
 
 impl<K: Copy + Eq + Hash> ActiveSet<K> {
-    /// A set whose engine starts reading a connection in the step that gives it a place.
+    /// A set whose engine starts reading a connection in the step that gives it a place (tests;
+    /// engines hold theirs in `WorkerCore`).
+    #[cfg(test)]
     pub fn new(cfg: ActiveConfig) -> Self {
         Self::with_handover(cfg, Handover::AtOnce)
     }

@@ -25,6 +25,7 @@
 //! | admitting a connection whose threads' memory maps still fit under vm.max_map_count | [`MapBudget`] |
 //! | pausing accepting in an abort storm (`--abort-storm`), and resuming below its threshold | [`AbortStorm`] |
 //! | which connections read at all (`--active-set`, `--active-grace`, `--active-turn`): the first N in FIFO order, rotating on close, idleness and turns | [`ActiveSet`], [`ConnPolicy::set_waiting`] |
+//! | one worker's admission (`--max-conns`; refusing with the protocol's refusal, 503 unless TLS, in good order), its active set, and its drain (the one deadline, closing what is left), and when it wakes next | [`WorkerCore`] |
 
 mod accept;
 mod active;
@@ -33,11 +34,13 @@ mod lifecycle;
 mod storm;
 mod threads;
 mod words;
+mod worker;
 
 pub use accept::{AcceptFailed, AcceptGate, AcceptNext, AcceptStep};
-pub use active::{ActiveConfig, ActiveSet, Entry, Handover};
+pub use active::{ActiveConfig, ActiveSet, Entry, Handover, Swaps};
 pub use conn::{after, closed_by_error, Limits, Pending};
 pub use lifecycle::{Action, Delivery, Fed, Lifecycle, Wait, Written};
 pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;
 pub use words::{CloseReason, Limit};
+pub use worker::{DrainStep, Refusal, Refused, Slots, WorkerCore};

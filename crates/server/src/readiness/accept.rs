@@ -3,8 +3,9 @@
 //! the listener is taken out of the selector, so the loop never spins on a listener it cannot
 //! serve; it comes back when the gate's time is due or one of this worker's connections
 //! closes. A spent batch drives the listener again on the next turn, after the connections
-//! already ready have had theirs. Beyond `--max-conns` a connection is refused
-//! (`admission::refuse`).
+//! already ready have had theirs. Whether a connection taken is served, waits for an
+//! active-set place or is refused (and with which bytes) is the worker core's
+//! (`policy::WorkerCore`); a refusal is carried out by `admission::refuse`.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -17,7 +18,7 @@ use sockscale_sys::{self as sys, Interest, RegisterError, Selector};
 use super::{token, Worker, LISTENER};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::conn::{tls_session, Conn};
-use crate::policy::{AcceptFailed, AcceptGate, AcceptNext};
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Refused};
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -140,20 +141,16 @@ impl<S: Selector> Worker<'_, S> {
         }
     }
 
-    /// Admit one accepted connection, or refuse it. `counted`: the max-conns slot was already
-    /// taken by whoever accepted it.
+    /// Set up one accepted connection, or refuse it, as the worker core answers. `counted`: the
+    /// max-conns slot was already taken by whoever accepted it.
     pub(super) fn on_accepted(&mut self, fd: OwnedFd, counted: bool) {
-        if !counted && !self.stats.try_open(self.cfg.max_conns) {
-            self.refuse(fd, Refusal::MaxConns);
-            return;
+        let engine = &mut self.kit.engine;
+        if let Some(refused) = self.core.on_accepted(counted, self.stats, || engine.refusal()) {
+            return self.refuse(fd, refused);
         }
         let tls = match tls_session(self.kit.tls.as_ref(), self.counters, self.now) {
             Ok(tls) => tls,
-            Err(refusal) => {
-                self.stats.close();
-                self.refuse(fd, refusal);
-                return;
-            }
+            Err(refusal) => return self.unserved(fd, refusal),
         };
         let entry = self.conns.vacant_entry();
         let index = entry.key();
@@ -163,16 +160,8 @@ impl<S: Selector> Worker<'_, S> {
         // wake-up per connection for nothing. Write interest is added when output is refused.
         match self.selector.register(fd.as_raw_fd(), tok, Interest::READ, false) {
             Ok(()) => {}
-            Err(RegisterError::Full(reason)) => {
-                self.stats.close();
-                self.refuse(fd, Refusal::Full(&reason));
-                return;
-            }
-            Err(RegisterError::Io(e)) => {
-                self.stats.close();
-                self.refuse(fd, Refusal::Unwatchable(&e));
-                return;
-            }
+            Err(RegisterError::Full(reason)) => return self.unserved(fd, Refusal::Full(&reason)),
+            Err(RegisterError::Io(e)) => return self.unserved(fd, Refusal::Unwatchable(&e)),
         }
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
@@ -192,9 +181,15 @@ impl<S: Selector> Worker<'_, S> {
         }
     }
 
-    /// Close a connection the server will not serve, after the protocol's refusal.
-    fn refuse(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        let engine = self.cfg.tls.is_none().then_some(&mut self.kit.engine);
-        admission::refuse(fd.as_raw_fd(), engine, self.counters, self.stats, &mut self.refusal_log, why);
+    /// An admitted connection could not be set up, for `why`: refuse it as the core answers.
+    fn unserved(&mut self, fd: OwnedFd, why: Refusal<'_>) {
+        let engine = &mut self.kit.engine;
+        let refused = self.core.on_unserved(why, self.stats, || engine.refusal());
+        self.refuse(fd, refused);
+    }
+
+    /// Carry out a refusal: its last bytes, its ending, its count.
+    fn refuse(&mut self, fd: OwnedFd, refused: Refused<'_>) {
+        admission::refuse(fd.as_raw_fd(), refused, self.counters, self.stats, &mut self.refusal_log);
     }
 }

@@ -29,9 +29,7 @@ impl<S: Selector> Worker<'_, S> {
             Turned::Close(reason) => self.close(index, reason),
             Turned::Wait { wait, input } => {
                 if input {
-                    if let Some(set) = &mut self.active {
-                        set.on_input(&token, self.now);
-                    }
+                    self.core.on_input(&token, self.now);
                 }
                 self.wait_for(token, wait);
             }

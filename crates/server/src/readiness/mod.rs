@@ -33,7 +33,7 @@ use crate::admission::LogLimiter;
 use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::Kit;
-use crate::policy::{ActiveConfig, ActiveSet, Entry, Limits};
+use crate::policy::{ActiveConfig, DrainStep, Entry, Handover, Limits, WorkerCore};
 use crate::pool::BufferPool;
 use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
@@ -95,7 +95,6 @@ pub struct WorkerParts<'a> {
 /// One thread's event loop over selector `S`.
 pub struct Worker<'a, S: Selector> {
     selector: S,
-    cfg: &'a Config,
     stats: &'a Stats,
     counters: &'a Counters,
     pool: &'a BufferPool,
@@ -114,16 +113,14 @@ pub struct Worker<'a, S: Selector> {
     resume_accept: bool,
     events: Vec<Event>,
     now: Instant,
-    /// Set once draining: when to close whatever is left.
-    drain_deadline: Option<Instant>,
     edge: bool,
     refusal_log: LogLimiter,
     /// The per-connection limits of `cfg`.
     limits: Limits,
     /// When to read the wall clock again (see `turn`).
     date: DateClock,
-    /// `--active-set`: which connections read, keyed by token.
-    active: Option<ActiveSet<u64>>,
+    /// Admission, the active set (keyed by token) and the drain: this worker's core decides.
+    core: WorkerCore<u64>,
 }
 
 impl<'a, S: Selector> Worker<'a, S> {
@@ -143,7 +140,6 @@ impl<'a, S: Selector> Worker<'a, S> {
         let now = Instant::now();
         Ok(Worker {
             selector,
-            cfg: parts.cfg,
             stats: parts.stats,
             counters: parts.counters,
             pool: parts.pool,
@@ -159,12 +155,11 @@ impl<'a, S: Selector> Worker<'a, S> {
             resume_accept: false,
             events: Vec::with_capacity(1024),
             now,
-            drain_deadline: None,
             edge,
             refusal_log: LogLimiter::refusals(),
             limits: parts.cfg.limits(),
             date: DateClock::new(now),
-            active: parts.active.map(ActiveSet::new),
+            core: WorkerCore::new(parts.cfg.max_conns, parts.cfg.tls.is_some(), parts.active, Handover::AtOnce),
         })
     }
 
@@ -172,11 +167,11 @@ impl<'a, S: Selector> Worker<'a, S> {
     pub fn run(mut self) -> io::Result<()> {
         loop {
             self.turn()?;
-            if let Some(deadline) = self.drain_deadline {
-                if self.conns.is_empty() {
-                    return Ok(());
-                }
-                if self.now >= deadline || self.shutdown.phase() == Phase::Forced {
+            let forced = self.shutdown.phase() == Phase::Forced;
+            match self.core.drain_step(self.now, self.conns.len(), forced) {
+                DrainStep::Serving | DrainStep::Draining => {}
+                DrainStep::Done => return Ok(()),
+                DrainStep::CloseAll => {
                     self.close_all();
                     return Ok(());
                 }
@@ -210,8 +205,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             return Some(Duration::ZERO);
         }
         let mut wake_at = self.timers.next();
-        let review = self.active.as_ref().and_then(ActiveSet::next_review);
-        for candidate in [self.drain_deadline, self.accept_resumes_at(), review].into_iter().flatten() {
+        for candidate in [self.core.next_wake(), self.accept_resumes_at()].into_iter().flatten() {
             wake_at = Some(wake_at.map_or(candidate, |at| at.min(candidate)));
         }
         // Round up so a timer is never woken for a microsecond early and left unfired.
@@ -281,15 +275,13 @@ impl<'a, S: Selector> Worker<'a, S> {
     fn on_phase_change(&mut self) {
         match self.shutdown.phase() {
             Phase::Running => {}
-            Phase::Draining | Phase::Forced if self.drain_deadline.is_some() => {}
             Phase::Draining | Phase::Forced => self.begin_drain(),
         }
     }
 
     /// `--active-set`: a new connection (token `tok`) takes a place or waits for one.
     pub(super) fn enter_active_set(&mut self, tok: u64) {
-        let Some(set) = &mut self.active else { return };
-        if set.enter(tok, self.now) == Entry::Waiting {
+        if self.core.on_started(tok, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
                 seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
@@ -298,21 +290,20 @@ impl<'a, S: Selector> Worker<'a, S> {
 
     /// `--active-set`: connection `tok` is closing; the first waiting one takes its place.
     pub(super) fn leave_active_set(&mut self, tok: u64, was_waiting: bool) {
-        let Some(set) = &mut self.active else { return };
         seats::closed(was_waiting, self.stats);
-        if let Some(next) = set.leave(&tok, self.now) {
+        if let Some(next) = self.core.on_closed(&tok, self.now) {
             self.start_reading(next);
         }
     }
 
     /// Give places up to waiting connections when a review is due.
     fn review_active_set(&mut self) {
-        let Some(set) = &mut self.active else { return };
-        if set.next_review().is_none_or(|at| self.now < at) {
+        if !self.core.review_due(self.now) {
             return;
         }
         let conns = &self.conns;
-        let swaps = set.review(self.now, |tok| conns.get(split(*tok).0).is_some_and(|c| c.x.lc.is_between_requests()));
+        let swaps =
+            self.core.review(self.now, |tok| conns.get(split(*tok).0).is_some_and(|c| c.x.lc.is_between_requests()));
         self.stats.rotated(swaps.stop.len());
         for tok in swaps.stop {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
@@ -336,17 +327,19 @@ impl<'a, S: Selector> Worker<'a, S> {
     /// Stop taking connections and let each one end at its next request boundary.
     fn begin_drain(&mut self) {
         let until = self.shutdown.drain_until().unwrap_or(self.now);
-        self.drain_deadline = Some(until);
+        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
+        // reads what it sent before the drain, or closes now if it sent nothing.
+        if !self.core.begin_drain(until) {
+            return;
+        }
         match self.source.take() {
             Some(Source::Listener(mut acceptor)) => acceptor.deregister(&mut self.selector),
             Some(Source::Inbox(inbox)) => {
                 let _ = self.selector.deregister(inbox.waker().fd().as_raw_fd());
-                // Connections handed over but not yet taken are closed with the inbox, giving
-                // back the --max-conns slots their acceptor took.
+                // Connections handed over but not yet taken are refused (the core answers how,
+                // and gives back the --max-conns slots their acceptor took).
                 for fd in inbox.close() {
-                    drop(fd);
-                    self.stats.close();
-                    self.counters.refused();
+                    self.on_accepted(fd, true);
                 }
             }
             Some(Source::Udp(udp)) => {
@@ -354,9 +347,6 @@ impl<'a, S: Selector> Worker<'a, S> {
             }
             None => {}
         }
-        // The drain ends the active set (see `Lifecycle::begin_drain`): a waiting connection
-        // reads what it sent before the drain, or closes now if it sent nothing.
-        self.active = None;
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
             if let Some(conn) = self.conns.get_mut(split(t).0) {

@@ -1,19 +1,22 @@
-//! `--active-set` on tokio: one FIFO set for the whole runtime. The policy is the shared
-//! [`ActiveSet`]; this is only who is told, and how: each connection task holds a [`Seat`]
-//! whose place flag the gate flips and whose `Notify` wakes the task to act on it, and one
-//! review task gives places up on time. A woken task may run long after its place was given
-//! (tokio runs it when the scheduler gets to it), so the set counts a place's grace and turn
-//! from when the task takes it up ([`Handover::ByTheConnection`]).
+//! The runtime's one worker core on tokio: admission, `--active-set` (one FIFO set for the whole
+//! runtime) and the drain are the shared [`WorkerCore`]'s; this is only who is told, and how.
+//! The accept task reports each connection taken; each connection task holds a [`Seat`]
+//! whose place flag the core's answers flip and whose `Notify` wakes the task to act on it,
+//! and one review task gives places up on time. A woken task may run long after its place was
+//! given (tokio runs it when the scheduler gets to it), so the set counts a place's grace and
+//! turn from when the task takes it up ([`Handover::ByTheConnection`]).
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::tokio::sync::Notify;
+use bytes::Bytes;
 
-use crate::policy::{ActiveConfig, ActiveSet, Entry, Handover};
+use crate::config::Config;
+use crate::policy::{ActiveConfig, Entry, Handover, Refusal, Refused, WorkerCore};
 use crate::seats;
 use crate::stats::Stats;
 
@@ -52,17 +55,18 @@ impl Place {
 
 #[derive(Debug)]
 struct State {
-    set: ActiveSet<u64>,
+    core: WorkerCore<u64>,
     places: HashMap<u64, Arc<Place>>,
     next_id: u64,
 }
 
-/// The runtime's one active set.
+/// The runtime's one worker core, shared by its tasks.
 #[derive(Debug)]
-pub(super) struct ActiveGate {
+pub(super) struct RuntimeCore {
     state: Mutex<State>,
     stats: Arc<Stats>,
-    cfg: ActiveConfig,
+    /// `--active-set`: without one, connections hold no seat.
+    active: Option<ActiveConfig>,
     /// Wakes the review task when a connection starts waiting (it sleeps while none does).
     someone_waits: Notify,
 }
@@ -71,24 +75,43 @@ pub(super) struct ActiveGate {
 /// task ends.
 #[derive(Debug)]
 pub(super) struct Seat {
-    gate: Arc<ActiveGate>,
+    gate: Arc<RuntimeCore>,
     id: u64,
     pub(super) place: Arc<Place>,
 }
 
-impl ActiveGate {
-    pub(super) fn new(cfg: ActiveConfig, stats: Arc<Stats>) -> Self {
-        let set = ActiveSet::with_handover(cfg, Handover::ByTheConnection);
-        let state = State { set, places: HashMap::new(), next_id: 0 };
-        ActiveGate { state: Mutex::new(state), stats, cfg, someone_waits: Notify::new() }
+impl RuntimeCore {
+    pub(super) fn new(cfg: &Config, stats: Arc<Stats>) -> Self {
+        let core = WorkerCore::new(cfg.max_conns, cfg.tls.is_some(), cfg.active_set, Handover::ByTheConnection);
+        let state = State { core, places: HashMap::new(), next_id: 0 };
+        RuntimeCore { state: Mutex::new(state), stats, active: cfg.active_set, someone_waits: Notify::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new connection, on descriptor `fd`, takes a place or waits for one.
-    pub(super) fn enter(self: &Arc<Self>, fd: RawFd, now: Instant) -> Seat {
+    /// A connection was taken: None to set it up, or the refusal to carry out.
+    pub(super) fn on_accepted(&self, refusal: impl FnOnce() -> Option<Bytes>) -> Option<Refused<'static>> {
+        self.lock().core.on_accepted(false, &*self.stats, refusal)
+    }
+
+    /// A connection taken could not be set up, for `why`: the refusal to carry out.
+    pub(super) fn on_unserved<'a>(&self, why: Refusal<'a>, refusal: impl FnOnce() -> Option<Bytes>) -> Refused<'a> {
+        self.lock().core.on_unserved(why, &*self.stats, refusal)
+    }
+
+    /// The drain began, to end at `until`; returns when the runtime stops waiting for the
+    /// connection tasks (they close themselves by then): `grace` past the deadline.
+    pub(super) fn begin_drain(&self, until: Instant, grace: Duration) -> Instant {
+        let mut state = self.lock();
+        state.core.begin_drain(until);
+        state.core.drain_backstop(Instant::now(), grace)
+    }
+
+    /// A new connection, on descriptor `fd`, takes a place or waits for one (None: no set).
+    pub(super) fn enter(self: &Arc<Self>, fd: RawFd, now: Instant) -> Option<Seat> {
+        self.active?;
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -99,20 +122,22 @@ impl ActiveGate {
             between: AtomicBool::new(true),
             fd,
         });
-        if state.set.enter(id, now) == Entry::Waiting {
+        if state.core.on_started(id, now) == Entry::Waiting {
             place.waiting.store(true, Ordering::Release);
             seats::count(&self.stats, fd, true);
             self.someone_waits.notify_one();
         }
         state.places.insert(id, place.clone());
-        Seat { gate: self.clone(), id, place }
+        Some(Seat { gate: self.clone(), id, place })
     }
 
-    /// The review task: give places up on time, until the runtime drops it.
+    /// The review task: give places up on time, until the runtime drops it. Nothing to do
+    /// without a set.
     pub(super) async fn review_loop(self: Arc<Self>) {
-        let every = self.cfg.review_every();
+        let Some(cfg) = self.active else { return };
+        let every = cfg.review_every();
         loop {
-            let idle = self.lock().set.next_review().is_none();
+            let idle = self.lock().core.next_review().is_none();
             if idle {
                 // Nobody waits: nothing to review until somebody does.
                 self.someone_waits.notified().await;
@@ -121,12 +146,12 @@ impl ActiveGate {
             let now = Instant::now();
             let mut guard = self.lock();
             let state = &mut *guard;
-            if state.set.next_review().is_none_or(|at| now < at) {
+            if !state.core.review_due(now) {
                 continue;
             }
             let places = &state.places;
             let between = |id: &u64| places.get(id).is_some_and(|p| p.between.load(Ordering::Acquire));
-            let swaps = state.set.review(now, between);
+            let swaps = state.core.review(now, between);
             self.stats.rotated(swaps.stop.len());
             for id in &swaps.stop {
                 if let Some(place) = state.places.get(id) {
@@ -150,14 +175,14 @@ impl Seat {
         let mut state = self.gate.lock();
         // Under the lock, so a place the gate gives again meanwhile is not marked taken.
         if self.place.is_given() {
-            state.set.take_up(&self.id, now);
+            state.core.on_taken_up(&self.id, now);
             self.place.taken.store(true, Ordering::Release);
         }
     }
 
     /// Input arrived at `now`.
     pub(super) fn on_input(&self, now: Instant) {
-        self.gate.lock().set.on_input(&self.id, now);
+        self.gate.lock().core.on_input(&self.id, now);
     }
 }
 
@@ -166,7 +191,7 @@ impl Drop for Seat {
         let mut state = self.gate.lock();
         state.places.remove(&self.id);
         seats::closed(self.place.is_waiting(), &self.gate.stats);
-        if let Some(next) = state.set.leave(&self.id, Instant::now()) {
+        if let Some(next) = state.core.on_closed(&self.id, Instant::now()) {
             if let Some(place) = state.places.get(&next) {
                 place.set(false);
                 seats::count(&self.gate.stats, place.fd, false);

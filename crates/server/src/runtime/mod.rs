@@ -73,7 +73,7 @@ use ::tokio::task::JoinSet;
 use sockscale_proto::Protocol;
 use sockscale_sys::Waker;
 
-use crate::admission::{self, accept_paused, LogLimiter, Refusal};
+use crate::admission::{self, accept_paused, LogLimiter};
 use crate::clock::DateClock;
 use crate::config::Config;
 use crate::conn::{tls_session, Kit};
@@ -81,13 +81,13 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::policy::CloseReason;
-use crate::policy::{after, AcceptGate, AcceptNext, Limits};
+use crate::policy::{AcceptGate, AcceptNext, Limits, Refused};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
-use active::ActiveGate;
+use active::RuntimeCore;
 use conn::{conn_task, Conn};
 use stream::{Listener, Stream};
 
@@ -128,8 +128,8 @@ struct Shared {
     /// Set when `run` gives up on the tasks still open after the drain; a connection task
     /// dropped before that was not cancelled but panicked.
     abandoning: AtomicBool,
-    /// `--active-set`: one FIFO set across the runtime.
-    active: Option<Arc<ActiveGate>>,
+    /// Admission, `--active-set` (one FIFO set across the runtime) and the drain.
+    core: Arc<RuntimeCore>,
 }
 
 /// The shutdown phase as tasks see it, with the drain deadline fixed once for everyone.
@@ -157,7 +157,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         accept_paused: AtomicBool::new(false),
         freed: Notify::new(),
         abandoning: AtomicBool::new(false),
-        active: cfg.active_set.map(|a| Arc::new(ActiveGate::new(a, ctx.stats.clone()))),
+        core: Arc::new(RuntimeCore::new(&cfg, ctx.stats.clone())),
     });
     let next_shard = Arc::new(AtomicUsize::new(0));
     let runtime = ::tokio::runtime::Builder::new_multi_thread()
@@ -204,7 +204,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     }
     drop(done_tx);
     // Dropped with the runtime: it ends only when the server does.
-    let reviews = shared.active.clone().map(|gate| ::tokio::spawn(gate.review_loop()));
+    let reviews = ::tokio::spawn(shared.core.clone().review_loop());
     ctx.shutdown.register(waker);
     let watcher = ::tokio::spawn(watch_shutdown(waker_fd, ctx.shutdown.clone(), stage_tx));
     ctx.ready();
@@ -220,10 +220,11 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
         }
     }
     let mut stage_rx = stage_rx;
-    let backstop = match stage_rx.wait_for(|s| *s != Stage::Running).await.map(|s| *s) {
-        Ok(Stage::Draining { until }) => after(until, DRAIN_GRACE),
-        _ => after(Instant::now(), DRAIN_GRACE),
+    let until = match stage_rx.wait_for(|s| *s != Stage::Running).await.map(|s| *s) {
+        Ok(Stage::Draining { until }) => until,
+        _ => Instant::now(),
     };
+    let backstop = shared.core.begin_drain(until, DRAIN_GRACE);
     // Connections close by themselves: at their next request boundary, at the drain deadline,
     // or at once when forced.
     ::tokio::select! {
@@ -235,9 +236,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     }
     shared.abandoning.store(true, Ordering::SeqCst);
     watcher.abort();
-    if let Some(reviews) = reviews {
-        reviews.abort();
-    }
+    reviews.abort();
     match failure {
         None => Ok(()),
         Some(e) => Err(io_err(io::Error::other(format!("a task panicked: {e}")))),
@@ -454,32 +453,30 @@ fn admit(
     done: &mpsc::Sender<()>,
     refusal_log: &mut LogLimiter,
 ) {
-    if !shared.stats.try_open(shared.cfg.max_conns) {
-        return refuse(stream, shared, refusal_log, Refusal::MaxConns);
+    let refused = with_local(shared, Instant::now(), |local| shared.core.on_accepted(|| local.kit.engine.refusal()));
+    if let Some(refused) = refused {
+        return refuse(stream, shared, refusal_log, refused);
     }
     let tls = match tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now()) {
         Ok(tls) => tls,
-        Err(refusal) => {
-            shared.stats.close();
-            return refuse(stream, shared, refusal_log, refusal);
+        Err(why) => {
+            let refused =
+                with_local(shared, Instant::now(), |local| shared.core.on_unserved(why, || local.kit.engine.refusal()));
+            return refuse(stream, shared, refusal_log, refused);
         }
     };
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
-    let seat = shared.active.as_ref().map(|gate| gate.enter(stream.as_raw_fd(), Instant::now()));
+    let seat = shared.core.enter(stream.as_raw_fd(), Instant::now());
     let mut conn = Conn::new(stream, session, &shared.stats, seat);
     conn.x.tls = tls;
     ::tokio::spawn(conn_task(conn, guard, stage.clone()));
 }
 
-/// Close a connection the server will not serve, after the protocol's refusal (HTTP 503).
-fn refuse(stream: Stream, shared: &Shared, log: &mut LogLimiter, why: Refusal<'_>) {
-    let fd = stream.as_raw_fd();
-    with_local(shared, Instant::now(), |local| {
-        let engine = shared.cfg.tls.is_none().then_some(&mut local.kit.engine);
-        admission::refuse(fd, engine, counters(shared), &shared.stats, log, why);
-    });
+/// Carry out a refusal the core answered: its last bytes, its ending, its count.
+fn refuse(stream: Stream, shared: &Shared, log: &mut LogLimiter, refused: Refused<'_>) {
+    admission::refuse(stream.as_raw_fd(), refused, counters(shared), &shared.stats, log);
     drop(stream);
 }
 
@@ -689,7 +686,7 @@ mod tests {
             accept_paused: AtomicBool::new(false),
             freed: Notify::new(),
             abandoning: AtomicBool::new(false),
-            active: None,
+            core: Arc::new(RuntimeCore::new(&Config::default(), Arc::new(Stats::new(1)))),
         };
         let echo = shared(Protocol::Echo);
         let http = shared(Protocol::Http(Arc::new(HttpConfig::default())));

@@ -51,7 +51,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::policy::CloseReason;
-use crate::policy::MapBudget;
+use crate::policy::{MapBudget, Slots};
 use crate::pool::BufferPool;
 use crate::stats::Counters;
 use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
@@ -66,7 +66,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
     let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
     let links = Links::default();
-    let maps = map_budget();
+    hub.limit_maps(map_budget());
     let listener = ctx.listen.shared();
     std::thread::scope(|scope| {
         let (hub, links, listener) = (&hub, &links, &listener);
@@ -76,7 +76,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 let mut next = 0usize;
                 hub.accept_loop(listener, hub.stats.shard(0), |fd, admission| {
                     next = next.wrapping_add(1);
-                    admit(scope, hub, links, maps, fd, next, admission);
+                    admit(scope, hub, links, fd, next, admission);
                 })
             })
             .map_err(io_err)?;
@@ -101,18 +101,11 @@ fn admit<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
     hub: &'env Hub<'env>,
     links: &'env Links,
-    maps: MapBudget,
     fd: OwnedFd,
     id: usize,
     admission: &mut Admission<'_>,
 ) {
-    if !hub.open() {
-        admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
-        return;
-    }
-    if !maps.has_room(hub.stats.current()) {
-        hub.unopen();
-        admission.refuse(hub, fd.as_raw_fd(), Refusal::MemoryMaps { max_map_count: maps.max_map_count });
+    if !admission.admit(hub, fd.as_raw_fd()) {
         return;
     }
     let counters = hub.stats.shard(id);
@@ -148,10 +141,12 @@ fn admit<'scope, 'env>(
             // EAGAIN: a threads limit, or no memory for a stack. The send thread, if it started,
             // exits; the descriptor closes when the last reference goes.
             hub.stats.delist(raw);
-            hub.unopen();
-            if let Some(link) = links.remove(key) {
-                link.end();
-                admission.refuse(hub, link.fd, Refusal::Thread(&e));
+            match links.remove(key) {
+                Some(link) => {
+                    link.end();
+                    admission.unserved(hub, link.fd, Refusal::Thread(&e));
+                }
+                None => hub.give_back(),
             }
         }
     }

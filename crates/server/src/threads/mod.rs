@@ -8,10 +8,12 @@
 //!   shutdown latches, the count of live connections, pooled protocol engines;
 //! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
 //!   drain latch and carries out what `policy::AcceptGate` answers (batch, back-off, storm
-//!   hold; a pause is cut short when a connection closes), refusing beyond `--max-conns`;
+//!   hold; a pause is cut short when a connection closes), and [`Admission`] what the model's
+//!   worker core (`policy::WorkerCore`) answers: admit, or refuse (beyond `--max-conns`, past
+//!   the memory maps' budget, when no TLS session or thread can be had);
 //! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
-//!   and returns when every connection has drained or the drain deadline (or a second signal)
-//!   says the rest must close now;
+//!   and returns when the core's drain says so: every connection drained, or the drain
+//!   deadline (or a second signal) passed and the rest must close now;
 //! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
 //!   (`policy::Lifecycle`, carried out by `conn::Exchange::turn`: a pool buffer taken only when
 //!   it asks for a read, the output written straight from the buffer);
@@ -44,7 +46,7 @@ use crate::conn::{tls_session, Conn};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
-use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Limits};
+use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, DrainStep, Handover, Limits, MapBudget, Slots, WorkerCore};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
@@ -89,6 +91,8 @@ pub struct Hub<'a> {
     live: AtomicUsize,
     /// Engines lent to connection threads only while they have input (see `take_kit`).
     kits: Mutex<Vec<Kit>>,
+    /// Admission and the drain, for the model (its acceptor admits, its supervisor drains).
+    core: Mutex<WorkerCore<u64>>,
 }
 
 impl<'a> Hub<'a> {
@@ -118,6 +122,7 @@ impl<'a> Hub<'a> {
             accept_paused: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             kits: Mutex::new(Vec::new()),
+            core: Mutex::new(WorkerCore::new(cfg.max_conns, cfg.tls.is_some(), None, Handover::AtOnce)),
         })
     }
 
@@ -169,19 +174,13 @@ impl<'a> Hub<'a> {
         }
     }
 
-    /// Take a `--max-conns` slot for a new connection; false means refuse it.
-    pub fn open(&self) -> bool {
-        if !self.stats.try_open(self.cfg.max_conns) {
-            return false;
-        }
-        self.live.fetch_add(1, Ordering::AcqRel);
-        true
+    fn core(&self) -> std::sync::MutexGuard<'_, WorkerCore<u64>> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Give back the slot of a connection that was opened but never served (refused after all).
-    pub fn unopen(&self) {
-        self.stats.close();
-        self.release();
+    /// Admit a connection only while the memory maps of its threads fit in `budget`.
+    pub fn limit_maps(&self, budget: MapBudget) {
+        self.core().set_map_budget(budget);
     }
 
     /// Account for a connection whose descriptor has been closed.
@@ -309,17 +308,19 @@ impl<'a> Hub<'a> {
         while !self.is_draining() {
             self.wait_supervisor(None)?;
         }
-        let deadline = self.shutdown.drain_until().unwrap_or_else(Instant::now);
+        self.core().begin_drain(self.shutdown.drain_until().unwrap_or_else(Instant::now));
         let accepted = acceptor.join().unwrap_or_else(|_| Err(io::Error::other("the accept thread panicked")));
         loop {
-            if self.live.load(Ordering::Acquire) == 0 {
-                break;
+            let (now, live, forced) =
+                (Instant::now(), self.live.load(Ordering::Acquire), self.shutdown.phase() == Phase::Forced);
+            let core = self.core();
+            match core.drain_step(now, live, forced) {
+                DrainStep::Done | DrainStep::CloseAll => break,
+                DrainStep::Serving | DrainStep::Draining => {}
             }
-            let now = Instant::now();
-            if now >= deadline || self.shutdown.phase() == Phase::Forced {
-                break;
-            }
-            self.wait_supervisor(Some(deadline - now))?;
+            let wake = core.next_wake().map(|at| at.saturating_duration_since(now));
+            drop(core);
+            self.wait_supervisor(wake)?;
         }
         // Also when nothing is left: threads still waiting for work learn that there is none.
         self.force_close();
@@ -352,25 +353,65 @@ impl Admission<'_> {
         self.engine.new_session()
     }
 
-    /// Refuse the connection on `fd` (the caller closes it afterwards), saying `why` in the log.
-    pub fn refuse(&mut self, hub: &Hub<'_>, fd: RawFd, why: Refusal<'_>) {
-        self.engine.tick(unix_now());
-        let engine = hub.cfg.tls.is_none().then_some(&mut self.engine);
-        admission::refuse(fd, engine, self.counters, hub.stats, &mut self.log, why);
+    /// A connection was taken on `fd`: true to set it up, false after refusing it as the core
+    /// answers (the caller closes it afterwards).
+    pub fn admit(&mut self, hub: &Hub<'_>, fd: RawFd) -> bool {
+        let engine = &mut self.engine;
+        let refused = hub.core().on_accepted(false, hub, || refusal(engine));
+        match refused {
+            Some(refused) => {
+                admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
+                false
+            }
+            None => true,
+        }
     }
 
-    /// The TLS session (None in clear) of a connection that took its place with [`Hub::open`];
-    /// Err after refusing it (`--max-handshakes`), its place given back.
+    /// A connection admitted on `fd` could not be set up, for `why`: refuse it as the core
+    /// answers, its place given back (the caller closes it afterwards).
+    pub fn unserved(&mut self, hub: &Hub<'_>, fd: RawFd, why: Refusal<'_>) {
+        let engine = &mut self.engine;
+        let refused = hub.core().on_unserved(why, hub, || refusal(engine));
+        admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
+    }
+
+    /// The TLS session (None in clear) of a connection admitted with [`Admission::admit`]; Err
+    /// after refusing it (`--max-handshakes`), its place given back.
     pub fn tls_session(
         &mut self,
         hub: &Hub<'_>,
         fd: RawFd,
         counters: &Counters,
     ) -> Result<Option<Box<ServerSession>>, ()> {
-        tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()).map_err(|refusal| {
-            hub.unopen();
-            self.refuse(hub, fd, refusal);
-        })
+        tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()).map_err(|why| self.unserved(hub, fd, why))
+    }
+}
+
+/// The protocol's refusal (HTTP's 503), dated now: the acceptor's engine serves nothing else, so
+/// it is brought to the current second only when a refusal is rendered.
+fn refusal(engine: &mut Engine) -> Option<bytes::Bytes> {
+    engine.tick(unix_now());
+    engine.refusal()
+}
+
+/// The model's `--max-conns` slots, and its live connections with them (the supervisor waits
+/// for those to drain).
+impl Slots for Hub<'_> {
+    fn try_take(&self, max: usize) -> bool {
+        if !self.stats.try_open(max) {
+            return false;
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    fn give_back(&self) {
+        self.stats.close();
+        self.release();
+    }
+
+    fn taken(&self) -> usize {
+        self.stats.current()
     }
 }
 

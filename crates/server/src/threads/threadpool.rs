@@ -132,8 +132,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 
 /// Queue a new connection for the workers, or refuse it.
 fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mut Admission<'_>, counters: &Counters) {
-    if !hub.open() {
-        admission.refuse(hub, fd.as_raw_fd(), Refusal::MaxConns);
+    if !admission.admit(hub, fd.as_raw_fd()) {
         return;
     }
     let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
@@ -150,8 +149,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
         Ok(()) => counters.accepted(),
         Err(conn) => {
             hub.stats.delist(raw);
-            hub.unopen();
-            admission.refuse(hub, conn.fd.as_raw_fd(), Refusal::QueueFull { bound: queue.bound });
+            admission.unserved(hub, conn.fd.as_raw_fd(), Refusal::QueueFull { bound: queue.bound });
         }
     }
 }
