@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use sockscale_sys::{Interest, Selector};
 
 use super::{split, Worker};
-use crate::conn::{RawSocket, TurnIo, Turned};
+use crate::conn::{self, Close, RawSocket, TurnIo, Turned};
 use crate::policy::{closed_by_error, CloseReason, Wait};
 use crate::udp::{self, UdpTurn};
 
@@ -26,7 +26,7 @@ impl<S: Selector> Worker<'_, S> {
         let mut socket = RawSocket(conn.fd.as_raw_fd());
         let mut io = TurnIo { kit: &mut self.kit, pool: self.pool, counters: self.counters, limits: &self.limits };
         match conn.x.turn(&mut socket, &mut io, self.now) {
-            Turned::Close(reason) => self.close(index, reason),
+            Turned::Close(close) => self.end(index, close),
             Turned::Wait { wait, input } => {
                 if input {
                     if let Some(set) = &mut self.active {
@@ -66,19 +66,15 @@ impl<S: Selector> Worker<'_, S> {
         }
     }
 
-    /// The connection's timer came due: close it if a policy expired (after the protocol's
-    /// answer), or take a turn, which re-arms it.
+    /// The connection's timer came due: close it if a deadline expired (the protocol's answer
+    /// among its last bytes), or take a turn, which re-arms it.
     pub(super) fn on_deadline(&mut self, token: u64) {
         let (index, _) = split(token);
         let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
-        let fd = conn.fd.as_raw_fd();
-        match conn.x.expire(fd, &mut self.kit, self.now, &self.limits) {
-            Some((reason, sent)) => {
-                self.counters.bytes_out(sent);
-                self.close(index, reason);
-            }
+        match conn.x.expire(&mut self.kit, self.counters, self.now, &self.limits) {
+            Some(close) => self.end(index, close),
             None => self.drive(token),
         }
     }
@@ -87,10 +83,22 @@ impl<S: Selector> Worker<'_, S> {
         self.close(index, closed_by_error(&err));
     }
 
+    /// Close a connection for `reason`, with the last bytes its connection owes the client.
     pub(super) fn close(&mut self, index: usize, reason: CloseReason) {
-        let Some(conn) = self.conns.try_remove(index) else {
+        let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
+        let close = conn.x.close(reason);
+        self.end(index, close);
+    }
+
+    /// Carry out a close (`conn::end`), then forget the connection.
+    pub(super) fn end(&mut self, index: usize, close: Close) {
+        let Some(mut conn) = self.conns.try_remove(index) else {
+            return;
+        };
+        let reason = close.reason;
+        conn::end(conn.fd.as_raw_fd(), &mut conn.x, &close, &mut self.kit.tls_scratch, self.counters);
         self.stats.delist(conn.fd.as_raw_fd());
         // Level-triggered selectors keep descriptor tables; epoll forgets a closed descriptor
         // by itself, so it is spared the syscall.

@@ -46,7 +46,7 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{self, closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -118,7 +118,7 @@ fn admit<'scope, 'env>(
     let counters = hub.stats.shard(id);
     let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
     let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
-    conn.x.tls = tls;
+    conn.x.start_tls(tls);
     // The receive thread polls before it reads.
     conn.x.lc.readiness_unknown();
     let link = Arc::new(Link::new(conn));
@@ -265,10 +265,14 @@ impl Link {
 /// The receive thread: serves the connection until it ends, then stops the send thread.
 fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
     let mut receiver = Receiver { hub, link, counters, draining: false, ready: None };
-    let reason = receiver.serve();
+    let close = receiver.serve();
+    // Carried out before the send thread is let go (which may shut the socket down).
+    let mut kit = hub.take_kit();
+    conn::end(link.fd, &mut link.lock().conn.x, &close, &mut kit.tls_scratch, counters);
+    hub.put_kit(kit);
     link.end();
     let _ = sender.join();
-    reason
+    close.reason
 }
 
 struct Receiver<'r, 'h> {
@@ -284,7 +288,7 @@ struct Receiver<'r, 'h> {
 
 /// What the receive thread does next.
 enum Step {
-    Close(CloseReason),
+    Close(Close),
     /// Decide again at once.
     Again,
     /// Wait for input until the deadline.
@@ -294,14 +298,14 @@ enum Step {
 }
 
 impl Receiver<'_, '_> {
-    fn serve(&mut self) -> CloseReason {
+    fn serve(&mut self) -> Close {
         loop {
             // An engine is borrowed only while deciding and reading, never while waiting.
             let mut kit = self.hub.take_kit();
             let step = self.step(&mut kit);
             self.hub.put_kit(kit);
             match step {
-                Step::Close(reason) => return reason,
+                Step::Close(close) => return close,
                 Step::Again => {}
                 Step::Poll(deadline) => self.poll(deadline),
                 Step::Wait(deadline, version) => self.wait(deadline, version),
@@ -315,10 +319,10 @@ impl Receiver<'_, '_> {
         let limits = &self.hub.limits;
         let mut st = self.link.lock();
         if st.aborted {
-            return Step::Close(CloseReason::Shutdown);
+            return Step::Close(st.conn.x.close(CloseReason::Shutdown));
         }
         if let Some(reason) = st.failed {
-            return Step::Close(reason);
+            return Step::Close(st.conn.x.close(reason));
         }
         if !self.draining && self.hub.is_draining() {
             self.draining = true;
@@ -334,12 +338,11 @@ impl Receiver<'_, '_> {
             self.link.to_sender.notify_one();
         }
         let wait = match turned {
-            Turned::Close(reason) => return Step::Close(reason),
+            Turned::Close(close) => return Step::Close(close),
             Turned::Wait { wait, .. } => wait,
         };
-        if let Some((reason, sent)) = st.conn.x.expire(fd, kit, Instant::now(), limits) {
-            self.counters.bytes_out(sent);
-            return Step::Close(reason);
+        if let Some(close) = st.conn.x.expire(kit, self.counters, Instant::now(), limits) {
+            return Step::Close(close);
         }
         if wait.resume {
             // The read budget ran out with input left: a fresh turn, with a fresh buffer.

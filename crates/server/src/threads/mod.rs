@@ -40,7 +40,7 @@ use sockscale_tls::ServerSession;
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::conn::{tls_session, Conn};
+use crate::conn::{self, tls_session, Close, Conn, TlsScratch};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
@@ -190,11 +190,21 @@ impl<'a> Hub<'a> {
         self.release();
     }
 
-    /// Close `conn` (dropping it closes the descriptor) and account for it.
-    pub fn close(&self, conn: Conn, counters: &Counters, reason: CloseReason) {
-        self.stats.delist(std::os::fd::AsRawFd::as_raw_fd(&conn.fd));
+    /// Close `conn` for `reason`, with the last bytes its connection owes the client, and
+    /// account for it.
+    pub fn close(&self, mut conn: Conn, counters: &Counters, reason: CloseReason) {
+        let close = conn.x.close(reason);
+        self.end(conn, &close, &mut TlsScratch::default(), counters);
+    }
+
+    /// Carry out `close` on `conn` (`conn::end`; dropping it closes the descriptor) and
+    /// account for it. `scratch`: the thread's, to seal queued output with.
+    pub fn end(&self, mut conn: Conn, close: &Close, scratch: &mut TlsScratch, counters: &Counters) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.fd);
+        conn::end(fd, &mut conn.x, close, scratch, counters);
+        self.stats.delist(fd);
         drop(conn);
-        self.closed(counters, reason);
+        self.closed(counters, close.reason);
     }
 
     fn release(&self) {
