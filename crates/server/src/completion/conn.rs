@@ -415,7 +415,9 @@ impl UConn {
     /// The queued output, flattened (tests).
     #[cfg(test)]
     pub(super) fn queued_bytes(&self) -> Vec<u8> {
-        self.x.out.queued
+        self.x
+            .out
+            .queued
             .iter()
             .flat_map(|c| match c {
                 Queued::Bytes(b) => b.to_vec(),
