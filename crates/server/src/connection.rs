@@ -192,20 +192,14 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
 
     /// The output queue, with the TLS session its queued plaintext is sealed with.
     pub fn out_and_session(&mut self) -> (&mut Q, Option<&mut dyn ServerCrypto>) {
-        let session = match self.tls.as_deref_mut() {
-            Some(session) => Some(session as &mut dyn ServerCrypto),
-            None => None,
-        };
+        let session = self.tls.as_deref_mut().map(|session| session as &mut dyn ServerCrypto);
         (&mut self.out, session)
     }
 
     /// The output queue, with what to seal a TLS connection's queued body file and plaintext
     /// with as the socket takes them: the session and the thread's file scratch.
     pub fn out_and_seal<'a>(&'a mut self, scratch: &'a mut FileScratch) -> (&'a mut Q, Option<Seal<'a>>) {
-        let seal = match self.tls.as_deref_mut() {
-            Some(session) => Some(Seal { session: session as &mut dyn ServerCrypto, scratch }),
-            None => None,
-        };
+        let seal = self.tls.as_deref_mut().map(|session| Seal { session: session as &mut dyn ServerCrypto, scratch });
         (&mut self.out, seal)
     }
 
