@@ -280,15 +280,6 @@ impl Connection {
         self.lc.account_written(now, written, pending, limits);
         Ok(written)
     }
-
-    /// While a thread engine blocks until its output is written: how long it may wait for
-    /// room, or the close if a send deadline (flood, send stall, the drain's end) has passed.
-    pub fn send_wait(&mut self, now: Instant, limits: &Limits) -> Result<Instant, Close> {
-        match self.lc.send_expired(now, limits) {
-            Some(reason) => Err(self.close(reason)),
-            None => Ok(self.lc.send_deadline(limits)),
-        }
-    }
 }
 
 /// Carry out `close` on connection `x`'s socket `fd`, whose owner closes it right after: the

@@ -184,6 +184,16 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
         Some(self.close(reason))
     }
 
+    /// While a thread engine blocks until its output is written: until when it may wait for
+    /// room, or the close if a send deadline (flood, send stall, the drain's end) has passed.
+    /// The same table as every other deadline's: the engine keeps no clock of its own.
+    pub fn send_wait(&mut self, now: Instant, limits: &Limits) -> Result<Instant, Close> {
+        match self.lc.send_expired(now, limits) {
+            Some(reason) => Err(self.close(reason)),
+            None => Ok(self.lc.send_deadline(limits)),
+        }
+    }
+
     /// When the connection must next be woken: the earliest deadline of its timer table.
     pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
         let policy = self.lc.deadline(engine, limits);

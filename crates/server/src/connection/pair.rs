@@ -393,3 +393,30 @@ fn a_failed_handshake_closes_with_its_fatal_alert() {
     assert!(matches!(close.last.as_slice(), [0x15, 0x03, _, 0x00, 0x02, 0x02, _]), "an alert: {:?}", close.last);
     assert_eq!(pair.to_client, close.last);
 }
+
+/// The drain: an idle TLS connection closes at once with close_notify; one with half a request
+/// is given until the drain's end, and closes then, with close_notify too.
+#[test]
+fn a_drain_closes_idle_and_half_sent_tls_connections_with_close_notify() {
+    let mut idle = Pair::new(true);
+    idle.handshake();
+    let until = idle.now + Duration::from_secs(5);
+    idle.server.lc.begin_drain(idle.now, until, false);
+    assert_eq!(idle.drive(), None);
+    assert_eq!(idle.close_reason(), Some((CloseReason::Shutdown, Ending::Orderly)));
+    assert!(idle.client_read().1, "close_notify");
+
+    let mut half = Pair::new(true);
+    half.handshake();
+    half.client_send(b"GET / HTTP/1.1\r\n");
+    half.drive().expect("waiting for the rest");
+    let until = half.now + Duration::from_secs(5);
+    half.server.lc.begin_drain(half.now, until, false);
+    let wait = half.drive().expect("a request in progress may finish");
+    assert_eq!(wait.wake_at, until);
+    assert!(!half.advance_to(until - Duration::from_nanos(1)));
+    assert!(half.advance_to(until));
+    assert_eq!(half.close_reason(), Some((CloseReason::Shutdown, Ending::Orderly)));
+    let (said, closed) = half.client_read();
+    assert!(said.is_empty() && closed, "no answer to half a request; close_notify: {said:?}");
+}

@@ -1,6 +1,7 @@
-//! Driving one connection on a readiness selector: its lifecycle (`policy::Lifecycle`, carried
-//! out by `conn::Exchange::turn`) says what to do and how to wait; this file only turns the wait
-//! into a timer, a registration and a place on the resume list.
+//! Driving one connection on a readiness selector: its connection (`connection::Connection`,
+//! carried out by `conn`'s `Connection::turn` and `conn::end`) says what to do, how to wait and
+//! how to close; this file only turns the wait into a timer, a registration and a place on the
+//! resume list.
 
 use std::io;
 use std::os::fd::AsRawFd;

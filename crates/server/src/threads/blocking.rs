@@ -54,7 +54,7 @@ use crate::policy::CloseReason;
 use crate::policy::MapBudget;
 use crate::pool::BufferPool;
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
+use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
 
 /// `--model blocking`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -207,7 +207,7 @@ struct LinkState {
     receiver_waiting: bool,
     /// The receive thread is done with the connection: the send thread exits.
     ended: bool,
-    /// The send thread hit this socket error.
+    /// A wait or a write on the socket failed: close for this reason.
     failed: Option<CloseReason>,
     /// Closed from outside: the drain deadline, or a second signal.
     aborted: bool,
@@ -369,8 +369,11 @@ impl Receiver<'_, '_> {
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // Not expected with valid descriptors; do not spin on it.
-            Err(_) => std::thread::sleep(POOL_BACKOFF),
+            // Not expected with valid descriptors: the error closes the connection at the next
+            // step, as the policy's one table names it (no back-off of this thread's own).
+            Err(e) => {
+                self.link.lock().failed.get_or_insert(closed_by_error(&e));
+            }
         }
     }
 
@@ -408,10 +411,8 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
         }
         // Wait for room without the lock, so the receive thread keeps reading meanwhile.
         let mut fds = [pollfd(link.fd, libc::POLLOUT)];
-        if let Err(e) = sys::ppoll(&mut fds, None) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                std::thread::sleep(POOL_BACKOFF);
-            }
+        let polled = sys::ppoll(&mut fds, None);
+        if polled.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::Interrupted) {
             continue;
         }
         // A kit is lent for the flush (taken before the link's lock, as the receive thread
@@ -423,7 +424,11 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
             hub.put_kit(kit);
             return;
         }
-        let flushed = st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits, &mut kit.tls_scratch);
+        // A failed wait ends the connection as a failed write does.
+        let flushed = match polled {
+            Ok(_) => st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits, &mut kit.tls_scratch),
+            Err(e) => Err(e),
+        };
         hub.put_kit(kit);
         match flushed {
             Ok(written) => {

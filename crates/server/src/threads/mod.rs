@@ -13,7 +13,7 @@
 //!   and returns when every connection has drained or the drain deadline (or a second signal)
 //!   says the rest must close now;
 //! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
-//!   (`policy::Lifecycle`, carried out by `conn::Exchange::turn`: a pool buffer taken only when
+//!   (`connection::Connection`, carried out by `conn`'s `Connection::turn`: a pool buffer taken only when
 //!   it asks for a read, the output written straight from the buffer);
 //! - [`serve_udp`]: UDP echo on a few threads blocked in poll(2).
 //!
@@ -50,8 +50,6 @@ use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpEcho, UdpTurn};
 
-/// How long a thread waits before trying again when the shared buffer pool is empty.
-pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
 /// Idle protocol engines kept for reuse (see [`Hub::take_kit`]); more are dropped. Enough for
 /// the threads that may hold one at once (a thread preempted mid-read keeps its engine), at
 /// about 13 KiB each for HTTP.
