@@ -31,7 +31,7 @@ use bytes::{Buf, Bytes};
 use sockscale_proto::http::{FileChunks, HttpConfig, ResponseBody};
 use sockscale_proto::Output;
 use sockscale_sys as sys;
-use sockscale_tls::ServerSession;
+use sockscale_tls::ServerCrypto;
 
 /// `--sendfile`: how a body file is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,7 +93,7 @@ pub struct FileScratch {
 /// What a TLS connection's body file chunks are sealed with: its session, and the thread's
 /// scratch.
 pub struct Seal<'a> {
-    pub session: &'a mut ServerSession,
+    pub session: &'a mut dyn ServerCrypto,
     pub scratch: &'a mut FileScratch,
 }
 
@@ -135,7 +135,7 @@ pub struct FileTurn {
 /// `plain`, output queued behind a body file range on a TLS connection, encrypted only once it
 /// reaches the front of its queue: records go out in the order they are sealed (their sequence
 /// numbers say so), so nothing behind a file range may be sealed before the range is.
-pub fn seal_behind(session: &mut ServerSession, plain: &[u8]) -> io::Result<Bytes> {
+pub fn seal_behind(session: &mut dyn ServerCrypto, plain: &[u8]) -> io::Result<Bytes> {
     let mut records = Vec::with_capacity(plain.len() + 64);
     session.send(plain, &mut records).map_err(io::Error::other)?;
     Ok(Bytes::from(records))

@@ -11,6 +11,7 @@ mod clock;
 mod completion;
 mod config;
 mod conn;
+mod connection;
 mod ctx;
 mod error;
 mod groups;

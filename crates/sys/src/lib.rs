@@ -153,14 +153,17 @@ pub enum Ending {
 /// attempt to send `last` (what did not fit is dropped: a peer that does not read holds
 /// nothing), then, `Ending::Orderly`, a FIN and a read of what the peer has already sent (at
 /// most 64 KiB, never waiting). Every engine ends a connection, and every acceptor refuses one,
-/// through this, so a client sees one ending whatever the model.
-pub fn end_socket(fd: RawFd, last: &[u8], ending: Ending) {
+/// through this, so a client sees one ending whatever the model. Returns how many of the last
+/// bytes the socket took.
+pub fn end_socket(fd: RawFd, last: &[u8], ending: Ending) -> usize {
+    let mut sent = 0;
     if !last.is_empty() {
         // SAFETY: last is valid for reads of last.len() bytes.
-        let _ = syscall!(send(fd, last.as_ptr().cast(), last.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
+        let n = syscall!(send(fd, last.as_ptr().cast(), last.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT));
+        sent = n.map_or(0, |n| usize::try_from(n).unwrap_or(0));
     }
     if ending == Ending::Abort {
-        return;
+        return sent;
     }
     let _ = shutdown_write(fd);
     let mut sink = [0u8; 4096];
@@ -171,6 +174,7 @@ pub fn end_socket(fd: RawFd, last: &[u8], ending: Ending) {
             _ => break,
         }
     }
+    sent
 }
 
 /// A non-blocking eventfd, used to wake a thread sleeping in its selector.

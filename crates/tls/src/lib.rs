@@ -27,5 +27,5 @@ mod words;
 pub use certs::{CertificateFiles, TestCertificate, Validity};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
-pub use server::{Busy, ServerSession};
+pub use server::{Busy, ServerCrypto, ServerSession};
 pub use words::{Failure, FailureReason, Negotiated, Received};

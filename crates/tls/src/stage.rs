@@ -328,6 +328,12 @@ impl<C: Records> Stage<C> {
         self.handshaking
     }
 
+    /// When the session was opened (the connection's acceptance, on the server): what its
+    /// handshake deadline counts from.
+    pub(crate) fn opened_at(&self) -> Instant {
+        self.opened
+    }
+
     /// While the handshake is under way, when it must be done if it may take `limit` from the
     /// connection's acceptance (a stalled ClientHello is closed then, like a slow request head).
     pub(crate) fn handshake_deadline(&self, limit: Duration) -> Option<Instant> {

@@ -19,8 +19,9 @@ use io_uring::{opcode, squeue, types};
 use sockscale_proto::Session;
 
 use super::ops::{pack, Op, BUFFER_GROUP};
-use crate::body::{no_session, seal_behind, FileRange};
-use crate::policy::{Delivery, Lifecycle, Pending};
+use crate::body::{no_session, seal_behind, FileRange, FileScratch, Seal};
+use crate::connection::{Connection, Outbox};
+use crate::policy::{Delivery, Pending};
 
 const IOV_BATCH: usize = 64;
 
@@ -128,12 +129,9 @@ pub(super) enum NextSend {
     Failed(std::io::Error),
 }
 
-pub(super) struct UConn {
-    pub(super) fd: OwnedFd,
-    /// The connection's lifecycle (protocol session and policy), with input pushed by the
-    /// multishot receive.
-    pub(super) lc: Lifecycle,
-    pub(super) generation: u32,
+/// A connection's output on the ring: queued behind the one send in flight, and that send.
+#[derive(Default)]
+pub(super) struct SendQueue {
     queued: VecDeque<Queued>,
     /// Bytes queued in memory.
     queued_len: usize,
@@ -142,44 +140,14 @@ pub(super) struct UConn {
     queued_file: u64,
     queued_file_ranges: usize,
     /// A poll for writability is in flight: the socket refused the body file.
-    pub(super) polling: bool,
+    polling: bool,
     sending: Option<Box<InFlight>>,
-    pub(super) recv_armed: bool,
-    pub(super) recv_cancelling: bool,
-    /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
-    pub(super) ops: u32,
-    pub(super) timer_at: Option<Instant>,
-    /// Closed as far as the policies are concerned; waiting for its operations to finish.
-    pub(super) closed: bool,
-    /// The TLS stage between the ring's bytes and the protocol, when the server speaks TLS.
-    pub(super) tls: Option<Box<sockscale_tls::ServerSession>>,
 }
 
-impl UConn {
-    pub(super) fn new(fd: OwnedFd, session: Session, generation: u32, now: Instant) -> Self {
-        UConn {
-            fd,
-            lc: Lifecycle::new(session, now, Delivery::Pushed),
-            generation,
-            queued: VecDeque::new(),
-            queued_len: 0,
-            queued_file: 0,
-            queued_file_ranges: 0,
-            polling: false,
-            sending: None,
-            recv_armed: false,
-            recv_cancelling: false,
-            ops: 0,
-            timer_at: None,
-            closed: false,
-            tls: None,
-        }
-    }
-
-    /// Output not yet taken by the socket: queued, and in flight.
+impl Outbox for SendQueue {
     /// Output not yet taken by the socket: bytes queued or in flight, and sends queued behind
     /// the one in flight (`--max-outstanding-sends`).
-    pub(super) fn pending(&self) -> Pending {
+    fn pending(&self) -> Pending {
         Pending {
             bytes: self.queued_len + self.sending.as_ref().map_or(0, |s| s.len),
             // A body file range is sent with sendfile, not as a ring send.
@@ -188,9 +156,70 @@ impl UConn {
         }
     }
 
+    fn push_records(&mut self, records: Bytes) {
+        self.queued_len += records.len();
+        self.queued.push_back(Queued::Bytes(records));
+    }
+
+    fn push_sealed_file(&mut self, _body: &std::sync::Arc<crate::body::BodyFile>, range: std::ops::Range<u64>) {
+        self.push_file(range.start, range.end);
+    }
+
+    fn push_clear(&mut self, plain: Bytes) {
+        self.queued_len += plain.len();
+        self.queued.push_back(Queued::Clear(plain));
+    }
+}
+
+impl SendQueue {
+    /// Queue bytes `at..end` of the body file behind what is queued.
+    fn push_file(&mut self, at: u64, end: u64) {
+        if at < end {
+            self.queued_file += end - at;
+            self.queued_file_ranges += 1;
+            self.queued.push_back(Queued::File(FileRange::new(at, end)));
+        }
+    }
+}
+
+pub(super) struct UConn {
+    pub(super) fd: OwnedFd,
+    /// The connection (lifecycle, TLS, timers), with input pushed by the multishot receive, and
+    /// its output on the ring.
+    pub(super) x: Connection<SendQueue>,
+    pub(super) generation: u32,
+    pub(super) recv_armed: bool,
+    pub(super) recv_cancelling: bool,
+    /// Operations in flight on this connection; its slot (and descriptor) lives until 0.
+    pub(super) ops: u32,
+    pub(super) timer_at: Option<Instant>,
+    /// Closed as far as the policies are concerned; waiting for its operations to finish.
+    pub(super) closed: bool,
+}
+
+impl UConn {
+    pub(super) fn new(fd: OwnedFd, session: Session, generation: u32, now: Instant) -> Self {
+        UConn {
+            fd,
+            x: Connection::new(session, now, Delivery::Pushed, SendQueue::default()),
+            generation,
+            recv_armed: false,
+            recv_cancelling: false,
+            ops: 0,
+            timer_at: None,
+            closed: false,
+        }
+    }
+
+    /// Output not yet taken by the socket: bytes queued or in flight, and sends queued behind
+    /// the one in flight (`--max-outstanding-sends`).
+    pub(super) fn pending(&self) -> Pending {
+        self.x.pending()
+    }
+
     /// Nothing is in flight or queued: output can go straight out.
     pub(super) fn is_quiet(&self) -> bool {
-        self.sending.is_none() && !self.polling && self.queued.is_empty()
+        self.x.out.sending.is_none() && !self.x.out.polling && self.x.out.queued.is_empty()
     }
 
     /// The multishot receive, counted in flight from now on.
@@ -224,30 +253,23 @@ impl UConn {
 
     /// Queue output behind what is queued.
     pub(super) fn queue(&mut self, chunk: Bytes) {
-        self.queued_len += chunk.len();
-        self.queued.push_back(Queued::Bytes(chunk));
+        self.x.out.push_records(chunk);
     }
 
     /// Queue bytes `at..end` of the body file behind what is queued.
     pub(super) fn queue_file(&mut self, at: u64, end: u64) {
-        if at < end {
-            self.queued_file += end - at;
-            self.queued_file_ranges += 1;
-            self.queued.push_back(Queued::File(FileRange::new(at, end)));
-        }
+        self.x.out.push_file(at, end);
     }
 
-    /// Queue TLS plaintext behind what is queued, to be encrypted when it reaches the front.
-    pub(super) fn queue_clear(&mut self, plain: Bytes) {
-        self.queued_len += plain.len();
-        self.queued.push_back(Queued::Clear(plain));
-    }
-
-    /// The file range at the front of the queue, with the connection's TLS session (if any) to
-    /// seal it with.
-    pub(super) fn file_front(&mut self) -> Option<(&mut FileRange, Option<&mut sockscale_tls::ServerSession>)> {
-        match self.queued.front_mut() {
-            Some(Queued::File(range)) => Some((range, self.tls.as_deref_mut())),
+    /// The file range at the front of the queue, with what to seal it with if the connection
+    /// speaks TLS (its session and the thread's `scratch`).
+    pub(super) fn file_front<'a>(
+        &'a mut self,
+        scratch: &'a mut FileScratch,
+    ) -> Option<(&'a mut FileRange, Option<Seal<'a>>)> {
+        let (out, seal) = self.x.out_and_seal(scratch);
+        match out.queued.front_mut() {
+            Some(Queued::File(range)) => Some((range, seal)),
             _ => None,
         }
     }
@@ -255,19 +277,19 @@ impl UConn {
     /// The file range at the front went through a turn, owing `owed` bytes before it: count
     /// what it sent, and drop it when it is all sent.
     pub(super) fn file_turned(&mut self, owed: u64) {
-        if let Some(Queued::File(range)) = self.queued.front() {
+        if let Some(Queued::File(range)) = self.x.out.queued.front() {
             let now = range.owed();
-            self.queued_file = self.queued_file - owed + now;
+            self.x.out.queued_file = self.x.out.queued_file - owed + now;
             if now == 0 {
-                self.queued.pop_front();
-                self.queued_file_ranges -= 1;
+                self.x.out.queued.pop_front();
+                self.x.out.queued_file_ranges -= 1;
             }
         }
     }
 
     /// A poll for writability, posted when the socket refused the body file.
     pub(super) fn poll_writable(&mut self, index: usize) -> squeue::Entry {
-        self.polling = true;
+        self.x.out.polling = true;
         self.ops += 1;
         opcode::PollAdd::new(types::Fd(self.fd.as_raw_fd()), libc::POLLOUT as u32).build().user_data(pack(
             Op::Poll,
@@ -278,38 +300,39 @@ impl UConn {
 
     /// The writability poll has completed.
     pub(super) fn poll_done(&mut self) {
-        self.polling = false;
+        self.x.out.polling = false;
         self.ops -= 1;
     }
 
     /// Forget queued output (the connection is closing).
     pub(super) fn clear_queue(&mut self) {
-        self.queued.clear();
-        self.queued_len = 0;
-        self.queued_file = 0;
-        self.queued_file_ranges = 0;
+        self.x.out.queued.clear();
+        self.x.out.queued_len = 0;
+        self.x.out.queued_file = 0;
+        self.x.out.queued_file_ranges = 0;
     }
 
     /// What to do with the queue: a send of the bytes at its front (up to `IOV_BATCH` chunks,
     /// up to a file chunk, with `MSG_MORE` before one), the file chunk at its front, or
     /// nothing while a send or poll is in flight, nothing is queued or the connection closed.
     pub(super) fn send_queued(&mut self, index: usize, spares: &mut SpareSends) -> NextSend {
-        if self.sending.is_some() || self.polling || self.closed {
+        if self.x.out.sending.is_some() || self.x.out.polling || self.closed {
             return NextSend::Nothing;
         }
-        match self.queued.front_mut() {
+        let (out, session) = self.x.out_and_session();
+        match out.queued.front_mut() {
             None => return NextSend::Nothing,
             Some(Queued::File(_)) => return NextSend::File,
             Some(Queued::Clear(plain)) => {
                 // Its turn to be sealed: the file range ahead of it has been.
-                let sealed = match self.tls.as_deref_mut() {
+                let sealed = match session {
                     Some(session) => seal_behind(session, plain),
                     None => Err(no_session()),
                 };
                 match sealed {
                     Ok(records) => {
-                        self.queued_len = self.queued_len - plain.len() + records.len();
-                        self.queued[0] = Queued::Bytes(records);
+                        out.queued_len = out.queued_len - plain.len() + records.len();
+                        out.queued[0] = Queued::Bytes(records);
                     }
                     Err(e) => return NextSend::Failed(e),
                 }
@@ -318,10 +341,10 @@ impl UConn {
         }
         let mut send = spares.take();
         while send.chunks.len() < IOV_BATCH {
-            match self.queued.front() {
+            match self.x.out.queued.front() {
                 Some(Queued::Bytes(_)) => {
-                    if let Some(Queued::Bytes(chunk)) = self.queued.pop_front() {
-                        self.queued_len -= chunk.len();
+                    if let Some(Queued::Bytes(chunk)) = self.x.out.queued.pop_front() {
+                        self.x.out.queued_len -= chunk.len();
                         send.chunks.push(chunk);
                     }
                 }
@@ -378,7 +401,7 @@ impl UConn {
             opcode::SendMsg::new(fd, &send.msg).flags(flags as u32).build()
         }
         .user_data(pack(Op::Send, index, self.generation));
-        self.sending = Some(send);
+        self.x.out.sending = Some(send);
         self.ops += 1;
         entry
     }
@@ -386,13 +409,15 @@ impl UConn {
     /// The send in flight has completed: it is no longer counted, and is handed back.
     pub(super) fn send_done(&mut self) -> Option<Box<InFlight>> {
         self.ops -= 1;
-        self.sending.take()
+        self.x.out.sending.take()
     }
 
     /// The queued output, flattened (tests).
     #[cfg(test)]
     pub(super) fn queued_bytes(&self) -> Vec<u8> {
-        self.queued
+        self.x
+            .out
+            .queued
             .iter()
             .flat_map(|c| match c {
                 Queued::Bytes(b) => b.to_vec(),
@@ -415,16 +440,16 @@ impl UConn {
             if end > written {
                 let mut rest = chunk.clone();
                 rest.advance(written.saturating_sub(start));
-                self.queued_len += rest.len();
-                self.queued.push_front(Queued::Bytes(rest));
+                self.x.out.queued_len += rest.len();
+                self.x.out.queued.push_front(Queued::Bytes(rest));
             }
             end = start;
         }
         if let Some(data) = ring_data {
             if written < data.len() {
                 let rest = Bytes::copy_from_slice(&data[written..]);
-                self.queued_len += rest.len();
-                self.queued.push_front(Queued::Bytes(rest));
+                self.x.out.queued_len += rest.len();
+                self.x.out.queued.push_front(Queued::Bytes(rest));
             }
         }
     }

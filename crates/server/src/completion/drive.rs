@@ -16,11 +16,9 @@ use sockscale_proto::Segment;
 
 use super::conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
-use crate::body::{no_body_file, BodyFile, FileStep, Seal, FILE_CHUNK};
-use crate::conn::{
-    answer_once, closed_by_error, handshake_deadline, tls_answer_once, tls_close_notify, tls_input, tls_seal_output,
-    tls_session, TlsIo, TlsOut,
-};
+use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
+use crate::conn::{closed_by_error, tls_session};
+use crate::connection::{Close, ThreadTools};
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
 use crate::seats;
 
@@ -44,14 +42,14 @@ impl UringWorker<'_> {
         let session = self.engine.new_session();
         let raw = fd.as_raw_fd();
         let mut conn = UConn::new(fd, session, generation, self.now);
-        conn.tls = tls;
+        conn.x.start_tls(tls);
         let index = self.conns.insert(conn);
         self.counters.accepted();
         self.stats.enlist(raw);
         let token = conn_token(index, generation);
         if self.core.on_started(token, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(index) {
-                seats::stop(&mut conn.lc, raw, self.now, self.stats);
+                seats::stop(&mut conn.x.lc, raw, self.now, self.stats);
             }
         }
         self.settle(index, generation);
@@ -64,13 +62,13 @@ impl UringWorker<'_> {
             return;
         }
         let conns = &self.conns;
-        let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.lc.is_between_requests());
+        let between = |token: &u64| conns.get(split_token(*token).0).is_some_and(|c| c.x.lc.is_between_requests());
         let swaps = self.core.review(self.now, between);
         self.stats.rotated(swaps.stop.len());
         for token in swaps.stop {
             let (index, generation) = split_token(token);
             if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
-                seats::stop(&mut conn.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
             self.settle(index, generation);
         }
@@ -83,7 +81,7 @@ impl UringWorker<'_> {
     fn start_reading(&mut self, token: u64) {
         let (index, generation) = split_token(token);
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
-        seats::start(&mut conn.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+        seats::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
         self.settle(index, generation);
     }
 
@@ -124,66 +122,44 @@ impl UringWorker<'_> {
                 libc::ENOBUFS => self.starved.push((index, generation)),
                 libc::ECANCELED => {}
                 errno => {
-                    let reason = conn.lc.on_failed(&io::Error::from_raw_os_error(errno));
+                    let reason = conn.x.lc.on_failed(&io::Error::from_raw_os_error(errno));
                     return self.close(index, reason);
                 }
             }
             return self.settle(index, generation);
         }
         let Some(bid) = buffer.filter(|_| result > 0) else {
-            conn.lc.on_eof();
+            conn.x.lc.on_eof();
             return self.settle(index, generation);
         };
         let n = result as usize;
         self.counters.bytes_in(n);
-        if let Some(tls) = conn.tls.as_deref_mut() {
-            let read = self.bufs.get_mut(bid, n);
-            // Mostly two: the handshake's records and the answer's.
-            let mut queued = Vec::with_capacity(2);
-            let mut io = TlsIo {
-                engine: &mut self.engine,
-                scratch: &mut self.scratch,
-                buffers: &mut self.tls_scratch,
-                body: self.cfg.body_file.as_ref(),
-                counters: self.counters,
-            };
-            let fed = tls_input(tls, &mut conn.lc, read, self.now, &mut io, |item| queued.push(item));
-            for item in queued {
-                match item {
-                    TlsOut::Records(records) => conn.queue(records),
-                    TlsOut::File(range) => conn.queue_file(range.start, range.end),
-                    TlsOut::Clear(plain) => conn.queue_clear(plain),
-                }
+        let mut tools = ThreadTools {
+            engine: &mut self.engine,
+            scratch: &mut self.scratch,
+            buffers: &mut self.tls_scratch,
+            body: self.cfg.body_file.as_ref(),
+            counters: self.counters,
+        };
+        let fed = conn.x.receive(self.bufs.get_mut(bid, n), n, self.now, &mut tools);
+        let fed = match fed {
+            Ok(fed) => fed,
+            Err(close) => {
+                self.bufs.give_back(bid);
+                return self.end(index, close);
             }
-            // The plaintext was copied out of the ring buffer: it goes back at once.
-            self.bufs.give_back(bid);
-            return match fed {
-                Ok(fed) => {
-                    if fed.counted() {
-                        self.core.on_input(&conn_token(index, generation), self.now);
-                    }
-                    self.settle(index, generation)
-                }
-                Err(closing) => {
-                    // Only behind everything sent, as close_notify.
-                    if conn.pending().is_empty() {
-                        closing.send_last(conn.fd.as_raw_fd());
-                    }
-                    self.close(index, closing.reason)
-                }
-            };
-        }
-        let data = self.bufs.get(bid, n);
-        let fed = conn.lc.on_input(data, n, self.now, &mut self.engine, &mut self.scratch);
+        };
         if fed.counted() {
             self.core.on_input(&conn_token(index, generation), self.now);
         }
         if fed != Fed::Send {
-            // Nothing to send, or the protocol had already ended the exchange: input a
-            // multishot receive delivered after it is nobody's.
+            // Nothing to send, the answer is queued (sealed: the input was copied out of the
+            // ring buffer), or the protocol had already ended the exchange (input a multishot
+            // receive delivered after it is nobody's): the buffer goes back at once.
             self.bufs.give_back(bid);
             return self.settle(index, generation);
         }
+        let data = self.bufs.get(bid, n);
         let segments = self.scratch.segments();
         let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
         // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
@@ -245,9 +221,9 @@ impl UringWorker<'_> {
         };
         let Some(conn) = self.conns.get_mut(index) else { return false };
         let fd = conn.fd.as_raw_fd();
-        let Some((range, session)) = conn.file_front() else { return true };
+        let Some((range, mut seal)) = conn.file_front(&mut self.tls_scratch.file) else { return true };
         let owed = range.owed();
-        let mut seal = session.map(|session| Seal { session, scratch: &mut self.tls_scratch.file });
+        let sealing = seal.is_some();
         let outcome = body.turn(fd, range, seal.as_mut(), FILE_CHUNK);
         conn.file_turned(owed);
         let turn = match outcome {
@@ -261,10 +237,10 @@ impl UringWorker<'_> {
             bytes: turn.sent,
             blocked: turn.step == FileStep::Blocked,
             yielded: turn.step == FileStep::Turn,
-            sealed: if conn.tls.is_some() { turn.file } else { 0 },
+            sealed: if sealing { turn.file } else { 0 },
         };
         self.counters.written(&written);
-        conn.lc.on_written(self.now, written);
+        conn.x.lc.on_written(self.now, written);
         match turn.step {
             FileStep::Done => true,
             FileStep::Turn => false,
@@ -300,7 +276,7 @@ impl UringWorker<'_> {
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
         let Some(sent) = conn.send_done() else { return };
         let written = usize::try_from(result).unwrap_or(0);
-        conn.lc.on_written(self.now, Written { bytes: written, blocked: written < sent.len(), ..Written::default() });
+        conn.x.lc.on_written(self.now, Written { bytes: written, blocked: written < sent.len(), ..Written::default() });
         self.counters.bytes_out(written);
         // Whatever the socket did not take goes back to the front of the queue, in order.
         if result >= 0 && written < sent.len() && !conn.closed {
@@ -333,25 +309,25 @@ impl UringWorker<'_> {
             let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else {
                 return;
             };
-            let wait = match conn.lc.poll(self.now, conn.pending(), &self.engine, limits) {
+            let wait = match conn.x.poll(self.now, &self.engine, limits) {
                 Action::Flush => {
                     self.send_queued(index);
                     continue;
                 }
                 Action::Close(reason) => {
-                    // Only behind everything sent: records go out in the order they were sealed.
-                    if conn.pending().is_empty() {
-                        tls_close_notify(conn.tls.as_deref_mut(), conn.fd.as_raw_fd(), reason);
-                    }
-                    return self.close(index, reason);
+                    let close = conn.x.close(reason);
+                    return self.end(index, close);
                 }
                 Action::Transmit => {
-                    let pending = conn.pending();
-                    if conn.lc.on_transmit(self.now, pending, &mut self.engine, &mut self.scratch) != Fed::Send {
-                        continue;
-                    }
-                    match conn.tls.as_deref_mut() {
-                        None => {
+                    let mut tools = ThreadTools {
+                        engine: &mut self.engine,
+                        scratch: &mut self.scratch,
+                        buffers: &mut self.tls_scratch,
+                        body: self.cfg.body_file.as_ref(),
+                        counters: self.counters,
+                    };
+                    match conn.x.transmit(self.now, &mut tools) {
+                        Ok(Fed::Send) => {
                             for segment in self.scratch.segments() {
                                 match segment {
                                     Segment::Shared(bytes) => conn.queue(bytes.clone()),
@@ -361,23 +337,9 @@ impl UringWorker<'_> {
                                 }
                             }
                         }
-                        Some(tls) => {
-                            let mut queued = Vec::with_capacity(1);
-                            let body = self.cfg.body_file.as_ref();
-                            let sealed = tls_seal_output(tls, &self.scratch, &mut self.tls_scratch, body, |item| {
-                                queued.push(item)
-                            });
-                            if let Err(reason) = sealed {
-                                return self.close(index, reason);
-                            }
-                            for item in queued {
-                                match item {
-                                    TlsOut::Records(records) => conn.queue(records),
-                                    TlsOut::File(range) => conn.queue_file(range.start, range.end),
-                                    TlsOut::Clear(plain) => conn.queue_clear(plain),
-                                }
-                            }
-                        }
+                        // Sealed into the queue, or nothing to send.
+                        Ok(_) => {}
+                        Err(close) => return self.end(index, close),
                     }
                     continue;
                 }
@@ -386,9 +348,7 @@ impl UringWorker<'_> {
                 Action::Read { .. } => continue,
             };
             let token = conn_token(index, generation);
-            let wake_at =
-                handshake_deadline(conn.tls.as_deref(), &self.engine).map_or(wait.wake_at, |at| at.min(wait.wake_at));
-            self.timers.schedule(&mut conn.timer_at, wake_at, token);
+            self.timers.schedule(&mut conn.timer_at, wait.wake_at, token);
             let (armed, cancelling) = (conn.recv_armed, conn.recv_cancelling);
             if wait.read && !armed {
                 if self.bufs.available() > 0 {
@@ -408,43 +368,51 @@ impl UringWorker<'_> {
         }
     }
 
-    /// The connection's timer came due: close it if a deadline expired (after one attempt to
-    /// send the protocol's whole answer, outside the ring, as every engine does), or settle,
-    /// which re-arms it.
+    /// The connection's timer came due: close it if a deadline expired (the protocol's answer
+    /// among the close's last bytes), or settle, which re-arms it.
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
-        let now = self.now;
         let Some(conn) = self.conns.get_mut(index) else { return };
-        if handshake_deadline(conn.tls.as_deref(), &self.engine).is_some_and(|at| at <= now) {
-            return self.close(index, CloseReason::HeaderTimeout);
-        }
-        match conn.lc.on_timer(now, &mut self.engine, &mut self.scratch, &self.limits) {
-            Some(expiry) => {
-                if expiry.answer {
-                    let fd = conn.fd.as_raw_fd();
-                    let sent = match conn.tls.as_deref_mut() {
-                        None => answer_once(fd, &self.scratch),
-                        Some(tls) => tls_answer_once(tls, fd, &self.scratch, &mut self.tls_scratch),
-                    };
-                    self.counters.bytes_out(sent);
-                }
-                self.close(index, expiry.reason);
-            }
+        let mut tools = ThreadTools {
+            engine: &mut self.engine,
+            scratch: &mut self.scratch,
+            buffers: &mut self.tls_scratch,
+            body: self.cfg.body_file.as_ref(),
+            counters: self.counters,
+        };
+        match conn.x.on_timer(self.now, &mut tools, &self.limits) {
+            Some(close) => self.end(index, close),
             None => self.settle(index, generation),
         }
     }
 
-    /// Count the connection closed now, and end its operations; its slot is freed when the
-    /// last one completes (`reclaim`).
+    /// Close the connection for `reason`, with the last bytes its connection owes the client.
     pub(super) fn close(&mut self, index: usize, reason: CloseReason) {
         let Some(conn) = self.conns.get_mut(index) else { return };
         if conn.closed {
             return;
         }
+        let close = conn.x.close(reason);
+        self.end(index, close);
+    }
+
+    /// Carry out `close`: its last bytes go behind the output only if none is queued or in
+    /// flight (one attempt, `sockscale_sys::end_socket`, as every engine ends a socket), then
+    /// count the connection closed now and end its operations; its slot is freed when the
+    /// last one completes (`reclaim`).
+    pub(super) fn end(&mut self, index: usize, close: Close) {
+        let Some(conn) = self.conns.get_mut(index) else { return };
+        if conn.closed {
+            return;
+        }
+        let reason = close.reason;
+        let last = close.last_behind(conn.pending().is_empty());
+        let sent = sockscale_sys::end_socket(conn.fd.as_raw_fd(), last, close.ending);
+        self.counters.bytes_out(sent);
         conn.closed = true;
         conn.clear_queue();
         // Before anything could close the descriptor: a shed must not reach a reused one.
         self.stats.delist(conn.fd.as_raw_fd());
-        let (token, was_waiting) = (conn_token(index, conn.generation), conn.lc.is_waiting());
+        let (token, was_waiting) = (conn_token(index, conn.generation), conn.x.lc.is_waiting());
         // Wakes the receive (EOF) and fails a stuck send, so their completions come soon.
         let _ = sockscale_sys::shutdown_both(conn.fd.as_raw_fd());
         let cancel = conn.recv_armed && !conn.recv_cancelling;

@@ -591,7 +591,7 @@ impl<'a> UringWorker<'a> {
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
-                seats::drain(&mut conn.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
+                seats::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
             }
             self.settle(index, generation);
         }

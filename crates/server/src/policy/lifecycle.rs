@@ -129,6 +129,10 @@ pub enum Fed {
     Quiet,
     /// The protocol had already ended the exchange: the input is nobody's and was dropped.
     Discarded,
+    /// The protocol answered and the answer is in the connection's output queue already
+    /// (sealed by its TLS stage): flush it. Never returned by the lifecycle itself; a
+    /// connection with TLS returns it (see `connection::Connection::receive`).
+    Queued,
 }
 
 impl Fed {

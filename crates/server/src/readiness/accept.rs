@@ -166,7 +166,7 @@ impl<S: Selector> Worker<'_, S> {
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
         let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
-        conn.x.tls = tls;
+        conn.x.start_tls(tls);
         conn.registered = Interest::READ;
         let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);

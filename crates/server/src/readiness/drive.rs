@@ -1,6 +1,7 @@
-//! Driving one connection on a readiness selector: its lifecycle (`policy::Lifecycle`, carried
-//! out by `conn::Exchange::turn`) says what to do and how to wait; this file only turns the wait
-//! into a timer, a registration and a place on the resume list.
+//! Driving one connection on a readiness selector: its connection (`connection::Connection`,
+//! carried out by `conn`'s `Connection::turn` and `conn::end`) says what to do, how to wait and
+//! how to close; this file only turns the wait into a timer, a registration and a place on the
+//! resume list.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -8,7 +9,7 @@ use std::os::fd::AsRawFd;
 use sockscale_sys::{Interest, Selector};
 
 use super::{split, Worker};
-use crate::conn::{RawSocket, TurnIo, Turned};
+use crate::conn::{self, Close, RawSocket, TurnIo, Turned};
 use crate::policy::{closed_by_error, CloseReason, Wait};
 use crate::udp::{self, UdpTurn};
 
@@ -26,7 +27,7 @@ impl<S: Selector> Worker<'_, S> {
         let mut socket = RawSocket(conn.fd.as_raw_fd());
         let mut io = TurnIo { kit: &mut self.kit, pool: self.pool, counters: self.counters, limits: &self.limits };
         match conn.x.turn(&mut socket, &mut io, self.now) {
-            Turned::Close(reason) => self.close(index, reason),
+            Turned::Close(close) => self.end(index, close),
             Turned::Wait { wait, input } => {
                 if input {
                     self.core.on_input(&token, self.now);
@@ -64,19 +65,15 @@ impl<S: Selector> Worker<'_, S> {
         }
     }
 
-    /// The connection's timer came due: close it if a policy expired (after the protocol's
-    /// answer), or take a turn, which re-arms it.
+    /// The connection's timer came due: close it if a deadline expired (the protocol's answer
+    /// among its last bytes), or take a turn, which re-arms it.
     pub(super) fn on_deadline(&mut self, token: u64) {
         let (index, _) = split(token);
         let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
-        let fd = conn.fd.as_raw_fd();
-        match conn.x.expire(fd, &mut self.kit, self.now, &self.limits) {
-            Some((reason, sent)) => {
-                self.counters.bytes_out(sent);
-                self.close(index, reason);
-            }
+        match conn.x.expire(&mut self.kit, self.counters, self.now, &self.limits) {
+            Some(close) => self.end(index, close),
             None => self.drive(token),
         }
     }
@@ -85,10 +82,22 @@ impl<S: Selector> Worker<'_, S> {
         self.close(index, closed_by_error(&err));
     }
 
+    /// Close a connection for `reason`, with the last bytes its connection owes the client.
     pub(super) fn close(&mut self, index: usize, reason: CloseReason) {
-        let Some(conn) = self.conns.try_remove(index) else {
+        let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
+        let close = conn.x.close(reason);
+        self.end(index, close);
+    }
+
+    /// Carry out a close (`conn::end`), then forget the connection.
+    pub(super) fn end(&mut self, index: usize, close: Close) {
+        let Some(mut conn) = self.conns.try_remove(index) else {
+            return;
+        };
+        let reason = close.reason;
+        conn::end(conn.fd.as_raw_fd(), &mut conn.x, &close, &mut self.kit.tls_scratch, self.counters);
         self.stats.delist(conn.fd.as_raw_fd());
         // Level-triggered selectors keep descriptor tables; epoll forgets a closed descriptor
         // by itself, so it is spared the syscall.

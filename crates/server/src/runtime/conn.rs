@@ -1,5 +1,5 @@
 //! One connection's task in the tokio model: wait for readiness, read into a pool buffer
-//! taken only then, answer through the shared exchange (`conn::Exchange`), and carry out the
+//! taken only then, answer through the connection (`connection::Connection`), and carry out the
 //! connection policy (`crate::policy`) as every model does, with one timer per connection that
 //! moves only when a deadline gets earlier.
 
@@ -17,14 +17,14 @@ use super::active::Seat;
 use super::stream::Stream;
 use super::{counters, with_local, Admitted, Shared, Stage};
 use crate::body::{BodyFile, Seal};
-use crate::conn::{closed_by_error, Exchange, OutQueue, Socket, TurnIo, Turned, Written};
+use crate::conn::{self as carry, closed_by_error, Close, Connection, OutQueue, Socket, TurnIo, Turned, Written};
 use crate::policy::CloseReason;
 use crate::stats::Stats;
 
 /// One connection's state between awaits.
 pub(super) struct Conn {
     stream: Stream,
-    pub(super) x: Exchange,
+    pub(super) x: Connection,
     /// With `--abort-storm-shed`, the stats whose roster lists this connection: delisted when
     /// the connection drops, however its task ends (a cancelled or panicked task included),
     /// before the stream closes the descriptor.
@@ -44,11 +44,12 @@ impl Drop for Conn {
 /// One connection's task: serve it, then count its close. Built from the pieces the accept task
 /// hands over, so that the connection's state is stored once in the task.
 pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: watch::Receiver<Stage>) {
-    let reason = conn.serve(&guard.shared, &mut stage).await;
+    let close = conn.serve(&guard.shared, &mut stage).await;
+    conn.end(&guard.shared, &close);
     // Close the socket before the guard counts the close and wakes a paused accept, so that the
     // accept finds the descriptor free.
     drop(conn);
-    guard.close(reason);
+    guard.close(close.reason);
 }
 
 impl Conn {
@@ -59,7 +60,7 @@ impl Conn {
             stats.enlist(stream.as_raw_fd());
             stats.clone()
         });
-        let mut x = Exchange::new(session, Instant::now());
+        let mut x = Connection::pulled(session, Instant::now());
         if seat.as_ref().is_some_and(|s| s.place.is_waiting()) {
             x.lc.set_waiting(true, Instant::now());
         }
@@ -68,12 +69,12 @@ impl Conn {
 
     /// Serve until a policy, the protocol, the peer or the shutdown ends the connection: take
     /// a turn of the lifecycle, then wait as it says.
-    async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<Stage>) -> CloseReason {
+    async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<Stage>) -> Close {
         // The drain may have begun between the accept and this task's first poll.
         match *stage.borrow_and_update() {
             Stage::Running => {}
             Stage::Draining { until } => self.begin_drain(until),
-            Stage::Forced => return CloseReason::Shutdown,
+            Stage::Forced => return self.x.close(CloseReason::Shutdown),
         }
         let mut watching = true;
         let mut timer_at = self.deadline(shared, Instant::now());
@@ -92,7 +93,7 @@ impl Conn {
                 }
             }
             let wait = match self.turn(shared, now) {
-                Turned::Close(reason) => return reason,
+                Turned::Close(close) => return close,
                 Turned::Wait { wait, input } => {
                     if input {
                         if let Some(seat) = &self.seat {
@@ -129,7 +130,7 @@ impl Conn {
                     Ok(()) => match *stage.borrow_and_update() {
                         Stage::Running => {}
                         Stage::Draining { until } => self.begin_drain(until),
-                        Stage::Forced => return CloseReason::Shutdown,
+                        Stage::Forced => return self.x.close(CloseReason::Shutdown),
                     },
                     // The publisher is gone only as the runtime shuts down; stop listening.
                     Err(_) => watching = false,
@@ -143,8 +144,8 @@ impl Conn {
                 } => {}
                 () = &mut timer => {
                     let now = Instant::now();
-                    if let Some(reason) = self.on_deadline(shared, now) {
-                        return reason;
+                    if let Some(close) = self.on_deadline(shared, now) {
+                        return close;
                     }
                     timer_at = self.deadline(shared, now);
                     timer.as_mut().reset(timer_at.into());
@@ -155,7 +156,7 @@ impl Conn {
                             let hangup = ready.is_read_closed() || ready.is_write_closed() || ready.is_error();
                             self.x.lc.on_ready(ready.is_readable(), ready.is_writable(), hangup);
                         }
-                        Err(e) => return closed_by_error(&e),
+                        Err(e) => return self.x.close(closed_by_error(&e)),
                     }
                 }
             }
@@ -190,14 +191,18 @@ impl Conn {
         with_local(shared, now, |local| self.x.deadline(&local.kit.engine, &shared.limits))
     }
 
-    /// The timer came due: the reason to close if a deadline expired, or None to re-arm.
-    fn on_deadline(&mut self, shared: &Shared, now: Instant) -> Option<CloseReason> {
-        let fd = self.stream.as_raw_fd();
+    /// The timer came due: the close if a deadline expired, or None to re-arm.
+    fn on_deadline(&mut self, shared: &Shared, now: Instant) -> Option<Close> {
         let x = &mut self.x;
-        let expired = with_local(shared, now, |local| x.expire(fd, &mut local.kit, now, &shared.limits));
-        let (reason, sent) = expired?;
-        counters(shared).bytes_out(sent);
-        Some(reason)
+        with_local(shared, now, |local| x.expire(&mut local.kit, counters(shared), now, &shared.limits))
+    }
+
+    /// Carry out `close` on the stream (`conn::end`), before it drops.
+    fn end(&mut self, shared: &Shared, close: &Close) {
+        let (fd, x) = (self.stream.as_raw_fd(), &mut self.x);
+        with_local(shared, Instant::now(), |local| {
+            carry::end(fd, x, close, &mut local.kit.tls_scratch, counters(shared));
+        });
     }
 }
 

@@ -470,7 +470,7 @@ fn admit(
     let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
     let seat = shared.core.enter(stream.as_raw_fd(), Instant::now());
     let mut conn = Conn::new(stream, session, &shared.stats, seat);
-    conn.x.tls = tls;
+    conn.x.start_tls(tls);
     ::tokio::spawn(conn_task(conn, guard, stage.clone()));
 }
 

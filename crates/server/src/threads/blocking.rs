@@ -46,7 +46,7 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{self, closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -54,7 +54,7 @@ use crate::policy::CloseReason;
 use crate::policy::{MapBudget, Slots};
 use crate::pool::BufferPool;
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit, POOL_BACKOFF};
+use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
 
 /// `--model blocking`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -111,7 +111,7 @@ fn admit<'scope, 'env>(
     let counters = hub.stats.shard(id);
     let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
     let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
-    conn.x.tls = tls;
+    conn.x.start_tls(tls);
     // The receive thread polls before it reads.
     conn.x.lc.readiness_unknown();
     let link = Arc::new(Link::new(conn));
@@ -202,7 +202,7 @@ struct LinkState {
     receiver_waiting: bool,
     /// The receive thread is done with the connection: the send thread exits.
     ended: bool,
-    /// The send thread hit this socket error.
+    /// A wait or a write on the socket failed: close for this reason.
     failed: Option<CloseReason>,
     /// Closed from outside: the drain deadline, or a second signal.
     aborted: bool,
@@ -260,10 +260,14 @@ impl Link {
 /// The receive thread: serves the connection until it ends, then stops the send thread.
 fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
     let mut receiver = Receiver { hub, link, counters, draining: false, ready: None };
-    let reason = receiver.serve();
+    let close = receiver.serve();
+    // Carried out before the send thread is let go (which may shut the socket down).
+    let mut kit = hub.take_kit();
+    conn::end(link.fd, &mut link.lock().conn.x, &close, &mut kit.tls_scratch, counters);
+    hub.put_kit(kit);
     link.end();
     let _ = sender.join();
-    reason
+    close.reason
 }
 
 struct Receiver<'r, 'h> {
@@ -279,7 +283,7 @@ struct Receiver<'r, 'h> {
 
 /// What the receive thread does next.
 enum Step {
-    Close(CloseReason),
+    Close(Close),
     /// Decide again at once.
     Again,
     /// Wait for input until the deadline.
@@ -289,14 +293,14 @@ enum Step {
 }
 
 impl Receiver<'_, '_> {
-    fn serve(&mut self) -> CloseReason {
+    fn serve(&mut self) -> Close {
         loop {
             // An engine is borrowed only while deciding and reading, never while waiting.
             let mut kit = self.hub.take_kit();
             let step = self.step(&mut kit);
             self.hub.put_kit(kit);
             match step {
-                Step::Close(reason) => return reason,
+                Step::Close(close) => return close,
                 Step::Again => {}
                 Step::Poll(deadline) => self.poll(deadline),
                 Step::Wait(deadline, version) => self.wait(deadline, version),
@@ -310,10 +314,10 @@ impl Receiver<'_, '_> {
         let limits = &self.hub.limits;
         let mut st = self.link.lock();
         if st.aborted {
-            return Step::Close(CloseReason::Shutdown);
+            return Step::Close(st.conn.x.close(CloseReason::Shutdown));
         }
         if let Some(reason) = st.failed {
-            return Step::Close(reason);
+            return Step::Close(st.conn.x.close(reason));
         }
         if !self.draining && self.hub.is_draining() {
             self.draining = true;
@@ -329,12 +333,11 @@ impl Receiver<'_, '_> {
             self.link.to_sender.notify_one();
         }
         let wait = match turned {
-            Turned::Close(reason) => return Step::Close(reason),
+            Turned::Close(close) => return Step::Close(close),
             Turned::Wait { wait, .. } => wait,
         };
-        if let Some((reason, sent)) = st.conn.x.expire(fd, kit, Instant::now(), limits) {
-            self.counters.bytes_out(sent);
-            return Step::Close(reason);
+        if let Some(close) = st.conn.x.expire(kit, self.counters, Instant::now(), limits) {
+            return Step::Close(close);
         }
         if wait.resume {
             // The read budget ran out with input left: a fresh turn, with a fresh buffer.
@@ -361,8 +364,11 @@ impl Receiver<'_, '_> {
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // Not expected with valid descriptors; do not spin on it.
-            Err(_) => std::thread::sleep(POOL_BACKOFF),
+            // Not expected with valid descriptors: the error closes the connection at the next
+            // step, as the policy's one table names it (no back-off of this thread's own).
+            Err(e) => {
+                self.link.lock().failed.get_or_insert(closed_by_error(&e));
+            }
         }
     }
 
@@ -400,10 +406,8 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
         }
         // Wait for room without the lock, so the receive thread keeps reading meanwhile.
         let mut fds = [pollfd(link.fd, libc::POLLOUT)];
-        if let Err(e) = sys::ppoll(&mut fds, None) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                std::thread::sleep(POOL_BACKOFF);
-            }
+        let polled = sys::ppoll(&mut fds, None);
+        if polled.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::Interrupted) {
             continue;
         }
         // A kit is lent for the flush (taken before the link's lock, as the receive thread
@@ -415,7 +419,11 @@ fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
             hub.put_kit(kit);
             return;
         }
-        let flushed = st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits, &mut kit.tls_scratch);
+        // A failed wait ends the connection as a failed write does.
+        let flushed = match polled {
+            Ok(_) => st.conn.x.flush_now(link.fd, Instant::now(), &hub.limits, &mut kit.tls_scratch),
+            Err(e) => Err(e),
+        };
         hub.put_kit(kit);
         match flushed {
             Ok(written) => {

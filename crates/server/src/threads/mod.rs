@@ -15,7 +15,7 @@
 //!   and returns when the core's drain says so: every connection drained, or the drain
 //!   deadline (or a second signal) passed and the rest must close now;
 //! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
-//!   (`policy::Lifecycle`, carried out by `conn::Exchange::turn`: a pool buffer taken only when
+//!   (`connection::Connection`, carried out by `conn`'s `Connection::turn`: a pool buffer taken only when
 //!   it asks for a read, the output written straight from the buffer);
 //! - [`serve_udp`]: UDP echo on a few threads blocked in poll(2).
 //!
@@ -42,7 +42,7 @@ use sockscale_tls::ServerSession;
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::conn::{tls_session, Conn};
+use crate::conn::{self, tls_session, Close, Conn, TlsScratch};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
@@ -52,8 +52,6 @@ use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
-/// How long a thread waits before trying again when the shared buffer pool is empty.
-pub const POOL_BACKOFF: Duration = Duration::from_millis(1);
 /// Idle protocol engines kept for reuse (see [`Hub::take_kit`]); more are dropped. Enough for
 /// the threads that may hold one at once (a thread preempted mid-read keeps its engine), at
 /// about 13 KiB each for HTTP.
@@ -189,11 +187,21 @@ impl<'a> Hub<'a> {
         self.release();
     }
 
-    /// Close `conn` (dropping it closes the descriptor) and account for it.
-    pub fn close(&self, conn: Conn, counters: &Counters, reason: CloseReason) {
-        self.stats.delist(std::os::fd::AsRawFd::as_raw_fd(&conn.fd));
+    /// Close `conn` for `reason`, with the last bytes its connection owes the client, and
+    /// account for it.
+    pub fn close(&self, mut conn: Conn, counters: &Counters, reason: CloseReason) {
+        let close = conn.x.close(reason);
+        self.end(conn, &close, &mut TlsScratch::default(), counters);
+    }
+
+    /// Carry out `close` on `conn` (`conn::end`; dropping it closes the descriptor) and
+    /// account for it. `scratch`: the thread's, to seal queued output with.
+    pub fn end(&self, mut conn: Conn, close: &Close, scratch: &mut TlsScratch, counters: &Counters) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.fd);
+        conn::end(fd, &mut conn.x, close, scratch, counters);
+        self.stats.delist(fd);
         drop(conn);
-        self.closed(counters, reason);
+        self.closed(counters, close.reason);
     }
 
     fn release(&self) {

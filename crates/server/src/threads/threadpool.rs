@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Conn, RawSocket, TurnIo, Turned};
+use crate::conn::{closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::inbox::Inbox;
@@ -138,7 +138,7 @@ fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mu
     let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
     // Boxed once here, so every hand-over between threads after this moves a pointer.
     let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
-    conn.x.tls = tls;
+    conn.x.start_tls(tls);
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
     conn.x.lc.readiness_unknown();
@@ -227,7 +227,7 @@ impl ReadyQueue {
 
 /// What a worker does with a connection after its round.
 enum Next {
-    Close(CloseReason),
+    Close(Close),
     /// Its read budget ran out: back of the queue.
     Again,
     /// It read all there was: to the poller.
@@ -238,7 +238,7 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
     let mut kit = hub.new_kit();
     while let Some(mut conn) = queue.pop() {
         match serve_round(hub, &mut conn, &mut kit, counters) {
-            Next::Close(reason) => hub.close(*conn, counters, reason),
+            Next::Close(close) => hub.end(*conn, &close, &mut kit.tls_scratch, counters),
             Next::Again => {
                 if let Err(conn) = queue.push(conn) {
                     hub.close(*conn, counters, CloseReason::Shutdown);
@@ -259,7 +259,7 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
 fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Next {
     let limits = &hub.limits;
     if hub.is_forced() {
-        return Next::Close(CloseReason::Shutdown);
+        return Next::Close(conn.x.close(CloseReason::Shutdown));
     }
     kit.tick();
     if hub.is_draining() {
@@ -276,21 +276,20 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
     }
     let mut io = TurnIo { kit, pool: hub.pool, counters, limits };
     let wait = match conn.x.turn(&mut RawSocket(fd), &mut io, Instant::now()) {
-        Turned::Close(reason) => return Next::Close(reason),
+        Turned::Close(close) => return Next::Close(close),
         Turned::Wait { wait, .. } => wait,
     };
     let all_written = match write_pending(hub, conn, kit, counters) {
         Ok(all_written) => all_written,
-        Err(reason) => return Next::Close(reason),
+        Err(close) => return Next::Close(close),
     };
-    if let Some(reason) = conn.x.finish(fd) {
-        return Next::Close(reason);
+    if let Some(close) = conn.x.finish() {
+        return Next::Close(close);
     }
     // The poller keeps the deadlines of idle connections; this covers one that waited in the
     // queue with no input, and one that stays readable and so goes straight back to the queue.
-    if let Some((reason, sent)) = conn.x.expire(fd, kit, Instant::now(), limits) {
-        counters.bytes_out(sent);
-        return Next::Close(reason);
+    if let Some(close) = conn.x.expire(kit, counters, Instant::now(), limits) {
+        return Next::Close(close);
     }
     let readable = conn.x.lc.is_readable() && conn.x.may_read(limits);
     if wait.resume || readable || !all_written {
@@ -304,28 +303,27 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 /// send policies (flood, then send stall, then the drain's end) and until a forced shutdown; or
 /// until a body file's turn is sent (Ok(false)): the connection then goes to the back of the
 /// ready queue, so one long download does not hold a worker from the others.
-fn write_pending(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Result<bool, CloseReason> {
+fn write_pending(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Result<bool, Close> {
     let fd = conn.fd.as_raw_fd();
     while !conn.x.out.is_empty() {
         let now = Instant::now();
-        if let Some(reason) = conn.x.lc.send_expired(now, &hub.limits) {
-            return Err(reason);
-        }
-        let until = conn.x.lc.send_deadline(&hub.limits);
+        let until = conn.x.send_wait(now, &hub.limits)?;
         let mut fds = [pollfd(fd, libc::POLLOUT), pollfd(hub.force_fd(), libc::POLLIN)];
         match sys::ppoll(&mut fds, Some(until.saturating_duration_since(now))) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(closed_by_error(&e)),
+            Err(e) => return Err(conn.x.close(closed_by_error(&e))),
         }
         if fds[1].revents != 0 {
-            return Err(CloseReason::Shutdown);
+            return Err(conn.x.close(CloseReason::Shutdown));
         }
         if fds[0].revents == 0 {
             continue;
         }
-        let written =
-            conn.x.flush_now(fd, Instant::now(), &hub.limits, &mut kit.tls_scratch).map_err(|e| closed_by_error(&e))?;
+        let written = match conn.x.flush_now(fd, Instant::now(), &hub.limits, &mut kit.tls_scratch) {
+            Ok(written) => written,
+            Err(e) => return Err(conn.x.close(closed_by_error(&e))),
+        };
         counters.written(&written);
         if written.yielded {
             return Ok(false);
@@ -449,8 +447,8 @@ impl<'w, 'h> Watch<'w, 'h> {
     fn add(&mut self, epoll: &mut Epoll, mut conn: Box<Conn>, now: Instant) {
         if self.draining {
             begin_drain(&mut conn, &self.hub.shutdown);
-            if let Some(reason) = conn.x.finish(conn.fd.as_raw_fd()) {
-                return self.hub.close(*conn, self.counters, reason);
+            if let Some(close) = conn.x.finish() {
+                return self.hub.end(*conn, &close, &mut self.kit.tls_scratch, self.counters);
             }
         }
         // Ids come from a 32-bit counter: after 2^32 connections, one may meet a connection
@@ -486,9 +484,9 @@ impl<'w, 'h> Watch<'w, 'h> {
         for id in ids {
             let Some(conn) = self.conns.get_mut(&id) else { continue };
             begin_drain(conn, &self.hub.shutdown);
-            if let Some(reason) = conn.x.finish(conn.fd.as_raw_fd()) {
+            if let Some(close) = conn.x.finish() {
                 if let Some(conn) = self.conns.remove(&id) {
-                    self.hub.close(*conn, self.counters, reason);
+                    self.hub.end(*conn, &close, &mut self.kit.tls_scratch, self.counters);
                 }
                 continue;
             }
@@ -515,12 +513,10 @@ impl<'w, 'h> Watch<'w, 'h> {
                 continue;
             }
             conn.timer_at = None;
-            let fd = conn.fd.as_raw_fd();
-            match conn.x.expire(fd, &mut self.kit, now, &self.hub.limits) {
-                Some((reason, sent)) => {
-                    self.counters.bytes_out(sent);
+            match conn.x.expire(&mut self.kit, self.counters, now, &self.hub.limits) {
+                Some(close) => {
                     if let Some(conn) = self.conns.remove(&id) {
-                        self.hub.close(*conn, self.counters, reason);
+                        self.hub.end(*conn, &close, &mut self.kit.tls_scratch, self.counters);
                     }
                 }
                 None => {
