@@ -420,3 +420,31 @@ fn a_drain_closes_idle_and_half_sent_tls_connections_with_close_notify() {
     let (said, closed) = half.client_read();
     assert!(said.is_empty() && closed, "no answer to half a request; close_notify: {said:?}");
 }
+
+/// In clear, a request read a byte at a time is answered whole, once.
+#[test]
+fn a_request_in_clear_read_a_byte_at_a_time() {
+    let mut pair = Pair::new(false);
+    pair.read_size = 1;
+    pair.client_send(GET);
+    pair.drive();
+    let (answer, _) = pair.client_read();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(count(&answer, b"HTTP/1.1 "), 1);
+    assert!(pair.closed.is_none(), "keep-alive");
+}
+
+/// One timer table: a TLS connection that says nothing meets `--first-data-timeout` before its
+/// handshake deadline, and is closed for it at its instant.
+#[test]
+fn a_silent_tls_connection_meets_the_first_data_timeout_before_the_handshake_deadline() {
+    let mut pair = Pair::new(true);
+    pair.limits.first_data_timeout = Some(Duration::from_secs(1));
+    let accepted = pair.now;
+    pair.to_server.clear();
+    let wait = pair.drive().expect("waiting");
+    assert_eq!(wait.wake_at, accepted + Duration::from_secs(1));
+    assert!(pair.advance_to(accepted + Duration::from_secs(1)));
+    assert_eq!(pair.close_reason(), Some((CloseReason::FirstData, Ending::Orderly)));
+    assert!(pair.to_client.is_empty());
+}
