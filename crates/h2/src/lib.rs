@@ -87,11 +87,11 @@ pub mod client;
 #[cfg(test)]
 mod client_tests;
 pub mod config;
-mod conn;
 pub mod frame;
 pub mod hpack;
 mod request;
 pub mod rules;
+mod server;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -101,9 +101,9 @@ pub use client::{
     Request as ClientRequest,
 };
 pub use config::{Budget, Limits, LimitsError};
-pub use conn::{Body, Closing, Connection, Event, Verdict};
 pub use frame::{error_code_name, ErrorCode};
 pub use hpack::HeaderList;
 pub use request::{Malformed, Request};
 pub use rules::Violation;
+pub use server::{Body, Closing, Connection, Event, Verdict};
 pub use stats::{Limit, Stats};

@@ -6,7 +6,7 @@
 //!
 //! HTTP/2 has more to send after a call returns: response DATA waits on flow-control windows
 //! and on the output cap, so the lifecycle asks [`H2Session::wants_transmit`] when the socket
-//! has taken output and calls [`H2Session::transmit`] then (see `Engine::transmit`).
+//! has taken output and calls [`H2Session::transmit`] then (see `Responder::transmit`).
 //!
 //! A body in a file (`--body FILE`, [`ResponseBody::File`], of any size) is a
 //! [`Body::Chunks`] body: read [`FILE_CHUNK`] at a time at the stream's offset through the
@@ -282,13 +282,13 @@ mod tests {
 
     use super::*;
     use crate::http::HttpConfig;
-    use crate::{Engine, Protocol, Session};
+    use crate::{Protocol, Responder, Session};
 
     const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
 
-    fn engine(http2: bool) -> Engine {
+    fn responder(http2: bool) -> Responder {
         let cfg = HttpConfig { http2: http2.then(|| Arc::new(default_limits())), ..HttpConfig::default() };
-        Protocol::Http(Arc::new(cfg)).engine(1_700_000_000)
+        Protocol::Http(Arc::new(cfg)).responder(1_700_000_000)
     }
 
     /// The client's opening: preface, empty SETTINGS, and a GET on stream 1 (`:method GET`,
@@ -301,13 +301,13 @@ mod tests {
     }
 
     /// Feed `chunks`; the output flattened and the last verdict.
-    fn feed(engine: &mut Engine, session: &mut Session, chunks: &[&[u8]]) -> (Vec<u8>, Verdict) {
+    fn feed(responder: &mut Responder, session: &mut Session, chunks: &[&[u8]]) -> (Vec<u8>, Verdict) {
         let now = Instant::now();
         let mut all = Vec::new();
         let mut verdict = Verdict::Continue;
         for chunk in chunks {
             let mut out = Output::default();
-            verdict = engine.on_input(session, chunk, now, &mut out);
+            verdict = responder.on_input(session, chunk, now, &mut out);
             all.extend(out.to_vec(chunk));
         }
         (all, verdict)
@@ -329,7 +329,7 @@ mod tests {
     fn the_preface_makes_the_connection_http2_however_it_is_split() {
         let opening = opening();
         for split in [1, 3, 10, 23, 24, 30, opening.len()] {
-            let mut e = engine(true);
+            let mut e = responder(true);
             let mut s = e.new_session();
             let (out, verdict) = feed(&mut e, &mut s, &[&opening[..split], &opening[split..]]);
             assert_eq!(verdict, Verdict::Continue);
@@ -349,7 +349,7 @@ mod tests {
             (vec![GET], false),
             (vec![&b"P"[..], b"UT / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"], true),
         ] {
-            let mut e = engine(on);
+            let mut e = responder(on);
             let mut s = e.new_session();
             let (out, verdict) = feed(&mut e, &mut s, &chunks);
             assert_eq!(verdict, Verdict::Continue);
@@ -357,17 +357,17 @@ mod tests {
             assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&out));
         }
         // HTTP/2 off: the preface is a bad HTTP/1.1 request.
-        let mut e = engine(false);
+        let mut e = responder(false);
         let mut s = e.new_session();
         let (out, verdict) = feed(&mut e, &mut s, &[&opening()]);
         assert!(out.starts_with(b"HTTP/1.1 400"), "{}", String::from_utf8_lossy(&out));
         assert_eq!(verdict, Verdict::Close(Closing::BadRequest));
         // Neither protocol: closed without an answer; other garbage still gets its 400.
-        let mut s = engine(true).new_session();
-        let (out, verdict) = feed(&mut engine(true), &mut s, &[b"INVALID CONNECTION PREFACE\r\n\r\n"]);
+        let mut s = responder(true).new_session();
+        let (out, verdict) = feed(&mut responder(true), &mut s, &[b"INVALID CONNECTION PREFACE\r\n\r\n"]);
         assert!(out.is_empty() && verdict == Verdict::Close(Closing::BadRequest));
-        let mut s = engine(true).new_session();
-        let (out, _) = feed(&mut engine(true), &mut s, &[b"GET / HTTP/2.0\r\nHost: t\r\n\r\n"]);
+        let mut s = responder(true).new_session();
+        let (out, _) = feed(&mut responder(true), &mut s, &[b"GET / HTTP/2.0\r\nHost: t\r\n\r\n"]);
         assert!(out.starts_with(b"HTTP/1.1 400"));
     }
 
@@ -377,7 +377,7 @@ mod tests {
     fn transmit_frames_what_the_cap_held_back_and_the_drain_owes_a_goaway() {
         let limits = Limits { output_cap: 1024, ..default_limits() };
         let cfg = HttpConfig { http2: Some(Arc::new(limits)), ..HttpConfig::default() };
-        let mut e = Protocol::Http(Arc::new(cfg)).engine(1_700_000_000);
+        let mut e = Protocol::Http(Arc::new(cfg)).responder(1_700_000_000);
         let mut s = e.new_session();
         let (out, _) = feed(&mut e, &mut s, &[&opening()]);
         let first: usize = frames(&out).iter().filter(|f| f.0 == 0).map(|f| f.3).sum();
@@ -405,7 +405,7 @@ mod tests {
     fn a_shut_window_times_out() {
         let limits = Limits { window_timeout: Some(Duration::from_secs(1)), ..default_limits() };
         let cfg = HttpConfig { http2: Some(Arc::new(limits)), ..HttpConfig::default() };
-        let mut e = Protocol::Http(Arc::new(cfg)).engine(1_700_000_000);
+        let mut e = Protocol::Http(Arc::new(cfg)).responder(1_700_000_000);
         let mut s = e.new_session();
         let mut opening = PREFACE.to_vec();
         opening.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
@@ -438,7 +438,7 @@ mod tests {
         }
     }
 
-    fn file_engine(len: u64, fail_from: u64, output_cap: usize) -> (Engine, Arc<Pattern>) {
+    fn file_engine(len: u64, fail_from: u64, output_cap: usize) -> (Responder, Arc<Pattern>) {
         let file = Arc::new(Pattern { fail_from, reads: Default::default() });
         let chunks: Arc<dyn FileChunks> = file.clone();
         let cfg = HttpConfig {
@@ -447,7 +447,7 @@ mod tests {
             http2: Some(Arc::new(Limits { output_cap, ..default_limits() })),
             ..HttpConfig::default()
         };
-        (Protocol::Http(Arc::new(cfg)).engine(1_700_000_000), file)
+        (Protocol::Http(Arc::new(cfg)).responder(1_700_000_000), file)
     }
 
     fn client_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

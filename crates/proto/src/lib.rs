@@ -5,9 +5,9 @@
 //! send and a [`Verdict`] (keep going, or close once the output is flushed). Nothing in this
 //! crate touches a socket, a clock or a thread, so every behaviour is tested with byte fixtures.
 //!
-//! The split between [`Protocol`], [`Engine`] and [`Session`] follows the lifetime of the state:
+//! The split between [`Protocol`], [`Responder`] and [`Session`] follows the lifetime of the state:
 //! - [`Protocol`] is the configuration, shared by every thread of a server;
-//! - [`Engine`] is per thread: it holds what all sessions on that thread share, such as the HTTP
+//! - [`Responder`] is per thread: it holds what all sessions on that thread share, such as the HTTP
 //!   responses pre-rendered once a second with the current `Date`;
 //! - [`Session`] is per connection and holds only what that connection needs between reads.
 
@@ -61,33 +61,33 @@ pub enum Protocol {
 impl Protocol {
     /// The per-thread state for this protocol. `unix_secs` is the wall-clock time, used for the
     /// HTTP `Date` header.
-    pub fn engine(&self, unix_secs: u64) -> Engine {
+    pub fn responder(&self, unix_secs: u64) -> Responder {
         match self {
-            Protocol::Echo => Engine::Echo,
-            Protocol::Http(cfg) => Engine::Http(http::Responses::new(cfg.clone(), unix_secs)),
+            Protocol::Echo => Responder::Echo,
+            Protocol::Http(cfg) => Responder::Http(http::Responses::new(cfg.clone(), unix_secs)),
         }
     }
 }
 
 /// Per-thread protocol state, shared by all sessions of one thread.
 #[derive(Debug)]
-pub enum Engine {
+pub enum Responder {
     Echo,
     Http(http::Responses),
 }
 
-impl Engine {
+impl Responder {
     pub fn new_session(&self) -> Session {
         match self {
-            Engine::Echo => Session::Echo(echo::EchoSession),
-            Engine::Http(_) => Session::Http(http::HttpSession::default()),
+            Responder::Echo => Session::Echo(echo::EchoSession),
+            Responder::Http(_) => Session::Http(http::HttpSession::default()),
         }
     }
 
     /// Advance the wall clock. HTTP re-renders its responses when the second changes, so the
     /// `Date` header is formatted at most once a second per thread, never per request.
     pub fn tick(&mut self, unix_secs: u64) {
-        if let Engine::Http(responses) = self {
+        if let Responder::Http(responses) = self {
             responses.tick(unix_secs);
         }
     }
@@ -98,19 +98,19 @@ impl Engine {
             (_, Session::Echo(echo)) => echo.on_input(input, out),
             // Every input of an HTTP/1.1 connection after the one that decided it: straight to
             // the parser, as before HTTP/2 (the detection is out of line, in `first_input`).
-            (Engine::Http(responses), Session::Http(http)) if http.is_http1() => {
+            (Responder::Http(responses), Session::Http(http)) if http.is_http1() => {
                 http.on_input(input, now, responses, out)
             }
-            (Engine::Http(responses), Session::Http(_)) => first_input(responses, session, input, now, out),
-            (Engine::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
-            (Engine::Echo, Session::Http(_) | Session::H2(_)) => {
-                unreachable!("an HTTP session is only ever created by an HTTP engine")
+            (Responder::Http(responses), Session::Http(_)) => first_input(responses, session, input, now, out),
+            (Responder::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
+            (Responder::Echo, Session::Http(_) | Session::H2(_)) => {
+                unreachable!("an HTTP session is only ever created by an HTTP responder")
             }
         }
     }
 
     /// Whether `session` has output to produce now that the socket took some (HTTP/2: DATA
-    /// its flow-control windows allow, or a drain's GOAWAY): then call [`Engine::transmit`].
+    /// its flow-control windows allow, or a drain's GOAWAY): then call [`Responder::transmit`].
     /// False for HTTP/1.1 and echo, which answer only input.
     pub fn wants_transmit(&self, session: &Session) -> bool {
         match session {
@@ -123,7 +123,7 @@ impl Engine {
     /// DATA only while its unsent output stays under its cap).
     pub fn transmit(&mut self, session: &mut Session, now: Instant, pending: usize, out: &mut Output) -> Verdict {
         match (self, session) {
-            (Engine::Http(responses), Session::H2(h2)) => h2.transmit(now, pending, responses, out),
+            (Responder::Http(responses), Session::H2(h2)) => h2.transmit(now, pending, responses, out),
             _ => Verdict::Continue,
         }
     }
@@ -132,7 +132,7 @@ impl Engine {
     /// timeout), if any. The caller combines it with its own timers.
     pub fn deadline(&self, session: &Session) -> Option<Instant> {
         match (self, session) {
-            (Engine::Http(responses), Session::Http(http)) => http.deadline(responses.config().header_timeout),
+            (Responder::Http(responses), Session::Http(http)) => http.deadline(responses.config().header_timeout),
             (_, Session::H2(h2)) => h2.deadline(),
             _ => None,
         }
@@ -142,7 +142,7 @@ impl Engine {
     /// has such a limit: a stage below the protocol (a TLS handshake) is held to it too.
     pub fn header_timeout(&self) -> Option<std::time::Duration> {
         match self {
-            Engine::Http(responses) => Some(responses.config().header_timeout),
+            Responder::Http(responses) => Some(responses.config().header_timeout),
             _ => None,
         }
     }
@@ -150,7 +150,7 @@ impl Engine {
     /// Called when `deadline` has passed: queues the protocol's timeout answer, if it has one.
     pub fn on_timeout(&mut self, session: &mut Session, now: Instant, out: &mut Output) -> Verdict {
         match (self, session) {
-            (Engine::Http(responses), Session::Http(http)) => http.on_timeout(now, responses, out),
+            (Responder::Http(responses), Session::Http(http)) => http.on_timeout(now, responses, out),
             (_, Session::H2(h2)) => h2.on_timeout(now, out),
             _ => Verdict::Continue,
         }
@@ -160,8 +160,8 @@ impl Engine {
     /// nothing for echo.
     pub fn refusal(&mut self) -> Option<Bytes> {
         match self {
-            Engine::Echo => None,
-            Engine::Http(responses) => Some(responses.error(http::Status::ServiceUnavailable)),
+            Responder::Echo => None,
+            Responder::Http(responses) => Some(responses.error(http::Status::ServiceUnavailable)),
         }
     }
 }
@@ -169,7 +169,7 @@ impl Engine {
 /// An HTTP connection's input while its first bytes may still be the HTTP/2 preface: HTTP/1.1
 /// (after the octets held as a possible preface, replayed), a wait for more, or the switch of
 /// `session` to HTTP/2. Out of line, so that the later requests of an HTTP/1.1 connection do
-/// not carry it ([`Engine::on_input`]).
+/// not carry it ([`Responder::on_input`]).
 #[inline(never)]
 fn first_input(
     responses: &mut http::Responses,

@@ -610,7 +610,7 @@ mod tests {
     /// file shrinks, and the next download is reset with INTERNAL_ERROR where the file ends.
     #[test]
     fn http2_downloads_a_body_file_in_chunks_and_a_shrunk_file_resets_the_stream() {
-        use sockscale_proto::{Engine, Protocol, Session, Verdict};
+        use sockscale_proto::{Protocol, Responder, Session, Verdict};
         use std::time::Instant;
 
         let len = (3 << 20) + 5;
@@ -621,8 +621,8 @@ mod tests {
         let cap = 128 << 10;
         let limits = sockscale_h2::Limits { output_cap: cap, ..sockscale_proto::h2::default_limits() };
         let http = Arc::new(HttpConfig { body, http2: Some(Arc::new(limits)), ..HttpConfig::default() });
-        let mut engine = Protocol::Http(BodyFile::serve_http(&http, file.as_ref())).engine(0);
-        let mut session = engine.new_session();
+        let mut responder = Protocol::Http(BodyFile::serve_http(&http, file.as_ref())).responder(0);
+        let mut session = responder.new_session();
         let now = Instant::now();
         let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
             let n = payload.len() as u32;
@@ -632,13 +632,13 @@ mod tests {
             f
         };
         let get = |stream| frame(1, 5, stream, &[0x82, 0x86, 0x84, 0x01, 0x01, b't']);
-        let download = |engine: &mut Engine, session: &mut Session, request: &[u8]| {
+        let download = |responder: &mut Responder, session: &mut Session, request: &[u8]| {
             let mut out = Output::default();
-            assert_eq!(engine.on_input(session, request, now, &mut out), Verdict::Continue);
+            assert_eq!(responder.on_input(session, request, now, &mut out), Verdict::Continue);
             let mut wire = out.to_vec(request);
-            while engine.wants_transmit(session) {
+            while responder.wants_transmit(session) {
                 let mut out = Output::default();
-                assert_eq!(engine.transmit(session, now, 0, &mut out), Verdict::Continue);
+                assert_eq!(responder.transmit(session, now, 0, &mut out), Verdict::Continue);
                 assert!(out.len() <= cap + (16 << 10) + 9, "a transmit within the cap: {}", out.len());
                 wire.extend(out.to_vec(&[]));
             }
@@ -648,11 +648,11 @@ mod tests {
         opening.extend(frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
         opening.extend(frame(8, 0, 0, &(0x7fff_ffff - 65_535u32).to_be_bytes()));
         opening.extend(get(1));
-        let got = download(&mut engine, &mut session, &opening);
+        let got = download(&mut responder, &mut session, &opening);
         let (data, reset, ended) = &got[&1];
         assert!(data == &content && reset.is_none() && *ended, "{} bytes, reset {reset:?}", data.len());
         File::options().write(true).open(&path).unwrap().set_len(200_000).unwrap();
-        let got = download(&mut engine, &mut session, &get(3));
+        let got = download(&mut responder, &mut session, &get(3));
         let (data, reset, ended) = &got[&3];
         assert_eq!((data.len(), *reset, *ended), (200_000, Some(2), false), "RST_STREAM(INTERNAL_ERROR)");
         assert!(data[..] == content[..200_000]);

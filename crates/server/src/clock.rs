@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use sockscale_proto::Engine;
+use sockscale_proto::Responder;
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> u64 {
@@ -25,13 +25,13 @@ impl DateClock {
 
     /// Bring `engine`'s pre-rendered responses to the current second, if the monotonic clock
     /// (`now`) says a second may have turned since the last look.
-    pub fn tick(&mut self, now: Instant, engine: &mut Engine) {
+    pub fn tick(&mut self, now: Instant, responder: &mut Responder) {
         if now < self.next_check {
             return;
         }
         let wall = SystemTime::now();
         let into_second = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         self.next_check = now + Duration::from_nanos(1_000_000_000 - u64::from(into_second));
-        engine.tick(sockscale_proto::http::unix_secs(wall));
+        responder.tick(sockscale_proto::http::unix_secs(wall));
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use sockscale_proto::{Engine, Output, Segment, Session};
+use sockscale_proto::{Output, Responder, Segment, Session};
 use sockscale_sys::Ending;
 use sockscale_tls::{ServerCrypto, ServerSession};
 
@@ -73,7 +73,7 @@ pub struct TlsScratch {
 /// What a connection works with that its thread owns: the protocol engine, the output the
 /// protocol writes its answer into, the TLS buffers, the body file and the counters.
 pub struct ThreadTools<'a> {
-    pub engine: &'a mut Engine,
+    pub responder: &'a mut Responder,
     pub scratch: &'a mut Output,
     pub buffers: &'a mut TlsScratch,
     pub body: Option<&'a Arc<BodyFile>>,
@@ -145,9 +145,9 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
 
     /// While the TLS handshake is under way, when it must be done: the protocol's header
     /// timeout from acceptance (a stalled ClientHello is closed then, like a slow request head).
-    fn handshake_due(&self, engine: &Engine) -> Option<Instant> {
+    fn handshake_due(&self, responder: &Responder) -> Option<Instant> {
         let tls = self.tls.as_deref().filter(|tls| tls.is_handshaking())?;
-        Some(after(tls.handshake_started_at(), engine.header_timeout()?))
+        Some(after(tls.handshake_started_at(), responder.header_timeout()?))
     }
 
     /// The output waiting for the client, as the policy counts it.
@@ -157,11 +157,11 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
 
     /// What to do next (see [`Lifecycle::poll`]).
     #[inline]
-    pub fn poll(&mut self, now: Instant, engine: &Engine, limits: &Limits) -> Action {
+    pub fn poll(&mut self, now: Instant, responder: &Responder, limits: &Limits) -> Action {
         let pending = self.out.pending();
-        let mut action = self.lc.poll(now, pending, engine, limits);
+        let mut action = self.lc.poll(now, pending, responder, limits);
         if let Action::Wait(wait) = &mut action {
-            if let Some(at) = self.handshake_due(engine) {
+            if let Some(at) = self.handshake_due(responder) {
                 wait.wake_at = wait.wake_at.min(at);
             }
         }
@@ -195,9 +195,9 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     }
 
     /// When the connection must next be woken: the earliest deadline of its timer table.
-    pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
-        let policy = self.lc.deadline(engine, limits);
-        self.handshake_due(engine).map_or(policy, |at| at.min(policy))
+    pub fn deadline(&self, responder: &Responder, limits: &Limits) -> Instant {
+        let policy = self.lc.deadline(responder, limits);
+        self.handshake_due(responder).map_or(policy, |at| at.min(policy))
     }
 
     /// The output queue, with the TLS session its queued plaintext is sealed with.
@@ -228,7 +228,7 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
         tools: &mut ThreadTools<'_>,
     ) -> Result<Fed, Close> {
         let Some(tls) = self.tls.as_deref_mut() else {
-            return Ok(self.lc.on_input(read, wanted, now, tools.engine, tools.scratch));
+            return Ok(self.lc.on_input(read, wanted, now, tools.responder, tools.scratch));
         };
         self.lc.on_read(read.len(), wanted);
         tools.buffers.plain.clear();
@@ -249,7 +249,7 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
         if !records.is_empty() {
             self.out.push_records(Bytes::from(records));
         }
-        let fed = self.lc.on_plaintext(&tools.buffers.plain, now, tools.engine, tools.scratch);
+        let fed = self.lc.on_plaintext(&tools.buffers.plain, now, tools.responder, tools.scratch);
         if fed != Fed::Send {
             return Ok(fed);
         }
@@ -262,7 +262,7 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// sealed into the outbox).
     pub fn transmit(&mut self, now: Instant, tools: &mut ThreadTools<'_>) -> Result<Fed, Close> {
         let pending = self.out.pending();
-        let fed = self.lc.on_transmit(now, pending, tools.engine, tools.scratch);
+        let fed = self.lc.on_transmit(now, pending, tools.responder, tools.scratch);
         if fed != Fed::Send || self.tls.is_none() {
             return Ok(fed);
         }
@@ -311,11 +311,11 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// 408) puts the answer in the close's last bytes, encrypted under TLS (a handshake that
     /// never finished has no key: it gets none).
     pub fn on_timer(&mut self, now: Instant, tools: &mut ThreadTools<'_>, limits: &Limits) -> Option<Close> {
-        if self.handshake_due(tools.engine).is_some_and(|at| at <= now) {
+        if self.handshake_due(tools.responder).is_some_and(|at| at <= now) {
             // No key yet: no answer, and no close_notify.
             return Some(self.close(CloseReason::HeaderTimeout));
         }
-        let expiry = self.lc.on_timer(now, tools.engine, tools.scratch, limits)?;
+        let expiry = self.lc.on_timer(now, tools.responder, tools.scratch, limits)?;
         let mut last = Vec::new();
         if expiry.answer {
             let flat = &mut tools.buffers.flat;

@@ -1,7 +1,7 @@
 //! What the server hands a model to serve with: [`ModelCtx`].
 //!
 //! Its own module, below both the model files and the helpers they share (`threads`), so
-//! that neither has to import the module that picks a model's file (`models.rs`).
+//! that neither has to import the module that picks a model's file (`runners.rs`).
 
 use std::sync::mpsc::Sender;
 use std::sync::Arc;

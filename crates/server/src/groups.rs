@@ -24,7 +24,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 
 use socket2::Socket;
-use sockscale_proto::{Engine, Protocol};
+use sockscale_proto::{Protocol, Responder};
 use sockscale_sys::{self as sys, Waker};
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
@@ -115,7 +115,7 @@ pub struct GroupAcceptor<'scope, 'env> {
     counters: &'env Counters,
     shutdown: &'env Shutdown,
     /// Only for the protocol's refusal (HTTP's 503).
-    engine: Engine,
+    responder: Responder,
     listener: Arc<Socket>,
     group_size: usize,
     wake: Arc<AcceptorWake>,
@@ -143,7 +143,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
             stats,
             counters: stats.shard(0),
             shutdown,
-            engine: protocol.engine(unix_now()),
+            responder: protocol.responder(unix_now()),
             listener,
             group_size,
             wake: Arc::new(AcceptorWake { paused: AtomicBool::new(false), waker }),
@@ -249,8 +249,8 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     where
         F: FnMut(&'scope Scope<'scope, 'env>, NewGroup) -> io::Result<ScopedJoinHandle<'scope, io::Result<()>>>,
     {
-        let engine = &mut self.engine;
-        if let Some(refused) = self.core.on_accepted(false, self.stats, || refusal(engine)) {
+        let responder = &mut self.responder;
+        if let Some(refused) = self.core.on_accepted(false, self.stats, || refusal(responder)) {
             return self.refuse(fd, refused);
         }
         let group = match self.group_with_room(scope, start) {
@@ -292,8 +292,8 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
     /// A connection admitted (its slot taken) that will not be served, for `why`: refused as
     /// the core answers, its slot given back.
     fn unserved(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        let engine = &mut self.engine;
-        let refused = self.core.on_unserved(why, self.stats, || refusal(engine));
+        let responder = &mut self.responder;
+        let refused = self.core.on_unserved(why, self.stats, || refusal(responder));
         self.refuse(fd, refused);
     }
 
@@ -305,7 +305,7 @@ impl<'scope, 'env> GroupAcceptor<'scope, 'env> {
 
 /// The protocol's refusal (HTTP's 503), dated now: this engine serves nothing else, so it is
 /// brought to the current second only when a refusal is rendered.
-fn refusal(engine: &mut Engine) -> Option<bytes::Bytes> {
-    engine.tick(unix_now());
-    engine.refusal()
+fn refusal(responder: &mut Responder) -> Option<bytes::Bytes> {
+    responder.tick(unix_now());
+    responder.refusal()
 }

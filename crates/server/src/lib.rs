@@ -5,12 +5,12 @@
 //! docs of `readiness` and `models` describe the model contract, and `model` holds what each model
 //! can do, as data.
 
+mod active_places;
 mod admission;
 mod body;
 mod clock;
 mod completion;
 mod config;
-mod conn;
 mod connection;
 mod ctx;
 mod error;
@@ -19,16 +19,16 @@ mod inbox;
 mod listener;
 mod metrics;
 mod model;
-mod models;
 mod out;
 mod policy;
 mod pool;
 mod readiness;
+mod runners;
 mod runtime;
-mod seats;
 mod server;
 mod shutdown;
 mod signals;
+mod socket_turn;
 mod stats;
 mod storm_gate;
 mod threads;

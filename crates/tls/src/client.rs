@@ -14,8 +14,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 
 use crate::config::TlsConfigError;
-use crate::stage::{classify, Stage};
-use crate::words::{Failure, FailureReason, Negotiated, Received};
+use crate::outcomes::{Failure, FailureReason, Negotiated, Received};
+use crate::record_loop::{classify, RecordLoop};
 
 /// Whom the client trusts to have signed the server's certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ fn roots(path: &Path) -> Result<(rustls::RootCertStore, Vec<CertificateDer<'stat
 ///   (CaUsedAsEndEntity) even when it is the very anchor. Its validity dates and its names
 ///   (against the name asked for) are still checked, and the handshake's signatures are, as
 ///   always, against its key.
-/// - A refusal says why in words (see [`crate::words::certificate`]), naming the file trusted,
+/// - A refusal says why in words (see [`crate::outcomes::certificate`]), naming the file trusted,
 ///   and tells the user what to do only with a flag they did not pass.
 #[derive(Debug)]
 struct Verifier {
@@ -183,7 +183,7 @@ impl Verifier {
             _ => return error,
         };
         rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(Arc::new(
-            crate::words::CertificateWords(words),
+            crate::outcomes::CertificateWords(words),
         ))))
     }
 }
@@ -355,7 +355,7 @@ impl ServerCertVerifier for AnyCertificate {
 
 /// One client-side TLS session.
 pub struct ClientSession {
-    stage: Stage<UnbufferedClientConnection>,
+    stage: RecordLoop<UnbufferedClientConnection>,
 }
 
 impl std::fmt::Debug for ClientSession {
@@ -371,7 +371,7 @@ impl ClientSession {
         let name = ServerName::try_from(server_name.to_owned())
             .map_err(|e| Failure { reason: FailureReason::Protocol, detail: format!("{server_name}: {e}") })?;
         let conn = UnbufferedClientConnection::new(tls.config.clone(), name).map_err(|e| classify(&e, false))?;
-        let mut stage = Stage::new(conn, now);
+        let mut stage = RecordLoop::new(conn, now);
         stage.receive(&mut [], now, &mut Vec::new(), out)?;
         stage.began_at(now);
         Ok(ClientSession { stage })

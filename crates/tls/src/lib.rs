@@ -20,12 +20,12 @@
 mod certs;
 mod client;
 mod config;
+mod outcomes;
+mod record_loop;
 mod server;
-mod stage;
-mod words;
 
 pub use certs::{CertificateFiles, TestCertificate, Validity};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
+pub use outcomes::{Failure, FailureReason, Negotiated, Received};
 pub use server::{Busy, ServerCrypto, ServerSession};
-pub use words::{Failure, FailureReason, Negotiated, Received};

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use rustls::server::UnbufferedServerConnection;
 
 use crate::config::ServerTls;
-use crate::stage::{classify, Stage};
-use crate::words::{Failure, Negotiated, Received};
+use crate::outcomes::{Failure, Negotiated, Received};
+use crate::record_loop::{classify, RecordLoop};
 
 /// A new session refused: `max` handshakes are in progress (`ServerOptions::max_handshakes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -89,7 +89,7 @@ impl ServerCrypto for ServerSession {
 
 /// One server-side TLS session.
 pub struct ServerSession {
-    stage: Stage<UnbufferedServerConnection>,
+    stage: RecordLoop<UnbufferedServerConnection>,
     /// This session's place among the handshakes in progress, given up when the handshake
     /// completes or fails, or the session ends.
     slot: Option<Arc<AtomicUsize>>,
@@ -115,7 +115,7 @@ impl ServerSession {
             None => None,
         };
         match UnbufferedServerConnection::new(tls.config.clone()) {
-            Ok(conn) => Ok(Ok(ServerSession { stage: Stage::new(conn, now), slot })),
+            Ok(conn) => Ok(Ok(ServerSession { stage: RecordLoop::new(conn, now), slot })),
             Err(e) => {
                 release(slot);
                 Ok(Err(classify(&e, false)))

@@ -3,7 +3,7 @@
 //! and after every completion `settle` carries out what the lifecycle says: post a send, keep
 //! or cancel the multishot receive, set the timer, close.
 //!
-//! The connection's own state and the entries it posts are `conn.rs`; this is the worker's
+//! The connection's own state and the entries it posts are `ring_conn.rs`; this is the worker's
 //! side, which pushes them and owns what connections share (the buffer ring, the protocol
 //! engine, the timers, the counters).
 
@@ -14,32 +14,32 @@ use bytes::Bytes;
 use io_uring::cqueue;
 use sockscale_proto::Segment;
 
-use super::conn::{NextSend, UConn};
+use super::ring_conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
+use crate::active_places;
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
-use crate::conn::{closed_by_error, tls_session};
 use crate::connection::{Close, ThreadTools};
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
-use crate::seats;
+use crate::socket_turn::{closed_by_error, tls_session};
 
 impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
     /// accepted it.
     pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
-        let engine = &mut self.engine;
-        if let Some(refused) = self.core.on_accepted(counted, self.stats, || engine.refusal()) {
+        let responder = &mut self.responder;
+        if let Some(refused) = self.core.on_accepted(counted, self.stats, || responder.refusal()) {
             return self.refuse(fd, refused);
         }
         let tls = match tls_session(self.cfg.tls.as_ref(), self.counters, self.now) {
             Ok(tls) => tls,
             Err(why) => {
-                let engine = &mut self.engine;
-                let refused = self.core.on_unserved(why, self.stats, || engine.refusal());
+                let responder = &mut self.responder;
+                let refused = self.core.on_unserved(why, self.stats, || responder.refusal());
                 return self.refuse(fd, refused);
             }
         };
         let generation = self.next_generation();
-        let session = self.engine.new_session();
+        let session = self.responder.new_session();
         let raw = fd.as_raw_fd();
         let mut conn = UConn::new(fd, session, generation, self.now);
         conn.x.start_tls(tls);
@@ -49,7 +49,7 @@ impl UringWorker<'_> {
         let token = conn_token(index, generation);
         if self.core.on_started(token, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(index) {
-                seats::stop(&mut conn.x.lc, raw, self.now, self.stats);
+                active_places::stop(&mut conn.x.lc, raw, self.now, self.stats);
             }
         }
         self.settle(index, generation);
@@ -68,7 +68,7 @@ impl UringWorker<'_> {
         for token in swaps.stop {
             let (index, generation) = split_token(token);
             if let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) {
-                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+                active_places::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
             self.settle(index, generation);
         }
@@ -81,7 +81,7 @@ impl UringWorker<'_> {
     fn start_reading(&mut self, token: u64) {
         let (index, generation) = split_token(token);
         let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation) else { return };
-        seats::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+        active_places::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
         self.settle(index, generation);
     }
 
@@ -135,7 +135,7 @@ impl UringWorker<'_> {
         let n = result as usize;
         self.counters.bytes_in(n);
         let mut tools = ThreadTools {
-            engine: &mut self.engine,
+            responder: &mut self.responder,
             scratch: &mut self.scratch,
             buffers: &mut self.tls_scratch,
             body: self.cfg.body_file.as_ref(),
@@ -309,7 +309,7 @@ impl UringWorker<'_> {
             let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else {
                 return;
             };
-            let wait = match conn.x.poll(self.now, &self.engine, limits) {
+            let wait = match conn.x.poll(self.now, &self.responder, limits) {
                 Action::Flush => {
                     self.send_queued(index);
                     continue;
@@ -320,7 +320,7 @@ impl UringWorker<'_> {
                 }
                 Action::Transmit => {
                     let mut tools = ThreadTools {
-                        engine: &mut self.engine,
+                        responder: &mut self.responder,
                         scratch: &mut self.scratch,
                         buffers: &mut self.tls_scratch,
                         body: self.cfg.body_file.as_ref(),
@@ -373,7 +373,7 @@ impl UringWorker<'_> {
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
         let Some(conn) = self.conns.get_mut(index) else { return };
         let mut tools = ThreadTools {
-            engine: &mut self.engine,
+            responder: &mut self.responder,
             scratch: &mut self.scratch,
             buffers: &mut self.tls_scratch,
             body: self.cfg.body_file.as_ref(),
@@ -424,7 +424,7 @@ impl UringWorker<'_> {
         if cancel {
             self.cancel_recv(index);
         }
-        seats::closed(was_waiting, self.stats);
+        active_places::closed(was_waiting, self.stats);
         // No set while draining (the drain ended it), so a close never opens another here.
         if let Some(next) = self.core.on_closed(&token, self.now) {
             self.start_reading(next);

@@ -20,9 +20,9 @@
 //! - `ops`: what an operation's user data encodes; `bufring`: the provided-buffer ring.
 
 mod bufring;
-mod conn;
 mod drive;
 mod ops;
+mod ring_conn;
 #[cfg(test)]
 mod tests;
 pub mod uring;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use socket2::{Domain, Socket, Type};
 use sockscale_proto::Protocol;
 
-use super::conn::{NextSend, SpareSends, UConn};
+use super::ring_conn::{NextSend, SpareSends, UConn};
 use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
@@ -128,7 +128,7 @@ fn a_failed_submit_loses_no_operation() {
 
 fn lone_conn() -> UConn {
     let (a, _b) = UnixStream::pair().expect("a socket pair");
-    UConn::new(OwnedFd::from(a), Protocol::Echo.engine(0).new_session(), 0, Instant::now())
+    UConn::new(OwnedFd::from(a), Protocol::Echo.responder(0).new_session(), 0, Instant::now())
 }
 
 /// A short send puts exactly what the socket did not take back at the front of the queue, in

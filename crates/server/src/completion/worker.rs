@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 use socket2::Socket;
-use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_proto::{Output, Protocol, Responder};
 use sockscale_sys::{Timers, Waker};
 
 use super::bufring::BufRing;
-use super::conn::{SpareSends, UConn};
 use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
+use super::ring_conn::{SpareSends, UConn};
+use crate::active_places;
 use crate::admission::{self, accept_paused, LogLimiter};
 use crate::clock::{unix_now, DateClock};
 use crate::config::Config;
@@ -24,7 +25,6 @@ use crate::inbox::Inbox;
 use crate::policy::CloseReason;
 use crate::policy::{AcceptGate, AcceptNext, ActiveConfig, DrainStep, Handover, Limits, Refused, WorkerCore};
 use crate::pool::BufferPool;
-use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
@@ -90,7 +90,7 @@ pub struct UringWorker<'a> {
     /// The UDP socket's entry in `timers` (token [`UDP_TIMER`]): its endpoint's wake-up.
     udp_timer_at: Option<Instant>,
     /// The worker's buffers for the TLS stage.
-    pub(super) tls_scratch: crate::conn::TlsScratch,
+    pub(super) tls_scratch: crate::socket_turn::TlsScratch,
     /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
     /// in after a storm began, served when it ends (closed unserved if the server stops first).
     gate: AcceptGate<OwnedFd>,
@@ -99,7 +99,7 @@ pub struct UringWorker<'a> {
     pub(super) limits: Limits,
     pub(super) refusal_log: LogLimiter,
     pub(super) group: Option<Arc<GroupLoad>>,
-    pub(super) engine: Engine,
+    pub(super) responder: Responder,
     pub(super) conns: Slab<UConn>,
     next_generation: u32,
     pub(super) timers: Timers,
@@ -164,13 +164,13 @@ impl<'a> UringWorker<'a> {
             accept_cancelling: false,
             udp_more: false,
             udp_timer_at: None,
-            tls_scratch: crate::conn::TlsScratch::default(),
+            tls_scratch: crate::socket_turn::TlsScratch::default(),
             gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             limits: setup.cfg.limits(),
             refusal_log: LogLimiter::refusals(),
             group: setup.group,
-            engine: setup.protocol.engine(unix_now()),
+            responder: setup.protocol.responder(unix_now()),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
@@ -230,7 +230,7 @@ impl<'a> UringWorker<'a> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        self.date.tick(self.now, &mut self.engine);
+        self.date.tick(self.now, &mut self.responder);
         self.reap();
         self.fire_timers();
         self.feed_starved();
@@ -591,7 +591,7 @@ impl<'a> UringWorker<'a> {
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();
         for (index, generation) in live {
             if let Some(conn) = self.conns.get_mut(index) {
-                seats::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
+                active_places::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
             }
             self.settle(index, generation);
         }

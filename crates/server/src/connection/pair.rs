@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use sockscale_proto::http::HttpConfig;
-use sockscale_proto::{Engine, Output, Protocol};
+use sockscale_proto::{Output, Protocol, Responder};
 use sockscale_sys::Ending;
 use sockscale_tls::{ClientSession, ClientTls, ServerOptions, ServerSession, ServerTls, TestCertificate, Trust};
 
@@ -52,7 +52,7 @@ impl Outbox for Wire {
 macro_rules! tools {
     ($pair:expr) => {
         ThreadTools {
-            engine: &mut $pair.engine,
+            responder: &mut $pair.responder,
             scratch: &mut $pair.scratch,
             buffers: &mut $pair.buffers,
             body: None,
@@ -65,7 +65,7 @@ macro_rules! tools {
 struct Pair {
     now: Instant,
     server: Connection<Wire>,
-    engine: Engine,
+    responder: Responder,
     scratch: Output,
     buffers: TlsScratch,
     stats: Stats,
@@ -84,8 +84,8 @@ impl Pair {
     fn new(tls: bool) -> Pair {
         let now = Instant::now();
         let config = HttpConfig { header_timeout: HEADER_TIMEOUT, ..HttpConfig::default() };
-        let engine = Protocol::Http(Arc::new(config)).engine(0);
-        let mut server = Connection::new(engine.new_session(), now, Delivery::Pulled, Wire::default());
+        let responder = Protocol::Http(Arc::new(config)).responder(0);
+        let mut server = Connection::new(responder.new_session(), now, Delivery::Pulled, Wire::default());
         let mut to_server = Vec::new();
         let client = tls.then(|| {
             let (server_tls, client_tls) = configs();
@@ -95,7 +95,7 @@ impl Pair {
         Pair {
             now,
             server,
-            engine,
+            responder,
             scratch: Output::default(),
             buffers: TlsScratch::default(),
             stats: Stats::new(1),
@@ -167,7 +167,7 @@ impl Pair {
         assert!(self.closed.is_none(), "driven after its close");
         self.server.lc.on_ready(true, true, false);
         loop {
-            match self.server.poll(self.now, &self.engine, &self.limits) {
+            match self.server.poll(self.now, &self.responder, &self.limits) {
                 Action::Flush => {
                     let bytes = self.take_queued();
                     self.server.lc.on_written(self.now, Written { bytes, ..Written::default() });
@@ -324,7 +324,7 @@ fn a_stalled_client_hello_is_closed_at_the_handshake_deadline() {
     pair.to_server.truncate(half);
     let wait = pair.drive().expect("waiting for the rest of the hello");
     assert_eq!(wait.wake_at, accepted + HEADER_TIMEOUT, "the handshake deadline is in the timer table");
-    assert_eq!(pair.server.deadline(&pair.engine, &pair.limits), accepted + HEADER_TIMEOUT);
+    assert_eq!(pair.server.deadline(&pair.responder, &pair.limits), accepted + HEADER_TIMEOUT);
     assert!(!pair.advance_to(accepted + HEADER_TIMEOUT - Duration::from_nanos(1)));
     assert!(pair.advance_to(accepted + HEADER_TIMEOUT));
     assert_eq!(pair.close_reason(), Some((CloseReason::HeaderTimeout, Ending::Orderly)));

@@ -48,9 +48,9 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use sockscale_proto::{Engine, Output, Session, Verdict};
+use sockscale_proto::{Output, Responder, Session, Verdict};
 
-use super::conn::{closed_by_error, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
+use super::conn_policy::{closed_by_error, ConnPolicy, Limits, Pending, ReadNext, ReadRound};
 use super::CloseReason;
 
 /// The protocol is asked to transmit only with at least this much room under
@@ -144,7 +144,7 @@ impl Fed {
 
 /// Where a turn stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
+enum TurnStep {
     /// A new turn: flush first if the socket can take output.
     Begin,
     /// Flushed (or nothing to flush): read if allowed.
@@ -228,7 +228,7 @@ pub struct Lifecycle {
     policy: ConnPolicy,
     /// The read round under way (its budget left).
     round: ReadRound,
-    stage: Stage,
+    stage: TurnStep,
     flags: Flags,
 }
 
@@ -239,7 +239,7 @@ impl Lifecycle {
         let mut flags = Flags(Flags::WRITABLE);
         flags.set(Flags::READABLE, delivery == Delivery::Pulled);
         flags.set(Flags::PUSHED, delivery == Delivery::Pushed);
-        Lifecycle { session, policy: ConnPolicy::new(now), round: ReadRound::spent(), stage: Stage::Begin, flags }
+        Lifecycle { session, policy: ConnPolicy::new(now), round: ReadRound::spent(), stage: TurnStep::Begin, flags }
     }
 
     fn pulled(&self) -> bool {
@@ -336,37 +336,37 @@ impl Lifecycle {
     }
 
     /// When a policy (or the protocol) may next act on this connection.
-    pub fn deadline(&self, engine: &Engine, limits: &Limits) -> Instant {
-        self.policy.deadline(limits, engine.deadline(&self.session))
+    pub fn deadline(&self, responder: &Responder, limits: &Limits) -> Instant {
+        self.policy.deadline(limits, responder.deadline(&self.session))
     }
 
     /// What to do next, with `pending` output waiting for the client now.
-    pub fn poll(&mut self, now: Instant, pending: Pending, engine: &Engine, limits: &Limits) -> Action {
+    pub fn poll(&mut self, now: Instant, pending: Pending, responder: &Responder, limits: &Limits) -> Action {
         loop {
             match self.stage {
-                Stage::Begin => {
-                    self.stage = Stage::Read;
+                TurnStep::Begin => {
+                    self.stage = TurnStep::Read;
                     // Flush first: it may bring the output back under its caps and so allow
                     // reading. A yielded body file turn waits for the next turn.
                     if self.flags.has(Flags::WRITABLE) && !pending.is_empty() && !self.flags.has(Flags::RESUME) {
                         return Action::Flush;
                     }
                 }
-                Stage::Read => {
+                TurnStep::Read => {
                     let ready = self.pulled() && self.is_readable() && !self.flags.has(Flags::STARVED);
                     if ready && self.may_read(pending, limits) {
                         self.round = ReadRound::new(limits);
-                        self.stage = Stage::Reading;
+                        self.stage = TurnStep::Reading;
                     } else {
-                        self.stage = Stage::Settle;
+                        self.stage = TurnStep::Settle;
                     }
                 }
-                Stage::Judge => {
+                TurnStep::Judge => {
                     let short = self.flags.take(Flags::SHORT);
-                    self.stage = Stage::Settle;
+                    self.stage = TurnStep::Settle;
                     let unsure = self.hangup_seen() || self.flags.has(Flags::LATE_EDGE);
                     match self.round.next(short, unsure, &self.policy, pending, limits) {
-                        ReadNext::More => self.stage = Stage::Reading,
+                        ReadNext::More => self.stage = TurnStep::Reading,
                         ReadNext::Stop => {}
                         // Fairness: the others first, then this one again.
                         ReadNext::Yield => self.flags.set(Flags::RESUME, true),
@@ -374,17 +374,17 @@ impl Lifecycle {
                         ReadNext::Drained => self.flags.set(Flags::READABLE, false),
                     }
                 }
-                Stage::Reading => {
+                TurnStep::Reading => {
                     // A buffer of any size: the engine caps it at its buffer's length.
                     return Action::Read { max: self.round.want(usize::MAX) };
                 }
-                Stage::Settle => {
-                    self.stage = Stage::Begin;
+                TurnStep::Settle => {
+                    self.stage = TurnStep::Begin;
                     let progressed = self.flags.take(Flags::PROGRESSED);
                     if let Some(reason) = self.finished(pending) {
                         return Action::Close(reason);
                     }
-                    if self.transmit_due(engine, pending, limits) {
+                    if self.transmit_due(responder, pending, limits) {
                         if !self.flags.has(Flags::TRANSMITTED) {
                             self.flags.set(Flags::TRANSMITTED, true);
                             // Settled again after the transmit: what moved still counts.
@@ -403,7 +403,7 @@ impl Lifecycle {
                     // Back under the caps with input waiting: read it without waiting for an
                     // edge that already happened.
                     let resume = self.flags.take(Flags::RESUME) || (resumed && self.is_readable() && read);
-                    let mut wake_at = self.deadline(engine, limits);
+                    let mut wake_at = self.deadline(responder, limits);
                     if starved {
                         wake_at = wake_at.min(now + NO_BUFFER_RETRY);
                     }
@@ -415,25 +415,25 @@ impl Lifecycle {
 
     /// The protocol has something to send without new input (HTTP/2: DATA a window allows, a
     /// drain's GOAWAY): an engine that parks idle connections gives it a turn.
-    pub fn wants_transmit(&self, engine: &Engine) -> bool {
-        engine.wants_transmit(&self.session)
+    pub fn wants_transmit(&self, responder: &Responder) -> bool {
+        responder.wants_transmit(&self.session)
     }
 
     /// Whether to ask the protocol to transmit: it has something to send, its last transmit
     /// was not stuck, the exchange goes on, and the output has room under its caps.
-    fn transmit_due(&self, engine: &Engine, pending: Pending, limits: &Limits) -> bool {
+    fn transmit_due(&self, responder: &Responder, pending: Pending, limits: &Limits) -> bool {
         let room = pending.bytes == 0 || pending.bytes.saturating_add(TRANSMIT_ROOM) <= limits.max_pending_send;
         room && pending.sends <= limits.max_outstanding_sends
             && !self.flags.has(Flags::STUCK)
             && !self.policy.is_closing()
-            && engine.wants_transmit(&self.session)
+            && responder.wants_transmit(&self.session)
     }
 
     /// After [`Action::Transmit`], at `now`, with `pending` output unsent: the protocol's
     /// output is written into `out` (cleared first); send it when [`Fed::Send`].
-    pub fn on_transmit(&mut self, now: Instant, pending: Pending, engine: &mut Engine, out: &mut Output) -> Fed {
+    pub fn on_transmit(&mut self, now: Instant, pending: Pending, responder: &mut Responder, out: &mut Output) -> Fed {
         out.clear();
-        let verdict = engine.transmit(&mut self.session, now, pending.bytes, out);
+        let verdict = responder.transmit(&mut self.session, now, pending.bytes, out);
         self.policy.on_verdict(verdict);
         if out.is_empty() {
             self.flags.set(Flags::STUCK, true);
@@ -452,26 +452,26 @@ impl Lifecycle {
         input: &[u8],
         wanted: usize,
         now: Instant,
-        engine: &mut Engine,
+        responder: &mut Responder,
         out: &mut Output,
     ) -> Fed {
         self.on_read(input.len(), wanted);
-        self.on_plaintext(input, now, engine, out)
+        self.on_plaintext(input, now, responder, out)
     }
 
     /// After [`Action::Read`]: `read` bytes came of the `wanted` asked for, before any stage
     /// below the protocol (TLS) turned them into the protocol's input.
     pub fn on_read(&mut self, read: usize, wanted: usize) {
-        if self.stage == Stage::Reading {
+        if self.stage == TurnStep::Reading {
             self.round.consume(read);
             self.flags.set(Flags::SHORT, read < wanted);
-            self.stage = Stage::Judge;
+            self.stage = TurnStep::Judge;
         }
     }
 
     /// The protocol's input, at `now` (what a read brought, or what the TLS stage decrypted
     /// from it): the session answers into `out`.
-    pub fn on_plaintext(&mut self, input: &[u8], now: Instant, engine: &mut Engine, out: &mut Output) -> Fed {
+    pub fn on_plaintext(&mut self, input: &[u8], now: Instant, responder: &mut Responder, out: &mut Output) -> Fed {
         out.clear();
         if self.policy.is_closing() {
             return Fed::Discarded;
@@ -482,7 +482,7 @@ impl Lifecycle {
             // Handshake records only: activity, but nothing for the protocol.
             return Fed::Quiet;
         }
-        let verdict = engine.on_input(&mut self.session, input, now, out);
+        let verdict = responder.on_input(&mut self.session, input, now, out);
         self.policy.on_verdict(verdict);
         if out.is_empty() {
             Fed::Quiet
@@ -534,26 +534,32 @@ impl Lifecycle {
     }
 
     fn end_round(&mut self) {
-        if matches!(self.stage, Stage::Reading | Stage::Judge) {
-            self.stage = Stage::Settle;
+        if matches!(self.stage, TurnStep::Reading | TurnStep::Judge) {
+            self.stage = TurnStep::Settle;
         }
     }
 
     /// The connection's timer came due at `now`: the deadline that expired, if one did, with
     /// the protocol's answer to it in `out` (HTTP's 408). None: poll again to re-arm.
-    pub fn on_timer(&mut self, now: Instant, engine: &mut Engine, out: &mut Output, limits: &Limits) -> Option<Expiry> {
+    pub fn on_timer(
+        &mut self,
+        now: Instant,
+        responder: &mut Responder,
+        out: &mut Output,
+        limits: &Limits,
+    ) -> Option<Expiry> {
         // A starved read is retried at the first timer after it.
         self.flags.set(Flags::STARVED, false);
-        let protocol_due = engine.deadline(&self.session).is_some_and(|at| at <= now);
+        let protocol_due = responder.deadline(&self.session).is_some_and(|at| at <= now);
         let mut expired = self.policy.expired(now, limits, protocol_due)?;
         out.clear();
         if expired.answer {
             // The protocol says which of its deadlines it was (HTTP/2: the header timeout, or
             // a window kept shut: a send timeout), or that none was after all.
-            match engine.on_timeout(&mut self.session, now, out) {
+            match responder.on_timeout(&mut self.session, now, out) {
                 Verdict::Continue if out.is_empty() => return None,
                 Verdict::Continue => {}
-                Verdict::Close(closing) => expired.reason = super::conn::closing_reason(closing),
+                Verdict::Close(closing) => expired.reason = super::conn_policy::closing_reason(closing),
             }
         }
         Some(Expiry { reason: expired.reason, answer: expired.answer && !out.is_empty() })
@@ -593,13 +599,13 @@ mod tests {
         Limits::example()
     }
 
-    fn echo() -> (Engine, Output) {
-        (Protocol::Echo.engine(0), Output::default())
+    fn echo() -> (Responder, Output) {
+        (Protocol::Echo.responder(0), Output::default())
     }
 
-    fn http() -> (Engine, Output) {
+    fn http() -> (Responder, Output) {
         let protocol = Protocol::Http(std::sync::Arc::new(sockscale_proto::http::HttpConfig::default()));
-        (protocol.engine(0), Output::default())
+        (protocol.responder(0), Output::default())
     }
 
     fn wait(action: Action) -> Wait {
@@ -614,25 +620,25 @@ mod tests {
     #[test]
     fn a_turn_reads_answers_and_a_short_read_means_drained() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         let none = Pending::default();
         assert_eq!(
-            lc.poll(t0, none, &engine, &l),
+            lc.poll(t0, none, &responder, &l),
             Action::Read { max: 1000 },
             "nothing to flush; read within the budget"
         );
-        assert_eq!(lc.on_input(b"hello", 1000, t0, &mut engine, &mut out), Fed::Send);
+        assert_eq!(lc.on_input(b"hello", 1000, t0, &mut responder, &mut out), Fed::Send);
         assert_eq!(out.to_vec(b"hello"), b"hello");
         lc.on_written(t0, Written { bytes: 5, ..Written::default() });
-        let w = wait(lc.poll(t0, none, &engine, &l));
+        let w = wait(lc.poll(t0, none, &responder, &l));
         assert!(w.read && !w.write && !w.resume, "{w:?}");
         assert!(!lc.is_readable(), "a short read drained the socket");
         assert_eq!(w.wake_at, t0 + l.idle_timeout);
         // The next turn waits for an event: nothing to do until one comes.
-        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Wait(_)));
+        assert!(matches!(lc.poll(t0, none, &responder, &l), Action::Wait(_)));
         lc.on_ready(true, false, false);
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 1000 });
     }
 
     /// After a hang-up, a short read is not taken to mean drained: the FIN or reset behind the
@@ -640,16 +646,16 @@ mod tests {
     #[test]
     fn after_a_hangup_reading_goes_on_to_eof() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         lc.on_ready(true, true, true);
         let none = Pending::default();
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
-        lc.on_input(b"abc", 1000, t0, &mut engine, &mut out);
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 1000 });
+        lc.on_input(b"abc", 1000, t0, &mut responder, &mut out);
         lc.on_written(t0, Written { bytes: 3, ..Written::default() });
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 997 }, "short, but a hang-up was seen");
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 997 }, "short, but a hang-up was seen");
         lc.on_eof();
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Close(CloseReason::Peer));
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Close(CloseReason::Peer));
     }
 
     /// A readable edge that comes while readiness is unconsumed (the turn was waiting to write)
@@ -658,26 +664,26 @@ mod tests {
     #[test]
     fn a_late_edge_is_read_to_the_end() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         lc.on_ready(true, false, false);
         let none = Pending::default();
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
-        lc.on_input(b"abc", 1000, t0, &mut engine, &mut out);
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 1000 });
+        lc.on_input(b"abc", 1000, t0, &mut responder, &mut out);
         lc.on_written(t0, Written { bytes: 3, ..Written::default() });
         assert_eq!(
-            lc.poll(t0, none, &engine, &l),
+            lc.poll(t0, none, &responder, &l),
             Action::Read { max: 997 },
             "a late edge: the short read is not trusted"
         );
         lc.on_drained();
-        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Wait(_)));
+        assert!(matches!(lc.poll(t0, none, &responder, &l), Action::Wait(_)));
         lc.on_ready(true, false, false);
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 1000 });
-        lc.on_input(b"abc", 1000, t0, &mut engine, &mut out);
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 1000 });
+        lc.on_input(b"abc", 1000, t0, &mut responder, &mut out);
         lc.on_written(t0, Written { bytes: 3, ..Written::default() });
         assert!(
-            matches!(lc.poll(t0, none, &engine, &l), Action::Wait(_)),
+            matches!(lc.poll(t0, none, &responder, &l), Action::Wait(_)),
             "EAGAIN cleared it: a short read means drained"
         );
     }
@@ -686,16 +692,16 @@ mod tests {
     #[test]
     fn a_spent_budget_yields_and_resumes() {
         let (t0, l) = (Instant::now(), Limits { read_budget: 8, ..limits() });
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         let none = Pending::default();
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 8 });
-        lc.on_input(b"12345678", 8, t0, &mut engine, &mut out);
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 8 });
+        lc.on_input(b"12345678", 8, t0, &mut responder, &mut out);
         lc.on_written(t0, Written { bytes: 8, ..Written::default() });
-        let w = wait(lc.poll(t0, none, &engine, &l));
+        let w = wait(lc.poll(t0, none, &responder, &l));
         assert!(w.resume && w.read, "{w:?}");
         assert!(lc.is_readable(), "input may be left");
-        assert_eq!(lc.poll(t0, none, &engine, &l), Action::Read { max: 8 }, "the next turn reads on");
+        assert_eq!(lc.poll(t0, none, &responder, &l), Action::Read { max: 8 }, "the next turn reads on");
     }
 
     /// Output the socket refused is flushed first, and reading stops while it is over the cap;
@@ -703,31 +709,31 @@ mod tests {
     #[test]
     fn output_over_the_cap_stops_reading_until_it_is_flushed() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
-        assert_eq!(lc.poll(t0, Pending::default(), &engine, &l), Action::Read { max: 1000 });
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
+        assert_eq!(lc.poll(t0, Pending::default(), &responder, &l), Action::Read { max: 1000 });
         let input = [b'x'; 1000];
-        lc.on_input(&input, 1000, t0, &mut engine, &mut out);
+        lc.on_input(&input, 1000, t0, &mut responder, &mut out);
         lc.on_written(t0, Written { blocked: true, ..Written::default() });
         let over = Pending::bytes(1000);
-        let w = wait(lc.poll(t0, over, &engine, &l));
+        let w = wait(lc.poll(t0, over, &responder, &l));
         assert!(!w.read && w.write && !w.resume, "{w:?}");
         assert_eq!(w.wake_at, t0 + l.send_timeout, "the flood clock runs");
         // Not writable: nothing to do.
-        assert!(matches!(lc.poll(t0, over, &engine, &l), Action::Wait(_)));
+        assert!(matches!(lc.poll(t0, over, &responder, &l), Action::Wait(_)));
         lc.on_ready(false, true, false);
-        assert_eq!(lc.poll(t0, over, &engine, &l), Action::Flush);
+        assert_eq!(lc.poll(t0, over, &responder, &l), Action::Flush);
         lc.on_written(t0, Written { bytes: 1000, ..Written::default() });
         assert_eq!(
-            lc.poll(t0, Pending::default(), &engine, &l),
+            lc.poll(t0, Pending::default(), &responder, &l),
             Action::Read { max: 1000 },
             "back under the cap with input left: read it in the same turn"
         );
         // Left over the cap for the send timeout: a flood.
-        let mut slow = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
-        slow.poll(t0, over, &engine, &l);
-        assert!(matches!(slow.poll(t0, over, &engine, &l), Action::Wait(_)));
-        let due = slow.on_timer(t0 + l.send_timeout, &mut engine, &mut out, &l);
+        let mut slow = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
+        slow.poll(t0, over, &responder, &l);
+        assert!(matches!(slow.poll(t0, over, &responder, &l), Action::Wait(_)));
+        let due = slow.on_timer(t0 + l.send_timeout, &mut responder, &mut out, &l);
         assert_eq!(due, Some(Expiry { reason: CloseReason::Flood, answer: false }));
     }
 
@@ -736,17 +742,17 @@ mod tests {
     #[test]
     fn input_after_a_closing_verdict_is_discarded() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = http();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pushed);
+        let (mut responder, mut out) = http();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pushed);
         let request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-        assert_eq!(lc.on_input(request, 4096, t0, &mut engine, &mut out), Fed::Send);
+        assert_eq!(lc.on_input(request, 4096, t0, &mut responder, &mut out), Fed::Send);
         assert!(lc.policy.is_closing());
-        assert_eq!(lc.on_input(b"GET / HTTP/1.1\r\n\r\n", 4096, t0, &mut engine, &mut out), Fed::Discarded);
+        assert_eq!(lc.on_input(b"GET / HTTP/1.1\r\n\r\n", 4096, t0, &mut responder, &mut out), Fed::Discarded);
         assert!(out.is_empty() && !Fed::Discarded.counted());
-        assert_eq!(lc.poll(t0, Pending::bytes(100), &engine, &l), Action::Flush, "post a send if none is in flight");
-        let w = wait(lc.poll(t0, Pending::bytes(100), &engine, &l));
-        assert!(!w.read && w.write, "a completion engine cancels its receive: {w:?}");
-        assert_eq!(lc.poll(t0, Pending::default(), &engine, &l), Action::Close(CloseReason::Done));
+        assert_eq!(lc.poll(t0, Pending::bytes(100), &responder, &l), Action::Flush, "post a send if none is in flight");
+        let w = wait(lc.poll(t0, Pending::bytes(100), &responder, &l));
+        assert!(!w.read && w.write, "a completion responder cancels its receive: {w:?}");
+        assert_eq!(lc.poll(t0, Pending::default(), &responder, &l), Action::Close(CloseReason::Done));
     }
 
     /// A completion engine is never asked to read: `Wait::read` says whether to keep a receive
@@ -754,31 +760,31 @@ mod tests {
     #[test]
     fn a_pushed_connection_is_told_whether_to_receive() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pushed);
-        let w = wait(lc.poll(t0, Pending::default(), &engine, &l));
+        let (mut responder, mut out) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pushed);
+        let w = wait(lc.poll(t0, Pending::default(), &responder, &l));
         assert!(w.read && !w.write);
         lc.set_waiting(true, t0);
-        assert!(!wait(lc.poll(t0, Pending::default(), &engine, &l)).read, "waiting for a place");
+        assert!(!wait(lc.poll(t0, Pending::default(), &responder, &l)).read, "waiting for a place");
         lc.set_waiting(false, t0);
-        lc.on_input(b"x", 4096, t0, &mut engine, &mut out);
-        assert_eq!(lc.poll(t0, Pending::bytes(1), &engine, &l), Action::Flush, "post a send");
+        lc.on_input(b"x", 4096, t0, &mut responder, &mut out);
+        assert_eq!(lc.poll(t0, Pending::bytes(1), &responder, &l), Action::Flush, "post a send");
         lc.on_eof();
-        assert_eq!(lc.poll(t0, Pending::default(), &engine, &l), Action::Close(CloseReason::Peer));
+        assert_eq!(lc.poll(t0, Pending::default(), &responder, &l), Action::Close(CloseReason::Peer));
     }
 
     /// A header timeout is answered with the protocol's whole answer (HTTP's 408), then closes.
     #[test]
     fn a_header_timeout_is_answered_then_closed() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = http();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
-        lc.poll(t0, Pending::default(), &engine, &l);
-        lc.on_input(b"GET / HT", 1000, t0, &mut engine, &mut out);
-        let w = wait(lc.poll(t0, Pending::default(), &engine, &l));
+        let (mut responder, mut out) = http();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
+        lc.poll(t0, Pending::default(), &responder, &l);
+        lc.on_input(b"GET / HT", 1000, t0, &mut responder, &mut out);
+        let w = wait(lc.poll(t0, Pending::default(), &responder, &l));
         assert!(w.wake_at < t0 + l.idle_timeout, "the header deadline is earlier");
-        assert_eq!(lc.on_timer(w.wake_at - Duration::from_millis(1), &mut engine, &mut out, &l), None);
-        let expiry = lc.on_timer(w.wake_at, &mut engine, &mut out, &l).expect("due");
+        assert_eq!(lc.on_timer(w.wake_at - Duration::from_millis(1), &mut responder, &mut out, &l), None);
+        let expiry = lc.on_timer(w.wake_at, &mut responder, &mut out, &l).expect("due");
         assert_eq!(expiry, Expiry { reason: CloseReason::HeaderTimeout, answer: true });
         assert!(out.to_vec(&[]).starts_with(b"HTTP/1.1 408"));
     }
@@ -787,17 +793,17 @@ mod tests {
     #[test]
     fn an_empty_pool_is_retried_after_a_millisecond() {
         let (t0, l) = (Instant::now(), limits());
-        let (engine, _) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
-        assert!(matches!(lc.poll(t0, Pending::default(), &engine, &l), Action::Read { .. }));
+        let (responder, _) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
+        assert!(matches!(lc.poll(t0, Pending::default(), &responder, &l), Action::Read { .. }));
         lc.on_no_buffer();
-        let w = wait(lc.poll(t0, Pending::default(), &engine, &l));
+        let w = wait(lc.poll(t0, Pending::default(), &responder, &l));
         assert_eq!(w.wake_at, t0 + NO_BUFFER_RETRY);
         assert!(!w.resume && !w.read, "{w:?}");
-        assert!(matches!(lc.poll(t0, Pending::default(), &engine, &l), Action::Wait(_)), "not before its timer");
+        assert!(matches!(lc.poll(t0, Pending::default(), &responder, &l), Action::Wait(_)), "not before its timer");
         let later = t0 + NO_BUFFER_RETRY;
-        assert_eq!(lc.on_timer(later, &mut Protocol::Echo.engine(0), &mut Output::default(), &l), None);
-        assert!(matches!(lc.poll(later, Pending::default(), &engine, &l), Action::Read { .. }));
+        assert_eq!(lc.on_timer(later, &mut Protocol::Echo.responder(0), &mut Output::default(), &l), None);
+        assert!(matches!(lc.poll(later, Pending::default(), &responder, &l), Action::Read { .. }));
     }
 
     /// The drain: a connection between requests closes once flushed; input the kernel held
@@ -805,20 +811,20 @@ mod tests {
     #[test]
     fn the_drain_closes_between_requests_after_answering_what_came_before_it() {
         let (t0, l) = (Instant::now(), limits());
-        let (mut engine, mut out) = echo();
+        let (mut responder, mut out) = echo();
         let none = Pending::default();
-        let mut idle = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let mut idle = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         idle.on_drained();
         idle.begin_drain(t0, t0 + Duration::from_secs(5), false);
-        assert_eq!(idle.poll(t0, none, &engine, &l), Action::Close(CloseReason::Shutdown));
-        let mut owed = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        assert_eq!(idle.poll(t0, none, &responder, &l), Action::Close(CloseReason::Shutdown));
+        let mut owed = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         owed.set_waiting(true, t0);
         owed.begin_drain(t0, t0 + Duration::from_secs(5), true);
         assert!(!owed.is_waiting());
-        assert_eq!(owed.poll(t0, none, &engine, &l), Action::Read { max: 1000 }, "read what came before the drain");
-        owed.on_input(b"ping", 1000, t0, &mut engine, &mut out);
+        assert_eq!(owed.poll(t0, none, &responder, &l), Action::Read { max: 1000 }, "read what came before the drain");
+        owed.on_input(b"ping", 1000, t0, &mut responder, &mut out);
         owed.on_written(t0, Written { bytes: 4, ..Written::default() });
-        assert_eq!(owed.poll(t0, none, &engine, &l), Action::Close(CloseReason::Shutdown));
+        assert_eq!(owed.poll(t0, none, &responder, &l), Action::Close(CloseReason::Shutdown));
     }
 
     /// HTTP/2 data held back by the output cap: once output moved, the lifecycle asks the
@@ -834,27 +840,27 @@ mod tests {
             body: sockscale_proto::http::ResponseBody::Bytes(body),
             ..Default::default()
         };
-        let mut engine = Protocol::Http(std::sync::Arc::new(cfg)).engine(0);
+        let mut responder = Protocol::Http(std::sync::Arc::new(cfg)).responder(0);
         let mut out = Output::default();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         let none = Pending::default();
-        assert!(matches!(lc.poll(t0, none, &engine, &l), Action::Read { .. }));
+        assert!(matches!(lc.poll(t0, none, &responder, &l), Action::Read { .. }));
         let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         opening.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
         // The connection's window opened wide, so the stream's (65,535) is the only one.
         opening.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0x7f, 0, 0, 0]);
         opening.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x01, 0x01, b't']);
-        assert_eq!(lc.on_input(&opening, 1 << 20, t0, &mut engine, &mut out), Fed::Send);
+        assert_eq!(lc.on_input(&opening, 1 << 20, t0, &mut responder, &mut out), Fed::Send);
         lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
         let mut sent = 0;
         for _ in 0..20 {
-            match lc.poll(t0, none, &engine, &l) {
+            match lc.poll(t0, none, &responder, &l) {
                 Action::Transmit => {
-                    assert_eq!(lc.on_transmit(t0, none, &mut engine, &mut out), Fed::Send);
+                    assert_eq!(lc.on_transmit(t0, none, &mut responder, &mut out), Fed::Send);
                     sent += out.len();
                     lc.on_written(t0, Written { bytes: out.len(), ..Written::default() });
-                    let w = wait(lc.poll(t0, none, &engine, &l));
-                    assert!(w.resume || !lc.wants_transmit(&engine), "more wanted: come back: {w:?}");
+                    let w = wait(lc.poll(t0, none, &responder, &l));
+                    assert!(w.resume || !lc.wants_transmit(&responder), "more wanted: come back: {w:?}");
                 }
                 Action::Wait(w) => {
                     assert!(!w.resume, "nothing more to send: no spin");
@@ -864,7 +870,7 @@ mod tests {
             }
         }
         assert!(sent > 15_000, "the body went out by transmits: {sent}");
-        assert!(!lc.wants_transmit(&engine));
+        assert!(!lc.wants_transmit(&responder));
     }
 
     /// A body file's turn ends the turn without waiting for writability, and the next turn
@@ -872,13 +878,13 @@ mod tests {
     #[test]
     fn a_yielded_file_turn_flushes_again_next_turn() {
         let (t0, l) = (Instant::now(), limits());
-        let (engine, _) = echo();
-        let mut lc = Lifecycle::new(engine.new_session(), t0, Delivery::Pulled);
+        let (responder, _) = echo();
+        let mut lc = Lifecycle::new(responder.new_session(), t0, Delivery::Pulled);
         let owed = Pending { bytes: 0, sends: 0, file_bytes: 1 << 30 };
-        assert_eq!(lc.poll(t0, owed, &engine, &l), Action::Flush);
+        assert_eq!(lc.poll(t0, owed, &responder, &l), Action::Flush);
         lc.on_written(t0, Written { bytes: 2 << 20, yielded: true, ..Written::default() });
-        let w = wait(lc.poll(t0, owed, &engine, &l));
+        let w = wait(lc.poll(t0, owed, &responder, &l));
         assert!(w.resume && !w.read && w.write, "{w:?}");
-        assert_eq!(lc.poll(t0, owed, &engine, &l), Action::Flush);
+        assert_eq!(lc.poll(t0, owed, &responder, &l), Action::Flush);
     }
 }

@@ -29,18 +29,18 @@
 
 mod accept;
 mod active;
-mod conn;
+mod conn_policy;
 mod lifecycle;
+mod reasons;
 mod storm;
 mod threads;
-mod words;
 mod worker;
 
 pub use accept::{AcceptFailed, AcceptGate, AcceptNext, AcceptStep};
 pub use active::{ActiveConfig, ActiveSet, Entry, Handover, Swaps};
-pub use conn::{after, closed_by_error, Limits, Pending};
+pub use conn_policy::{after, closed_by_error, Limits, Pending};
 pub use lifecycle::{Action, Delivery, Fed, Lifecycle, Wait, Written};
+pub use reasons::{CloseReason, Limit};
 pub use storm::{shed_choice, AbortStorm, StormConfig, StormEvent};
 pub use threads::MapBudget;
-pub use words::{CloseReason, Limit};
 pub use worker::{DrainStep, Refusal, Refused, Slots, WorkerCore};

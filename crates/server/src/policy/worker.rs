@@ -210,7 +210,7 @@ impl<K: Copy + Eq + Hash> WorkerCore<K> {
     }
 
     /// An admitted connection was set up under `key` at `now`: it reads at once, or it waits for
-    /// a place in the active set (the engine stops its reading: `seats::stop`).
+    /// a place in the active set (the engine stops its reading: `active_places::stop`).
     pub fn on_started(&mut self, key: K, now: Instant) -> Entry {
         match &mut self.active {
             Some(set) => set.enter(key, now),
@@ -233,7 +233,7 @@ impl<K: Copy + Eq + Hash> WorkerCore<K> {
     }
 
     /// Connection `key` closed at `now`: the waiting connection that takes its place, if any
-    /// (the engine starts its reading: `seats::start`).
+    /// (the engine starts its reading: `active_places::start`).
     pub fn on_closed(&mut self, key: &K, now: Instant) -> Option<K> {
         self.active.as_mut()?.leave(key, now)
     }
@@ -261,7 +261,7 @@ impl<K: Copy + Eq + Hash> WorkerCore<K> {
     }
 
     /// The drain began, to end at `until` (the process's one deadline). True the first time:
-    /// the engine then stops taking connections and tells each one (`seats::drain`); the drain
+    /// the engine then stops taking connections and tells each one (`active_places::drain`); the drain
     /// ends the active set, so a waiting connection reads what it sent before the drain.
     pub fn begin_drain(&mut self, until: Instant) -> bool {
         if self.drain_until.is_some() {

@@ -17,8 +17,8 @@ use sockscale_sys::{self as sys, Interest, RegisterError, Selector};
 
 use super::{token, Worker, LISTENER};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
-use crate::conn::{tls_session, Conn};
 use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Refused};
+use crate::socket_turn::{tls_session, Conn};
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -144,8 +144,8 @@ impl<S: Selector> Worker<'_, S> {
     /// Set up one accepted connection, or refuse it, as the worker core answers. `counted`: the
     /// max-conns slot was already taken by whoever accepted it.
     pub(super) fn on_accepted(&mut self, fd: OwnedFd, counted: bool) {
-        let engine = &mut self.kit.engine;
-        if let Some(refused) = self.core.on_accepted(counted, self.stats, || engine.refusal()) {
+        let responder = &mut self.kit.responder;
+        if let Some(refused) = self.core.on_accepted(counted, self.stats, || responder.refusal()) {
             return self.refuse(fd, refused);
         }
         let tls = match tls_session(self.kit.tls.as_ref(), self.counters, self.now) {
@@ -165,10 +165,10 @@ impl<S: Selector> Worker<'_, S> {
         }
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
-        let mut conn = Conn::new(fd, self.kit.engine.new_session(), self.now, generation);
+        let mut conn = Conn::new(fd, self.kit.responder.new_session(), self.now, generation);
         conn.x.start_tls(tls);
         conn.registered = Interest::READ;
-        let deadline = conn.x.deadline(&self.kit.engine, &self.limits);
+        let deadline = conn.x.deadline(&self.kit.responder, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);
         entry.insert(conn);
         self.counters.accepted();
@@ -183,8 +183,8 @@ impl<S: Selector> Worker<'_, S> {
 
     /// An admitted connection could not be set up, for `why`: refuse it as the core answers.
     fn unserved(&mut self, fd: OwnedFd, why: Refusal<'_>) {
-        let engine = &mut self.kit.engine;
-        let refused = self.core.on_unserved(why, self.stats, || engine.refusal());
+        let responder = &mut self.kit.responder;
+        let refused = self.core.on_unserved(why, self.stats, || responder.refusal());
         self.refuse(fd, refused);
     }
 

@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use sockscale_sys::{Interest, Selector};
 
 use super::{split, Worker};
-use crate::conn::{self, Close, RawSocket, TurnIo, Turned};
 use crate::policy::{closed_by_error, CloseReason, Wait};
+use crate::socket_turn::{self, Close, RawSocket, TurnIo, Turned};
 use crate::udp::{self, UdpTurn};
 
 impl<S: Selector> Worker<'_, S> {
@@ -97,7 +97,7 @@ impl<S: Selector> Worker<'_, S> {
             return;
         };
         let reason = close.reason;
-        conn::end(conn.fd.as_raw_fd(), &mut conn.x, &close, &mut self.kit.tls_scratch, self.counters);
+        socket_turn::end(conn.fd.as_raw_fd(), &mut conn.x, &close, &mut self.kit.tls_scratch, self.counters);
         self.stats.delist(conn.fd.as_raw_fd());
         // Level-triggered selectors keep descriptor tables; epoll forgets a closed descriptor
         // by itself, so it is spared the syscall.

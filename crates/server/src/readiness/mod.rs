@@ -29,14 +29,14 @@ use slab::Slab;
 use sockscale_proto::Protocol;
 use sockscale_sys::{Event, Interest, RegisterError, Selector, Timers, Waker};
 
+use crate::active_places;
 use crate::admission::LogLimiter;
 use crate::clock::DateClock;
 use crate::config::Config;
-use crate::conn::Kit;
 use crate::policy::{ActiveConfig, DrainStep, Entry, Handover, Limits, WorkerCore};
 use crate::pool::BufferPool;
-use crate::seats;
 use crate::shutdown::{Phase, Shutdown};
+use crate::socket_turn::ThreadState;
 use crate::stats::{Counters, Stats};
 use crate::udp::UdpService;
 
@@ -102,8 +102,8 @@ pub struct Worker<'a, S: Selector> {
     waker: Arc<Waker>,
     source: Option<Source>,
     /// The protocol engine, the output it writes into, and the body file.
-    kit: Kit,
-    conns: Slab<crate::conn::Conn>,
+    kit: ThreadState,
+    conns: Slab<crate::socket_turn::Conn>,
     next_generation: u32,
     timers: Timers,
     /// The UDP socket's entry in `timers` (token [`UDP`]): its endpoint's wake-up.
@@ -146,7 +146,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             shutdown: parts.shutdown,
             waker,
             source: Some(source),
-            kit: Kit::new(&parts.protocol, parts.cfg.body_file.as_ref(), parts.cfg.tls.as_ref()),
+            kit: ThreadState::new(&parts.protocol, parts.cfg.body_file.as_ref(), parts.cfg.tls.as_ref()),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
@@ -189,7 +189,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        self.date.tick(self.now, &mut self.kit.engine);
+        self.date.tick(self.now, &mut self.kit.responder);
         let mut events = std::mem::take(&mut self.events);
         for event in events.drain(..) {
             self.dispatch(event);
@@ -283,14 +283,14 @@ impl<'a, S: Selector> Worker<'a, S> {
     pub(super) fn enter_active_set(&mut self, tok: u64) {
         if self.core.on_started(tok, self.now) == Entry::Waiting {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
-                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+                active_places::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
         }
     }
 
     /// `--active-set`: connection `tok` is closing; the first waiting one takes its place.
     pub(super) fn leave_active_set(&mut self, tok: u64, was_waiting: bool) {
-        seats::closed(was_waiting, self.stats);
+        active_places::closed(was_waiting, self.stats);
         if let Some(next) = self.core.on_closed(&tok, self.now) {
             self.start_reading(next);
         }
@@ -307,7 +307,7 @@ impl<'a, S: Selector> Worker<'a, S> {
         self.stats.rotated(swaps.stop.len());
         for tok in swaps.stop {
             if let Some(conn) = self.conns.get_mut(split(tok).0) {
-                seats::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+                active_places::stop(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
             }
             // Level-triggered selectors stop watching its input.
             self.drive(tok);
@@ -320,7 +320,7 @@ impl<'a, S: Selector> Worker<'a, S> {
     /// A waiting connection was given a place: read what it has sent, after the others.
     fn start_reading(&mut self, tok: u64) {
         let Some(conn) = self.conns.get_mut(split(tok).0) else { return };
-        seats::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
+        active_places::start(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, self.stats);
         self.resume.push(tok);
     }
 
@@ -350,7 +350,7 @@ impl<'a, S: Selector> Worker<'a, S> {
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
             if let Some(conn) = self.conns.get_mut(split(t).0) {
-                seats::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
+                active_places::drain(&mut conn.x.lc, conn.fd.as_raw_fd(), self.now, until, self.stats);
             }
             self.drive(t);
         }

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use ::tokio::sync::Notify;
 use bytes::Bytes;
 
+use crate::active_places;
 use crate::config::Config;
 use crate::policy::{ActiveConfig, Entry, Handover, Refusal, Refused, WorkerCore};
-use crate::seats;
 use crate::stats::Stats;
 
 /// One connection's place, as its task sees it.
@@ -124,7 +124,7 @@ impl RuntimeCore {
         });
         if state.core.on_started(id, now) == Entry::Waiting {
             place.waiting.store(true, Ordering::Release);
-            seats::count(&self.stats, fd, true);
+            active_places::count(&self.stats, fd, true);
             self.someone_waits.notify_one();
         }
         state.places.insert(id, place.clone());
@@ -156,13 +156,13 @@ impl RuntimeCore {
             for id in &swaps.stop {
                 if let Some(place) = state.places.get(id) {
                     place.set(true);
-                    seats::count(&self.stats, place.fd, true);
+                    active_places::count(&self.stats, place.fd, true);
                 }
             }
             for id in &swaps.start {
                 if let Some(place) = state.places.get(id) {
                     place.set(false);
-                    seats::count(&self.stats, place.fd, false);
+                    active_places::count(&self.stats, place.fd, false);
                 }
             }
         }
@@ -190,11 +190,11 @@ impl Drop for Seat {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
         state.places.remove(&self.id);
-        seats::closed(self.place.is_waiting(), &self.gate.stats);
+        active_places::closed(self.place.is_waiting(), &self.gate.stats);
         if let Some(next) = state.core.on_closed(&self.id, Instant::now()) {
             if let Some(place) = state.places.get(&next) {
                 place.set(false);
-                seats::count(&self.gate.stats, place.fd, false);
+                active_places::count(&self.gate.stats, place.fd, false);
             }
         }
     }

@@ -31,7 +31,7 @@
 //!   finish its exchange, closes connections that are between requests at once and the rest at
 //!   the drain deadline; a forced shutdown closes everything at once.
 //!
-//! The protocol `Engine` is kept per worker thread (a thread local), not per task: HTTP's engine
+//! The protocol `Responder` is kept per worker thread (a thread local), not per task: HTTP's engine
 //! holds responses pre-rendered for the current second, so one per task would render them for
 //! every connection and again every second, and cost kilobytes per idle connection. A task uses
 //! the engine of the thread it runs on, only between awaits; sessions keep no reference to it.
@@ -57,8 +57,8 @@
 
 use std::cell::{Cell, RefCell};
 mod active;
-mod conn;
 mod stream;
+mod task;
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -76,7 +76,6 @@ use sockscale_sys::Waker;
 use crate::admission::{self, accept_paused, LogLimiter};
 use crate::clock::DateClock;
 use crate::config::Config;
-use crate::conn::{tls_session, Kit};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
@@ -84,12 +83,13 @@ use crate::policy::CloseReason;
 use crate::policy::{AcceptGate, AcceptNext, Limits, Refused};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
+use crate::socket_turn::{tls_session, ThreadState};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
 use active::RuntimeCore;
-use conn::{conn_task, Conn};
 use stream::{Listener, Stream};
+use task::{conn_task, Conn};
 
 /// How long the model waits past the drain deadline for connection tasks that have not closed
 /// themselves before it drops them (they close at the deadline on their own; this is a
@@ -108,7 +108,7 @@ thread_local! {
 /// What one worker thread keeps for every task that runs on it.
 struct Local {
     server: u64,
-    kit: Kit,
+    kit: ThreadState,
     /// When to read the wall clock again for HTTP's Date (as `readiness::Worker::turn`).
     date: DateClock,
 }
@@ -134,7 +134,7 @@ struct Shared {
 
 /// The shutdown phase as tasks see it, with the drain deadline fixed once for everyone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
+enum TaskPhase {
     Running,
     Draining { until: Instant },
     Forced,
@@ -182,7 +182,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
 
     let waker = Arc::new(Waker::new().map_err(io_err)?);
     let waker_fd = register(WakerFd(waker.clone())).map_err(io_err)?;
-    let (stage_tx, stage_rx) = watch::channel(Stage::Running);
+    let (stage_tx, stage_rx) = watch::channel(TaskPhase::Running);
     // Every task that must end before `run` returns holds a sender; recv() yields None when the
     // last one is dropped.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
@@ -220,8 +220,8 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
         }
     }
     let mut stage_rx = stage_rx;
-    let until = match stage_rx.wait_for(|s| *s != Stage::Running).await.map(|s| *s) {
-        Ok(Stage::Draining { until }) => until,
+    let until = match stage_rx.wait_for(|s| *s != TaskPhase::Running).await.map(|s| *s) {
+        Ok(TaskPhase::Draining { until }) => until,
         _ => Instant::now(),
     };
     let backstop = shared.core.begin_drain(until, DRAIN_GRACE);
@@ -244,21 +244,21 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
 }
 
 /// Publish the shutdown phase to every task when the `Shutdown` waker fires.
-async fn watch_shutdown(fd: AsyncFd<WakerFd>, shutdown: Shutdown, stage: watch::Sender<Stage>) {
+async fn watch_shutdown(fd: AsyncFd<WakerFd>, shutdown: Shutdown, stage: watch::Sender<TaskPhase>) {
     loop {
         match shutdown.phase() {
             Phase::Running => {}
             Phase::Draining => {
                 stage.send_if_modified(|s| match s {
-                    Stage::Running => {
-                        *s = Stage::Draining { until: shutdown.drain_until().unwrap_or_else(Instant::now) };
+                    TaskPhase::Running => {
+                        *s = TaskPhase::Draining { until: shutdown.drain_until().unwrap_or_else(Instant::now) };
                         true
                     }
                     _ => false,
                 });
             }
             Phase::Forced => {
-                stage.send_replace(Stage::Forced);
+                stage.send_replace(TaskPhase::Forced);
                 return;
             }
         }
@@ -314,8 +314,8 @@ fn register<T: OwnsFd>(inner: T) -> io::Result<AsyncFd<T>> {
 
 /// Serve datagrams whenever the socket is readable or the endpoint's wake-up comes, until the
 /// drain begins.
-async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: watch::Receiver<Stage>) {
-    if *stage.borrow_and_update() != Stage::Running {
+async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: watch::Receiver<TaskPhase>) {
+    if *stage.borrow_and_update() != TaskPhase::Running {
         return;
     }
     let mut wake_at: Option<Instant> = None;
@@ -372,10 +372,10 @@ async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: wa
 async fn accept_loop(
     listener: Listener,
     shared: Arc<Shared>,
-    mut stage: watch::Receiver<Stage>,
+    mut stage: watch::Receiver<TaskPhase>,
     done: mpsc::Sender<()>,
 ) {
-    if *stage.borrow_and_update() != Stage::Running {
+    if *stage.borrow_and_update() != TaskPhase::Running {
         return;
     }
     let mut gate = AcceptGate::new(shared.cfg.accept_batch);
@@ -430,7 +430,7 @@ enum Paused {
 
 /// Wait until `until` without accepting, ending early when a connection closes or the server
 /// stops.
-async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, until: Instant) -> Paused {
+async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<TaskPhase>, until: Instant) -> Paused {
     let freed = shared.freed.notified();
     ::tokio::pin!(freed);
     freed.as_mut().enable();
@@ -449,25 +449,26 @@ async fn pause_accepting(shared: &Shared, stage: &mut watch::Receiver<Stage>, un
 fn admit(
     stream: Stream,
     shared: &Arc<Shared>,
-    stage: &watch::Receiver<Stage>,
+    stage: &watch::Receiver<TaskPhase>,
     done: &mpsc::Sender<()>,
     refusal_log: &mut LogLimiter,
 ) {
-    let refused = with_local(shared, Instant::now(), |local| shared.core.on_accepted(|| local.kit.engine.refusal()));
+    let refused = with_local(shared, Instant::now(), |local| shared.core.on_accepted(|| local.kit.responder.refusal()));
     if let Some(refused) = refused {
         return refuse(stream, shared, refusal_log, refused);
     }
     let tls = match tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now()) {
         Ok(tls) => tls,
         Err(why) => {
-            let refused =
-                with_local(shared, Instant::now(), |local| shared.core.on_unserved(why, || local.kit.engine.refusal()));
+            let refused = with_local(shared, Instant::now(), |local| {
+                shared.core.on_unserved(why, || local.kit.responder.refusal())
+            });
             return refuse(stream, shared, refusal_log, refused);
         }
     };
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
-    let session = with_local(shared, Instant::now(), |local| local.kit.engine.new_session());
+    let session = with_local(shared, Instant::now(), |local| local.kit.responder.new_session());
     let seat = shared.core.enter(stream.as_raw_fd(), Instant::now());
     let mut conn = Conn::new(stream, session, &shared.stats, seat);
     conn.x.start_tls(tls);
@@ -528,10 +529,10 @@ fn with_local<R>(shared: &Shared, now: Instant, f: impl FnOnce(&mut Local) -> R)
         }
         let local = slot.get_or_insert_with(|| Local {
             server: shared.id,
-            kit: Kit::new(&shared.protocol, shared.cfg.body_file.as_ref(), shared.cfg.tls.as_ref()),
+            kit: ThreadState::new(&shared.protocol, shared.cfg.body_file.as_ref(), shared.cfg.tls.as_ref()),
             date: DateClock::new(now),
         });
-        local.date.tick(now, &mut local.kit.engine);
+        local.date.tick(now, &mut local.kit.responder);
         f(local)
     })
 }
@@ -691,9 +692,9 @@ mod tests {
         let echo = shared(Protocol::Echo);
         let http = shared(Protocol::Http(Arc::new(HttpConfig::default())));
         let now = Instant::now();
-        assert!(matches!(with_local(&echo, now, |l| l.kit.engine.new_session()), Session::Echo(_)));
-        assert!(matches!(with_local(&http, now, |l| l.kit.engine.new_session()), Session::Http(_)));
-        assert!(with_local(&http, now, |l| l.kit.engine.refusal()).is_some_and(|b| b.starts_with(b"HTTP/1.1 503")));
-        assert!(with_local(&echo, now, |l| l.kit.engine.refusal()).is_none());
+        assert!(matches!(with_local(&echo, now, |l| l.kit.responder.new_session()), Session::Echo(_)));
+        assert!(matches!(with_local(&http, now, |l| l.kit.responder.new_session()), Session::Http(_)));
+        assert!(with_local(&http, now, |l| l.kit.responder.refusal()).is_some_and(|b| b.starts_with(b"HTTP/1.1 503")));
+        assert!(with_local(&echo, now, |l| l.kit.responder.refusal()).is_none());
     }
 }

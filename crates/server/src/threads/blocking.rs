@@ -46,15 +46,15 @@ use slab::Slab;
 use sockscale_sys as sys;
 
 use crate::admission::Refusal;
-use crate::conn::{self, closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::policy::{MapBudget, Slots};
 use crate::pool::BufferPool;
+use crate::socket_turn::{self, closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
+use crate::threads::{begin_drain, pollfd, Admission, ThreadShared, ThreadState};
 
 /// `--model blocking`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -64,7 +64,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     }
     let cfg = &*ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
-    let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
+    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
     let links = Links::default();
     hub.limit_maps(map_budget());
     let listener = ctx.listen.shared();
@@ -99,7 +99,7 @@ fn map_budget() -> MapBudget {
 /// Start the two threads of a new connection, or refuse it.
 fn admit<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
-    hub: &'env Hub<'env>,
+    hub: &'env ThreadShared<'env>,
     links: &'env Links,
     fd: OwnedFd,
     id: usize,
@@ -258,12 +258,12 @@ impl Link {
 }
 
 /// The receive thread: serves the connection until it ends, then stops the send thread.
-fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
+fn receive(hub: &ThreadShared<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHandle<'_, ()>) -> CloseReason {
     let mut receiver = Receiver { hub, link, counters, draining: false, ready: None };
     let close = receiver.serve();
     // Carried out before the send thread is let go (which may shut the socket down).
     let mut kit = hub.take_kit();
-    conn::end(link.fd, &mut link.lock().conn.x, &close, &mut kit.tls_scratch, counters);
+    socket_turn::end(link.fd, &mut link.lock().conn.x, &close, &mut kit.tls_scratch, counters);
     hub.put_kit(kit);
     link.end();
     let _ = sender.join();
@@ -271,7 +271,7 @@ fn receive(hub: &Hub<'_>, link: &Link, counters: &Counters, sender: ScopedJoinHa
 }
 
 struct Receiver<'r, 'h> {
-    hub: &'r Hub<'h>,
+    hub: &'r ThreadShared<'h>,
     link: &'r Link,
     counters: &'r Counters,
     /// This thread has seen the drain start (and stopped polling the drain latch).
@@ -310,7 +310,7 @@ impl Receiver<'_, '_> {
 
     /// One turn of the connection's lifecycle, with the link locked: the receive thread reads
     /// and answers at once; what the socket refuses waits for the send thread.
-    fn step(&mut self, kit: &mut Kit) -> Step {
+    fn step(&mut self, kit: &mut ThreadState) -> Step {
         let limits = &self.hub.limits;
         let mut st = self.link.lock();
         if st.aborted {
@@ -343,7 +343,7 @@ impl Receiver<'_, '_> {
             // The read budget ran out with input left: a fresh turn, with a fresh buffer.
             return Step::Again;
         }
-        if !wait.read || (wait.write && st.conn.x.lc.wants_transmit(&kit.engine)) {
+        if !wait.read || (wait.write && st.conn.x.lc.wants_transmit(&kit.responder)) {
             // Closing, over --max-pending-send, or no buffer to be had; or the protocol has
             // more to send once output moves (HTTP/2's DATA held back by its cap), which no
             // input announces: wait for the send thread (the next turn closes the connection
@@ -390,7 +390,7 @@ impl Receiver<'_, '_> {
 }
 
 /// The send thread: flush what the receive thread could not write, waiting for room.
-fn send_loop(hub: &Hub<'_>, link: &Link, counters: &Counters) {
+fn send_loop(hub: &ThreadShared<'_>, link: &Link, counters: &Counters) {
     loop {
         {
             let mut st = link.lock();

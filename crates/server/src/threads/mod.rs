@@ -4,14 +4,14 @@
 //! a bounded queue, a fixed set of workers) wait differently, but every policy is the same as
 //! in the readiness event loop (`readiness/drive.rs`), and so is the code that applies it, here:
 //!
-//! - [`Hub`]: what every thread of the model shares — config, counters, the buffer pool, the
+//! - [`ThreadShared`]: what every thread of the model shares — config, counters, the buffer pool, the
 //!   shutdown latches, the count of live connections, pooled protocol engines;
-//! - [`Hub::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
+//! - [`ThreadShared::accept_loop`]: an acceptor thread that waits in poll(2) on the listener and the
 //!   drain latch and carries out what `policy::AcceptGate` answers (batch, back-off, storm
 //!   hold; a pause is cut short when a connection closes), and [`Admission`] what the model's
 //!   worker core (`policy::WorkerCore`) answers: admit, or refuse (beyond `--max-conns`, past
 //!   the memory maps' budget, when no TLS session or thread can be had);
-//! - [`Hub::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
+//! - [`ThreadShared::supervise`]: the model's own thread, which waits for a shutdown, stops the acceptor
 //!   and returns when the core's drain says so: every connection drained, or the drain
 //!   deadline (or a second signal) passed and the rest must close now;
 //! - [`begin_drain`]: a connection noticing the drain; a connection's turns are its lifecycle's
@@ -35,24 +35,24 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
-use sockscale_proto::{Engine, Protocol, Session};
+use sockscale_proto::{Protocol, Responder, Session};
 use sockscale_sys::{self as sys, Waker};
 use sockscale_tls::ServerSession;
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::conn::{self, tls_session, Close, Conn, TlsScratch};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::policy::CloseReason;
 use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, DrainStep, Handover, Limits, MapBudget, Slots, WorkerCore};
 use crate::pool::BufferPool;
 use crate::shutdown::{Phase, Shutdown};
+use crate::socket_turn::{self, tls_session, Close, Conn, TlsScratch};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
-/// Idle protocol engines kept for reuse (see [`Hub::take_kit`]); more are dropped. Enough for
+/// Idle protocol engines kept for reuse (see [`ThreadShared::take_kit`]); more are dropped. Enough for
 /// the threads that may hold one at once (a thread preempted mid-read keeps its engine), at
 /// about 13 KiB each for HTTP.
 const KITS_KEPT: usize = 256;
@@ -62,10 +62,10 @@ pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     libc::pollfd { fd, events, revents: 0 }
 }
 
-pub use crate::conn::Kit;
+pub use crate::socket_turn::ThreadState;
 
 /// Everything the threads of a thread model share.
-pub struct Hub<'a> {
+pub struct ThreadShared<'a> {
     pub cfg: &'a Config,
     /// The per-connection limits of `cfg`.
     pub limits: Limits,
@@ -88,12 +88,12 @@ pub struct Hub<'a> {
     /// Connections admitted and not yet closed.
     live: AtomicUsize,
     /// Engines lent to connection threads only while they have input (see `take_kit`).
-    kits: Mutex<Vec<Kit>>,
+    kits: Mutex<Vec<ThreadState>>,
     /// Admission and the drain, for the model (its acceptor admits, its supervisor drains).
     core: Mutex<WorkerCore<u64>>,
 }
 
-impl<'a> Hub<'a> {
+impl<'a> ThreadShared<'a> {
     pub fn new(
         cfg: &'a Config,
         protocol: Protocol,
@@ -105,7 +105,7 @@ impl<'a> Hub<'a> {
         let supervisor = Arc::new(Waker::new()?);
         shutdown.register(drain.clone());
         shutdown.register(supervisor.clone());
-        Ok(Hub {
+        Ok(ThreadShared {
             cfg,
             limits: cfg.limits(),
             protocol,
@@ -152,7 +152,7 @@ impl<'a> Hub<'a> {
     /// an engine per thread would cost every connection its own rendered HTTP responses (three
     /// 4 KiB pages) and a re-render every second it is active; lending them only while a thread
     /// has input keeps as many engines as threads working at once, as the pool does for buffers.
-    pub fn take_kit(&self) -> Kit {
+    pub fn take_kit(&self) -> ThreadState {
         let kept = self.kits.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut kit = kept.unwrap_or_else(|| self.new_kit());
         kit.tick();
@@ -160,11 +160,11 @@ impl<'a> Hub<'a> {
     }
 
     /// A new protocol kit for a thread of this hub.
-    pub fn new_kit(&self) -> Kit {
-        Kit::new(&self.protocol, self.cfg.body_file.as_ref(), self.cfg.tls.as_ref())
+    pub fn new_kit(&self) -> ThreadState {
+        ThreadState::new(&self.protocol, self.cfg.body_file.as_ref(), self.cfg.tls.as_ref())
     }
 
-    pub fn put_kit(&self, mut kit: Kit) {
+    pub fn put_kit(&self, mut kit: ThreadState) {
         kit.scratch.clear();
         let mut kits = self.kits.lock().unwrap_or_else(|e| e.into_inner());
         if kits.len() < KITS_KEPT {
@@ -198,7 +198,7 @@ impl<'a> Hub<'a> {
     /// account for it. `scratch`: the thread's, to seal queued output with.
     pub fn end(&self, mut conn: Conn, close: &Close, scratch: &mut TlsScratch, counters: &Counters) {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.fd);
-        conn::end(fd, &mut conn.x, close, scratch, counters);
+        socket_turn::end(fd, &mut conn.x, close, scratch, counters);
         self.stats.delist(fd);
         drop(conn);
         self.closed(counters, close.reason);
@@ -239,7 +239,7 @@ impl<'a> Hub<'a> {
         mut admit: impl FnMut(OwnedFd, &mut Admission<'_>),
     ) -> io::Result<()> {
         let fd = listener.as_raw_fd();
-        let mut refuser = Admission { engine: self.new_kit().engine, log: LogLimiter::refusals(), counters };
+        let mut refuser = Admission { responder: self.new_kit().responder, log: LogLimiter::refusals(), counters };
         let mut log = LogLimiter::accept_errors();
         let mut gate = AcceptGate::new(self.cfg.accept_batch);
         loop {
@@ -351,21 +351,21 @@ impl<'a> Hub<'a> {
 /// refusals as `readiness/accept.rs` makes them (the protocol's refusal first, HTTP 503; counted
 /// as refused; logged at most once a second).
 pub struct Admission<'c> {
-    engine: Engine,
+    responder: Responder,
     log: LogLimiter,
     counters: &'c Counters,
 }
 
 impl Admission<'_> {
     pub fn new_session(&self) -> Session {
-        self.engine.new_session()
+        self.responder.new_session()
     }
 
     /// A connection was taken on `fd`: true to set it up, false after refusing it as the core
     /// answers (the caller closes it afterwards).
-    pub fn admit(&mut self, hub: &Hub<'_>, fd: RawFd) -> bool {
-        let engine = &mut self.engine;
-        let refused = hub.core().on_accepted(false, hub, || refusal(engine));
+    pub fn admit(&mut self, hub: &ThreadShared<'_>, fd: RawFd) -> bool {
+        let responder = &mut self.responder;
+        let refused = hub.core().on_accepted(false, hub, || refusal(responder));
         match refused {
             Some(refused) => {
                 admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
@@ -377,9 +377,9 @@ impl Admission<'_> {
 
     /// A connection admitted on `fd` could not be set up, for `why`: refuse it as the core
     /// answers, its place given back (the caller closes it afterwards).
-    pub fn unserved(&mut self, hub: &Hub<'_>, fd: RawFd, why: Refusal<'_>) {
-        let engine = &mut self.engine;
-        let refused = hub.core().on_unserved(why, hub, || refusal(engine));
+    pub fn unserved(&mut self, hub: &ThreadShared<'_>, fd: RawFd, why: Refusal<'_>) {
+        let responder = &mut self.responder;
+        let refused = hub.core().on_unserved(why, hub, || refusal(responder));
         admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
     }
 
@@ -387,7 +387,7 @@ impl Admission<'_> {
     /// after refusing it (`--max-handshakes`), its place given back.
     pub fn tls_session(
         &mut self,
-        hub: &Hub<'_>,
+        hub: &ThreadShared<'_>,
         fd: RawFd,
         counters: &Counters,
     ) -> Result<Option<Box<ServerSession>>, ()> {
@@ -397,14 +397,14 @@ impl Admission<'_> {
 
 /// The protocol's refusal (HTTP's 503), dated now: the acceptor's engine serves nothing else, so
 /// it is brought to the current second only when a refusal is rendered.
-fn refusal(engine: &mut Engine) -> Option<bytes::Bytes> {
-    engine.tick(unix_now());
-    engine.refusal()
+fn refusal(responder: &mut Responder) -> Option<bytes::Bytes> {
+    responder.tick(unix_now());
+    responder.refusal()
 }
 
 /// The model's `--max-conns` slots, and its live connections with them (the supervisor waits
 /// for those to drain).
-impl Slots for Hub<'_> {
+impl Slots for ThreadShared<'_> {
     fn try_take(&self, max: usize) -> bool {
         if !self.stats.try_open(max) {
             return false;

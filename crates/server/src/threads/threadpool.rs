@@ -13,7 +13,7 @@
 //!   at the back of the ready queue. When the queue already holds `--queue-depth` x
 //!   `--threads` connections, the workers are not keeping up: the new connection is refused
 //!   (HTTP gets a 503), counted and logged at most once a second. Out of descriptors, it backs
-//!   off as every acceptor does (`threads::Hub::accept_loop`).
+//!   off as every acceptor does (`threads::ThreadShared::accept_loop`).
 //! - **Ready queue**: connections with input (or new ones), first in first out, under a mutex
 //!   and a condition variable. The bound applies to admissions only: a connection already
 //!   admitted that comes back from the poller is never refused, so the queue holds at most one
@@ -55,7 +55,6 @@ use std::time::{Duration, Instant};
 use sockscale_sys::{self as sys, Epoll, Interest, RegisterError, Selector, Timers};
 
 use crate::admission::Refusal;
-use crate::conn::{closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::inbox::Inbox;
@@ -63,8 +62,9 @@ use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
+use crate::socket_turn::{closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, Hub, Kit};
+use crate::threads::{begin_drain, pollfd, Admission, ThreadShared, ThreadState};
 
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
@@ -77,7 +77,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         return crate::threads::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);
     }
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
-    let hub = Hub::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
+    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
     let queue = ReadyQueue::new(cfg.queue_depth.saturating_mul(cfg.threads));
     let poller = new_poller(&ctx.shutdown).map_err(io_err)?;
     let listener = ctx.listen.shared();
@@ -94,7 +94,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         let counters = hub.stats.shard(cfg.threads);
         let spawned = std::thread::Builder::new()
             .name("sockscale-poller".into())
-            .spawn_scoped(scope, move || Watch::new(hub, poller, queue, counters).run());
+            .spawn_scoped(scope, move || PollerThread::new(hub, poller, queue, counters).run());
         threads.push(spawned.map_err(abandon)?);
         for i in 0..cfg.threads {
             let counters = hub.stats.shard(i);
@@ -131,7 +131,14 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 }
 
 /// Queue a new connection for the workers, or refuse it.
-fn admit(hub: &Hub<'_>, queue: &ReadyQueue, fd: OwnedFd, id: u32, admission: &mut Admission<'_>, counters: &Counters) {
+fn admit(
+    hub: &ThreadShared<'_>,
+    queue: &ReadyQueue,
+    fd: OwnedFd,
+    id: u32,
+    admission: &mut Admission<'_>,
+    counters: &Counters,
+) {
     if !admission.admit(hub, fd.as_raw_fd()) {
         return;
     }
@@ -234,7 +241,7 @@ enum Next {
     Idle,
 }
 
-fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters) -> io::Result<()> {
+fn work(hub: &ThreadShared<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters) -> io::Result<()> {
     let mut kit = hub.new_kit();
     while let Some(mut conn) = queue.pop() {
         match serve_round(hub, &mut conn, &mut kit, counters) {
@@ -256,7 +263,7 @@ fn work(hub: &Hub<'_>, queue: &ReadyQueue, poller: &Poller, counters: &Counters)
 
 /// One round of one connection: a turn of its lifecycle (read what is there within the budget,
 /// answer), then block until the answer is written.
-fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Next {
+fn serve_round(hub: &ThreadShared<'_>, conn: &mut Conn, kit: &mut ThreadState, counters: &Counters) -> Next {
     let limits = &hub.limits;
     if hub.is_forced() {
         return Next::Close(conn.x.close(CloseReason::Shutdown));
@@ -303,7 +310,12 @@ fn serve_round(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counter
 /// send policies (flood, then send stall, then the drain's end) and until a forced shutdown; or
 /// until a body file's turn is sent (Ok(false)): the connection then goes to the back of the
 /// ready queue, so one long download does not hold a worker from the others.
-fn write_pending(hub: &Hub<'_>, conn: &mut Conn, kit: &mut Kit, counters: &Counters) -> Result<bool, Close> {
+fn write_pending(
+    hub: &ThreadShared<'_>,
+    conn: &mut Conn,
+    kit: &mut ThreadState,
+    counters: &Counters,
+) -> Result<bool, Close> {
     let fd = conn.fd.as_raw_fd();
     while !conn.x.out.is_empty() {
         let now = Instant::now();
@@ -344,8 +356,8 @@ fn new_poller(shutdown: &Shutdown) -> io::Result<Poller> {
 }
 
 /// The poller thread: idle connections, by id, and their deadlines.
-struct Watch<'w, 'h> {
-    hub: &'w Hub<'h>,
+struct PollerThread<'w, 'h> {
+    hub: &'w ThreadShared<'h>,
     poller: &'w Poller,
     queue: &'w ReadyQueue,
     counters: &'w Counters,
@@ -354,15 +366,15 @@ struct Watch<'w, 'h> {
     #[allow(clippy::vec_box)]
     taken: Vec<Box<Conn>>,
     timers: Timers,
-    kit: Kit,
+    kit: ThreadState,
     draining: bool,
     next_id: u32,
 }
 
-impl<'w, 'h> Watch<'w, 'h> {
-    fn new(hub: &'w Hub<'h>, poller: &'w Poller, queue: &'w ReadyQueue, counters: &'w Counters) -> Self {
+impl<'w, 'h> PollerThread<'w, 'h> {
+    fn new(hub: &'w ThreadShared<'h>, poller: &'w Poller, queue: &'w ReadyQueue, counters: &'w Counters) -> Self {
         let kit = hub.new_kit();
-        Watch {
+        PollerThread {
             hub,
             poller,
             queue,
@@ -431,7 +443,7 @@ impl<'w, 'h> Watch<'w, 'h> {
         }
     }
 
-    /// Watch the connections workers handed over. Returns true once the poller must stop.
+    /// PollerThread the connections workers handed over. Returns true once the poller must stop.
     fn take_inbox(&mut self, epoll: &mut Epoll, now: Instant) -> bool {
         // Swapped with the inbox's own empty vector rather than taken, so that neither side
         // allocates again once both have grown to the traffic (steady state allocates nothing).
@@ -471,7 +483,7 @@ impl<'w, 'h> Watch<'w, 'h> {
             return self.hub.close(*conn, self.counters, CloseReason::Error);
         }
         conn.registered = Interest::READ;
-        let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
+        let deadline = conn.x.deadline(&self.kit.responder, &self.hub.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, token);
         self.conns.insert(conn.generation, conn);
     }
@@ -491,7 +503,7 @@ impl<'w, 'h> Watch<'w, 'h> {
                 continue;
             }
             // The protocol has its drain's answer to send (HTTP/2's GOAWAY): to the workers.
-            if conn.x.lc.wants_transmit(&self.kit.engine) {
+            if conn.x.lc.wants_transmit(&self.kit.responder) {
                 if let Some(conn) = self.conns.remove(&id) {
                     if let Err(conn) = self.queue.push(conn) {
                         self.hub.close(*conn, self.counters, CloseReason::Shutdown);
@@ -500,7 +512,7 @@ impl<'w, 'h> Watch<'w, 'h> {
                 continue;
             }
             // The drain's end is its deadline now.
-            let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
+            let deadline = conn.x.deadline(&self.kit.responder, &self.hub.limits);
             self.timers.schedule(&mut conn.timer_at, deadline, u64::from(id));
         }
     }
@@ -520,7 +532,7 @@ impl<'w, 'h> Watch<'w, 'h> {
                     }
                 }
                 None => {
-                    let deadline = conn.x.deadline(&self.kit.engine, &self.hub.limits);
+                    let deadline = conn.x.deadline(&self.kit.responder, &self.hub.limits);
                     self.timers.schedule(&mut conn.timer_at, deadline, token);
                 }
             }

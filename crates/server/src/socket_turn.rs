@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sockscale_proto::{Engine, Output, Protocol, Session};
+use sockscale_proto::{Output, Protocol, Responder, Session};
 use sockscale_sys::{Ending, Interest};
 use sockscale_tls::{ServerSession, ServerTls};
 
@@ -25,18 +25,18 @@ use crate::stats::Counters;
 /// A thread's protocol engine, the output it writes into, the body file its responses may
 /// name, and its TLS configuration and scratch buffers: what a thread needs to answer input.
 #[derive(Debug)]
-pub struct Kit {
-    pub engine: Engine,
+pub struct ThreadState {
+    pub responder: Responder,
     pub scratch: Output,
     pub body: Option<Arc<BodyFile>>,
     pub tls: Option<ServerTls>,
     pub tls_scratch: TlsScratch,
 }
 
-impl Kit {
+impl ThreadState {
     pub fn new(protocol: &Protocol, body: Option<&Arc<BodyFile>>, tls: Option<&ServerTls>) -> Self {
-        Kit {
-            engine: protocol.engine(unix_now()),
+        ThreadState {
+            responder: protocol.responder(unix_now()),
             scratch: Output::default(),
             body: body.cloned(),
             tls: tls.cloned(),
@@ -47,7 +47,7 @@ impl Kit {
     /// The thread's tools, for a connection to work with.
     pub fn tools<'a>(&'a mut self, counters: &'a Counters) -> ThreadTools<'a> {
         ThreadTools {
-            engine: &mut self.engine,
+            responder: &mut self.responder,
             scratch: &mut self.scratch,
             buffers: &mut self.tls_scratch,
             body: self.body.as_ref(),
@@ -57,7 +57,7 @@ impl Kit {
 
     /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
     pub fn tick(&mut self) {
-        self.engine.tick(unix_now());
+        self.responder.tick(unix_now());
     }
 }
 
@@ -161,7 +161,13 @@ impl Connection {
 
     /// The connection's timer came due at `now`: the close to carry out ([`end`]) if a
     /// deadline expired (None: take a turn to re-arm).
-    pub fn expire(&mut self, kit: &mut Kit, counters: &Counters, now: Instant, limits: &Limits) -> Option<Close> {
+    pub fn expire(
+        &mut self,
+        kit: &mut ThreadState,
+        counters: &Counters,
+        now: Instant,
+        limits: &Limits,
+    ) -> Option<Close> {
         self.on_timer(now, &mut kit.tools(counters), limits)
     }
 
@@ -172,7 +178,7 @@ impl Connection {
         let mut buf = None;
         let mut input = false;
         loop {
-            match self.poll(now, &io.kit.engine, io.limits) {
+            match self.poll(now, &io.kit.responder, io.limits) {
                 Action::Close(reason) => return Turned::Close(self.close(reason)),
                 Action::Wait(wait) => return Turned::Wait { wait, input },
                 Action::Transmit => {
@@ -300,7 +306,7 @@ pub fn end(fd: RawFd, x: &mut Connection, close: &Close, scratch: &mut TlsScratc
 /// What a turn needs besides the connection: the thread's protocol kit, the buffer pool, the
 /// counters and the limits.
 pub struct TurnIo<'a> {
-    pub kit: &'a mut Kit,
+    pub kit: &'a mut ThreadState,
     pub pool: &'a BufferPool,
     pub counters: &'a Counters,
     pub limits: &'a Limits,

@@ -15,10 +15,12 @@ use sockscale_sys as sys;
 
 use super::active::Seat;
 use super::stream::Stream;
-use super::{counters, with_local, Admitted, Shared, Stage};
+use super::{counters, with_local, Admitted, Shared, TaskPhase};
 use crate::body::{BodyFile, Seal};
-use crate::conn::{self as carry, closed_by_error, Close, Connection, OutQueue, Socket, TurnIo, Turned, Written};
 use crate::policy::CloseReason;
+use crate::socket_turn::{
+    self as carry, closed_by_error, Close, Connection, OutQueue, Socket, TurnIo, Turned, Written,
+};
 use crate::stats::Stats;
 
 /// One connection's state between awaits.
@@ -43,7 +45,7 @@ impl Drop for Conn {
 
 /// One connection's task: serve it, then count its close. Built from the pieces the accept task
 /// hands over, so that the connection's state is stored once in the task.
-pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: watch::Receiver<Stage>) {
+pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: watch::Receiver<TaskPhase>) {
     let close = conn.serve(&guard.shared, &mut stage).await;
     conn.end(&guard.shared, &close);
     // Close the socket before the guard counts the close and wakes a paused accept, so that the
@@ -69,12 +71,12 @@ impl Conn {
 
     /// Serve until a policy, the protocol, the peer or the shutdown ends the connection: take
     /// a turn of the lifecycle, then wait as it says.
-    async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<Stage>) -> Close {
+    async fn serve(&mut self, shared: &Shared, stage: &mut watch::Receiver<TaskPhase>) -> Close {
         // The drain may have begun between the accept and this task's first poll.
         match *stage.borrow_and_update() {
-            Stage::Running => {}
-            Stage::Draining { until } => self.begin_drain(until),
-            Stage::Forced => return self.x.close(CloseReason::Shutdown),
+            TaskPhase::Running => {}
+            TaskPhase::Draining { until } => self.begin_drain(until),
+            TaskPhase::Forced => return self.x.close(CloseReason::Shutdown),
         }
         let mut watching = true;
         let mut timer_at = self.deadline(shared, Instant::now());
@@ -128,9 +130,9 @@ impl Conn {
                 biased;
                 changed = stage.changed(), if watching => match changed {
                     Ok(()) => match *stage.borrow_and_update() {
-                        Stage::Running => {}
-                        Stage::Draining { until } => self.begin_drain(until),
-                        Stage::Forced => return self.x.close(CloseReason::Shutdown),
+                        TaskPhase::Running => {}
+                        TaskPhase::Draining { until } => self.begin_drain(until),
+                        TaskPhase::Forced => return self.x.close(CloseReason::Shutdown),
                     },
                     // The publisher is gone only as the runtime shuts down; stop listening.
                     Err(_) => watching = false,
@@ -188,7 +190,7 @@ impl Conn {
 
     /// The next instant a policy may act on this connection.
     fn deadline(&self, shared: &Shared, now: Instant) -> Instant {
-        with_local(shared, now, |local| self.x.deadline(&local.kit.engine, &shared.limits))
+        with_local(shared, now, |local| self.x.deadline(&local.kit.responder, &shared.limits))
     }
 
     /// The timer came due: the close if a deadline expired, or None to re-arm.
@@ -197,7 +199,7 @@ impl Conn {
         with_local(shared, now, |local| x.expire(&mut local.kit, counters(shared), now, &shared.limits))
     }
 
-    /// Carry out `close` on the stream (`conn::end`), before it drops.
+    /// Carry out `close` on the stream (`task::end`), before it drops.
     fn end(&mut self, shared: &Shared, close: &Close) {
         let (fd, x) = (self.stream.as_raw_fd(), &mut self.x);
         with_local(shared, Instant::now(), |local| {

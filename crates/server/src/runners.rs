@@ -13,7 +13,7 @@
 //! policies it cannot honour, known limits — is data, in one table ([`crate::model::CAPABILITIES`]),
 //! and whether it can run here follows from its family. [`runner`] is the only place that picks
 //! a model's file. A new model is a row in that table, a file beside its family's engine, an
-//! arm in [`runner`] (the compiler asks for it) and a line in the conformance suite (a test
+//! arm in [`runner`] (the compiler asks for it) and a name in the tests' `for_every_model!` (a test
 //! asks for it).
 
 use crate::completion::{uring, uring64};

@@ -1,5 +1,5 @@
 //! The record loop both sides share: rustls's unbuffered API driven over the caller's buffers.
-//! A [`Stage`] is fed received ciphertext (decrypted in place) and plaintext to send, and
+//! A [`RecordLoop`] is fed received ciphertext (decrypted in place) and plaintext to send, and
 //! appends plaintext and records to the caller's buffers; between calls it keeps only a record
 //! that arrived in part, and plaintext given before the handshake allowed it.
 
@@ -12,7 +12,7 @@ use rustls::unbuffered::{
 };
 use rustls::HandshakeKind;
 
-use crate::words::{Failure, FailureReason, Negotiated, Received};
+use crate::outcomes::{Failure, FailureReason, Negotiated, Received};
 
 /// The first byte of a TLS record that carries a handshake message: a peer whose first byte is
 /// anything else is not speaking TLS (plain HTTP on a TLS port, say).
@@ -51,7 +51,7 @@ impl Records for rustls::client::UnbufferedClientConnection {
 }
 
 /// One TLS session's record loop (see the module).
-pub(crate) struct Stage<C> {
+pub(crate) struct RecordLoop<C> {
     conn: C,
     /// A record received in part, kept until the rest arrives; empty (and unallocated) when the
     /// connection is idle between whole records.
@@ -65,7 +65,7 @@ pub(crate) struct Stage<C> {
     /// The peer's first byte did not begin a TLS handshake record.
     not_tls: bool,
     /// The legacy version of the peer's first hello, if its first record began with one
-    /// (0: unknown): what tells a TLS 1.0 or 1.1 client (see [`Stage::take_alert`]).
+    /// (0: unknown): what tells a TLS 1.0 or 1.1 client (see [`RecordLoop::take_alert`]).
     hello_version: u16,
     handshaking: bool,
     /// The peer's close_notify was seen.
@@ -75,9 +75,9 @@ pub(crate) struct Stage<C> {
     failed: Option<FailureReason>,
 }
 
-impl<C: Records> Stage<C> {
+impl<C: Records> RecordLoop<C> {
     pub(crate) fn new(conn: C, now: Instant) -> Self {
-        Stage {
+        RecordLoop {
             conn,
             partial: Vec::new(),
             waiting: Vec::new(),
@@ -427,7 +427,7 @@ pub(crate) fn classify(error: &rustls::Error, not_tls: bool) -> Failure {
         _ => FailureReason::Protocol,
     };
     let detail = match error {
-        E::InvalidCertificate(certificate) => crate::words::certificate(certificate),
+        E::InvalidCertificate(certificate) => crate::outcomes::certificate(certificate),
         other => other.to_string(),
     };
     Failure { reason, detail }
