@@ -122,14 +122,14 @@ pub struct ServeArgs {
     /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
     pub max_streams: u32,
-    /// UDP GSO: equal-size datagrams to one peer sent in one message (off: one per message) [default: on]
+    /// UDP GSO: equal datagrams to one peer go in one message [default: on]
     ///
-    /// UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
+    /// Off: one datagram per message. UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
     #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
     pub udp_gso: Option<OnOff>,
-    /// UDP GRO: the kernel hands over datagrams of one flow coalesced (off: one per buffer) [default: on]
+    /// UDP GRO: the kernel hands over a flow's datagrams coalesced [default: on]
     ///
-    /// UDP_GRO, where the kernel has it (Linux 5.0); counted as udp_gro_buffers and udp_gro_datagrams
+    /// Off: one datagram per buffer. UDP_GRO, where the kernel has it (Linux 5.0); counted as udp_gro_buffers and udp_gro_datagrams
     #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
     pub udp_gro: Option<OnOff>,
     /// HTTP response body file [default: a generated 4096-byte HTML page]
