@@ -310,6 +310,14 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
     Ok(n as usize)
 }
 
+/// shutdown(2) of the receiving direction: wakes a thread blocked in poll or recv on `fd` (it
+/// reads the end of the stream) while the socket can still send, so its owner can end it in good
+/// order (a TLS close_notify, a FIN).
+pub fn shutdown_read(fd: RawFd) -> io::Result<()> {
+    // SAFETY: shutdown takes no pointers; a descriptor that is not a socket is an error return.
+    syscall!(shutdown(fd, libc::SHUT_RD)).map(drop)
+}
+
 /// shutdown(2) both directions: wakes every thread blocked in poll, recv or send on `fd`
 /// (they see a hang-up), while the descriptor itself stays open for its owner to close.
 pub fn shutdown_both(fd: RawFd) -> io::Result<()> {

@@ -251,9 +251,13 @@ impl Link {
         st.aborted = true;
         st.version += 1;
         self.to_receiver.notify_one();
+        // A send thread waiting for room the client does not make must be woken with the socket
+        // shut both ways; otherwise only the receiving side is shut, which wakes the receive
+        // thread from poll(2) while the socket can still send: it ends the connection as its
+        // `Close` says (a TLS session's close_notify, a FIN), as every model ends a drain.
+        let sender_stuck = st.sender_polling || !st.conn.x.out.is_empty();
         drop(st);
-        // Wakes the receive thread from poll(2) and the send thread from waiting for room.
-        let _ = sys::shutdown_both(self.fd);
+        let _ = if sender_stuck { sys::shutdown_both(self.fd) } else { sys::shutdown_read(self.fd) };
     }
 }
 
