@@ -1,6 +1,6 @@
 //! One load connection without its socket: the client side of a `Connection`, as quinn-proto's.
 //!
-//! It owns the TLS stage (behind [`Crypto`], as quinn-proto holds its crypto session), the
+//! It owns the TLS stage (behind `sockscale_tls::Crypto`, shared with the server, as quinn-proto holds its crypto session), the
 //! protocol session (echo, HTTP/1.1, HTTP/2, UDP) and its timers (the connect timeout, the
 //! handshake timeout, the reply timeout, a datagram's loss, the end-of-run grace). It is fed what the socket did and
 //! the time ([`Now`]), and answers with the bytes to send ([`Connection::poll_transmit`]), what
@@ -28,7 +28,7 @@
 use std::time::{Duration, Instant};
 
 use sockscale_sys::Ending;
-use sockscale_tls::{ClientSession, Failure, Negotiated, Received};
+use sockscale_tls::{ClientSession, Crypto, Failure, Negotiated};
 
 use crate::client::{EchoClient, Failure as Mismatch, H2Client, HttpClient, Reply, Stamp, StreamEnd, UdpClient};
 use crate::config::{AcceptedStatuses, LoadConfig, LoadTls, Mode};
@@ -39,50 +39,6 @@ use crate::pattern::Pattern;
 /// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
 /// socket is full does not grow a buffer.
 pub const MAX_RECORDS_AHEAD: usize = 64 << 10;
-
-/// A TLS session as the connection uses it: fed ciphertext and the time, it appends plaintext
-/// and the records to send. [`ClientSession`] (rustls) is the one the load generator uses.
-pub trait Crypto {
-    /// Take `ciphertext` (decrypted in place) received at `now`; append the plaintext to
-    /// `plaintext` and the records to send to `out` (on a failure: the fatal alert).
-    fn receive(
-        &mut self,
-        ciphertext: &mut [u8],
-        now: Instant,
-        plaintext: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<Received, Failure>;
-    /// Encrypt `plaintext` into records appended to `out`.
-    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure>;
-    /// Append a close_notify alert to `out`.
-    fn close(&mut self, out: &mut Vec<u8>);
-    fn is_handshaking(&self) -> bool;
-    fn negotiated(&self) -> Option<Negotiated>;
-}
-
-impl Crypto for ClientSession {
-    fn receive(
-        &mut self,
-        ciphertext: &mut [u8],
-        now: Instant,
-        plaintext: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<Received, Failure> {
-        ClientSession::receive(self, ciphertext, now, plaintext, out)
-    }
-    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
-        ClientSession::send(self, plaintext, out)
-    }
-    fn close(&mut self, out: &mut Vec<u8>) {
-        ClientSession::close(self, out)
-    }
-    fn is_handshaking(&self) -> bool {
-        ClientSession::is_handshaking(self)
-    }
-    fn negotiated(&self) -> Option<Negotiated> {
-        ClientSession::negotiated(self)
-    }
-}
 
 /// The time, as the clock read it and in ns of the run (from [`Profile::origin`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,7 @@
 mod certs;
 mod client;
 mod config;
+mod crypto;
 mod outcomes;
 mod record_loop;
 mod server;
@@ -27,5 +28,6 @@ mod server;
 pub use certs::{CertificateFiles, TestCertificate, Validity};
 pub use client::{system_bundle, ClientSession, ClientTls, Trust};
 pub use config::{ServerOptions, ServerTls, TlsConfigError};
+pub use crypto::Crypto;
 pub use outcomes::{Failure, FailureReason, Negotiated, Received};
 pub use server::{Busy, ServerCrypto, ServerSession};

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rustls::server::UnbufferedServerConnection;
 
 use crate::config::ServerTls;
+use crate::crypto::Crypto;
 use crate::outcomes::{Failure, Negotiated, Received};
 use crate::record_loop::{classify, RecordLoop};
 
@@ -24,66 +25,22 @@ pub struct Busy {
     pub max: usize,
 }
 
-/// What a server connection asks of its TLS session, and all it asks: the connection (in the
-/// server crate) holds its session behind this, as quinn-proto's `Connection` holds its
-/// `crypto::Session`, and never sees rustls. Implemented by [`ServerSession`].
-pub trait ServerCrypto: Send + std::fmt::Debug {
-    /// Take `ciphertext` as received at `now` (decrypted in place), appending the plaintext to
-    /// `plaintext` and the records to send to `out`. On a failure, `out` ends with the fatal
-    /// alert the peer is owed (if any): send it, then close.
-    fn receive(
-        &mut self,
-        ciphertext: &mut [u8],
-        now: Instant,
-        plaintext: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<Received, Failure>;
-
-    /// Seal `plaintext` into records appended to `out` (held until the handshake allows).
-    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure>;
-
-    /// End the session in good order: append close_notify to `out` (nothing while the
-    /// handshake is under way or after a failure: there is no key, or no session).
-    fn close(&mut self, out: &mut Vec<u8>);
-
-    fn is_handshaking(&self) -> bool;
-
+/// What a server connection asks of its TLS session beyond [`Crypto`]: when the handshake
+/// began (its deadline counts from there) and whether it resumed. Implemented by
+/// [`ServerSession`].
+pub trait ServerCrypto: Crypto + Send + std::fmt::Debug {
     /// When the handshake began (the connection's acceptance): its deadline counts from here.
     fn handshake_started_at(&self) -> Instant;
 
     /// The handshake resumed an earlier session (known once it is done).
-    fn resumed(&self) -> bool;
+    fn resumed(&self) -> bool {
+        self.negotiated().is_some_and(|n| n.resumed)
+    }
 }
 
 impl ServerCrypto for ServerSession {
-    fn receive(
-        &mut self,
-        ciphertext: &mut [u8],
-        now: Instant,
-        plaintext: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<Received, Failure> {
-        ServerSession::receive(self, ciphertext, now, plaintext, out)
-    }
-
-    fn send(&mut self, plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
-        ServerSession::send(self, plaintext, out)
-    }
-
-    fn close(&mut self, out: &mut Vec<u8>) {
-        ServerSession::close(self, out)
-    }
-
-    fn is_handshaking(&self) -> bool {
-        ServerSession::is_handshaking(self)
-    }
-
     fn handshake_started_at(&self) -> Instant {
         self.stage.opened_at()
-    }
-
-    fn resumed(&self) -> bool {
-        self.negotiated().is_some_and(|n| n.resumed)
     }
 }
 
