@@ -44,9 +44,12 @@
 //! Between calls a connection holds a frame header read in part (up to 14 octets, inline), a
 //! control payload (up to 125, inline) and a message in progress ([`Session::buffered`]); the
 //! message's buffer is handed over (or dropped) when it completes, so an idle connection holds
-//! no buffer. permessage-deflate's zlib states are made at the first compressed message each
-//! way and kept for the connection (a window of 2^bits and zlib's tables: about 256 KiB to
-//! compress and 40 KiB to inflate at 15 bits).
+//! no buffer: a server session without permessage-deflate is its struct, 560 octets
+//! (`tests/memory.rs` measures it with a counting allocator; [`Stats`] is 248 of them).
+//! permessage-deflate's zlib states (zlib-rs) are made at the first compressed message each
+//! way and kept for the connection: after one 512-octet message each way a server session held
+//! 428,440 octets with 15-bit windows and 299,416 with 9-bit windows (the compressor's hash
+//! tables, at zlib's default memLevel, are most of it).
 
 pub mod deflate;
 pub mod frame;
