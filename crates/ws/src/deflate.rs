@@ -272,7 +272,10 @@ impl Compressor {
     /// Appends `payload` compressed (without the final empty block's tail) and returns true,
     /// or returns false and appends nothing when this side sends uncompressed (8 window bits).
     pub fn compress(&mut self, payload: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.bits < 9 {
+        // An empty message goes uncompressed: zlib refuses a sync flush with nothing new since
+        // the last one (a "duplicate flush"), and writing nothing with RSV1 set would leave the
+        // peer's inflater reading the tail it appends as a block.
+        if self.bits < 9 || payload.is_empty() {
             return false;
         }
         let (level, bits) = (self.level, self.bits);
@@ -459,6 +462,23 @@ mod tests {
         server.inflate(&compressed, &mut message, 4096).unwrap();
         server.finish_message(&mut message, 4096).unwrap();
         assert_eq!(message, data);
+    }
+
+    #[test]
+    fn empty_messages_go_uncompressed_and_the_next_still_inflates() {
+        let (mut server, _) = codec(&params(1), Role::Server);
+        let (_, mut client) = codec(&params(1), Role::Client);
+        for payload in [&b""[..], b"", b"after", b"", b"after"] {
+            let mut out = Vec::new();
+            if server.compress(payload, &mut out) {
+                let mut message = Vec::new();
+                client.inflate(&out, &mut message, 100).unwrap();
+                client.finish_message(&mut message, 100).unwrap();
+                assert_eq!(message, payload);
+            } else {
+                assert!(payload.is_empty() && out.is_empty());
+            }
+        }
     }
 
     #[test]

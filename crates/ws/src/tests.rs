@@ -463,8 +463,6 @@ fn client_frames(kind: u8, payload: &[u8], cuts: &[usize]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
-
     /// Messages fragmented any way, fed in pieces cut anywhere, come back as the same messages
     /// (with a pong per ping, in order), and the client reads the echo cut anywhere too.
     #[test]
