@@ -319,6 +319,27 @@ impl Lifecycle {
         }
     }
 
+    /// A deadline expired at `now`, for `reason` (its ending orderly), with output still queued:
+    /// begin the closing phase ([`ConnPolicy::begin_closing`]), in which the close's last bytes
+    /// wait behind the output until the send timeout (the drain's deadline, if sooner). False:
+    /// that time is already up (the drain's own deadline): close now, as the reason says.
+    pub fn begin_closing(&mut self, reason: CloseReason, now: Instant, limits: &Limits) -> bool {
+        if self.policy.is_in_closing_phase() {
+            return true;
+        }
+        let by = self.policy.closing_deadline(now, limits);
+        if by <= now {
+            return false;
+        }
+        self.policy.begin_closing(reason, by);
+        true
+    }
+
+    /// In the closing phase: the close is decided, and its last bytes wait behind the output.
+    pub fn is_in_closing_phase(&self) -> bool {
+        self.policy.is_in_closing_phase()
+    }
+
     /// May the connection read now (readiness aside)?
     pub fn may_read(&self, pending: Pending, limits: &Limits) -> bool {
         self.policy.may_read(pending, self.drained_between(), limits)
