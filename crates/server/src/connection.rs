@@ -327,7 +327,8 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// output, and once the queue is empty the lifecycle says [`Action::Close`], whose close
     /// carries close_notify. If the phase's deadline (the send timeout, or the drain's) comes
     /// first, the close returned then goes without them, as it would have at once, and is
-    /// counted (`closes_unflushed`).
+    /// counted (`closes_unflushed`), as is an orderly close with output queued and no time left
+    /// (at the drain's deadline).
     pub fn on_timer(&mut self, now: Instant, tools: &mut ThreadTools<'_>, limits: &Limits) -> Option<Close> {
         if self.handshake_due(tools.responder).is_some_and(|at| at <= now) {
             // No key yet: no answer, and no close_notify.
@@ -343,12 +344,15 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
             }
             return Some(self.close(expiry.reason));
         }
-        let orderly = ending(expiry.reason) == Ending::Orderly;
-        if orderly && !pending.is_empty() && self.lc.begin_closing(expiry.reason, now, limits) {
-            if expiry.answer {
-                self.queue_answer(tools, pending.file_bytes > 0);
+        if ending(expiry.reason) == Ending::Orderly && !pending.is_empty() {
+            if self.lc.begin_closing(expiry.reason, now, limits) {
+                if expiry.answer {
+                    self.queue_answer(tools, pending.file_bytes > 0);
+                }
+                return None;
             }
-            return None;
+            // No time is left (the drain's own deadline): it goes unflushed at once.
+            tools.counters.close_unflushed();
         }
         let mut last = Vec::new();
         if expiry.answer {

@@ -582,6 +582,22 @@ fn a_closing_phase_ends_at_its_deadline_without_the_last_bytes() {
     assert!(pair.advance_to(until));
     assert_eq!(pair.close_reason(), Some((CloseReason::HeaderTimeout, Ending::Orderly)));
     assert_eq!(pair.stats.snapshot().closes_unflushed, 1);
+
+    // The drain's own deadline leaves no time: output still queued then is cut at once, as
+    // before, and counted.
+    let mut pair = Pair::new(true);
+    pair.handshake();
+    pair.limits.send_timeout = HEADER_TIMEOUT * 3;
+    pair.room = Some(100);
+    pair.client_send(GET);
+    pair.drive().expect("waiting for the client to take the answer");
+    let until = pair.now + Duration::from_secs(2);
+    pair.server.lc.begin_drain(pair.now, until, false);
+    assert!(!pair.advance_to(until - Duration::from_nanos(1)), "the answer may go until the drain's end");
+    assert!(pair.advance_to(until));
+    assert_eq!(pair.close_reason(), Some((CloseReason::Shutdown, Ending::Orderly)));
+    assert!(!pair.client_read().1, "no close_notify behind output that was not sent");
+    assert_eq!(pair.stats.snapshot().closes_unflushed, 1);
 }
 
 /// An abortive close is never delayed: a client that takes nothing is cut off at its stall

@@ -113,8 +113,8 @@ const NOT_WAITING: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
     pub reason: CloseReason,
-    /// The protocol has an answer for it (HTTP's 408): the engine asks the protocol for it
-    /// and makes one attempt to send it before closing.
+    /// The protocol has an answer for it (HTTP's 408): the close's last bytes (behind the
+    /// output still queued, in the closing phase, if any is).
     pub answer: bool,
 }
 
@@ -275,8 +275,8 @@ impl ConnPolicy {
         self.set_waiting(false, now);
     }
 
-    /// Until when a close for `reason` decided at `now` may wait for the output queued ahead of
-    /// its last bytes: the send timeout, and never past the drain's deadline.
+    /// Until when a close decided at `now` may wait for the output queued ahead of its last
+    /// bytes: the send timeout, and never past the drain's deadline.
     pub fn closing_deadline(&self, now: Instant, limits: &Limits) -> Instant {
         let by = after(now, limits.send_timeout);
         self.close_at.map_or(by, |until| until.min(by))
@@ -573,6 +573,42 @@ mod tests {
         w.begin_drain(t0, t0 + secs(5), false);
         assert!(!w.is_waiting());
         assert_eq!(w.finished(Pending::default(), true), Some(CloseReason::Shutdown));
+    }
+
+    /// The closing phase keeps only the send clocks and its own end: no idle, first-data or
+    /// protocol deadline fires in it; at its end the close goes for its own reason; a drain
+    /// that begins during it brings its end forward, never back; and it finishes for its
+    /// reason once the output is flushed.
+    #[test]
+    fn the_closing_phase_ends_at_its_own_deadline_for_its_own_reason() {
+        let t0 = Instant::now();
+        let l = Limits { idle_timeout: secs(1), first_data_timeout: Some(secs(1)), ..limits() };
+        let mut p = ConnPolicy::new(t0);
+        let by = p.closing_deadline(t0, &l);
+        assert_eq!(by, t0 + l.send_timeout);
+        p.begin_closing(CloseReason::HeaderTimeout, by);
+        p.begin_closing(CloseReason::Idle, t0 + secs(1));
+        assert!(p.is_in_closing_phase() && p.is_closing() && !p.is_draining());
+        assert_eq!(p.deadline(&l, Some(t0)), by, "neither idle, first data nor the protocol");
+        assert_eq!(p.expired(by - secs(1), &l, true), None);
+        assert_eq!(p.expired(by, &l, true), Some(Expired { reason: CloseReason::HeaderTimeout, answer: false }));
+        assert!(!p.may_read(Pending::default(), false, &l));
+        assert_eq!(p.finished(Pending::bytes(1), false), None);
+        assert_eq!(p.finished(Pending::default(), false), Some(CloseReason::HeaderTimeout));
+        // A drain: its deadline bounds the phase when sooner, and a later one does not move it.
+        p.begin_drain(t0, t0 + secs(3), false);
+        assert_eq!(p.deadline(&l, None), t0 + secs(3));
+        p.begin_drain(t0, t0 + secs(9), false);
+        assert_eq!(p.expired(t0 + secs(3), &l, false).map(|e| e.reason), Some(CloseReason::HeaderTimeout));
+        // Draining first, the phase may not outlast the drain.
+        let mut d = ConnPolicy::new(t0);
+        d.begin_drain(t0, t0 + secs(2), false);
+        assert_eq!(d.closing_deadline(t0, &l), t0 + secs(2));
+        // A stall still ends it first, as an abort.
+        let mut s = ConnPolicy::new(t0);
+        s.account(t0, Pending::bytes(10), false, &l);
+        s.begin_closing(CloseReason::Idle, t0 + secs(60));
+        assert_eq!(s.expired(t0 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::SendTimeout));
     }
 
     /// Input the kernel held unread when the drain began (a connection waiting for a place, or

@@ -42,7 +42,8 @@
 //!   waits (tokio included: its readiness reports `read_closed`);
 //! - the active set hears of input when bytes arrive ([`Fed::counted`]), not before a read;
 //! - an expired deadline the protocol answers (HTTP's 408) is answered with the whole answer,
-//!   in one non-blocking attempt, then the connection closes;
+//!   then the connection closes; an orderly close with output still queued waits for it in a
+//!   closing phase ([`Lifecycle::begin_closing`]), its last bytes behind it, so none is dropped;
 //! - an empty buffer pool makes the connection come back [`NO_BUFFER_RETRY`] later, not spin.
 
 use std::io;
@@ -216,8 +217,7 @@ impl Flags {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expiry {
     pub reason: CloseReason,
-    /// The protocol's answer (HTTP's 408) is in the output: make one non-blocking attempt to
-    /// send all of it, then close.
+    /// The protocol's answer (HTTP's 408) is in the output: it is the close's last bytes.
     pub answer: bool,
 }
 
