@@ -93,7 +93,10 @@ pub struct Close {
 impl Close {
     /// The last bytes to send behind the output still queued: all of them when nothing is
     /// queued, none otherwise (records go out in the order they were sealed, and an answer
-    /// must not land inside another).
+    /// must not land inside another). An orderly close the connection decides with output
+    /// queued waits for it in its closing phase (see [`Connection::on_timer`]), so an engine
+    /// ends a socket with output queued only when that phase ran out, or on a close of its own
+    /// (the drain's forced end).
     pub fn last_behind(&self, nothing_queued: bool) -> &[u8] {
         if nothing_queued {
             &self.last
@@ -187,9 +190,16 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// While a thread engine blocks until its output is written: until when it may wait for
     /// room, or the close if a send deadline (flood, send stall, the drain's end) has passed.
     /// The same table as every other deadline's: the engine keeps no clock of its own.
-    pub fn send_wait(&mut self, now: Instant, limits: &Limits) -> Result<Instant, Close> {
+    /// A closing phase that ends with its output unsent is counted, as [`Connection::on_timer`]
+    /// counts it.
+    pub fn send_wait(&mut self, now: Instant, limits: &Limits, counters: &Counters) -> Result<Instant, Close> {
         match self.lc.send_expired(now, limits) {
-            Some(reason) => Err(self.close(reason)),
+            Some(reason) => {
+                if self.lc.is_in_closing_phase() && !self.out.pending().is_empty() {
+                    counters.close_unflushed();
+                }
+                Err(self.close(reason))
+            }
             None => Ok(self.lc.send_deadline(limits)),
         }
     }
@@ -310,12 +320,40 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// table expired (None: poll again to re-arm). A deadline the protocol answers (HTTP's
     /// 408) puts the answer in the close's last bytes, encrypted under TLS (a handshake that
     /// never finished has no key: it gets none).
+    ///
+    /// An orderly close with output still queued does not drop its last bytes: the connection
+    /// enters its closing phase ([`Lifecycle::begin_closing`]) and this returns None. The
+    /// answer is queued behind the output (sealed in order), the engine flushes as for any
+    /// output, and once the queue is empty the lifecycle says [`Action::Close`], whose close
+    /// carries close_notify. If the phase's deadline (the send timeout, or the drain's) comes
+    /// first, the close returned then goes without them, as it would have at once, and is
+    /// counted (`closes_unflushed`), as is an orderly close with output queued and no time left
+    /// (at the drain's deadline).
     pub fn on_timer(&mut self, now: Instant, tools: &mut ThreadTools<'_>, limits: &Limits) -> Option<Close> {
         if self.handshake_due(tools.responder).is_some_and(|at| at <= now) {
             // No key yet: no answer, and no close_notify.
             return Some(self.close(CloseReason::HeaderTimeout));
         }
+        let closing = self.lc.is_in_closing_phase();
         let expiry = self.lc.on_timer(now, tools.responder, tools.scratch, limits)?;
+        let pending = self.out.pending();
+        if closing {
+            // The phase ended (or a send clock ran out) before the output was flushed.
+            if !pending.is_empty() {
+                tools.counters.close_unflushed();
+            }
+            return Some(self.close(expiry.reason));
+        }
+        if ending(expiry.reason) == Ending::Orderly && !pending.is_empty() {
+            if self.lc.begin_closing(expiry.reason, now, limits) {
+                if expiry.answer {
+                    self.queue_answer(tools, pending.file_bytes > 0);
+                }
+                return None;
+            }
+            // No time is left (the drain's own deadline): it goes unflushed at once.
+            tools.counters.close_unflushed();
+        }
         let mut last = Vec::new();
         if expiry.answer {
             let flat = &mut tools.buffers.flat;
@@ -334,6 +372,26 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
             }
         }
         Some(self.close_after(expiry.reason, last))
+    }
+
+    /// The answer to an expired deadline (in `tools.scratch`) behind the output queued: in clear
+    /// as it is; under TLS sealed now, or, `behind_file` (a body file range, sealed as the
+    /// socket takes it, is queued), sealed when it reaches the front, so records stay in order.
+    /// A handshake not finished has no key: no answer.
+    fn queue_answer(&mut self, tools: &mut ThreadTools<'_>, behind_file: bool) {
+        let flat = &mut tools.buffers.flat;
+        flat.clear();
+        for segment in tools.scratch.segments() {
+            flat.extend_from_slice(Output::slice(segment, &[]));
+        }
+        match self.tls.as_deref_mut() {
+            None => self.out.push_records(Bytes::copy_from_slice(flat)),
+            Some(tls) if !tls.is_handshaking() => {
+                // A session that cannot seal has nothing more to say: the close follows alone.
+                let _ = seal_run(tls, flat, behind_file, &mut self.out);
+            }
+            Some(_) => {}
+        }
     }
 
     /// The close for `reason`: under TLS, an orderly close ends with close_notify.

@@ -45,6 +45,7 @@ pub struct Counters {
     tls_handshake_micros: AtomicU64,
     tls_failed: [AtomicU64; FailureReason::ALL.len()],
     tls_file_bytes: AtomicU64,
+    closes_unflushed: AtomicU64,
 }
 
 impl Counters {
@@ -92,6 +93,11 @@ impl Counters {
     /// A TLS session failed (the connection is closed).
     pub fn tls_failed(&self, reason: FailureReason) {
         self.tls_failed[reason as usize].fetch_add(1, Relaxed);
+    }
+    /// A close waited in its closing phase for queued output to flush, and the phase's deadline
+    /// came first: the output and the close's last bytes were not sent.
+    pub fn close_unflushed(&self) {
+        self.closes_unflushed.fetch_add(1, Relaxed);
     }
     /// Datagrams the kernel dropped before the server saw them (receive queue full).
     pub fn datagrams_overflowed(&self, n: u64) {
@@ -296,6 +302,7 @@ impl Stats {
                 *total += count.load(Relaxed);
             }
             s.tls_file_bytes += c.tls_file_bytes.load(Relaxed);
+            s.closes_unflushed += c.closes_unflushed.load(Relaxed);
         }
         s
     }
@@ -346,6 +353,9 @@ pub struct Snapshot {
     /// Body file bytes read and encrypted in chunks for TLS: under TLS sendfile is off (it
     /// would send the page cache in clear, and kernel TLS is not built).
     pub tls_file_bytes: u64,
+    /// Orderly closes that waited for their queued output and met their deadline (the send
+    /// timeout, or the drain's) first: ended without their last bytes (a 408, close_notify).
+    pub closes_unflushed: u64,
     /// HTTP/2 connections that ended, and what they counted.
     pub h2: H2Counts,
 }
@@ -492,6 +502,12 @@ impl Snapshot {
             "Body file bytes read and encrypted in chunks for TLS (sendfile is off under TLS: no kernel TLS).",
             &one(self.tls_file_bytes),
         );
+        metric(
+            "closes_unflushed_total",
+            "counter",
+            "Orderly closes whose queued output (and last bytes: a 408, close_notify) met the send or drain deadline unsent.",
+            &one(self.closes_unflushed),
+        );
         let h2 = &self.h2;
         metric("h2_connections_total", "counter", "HTTP/2 connections that ended.", &one(h2.connections));
         metric("h2_streams_total", "counter", "HTTP/2 streams the peers opened.", &one(h2.streams));
@@ -566,6 +582,7 @@ impl Snapshot {
             FailureReason::ALL.iter().map(|r| (format!("tls_failed_{}", r.name()), n(self.tls_failed[*r as usize]))),
         );
         fields.push(("tls_file_bytes".into(), n(self.tls_file_bytes)));
+        fields.push(("closes_unflushed".into(), n(self.closes_unflushed)));
         let h2 = &self.h2;
         fields.extend([
             ("h2_connections".into(), n(h2.connections)),

@@ -399,7 +399,9 @@ fn on_every_model(
             match first_bytes.iter().find(|(l, _, _)| l == label) {
                 None => first_bytes.push((label, model, s.normalized())),
                 Some((_, first, bytes)) if *bytes != s.normalized() => {
-                    failures.push(format!("{model} {label}: other bytes than {first}'s: {:?}", s.normalized()))
+                    let mine = s.normalized();
+                    let shown: String = mine.chars().take(300).collect();
+                    failures.push(format!("{model} {label}: other bytes than {first}'s ({} B): {shown:?}", mine.len()))
                 }
                 Some(_) => {}
             }
@@ -531,6 +533,130 @@ fn beyond_max_conns_of(
     vec![("refused", seen)]
 }
 
+/// The body of the large response a slow reader gets: far more than the kernel holds between
+/// the server and the client (the server's `--sndbuf 16384`, the client's small SO_RCVBUF), and
+/// under `--max-pending-send` (1 MiB), so the server keeps the rest queued without stopping.
+const LARGE_BODY: usize = 512 * 1024;
+/// How long the slow reader reads nothing once its request is sent: the close happens meanwhile,
+/// with most of the response still queued in the server.
+const READ_DELAY: Duration = Duration::from_millis(1500);
+
+/// How a connection with a large response queued is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    /// The request says `Connection: close`.
+    ConnectionClose,
+    /// A half request pipelined behind it meets the header deadline: a 408 behind the response.
+    HeaderDeadline,
+    /// The server drains (SIGTERM) while the response is queued.
+    Drain,
+}
+
+/// A slow reader with a large response queued when the server closes its connection (as
+/// `closing` says): it reads nothing for `READ_DELAY`, then all of it. Whatever the close, the
+/// whole response comes, then the close's last bytes (a 408; close_notify under TLS), then a
+/// FIN: a close's last bytes are never dropped because output is still queued.
+fn slow_reader(
+    model: &str,
+    wire: Wire,
+    cert: &TestCert,
+    config: &Arc<rustls::ClientConfig>,
+    closing: Closing,
+    sendfile: &str,
+) -> Sightings {
+    let dir =
+        std::env::temp_dir().join(format!("sockscale-endings-{}-{model}-{closing:?}-{wire:?}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let body = dir.join("body.bin");
+    std::fs::write(&body, "0123456789abcdef".repeat(LARGE_BODY / 16)).expect("the body file");
+    let body_arg = body.to_string_lossy().into_owned();
+    let args = [
+        "--proto",
+        "http",
+        "--body",
+        &body_arg,
+        "--sendfile",
+        sendfile,
+        "--sndbuf",
+        "16384",
+        "--send-timeout",
+        "10",
+        "--header-timeout",
+        "1",
+        "--idle-timeout",
+        "30",
+        "--drain-timeout",
+        "5",
+    ];
+    let server = serve(model, wire, cert, &args);
+    let mut client = Client::connect(&server, wire, config);
+    support::set_rcvbuf(&client.sock, 64 * 1024);
+    let since = match closing {
+        Closing::ConnectionClose => {
+            client.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            Instant::now()
+        }
+        Closing::HeaderDeadline => {
+            let mut both = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n".to_vec();
+            both.extend_from_slice(HALF_HEAD);
+            client.send(&both);
+            Instant::now()
+        }
+        Closing::Drain => {
+            client.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+            // The response is queued before the drain begins.
+            std::thread::sleep(Duration::from_millis(200));
+            server.signal(libc::SIGTERM);
+            Instant::now()
+        }
+    };
+    std::thread::sleep(READ_DELAY.saturating_sub(since.elapsed()));
+    let seen = client.watch(since, since + READ_DELAY + LATE + WATCH_PAST);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    vec![("slow reader", seen)]
+}
+
+fn slow_reader_connection_close(
+    model: &str,
+    wire: Wire,
+    cert: &TestCert,
+    config: &Arc<rustls::ClientConfig>,
+) -> Sightings {
+    slow_reader(model, wire, cert, config, Closing::ConnectionClose, "off")
+}
+
+fn slow_reader_header_deadline(
+    model: &str,
+    wire: Wire,
+    cert: &TestCert,
+    config: &Arc<rustls::ClientConfig>,
+) -> Sightings {
+    slow_reader(model, wire, cert, config, Closing::HeaderDeadline, "off")
+}
+
+/// The same with the body sent from the file (`--sendfile on`; under TLS read and encrypted a
+/// chunk at a time as the socket takes it): the 408 queued behind a file range not yet sealed
+/// is sealed in its turn, after it.
+fn slow_reader_header_deadline_file(
+    model: &str,
+    wire: Wire,
+    cert: &TestCert,
+    config: &Arc<rustls::ClientConfig>,
+) -> Sightings {
+    slow_reader(model, wire, cert, config, Closing::HeaderDeadline, "on")
+}
+
+fn slow_reader_drain(model: &str, wire: Wire, cert: &TestCert, config: &Arc<rustls::ClientConfig>) -> Sightings {
+    slow_reader(model, wire, cert, config, Closing::Drain, "off")
+}
+
+/// What a slow reader must see: the responses whole, then (TLS) close_notify and a FIN, once it
+/// has read them (after `READ_DELAY`).
+fn read_whole(statuses: &'static [u16]) -> Expected {
+    Expected { statuses: Some(statuses), close_notify: true, end: End::Fin, at: (READ_DELAY, READ_DELAY + LATE) }
+}
+
 macro_rules! cases {
     ($($name:ident: $case:ident, $wire:ident, [$($policy:ident),*], {$($label:literal => $expected:expr),* $(,)?};)*) => {$(
         #[test]
@@ -568,4 +694,14 @@ cases! {
         {"refused" => Expected { close_notify: false, ..Expected::at_once(&[]) }};
     echo_a_connection_beyond_max_conns: echo_beyond_max_conns, Plain, [MaxConns],
         {"refused" => Expected::at_once(&[])};
+    tls_connection_close_behind_a_large_response_to_a_slow_reader: slow_reader_connection_close, Tls, [],
+        {"slow reader" => read_whole(&[200])};
+    the_header_deadline_behind_a_large_response_to_a_slow_reader: slow_reader_header_deadline, Plain, [HeaderTimeout],
+        {"slow reader" => read_whole(&[200, 408])};
+    tls_the_header_deadline_behind_a_large_response_to_a_slow_reader: slow_reader_header_deadline, Tls, [HeaderTimeout],
+        {"slow reader" => read_whole(&[200, 408])};
+    tls_the_header_deadline_behind_a_large_file_to_a_slow_reader: slow_reader_header_deadline_file, Tls, [HeaderTimeout],
+        {"slow reader" => read_whole(&[200, 408])};
+    tls_the_drain_of_a_large_response_to_a_slow_reader: slow_reader_drain, Tls, [GracefulShutdown],
+        {"slow reader" => read_whole(&[200])};
 }

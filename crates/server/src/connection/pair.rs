@@ -72,6 +72,9 @@ struct Pair {
     limits: Limits,
     /// The most the server's reads take at once.
     read_size: usize,
+    /// The most the socket takes of the server's output in one write (None: all of it), as
+    /// from a client that reads slowly; what it refuses stays queued.
+    room: Option<usize>,
     client: Option<ClientSession>,
     to_server: Vec<u8>,
     to_client: Vec<u8>,
@@ -101,6 +104,7 @@ impl Pair {
             stats: Stats::new(1),
             limits: Limits { read_budget: 1 << 20, max_pending_send: 1 << 20, ..Limits::example() },
             read_size: 1 << 16,
+            room: None,
             client,
             to_server,
             to_client: Vec::new(),
@@ -150,15 +154,40 @@ impl Pair {
         }
     }
 
-    /// The socket takes everything queued.
-    fn take_queued(&mut self) -> usize {
-        let mut taken = 0;
-        for chunk in self.server.out.queued.drain(..) {
-            taken += chunk.len();
-            self.to_client.extend_from_slice(&chunk);
+    /// The socket takes what is queued, as much as it has room for: what it wrote.
+    fn take_queued(&mut self) -> Written {
+        let mut room = self.room.unwrap_or(usize::MAX);
+        let mut written = Written::default();
+        while let Some(chunk) = self.server.out.queued.first_mut() {
+            if room == 0 {
+                written.blocked = true;
+                break;
+            }
+            let n = chunk.len().min(room);
+            self.to_client.extend_from_slice(&chunk.split_to(n));
+            if chunk.is_empty() {
+                self.server.out.queued.remove(0);
+            }
+            room -= n;
+            written.bytes += n;
         }
-        self.server.out.len = 0;
-        taken
+        self.server.out.len -= written.bytes;
+        written
+    }
+
+    /// The protocol's answer written at once behind what is queued: what the socket has no
+    /// room for is queued, as `OutQueue::send` does.
+    fn send(&mut self, answer: Vec<u8>) -> Written {
+        if !self.server.out.queued.is_empty() {
+            self.server.out.push_records(Bytes::from(answer));
+            return self.take_queued();
+        }
+        let n = answer.len().min(self.room.unwrap_or(usize::MAX));
+        self.to_client.extend_from_slice(&answer[..n]);
+        if n < answer.len() {
+            self.server.out.push_records(Bytes::copy_from_slice(&answer[n..]));
+        }
+        Written { bytes: n, blocked: n < answer.len(), ..Written::default() }
     }
 
     /// The client's bytes arrived: a turn of the server, as an engine that writes at once
@@ -169,8 +198,8 @@ impl Pair {
         loop {
             match self.server.poll(self.now, &self.responder, &self.limits) {
                 Action::Flush => {
-                    let bytes = self.take_queued();
-                    self.server.lc.on_written(self.now, Written { bytes, ..Written::default() });
+                    let written = self.take_queued();
+                    self.server.lc.on_written(self.now, written);
                 }
                 Action::Read { max } => {
                     let wanted = max.min(self.read_size);
@@ -184,14 +213,12 @@ impl Pair {
                     let mut tools = tools!(self);
                     match self.server.receive(&mut read, wanted, now, &mut tools) {
                         Ok(Fed::Send) => {
-                            let answer = self.scratch.to_vec(&read);
-                            self.to_client.extend_from_slice(&answer);
-                            let written = Written { bytes: answer.len(), ..Written::default() };
+                            let written = self.send(self.scratch.to_vec(&read));
                             self.server.lc.on_written(self.now, written);
                         }
                         Ok(_) => {
-                            let bytes = self.take_queued();
-                            self.server.lc.on_written(self.now, Written { bytes, ..Written::default() });
+                            let written = self.take_queued();
+                            self.server.lc.on_written(self.now, written);
                         }
                         Err(close) => return self.end(close),
                     }
@@ -201,9 +228,7 @@ impl Pair {
                     let mut tools = tools!(self);
                     match self.server.transmit(now, &mut tools) {
                         Ok(Fed::Send) => {
-                            let answer = self.scratch.to_vec(&[]);
-                            self.to_client.extend_from_slice(&answer);
-                            let written = Written { bytes: answer.len(), ..Written::default() };
+                            let written = self.send(self.scratch.to_vec(&[]));
                             self.server.lc.on_written(self.now, written);
                         }
                         Ok(_) => {}
@@ -236,9 +261,12 @@ impl Pair {
         }
     }
 
-    /// Carry out a close as `conn::end` does: what is queued goes, then the last bytes.
+    /// Carry out a close as `conn::end` does: one attempt to write what is queued, then the
+    /// last bytes only behind a queue that emptied.
     fn end(&mut self, close: Close) -> Option<Wait> {
-        self.take_queued();
+        if close.ending == Ending::Orderly {
+            self.take_queued();
+        }
         self.to_client.extend_from_slice(close.last_behind(self.server.out.len == 0));
         self.closed = Some(close);
         None
@@ -447,4 +475,143 @@ fn a_silent_tls_connection_meets_the_first_data_timeout_before_the_handshake_dea
     assert!(pair.advance_to(accepted + Duration::from_secs(1)));
     assert_eq!(pair.close_reason(), Some((CloseReason::FirstData, Ending::Orderly)));
     assert!(pair.to_client.is_empty());
+}
+
+/// A request answered, and half of the next behind it in the same read, from a client that
+/// reads slowly (the socket takes `room` bytes a write): the answer is mostly still queued when
+/// the header deadline passes. Returns the instant the half request came.
+fn answered_then_half_a_request(pair: &mut Pair, room: usize) -> Instant {
+    pair.room = Some(room);
+    let mut both = GET.to_vec();
+    both.extend_from_slice(b"GET / HT");
+    pair.client_send(&both);
+    let began = pair.now;
+    let wait = pair.drive().expect("waiting for the client to take the answer");
+    assert!(wait.write && !pair.server.out.queued.is_empty(), "the answer is queued: {wait:?}");
+    began
+}
+
+/// A deadline that expires with output queued does not drop the close's last bytes: the 408
+/// waits behind the answer still queued, the connection keeps flushing as the client reads, and
+/// it closes, in good order, once the queue is empty: the whole answer, the 408, then (TLS)
+/// close_notify. In clear and under TLS. (On the base code the close came at the deadline, and
+/// with output queued its last bytes, the 408 and close_notify, were dropped: a truncation.)
+#[test]
+fn a_close_with_output_queued_delivers_all_of_it_then_its_last_bytes() {
+    for tls in [true, false] {
+        let mut pair = Pair::new(tls);
+        if tls {
+            pair.handshake();
+        }
+        // Past the header deadline: the stall clock, which the first write started, is not what
+        // ends the connection here.
+        pair.limits.send_timeout = HEADER_TIMEOUT * 3;
+        let began = answered_then_half_a_request(&mut pair, 1000);
+        assert!(!pair.advance_to(began + HEADER_TIMEOUT), "tls {tls}: not closed while output is queued");
+        assert!(pair.closed.is_none() && !pair.server.out.queued.is_empty(), "tls {tls}: still flushing");
+        assert!(pair.server.lc.is_in_closing_phase());
+        // The client reads on, a write a second; nothing more is read from it meanwhile.
+        let mut turns = 0;
+        while pair.closed.is_none() {
+            turns += 1;
+            assert!(turns < 100, "tls {tls}: the queue never emptied");
+            pair.now += Duration::from_secs(1);
+            pair.client_send(b"ignored: the connection is closing\r\n\r\n");
+            pair.drive();
+        }
+        assert_eq!(pair.close_reason(), Some((CloseReason::HeaderTimeout, Ending::Orderly)), "tls {tls}");
+        assert!(pair.server.out.queued.is_empty());
+        let (said, closed) = pair.client_read();
+        let said = String::from_utf8_lossy(&said);
+        assert!(said.starts_with("HTTP/1.1 200"), "tls {tls}: {said}");
+        assert_eq!(count(said.as_bytes(), b"HTTP/1.1 "), 2, "tls {tls}: the answer then the 408: {said}");
+        let at = said.find("HTTP/1.1 408").expect("a 408");
+        let (head, body) = said[at..].split_once("\r\n\r\n").expect("the 408's head");
+        let whole = head.contains(&format!("Content-Length: {}", body.len()));
+        assert!(whole && !body.is_empty(), "tls {tls}: the 408 is whole and last: {said}");
+        assert_eq!(closed, tls, "close_notify last under TLS");
+        assert_eq!(pair.stats.snapshot().closes_unflushed, 0);
+    }
+}
+
+/// The closing phase is bounded: a client that takes its output too slowly (it moves, so the
+/// stall clock never runs out) is closed at the send timeout after the close was decided,
+/// exactly then, as the close's reason says (a FIN without the last bytes), and counted; the
+/// drain's deadline bounds it too, when it is sooner.
+#[test]
+fn a_closing_phase_ends_at_its_deadline_without_the_last_bytes() {
+    for tls in [true, false] {
+        let mut pair = Pair::new(tls);
+        if tls {
+            pair.handshake();
+        }
+        // Past the header deadline: the stall clock, which the first write started, is not what
+        // ends the connection here.
+        pair.limits.send_timeout = HEADER_TIMEOUT * 3;
+        let began = answered_then_half_a_request(&mut pair, 100);
+        let decided = began + HEADER_TIMEOUT;
+        assert!(!pair.advance_to(decided));
+        let by = decided + pair.limits.send_timeout;
+        assert_eq!(pair.server.deadline(&pair.responder, &pair.limits), by, "the phase's end is the next deadline");
+        // A write a second keeps the stall clock from running out.
+        let mut t = decided;
+        while t + Duration::from_secs(1) < by {
+            t += Duration::from_secs(1);
+            assert!(!pair.advance_to(t), "tls {tls}: not before its deadline");
+        }
+        assert!(!pair.advance_to(by - Duration::from_nanos(1)), "tls {tls}: not a nanosecond early");
+        assert!(pair.advance_to(by), "tls {tls}: closed at the phase's deadline");
+        assert_eq!(pair.close_reason(), Some((CloseReason::HeaderTimeout, Ending::Orderly)), "tls {tls}");
+        assert!(!pair.server.out.queued.is_empty(), "the output was not all taken");
+        let (said, closed) = pair.client_read();
+        assert_eq!(count(&said, b"HTTP/1.1 408"), 0, "tls {tls}: no 408 inside the cut answer");
+        assert!(!closed, "no close_notify behind output that was not sent");
+        assert_eq!(pair.stats.snapshot().closes_unflushed, 1, "counted");
+    }
+
+    // Draining, the drain's deadline is the phase's when it is sooner.
+    let mut pair = Pair::new(true);
+    pair.handshake();
+    pair.limits.send_timeout = HEADER_TIMEOUT * 3;
+    let began = answered_then_half_a_request(&mut pair, 100);
+    let until = began + HEADER_TIMEOUT + Duration::from_secs(3);
+    pair.server.lc.begin_drain(pair.now, until, false);
+    assert!(!pair.advance_to(began + HEADER_TIMEOUT));
+    assert_eq!(pair.server.deadline(&pair.responder, &pair.limits), until);
+    assert!(!pair.advance_to(until - Duration::from_nanos(1)));
+    assert!(pair.advance_to(until));
+    assert_eq!(pair.close_reason(), Some((CloseReason::HeaderTimeout, Ending::Orderly)));
+    assert_eq!(pair.stats.snapshot().closes_unflushed, 1);
+
+    // The drain's own deadline leaves no time: output still queued then is cut at once, as
+    // before, and counted.
+    let mut pair = Pair::new(true);
+    pair.handshake();
+    pair.limits.send_timeout = HEADER_TIMEOUT * 3;
+    pair.room = Some(100);
+    pair.client_send(GET);
+    pair.drive().expect("waiting for the client to take the answer");
+    let until = pair.now + Duration::from_secs(2);
+    pair.server.lc.begin_drain(pair.now, until, false);
+    assert!(!pair.advance_to(until - Duration::from_nanos(1)), "the answer may go until the drain's end");
+    assert!(pair.advance_to(until));
+    assert_eq!(pair.close_reason(), Some((CloseReason::Shutdown, Ending::Orderly)));
+    assert!(!pair.client_read().1, "no close_notify behind output that was not sent");
+    assert_eq!(pair.stats.snapshot().closes_unflushed, 1);
+}
+
+/// An abortive close is never delayed: a client that takes nothing is cut off at its stall
+/// deadline, with a reset, while the half request's header deadline is still ahead.
+#[test]
+fn an_abortive_close_with_output_queued_is_immediate() {
+    let mut pair = Pair::new(true);
+    pair.handshake();
+    pair.limits.send_timeout = Duration::from_secs(2);
+    let began = answered_then_half_a_request(&mut pair, 100);
+    pair.room = Some(0);
+    let stalled = began + pair.limits.send_timeout;
+    assert!(pair.advance_to(stalled));
+    assert_eq!(pair.close_reason(), Some((CloseReason::SendTimeout, Ending::Abort)));
+    assert!(!pair.server.lc.is_in_closing_phase());
+    assert_eq!(pair.stats.snapshot().closes_unflushed, 0);
 }

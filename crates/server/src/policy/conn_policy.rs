@@ -113,9 +113,25 @@ const NOT_WAITING: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
     pub reason: CloseReason,
-    /// The protocol has an answer for it (HTTP's 408): the engine asks the protocol for it
-    /// and makes one attempt to send it before closing.
+    /// The protocol has an answer for it (HTTP's 408): the close's last bytes (behind the
+    /// output still queued, in the closing phase, if any is).
     pub answer: bool,
+}
+
+/// Where a connection stands toward its end: what `ConnPolicy::close_at` means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Serving: no `close_at`.
+    Serving,
+    /// Draining: close between requests, and whatever is left at `close_at`. `owes_read`: the
+    /// kernel held input nobody had read when the drain began; from the client's side that
+    /// request is in progress, so it is read and answered before the connection counts as
+    /// between requests. Cleared by the next bytes received.
+    Draining { owes_read: bool },
+    /// The closing phase (see [`ConnPolicy::begin_closing`]): a deadline expired with output
+    /// still queued; the connection closes for its `closing` reason once the output is
+    /// flushed, or at `close_at` without it.
+    Closing,
 }
 
 /// The policy state of one connection.
@@ -131,12 +147,12 @@ pub struct ConnPolicy {
     closing: Option<CloseReason>,
     /// The peer sent FIN.
     read_eof: bool,
-    /// Draining: close between requests, and whatever is left at this instant.
-    drain_until: Option<Instant>,
-    /// Draining, and the kernel held input nobody had read when the drain began: from the
-    /// client's side that request is in progress, so it is read and answered before the
-    /// connection counts as between requests. Cleared by the next bytes received.
-    drain_owes_read: bool,
+    /// Whatever is left is closed at this instant: the drain's deadline, or the end of the
+    /// closing phase (see [`Phase`]). One slot for both, so that an idle connection stays
+    /// within its memory budget: the closing phase never ends later than the drain.
+    close_at: Option<Instant>,
+    /// Serving, draining, or in the closing phase.
+    phase: Phase,
     /// No bytes have arrived since the connection was accepted: its first-data clock runs from
     /// `last_activity` (nothing arrived, and no protocol answers a client that has said
     /// nothing, so the two are the same instant; a bool keeps an idle connection within its
@@ -159,8 +175,8 @@ impl ConnPolicy {
             stalled_since: None,
             closing: None,
             read_eof: false,
-            drain_until: None,
-            drain_owes_read: false,
+            close_at: None,
+            phase: Phase::Serving,
             silent: true,
             waiting_idle_ms: NOT_WAITING,
         }
@@ -194,7 +210,9 @@ impl ConnPolicy {
     pub fn on_received(&mut self, now: Instant) {
         self.last_activity = now;
         self.silent = false;
-        self.drain_owes_read = false;
+        if let Phase::Draining { owes_read } = &mut self.phase {
+            *owes_read = false;
+        }
     }
 
     /// When a connection still silent must have sent its first bytes, if that is asked.
@@ -244,24 +262,56 @@ impl ConnPolicy {
     /// turn). The client sent them before the drain, so they are a request in progress: they
     /// are read and answered first. A waiting connection stops waiting: the drain ends the
     /// active set, since from now on connections only leave, and `until` bounds the time.
+    /// In the closing phase, the drain's deadline bounds the phase.
     pub fn begin_drain(&mut self, now: Instant, until: Instant, unread_input: bool) {
-        if self.drain_until.is_none() {
-            self.drain_owes_read = unread_input;
+        match self.phase {
+            Phase::Serving => {
+                self.phase = Phase::Draining { owes_read: unread_input };
+                self.close_at = Some(until);
+            }
+            Phase::Draining { .. } => {}
+            Phase::Closing => self.close_at = Some(self.close_at.map_or(until, |at| at.min(until))),
         }
-        self.drain_until.get_or_insert(until);
         self.set_waiting(false, now);
+    }
+
+    /// Until when a close decided at `now` may wait for the output queued ahead of its last
+    /// bytes: the send timeout, and never past the drain's deadline.
+    pub fn closing_deadline(&self, now: Instant, limits: &Limits) -> Instant {
+        let by = after(now, limits.send_timeout);
+        self.close_at.map_or(by, |until| until.min(by))
+    }
+
+    /// The closing phase begins: a deadline expired (for `reason`, whose ending is orderly) with
+    /// output still queued. The connection reads nothing more, its output is flushed as any
+    /// output is, and it closes for `reason` once it is flushed ([`ConnPolicy::finished`]), or
+    /// at `by` with the output (and the last bytes behind it) unsent. Only the send clocks
+    /// (flood, stall) and `by` are kept from then on: the protocol has had its last word, and
+    /// idleness or the drain's end cannot come later than `by`. A second call changes nothing.
+    pub fn begin_closing(&mut self, reason: CloseReason, by: Instant) {
+        if self.phase != Phase::Closing {
+            self.closing = Some(reason);
+            self.phase = Phase::Closing;
+            self.close_at = Some(by);
+        }
+    }
+
+    /// In the closing phase (see [`ConnPolicy::begin_closing`]).
+    pub fn is_in_closing_phase(&self) -> bool {
+        self.phase == Phase::Closing
     }
 
     /// Draining, and nothing the client sent before the drain is left to answer: the
     /// connection may close at this request boundary.
     fn drained_between(&self, between_requests: bool) -> bool {
-        self.drain_until.is_some() && between_requests && !self.drain_owes_read
+        self.phase == Phase::Draining { owes_read: false } && between_requests
     }
 
-    /// A drain has begun: only then does whether the session is between requests matter to
-    /// [`ConnPolicy::may_read`] and [`ConnPolicy::finished`].
+    /// A drain has begun (and no closing phase: a closing connection reads nothing and
+    /// finishes for its own reason): only then does whether the session is between requests
+    /// matter to [`ConnPolicy::may_read`] and [`ConnPolicy::finished`].
     pub fn is_draining(&self) -> bool {
-        self.drain_until.is_some()
+        matches!(self.phase, Phase::Draining { .. })
     }
 
     /// The protocol has ended the exchange; input that still arrives is not for anyone.
@@ -320,12 +370,19 @@ impl ConnPolicy {
     /// timeout).
     pub fn deadline(&self, limits: &Limits, protocol: Option<Instant>) -> Instant {
         let send = limits.send_timeout;
+        if let (Phase::Closing, Some(by)) = (self.phase, self.close_at) {
+            return [self.over_since, self.stalled_since]
+                .into_iter()
+                .flatten()
+                .map(|t| after(t, send))
+                .fold(by, Instant::min);
+        }
         [
             protocol,
             self.over_since.map(|t| after(t, send)),
             self.stalled_since.map(|t| after(t, send)),
             self.first_data_due(limits),
-            self.drain_until,
+            self.close_at,
             self.idle_due(limits),
         ]
         .into_iter()
@@ -336,20 +393,26 @@ impl ConnPolicy {
 
     /// The deadline that has passed at `now`, if any, in the one order every engine applies:
     /// flood, send stall, first data, the protocol's deadline (`protocol_due`), idle, the
-    /// drain's end.
+    /// drain's end; in the closing phase, flood, send stall and the phase's end (the close's
+    /// own reason).
     pub fn expired(&self, now: Instant, limits: &Limits, protocol_due: bool) -> Option<Expired> {
         let send_due = |since: Option<Instant>| since.is_some_and(|t| after(t, limits.send_timeout) <= now);
         let reason = if send_due(self.over_since) {
             CloseReason::Flood
         } else if send_due(self.stalled_since) {
             CloseReason::SendTimeout
+        } else if self.phase == Phase::Closing {
+            match (self.closing, self.close_at) {
+                (Some(reason), Some(by)) if by <= now => reason,
+                _ => return None,
+            }
         } else if self.first_data_due(limits).is_some_and(|at| at <= now) {
             CloseReason::FirstData
         } else if protocol_due {
             return Some(Expired { reason: CloseReason::HeaderTimeout, answer: true });
         } else if self.idle_due(limits).is_some_and(|at| at <= now) {
             CloseReason::Idle
-        } else if self.drain_until.is_some_and(|at| at <= now) {
+        } else if self.close_at.is_some_and(|at| at <= now) {
             CloseReason::Shutdown
         } else {
             return None;
@@ -510,6 +573,42 @@ mod tests {
         w.begin_drain(t0, t0 + secs(5), false);
         assert!(!w.is_waiting());
         assert_eq!(w.finished(Pending::default(), true), Some(CloseReason::Shutdown));
+    }
+
+    /// The closing phase keeps only the send clocks and its own end: no idle, first-data or
+    /// protocol deadline fires in it; at its end the close goes for its own reason; a drain
+    /// that begins during it brings its end forward, never back; and it finishes for its
+    /// reason once the output is flushed.
+    #[test]
+    fn the_closing_phase_ends_at_its_own_deadline_for_its_own_reason() {
+        let t0 = Instant::now();
+        let l = Limits { idle_timeout: secs(1), first_data_timeout: Some(secs(1)), ..limits() };
+        let mut p = ConnPolicy::new(t0);
+        let by = p.closing_deadline(t0, &l);
+        assert_eq!(by, t0 + l.send_timeout);
+        p.begin_closing(CloseReason::HeaderTimeout, by);
+        p.begin_closing(CloseReason::Idle, t0 + secs(1));
+        assert!(p.is_in_closing_phase() && p.is_closing() && !p.is_draining());
+        assert_eq!(p.deadline(&l, Some(t0)), by, "neither idle, first data nor the protocol");
+        assert_eq!(p.expired(by - secs(1), &l, true), None);
+        assert_eq!(p.expired(by, &l, true), Some(Expired { reason: CloseReason::HeaderTimeout, answer: false }));
+        assert!(!p.may_read(Pending::default(), false, &l));
+        assert_eq!(p.finished(Pending::bytes(1), false), None);
+        assert_eq!(p.finished(Pending::default(), false), Some(CloseReason::HeaderTimeout));
+        // A drain: its deadline bounds the phase when sooner, and a later one does not move it.
+        p.begin_drain(t0, t0 + secs(3), false);
+        assert_eq!(p.deadline(&l, None), t0 + secs(3));
+        p.begin_drain(t0, t0 + secs(9), false);
+        assert_eq!(p.expired(t0 + secs(3), &l, false).map(|e| e.reason), Some(CloseReason::HeaderTimeout));
+        // Draining first, the phase may not outlast the drain.
+        let mut d = ConnPolicy::new(t0);
+        d.begin_drain(t0, t0 + secs(2), false);
+        assert_eq!(d.closing_deadline(t0, &l), t0 + secs(2));
+        // A stall still ends it first, as an abort.
+        let mut s = ConnPolicy::new(t0);
+        s.account(t0, Pending::bytes(10), false, &l);
+        s.begin_closing(CloseReason::Idle, t0 + secs(60));
+        assert_eq!(s.expired(t0 + l.send_timeout, &l, false).map(|e| e.reason), Some(CloseReason::SendTimeout));
     }
 
     /// Input the kernel held unread when the drain began (a connection waiting for a place, or

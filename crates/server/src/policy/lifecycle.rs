@@ -42,7 +42,8 @@
 //!   waits (tokio included: its readiness reports `read_closed`);
 //! - the active set hears of input when bytes arrive ([`Fed::counted`]), not before a read;
 //! - an expired deadline the protocol answers (HTTP's 408) is answered with the whole answer,
-//!   in one non-blocking attempt, then the connection closes;
+//!   then the connection closes; an orderly close with output still queued waits for it in a
+//!   closing phase ([`Lifecycle::begin_closing`]), its last bytes behind it, so none is dropped;
 //! - an empty buffer pool makes the connection come back [`NO_BUFFER_RETRY`] later, not spin.
 
 use std::io;
@@ -216,8 +217,7 @@ impl Flags {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expiry {
     pub reason: CloseReason,
-    /// The protocol's answer (HTTP's 408) is in the output: make one non-blocking attempt to
-    /// send all of it, then close.
+    /// The protocol's answer (HTTP's 408) is in the output: it is the close's last bytes.
     pub answer: bool,
 }
 
@@ -317,6 +317,27 @@ impl Lifecycle {
         if waited {
             self.look_for_input();
         }
+    }
+
+    /// A deadline expired at `now`, for `reason` (its ending orderly), with output still queued:
+    /// begin the closing phase ([`ConnPolicy::begin_closing`]), in which the close's last bytes
+    /// wait behind the output until the send timeout (the drain's deadline, if sooner). False:
+    /// that time is already up (the drain's own deadline): close now, as the reason says.
+    pub fn begin_closing(&mut self, reason: CloseReason, now: Instant, limits: &Limits) -> bool {
+        if self.policy.is_in_closing_phase() {
+            return true;
+        }
+        let by = self.policy.closing_deadline(now, limits);
+        if by <= now {
+            return false;
+        }
+        self.policy.begin_closing(reason, by);
+        true
+    }
+
+    /// In the closing phase: the close is decided, and its last bytes wait behind the output.
+    pub fn is_in_closing_phase(&self) -> bool {
+        self.policy.is_in_closing_phase()
     }
 
     /// May the connection read now (readiness aside)?

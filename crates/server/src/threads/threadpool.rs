@@ -319,7 +319,7 @@ fn write_pending(
     let fd = conn.fd.as_raw_fd();
     while !conn.x.out.is_empty() {
         let now = Instant::now();
-        let until = conn.x.send_wait(now, &hub.limits)?;
+        let until = conn.x.send_wait(now, &hub.limits, counters)?;
         let mut fds = [pollfd(fd, libc::POLLOUT), pollfd(hub.force_fd(), libc::POLLIN)];
         match sys::ppoll(&mut fds, Some(until.saturating_duration_since(now))) {
             Ok(_) => {}
