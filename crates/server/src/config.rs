@@ -18,9 +18,9 @@ use sockscale_sys as sys;
 /// `--udp-gso`, `--udp-gro`.
 pub use sockscale_sys::udp::Offload as UdpOffload;
 
-use sockscale_tls::ServerTls;
+use sockscale_tls::ServerOptions;
 
-use crate::body::BodyFile;
+use crate::body::SendfileMode;
 use crate::model::{Model, Policy};
 use crate::policy::{ActiveConfig, Limits, StormConfig};
 
@@ -237,6 +237,29 @@ pub enum ListenerMode {
     Exclusive,
 }
 
+/// `--body FILE`, `--sendfile`, `--sendfile-min`: where the HTTP response body is and how it
+/// is sent (`BodyFile::load`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodySource {
+    pub path: PathBuf,
+    pub sendfile: SendfileMode,
+    /// `--sendfile auto` sends a body this long or longer from the file.
+    pub sendfile_min: u64,
+    /// Server processes that each hold their own copy of a body kept in memory (`--procs`).
+    pub processes: u64,
+}
+
+/// `--tls-cert`, `--tls-key` and the TLS options: the certificate chain and key files, read
+/// when the server starts (`ServerTls::from_pem_files`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub options: ServerOptions,
+}
+
+/// What the server is asked to do, as plain data: addresses, paths, numbers and modes, as the
+/// flags said. The files it names are read when the server starts (`Resources::load`).
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: ListenAddr,
@@ -291,18 +314,18 @@ pub struct Config {
     /// A listening Unix socket inherited from a `serve --procs` parent, which bound it: served
     /// instead of binding `listen` (whose path it is).
     pub listener_fd: Option<std::os::fd::RawFd>,
-    /// The open body file an HTTP service whose body is `ResponseBody::File` sends from
-    /// (`BodyFile::load`).
-    pub body_file: Option<Arc<BodyFile>>,
+    /// `--body FILE` and how to send it: the HTTP service's response body, read or opened
+    /// when the server starts (`Resources::load`).
+    pub body: Option<BodySource>,
     /// `--abort-storm RATE` and `--abort-storm-resume N`: pause accepting while connections
     /// are aborted faster than RATE a second, until fewer than N are established.
     pub abort_storm: Option<StormConfig>,
     /// `--active-set N`, `--active-grace`, `--active-turn`: read from only N connections at a
     /// time, in FIFO order (the seeds' high-throughput strategy).
     pub active_set: Option<ActiveConfig>,
-    /// `--tls-cert`, `--tls-key`: serve TLS with this certificate (read and checked before
-    /// anything listens).
-    pub tls: Option<ServerTls>,
+    /// `--tls-cert`, `--tls-key`: serve TLS with this certificate (read and checked when the
+    /// server starts, before anything listens: `Resources::load`).
+    pub tls: Option<TlsFiles>,
     /// `--udp-gso`, `--udp-gro`: the UDP segmentation offloads to ask the kernel for.
     pub udp_offload: UdpOffload,
 }
@@ -338,7 +361,7 @@ impl Default for Config {
             queue_depth: 128,
             shared_port: false,
             listener_fd: None,
-            body_file: None,
+            body: None,
             tls: None,
             abort_storm: None,
             active_set: None,
@@ -359,8 +382,8 @@ pub enum ConfigError {
     PoolTooSmall { buffers: usize, threads: usize },
     #[error("--{flag} applies to TCP connections, and --proto udp has none")]
     NotForUdp { flag: &'static str },
-    #[error("the HTTP body is {body} bytes from a file, and the open body file has {file:?}")]
-    BodyFile { body: u64, file: Option<u64> },
+    #[error("the HTTP body is {body} bytes from a file, and no body file is given (Config::body)")]
+    BodyFile { body: u64 },
     #[error("--{flag} does not apply to a Unix socket (--listen unix:PATH): {why}")]
     NotForUnix { flag: &'static str, why: &'static str },
     #[error("--proto udp with --listen unix:PATH: {UNIXGRAM_REFUSED}")]
@@ -486,11 +509,10 @@ impl Config {
             if http.max_header_bytes == 0 {
                 return Err(ConfigError::Zero { flag: "max-header-bytes" });
             }
-            if let ResponseBody::File { len } = http.body {
-                let file = self.body_file.as_ref().map(|f| f.len());
-                if file != Some(len) {
-                    return Err(ConfigError::BodyFile { body: len, file });
-                }
+            // A body from `--body` replaces the service's when the server starts; without one,
+            // a body in a file has no file to come from.
+            if let (ResponseBody::File { len }, None) = (&http.body, &self.body) {
+                return Err(ConfigError::BodyFile { body: *len });
             }
         }
         if self.model.fixed_threads() && self.pool_buffers < self.threads {

@@ -21,11 +21,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use sockscale_proto::{Output, Responder, Segment, Session};
 use sockscale_sys::Ending;
-use sockscale_tls::{ServerCrypto, ServerSession};
+use sockscale_tls::{ServerCrypto, ServerSession, ServerTls};
 
 use crate::body::{BodyFile, FileScratch, Seal};
 use crate::out::OutQueue;
-use crate::policy::{after, closed_by_error, Action, CloseReason, Delivery, Fed, Lifecycle, Limits, Pending};
+use crate::policy::{after, closed_by_error, Action, CloseReason, Delivery, Fed, Lifecycle, Limits, Pending, Refusal};
 use crate::stats::Counters;
 
 /// A connection's output queue, as the connection fills it: records and plaintext in order,
@@ -134,8 +134,38 @@ pub struct Connection<Q = OutQueue, C = ServerSession> {
     tls: Option<Box<C>>,
 }
 
+impl<Q: Outbox> Connection<Q, ServerSession> {
+    /// A connection accepted at `now`, speaking TLS through a session of `tls` when the server
+    /// speaks TLS (None: in clear); or the refusal an engine carries out instead of serving it:
+    /// [`Refusal::Handshakes`] when `--max-handshakes` are in progress, and
+    /// [`Refusal::TlsUnavailable`] when rustls cannot start a session (a failed handshake,
+    /// counted: a server that speaks TLS serves no connection in clear).
+    pub fn open(
+        session: Session,
+        now: Instant,
+        delivery: Delivery,
+        out: Q,
+        tls: Option<&ServerTls>,
+        counters: &Counters,
+    ) -> Result<Self, Refusal<'static>> {
+        let mut conn = Connection::new(session, now, delivery, out);
+        let Some(tls) = tls else { return Ok(conn) };
+        match ServerSession::new(tls, now) {
+            // Boxed: a plaintext connection pays one pointer.
+            Ok(Ok(session)) => conn.start_tls(Some(Box::new(session))),
+            Ok(Err(failure)) => {
+                counters.tls_failed(failure.reason);
+                return Err(Refusal::TlsUnavailable);
+            }
+            Err(busy) => return Err(Refusal::Handshakes { max: busy.max }),
+        }
+        Ok(conn)
+    }
+}
+
 impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
-    /// A connection accepted at `now`, in clear until [`Connection::start_tls`].
+    /// A connection accepted at `now`, in clear until [`Connection::start_tls`] (an engine
+    /// opens one with [`Connection::open`]).
     pub fn new(session: Session, now: Instant, delivery: Delivery, out: Q) -> Self {
         Connection { lc: Lifecycle::new(session, now, delivery), out, tls: None }
     }
@@ -433,3 +463,51 @@ fn seal_run(
 #[cfg(test)]
 #[path = "connection/pair.rs"]
 mod pair;
+
+#[cfg(test)]
+mod open {
+    use std::path::Path;
+    use std::time::{Instant, SystemTime};
+
+    use sockscale_proto::Protocol;
+    use sockscale_tls::{ServerOptions, ServerTls, TestCertificate};
+
+    use super::Connection;
+    use crate::out::OutQueue;
+    use crate::policy::{Delivery, Refusal};
+    use crate::stats::Counters;
+
+    fn server_tls(max_handshakes: Option<usize>) -> ServerTls {
+        let made = TestCertificate::generate(&["localhost".to_owned()]).expect("certificate");
+        let options = ServerOptions { max_handshakes, ..ServerOptions::default() };
+        let (cert, key) = (made.cert_pem.as_bytes(), made.key_pem.as_bytes());
+        ServerTls::from_pem(cert, Path::new("cert"), key, Path::new("key"), SystemTime::now(), &options)
+            .expect("server tls")
+    }
+
+    fn open(tls: Option<&ServerTls>) -> Result<Connection, Refusal<'static>> {
+        let session = Protocol::Echo.responder(0).new_session();
+        Connection::open(session, Instant::now(), Delivery::Pulled, OutQueue::default(), tls, &Counters::default())
+    }
+
+    #[test]
+    fn a_connection_speaks_tls_exactly_when_the_server_does() {
+        let clear = open(None).expect("in clear");
+        assert!(clear.tls.is_none());
+        let tls = server_tls(None);
+        let sealed = open(Some(&tls)).expect("a session");
+        assert!(sealed.tls.as_deref().is_some_and(|s| s.is_handshaking()));
+    }
+
+    /// `--max-handshakes`: a connection beyond it is refused, and one whose handshake ends (here,
+    /// the connection dropped) gives its place back.
+    #[test]
+    fn beyond_max_handshakes_a_connection_is_refused_until_one_ends() {
+        let tls = server_tls(Some(1));
+        let first = open(Some(&tls)).expect("the one place");
+        assert!(matches!(open(Some(&tls)), Err(Refusal::Handshakes { max: 1 })));
+        assert_eq!(tls.handshakes_in_progress(), 1, "a refused connection holds no place");
+        drop(first);
+        assert!(open(Some(&tls)).is_ok(), "the place is free again");
+    }
+}

@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use sockscale_proto::Protocol;
 
-use crate::body::BodyFile;
-use crate::config::{Config, Service};
+use crate::config::Config;
 use crate::listener::Listen;
+use crate::resources::Resources;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 
 /// Everything a model needs to serve.
 pub struct ModelCtx {
     pub cfg: Arc<Config>,
+    /// What the server loaded from the files `cfg` names: the body file, the TLS configuration.
+    pub resources: Arc<Resources>,
     pub listen: Listen,
     pub protocol: Protocol,
     pub stats: Arc<Stats>,
@@ -27,16 +29,14 @@ pub struct ModelCtx {
 impl ModelCtx {
     pub(crate) fn new(
         cfg: Arc<Config>,
+        resources: Arc<Resources>,
         listen: Listen,
         stats: Arc<Stats>,
         shutdown: Shutdown,
         ready: Sender<()>,
     ) -> Self {
-        let protocol = match &cfg.service {
-            Service::Http(http) => Protocol::Http(BodyFile::serve_http(http, cfg.body_file.as_ref())),
-            Service::Echo | Service::UdpEcho => Protocol::Echo,
-        };
-        ModelCtx { cfg, listen, protocol, stats, shutdown, ready }
+        let protocol = resources.protocol(&cfg.service);
+        ModelCtx { cfg, resources, listen, protocol, stats, shutdown, ready }
     }
 
     /// Tell the server the model is serving; `Server::start` returns when this is called.

@@ -4,6 +4,7 @@ use crate::config::ConfigError;
 use crate::listener::BindError;
 use crate::metrics::MetricsError;
 use crate::pool::PoolError;
+use crate::resources::LoadError;
 
 // The OS error is part of the message, so it is not also returned as `source()`: an error
 // printed with its chain (anyhow's `{:#}`) would show it twice.
@@ -11,6 +12,8 @@ use crate::pool::PoolError;
 pub enum ServerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error(transparent)]

@@ -23,6 +23,7 @@ mod out;
 mod policy;
 mod pool;
 mod readiness;
+mod resources;
 mod runners;
 mod runtime;
 mod server;
@@ -37,8 +38,8 @@ mod udp;
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
 pub use config::{
-    check_unix_path, resolve_host, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service, UdpOffload,
-    DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
+    check_unix_path, resolve_host, BodySource, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service,
+    TlsFiles, UdpOffload, DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
 pub use error::ServerError;
 pub use listener::{BindError, Reservation, SocketFile};
@@ -47,6 +48,7 @@ pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, Thread
 pub use policy::CloseReason;
 pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;
+pub use resources::{LoadError, Resources};
 pub use server::Server;
 pub use shutdown::{Phase, Shutdown};
 pub use signals::TerminationSignals;

@@ -19,6 +19,7 @@ use crate::ctx::ModelCtx;
 use crate::error::ServerError;
 use crate::listener::{Listen, SocketFile};
 use crate::metrics::MetricsServer;
+use crate::resources::Resources;
 use crate::shutdown::Shutdown;
 use crate::stats::{Snapshot, Stats};
 
@@ -33,13 +34,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// Validate `cfg`, bind the port, start the model and return once it is serving.
+    /// Validate `cfg`, load the files it names, bind the port, start the model and return once
+    /// it is serving.
     pub fn start(cfg: Config) -> Result<Server, ServerError> {
         cfg.validate()?;
         if cfg.service.is_udp() && !cfg.model.serves_udp() {
             return Err(ServerError::NoUdp { model: cfg.model.name() });
         }
-        if cfg.tls.is_some() && cfg.body_file.is_some() {
+        // The files the configuration names, read before anything listens.
+        let resources = Arc::new(Resources::load(&cfg)?);
+        if resources.tls.is_some() && resources.body.is_some() {
             tracing::info!("{}", crate::model::TLS_FILE_BODY.replace('`', ""));
         }
         let listen = Listen::bind(&cfg)?;
@@ -53,7 +57,7 @@ impl Server {
         let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
         let shutdown = Shutdown::with_drain_timeout(cfg.drain_timeout);
         let (ready_tx, ready_rx) = mpsc::channel();
-        let ctx = ModelCtx::new(Arc::new(cfg.clone()), listen, stats.clone(), shutdown.clone(), ready_tx);
+        let ctx = ModelCtx::new(Arc::new(cfg.clone()), resources, listen, stats.clone(), shutdown.clone(), ready_tx);
         let model = cfg.model;
         let thread = std::thread::Builder::new()
             .name("sockscale-model".into())

@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use sockscale_proto::{Output, Protocol, Responder, Session};
 use sockscale_sys::{Ending, Interest};
-use sockscale_tls::{ServerSession, ServerTls};
 
 use crate::admission::Refusal;
 use crate::body::{BodyFile, Seal};
@@ -20,27 +19,28 @@ pub use crate::out::{OutQueue, Written};
 pub use crate::policy::closed_by_error;
 use crate::policy::{Action, Delivery, Fed, Limits, Wait};
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::stats::Counters;
 
-/// A thread's protocol engine, the output it writes into, the body file its responses may
-/// name, and its TLS configuration and scratch buffers: what a thread needs to answer input.
+/// A thread's protocol engine, the output it writes into, its TLS scratch buffers, and the
+/// server's loaded files (the body file its responses may name, the TLS configuration): what
+/// a thread needs to answer input.
 #[derive(Debug)]
 pub struct ThreadState {
     pub responder: Responder,
     pub scratch: Output,
-    pub body: Option<Arc<BodyFile>>,
-    pub tls: Option<ServerTls>,
     pub tls_scratch: TlsScratch,
+    /// The server's, shared: one for the process, not a copy per thread.
+    pub resources: Arc<Resources>,
 }
 
 impl ThreadState {
-    pub fn new(protocol: &Protocol, body: Option<&Arc<BodyFile>>, tls: Option<&ServerTls>) -> Self {
+    pub fn new(protocol: &Protocol, resources: &Arc<Resources>) -> Self {
         ThreadState {
             responder: protocol.responder(unix_now()),
             scratch: Output::default(),
-            body: body.cloned(),
-            tls: tls.cloned(),
             tls_scratch: TlsScratch::default(),
+            resources: resources.clone(),
         }
     }
 
@@ -50,34 +50,20 @@ impl ThreadState {
             responder: &mut self.responder,
             scratch: &mut self.scratch,
             buffers: &mut self.tls_scratch,
-            body: self.body.as_ref(),
+            body: self.resources.body.as_ref(),
             counters,
         }
+    }
+
+    /// A connection accepted at `now` on this thread, whose input the engine reads when told
+    /// to, or the refusal to carry out instead (see [`Connection::open`]).
+    pub fn open(&mut self, now: Instant, counters: &Counters) -> Result<Connection, Refusal<'static>> {
+        Connection::pulled(self.responder.new_session(), now, &self.resources, counters)
     }
 
     /// Bring HTTP's pre-rendered responses to the current second (a no-op within a second).
     pub fn tick(&mut self) {
         self.responder.tick(unix_now());
-    }
-}
-
-/// A new connection's TLS session when the server speaks TLS (boxed: a plaintext connection
-/// pays one pointer), or the refusal when `--max-handshakes` are in progress. A session rustls
-/// cannot start is a failed handshake (counted; the connection is served in clear never: it
-/// is refused).
-pub fn tls_session(
-    tls: Option<&ServerTls>,
-    counters: &Counters,
-    now: Instant,
-) -> Result<Option<Box<ServerSession>>, Refusal<'static>> {
-    let Some(tls) = tls else { return Ok(None) };
-    match ServerSession::new(tls, now) {
-        Ok(Ok(session)) => Ok(Some(Box::new(session))),
-        Ok(Err(failure)) => {
-            counters.tls_failed(failure.reason);
-            Err(Refusal::TlsUnavailable)
-        }
-        Err(busy) => Err(Refusal::Handshakes { max: busy.max }),
     }
 }
 
@@ -147,9 +133,15 @@ pub enum Turned {
 /// readiness loop, the thread engines, tokio): the connection decides, these only move its
 /// bytes.
 impl Connection {
-    /// A connection accepted at `now` whose input the engine reads when told to.
-    pub fn pulled(session: Session, now: Instant) -> Self {
-        Connection::new(session, now, Delivery::Pulled, OutQueue::default())
+    /// A connection accepted at `now` whose input the engine reads when told to, in TLS when
+    /// the server speaks it; or the refusal to carry out instead (see [`Connection::open`]).
+    pub fn pulled(
+        session: Session,
+        now: Instant,
+        resources: &Resources,
+        counters: &Counters,
+    ) -> Result<Self, Refusal<'static>> {
+        Connection::open(session, now, Delivery::Pulled, OutQueue::default(), resources.tls.as_ref(), counters)
     }
 
     /// The server is draining from `now`: see [`crate::policy::Lifecycle::begin_drain`]; a request the kernel
@@ -184,7 +176,7 @@ impl Connection {
                 Action::Transmit => {
                     let kit = &mut *io.kit;
                     let sent = match self.transmit(now, &mut kit.tools(io.counters)) {
-                        Ok(Fed::Send) => socket.send(&mut self.out, &kit.scratch, &[], kit.body.as_ref()),
+                        Ok(Fed::Send) => socket.send(&mut self.out, &kit.scratch, &[], kit.resources.body.as_ref()),
                         Ok(Fed::Queued) => {
                             let (out, mut seal) = self.out_and_seal(&mut kit.tls_scratch.file);
                             socket.flush(out, seal.as_mut())
@@ -225,7 +217,7 @@ impl Connection {
                             };
                             input |= fed.counted();
                             if fed == Fed::Send {
-                                match socket.send(&mut self.out, &kit.scratch, &buf[..n], kit.body.as_ref()) {
+                                match socket.send(&mut self.out, &kit.scratch, &buf[..n], kit.resources.body.as_ref()) {
                                     Ok(written) => {
                                         io.counters.written(&written);
                                         self.lc.on_written(now, written);
@@ -326,8 +318,9 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(fd: std::os::fd::OwnedFd, session: Session, now: Instant, generation: u32) -> Self {
-        Conn { fd, x: Connection::pulled(session, now), timer_at: None, registered: Interest::NONE, generation }
+    /// Connection `x` (see [`Connection::pulled`]) on socket `fd`.
+    pub fn new(fd: std::os::fd::OwnedFd, x: Connection, generation: u32) -> Self {
+        Conn { fd, x, timer_at: None, registered: Interest::NONE, generation }
     }
 }
 

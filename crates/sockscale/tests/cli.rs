@@ -232,6 +232,17 @@ fn unreadable_body_names_the_file() {
     assert!(one_line(&err).contains("--body /nonexistent/page.html"), "{err}");
 }
 
+/// The certificate is read when the server starts, in a `--procs` parent before any worker:
+/// one line naming the file either way.
+#[test]
+fn an_unreadable_certificate_names_the_file() {
+    let tls = ["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"];
+    for procs in ["1", "2"] {
+        let (_, err) = fails_quickly(&[&["serve", "--listen", "127.0.0.1:0", "--procs", procs][..], &tls].concat());
+        assert!(one_line(&err).contains("/nonexistent/cert.pem: cannot read it"), "--procs {procs}: {err}");
+    }
+}
+
 #[test]
 fn lock_memory_beyond_rlimit_says_so() {
     // Root may lock any amount, so drop to nobody with a 64 KiB RLIMIT_MEMLOCK when we can.

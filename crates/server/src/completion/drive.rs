@@ -18,32 +18,30 @@ use super::ring_conn::{NextSend, UConn};
 use super::worker::{conn_token, split_token, UringWorker};
 use crate::active_places;
 use crate::body::{no_body_file, BodyFile, FileStep, FILE_CHUNK};
-use crate::connection::{Close, ThreadTools};
+use crate::connection::{Close, Connection};
 use crate::policy::{Action, CloseReason, Entry, Fed, Written};
-use crate::socket_turn::{closed_by_error, tls_session};
+use crate::socket_turn::closed_by_error;
 
 impl UringWorker<'_> {
     /// Take in an accepted connection. `counted`: the max-conns slot was taken by whoever
     /// accepted it.
     pub(super) fn admit(&mut self, fd: OwnedFd, counted: bool) {
-        let responder = &mut self.responder;
+        let responder = &mut self.kit.responder;
         if let Some(refused) = self.core.on_accepted(counted, self.stats, || responder.refusal()) {
             return self.refuse(fd, refused);
         }
-        let tls = match tls_session(self.cfg.tls.as_ref(), self.counters, self.now) {
-            Ok(tls) => tls,
+        let session = self.kit.responder.new_session();
+        let x = match Connection::pushed(session, self.now, &self.kit.resources, self.counters) {
+            Ok(x) => x,
             Err(why) => {
-                let responder = &mut self.responder;
+                let responder = &mut self.kit.responder;
                 let refused = self.core.on_unserved(why, self.stats, || responder.refusal());
                 return self.refuse(fd, refused);
             }
         };
         let generation = self.next_generation();
-        let session = self.responder.new_session();
         let raw = fd.as_raw_fd();
-        let mut conn = UConn::new(fd, session, generation, self.now);
-        conn.x.start_tls(tls);
-        let index = self.conns.insert(conn);
+        let index = self.conns.insert(UConn::new(fd, x, generation));
         self.counters.accepted();
         self.stats.enlist(raw);
         let token = conn_token(index, generation);
@@ -134,13 +132,7 @@ impl UringWorker<'_> {
         };
         let n = result as usize;
         self.counters.bytes_in(n);
-        let mut tools = ThreadTools {
-            responder: &mut self.responder,
-            scratch: &mut self.scratch,
-            buffers: &mut self.tls_scratch,
-            body: self.cfg.body_file.as_ref(),
-            counters: self.counters,
-        };
+        let mut tools = self.kit.tools(self.counters);
         let fed = conn.x.receive(self.bufs.get_mut(bid, n), n, self.now, &mut tools);
         let fed = match fed {
             Ok(fed) => fed,
@@ -160,7 +152,7 @@ impl UringWorker<'_> {
             return self.settle(index, generation);
         }
         let data = self.bufs.get(bid, n);
-        let segments = self.scratch.segments();
+        let segments = self.kit.scratch.segments();
         let whole_input = matches!(segments, [Segment::Input(r)] if r.start == 0 && r.end == n);
         // Echo straight from the ring buffer when nothing is queued ahead of it, and while at
         // most half the ring is held by sends, so slow readers cannot starve receives.
@@ -172,7 +164,7 @@ impl UringWorker<'_> {
             // Shared responses are queued by reference; input is copied, since the ring buffer
             // goes back to the kernel now (one allocation, only for echo output that cannot
             // be sent straight from the ring buffer).
-            if let Err(e) = BodyFile::check_output(&self.scratch, self.cfg.body_file.as_ref()) {
+            if let Err(e) = BodyFile::check_output(&self.kit.scratch, self.kit.resources.body.as_ref()) {
                 self.bufs.give_back(bid);
                 return self.close(index, closed_by_error(&e));
             }
@@ -215,13 +207,13 @@ impl UringWorker<'_> {
     /// thread hop per chunk; so the ring waits for writability and this thread moves the
     /// bytes, as the readiness engines do.
     fn send_file(&mut self, index: usize) -> bool {
-        let Some(body) = self.cfg.body_file.clone() else {
+        let Some(body) = self.kit.resources.body.clone() else {
             self.close(index, closed_by_error(&no_body_file()));
             return false;
         };
         let Some(conn) = self.conns.get_mut(index) else { return false };
         let fd = conn.fd.as_raw_fd();
-        let Some((range, mut seal)) = conn.file_front(&mut self.tls_scratch.file) else { return true };
+        let Some((range, mut seal)) = conn.file_front(&mut self.kit.tls_scratch.file) else { return true };
         let owed = range.owed();
         let sealing = seal.is_some();
         let outcome = body.turn(fd, range, seal.as_mut(), FILE_CHUNK);
@@ -309,7 +301,7 @@ impl UringWorker<'_> {
             let Some(conn) = self.conns.get_mut(index).filter(|c| c.generation == generation && !c.closed) else {
                 return;
             };
-            let wait = match conn.x.poll(self.now, &self.responder, limits) {
+            let wait = match conn.x.poll(self.now, &self.kit.responder, limits) {
                 Action::Flush => {
                     self.send_queued(index);
                     continue;
@@ -319,16 +311,10 @@ impl UringWorker<'_> {
                     return self.end(index, close);
                 }
                 Action::Transmit => {
-                    let mut tools = ThreadTools {
-                        responder: &mut self.responder,
-                        scratch: &mut self.scratch,
-                        buffers: &mut self.tls_scratch,
-                        body: self.cfg.body_file.as_ref(),
-                        counters: self.counters,
-                    };
+                    let mut tools = self.kit.tools(self.counters);
                     match conn.x.transmit(self.now, &mut tools) {
                         Ok(Fed::Send) => {
-                            for segment in self.scratch.segments() {
+                            for segment in self.kit.scratch.segments() {
                                 match segment {
                                     Segment::Shared(bytes) => conn.queue(bytes.clone()),
                                     Segment::File(range) => conn.queue_file(range.start, range.end),
@@ -372,13 +358,7 @@ impl UringWorker<'_> {
     /// among the close's last bytes), or settle, which re-arms it.
     pub(super) fn on_deadline(&mut self, index: usize, generation: u32) {
         let Some(conn) = self.conns.get_mut(index) else { return };
-        let mut tools = ThreadTools {
-            responder: &mut self.responder,
-            scratch: &mut self.scratch,
-            buffers: &mut self.tls_scratch,
-            body: self.cfg.body_file.as_ref(),
-            counters: self.counters,
-        };
+        let mut tools = self.kit.tools(self.counters);
         match conn.x.on_timer(self.now, &mut tools, &self.limits) {
             Some(close) => self.end(index, close),
             None => self.settle(index, generation),

@@ -21,7 +21,9 @@ use sockscale_proto::Session;
 use super::ops::{pack, Op, BUFFER_GROUP};
 use crate::body::{no_session, seal_behind, FileRange, FileScratch, Seal};
 use crate::connection::{Connection, Outbox};
-use crate::policy::{Delivery, Pending};
+use crate::policy::{Delivery, Pending, Refusal};
+use crate::resources::Resources;
+use crate::stats::Counters;
 
 const IOV_BATCH: usize = 64;
 
@@ -197,18 +199,24 @@ pub(super) struct UConn {
     pub(super) closed: bool,
 }
 
+impl Connection<SendQueue> {
+    /// A connection accepted at `now`, its input pushed by the multishot receive and its
+    /// output on the ring, in TLS when the server speaks it; or the refusal to carry out
+    /// instead (see [`Connection::open`]).
+    pub(super) fn pushed(
+        session: Session,
+        now: Instant,
+        resources: &Resources,
+        counters: &Counters,
+    ) -> Result<Self, Refusal<'static>> {
+        Connection::open(session, now, Delivery::Pushed, SendQueue::default(), resources.tls.as_ref(), counters)
+    }
+}
+
 impl UConn {
-    pub(super) fn new(fd: OwnedFd, session: Session, generation: u32, now: Instant) -> Self {
-        UConn {
-            fd,
-            x: Connection::new(session, now, Delivery::Pushed, SendQueue::default()),
-            generation,
-            recv_armed: false,
-            recv_cancelling: false,
-            ops: 0,
-            timer_at: None,
-            closed: false,
-        }
+    /// Connection `x` (see [`Connection::pushed`]) on socket `fd`.
+    pub(super) fn new(fd: OwnedFd, x: Connection<SendQueue>, generation: u32) -> Self {
+        UConn { fd, x, generation, recv_armed: false, recv_cancelling: false, ops: 0, timer_at: None, closed: false }
     }
 
     /// Output not yet taken by the socket: bytes queued or in flight, and sends queued behind

@@ -16,11 +16,13 @@ use super::ring_conn::{NextSend, SpareSends, UConn};
 use super::worker::Census;
 use super::{UringSource, UringWorker, WorkerSetup};
 use crate::config::Config;
+use crate::connection::Connection;
 use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::shutdown::Shutdown;
-use crate::stats::Stats;
+use crate::stats::{Counters, Stats};
 
 fn listener() -> (Arc<Socket>, SocketAddr) {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
@@ -60,6 +62,7 @@ fn a_failed_submit_loses_no_operation() {
             let setup = WorkerSetup {
                 cfg,
                 protocol: Protocol::Echo,
+                resources: &Arc::default(),
                 stats,
                 counters: stats.shard(0),
                 pool,
@@ -128,7 +131,9 @@ fn a_failed_submit_loses_no_operation() {
 
 fn lone_conn() -> UConn {
     let (a, _b) = UnixStream::pair().expect("a socket pair");
-    UConn::new(OwnedFd::from(a), Protocol::Echo.responder(0).new_session(), 0, Instant::now())
+    let session = Protocol::Echo.responder(0).new_session();
+    let x = Connection::pushed(session, Instant::now(), &Resources::default(), &Counters::default()).expect("in clear");
+    UConn::new(OwnedFd::from(a), x, 0)
 }
 
 /// A short send puts exactly what the socket did not take back at the front of the queue, in

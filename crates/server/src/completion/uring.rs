@@ -63,6 +63,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             let setup = WorkerSetup {
                 cfg,
                 protocol: ctx.protocol.clone(),
+                resources: &ctx.resources,
                 stats: &ctx.stats,
                 counters: ctx.stats.shard(i),
                 pool,

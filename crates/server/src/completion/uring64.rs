@@ -38,7 +38,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let acceptor = GroupAcceptor::new(cfg, &ctx.stats, &ctx.shutdown, &ctx.protocol, ctx.listen.shared(), GROUP_SIZE)
         .map_err(io_err)?;
     ctx.ready();
-    let (stats, shutdown, protocol) = (&*ctx.stats, &ctx.shutdown, &ctx.protocol);
+    let (stats, shutdown, protocol, resources) = (&*ctx.stats, &ctx.shutdown, &ctx.protocol, &ctx.resources);
     let buffers = cfg.pool_buffers.clamp(1, GROUP_BUFFERS);
     std::thread::scope(|scope| {
         acceptor.run(scope, |scope, group: NewGroup| {
@@ -56,6 +56,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                     let setup = WorkerSetup {
                         cfg,
                         protocol,
+                        resources,
                         stats,
                         counters: stats.shard(index),
                         pool: &pool,

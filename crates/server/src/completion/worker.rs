@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 use socket2::Socket;
-use sockscale_proto::{Output, Protocol, Responder};
+use sockscale_proto::Protocol;
 use sockscale_sys::{Timers, Waker};
 
 use super::bufring::BufRing;
@@ -18,14 +18,16 @@ use super::ops::{pack, unpack, Op, BUFFER_GROUP, WORKER_SLOT};
 use super::ring_conn::{SpareSends, UConn};
 use crate::active_places;
 use crate::admission::{self, accept_paused, LogLimiter};
-use crate::clock::{unix_now, DateClock};
+use crate::clock::DateClock;
 use crate::config::Config;
 use crate::groups::GroupLoad;
 use crate::inbox::Inbox;
 use crate::policy::CloseReason;
 use crate::policy::{AcceptGate, AcceptNext, ActiveConfig, DrainStep, Handover, Limits, Refused, WorkerCore};
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::shutdown::{Phase, Shutdown};
+use crate::socket_turn::ThreadState;
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
@@ -56,6 +58,8 @@ pub(super) fn split_token(token: u64) -> (usize, u32) {
 pub struct WorkerSetup<'a> {
     pub cfg: &'a Config,
     pub protocol: Protocol,
+    /// The server's loaded files: the body file, the TLS configuration.
+    pub resources: &'a Arc<Resources>,
     pub stats: &'a Stats,
     pub counters: &'a Counters,
     pub pool: &'a BufferPool,
@@ -89,8 +93,6 @@ pub struct UringWorker<'a> {
     udp_more: bool,
     /// The UDP socket's entry in `timers` (token [`UDP_TIMER`]): its endpoint's wake-up.
     udp_timer_at: Option<Instant>,
-    /// The worker's buffers for the TLS stage.
-    pub(super) tls_scratch: crate::socket_turn::TlsScratch,
     /// Batch, back-off and abort-storm hold. It holds the connections the multishot accept took
     /// in after a storm began, served when it ends (closed unserved if the server stops first).
     gate: AcceptGate<OwnedFd>,
@@ -99,11 +101,12 @@ pub struct UringWorker<'a> {
     pub(super) limits: Limits,
     pub(super) refusal_log: LogLimiter,
     pub(super) group: Option<Arc<GroupLoad>>,
-    pub(super) responder: Responder,
+    /// The worker's protocol engine, the output it writes into, its buffers for the TLS stage,
+    /// and the server's loaded files (the body file, the TLS configuration).
+    pub(super) kit: ThreadState,
     pub(super) conns: Slab<UConn>,
     next_generation: u32,
     pub(super) timers: Timers,
-    pub(super) scratch: Output,
     pub(super) now: Instant,
     date: DateClock,
     /// Ring buffers held by sends in flight (echo sent straight from the receive buffer).
@@ -164,17 +167,15 @@ impl<'a> UringWorker<'a> {
             accept_cancelling: false,
             udp_more: false,
             udp_timer_at: None,
-            tls_scratch: crate::socket_turn::TlsScratch::default(),
             gate: AcceptGate::new(setup.cfg.accept_batch),
             accept_log: LogLimiter::accept_errors(),
             limits: setup.cfg.limits(),
             refusal_log: LogLimiter::refusals(),
             group: setup.group,
-            responder: setup.protocol.responder(unix_now()),
+            kit: ThreadState::new(&setup.protocol, setup.resources),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
-            scratch: Output::default(),
             now,
             date: DateClock::new(now),
             held_buffers: 0,
@@ -230,7 +231,7 @@ impl<'a> UringWorker<'a> {
             Err(e) => return Err(e),
         }
         self.now = Instant::now();
-        self.date.tick(self.now, &mut self.responder);
+        self.date.tick(self.now, &mut self.kit.responder);
         self.reap();
         self.fire_timers();
         self.feed_starved();

@@ -18,7 +18,7 @@ use sockscale_sys::{self as sys, Interest, RegisterError, Selector};
 use super::{token, Worker, LISTENER};
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, Refused};
-use crate::socket_turn::{tls_session, Conn};
+use crate::socket_turn::Conn;
 
 /// A listener as one worker sees it.
 pub struct Acceptor {
@@ -148,8 +148,8 @@ impl<S: Selector> Worker<'_, S> {
         if let Some(refused) = self.core.on_accepted(counted, self.stats, || responder.refusal()) {
             return self.refuse(fd, refused);
         }
-        let tls = match tls_session(self.kit.tls.as_ref(), self.counters, self.now) {
-            Ok(tls) => tls,
+        let x = match self.kit.open(self.now, self.counters) {
+            Ok(x) => x,
             Err(refusal) => return self.unserved(fd, refusal),
         };
         let entry = self.conns.vacant_entry();
@@ -165,8 +165,7 @@ impl<S: Selector> Worker<'_, S> {
         }
         self.next_generation = self.next_generation.wrapping_add(1);
         let fd_raw = fd.as_raw_fd();
-        let mut conn = Conn::new(fd, self.kit.responder.new_session(), self.now, generation);
-        conn.x.start_tls(tls);
+        let mut conn = Conn::new(fd, x, generation);
         conn.registered = Interest::READ;
         let deadline = conn.x.deadline(&self.kit.responder, &self.limits);
         self.timers.schedule(&mut conn.timer_at, deadline, tok);

@@ -51,6 +51,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         let parts = WorkerParts {
             cfg,
             protocol: ctx.protocol.clone(),
+            resources: &ctx.resources,
             stats: &ctx.stats,
             counters: ctx.stats.shard(i),
             pool,

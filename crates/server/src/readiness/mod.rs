@@ -35,6 +35,7 @@ use crate::clock::DateClock;
 use crate::config::Config;
 use crate::policy::{ActiveConfig, DrainStep, Entry, Handover, Limits, WorkerCore};
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::shutdown::{Phase, Shutdown};
 use crate::socket_turn::ThreadState;
 use crate::stats::{Counters, Stats};
@@ -83,6 +84,8 @@ impl Source {
 pub struct WorkerParts<'a> {
     pub cfg: &'a Config,
     pub protocol: Protocol,
+    /// The server's loaded files: the body file, the TLS configuration.
+    pub resources: &'a Arc<Resources>,
     pub stats: &'a Stats,
     pub counters: &'a Counters,
     pub pool: &'a BufferPool,
@@ -146,7 +149,7 @@ impl<'a, S: Selector> Worker<'a, S> {
             shutdown: parts.shutdown,
             waker,
             source: Some(source),
-            kit: ThreadState::new(&parts.protocol, parts.cfg.body_file.as_ref(), parts.cfg.tls.as_ref()),
+            kit: ThreadState::new(&parts.protocol, parts.resources),
             conns: Slab::new(),
             next_generation: 0,
             timers: Timers::default(),
@@ -426,6 +429,7 @@ mod tests {
             let parts = WorkerParts {
                 cfg: &cfg,
                 protocol: Protocol::Echo,
+                resources: &Arc::default(),
                 stats: &stats,
                 counters: stats.shard(0),
                 pool: &pool,

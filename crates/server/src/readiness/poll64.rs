@@ -156,6 +156,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         let parts = WorkerParts {
             cfg,
             protocol: ctx.protocol.clone(),
+            resources: &ctx.resources,
             stats: &ctx.stats,
             counters: ctx.stats.shard(0),
             pool: &pool,
@@ -171,12 +172,14 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let acceptor = GroupAcceptor::new(cfg, &ctx.stats, &ctx.shutdown, &ctx.protocol, ctx.listen.shared(), GROUP_SIZE)
         .map_err(io_err)?;
     ctx.ready();
-    let (stats, pool, shutdown, protocol) = (&*ctx.stats, &pool, &ctx.shutdown, &ctx.protocol);
+    let (stats, pool, shutdown, protocol, resources) =
+        (&*ctx.stats, &pool, &ctx.shutdown, &ctx.protocol, &ctx.resources);
     std::thread::scope(|scope| {
         acceptor.run(scope, |scope, group: NewGroup| {
             let parts = WorkerParts {
                 cfg,
                 protocol: protocol.clone(),
+                resources,
                 stats,
                 counters: stats.shard(group.index),
                 pool,

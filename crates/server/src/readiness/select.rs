@@ -209,6 +209,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let parts = WorkerParts {
         cfg,
         protocol: ctx.protocol.clone(),
+        resources: &ctx.resources,
         stats: &ctx.stats,
         counters: ctx.stats.shard(0),
         pool: &pool,

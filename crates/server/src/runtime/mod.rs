@@ -82,8 +82,9 @@ use crate::model::Model;
 use crate::policy::CloseReason;
 use crate::policy::{AcceptGate, AcceptNext, Limits, Refused};
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::shutdown::{Phase, Shutdown};
-use crate::socket_turn::{tls_session, ThreadState};
+use crate::socket_turn::ThreadState;
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
@@ -120,6 +121,8 @@ struct Shared {
     /// The per-connection limits of `cfg`.
     limits: Limits,
     protocol: Protocol,
+    /// The server's loaded files: the body file, the TLS configuration.
+    resources: Arc<Resources>,
     stats: Arc<Stats>,
     pool: BufferPool,
     /// The accept task is backing off after EMFILE & co.; a close should wake it.
@@ -152,6 +155,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         cfg: cfg.clone(),
         limits: cfg.limits(),
         protocol: ctx.protocol.clone(),
+        resources: ctx.resources.clone(),
         stats: ctx.stats.clone(),
         pool,
         accept_paused: AtomicBool::new(false),
@@ -457,8 +461,9 @@ fn admit(
     if let Some(refused) = refused {
         return refuse(stream, shared, refusal_log, refused);
     }
-    let tls = match tls_session(shared.cfg.tls.as_ref(), counters(shared), Instant::now()) {
-        Ok(tls) => tls,
+    let now = Instant::now();
+    let x = match with_local(shared, now, |local| local.kit.open(now, counters(shared))) {
+        Ok(x) => x,
         Err(why) => {
             let refused = with_local(shared, Instant::now(), |local| {
                 shared.core.on_unserved(why, || local.kit.responder.refusal())
@@ -468,10 +473,8 @@ fn admit(
     };
     counters(shared).accepted();
     let guard = Admitted { shared: shared.clone(), reason: None, _done: done.clone() };
-    let session = with_local(shared, Instant::now(), |local| local.kit.responder.new_session());
     let seat = shared.core.enter(stream.as_raw_fd(), Instant::now());
-    let mut conn = Conn::new(stream, session, &shared.stats, seat);
-    conn.x.start_tls(tls);
+    let conn = Conn::new(stream, x, &shared.stats, seat);
     ::tokio::spawn(conn_task(conn, guard, stage.clone()));
 }
 
@@ -529,7 +532,7 @@ fn with_local<R>(shared: &Shared, now: Instant, f: impl FnOnce(&mut Local) -> R)
         }
         let local = slot.get_or_insert_with(|| Local {
             server: shared.id,
-            kit: ThreadState::new(&shared.protocol, shared.cfg.body_file.as_ref(), shared.cfg.tls.as_ref()),
+            kit: ThreadState::new(&shared.protocol, &shared.resources),
             date: DateClock::new(now),
         });
         local.date.tick(now, &mut local.kit.responder);
@@ -682,6 +685,7 @@ mod tests {
             cfg: Arc::new(Config::default()),
             limits: Config::default().limits(),
             protocol,
+            resources: Arc::default(),
             stats: Arc::new(Stats::new(1)),
             pool: BufferPool::new(sockscale_sys::page_size(), 1, false).expect("pool"),
             accept_paused: AtomicBool::new(false),

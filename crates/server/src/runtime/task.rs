@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ::tokio::io::Interest;
 use ::tokio::sync::watch;
-use sockscale_proto::{Output, Session};
+use sockscale_proto::Output;
 use sockscale_sys as sys;
 
 use super::active::Seat;
@@ -57,12 +57,12 @@ pub(super) async fn conn_task(mut conn: Conn, mut guard: Admitted, mut stage: wa
 impl Conn {
     /// A connection of `stats`' process, listed for shedding (`--abort-storm-shed`) until it
     /// drops.
-    pub(super) fn new(stream: Stream, session: Session, stats: &Arc<Stats>, seat: Option<Seat>) -> Self {
+    /// Connection `x` (see [`Connection::pulled`]) on `stream`.
+    pub(super) fn new(stream: Stream, mut x: Connection, stats: &Arc<Stats>, seat: Option<Seat>) -> Self {
         let listed = stats.sheds().then(|| {
             stats.enlist(stream.as_raw_fd());
             stats.clone()
         });
-        let mut x = Connection::pulled(session, Instant::now());
         if seat.as_ref().is_some_and(|s| s.place.is_waiting()) {
             x.lc.set_waiting(true, Instant::now());
         }

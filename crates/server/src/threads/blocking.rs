@@ -64,7 +64,8 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     }
     let cfg = &*ctx.cfg;
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
-    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
+    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.resources, &ctx.stats, &pool, ctx.shutdown.clone())
+        .map_err(io_err)?;
     let links = Links::default();
     hub.limit_maps(map_budget());
     let listener = ctx.listen.shared();
@@ -105,13 +106,9 @@ fn admit<'scope, 'env>(
     id: usize,
     admission: &mut Admission<'_>,
 ) {
-    if !admission.admit(hub, fd.as_raw_fd()) {
-        return;
-    }
     let counters = hub.stats.shard(id);
-    let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
-    let mut conn = Conn::new(fd, admission.new_session(), Instant::now(), 0);
-    conn.x.start_tls(tls);
+    let Some(x) = admission.admit(hub, fd.as_raw_fd(), counters) else { return };
+    let mut conn = Conn::new(fd, x, 0);
     // The receive thread polls before it reads.
     conn.x.lc.readiness_unknown();
     let link = Arc::new(Link::new(conn));

@@ -35,9 +35,8 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
-use sockscale_proto::{Protocol, Responder, Session};
+use sockscale_proto::{Protocol, Responder};
 use sockscale_sys::{self as sys, Waker};
-use sockscale_tls::ServerSession;
 
 use crate::admission::{self, accept_paused, LogLimiter, Refusal};
 use crate::clock::unix_now;
@@ -47,8 +46,9 @@ use crate::error::ServerError;
 use crate::policy::CloseReason;
 use crate::policy::{AcceptFailed, AcceptGate, AcceptNext, DrainStep, Handover, Limits, MapBudget, Slots, WorkerCore};
 use crate::pool::BufferPool;
+use crate::resources::Resources;
 use crate::shutdown::{Phase, Shutdown};
-use crate::socket_turn::{self, tls_session, Close, Conn, TlsScratch};
+use crate::socket_turn::{self, Close, Conn, Connection, TlsScratch};
 use crate::stats::{Counters, Stats};
 use crate::udp::{self, UdpService, UdpTurn};
 
@@ -70,6 +70,8 @@ pub struct ThreadShared<'a> {
     /// The per-connection limits of `cfg`.
     pub limits: Limits,
     pub protocol: Protocol,
+    /// The server's loaded files: the body file, the TLS configuration.
+    pub resources: &'a Arc<Resources>,
     pub stats: &'a Stats,
     pub pool: &'a BufferPool,
     pub shutdown: Shutdown,
@@ -97,6 +99,7 @@ impl<'a> ThreadShared<'a> {
     pub fn new(
         cfg: &'a Config,
         protocol: Protocol,
+        resources: &'a Arc<Resources>,
         stats: &'a Stats,
         pool: &'a BufferPool,
         shutdown: Shutdown,
@@ -109,6 +112,7 @@ impl<'a> ThreadShared<'a> {
             cfg,
             limits: cfg.limits(),
             protocol,
+            resources,
             stats,
             pool,
             shutdown,
@@ -161,7 +165,7 @@ impl<'a> ThreadShared<'a> {
 
     /// A new protocol kit for a thread of this hub.
     pub fn new_kit(&self) -> ThreadState {
-        ThreadState::new(&self.protocol, self.cfg.body_file.as_ref(), self.cfg.tls.as_ref())
+        ThreadState::new(&self.protocol, self.resources)
     }
 
     pub fn put_kit(&self, mut kit: ThreadState) {
@@ -357,21 +361,21 @@ pub struct Admission<'c> {
 }
 
 impl Admission<'_> {
-    pub fn new_session(&self) -> Session {
-        self.responder.new_session()
-    }
-
-    /// A connection was taken on `fd`: true to set it up, false after refusing it as the core
-    /// answers (the caller closes it afterwards).
-    pub fn admit(&mut self, hub: &ThreadShared<'_>, fd: RawFd) -> bool {
+    /// A connection was taken on `fd`: its Connection to set up, or None after refusing it as
+    /// the core answers, at admission or for want of a TLS session (`--max-handshakes`), its
+    /// place given back (the caller closes it afterwards). `counters`: its thread's.
+    pub fn admit(&mut self, hub: &ThreadShared<'_>, fd: RawFd, counters: &Counters) -> Option<Connection> {
         let responder = &mut self.responder;
-        let refused = hub.core().on_accepted(false, hub, || refusal(responder));
-        match refused {
-            Some(refused) => {
-                admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
-                false
+        if let Some(refused) = hub.core().on_accepted(false, hub, || refusal(responder)) {
+            admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
+            return None;
+        }
+        match Connection::pulled(self.responder.new_session(), Instant::now(), hub.resources, counters) {
+            Ok(x) => Some(x),
+            Err(why) => {
+                self.unserved(hub, fd, why);
+                None
             }
-            None => true,
         }
     }
 
@@ -381,17 +385,6 @@ impl Admission<'_> {
         let responder = &mut self.responder;
         let refused = hub.core().on_unserved(why, hub, || refusal(responder));
         admission::refuse(fd, refused, self.counters, hub.stats, &mut self.log);
-    }
-
-    /// The TLS session (None in clear) of a connection admitted with [`Admission::admit`]; Err
-    /// after refusing it (`--max-handshakes`), its place given back.
-    pub fn tls_session(
-        &mut self,
-        hub: &ThreadShared<'_>,
-        fd: RawFd,
-        counters: &Counters,
-    ) -> Result<Option<Box<ServerSession>>, ()> {
-        tls_session(hub.cfg.tls.as_ref(), counters, Instant::now()).map_err(|why| self.unserved(hub, fd, why))
     }
 }
 

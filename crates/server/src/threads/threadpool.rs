@@ -77,7 +77,8 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         return crate::threads::serve_udp(&ctx, Model::Threadpool.name(), cfg.threads);
     }
     let pool = BufferPool::new(cfg.buffer_size, cfg.pool_buffers, cfg.lock_memory)?;
-    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.stats, &pool, ctx.shutdown.clone()).map_err(io_err)?;
+    let hub = ThreadShared::new(cfg, ctx.protocol.clone(), &ctx.resources, &ctx.stats, &pool, ctx.shutdown.clone())
+        .map_err(io_err)?;
     let queue = ReadyQueue::new(cfg.queue_depth.saturating_mul(cfg.threads));
     let poller = new_poller(&ctx.shutdown).map_err(io_err)?;
     let listener = ctx.listen.shared();
@@ -139,13 +140,9 @@ fn admit(
     admission: &mut Admission<'_>,
     counters: &Counters,
 ) {
-    if !admission.admit(hub, fd.as_raw_fd()) {
-        return;
-    }
-    let Ok(tls) = admission.tls_session(hub, fd.as_raw_fd(), counters) else { return };
+    let Some(x) = admission.admit(hub, fd.as_raw_fd(), counters) else { return };
     // Boxed once here, so every hand-over between threads after this moves a pointer.
-    let mut conn = Box::new(Conn::new(fd, admission.new_session(), Instant::now(), id));
-    conn.x.start_tls(tls);
+    let mut conn = Box::new(Conn::new(fd, x, id));
     // Whether the client has sent anything yet is unknown: the worker looks before it takes a
     // buffer.
     conn.x.lc.readiness_unknown();

@@ -4,17 +4,17 @@ use crate::output::say;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
-    ActiveConfig, BodyFile, Config, ListenAddr, ListenerMode, Model, SendfileMode, Server, Service, StormConfig,
-    UdpOffload, DEFAULT_UNIX_MODE,
+    ActiveConfig, BodySource, Config, ListenAddr, ListenerMode, Model, Resources, SendfileMode, Server, Service,
+    StormConfig, TlsFiles, UdpOffload, DEFAULT_UNIX_MODE,
 };
-use sockscale_tls::{ServerOptions, ServerTls};
+use sockscale_tls::ServerOptions;
 
 use crate::cli::models::ModelParser;
 use crate::units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -369,7 +369,6 @@ fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
 
 impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
-        let mut body_file = None;
         let service = match self.proto {
             Proto::Echo => Service::Echo,
             Proto::Udp => Service::UdpEcho,
@@ -385,27 +384,27 @@ impl ServeArgs {
                         ..sockscale_proto::h2::default_limits()
                     })
                 });
-                let mut http = HttpConfig {
+                Service::Http(Arc::new(HttpConfig {
                     content_type: self.content_type.clone(),
                     max_header_bytes: self.max_header_bytes,
                     max_body_bytes: self.max_body_bytes as u64,
                     header_timeout: self.header_timeout,
                     http2,
                     ..HttpConfig::default()
-                };
-                if let Some(path) = &self.body {
-                    let mode = match self.sendfile {
-                        SendfileArg::Auto => SendfileMode::Auto,
-                        SendfileArg::On => SendfileMode::On,
-                        SendfileArg::Off => SendfileMode::Off,
-                    };
-                    let (body, file) = BodyFile::load(path, mode, self.sendfile_min as u64, u64::from(self.procs))?;
-                    http.body = body;
-                    body_file = file;
-                }
-                Service::Http(Arc::new(http))
+                }))
             }
         };
+        // HTTP's response body, read or opened when the server starts (`Resources::load`).
+        let body = self.body.as_ref().filter(|_| self.proto == Proto::Http).map(|path| BodySource {
+            path: path.clone(),
+            sendfile: match self.sendfile {
+                SendfileArg::Auto => SendfileMode::Auto,
+                SendfileArg::On => SendfileMode::On,
+                SendfileArg::Off => SendfileMode::Off,
+            },
+            sendfile_min: self.sendfile_min as u64,
+            processes: u64::from(self.procs),
+        });
         let http2 = matches!(&service, Service::Http(http) if http.http2.is_some());
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
@@ -420,7 +419,7 @@ impl ServeArgs {
                     alpn,
                     max_handshakes: self.max_handshakes.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
                 };
-                Some(ServerTls::from_pem_files(cert, key, SystemTime::now(), &options)?)
+                Some(TlsFiles { cert: cert.clone(), key: key.clone(), options })
             }
             _ => None,
         };
@@ -482,7 +481,7 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
             listener_fd: self.listen_fd,
-            body_file,
+            body,
             udp_offload: self.udp_offload()?,
             tls,
         })
@@ -529,6 +528,8 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     let mut cfg = args.to_config()?;
     if args.procs > 1 && args.proc_slot.is_none() {
         cfg.validate()?;
+        // The files are read here too, so a bad one is one line before any worker starts.
+        Resources::load(&cfg)?;
         if let Some(metrics) = cfg.metrics {
             // The last worker's port, checked before any worker starts.
             ServeArgs::worker_metrics(metrics, args.procs - 1)?;
