@@ -4,7 +4,8 @@ keep the speed?
 
 The two binaries (--before, --after; default: the release build of this checkout as "after")
 serve the same fixed response on the same model with one thread, pinned to core 0; wrk -t1
-(keep-alive, c=100) and h2load --h1 -m16 (pipelined, c=100) run on core 1. Server CPU comes
+(keep-alive, c=100), h2load --h1 -m16 (pipelined, c=100) and wrk -t1 with a new connection per
+request (`Connection: close`, c=50) run on core 1. Server CPU comes
 from /proc/PID/stat. Every scenario runs --repeat times with the binaries interleaved (before,
 after, before, ...); the table gives medians, and the median and range of the after/before
 ratio taken within each adjacent pair.
@@ -65,7 +66,10 @@ def main():
             else:
                 bodies = {name: common.fetch_body(port) for name, (_, port) in servers.items()}
                 assert bodies["before"] == bodies["after"], "both binaries must serve the same response"
-                scenarios = [common.wrk_scenario(100, args.duration), common.h2load_scenario(100, args.duration)]
+                # The third scenario opens a connection per request: admission, the worker core and
+                # the close path run once a request, so a cost there shows.
+                scenarios = [common.wrk_scenario(100, args.duration), common.h2load_scenario(100, args.duration),
+                             common.wrk_scenario(50, args.duration, ("-H", "Connection: close"))]
             rows = common.compare(servers, scenarios, args.repeat)
         finally:
             for proc, _ in servers.values():
