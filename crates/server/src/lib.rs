@@ -36,15 +36,20 @@ mod udp;
 
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
+// The I/O-free connection core and the policy types its calls take and return, so that a
+// connection can be driven from outside the crate: the whole-stack pair test
+// (crates/sockscale/tests/pair.rs) joins it to the load generator's client `Connection`.
 pub use config::{
     check_unix_path, resolve_host, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service, UdpOffload,
     DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
+pub use connection::{Close, Connection, Outbox, ThreadTools, TlsScratch};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation, SocketFile};
 pub use metrics::MetricsError;
 pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, TLS_FILE_BODY};
 pub use policy::CloseReason;
+pub use policy::{Action, Delivery, Fed, Lifecycle, Limits, Pending, Wait, Written};
 pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;
 pub use server::Server;
