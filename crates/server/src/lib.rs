@@ -36,13 +36,13 @@ mod udp;
 
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
-// The I/O-free connection core and the policy types its calls take and return, so that a
-// connection can be driven from outside the crate: the whole-stack pair test
-// (crates/sockscale/tests/pair.rs) joins it to the load generator's client `Connection`.
 pub use config::{
     check_unix_path, resolve_host, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service, UdpOffload,
     DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
+// The I/O-free connection and the policy types its calls take and return (below), so that a
+// connection can be driven from outside the crate: the whole-stack pair test
+// (crates/sockscale/tests/pair.rs) joins it to the load generator's client `Connection`.
 pub use connection::{Close, Connection, Outbox, ThreadTools, TlsScratch};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation, SocketFile};
