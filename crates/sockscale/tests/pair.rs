@@ -4,8 +4,8 @@
 //! Every byte goes through both sides' real code: TLS (rustls on both ends, the test CA), HTTP/1.1,
 //! HTTP/2 (ALPN h2 and h2c prior knowledge) and echo. Each side is driven as its engine drives it
 //! on a socket (the server as `socket_turn.rs`'s turn, the client as the load event loop's
-//! read-then-pump), and a close is carried out as `end_socket` would: its last bytes, then a FIN
-//! (orderly) or a reset (abort). Timers fire at their exact instants: `now` moves to the earliest
+//! read-then-pump), and a close is carried out as `end_socket` and the close after it would: its
+//! last bytes, then a FIN, or a reset if an abort leaves input unread. Timers fire at their exact instants: `now` moves to the earliest
 //! wake-up of the two sides.
 
 use std::collections::BTreeMap;
@@ -62,12 +62,19 @@ enum Split {
     Bytes,
 }
 
+/// How a socket's end reaches its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Fin,
+    Reset,
+}
+
 /// One direction of the connection: bytes in order, then how the sender ended its socket.
 #[derive(Debug, Default)]
 struct Pipe {
     bytes: Vec<u8>,
-    /// After the bytes: a FIN (Orderly) or a reset (Abort).
-    end: Option<Ending>,
+    /// After the bytes: a FIN or a reset.
+    end: Option<End>,
     /// Every byte that ever went in (what the receiver should have seen).
     log: Vec<u8>,
 }
@@ -82,6 +89,17 @@ impl Pipe {
     fn take(&mut self, max: usize) -> Vec<u8> {
         let n = max.min(self.bytes.len());
         self.bytes.drain(..n).collect()
+    }
+}
+
+/// How `end_socket(fd, last, ending)` and the close after it reach the peer: an orderly end
+/// is a FIN (after reading what the peer sent); an abort is a plain close, which the kernel
+/// turns into a reset only if input is left unread (`unread`: the closer's inbound pipe).
+fn ended(ending: Ending, unread: &Pipe) -> End {
+    match ending {
+        Ending::Orderly => End::Fin,
+        Ending::Abort if unread.bytes.is_empty() => End::Fin,
+        Ending::Abort => End::Reset,
     }
 }
 
@@ -365,8 +383,8 @@ impl Pair {
                     if read.is_empty() {
                         match self.to_server.end {
                             None => s.conn.lc.on_drained(),
-                            Some(Ending::Orderly) => s.conn.lc.on_eof(),
-                            Some(Ending::Abort) => {
+                            Some(End::Fin) => s.conn.lc.on_eof(),
+                            Some(End::Reset) => {
                                 let reason = s.conn.lc.on_failed(&std::io::Error::from_raw_os_error(libc::ECONNRESET));
                                 let close = s.conn.close(reason);
                                 return self.server_end(close);
@@ -419,7 +437,7 @@ impl Pair {
             self.to_client.push(&bytes);
         }
         self.to_client.push(close.last_behind(s.conn.out.queued.is_empty()));
-        self.to_client.end = Some(close.ending);
+        self.to_client.end = Some(ended(close.ending, &self.to_server));
         s.closed = Some(close);
     }
 
@@ -450,8 +468,8 @@ impl Pair {
         }
         match self.to_client.end {
             _ if eof => {}
-            Some(Ending::Orderly) if self.to_client.bytes.is_empty() => eof = true,
-            Some(Ending::Abort) if self.to_client.bytes.is_empty() => {
+            Some(End::Fin) if self.to_client.bytes.is_empty() => eof = true,
+            Some(End::Reset) if self.to_client.bytes.is_empty() => {
                 // ECONNRESET: the event loop counts a reset and ends the socket.
                 c.reset = true;
                 c.closed = Some(ClientClose { reason: Reason::ClosedByPeer, last: Vec::new(), ending: Ending::Abort });
@@ -502,7 +520,7 @@ impl Pair {
     fn client_end(&mut self, close: ClientClose) {
         if self.to_server.end.is_none() && self.server.closed.is_none() {
             self.to_server.push(&close.last);
-            self.to_server.end = Some(close.ending);
+            self.to_server.end = Some(ended(close.ending, &self.to_client));
         }
         self.client.closed = Some(close);
     }
@@ -800,8 +818,9 @@ fn half_a_record_meets_the_server_header_timeout_before_the_client_reply_timeout
 }
 
 /// The same half request with the client's reply timeout (5 s) before the server's header
-/// timeout: the client gives up at exactly 5 s and resets; the server reads the reset as an
-/// abort, then and not at its own deadline.
+/// timeout: the client gives up at exactly 5 s and closes its socket (no last bytes; nothing
+/// unread, so the kernel sends a FIN, not a reset); the server reads the end of the stream
+/// then, not at its own deadline, and counts the peer's close.
 #[test]
 fn half_a_request_meets_the_client_reply_timeout_before_the_server_header_timeout() {
     for over_tls in [false, true] {
@@ -815,7 +834,7 @@ fn half_a_request_meets_the_client_reply_timeout_before_the_server_header_timeou
         assert_eq!(pair.advance(), began + reply);
         let close = pair.client.closed.as_ref().expect("the client gave up");
         assert!(matches!(close.reason, Reason::ReplyTimeout), "tls {over_tls}: {close:?}");
-        assert_eq!(pair.server_closed(), Some((CloseReason::Aborted, Ending::Abort)), "tls {over_tls}");
+        assert_eq!(pair.server_closed(), Some((CloseReason::Peer, Ending::Orderly)), "tls {over_tls}");
         assert!(pair.client.plain.is_empty());
     }
 }
@@ -893,6 +912,7 @@ fn a_drain_sends_h2_a_goaway_and_the_client_counts_it_done() {
         let close = pair.client.closed.as_ref().expect("the client closed");
         assert!(matches!(close.reason, Reason::Done), "tls {over_tls}: {close:?}");
         let server = pair.server_closed().expect("the server closed");
-        assert_eq!(server.1, Ending::Orderly, "tls {over_tls}: {server:?}");
+        assert_eq!(server, (CloseReason::Done, Ending::Orderly), "tls {over_tls}");
+        assert_eq!(pair.client.close_notify, over_tls, "close_notify behind the GOAWAY under TLS");
     }
 }
