@@ -176,11 +176,19 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
         self.tls = tls;
     }
 
-    /// While the TLS handshake is under way, when it must be done: the protocol's header
-    /// timeout from acceptance (a stalled ClientHello is closed then, like a slow request head).
-    fn handshake_due(&self, responder: &Responder) -> Option<Instant> {
-        let tls = self.tls.as_deref().filter(|tls| tls.is_handshaking())?;
-        Some(after(tls.handshake_started_at(), responder.header_timeout()?))
+    /// When the TLS stage must have handed the protocol something, held to the protocol's
+    /// header timeout: while the handshake is under way, from acceptance (a stalled ClientHello
+    /// is closed then, like a slow request head); between requests, from the first byte of a
+    /// record that is arriving in part (the protocol sees none of a head still inside a record,
+    /// so without this a client dribbling one record's bytes met only the idle timeout).
+    fn tls_due(&self, responder: &Responder) -> Option<Instant> {
+        let tls = self.tls.as_deref()?;
+        let started = if tls.is_handshaking() {
+            tls.handshake_started_at()
+        } else {
+            tls.record_started_at().filter(|_| self.lc.is_between_requests())?
+        };
+        Some(after(started, responder.header_timeout()?))
     }
 
     /// The output waiting for the client, as the policy counts it.
@@ -194,7 +202,7 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
         let pending = self.out.pending();
         let mut action = self.lc.poll(now, pending, responder, limits);
         if let Action::Wait(wait) = &mut action {
-            if let Some(at) = self.handshake_due(responder) {
+            if let Some(at) = self.tls_due(responder) {
                 wait.wake_at = wait.wake_at.min(at);
             }
         }
@@ -237,7 +245,7 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// When the connection must next be woken: the earliest deadline of its timer table.
     pub fn deadline(&self, responder: &Responder, limits: &Limits) -> Instant {
         let policy = self.lc.deadline(responder, limits);
-        self.handshake_due(responder).map_or(policy, |at| at.min(policy))
+        self.tls_due(responder).map_or(policy, |at| at.min(policy))
     }
 
     /// The output queue, with the TLS session its queued plaintext is sealed with.
@@ -360,8 +368,9 @@ impl<Q: Outbox, C: ServerCrypto> Connection<Q, C> {
     /// counted (`closes_unflushed`), as is an orderly close with output queued and no time left
     /// (at the drain's deadline).
     pub fn on_timer(&mut self, now: Instant, tools: &mut ThreadTools<'_>, limits: &Limits) -> Option<Close> {
-        if self.handshake_due(tools.responder).is_some_and(|at| at <= now) {
-            // No key yet: no answer, and no close_notify.
+        if self.tls_due(tools.responder).is_some_and(|at| at <= now) {
+            // During the handshake there is no key yet: no answer, and no close_notify. After
+            // it, a record in part: close_notify (no 408: the protocol saw no byte of a head).
             return Some(self.close(CloseReason::HeaderTimeout));
         }
         let closing = self.lc.is_in_closing_phase();

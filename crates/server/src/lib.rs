@@ -41,11 +41,16 @@ pub use config::{
     check_unix_path, resolve_host, BodySource, Config, ConfigError, ListenAddr, ListenAddrError, ListenerMode, Service,
     TlsFiles, UdpOffload, DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
+// The I/O-free connection and the policy types its calls take and return (below), so that a
+// connection can be driven from outside the crate: the whole-stack pair test
+// (crates/sockscale/tests/pair.rs) joins it to the load generator's client `Connection`.
+pub use connection::{Close, Connection, Outbox, ThreadTools, TlsScratch};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation, SocketFile};
 pub use metrics::MetricsError;
 pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, TLS_FILE_BODY};
 pub use policy::CloseReason;
+pub use policy::{Action, Delivery, Fed, Lifecycle, Limits, Pending, Wait, Written};
 pub use policy::{ActiveConfig, StormConfig};
 pub use pool::PoolError;
 pub use resources::{LoadError, Resources};

@@ -56,6 +56,9 @@ pub(crate) struct RecordLoop<C> {
     /// A record received in part, kept until the rest arrives; empty (and unallocated) when the
     /// connection is idle between whole records.
     partial: Vec<u8>,
+    /// When the record kept in `partial` began arriving: a peer that stops half-way through a
+    /// record is held to a deadline from here, as one that stops half-way through a request.
+    partial_since: Option<Instant>,
     /// Plaintext given before the handshake allowed it to be sent.
     waiting: Vec<u8>,
     /// When the session was opened.
@@ -80,6 +83,7 @@ impl<C: Records> RecordLoop<C> {
         RecordLoop {
             conn,
             partial: Vec::new(),
+            partial_since: None,
             waiting: Vec::new(),
             opened: now,
             began: None,
@@ -134,6 +138,11 @@ impl<C: Records> RecordLoop<C> {
         if let Err(failure) = result {
             self.failed = Some(failure.reason);
             return Err(failure);
+        }
+        if self.partial.is_empty() {
+            self.partial_since = None;
+        } else {
+            self.partial_since.get_or_insert(now);
         }
         let handshake_done = if was_handshaking && !self.handshaking {
             self.began.map(|began| now.saturating_duration_since(began))
@@ -342,6 +351,11 @@ impl<C: Records> RecordLoop<C> {
 
     /// The bytes kept between receives (a record received in part, plaintext waiting for the
     /// handshake): what an idle session costs beyond its fixed state.
+    /// Since when a record has been arriving in part (None: none is).
+    pub(crate) fn partial_since(&self) -> Option<Instant> {
+        self.partial_since
+    }
+
     pub(crate) fn buffered(&self) -> usize {
         self.partial.capacity() + self.waiting.capacity()
     }

@@ -32,6 +32,10 @@ pub trait ServerCrypto: Crypto + Send + std::fmt::Debug {
     /// When the handshake began (the connection's acceptance): its deadline counts from here.
     fn handshake_started_at(&self) -> Instant;
 
+    /// Since when a record has been arriving in part, if one is: the peer stopped (or
+    /// dribbles) half-way through it.
+    fn record_started_at(&self) -> Option<Instant>;
+
     /// The handshake resumed an earlier session (known once it is done).
     fn resumed(&self) -> bool {
         self.negotiated().is_some_and(|n| n.resumed)
@@ -41,6 +45,10 @@ pub trait ServerCrypto: Crypto + Send + std::fmt::Debug {
 impl ServerCrypto for ServerSession {
     fn handshake_started_at(&self) -> Instant {
         self.stage.opened_at()
+    }
+
+    fn record_started_at(&self) -> Option<Instant> {
+        self.stage.partial_since()
     }
 }
 
