@@ -17,6 +17,7 @@ mod h2_totals;
 pub mod http;
 mod output;
 pub mod udp;
+pub mod ws;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,6 +50,15 @@ pub enum Closing {
     /// SETTINGS, PING or empty-frame flood: GOAWAY(ENHANCE_YOUR_CALM); a window kept shut past
     /// the send timeout: GOAWAY(FLOW_CONTROL_ERROR)).
     Limit(sockscale_h2::Limit),
+    /// WebSocket: a ping was not answered by the next one (or within the idle timeout of the
+    /// last input); a close 1001 is queued.
+    PingTimeout,
+}
+
+/// `t + d`, capped far in the future instead of overflowing.
+fn after(t: Instant, d: std::time::Duration) -> Instant {
+    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    t.checked_add(d.min(CENTURY)).unwrap_or(t)
 }
 
 /// Which protocol a server speaks, with its configuration. Cheap to clone and shared by threads.
@@ -94,7 +104,7 @@ impl Responder {
 
     /// Feed `input`, which arrived at `now`, to `session`, appending its answer to `out`.
     pub fn on_input(&mut self, session: &mut Session, input: &[u8], now: Instant, out: &mut Output) -> Verdict {
-        match (self, &mut *session) {
+        let verdict = match (&mut *self, &mut *session) {
             (_, Session::Echo(echo)) => echo.on_input(input, out),
             // Every input of an HTTP/1.1 connection after the one that decided it: straight to
             // the parser, as before HTTP/2 (the detection is out of line, in `first_input`).
@@ -103,9 +113,16 @@ impl Responder {
             }
             (Responder::Http(responses), Session::Http(_)) => first_input(responses, session, input, now, out),
             (Responder::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
+            (_, Session::Ws(ws)) => return ws.on_input(input, now, out),
             (Responder::Echo, Session::Http(_) | Session::H2(_)) => {
                 unreachable!("an HTTP session is only ever created by an HTTP responder")
             }
+        };
+        match (self, &mut *session) {
+            (Responder::Http(responses), Session::Http(http)) if http.is_upgrading() => {
+                upgrade(responses, session, input, now, out)
+            }
+            _ => verdict,
         }
     }
 
@@ -115,6 +132,7 @@ impl Responder {
     pub fn wants_transmit(&self, session: &Session) -> bool {
         match session {
             Session::H2(h2) => h2.wants_transmit(),
+            Session::Ws(ws) => ws.wants_transmit(),
             _ => false,
         }
     }
@@ -124,6 +142,7 @@ impl Responder {
     pub fn transmit(&mut self, session: &mut Session, now: Instant, pending: usize, out: &mut Output) -> Verdict {
         match (self, session) {
             (Responder::Http(responses), Session::H2(h2)) => h2.transmit(now, pending, responses, out),
+            (_, Session::Ws(ws)) => ws.transmit(now, out),
             _ => Verdict::Continue,
         }
     }
@@ -134,6 +153,7 @@ impl Responder {
         match (self, session) {
             (Responder::Http(responses), Session::Http(http)) => http.deadline(responses.config().header_timeout),
             (_, Session::H2(h2)) => h2.deadline(),
+            (_, Session::Ws(ws)) => ws.deadline(),
             _ => None,
         }
     }
@@ -152,6 +172,7 @@ impl Responder {
         match (self, session) {
             (Responder::Http(responses), Session::Http(http)) => http.on_timeout(now, responses, out),
             (_, Session::H2(h2)) => h2.on_timeout(now, out),
+            (_, Session::Ws(ws)) => ws.on_timeout(now),
             _ => Verdict::Continue,
         }
     }
@@ -205,6 +226,31 @@ fn first_input(
     }
 }
 
+/// An HTTP/1.1 connection whose request asked for a WebSocket (or any request, on a
+/// WebSocket-only port): the 101 and the switch of `session` to WebSocket, fed the octets that
+/// came behind the request's head, or the refusal. Out of line, as `first_input` is.
+#[inline(never)]
+fn upgrade(
+    responses: &mut http::Responses,
+    session: &mut Session,
+    input: &[u8],
+    now: Instant,
+    out: &mut Output,
+) -> Verdict {
+    let Session::Http(http) = session else { unreachable!("only an HTTP/1.1 session upgrades") };
+    let Some((head, rest)) = http.take_upgrade(input) else { unreachable!("asked only when upgrading") };
+    let Some(config) = responses.config().websocket.clone() else {
+        unreachable!("an upgrade is taken only with WebSocket on")
+    };
+    match ws::upgrade(&config, &head, &input[rest..], now, out) {
+        ws::Upgrade::Accepted(ws, verdict) => {
+            *session = Session::Ws(ws);
+            verdict
+        }
+        ws::Upgrade::Refused => Verdict::Close(Closing::BadRequest),
+    }
+}
+
 /// Per-connection protocol state.
 #[derive(Debug)]
 pub enum Session {
@@ -212,6 +258,8 @@ pub enum Session {
     Http(http::HttpSession),
     /// An HTTP connection that began with the HTTP/2 preface.
     H2(Box<h2::H2Session>),
+    /// An HTTP/1.1 connection upgraded to WebSocket.
+    Ws(Box<ws::WsSession>),
 }
 
 impl Session {
@@ -222,6 +270,7 @@ impl Session {
             Session::Echo(_) => true,
             Session::Http(http) => http.is_between_requests(),
             Session::H2(h2) => h2.is_between_requests(),
+            Session::Ws(ws) => ws.is_between_requests(),
         }
     }
 
@@ -231,6 +280,7 @@ impl Session {
         match self {
             Session::Http(http) => http.finish_current(),
             Session::H2(h2) => h2.finish_current(),
+            Session::Ws(ws) => ws.finish_current(),
             Session::Echo(_) => {}
         }
     }

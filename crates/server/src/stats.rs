@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use sockscale_h2::Limit as H2Limit;
 use sockscale_proto::h2::H2Totals;
+use sockscale_proto::ws::{WsCounts, WsTotals};
 
 use crate::policy::StormConfig;
 use crate::storm_gate::StormGate;
@@ -134,9 +135,17 @@ pub struct Stats {
     rotations: AtomicU64,
     /// What the HTTP service's HTTP/2 connections counted, added as each ends.
     h2: Option<Arc<H2Totals>>,
+    /// What the WebSocket connections counted: upgrades as they happen, the rest as each ends.
+    ws: Option<Arc<WsTotals>>,
 }
 
 impl Stats {
+    /// Report the WebSocket connections' counts (`ws_*`) from `totals`.
+    pub fn with_ws(mut self, totals: Option<Arc<WsTotals>>) -> Self {
+        self.ws = totals;
+        self
+    }
+
     /// Report the HTTP/2 connections' counts (`h2_*`) from `totals`.
     pub fn with_h2(mut self, totals: Option<Arc<H2Totals>>) -> Self {
         self.h2 = totals;
@@ -157,6 +166,7 @@ impl Stats {
             waiting: AtomicI64::new(0),
             rotations: AtomicU64::new(0),
             h2: None,
+            ws: None,
         }
     }
 
@@ -274,6 +284,9 @@ impl Stats {
                 limits: counted.limits,
             };
         }
+        if let Some(ws) = &self.ws {
+            s.ws = ws.snapshot();
+        }
         s.active_rotations = self.rotations.load(Relaxed);
         for (total, count) in s.limits.iter_mut().zip(&self.limits) {
             *total = count.load(Relaxed);
@@ -358,6 +371,9 @@ pub struct Snapshot {
     pub closes_unflushed: u64,
     /// HTTP/2 connections that ended, and what they counted.
     pub h2: H2Counts,
+    /// WebSocket upgrades and refusals, and what the connections that ended counted.
+    #[serde(skip)]
+    pub ws: WsCounts,
 }
 
 /// What the HTTP/2 connections that ended counted (`sockscale_h2::Stats`, summed).
@@ -532,6 +548,53 @@ impl Snapshot {
             "HTTP/2 limits enforced, by kind (floods end the connection: closed reason hostile).",
             &h2_limits,
         );
+        let ws = &self.ws;
+        metric("ws_upgrades_total", "counter", "WebSocket upgrades answered 101.", &one(ws.upgrades));
+        metric(
+            "ws_refused_total",
+            "counter",
+            "WebSocket upgrade requests refused, by status (426: no upgrade asked on a WebSocket port, or another version).",
+            &[
+                ("{status=\"400\"}".to_string(), ws.refused_400.to_string()),
+                ("{status=\"426\"}".to_string(), ws.refused_426.to_string()),
+            ],
+        );
+        metric("ws_connections_total", "counter", "WebSocket connections that ended.", &one(ws.ended));
+        let st = &ws.stats;
+        let way = |received: u64, sent: u64| {
+            vec![
+                ("{way=\"received\"}".to_string(), received.to_string()),
+                ("{way=\"sent\"}".to_string(), sent.to_string()),
+            ]
+        };
+        metric(
+            "ws_messages_total",
+            "counter",
+            "WebSocket messages, each way (counted as connections end).",
+            &way(st.messages_received, st.messages_sent),
+        );
+        metric(
+            "ws_message_bytes_total",
+            "counter",
+            "WebSocket message payload bytes, uncompressed, each way (counted as connections end).",
+            &way(st.bytes_received, st.bytes_sent),
+        );
+        metric("ws_pings_total", "counter", "WebSocket pings, each way.", &way(st.pings_received, st.pings_sent));
+        metric("ws_pongs_total", "counter", "WebSocket pongs, each way.", &way(st.pongs_received, st.pongs_sent));
+        metric(
+            "ws_ping_timeouts_total",
+            "counter",
+            "WebSocket connections closed for a ping not answered (--ws-ping).",
+            &one(st.ping_timeouts),
+        );
+        let mut closes = Vec::new();
+        for (way, counts) in [("received", &st.closes_received), ("sent", &st.closes_sent)] {
+            for (code, n) in counts.iter() {
+                closes.push((format!("{{way=\"{way}\",code=\"{code}\"}}"), n.to_string()));
+            }
+            closes.push((format!("{{way=\"{way}\",code=\"other\"}}"), counts.other.to_string()));
+        }
+        metric("ws_closes_total", "counter", "WebSocket close frames by code, each way (1005: no code).", &closes);
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -595,6 +658,26 @@ impl Snapshot {
             ("h2_goaways".into(), n(h2.goaways)),
         ]);
         fields.extend(H2Limit::ALL.iter().map(|l| (format!("h2_limit_{}", l.name()), n(h2.limits[*l as usize]))));
+        let (ws, st) = (&self.ws, &self.ws.stats);
+        fields.extend([
+            ("ws_upgrades".into(), n(ws.upgrades)),
+            ("ws_refused_400".into(), n(ws.refused_400)),
+            ("ws_refused_426".into(), n(ws.refused_426)),
+            ("ws_connections".into(), n(ws.ended)),
+            ("ws_messages_in".into(), n(st.messages_received)),
+            ("ws_messages_out".into(), n(st.messages_sent)),
+            ("ws_bytes_in".into(), n(st.bytes_received)),
+            ("ws_bytes_out".into(), n(st.bytes_sent)),
+            ("ws_pings_in".into(), n(st.pings_received)),
+            ("ws_pings_out".into(), n(st.pings_sent)),
+            ("ws_pongs_in".into(), n(st.pongs_received)),
+            ("ws_pongs_out".into(), n(st.pongs_sent)),
+            ("ws_ping_timeouts".into(), n(st.ping_timeouts)),
+        ]);
+        for (way, counts) in [("in", &st.closes_received), ("out", &st.closes_sent)] {
+            fields.extend(counts.iter().map(|(code, c)| (format!("ws_closes_{way}_{code}"), n(c))));
+            fields.push((format!("ws_closes_{way}_other"), n(counts.other)));
+        }
         fields
     }
 

@@ -2102,6 +2102,153 @@ pub fn h2spec_passes_every_case_h2c_and_tls(model: &str) {
     }
 }
 
+/// WebSocket (`--proto ws`): text and binary messages of 0, 125, 126, 65,535, 65,536 octets and
+/// 1 MiB echoed as messages, with and without permessage-deflate; a frame pipelined behind the
+/// upgrade request; a fragmented message; a ping answered; the close handshake with the code
+/// echoed; a plain request answered 426. `--proto http` upgrades on the port that serves pages.
+pub fn ws_echo_fragments_ping_and_close(model: &str) {
+    use sockscale_ws::Kind;
+    use support::ws::{frame, Ended, WsClient};
+    let server = ServerProc::start(model, &["--proto", "ws"]);
+    for deflate in [None, Some(sockscale_ws::DeflateConfig::default())] {
+        let mut c = WsClient::connect(server.connect(), "/any/path", deflate).expect("101");
+        for size in [0, 125, 126, 65_535, 65_536, 1 << 20] {
+            c.echo(Kind::Text, &vec![b'a' + (size % 26) as u8; size]);
+            c.echo(Kind::Binary, &pattern(size as u64, size));
+        }
+        c.close(1000);
+        assert!(matches!(c.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1000) })));
+        assert!(c.eof_within(Duration::from_secs(5)), "the server closes after the handshake");
+    }
+    // A frame behind the request, a fragmented message, a ping, a close with a code of its own.
+    let mask = Some([1, 2, 3, 4]);
+    let mut c = WsClient::connect_with(server.connect(), "/", None, &frame(0x82, b"early", mask)).expect("101");
+    assert_eq!(c.message().expect("the pipelined frame's echo").data, b"early");
+    c.send_raw(&frame(0x01, b"frag", mask));
+    c.send_raw(&frame(0x89, b"are you there", mask));
+    c.send_raw(&frame(0x00, b"men", mask));
+    c.send_raw(&frame(0x80, b"ted", mask));
+    let got = c.message().expect("the fragmented message");
+    assert_eq!((got.kind, got.data.as_slice()), (Kind::Text, &b"fragmented"[..]));
+    assert_eq!(c.session.stats().pongs_received, 1, "the ping between the fragments was answered");
+    c.close(4000);
+    assert!(matches!(c.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(4000) })));
+    // A plain request on a WebSocket port.
+    let mut plain = HttpReader::new(server.connect());
+    plain.send(GET);
+    let r = plain.response(false).expect("an answer");
+    assert_eq!((r.status, r.header("upgrade")), (426, Some("websocket")), "{r:?}");
+    let done = server.stop();
+    assert_eq!(done.counter("ws_upgrades"), 3);
+    assert_eq!(done.counter("ws_refused_426"), 1);
+    assert_eq!(done.counter("ws_closes_in_1000"), 2);
+    assert_eq!(done.counter("ws_closes_out_1000"), 2);
+    assert_eq!((done.counter("ws_closes_in_other"), done.counter("ws_closes_out_other")), (1, 1));
+    assert_eq!(done.counter("ws_pongs_out"), 1);
+    assert_eq!(done.counter("ws_messages_in"), 26);
+    assert_eq!(done.counter("ws_messages_out"), 26);
+    // One port for pages and sockets.
+    let server = ServerProc::start(model, &["--proto", "http"]);
+    let mut page = HttpReader::new(server.connect());
+    page.send(GET);
+    assert_eq!(page.response(false).expect("the page").status, 200);
+    let mut c = WsClient::connect(server.connect(), "/chat", None).expect("101 on the HTTP port");
+    c.echo(Kind::Text, b"beside the pages");
+    drop(server);
+}
+
+/// WebSocket over TLS (wss, ALPN http/1.1) and over a Unix socket.
+pub fn ws_over_tls_and_a_unix_socket(model: &str) {
+    use sockscale_ws::Kind;
+    use support::ws::WsClient;
+    if !skip(model, Policy::Tls) {
+        let cert = tls::TestCert::new(&format!("ws-{model}"));
+        let mut argv = vec!["--proto", "ws"];
+        let args = cert.args();
+        argv.extend(args.iter().map(String::as_str));
+        let server = ServerProc::start(model, &argv);
+        let config = cert.client(&[&rustls::version::TLS13], &[b"http/1.1"]);
+        let stream = tls::over(server.connect(), &config);
+        let mut c = WsClient::connect(stream, "/", Some(sockscale_ws::DeflateConfig::default())).expect("101 over TLS");
+        c.echo(Kind::Binary, &pattern(7, 100_000));
+        c.echo(Kind::Text, b"wss");
+        drop(server);
+    }
+    let path = std::env::temp_dir().join(format!("sockscale-ws-{model}-{}.sock", std::process::id()));
+    let server = ServerProc::start_at(model, &format!("unix:{}", path.display()), &["--proto", "ws"]);
+    let mut c = WsClient::connect(server.connect_unix(), "/", None).expect("101 on a Unix socket");
+    c.echo(Kind::Binary, &pattern(8, 70_000));
+    drop(server);
+}
+
+/// An unmasked client frame is closed with 1002 while another connection is served; a
+/// connection past `--max-conns` gets a 503 to its upgrade.
+pub fn ws_an_unmasked_frame_is_1002_and_a_bystander_is_served(model: &str) {
+    use sockscale_ws::Kind;
+    use support::ws::{frame, Ended, WsClient};
+    let server = ServerProc::start(model, &["--proto", "ws", "--max-conns", "2"]);
+    let mut bystander = WsClient::connect(server.connect(), "/", None).expect("101");
+    let mut bad = WsClient::connect(server.connect(), "/", None).expect("101");
+    bystander.echo(Kind::Text, b"before");
+    let mut over = HttpReader::new(server.connect());
+    let mut request = Vec::new();
+    sockscale_ws::ClientHandshake::new([7; 16], None).write_request("localhost", "/", &mut request);
+    over.send(&request);
+    assert_eq!(over.response(false).map(|r| r.status), Some(503), "past --max-conns");
+    bad.send_raw(&frame(0x81, b"unmasked", None));
+    assert_eq!(bad.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1002) }));
+    bystander.echo(Kind::Text, b"after");
+    let done = server.stop();
+    assert_eq!(done.counter("ws_closes_out_1002"), 1);
+}
+
+/// The drain: an open WebSocket gets close 1001, and once it answers, the connection ends and
+/// the server exits well before the drain timeout.
+pub fn ws_the_drain_sends_1001_and_waits_for_the_close(model: &str) {
+    use sockscale_ws::Kind;
+    use support::ws::{Ended, WsClient};
+    let server = ServerProc::start(model, &["--proto", "ws", "--drain-timeout", "10"]);
+    let mut c = WsClient::connect(server.connect(), "/", None).expect("101");
+    c.echo(Kind::Text, b"hello");
+    server.signal(libc::SIGTERM);
+    // The client's session answers the close as it reads it.
+    assert_eq!(c.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1001) }));
+    assert!(c.eof_within(Duration::from_secs(5)), "closed once the close was answered");
+    let done = server.stop_within(Duration::from_secs(8));
+    assert!(done.took < Duration::from_secs(5), "drained in {:?}, not at the drain timeout", done.took);
+    assert_eq!((done.counter("ws_closes_out_1001"), done.counter("ws_closes_in_1001")), (1, 1));
+    assert_eq!(done.counter("closed_done"), 1, "{:?}", done.stdout);
+}
+
+/// `--ws-ping`: a client that answers the pings stays; one that never reads is closed with
+/// 1001 once a ping goes unanswered by the next, counted as a ping timeout.
+pub fn ws_an_unanswered_ping_closes_the_connection(model: &str) {
+    use sockscale_ws::Kind;
+    use support::ws::{Ended, WsClient};
+    let server = ServerProc::start(model, &["--proto", "ws", "--ws-ping", "0.3"]);
+    let mut live = WsClient::connect(server.connect(), "/", None).expect("101");
+    let mut silent = WsClient::connect(server.connect(), "/", None).expect("101");
+    let started = Instant::now();
+    // The live client reads (its session answers each ping) for a while.
+    while started.elapsed() < Duration::from_millis(1500) {
+        live.stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        match live.message() {
+            Ok(m) => panic!("no message was sent: {m:?}"),
+            Err(Ended::Socket(_)) => {}
+            Err(e) => panic!("the live client was closed: {e:?}"),
+        }
+    }
+    live.stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert!(live.session.stats().pings_received >= 3, "pinged: {:?}", live.session.stats());
+    live.echo(Kind::Text, b"still here");
+    // The silent one read nothing meanwhile: a ping, then the close 1001.
+    assert_eq!(silent.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1001) }));
+    assert_eq!(silent.session.stats().pings_received, 1);
+    let done = server.stop();
+    assert_eq!(done.counter("ws_ping_timeouts"), 1);
+    assert_eq!(done.counter("closed_idle"), 1);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! conformance {
     ($($model:ident),* $(,)?) => {
@@ -2154,6 +2301,11 @@ macro_rules! conformance {
             #[test] fn h2_floods_from_a_client_that_never_reads_are_cut_off() { if !super::unavailable(MODEL) { super::h2_floods_from_a_client_that_never_reads_are_cut_off(MODEL) } }
             #[test] fn h2_goaway_on_drain_answers_streams_in_flight() { if !super::unavailable(MODEL) { super::h2_goaway_on_drain_answers_streams_in_flight(MODEL) } }
             #[test] fn h2spec_passes_every_case_h2c_and_tls() { if !super::unavailable(MODEL) { super::h2spec_passes_every_case_h2c_and_tls(MODEL) } }
+            #[test] fn ws_echo_fragments_ping_and_close() { if !super::unavailable(MODEL) { super::ws_echo_fragments_ping_and_close(MODEL) } }
+            #[test] fn ws_over_tls_and_a_unix_socket() { if !super::unavailable(MODEL) { super::ws_over_tls_and_a_unix_socket(MODEL) } }
+            #[test] fn ws_an_unmasked_frame_is_1002_and_a_bystander_is_served() { if !super::unavailable(MODEL) { super::ws_an_unmasked_frame_is_1002_and_a_bystander_is_served(MODEL) } }
+            #[test] fn ws_the_drain_sends_1001_and_waits_for_the_close() { if !super::unavailable(MODEL) { super::ws_the_drain_sends_1001_and_waits_for_the_close(MODEL) } }
+            #[test] fn ws_an_unanswered_ping_closes_the_connection() { if !super::unavailable(MODEL) { super::ws_an_unanswered_ping_closes_the_connection(MODEL) } }
             #[test] fn accept_backs_off_when_out_of_descriptors() { if !super::unavailable(MODEL) { super::accept_backs_off_when_out_of_descriptors(MODEL) } }
         }
     )*};

@@ -108,6 +108,13 @@ pub struct HttpConfig {
     pub file_chunks: Option<Arc<dyn FileChunks>>,
     /// What HTTP/2 connections counted, added as each one ends (read by the server's stats).
     pub h2_totals: Arc<crate::h2_totals::H2Totals>,
+    /// WebSocket on the same port: a request with `Upgrade: websocket` (a GET with no body)
+    /// is answered by the WebSocket stage, 101 or a refusal; `None`: such a request is an
+    /// ordinary one (its Upgrade ignored, as RFC 9110 §7.8 lets a server).
+    pub websocket: Option<Arc<crate::ws::WsConfig>>,
+    /// `--proto ws`: every request is the WebSocket stage's; one that asks for no upgrade is
+    /// answered 426 (no pages are served).
+    pub websocket_only: bool,
 }
 
 impl Default for HttpConfig {
@@ -122,6 +129,8 @@ impl Default for HttpConfig {
             http2: Some(Arc::new(crate::h2_totals::default_limits())),
             file_chunks: None,
             h2_totals: Arc::default(),
+            websocket: None,
+            websocket_only: false,
         }
     }
 }
@@ -170,6 +179,9 @@ enum State {
     Body { request: RequestHead, remaining: BodyLeft },
     /// The connection is ending; further input is ignored.
     Closed,
+    /// The request whose head this is goes to the WebSocket stage (see `crate::upgrade`); the
+    /// input it ended in goes on at `rest`. Nothing more is parsed.
+    Upgrade { head: Vec<u8>, rest: usize },
 }
 
 #[derive(Debug)]
@@ -219,7 +231,15 @@ pub enum FirstBytes {
 enum HeadStep {
     NeedMore,
     Request(RequestHead),
+    /// A request for the WebSocket stage, with its head.
+    Upgrade(Vec<u8>),
     Reject(Status),
+}
+
+/// Whether `request` goes to the WebSocket stage: a request asking for it with no body (a
+/// body would be read as frames), or any request on a WebSocket-only port.
+fn upgrade_wanted(request: &RequestHead, cfg: &HttpConfig) -> bool {
+    cfg.websocket.is_some() && (cfg.websocket_only || (request.upgrade && request.framing == Framing::None))
 }
 
 impl HttpSession {
@@ -227,10 +247,14 @@ impl HttpSession {
         let mut cursor = 0;
         while cursor < input.len() {
             match &mut self.state {
-                State::Closed => break,
+                State::Closed | State::Upgrade { .. } => break,
                 State::Head => match self.take_head(input, &mut cursor, now, responses.config()) {
                     HeadStep::NeedMore => break,
                     HeadStep::Reject(status) => return self.reject(status, responses, out),
+                    HeadStep::Upgrade(head) => {
+                        self.state = State::Upgrade { head, rest: cursor };
+                        return Verdict::Continue;
+                    }
                     HeadStep::Request(request) => {
                         let remaining = match request.framing {
                             Framing::None => None,
@@ -352,6 +376,24 @@ impl HttpSession {
         self.finishing = true;
     }
 
+    /// A request for the WebSocket stage was read: [`HttpSession::take_upgrade`] gives it.
+    #[inline]
+    pub fn is_upgrading(&self) -> bool {
+        matches!(self.state, State::Upgrade { .. })
+    }
+
+    /// The upgrade request's head and where the octets behind it start in the input it ended
+    /// in; the session is closed (the connection is the WebSocket stage's, or refused).
+    pub fn take_upgrade(&mut self, input: &[u8]) -> Option<(Vec<u8>, usize)> {
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::Upgrade { head, rest } => Some((head, rest.min(input.len()))),
+            other => {
+                self.state = other;
+                None
+            }
+        }
+    }
+
     /// Parse a head from `input[*cursor..]`, continuing a partial one if there is one. Only as
     /// much input as can still fit under the limit is copied into the partial buffer, and no
     /// more than that is parsed when the head starts in this input either, so a head gets the
@@ -362,6 +404,11 @@ impl HttpSession {
             let available = &input[*cursor..];
             let available = &available[..available.len().min(limit + 1)];
             return match request::parse(available, limit) {
+                Parsed::Complete(request, len) if upgrade_wanted(&request, cfg) => {
+                    let head = available[..len].to_vec();
+                    *cursor += len;
+                    HeadStep::Upgrade(head)
+                }
                 Parsed::Complete(request, len) => {
                     *cursor += len;
                     HeadStep::Request(request)
@@ -385,8 +432,12 @@ impl HttpSession {
                 // the next request.
                 let unused = self.partial.len() - len;
                 *cursor += take - unused;
-                self.partial = Vec::new();
+                let mut head = std::mem::take(&mut self.partial);
                 self.head_started = None;
+                if upgrade_wanted(&request, cfg) {
+                    head.truncate(len);
+                    return HeadStep::Upgrade(head);
+                }
                 HeadStep::Request(request)
             }
             Parsed::Partial => {

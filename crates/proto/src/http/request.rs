@@ -29,6 +29,8 @@ pub struct RequestHead {
     pub keep_alive: bool,
     pub framing: Framing,
     pub expect_continue: bool,
+    /// `Upgrade: websocket`: the WebSocket stage's to accept or refuse, if the server serves it.
+    pub upgrade: bool,
 }
 
 /// The outcome of trying to parse a head from the bytes seen so far.
@@ -115,6 +117,7 @@ fn analyse(req: &httparse::Request<'_, '_>) -> Result<RequestHead, Status> {
     let mut keep_alive_token = false;
     let mut expect_continue = false;
     let mut hosts = 0usize;
+    let mut upgrade = false;
 
     for header in req.headers.iter() {
         let name = header.name;
@@ -146,6 +149,8 @@ fn analyse(req: &httparse::Request<'_, '_>) -> Result<RequestHead, Status> {
             expect_continue = trim(header.value).eq_ignore_ascii_case(b"100-continue");
         } else if name.eq_ignore_ascii_case("host") {
             hosts += 1;
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            upgrade |= tokens(header.value).any(|t| t.eq_ignore_ascii_case(b"websocket"));
         }
     }
 
@@ -167,6 +172,7 @@ fn analyse(req: &httparse::Request<'_, '_>) -> Result<RequestHead, Status> {
         keep_alive: if http10 { keep_alive_token && !close } else { !close },
         framing,
         expect_continue: expect_continue && !http10 && framing != Framing::None,
+        upgrade,
     })
 }
 

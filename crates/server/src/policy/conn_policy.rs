@@ -103,6 +103,8 @@ pub fn closing_reason(closing: Closing) -> CloseReason {
         Closing::Limit(sockscale_h2::Limit::WindowStall) => CloseReason::SendTimeout,
         Closing::Limit(sockscale_h2::Limit::HeaderTimeout) => CloseReason::HeaderTimeout,
         Closing::Limit(_) => CloseReason::Hostile,
+        // A WebSocket peer that answered no ping: as silent as an idle one.
+        Closing::PingTimeout => CloseReason::Idle,
     }
 }
 

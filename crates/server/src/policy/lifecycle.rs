@@ -358,7 +358,14 @@ impl Lifecycle {
 
     /// When a policy (or the protocol) may next act on this connection.
     pub fn deadline(&self, responder: &Responder, limits: &Limits) -> Instant {
-        self.policy.deadline(limits, responder.deadline(&self.session))
+        self.policy.deadline(limits, self.protocol_deadline(responder))
+    }
+
+    /// The protocol's own deadline, which stands still while the connection waits for a place
+    /// in the active set, as its idle clock does: a WebSocket's ping would go unanswered, its
+    /// pong not read (HTTP has none then: a waiting connection has no request under way).
+    fn protocol_deadline(&self, responder: &Responder) -> Option<Instant> {
+        responder.deadline(&self.session).filter(|_| !self.policy.is_waiting())
     }
 
     /// What to do next, with `pending` output waiting for the client now.
@@ -571,7 +578,7 @@ impl Lifecycle {
     ) -> Option<Expiry> {
         // A starved read is retried at the first timer after it.
         self.flags.set(Flags::STARVED, false);
-        let protocol_due = responder.deadline(&self.session).is_some_and(|at| at <= now);
+        let protocol_due = self.protocol_deadline(responder).is_some_and(|at| at <= now);
         let mut expired = self.policy.expired(now, limits, protocol_due)?;
         out.clear();
         if expired.answer {

@@ -501,11 +501,7 @@ impl<'w, 'h> PollerThread<'w, 'h> {
             }
             // The protocol has its drain's answer to send (HTTP/2's GOAWAY): to the workers.
             if conn.x.lc.wants_transmit(&self.kit.responder) {
-                if let Some(conn) = self.conns.remove(&id) {
-                    if let Err(conn) = self.queue.push(conn) {
-                        self.hub.close(*conn, self.counters, CloseReason::Shutdown);
-                    }
-                }
+                self.hand_to_workers(id);
                 continue;
             }
             // The drain's end is its deadline now.
@@ -528,10 +524,21 @@ impl<'w, 'h> PollerThread<'w, 'h> {
                         self.hub.end(*conn, &close, &mut self.kit.tls_scratch, self.counters);
                     }
                 }
+                // The protocol's timer left it something to send (a WebSocket's ping): a turn.
+                None if conn.x.lc.wants_transmit(&self.kit.responder) => self.hand_to_workers(id),
                 None => {
                     let deadline = conn.x.deadline(&self.kit.responder, &self.hub.limits);
                     self.timers.schedule(&mut conn.timer_at, deadline, token);
                 }
+            }
+        }
+    }
+
+    /// Hand parked connection `id` to the workers for a turn (closed if the queue is full).
+    fn hand_to_workers(&mut self, id: u32) {
+        if let Some(conn) = self.conns.remove(&id) {
+            if let Err(conn) = self.queue.push(conn) {
+                self.hub.close(*conn, self.counters, CloseReason::Shutdown);
             }
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
+use sockscale_proto::ws::WsConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
     ActiveConfig, BodySource, Config, ListenAddr, ListenerMode, Model, Resources, SendfileMode, Server, Service,
@@ -27,6 +28,8 @@ pub enum Proto {
     Http,
     /// UDP echo: every datagram is sent back to its sender
     Udp,
+    /// WebSocket echo (RFC 6455): every message sent back as a message, on any path
+    Ws,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -156,6 +159,24 @@ pub struct ServeArgs {
     /// Largest request body; longer gets 413
     #[arg(long, value_name = "BYTES", default_value = "8MiB", value_parser = parse_size, help_heading = PROTOCOL)]
     pub max_body_bytes: usize,
+    /// WebSocket: largest message, after inflating [default: 16MiB]
+    ///
+    /// A message announced or inflated past it is refused with close 1009, never allocated past
+    /// the limit. For --proto ws, and --proto http (which accepts WebSocket upgrades too)
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = PROTOCOL)]
+    pub ws_max_message: Option<usize>,
+    /// WebSocket: permessage-deflate (RFC 7692) when a client offers it [default: on]
+    ///
+    /// Windows and context takeover as the client asks; zlib's state costs about 300-430 KB a
+    /// connection once a compressed message went each way
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub ws_deflate: Option<OnOff>,
+    /// WebSocket: ping connections silent this long; 0 = off [default: off]
+    ///
+    /// A ping not answered by the next one (or within --idle-timeout of the connection's last
+    /// input) closes the connection with 1001, counted as ws_ping_timeouts
+    #[arg(long, value_name = "SECS", value_parser = parse_duration_or_zero, help_heading = PROTOCOL)]
+    pub ws_ping: Option<Duration>,
 
     /// I/O model; `sockscale models` describes each
     #[arg(short = 'm', long, default_value = "epoll", value_parser = ModelParser, help_heading = IO_MODEL)]
@@ -349,7 +370,7 @@ impl clap::builder::TypedValueParser for ProtoParser {
         if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
             let arg = arg.map_or_else(|| "--proto".to_owned(), ToString::to_string);
             let message = format!(
-                "invalid value '{text}' for '{arg}': a protocol is echo, http or udp; for port {text}, give \
+                "invalid value '{text}' for '{arg}': a protocol is echo, http, udp or ws; for port {text}, give \
                  --listen :{text} (-l :{text})\n"
             );
             return Err(clap::Error::raw(clap::error::ErrorKind::InvalidValue, message).with_cmd(cmd));
@@ -369,9 +390,18 @@ fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
 
 impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
+        self.check_ws_flags()?;
         let service = match self.proto {
             Proto::Echo => Service::Echo,
             Proto::Udp => Service::UdpEcho,
+            Proto::Ws => Service::Http(Arc::new(HttpConfig {
+                max_header_bytes: self.max_header_bytes,
+                header_timeout: self.header_timeout,
+                http2: None,
+                websocket: Some(self.websocket()?),
+                websocket_only: true,
+                ..HttpConfig::default()
+            })),
             Proto::Http => {
                 let http2 = (self.http2 == OnOff::On).then(|| {
                     Arc::new(sockscale_h2::Limits {
@@ -390,6 +420,7 @@ impl ServeArgs {
                     max_body_bytes: self.max_body_bytes as u64,
                     header_timeout: self.header_timeout,
                     http2,
+                    websocket: Some(self.websocket()?),
                     ..HttpConfig::default()
                 }))
             }
@@ -410,7 +441,7 @@ impl ServeArgs {
             (Some(cert), Some(key)) => {
                 let alpn = match (self.proto, http2) {
                     (Proto::Http, true) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-                    (Proto::Http, false) => vec![b"http/1.1".to_vec()],
+                    (Proto::Http, false) | (Proto::Ws, _) => vec![b"http/1.1".to_vec()],
                     _ => Vec::new(),
                 };
                 let options = ServerOptions {
@@ -502,11 +533,57 @@ impl ServeArgs {
         Ok(SocketAddr::new(metrics.ip(), port))
     }
 
+    /// The WebSocket stage's settings (`--ws-*`, and `--idle-timeout`, which bounds a ping's
+    /// answer too).
+    fn websocket(&self) -> Result<Arc<WsConfig>> {
+        let max_message = self.ws_max_message.unwrap_or(sockscale_ws::DEFAULT_MAX_MESSAGE);
+        if max_message == 0 {
+            anyhow::bail!(
+                "--ws-max-message 0 would refuse every message: give a size of at least 1 byte, such as 64KiB"
+            );
+        }
+        Ok(Arc::new(WsConfig {
+            session: sockscale_ws::Config { max_message },
+            deflate: (self.ws_deflate != Some(OnOff::Off)).then(sockscale_ws::DeflateConfig::default),
+            ping: self.ws_ping.filter(|every| !every.is_zero()),
+            idle_timeout: self.idle_timeout,
+            ..WsConfig::default()
+        }))
+    }
+
+    /// The name `--proto` was given as.
+    fn proto_name(&self) -> &'static str {
+        match self.proto {
+            Proto::Echo => "echo",
+            Proto::Http => "http",
+            Proto::Udp => "udp",
+            Proto::Ws => "ws",
+        }
+    }
+
+    /// `--ws-*` given for a protocol with no WebSocket.
+    fn check_ws_flags(&self) -> Result<()> {
+        let given = [
+            ("--ws-max-message", self.ws_max_message.is_some()),
+            ("--ws-deflate", self.ws_deflate.is_some()),
+            ("--ws-ping", self.ws_ping.is_some()),
+        ];
+        for (flag, given) in given {
+            if given && matches!(self.proto, Proto::Echo | Proto::Udp) {
+                anyhow::bail!(
+                    "{flag} applies to --proto ws and --proto http, and --proto {} has no WebSocket",
+                    self.proto_name()
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// `--udp-gso`, `--udp-gro` (on unless turned off); refused for a protocol without datagrams.
     fn udp_offload(&self) -> Result<UdpOffload> {
         for (flag, given) in [("--udp-gso", self.udp_gso), ("--udp-gro", self.udp_gro)] {
             if given.is_some() && self.proto != Proto::Udp {
-                let proto = if self.proto == Proto::Echo { "echo" } else { "http" };
+                let proto = self.proto_name();
                 anyhow::bail!("{flag} applies to --proto udp, and --proto {proto} has no datagrams");
             }
         }

@@ -15,6 +15,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
 pub mod browser;
 pub mod h2;
 pub mod tls;
+pub mod ws;
 
 pub fn unavailable(model: &str) -> bool {
     let parsed = sockscale_server::Model::from_str(model).expect("a model the library knows");
