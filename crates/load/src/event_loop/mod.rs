@@ -1024,16 +1024,9 @@ impl<'a> EventLoop<'a> {
                 result.first_bad_response.get_or_insert_with(|| sample.clone());
             }
             Reason::BadResponseAtEof => errors.bad_response += 1,
-            Reason::H2 { error, sample } => {
-                let kind = match error {
-                    sockscale_h2::ClientError::NotHttp2 => "not_http2".to_owned(),
-                    sockscale_h2::ClientError::Protocol(violation) => {
-                        sockscale_h2::error_code_name(violation.code() as u32).into_owned()
-                    }
-                    sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".to_owned(),
-                };
-                *result.h2.connection_errors.entry(kind).or_default() += 1;
-                result.h2.first_error.get_or_insert_with(|| error.to_string());
+            Reason::H2 { code, error, sample } => {
+                *result.h2.connection_errors.entry(code.to_string()).or_default() += 1;
+                result.h2.first_error.get_or_insert_with(|| error.clone());
                 errors.bad_response += 1;
                 result.first_bad_response.get_or_insert_with(|| sample.clone());
             }
@@ -1222,13 +1215,11 @@ fn count(result: &mut ThreadResult, now_ns: u64, event: ConnEvent) {
         }
         ConnEvent::StreamReset { code } => {
             result.errors.h2_reset += 1;
-            *result.h2.resets.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1;
+            *result.h2.resets.entry(code.into_owned()).or_default() += 1;
         }
         ConnEvent::StreamRefused => result.errors.h2_refused += 1,
         ConnEvent::StreamMalformed => result.errors.bad_response += 1,
-        ConnEvent::GoAway { code } => {
-            *result.h2.goaways.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1
-        }
+        ConnEvent::GoAway { code } => *result.h2.goaways.entry(code.into_owned()).or_default() += 1,
         ConnEvent::Greeted { max_streams } => {
             let h2 = &mut result.h2;
             h2.connections += 1;
