@@ -429,10 +429,12 @@ impl Connection {
         None
     }
 
-    /// Take back the datagram just made: the socket would not send it.
-    pub fn cancel_datagram(&mut self) {
+    /// Take back the last `n` datagrams made: the socket would not send them.
+    pub fn cancel_datagrams(&mut self, n: usize) {
         if let Protocol::Udp(c) = &mut self.protocol {
-            c.cancel_last();
+            for _ in 0..n {
+                c.cancel_last();
+            }
         }
     }
 
@@ -486,6 +488,10 @@ impl Connection {
         scratch: &mut Vec<u8>,
         on: &mut impl FnMut(Event),
     ) -> Result<bool, Close> {
+        if self.is_udp() {
+            self.receive_datagram(profile, data, on);
+            return Ok(false);
+        }
         let mut peer_closed = false;
         let plain: &[u8] = match self.tls.as_deref_mut() {
             None => {
@@ -526,6 +532,22 @@ impl Connection {
         };
         self.take(profile, plain, on)?;
         Ok(peer_closed)
+    }
+
+    /// UDP: one datagram received (a datagram socket has no TLS and no end of stream; a
+    /// datagram that is no answer is counted and the socket lives on).
+    pub fn receive_datagram(&mut self, profile: &Profile, datagram: &[u8], on: &mut impl FnMut(Event)) {
+        on(Event::Received { plaintext: datagram.len(), wire: 0 });
+        if let Protocol::Udp(c) = &mut self.protocol {
+            match c.on_datagram(&profile.pattern, datagram) {
+                Ok(Reply::Answer(stamp)) => {
+                    self.answered = true;
+                    on(Event::Datagram { stamp });
+                }
+                Ok(Reply::Late) => on(Event::LateDatagram),
+                Err(_) => on(Event::BadDatagram),
+            }
+        }
     }
 
     /// Hand received plaintext to the protocol.
@@ -585,17 +607,8 @@ impl Connection {
                     Close::bare(Reason::H2 { code, error, sample: crate::report::sample(data) })
                 })
             }
-            Protocol::Udp(c) => {
-                match c.on_datagram(&profile.pattern, data) {
-                    Ok(Reply::Answer(stamp)) => {
-                        *answered = true;
-                        on(Event::Datagram { stamp });
-                    }
-                    Ok(Reply::Late) => on(Event::LateDatagram),
-                    Err(_) => on(Event::BadDatagram),
-                }
-                Ok(())
-            }
+            // Datagrams go to `receive_datagram`, one at a time, with no TLS.
+            Protocol::Udp(_) => Ok(()),
         }
     }
 

@@ -12,6 +12,7 @@
 //! Connection `i` of the run belongs to thread `i % threads`; its number fixes its echo
 //! pattern phase and its `-r` block (`i / block`).
 
+mod datagrams;
 mod io;
 mod tls;
 
@@ -323,6 +324,8 @@ pub struct EventLoop<'a> {
     /// TLS: the plaintext of one read, decrypted from `rbuf`.
     plain: Vec<u8>,
     dgram: Vec<u8>,
+    /// `load udp`: the batches datagrams leave and come in.
+    datagrams: datagrams::Datagrams,
     now: Instant,
     now_ns: u64,
     /// Connections of this thread opened so far (first connects, not reconnects).
@@ -391,6 +394,7 @@ impl<'a> EventLoop<'a> {
             rbuf: vec![0; 64 << 10],
             plain: Vec::new(),
             dgram: Vec::new(),
+            datagrams: datagrams::Datagrams::new(cfg.udp_offload, cfg.depth),
             now: Instant::now(),
             now_ns: 0,
             opened: 0,
@@ -796,6 +800,9 @@ impl<'a> EventLoop<'a> {
                 return self.schedule_reconnect(index, End::Failed);
             }
         };
+        if udp {
+            self.datagrams.prepare(socket.as_raw_fd());
+        }
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
         let entry = self.conns.vacant_entry();
@@ -1314,6 +1321,7 @@ mod tests {
             connect_first: false,
             per_conn: None,
             tls: None,
+            udp_offload: Default::default(),
             hdr_log: None,
         }
     }
