@@ -23,9 +23,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN, PREFACE};
+use crate::frame::{self, flag, kind, setting, ErrorCode, Head, PREFACE};
 use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
-use crate::rules::{self, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
+use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
 
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
@@ -218,8 +218,8 @@ struct Block {
 #[derive(Debug)]
 pub struct ClientConnection {
     settings: ClientSettings,
-    /// A frame received in part; unallocated between frames.
-    partial: Vec<u8>,
+    /// Cuts frames out of what is received; holds a frame received in part.
+    reader: FrameReader,
     decoder: Decoder,
     list: HeaderList,
     block: Option<Block>,
@@ -267,7 +267,7 @@ impl ClientConnection {
         }
         ClientConnection {
             settings,
-            partial: Vec::new(),
+            reader: FrameReader::default(),
             decoder: Decoder::new(settings.header_table as usize),
             list: HeaderList::with_limit(settings.max_header_list as usize),
             block: None,
@@ -328,7 +328,7 @@ impl ClientConnection {
 
     /// Bytes held between calls (a frame in part, a header block in progress).
     pub fn buffered(&self) -> usize {
-        self.partial.capacity() + self.block.as_ref().map_or(0, |b| b.bytes.capacity())
+        self.reader.buffered() + self.block.as_ref().map_or(0, |b| b.bytes.capacity())
     }
 
     /// Open a stream for `request` (call only when [`Self::can_open`]): its HEADERS, and its
@@ -380,14 +380,14 @@ impl ClientConnection {
     /// connection is over.
     pub fn receive(
         &mut self,
-        mut data: &[u8],
+        data: &[u8],
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        if !self.seen_settings && self.partial.is_empty() && data.starts_with(b"HTTP/") {
+        if !self.seen_settings && self.reader.is_empty() && data.starts_with(b"HTTP/") {
             return Err(ClientError::NotHttp2);
         }
-        let result = self.receive_frames(&mut data, out, on);
+        let result = self.receive_frames(data, out, on);
         if let Err(ClientError::Protocol(violation)) = &result {
             frame::put_goaway(out, 0, violation.code(), b"");
         } else if let Err(ClientError::Compression(_)) = &result {
@@ -398,54 +398,16 @@ impl ClientConnection {
 
     fn receive_frames(
         &mut self,
-        data: &mut &[u8],
+        data: &[u8],
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
-        // Complete a frame begun in an earlier read.
-        while !self.partial.is_empty() {
-            let want = if self.partial.len() < HEADER_LEN { HEADER_LEN } else { self.frame_len(&self.partial)? };
-            let take = (want - self.partial.len()).min(data.len());
-            self.partial.extend_from_slice(&data[..take]);
-            *data = &data[take..];
-            if self.partial.len() < want {
-                if self.partial.len() >= HEADER_LEN {
-                    self.frame_len(&self.partial)?;
-                }
-                return Ok(());
-            }
-            if want == HEADER_LEN && self.frame_len(&self.partial)? > HEADER_LEN {
-                continue;
-            }
-            let whole = std::mem::take(&mut self.partial);
-            let Some(head) = whole.first_chunk().map(Head::parse) else { return Ok(()) };
-            self.frame(head, &whole[HEADER_LEN..], out, on)?;
-        }
-        while data.len() >= HEADER_LEN {
-            let total = self.frame_len(data)?;
-            if data.len() < total {
-                break;
-            }
-            let Some(head) = data.first_chunk().map(Head::parse) else { break };
-            self.frame(head, &data[HEADER_LEN..total], out, on)?;
-            *data = &data[total..];
-        }
-        if !data.is_empty() {
-            if data.len() >= HEADER_LEN {
-                self.frame_len(data)?;
-            }
-            self.partial.extend_from_slice(data);
-            *data = &[];
-        }
-        Ok(())
-    }
-
-    /// The whole length of the frame whose header begins `bytes`, checked against
-    /// SETTINGS_MAX_FRAME_SIZE.
-    fn frame_len(&self, bytes: &[u8]) -> Result<usize, ClientError> {
-        let Some(head) = bytes.first_chunk().map(Head::parse) else { return Ok(HEADER_LEN) };
-        rules::check_size(&head, self.settings.max_frame)?;
-        Ok(HEADER_LEN + head.len as usize)
+        // Taken for the read, so that each frame may be handled with the whole connection.
+        let mut reader = std::mem::take(&mut self.reader);
+        let max_frame = self.settings.max_frame;
+        let read = reader.read(data, max_frame, |head, payload| self.frame(head, payload, out, on));
+        self.reader = reader;
+        read
     }
 
     fn frame(

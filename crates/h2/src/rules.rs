@@ -7,9 +7,14 @@
 //! The server ([`crate::Connection`]) and the client ([`crate::ClientConnection`]) call these and
 //! keep only what differs by role: which PUSH_PROMISE each refuses, a server's
 //! SETTINGS_ENABLE_PUSH = 1 (an error for a client only), budgets (server), stream bookkeeping.
-//! Nothing here allocates: each check reads the payload in place.
+//! Nothing here allocates, but for [`FrameReader`]'s frame split across reads: each check reads
+//! the payload in place.
+//!
+//! Both sides also cut frames out of received bytes with one [`FrameReader`].
 
-use crate::frame::{flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, MAX_MAX_FRAME, MAX_WINDOW, MIN_MAX_FRAME};
+use crate::frame::{
+    flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, MAX_MAX_FRAME, MAX_WINDOW, MIN_MAX_FRAME,
+};
 
 /// A rule of RFC 9113 the peer broke, with the error code it is answered with
 /// ([`Violation::code`]) and whether it ends the connection or one stream
@@ -154,6 +159,81 @@ pub fn check_size(head: &Head, max_frame: u32) -> Result<(), Violation> {
         return Err(Violation::FrameTooLarge);
     }
     Ok(())
+}
+
+/// Cuts whole frames out of received bytes, for both sides: a frame wholly inside one read is
+/// handed over in place (no copy); only a frame split across reads is kept, and copied, until
+/// its last byte comes. Each frame's length is checked against the SETTINGS_MAX_FRAME_SIZE this
+/// side advertised as soon as its 9-octet header is in, before its payload is kept (§4.2).
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    /// A frame received in part (its header, or header and some payload): empty and
+    /// unallocated between whole frames.
+    partial: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Hand every whole frame in `input` (after the one kept from earlier reads) to `on_frame`,
+    /// in order, and keep the part of a frame that ends `input`. Stops at the first error,
+    /// `on_frame`'s or a frame over `max_frame` ([`Violation::FrameTooLarge`]); the rest of
+    /// `input` is then not read (the connection is over).
+    pub fn read<E: From<Violation>>(
+        &mut self,
+        mut input: &[u8],
+        max_frame: u32,
+        mut on_frame: impl FnMut(Head, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if !self.partial.is_empty() {
+            // Complete the frame begun earlier: its header first, then its payload.
+            if self.partial.len() < HEADER_LEN {
+                let take = (HEADER_LEN - self.partial.len()).min(input.len());
+                self.partial.extend_from_slice(&input[..take]);
+                input = &input[take..];
+                let Some(head) = self.pending_head() else { return Ok(()) };
+                check_size(&head, max_frame)?;
+            }
+            let Some(head) = self.pending_head() else { return Ok(()) };
+            let total = HEADER_LEN + head.len as usize;
+            let take = (total - self.partial.len()).min(input.len());
+            self.partial.extend_from_slice(&input[..take]);
+            input = &input[take..];
+            if self.partial.len() < total {
+                return Ok(());
+            }
+            let frame = std::mem::take(&mut self.partial);
+            on_frame(head, &frame[HEADER_LEN..])?;
+        }
+        while let Some(bytes) = input.first_chunk::<HEADER_LEN>() {
+            let head = Head::parse(bytes);
+            check_size(&head, max_frame)?;
+            let total = HEADER_LEN + head.len as usize;
+            let Some(payload) = input.get(HEADER_LEN..total) else { break };
+            on_frame(head, payload)?;
+            input = &input[total..];
+        }
+        self.partial.extend_from_slice(input);
+        Ok(())
+    }
+
+    /// No frame is half received.
+    pub fn is_empty(&self) -> bool {
+        self.partial.is_empty()
+    }
+
+    /// The header of the frame half received, once its 9 octets are in.
+    pub fn pending_head(&self) -> Option<Head> {
+        self.partial.first_chunk().map(Head::parse)
+    }
+
+    /// Bytes held for a frame half received.
+    pub fn buffered(&self) -> usize {
+        self.partial.capacity()
+    }
+
+    /// Forget a frame half received (the connection closed).
+    pub fn clear(&mut self) {
+        self.partial = Vec::new();
+    }
 }
 
 /// Where a frame may come (§3.4, §6.10): the peer's first frame is SETTINGS (not an
@@ -511,6 +591,114 @@ mod tests {
 
     fn head(kind: u8, flags: u8, stream: u32, len: usize) -> Head {
         Head { len: len as u32, kind, flags, stream }
+    }
+
+    /// SETTINGS, a PING, a DATA of `data_len` bytes and another PING, as a peer sends them.
+    fn frames(data_len: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        put_settings(&mut bytes, &[(setting::MAX_CONCURRENT_STREAMS, 10)]);
+        crate::frame::put_ping_ack(&mut bytes, &[7; 8]);
+        crate::frame::put_head(&mut bytes, data_len, kind::DATA, flag::END_STREAM, 1);
+        bytes.extend((0..data_len).map(|i| i as u8));
+        crate::frame::put_ping_ack(&mut bytes, &[8; 8]);
+        bytes
+    }
+
+    /// Read `pieces` in turn: the frames handed over, as (header, payload).
+    fn read_all(pieces: &[&[u8]], max_frame: u32) -> Result<Vec<(Head, Vec<u8>)>, Violation> {
+        let mut reader = FrameReader::default();
+        let mut got = Vec::new();
+        for piece in pieces {
+            reader.read(piece, max_frame, |head, payload| {
+                got.push((head, payload.to_vec()));
+                Ok::<(), Violation>(())
+            })?;
+        }
+        assert!(reader.is_empty() && reader.buffered() == 0, "nothing held once the last frame is in");
+        Ok(got)
+    }
+
+    #[test]
+    fn the_frame_reader_hands_whole_frames_over_in_place_and_copies_only_a_split_one() {
+        let bytes = frames(100);
+        let cut = bytes.len() - 9 - 40; // within the DATA frame's payload
+        let (first, rest) = bytes.split_at(cut);
+        let mut reader = FrameReader::default();
+        let mut in_place = Vec::new();
+        reader
+            .read(first, MIN_MAX_FRAME, |head, payload| {
+                in_place.push((head.kind, first.as_ptr_range().contains(&payload.as_ptr())));
+                Ok::<(), Violation>(())
+            })
+            .unwrap();
+        assert_eq!(in_place, [(kind::SETTINGS, true), (kind::PING, true)]);
+        // The DATA frame's header and the part of its payload that came are kept.
+        assert_eq!(reader.pending_head().map(|h| (h.kind, h.len)), Some((kind::DATA, 100)));
+        let mut later = Vec::new();
+        reader
+            .read(rest, MIN_MAX_FRAME, |head, payload| {
+                later.push((head.kind, payload.len(), rest.as_ptr_range().contains(&payload.as_ptr())));
+                Ok::<(), Violation>(())
+            })
+            .unwrap();
+        // The DATA frame was completed in the reader's copy; the frame after it read in place.
+        assert_eq!(later, [(kind::DATA, 100, false), (kind::PING, 8, true)]);
+        assert!(reader.is_empty() && reader.buffered() == 0);
+    }
+
+    #[test]
+    fn the_frame_reader_gives_the_same_frames_however_the_bytes_are_split() {
+        let bytes = frames(300);
+        let whole = read_all(&[&bytes], MIN_MAX_FRAME).unwrap();
+        assert_eq!(whole.len(), 4);
+        for cut in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            assert_eq!(read_all(&[a, b], MIN_MAX_FRAME).unwrap(), whole, "cut at {cut}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(read_all(&singles, MIN_MAX_FRAME).unwrap(), whole, "a byte at a time");
+    }
+
+    #[test]
+    fn the_frame_reader_refuses_a_frame_over_the_limit_at_its_header() {
+        let max = MIN_MAX_FRAME;
+        let mut at_limit = Vec::new();
+        crate::frame::put_head(&mut at_limit, max as usize, kind::DATA, 0, 1);
+        at_limit.resize(HEADER_LEN + max as usize, 0);
+        assert_eq!(read_all(&[&at_limit], max).unwrap().len(), 1, "a frame of SETTINGS_MAX_FRAME_SIZE is whole");
+        let mut over = Vec::new();
+        crate::frame::put_head(&mut over, max as usize + 1, kind::DATA, 0, 1);
+        // Refused as soon as the 9 octets are in, whole or split, before any payload is kept.
+        for cut in 0..HEADER_LEN {
+            let mut reader = FrameReader::default();
+            let mut called = false;
+            let mut read = |bytes: &[u8]| {
+                reader.read(bytes, max, |_, _| {
+                    called = true;
+                    Ok::<(), Violation>(())
+                })
+            };
+            assert_eq!(read(&over[..cut]), Ok(()), "cut at {cut}");
+            assert_eq!(read(&over[cut..]), Err(Violation::FrameTooLarge), "cut at {cut}");
+            assert!(!called);
+        }
+        assert_eq!(Violation::FrameTooLarge.code(), ErrorCode::FrameSize);
+    }
+
+    #[test]
+    fn the_frame_reader_stops_at_the_first_error_and_reads_no_further() {
+        let bytes = frames(10);
+        let mut reader = FrameReader::default();
+        let mut seen = 0;
+        let read = reader.read(&bytes, MIN_MAX_FRAME, |_, _| {
+            seen += 1;
+            if seen == 2 {
+                return Err(Violation::PingLength);
+            }
+            Ok(())
+        });
+        assert_eq!((read, seen), (Err(Violation::PingLength), 2));
+        assert!(reader.is_empty(), "the rest of the input is not kept");
     }
 
     /// A SETTINGS frame's header and payload, as bytes a peer sends.

@@ -10,7 +10,7 @@ use crate::config::{Budget, Limits};
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, DEFAULT_WINDOW, HEADER_LEN, PREFACE};
 use crate::hpack::{self, Decoder, HeaderList};
 use crate::request::{check_request, check_trailers, Malformed, Request};
-use crate::rules::{self, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
+use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
 use crate::stats::{Limit, Stats};
 
 /// What the connection wants once the output of a call is sent.
@@ -131,14 +131,28 @@ impl Window {
     }
 }
 
+/// Why a read of frames stopped early.
+enum Stop {
+    /// A frame's header broke a rule (its size): a connection error.
+    Refused(Violation),
+    /// Handling a frame closed the connection.
+    Closed,
+}
+
+impl From<Violation> for Stop {
+    fn from(violation: Violation) -> Self {
+        Stop::Refused(violation)
+    }
+}
+
 /// An HTTP/2 server connection (see the crate's documentation for how an engine drives it).
 #[derive(Debug)]
 pub struct Connection {
     limits: Arc<Limits>,
     phase: Phase,
-    /// A frame received in part (its header, or header and some payload): empty and unallocated
-    /// between whole frames.
-    partial: Vec<u8>,
+    /// Cuts frames out of what is received; holds a frame received in part (unallocated
+    /// between whole frames).
+    reader: FrameReader,
     /// When the unfinished unit (the preface, a frame other than DATA, a header block) began.
     unfinished_since: Option<Instant>,
     decoder: Decoder,
@@ -205,7 +219,7 @@ impl Connection {
         }
         Connection {
             phase: Phase::Preface(0),
-            partial: Vec::new(),
+            reader: FrameReader::default(),
             unfinished_since: Some(now),
             decoder: Decoder::new(l.header_table_size as usize),
             block: None,
@@ -256,54 +270,8 @@ impl Connection {
             }
             self.phase = Phase::FirstSettings;
         }
-        while !input.is_empty() && self.phase != Phase::Closed {
-            if self.partial.is_empty() {
-                match self.whole_frame(input) {
-                    Some((head, len)) => {
-                        let payload = &input[HEADER_LEN..len];
-                        input = &input[len..];
-                        self.frame(head, payload, now, out);
-                        continue;
-                    }
-                    None => {
-                        if self.phase == Phase::Closed {
-                            break;
-                        }
-                        // Part of a frame: keep it (it is under the frame size limit).
-                        self.begin_unfinished(input, now);
-                        self.partial.extend_from_slice(input);
-                        break;
-                    }
-                }
-            }
-            // Complete the partial frame: its header first, then its payload.
-            let need = if self.partial.len() < HEADER_LEN {
-                HEADER_LEN - self.partial.len()
-            } else {
-                self.partial_head().map_or(0, |h| HEADER_LEN + h.len as usize - self.partial.len())
-            };
-            let take = need.min(input.len());
-            self.partial.extend_from_slice(&input[..take]);
-            input = &input[take..];
-            if self.partial.len() < HEADER_LEN {
-                break;
-            }
-            let Some(head) = self.partial_head() else { break };
-            if self.partial.len() == HEADER_LEN && !self.head_ok(&head) {
-                break;
-            }
-            if self.partial.len() < HEADER_LEN + head.len as usize {
-                if head.kind == kind::DATA && self.block.is_none() {
-                    // A DATA frame on the way is an upload, not a slow header.
-                    self.unfinished_since = None;
-                }
-                continue;
-            }
-            let frame = std::mem::take(&mut self.partial);
-            self.frame(head, &frame[HEADER_LEN..], now, out);
-        }
-        if self.partial.is_empty() && self.block.is_none() && self.phase != Phase::FirstSettings {
-            self.unfinished_since = None;
+        if self.phase != Phase::Closed {
+            self.receive_frames(input, now, out);
         }
         self.flush_goaway(out);
         self.verdict()
@@ -316,35 +284,36 @@ impl Connection {
         }
     }
 
-    /// A whole frame at the start of `input`: its header and total length. `None` when it is
-    /// not all there (or its header is refused, which closes the connection).
-    fn whole_frame(&mut self, input: &[u8]) -> Option<(Head, usize)> {
-        let bytes: &[u8; HEADER_LEN] = input.get(..HEADER_LEN)?.try_into().ok()?;
-        let head = Head::parse(bytes);
-        if !self.head_ok(&head) {
-            return None;
+    /// Cut `input` into frames and handle each; then the header deadline for what is held.
+    fn receive_frames(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) {
+        // Taken for the read, so that each frame may be handled with the whole connection.
+        let mut reader = std::mem::take(&mut self.reader);
+        let max_frame = self.limits.max_frame_size;
+        let read = reader.read(input, max_frame, |head, payload| {
+            self.frame(head, payload, now, out);
+            if self.phase == Phase::Closed {
+                return Err(Stop::Closed);
+            }
+            Ok(())
+        });
+        self.reader = reader;
+        match read {
+            Ok(()) => {}
+            Err(Stop::Closed) => return,
+            Err(Stop::Refused(violation)) => return self.connection_error(violation.code()),
         }
-        let len = HEADER_LEN + head.len as usize;
-        (input.len() >= len).then_some((head, len))
-    }
-
-    fn partial_head(&self) -> Option<Head> {
-        self.partial.get(..HEADER_LEN)?.try_into().ok().map(Head::parse)
-    }
-
-    /// A frame's header, before its payload is kept: the size limit.
-    fn head_ok(&mut self, head: &Head) -> bool {
-        if let Err(violation) = rules::check_size(head, self.limits.max_frame_size) {
-            self.connection_error(violation.code());
-            return false;
+        if !self.reader.is_empty() {
+            let data = self.reader.pending_head().is_some_and(|h| h.kind == kind::DATA);
+            if !data {
+                // A frame other than DATA under way is a header that may be slow.
+                self.unfinished_since.get_or_insert(now);
+            } else if self.block.is_none() && self.phase != Phase::FirstSettings {
+                // A DATA frame on the way is an upload, not a slow header.
+                self.unfinished_since = None;
+            }
         }
-        true
-    }
-
-    fn begin_unfinished(&mut self, input: &[u8], now: Instant) {
-        let data = input.len() >= HEADER_LEN && input[3] == kind::DATA;
-        if self.unfinished_since.is_none() && !data {
-            self.unfinished_since = Some(now);
+        if self.reader.is_empty() && self.block.is_none() && self.phase != Phase::FirstSettings {
+            self.unfinished_since = None;
         }
     }
 
@@ -602,7 +571,7 @@ impl Connection {
     /// No stream is open and no frame or header block is half received: a drain may close it,
     /// an active set may take its place.
     pub fn is_between_requests(&self) -> bool {
-        self.streams.is_empty() && self.partial.is_empty() && self.block.is_none() && self.phase == Phase::Open
+        self.streams.is_empty() && self.reader.is_empty() && self.block.is_none() && self.phase == Phase::Open
     }
 
     pub fn stats(&self) -> &Stats {
@@ -622,7 +591,7 @@ impl Connection {
     /// Bytes held between calls beyond the fixed state: a partial frame, a header block, the
     /// streams and their requests, the HPACK table (queued response bodies are shared `Bytes`).
     pub fn buffered(&self) -> usize {
-        self.partial.capacity()
+        self.reader.buffered()
             + self.block.as_ref().map_or(0, |b| b.bytes.capacity())
             + self.streams.capacity() * std::mem::size_of::<Stream>()
             + self.decoder.table_size()
@@ -1041,7 +1010,7 @@ impl Connection {
     fn close(&mut self, closing: Closing) {
         self.closing = Some(closing);
         self.phase = Phase::Closed;
-        self.partial = Vec::new();
+        self.reader.clear();
         self.block = None;
         self.streams = Vec::new();
         self.events.clear();

@@ -361,6 +361,8 @@ pub struct LoadConfig {
     pub per_conn: Option<u64>,
     /// TLS over every connection; None: plaintext.
     pub tls: Option<LoadTls>,
+    /// `load udp --udp-gso`, `--udp-gro`: the segmentation offloads to ask the kernel for.
+    pub udp_offload: sockscale_sys::udp::Offload,
     /// `--hdr-log`: write the latency as an HdrHistogram interval log here, one histogram a
     /// second (see `hlog`).
     pub hdr_log: Option<PathBuf>,

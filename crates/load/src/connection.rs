@@ -25,6 +25,7 @@
 //! The event loop carries out a close: it sends `last` once without waiting and ends the socket
 //! with `sockscale_sys::end_socket(fd, last, ending)`.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use sockscale_sys::Ending;
@@ -204,14 +205,14 @@ pub enum Event {
     Echoed { stamp: Stamp },
     /// A response (HTTP/1.1 or an HTTP/2 stream's) completed; `accepted` by `--accept-status`.
     Response { stamp: Stamp, status: u16, accepted: bool },
-    /// HTTP/2: a stream was reset (RST_STREAM, its code).
-    StreamReset { code: u32 },
+    /// HTTP/2: a stream was reset (RST_STREAM): its code's name (`CANCEL`, `0x1234`...).
+    StreamReset { code: Cow<'static, str> },
     /// HTTP/2: a stream above a GOAWAY's last identifier.
     StreamRefused,
     /// HTTP/2: a response that broke the protocol on its stream.
     StreamMalformed,
-    /// HTTP/2: a GOAWAY, with its code.
-    GoAway { code: u32 },
+    /// HTTP/2: a GOAWAY: its code's name.
+    GoAway { code: Cow<'static, str> },
     /// HTTP/2: the server's first SETTINGS came; its stream limit.
     Greeted { max_streams: Option<u32> },
     /// HTTP/2: a stream opened.
@@ -254,9 +255,12 @@ pub enum Reason {
     },
     /// A response that runs to the close did not end well at the close.
     BadResponseAtEof,
-    /// HTTP/2: a connection error (GOAWAY sent); `sample`: the start of the bytes.
+    /// HTTP/2: a connection error (GOAWAY sent): `code`, its name (an RFC 9113 error code's,
+    /// `COMPRESSION_ERROR` for HPACK, `not_http2` for a peer that is no HTTP/2 server);
+    /// `error`, what broke; `sample`, the start of the bytes.
     H2 {
-        error: sockscale_h2::ClientError,
+        code: Cow<'static, str>,
+        error: String,
         sample: String,
     },
     ConnectTimeout {
@@ -425,10 +429,12 @@ impl Connection {
         None
     }
 
-    /// Take back the datagram just made: the socket would not send it.
-    pub fn cancel_datagram(&mut self) {
+    /// Take back the last `n` datagrams made: the socket would not send them.
+    pub fn cancel_datagrams(&mut self, n: usize) {
         if let Protocol::Udp(c) = &mut self.protocol {
-            c.cancel_last();
+            for _ in 0..n {
+                c.cancel_last();
+            }
         }
     }
 
@@ -482,6 +488,10 @@ impl Connection {
         scratch: &mut Vec<u8>,
         on: &mut impl FnMut(Event),
     ) -> Result<bool, Close> {
+        if self.is_udp() {
+            self.receive_datagram(profile, data, on);
+            return Ok(false);
+        }
         let mut peer_closed = false;
         let plain: &[u8] = match self.tls.as_deref_mut() {
             None => {
@@ -524,6 +534,22 @@ impl Connection {
         Ok(peer_closed)
     }
 
+    /// UDP: one datagram received (a datagram socket has no TLS and no end of stream; a
+    /// datagram that is no answer is counted and the socket lives on).
+    pub fn receive_datagram(&mut self, profile: &Profile, datagram: &[u8], on: &mut impl FnMut(Event)) {
+        on(Event::Received { plaintext: datagram.len(), wire: 0 });
+        if let Protocol::Udp(c) = &mut self.protocol {
+            match c.on_datagram(&profile.pattern, datagram) {
+                Ok(Reply::Answer(stamp)) => {
+                    self.answered = true;
+                    on(Event::Datagram { stamp });
+                }
+                Ok(Reply::Late) => on(Event::LateDatagram),
+                Err(_) => on(Event::BadDatagram),
+            }
+        }
+    }
+
     /// Hand received plaintext to the protocol.
     fn take(&mut self, profile: &Profile, data: &[u8], on: &mut impl FnMut(Event)) -> Result<(), Close> {
         let answered = &mut self.answered;
@@ -561,7 +587,7 @@ impl Connection {
                     data,
                     |stamp, end| match end {
                         StreamEnd::Response(Response { status, .. }) => response(answered, on, stamp, status),
-                        StreamEnd::Reset(code) => on(Event::StreamReset { code }),
+                        StreamEnd::Reset(code) => on(Event::StreamReset { code: sockscale_h2::error_code_name(code) }),
                         StreamEnd::Refused => on(Event::StreamRefused),
                         StreamEnd::Malformed => on(Event::StreamMalformed),
                     },
@@ -570,25 +596,19 @@ impl Connection {
                 // GOAWAY is reported after the streams it ended (its count does not depend on
                 // the order).
                 if let Some(code) = goaway {
-                    on(Event::GoAway { code });
+                    on(Event::GoAway { code: sockscale_h2::error_code_name(code) });
                 }
                 if !greeted && c.greeted() {
                     on(Event::Greeted { max_streams: c.server_max_streams() });
                 }
                 self.closing |= c.exhausted();
-                outcome.map_err(|error| Close::bare(Reason::H2 { error, sample: crate::report::sample(data) }))
+                outcome.map_err(|error| {
+                    let (code, error) = (h2_error_code(&error), error.to_string());
+                    Close::bare(Reason::H2 { code, error, sample: crate::report::sample(data) })
+                })
             }
-            Protocol::Udp(c) => {
-                match c.on_datagram(&profile.pattern, data) {
-                    Ok(Reply::Answer(stamp)) => {
-                        *answered = true;
-                        on(Event::Datagram { stamp });
-                    }
-                    Ok(Reply::Late) => on(Event::LateDatagram),
-                    Err(_) => on(Event::BadDatagram),
-                }
-                Ok(())
-            }
+            // Datagrams go to `receive_datagram`, one at a time, with no TLS.
+            Protocol::Udp(_) => Ok(()),
         }
     }
 
@@ -708,6 +728,15 @@ impl Connection {
         let unsent = unsent.min(n);
         let partial = usize::from(begun && n > unsent);
         ((n - unsent - partial) as u64, partial as u64, unsent as u64)
+    }
+}
+
+/// The name an HTTP/2 connection error is counted under.
+fn h2_error_code(error: &sockscale_h2::ClientError) -> Cow<'static, str> {
+    match error {
+        sockscale_h2::ClientError::NotHttp2 => "not_http2".into(),
+        sockscale_h2::ClientError::Protocol(violation) => sockscale_h2::error_code_name(violation.code() as u32),
+        sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".into(),
     }
 }
 

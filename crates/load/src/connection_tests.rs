@@ -285,6 +285,49 @@ fn http2_exchange_with_the_h2_server_connection() {
 }
 
 #[test]
+fn http2_resets_goaways_and_connection_errors_come_named_by_the_connection() {
+    use sockscale_h2::frame::{put_goaway, put_head, put_rst};
+    use sockscale_h2::ErrorCode;
+    let mut client = Client::connected(profile(Kind::H2, None), 10);
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let mut server = sockscale_h2::Connection::new(Arc::new(sockscale_h2::Limits::default()), now, &mut out);
+    assert_eq!(server.receive(&client.transmit(), now, &mut out), sockscale_h2::Verdict::Continue);
+    client.receive(&std::mem::take(&mut out)).expect("no close");
+    client.begin(2);
+    let _ = client.transmit();
+    let mut frames = Vec::new();
+    put_rst(&mut frames, 1, ErrorCode::Cancel);
+    // An unknown code (RFC 9113 §5.4.1 allows them) is named in hex.
+    frames.extend_from_slice(&[0, 0, 4, sockscale_h2::frame::kind::RST_STREAM, 0, 0, 0, 0, 3, 0, 0, 0x12, 0x34]);
+    put_goaway(&mut frames, 3, ErrorCode::EnhanceYourCalm, b"");
+    client.receive(&frames).expect("no close");
+    let names = |pick: fn(&Event) -> Option<&str>| client.events.iter().filter_map(pick).collect::<Vec<_>>();
+    let resets = names(|e| match e {
+        Event::StreamReset { code } => Some(code),
+        _ => None,
+    });
+    assert_eq!(resets, ["CANCEL", "0x1234"]);
+    let goaways = names(|e| match e {
+        Event::GoAway { code } => Some(code),
+        _ => None,
+    });
+    assert_eq!(goaways, ["ENHANCE_YOUR_CALM"]);
+    // A frame past the client's SETTINGS_MAX_FRAME_SIZE (16,384 by default) is a connection error.
+    let mut oversize = Vec::new();
+    put_head(&mut oversize, 16_385, sockscale_h2::frame::kind::DATA, 0, 5);
+    oversize.resize(oversize.len() + 16_385, 0);
+    let close = client.receive(&oversize).expect_err("a connection error");
+    match close.reason {
+        Reason::H2 { code, error, .. } => {
+            assert_eq!(code, "FRAME_SIZE_ERROR");
+            assert!(!error.is_empty());
+        }
+        other => panic!("closed as {other:?}"),
+    }
+}
+
+#[test]
 fn handshake_timeout_fires_at_its_exact_instant() {
     let certs = certs(&[], false);
     let mut client = Client::connected(profile(Kind::Echo { msg_len: 10 }, Some(certs.client.clone())), 250);

@@ -405,6 +405,9 @@ impl Udp {
         self.received += o.received;
         self.lost += o.lost;
         self.late += o.late;
+        self.send_calls += o.send_calls;
+        self.gso_datagrams += o.gso_datagrams;
+        self.gro_datagrams += o.gro_datagrams;
     }
 }
 
@@ -418,6 +421,16 @@ pub struct Udp {
     pub lost: u64,
     /// Answers that came after their datagram had been counted lost.
     pub late: u64,
+    /// System calls that sent the datagrams (`sendmmsg`, and `sendto` where the kernel refused a
+    /// GSO message): `sent / send_calls` datagrams per call.
+    #[serde(default)]
+    pub send_calls: u64,
+    /// Datagrams the kernel took in GSO messages (`--udp-gso`), several per message.
+    #[serde(default)]
+    pub gso_datagrams: u64,
+    /// Datagrams received coalesced by the kernel (`--udp-gro`), several per buffer.
+    #[serde(default)]
+    pub gro_datagrams: u64,
 }
 
 /// A latency histogram with its summary, in microseconds for people and the HDR encoding for
@@ -1852,7 +1865,7 @@ mod tests {
 
         let mut udp = report_with(&[1_000], 1);
         udp.mode = "udp".into();
-        udp.udp = Udp { sent: 10, received: 5, lost: 5, late: 0 };
+        udp.udp = Udp { sent: 10, received: 5, lost: 5, late: 0, ..Udp::default() };
         assert_eq!(udp.failures(), 5);
         assert!(udp.summary().contains("errors       5: lost 5"), "{}", udp.summary());
     }

@@ -135,3 +135,30 @@ fn the_offload_flags_are_refused_for_tcp_in_one_line() {
         assert_eq!(err.trim(), format!("error: {flag} applies to --proto udp, and --proto {proto} has no datagrams"));
     }
 }
+
+/// `load udp` sends the datagrams a socket begins in one turn in one GSO message and reads the
+/// answers coalesced (the server, with its offloads on, answers a burst in one GSO message);
+/// with `--udp-gso off --udp-gro off`, neither, and the same answers come.
+#[test]
+fn load_udp_sends_with_gso_and_receives_with_gro_and_neither_when_off() {
+    let server = ServerProc::start("epoll", &["--proto", "udp"]);
+    let addr = server.addr.to_string();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["load", "udp", &addr, "-c", "2", "-t", "1", "-n", "4000", "--depth", "8", "--json", "-"];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(BIN).args(&args).output().expect("run sockscale load");
+        assert!(out.status.success(), "load {extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report");
+        report["udp"].clone()
+    };
+    let n = |udp: &serde_json::Value, name: &str| udp[name].as_u64().unwrap_or_else(|| panic!("udp.{name}: {udp}"));
+    let on = run(&[]);
+    assert_eq!((n(&on, "sent"), n(&on, "received"), n(&on, "lost")), (4000, 4000, 0), "on: {on}");
+    assert!(n(&on, "gso_datagrams") > 0, "no GSO message: {on}");
+    assert!(n(&on, "gro_datagrams") > 0, "no coalesced answers: {on}");
+    assert!(n(&on, "send_calls") * 2 <= n(&on, "sent"), "one datagram per send call: {on}");
+    let off = run(&["--udp-gso", "off", "--udp-gro", "off"]);
+    assert_eq!((n(&off, "sent"), n(&off, "received"), n(&off, "lost")), (4000, 4000, 0), "off: {off}");
+    assert_eq!((n(&off, "gso_datagrams"), n(&off, "gro_datagrams")), (0, 0), "off: {off}");
+    server.stop();
+}

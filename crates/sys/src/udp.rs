@@ -283,6 +283,11 @@ pub struct Sent {
     /// Datagrams not sent: the socket's buffer was full (a UDP sender never waits), or the
     /// kernel refused the message (an ICMP error for its peer, say).
     pub dropped: usize,
+    /// Of `dropped`, those the full buffer stopped: always the batch's last (a caller that
+    /// keeps them may send them again once the socket is writable).
+    pub blocked: usize,
+    /// System calls made (`sendmmsg`, and `sendto` for a refused GSO message's datagrams).
+    pub calls: usize,
     /// GSO messages the kernel took, and the datagrams they carried.
     pub gso_messages: usize,
     pub gso_datagrams: usize,
@@ -339,6 +344,20 @@ impl SendBatch {
         self.messages.push(Message { destination: storage, destination_len: storage_len, start, len, segment_size });
     }
 
+    /// The last `len` bytes of the buffer are one message to the socket's connected peer (no
+    /// address given: the kernel uses the route it keeps for the connection).
+    pub fn push_connected(&mut self, len: usize, segment_size: Option<usize>) {
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+        let unnamed: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let start = self.buffer.len().saturating_sub(len);
+        let segment_size = segment_size.filter(|&s| s > 0 && s < len).and_then(|s| u16::try_from(s).ok());
+        if self.is_full() {
+            debug_assert!(false, "a message pushed on a full batch");
+            return;
+        }
+        self.messages.push(Message { destination: unnamed, destination_len: 0, start, len, segment_size });
+    }
+
     /// Send every message pushed with `sendmmsg` (as many calls as the kernel needs), then
     /// empty the batch: what the socket would not take now is dropped and counted.
     pub fn send(&mut self, fd: RawFd) -> Sent {
@@ -359,8 +378,10 @@ impl SendBatch {
             let hdr = &mut msg.msg_hdr;
             hdr.msg_iov = &mut iovs[i];
             hdr.msg_iovlen = 1;
-            hdr.msg_name = (&mut m.destination as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = m.destination_len;
+            if m.destination_len > 0 {
+                hdr.msg_name = (&mut m.destination as *mut libc::sockaddr_storage).cast();
+                hdr.msg_namelen = m.destination_len;
+            }
             if let Some(size) = m.segment_size {
                 hdr.msg_control = control[i].as_mut_ptr().cast();
                 hdr.msg_controllen = SEND_CONTROL;
@@ -384,6 +405,7 @@ impl SendBatch {
                 (count - next) as u32,
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
             ));
+            sent.calls += 1;
             match result {
                 Ok(n) => {
                     for m in &self.messages[next..next + n as usize] {
@@ -396,7 +418,10 @@ impl SendBatch {
                     }
                     next += n as usize;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    sent.blocked = self.messages[next..].iter().map(Message::datagrams).sum();
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     let m = self.messages[next];
@@ -423,14 +448,17 @@ impl SendBatch {
     /// Send a GSO message the kernel refused as its datagrams, one `sendto` each.
     fn send_singly(&self, fd: RawFd, m: &Message, sent: &mut Sent) {
         let size = usize::from(m.segment_size.unwrap_or(u16::MAX)).max(1);
+        let name: *const libc::sockaddr_storage = if m.destination_len > 0 { &m.destination } else { std::ptr::null() };
         for datagram in self.buffer[m.start..m.start + m.len].chunks(size) {
-            // SAFETY: the datagram and the address are live for the call and only read.
+            sent.calls += 1;
+            // SAFETY: the datagram and the address (or none: the connected peer) are live for
+            // the call and only read.
             let result = syscall!(sendto(
                 fd,
                 datagram.as_ptr().cast(),
                 datagram.len(),
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                (&m.destination as *const libc::sockaddr_storage).cast(),
+                name.cast(),
                 m.destination_len
             ));
             match result {
@@ -566,5 +594,32 @@ mod tests {
         assert_eq!(batch.messages[0].datagrams(), 3);
         assert_eq!(batch.messages[0].segment_size, Some(1200));
         assert_eq!((batch.messages[1].start, batch.messages[1].segment_size), (2500, None));
+    }
+
+    #[test]
+    fn messages_to_the_connected_peer_go_without_an_address_in_one_call() {
+        use std::os::fd::AsRawFd;
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.connect(receiver.local_addr().unwrap()).unwrap();
+        let gso = probe_gso(sender.as_raw_fd()).is_ok();
+        let mut batch = SendBatch::new();
+        batch.buffer().extend_from_slice(&[1; 2500]);
+        batch.push_connected(2500, gso.then_some(1200));
+        batch.buffer().extend_from_slice(&[2; 100]);
+        batch.push_connected(100, None);
+        let sent = batch.send(sender.as_raw_fd());
+        let datagrams = if gso { 4 } else { 2 };
+        assert_eq!((sent.datagrams, sent.bytes, sent.dropped, sent.blocked, sent.calls), (datagrams, 2600, 0, 0, 1));
+        assert_eq!(sent.gso_datagrams, if gso { 3 } else { 0 });
+        let mut buf = [0u8; 4096];
+        let expected: &[(usize, u8)] =
+            if gso { &[(1200, 1), (1200, 1), (100, 1), (100, 2)] } else { &[(2500, 1), (100, 2)] };
+        for &(len, byte) in expected {
+            let (n, from) = receiver.recv_from(&mut buf).unwrap();
+            assert_eq!(from, sender.local_addr().unwrap());
+            assert_eq!((n, buf[0]), (len, byte));
+        }
     }
 }

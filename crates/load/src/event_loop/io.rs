@@ -1,15 +1,17 @@
 //! The byte path of one load connection: read what came and hand it to the connection, then
 //! begin as many new exchanges as the connection, the schedule, the rate limit and the request
-//! budget allow, and write what the connection has to send in one `send`.
+//! budget allow, and write what the connection has to send in one `send` (a datagram socket:
+//! the turn's datagrams in one batch, `datagrams.rs`).
 
 use std::io;
 use std::os::fd::AsRawFd;
 
 use sockscale_sys as sys;
 
-use super::{count, pacer_token, End, EventLoop, Pacer};
+use super::datagrams::{Datagrams, Read};
+use super::{count, pacer_token, Conn, End, EventLoop, Pacer, Shared, ThreadResult};
 use crate::client::Stamp;
-use crate::connection::Close;
+use crate::connection::{Close, Now, Profile};
 use crate::rate::PacedBlock;
 
 /// How a connection's turn ended it.
@@ -54,12 +56,14 @@ impl EventLoop<'_> {
         let plain = &mut self.plain;
         let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let conn = self.conns.get_mut(index).filter(|c| c.generation == generation)?;
-        let udp = conn.core.is_udp();
+        if conn.core.is_udp() {
+            return receive_datagrams(conn, &mut self.datagrams, rbuf, profile, now, result);
+        }
         let fd = conn.socket.as_raw_fd();
         let mut eof = false;
         while conn.readable {
             let n = match sys::recv(fd, rbuf) {
-                Ok(0) if !udp => {
+                Ok(0) => {
                     eof = true;
                     conn.readable = false;
                     break;
@@ -70,11 +74,6 @@ impl EventLoop<'_> {
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if udp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    // ICMP port unreachable for an earlier datagram; the socket lives on.
-                    result.errors.connect_refused += 1;
-                    continue;
-                }
                 Err(e) => {
                     match e.raw_os_error() {
                         Some(libc::ECONNRESET | libc::EPIPE) => result.errors.reset += 1,
@@ -94,9 +93,8 @@ impl EventLoop<'_> {
                 }
                 Ok(false) => {}
             }
-            // A short TCP read emptied the socket (unless a hang-up waits behind the data); a
-            // datagram socket is read to EAGAIN.
-            if !udp && n < rbuf.len() && !conn.hangup {
+            // A short read emptied the socket (unless a hang-up waits behind the data).
+            if n < rbuf.len() && !conn.hangup {
                 conn.readable = false;
             }
         }
@@ -173,27 +171,19 @@ impl EventLoop<'_> {
                 let result = &mut self.result;
                 let on = &mut |event| count(result, now_ns, event);
                 if let Some(datagram) = conn.core.begin(profile, stamp, &mut self.dgram, on) {
-                    match sys::send(fd, datagram) {
-                        Ok(n) => {
-                            self.result.bytes_sent += n as u64;
-                            self.result.udp.sent += 1;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            // The socket buffer is full: the datagram never left.
-                            conn.core.cancel_datagram();
-                            self.result.sent -= 1;
-                            conn.exchanges -= 1;
-                            shared.unclaim(1);
-                            conn.writable = false;
-                            break;
-                        }
-                        Err(_) => {
-                            // e.g. ICMP-refused: counted when recv reports it.
-                            self.result.udp.sent += 1;
-                        }
+                    // It leaves with the turn's others (its slip is recorded then).
+                    self.datagrams.add(datagram, due_ns);
+                    if self.datagrams.is_full()
+                        && !send_datagrams(conn, &mut self.datagrams, &mut self.result, shared, now_ns)
+                    {
+                        break;
                     }
+                    continue;
                 }
                 self.result.latency.began(now_ns, due_ns);
+            }
+            if !self.datagrams.is_empty() {
+                send_datagrams(conn, &mut self.datagrams, &mut self.result, shared, now_ns);
             }
             // Write what the connection has to send, all in one call.
             let result = &mut self.result;
@@ -220,6 +210,77 @@ impl EventLoop<'_> {
             }
         }
     }
+}
+
+/// Read a datagram socket's answers until it is empty (a batch short of full emptied it: a
+/// datagram that comes later raises a new edge) and hand each to the connection.
+fn receive_datagrams(
+    conn: &mut Conn,
+    datagrams: &mut Datagrams,
+    buf: &mut [u8],
+    profile: &Profile,
+    now: Now,
+    result: &mut ThreadResult,
+) -> Option<Over> {
+    let fd = conn.socket.as_raw_fd();
+    while conn.readable {
+        match datagrams.read(fd, buf) {
+            Read::One(n) => conn.core.receive_datagram(profile, &buf[..n], &mut |event| count(result, now.ns, event)),
+            Read::Buffers { count: buffers, more } => {
+                for i in 0..buffers {
+                    let Some(received) = datagrams.received.get(i) else { continue };
+                    let coalesced = received.count();
+                    if coalesced > 1 {
+                        result.udp.gro_datagrams += coalesced as u64;
+                    }
+                    for datagram in received.datagrams() {
+                        conn.core.receive_datagram(profile, datagram, &mut |event| count(result, now.ns, event));
+                    }
+                }
+                conn.readable &= more;
+            }
+            Read::Empty => conn.readable = false,
+            Read::Interrupted => {}
+            // ICMP port unreachable for an earlier datagram; the socket lives on.
+            Read::Refused => result.errors.connect_refused += 1,
+            Read::Failed(e) => {
+                match e.raw_os_error() {
+                    Some(libc::ECONNRESET | libc::EPIPE) => result.errors.reset += 1,
+                    _ => result.errors.other += 1,
+                }
+                return Some(Over::Failed);
+            }
+        }
+    }
+    None
+}
+
+/// Send the datagrams a connection began this turn. False if the socket's buffer was full:
+/// what it stopped is taken back (not sent, not counted) until the socket is writable again.
+fn send_datagrams(
+    conn: &mut Conn,
+    datagrams: &mut Datagrams,
+    result: &mut ThreadResult,
+    shared: &Shared,
+    now_ns: u64,
+) -> bool {
+    let latency = &mut result.latency;
+    let sent = datagrams.send(conn.socket.as_raw_fd(), |due_ns| latency.began(now_ns, due_ns));
+    result.udp.send_calls += sent.calls as u64;
+    result.udp.gso_datagrams += sent.gso_datagrams as u64;
+    result.bytes_sent += sent.bytes as u64;
+    // A datagram the kernel refused (an ICMP error for an earlier one, counted when the
+    // receive reports it) is in flight as far as the run goes: unanswered, it is lost.
+    result.udp.sent += (sent.datagrams + sent.dropped - sent.blocked) as u64;
+    if sent.blocked == 0 {
+        return true;
+    }
+    conn.core.cancel_datagrams(sent.blocked);
+    result.sent -= sent.blocked as u64;
+    conn.exchanges -= sent.blocked as u64;
+    shared.unclaim(sent.blocked);
+    conn.writable = false;
+    false
 }
 
 /// The fraction of block `block`'s connections that belong to this thread, so the threads'

@@ -12,6 +12,7 @@
 //! Connection `i` of the run belongs to thread `i % threads`; its number fixes its echo
 //! pattern phase and its `-r` block (`i / block`).
 
+mod datagrams;
 mod io;
 mod tls;
 
@@ -323,6 +324,8 @@ pub struct EventLoop<'a> {
     /// TLS: the plaintext of one read, decrypted from `rbuf`.
     plain: Vec<u8>,
     dgram: Vec<u8>,
+    /// `load udp`: the batches datagrams leave and come in.
+    datagrams: datagrams::Datagrams,
     now: Instant,
     now_ns: u64,
     /// Connections of this thread opened so far (first connects, not reconnects).
@@ -391,6 +394,7 @@ impl<'a> EventLoop<'a> {
             rbuf: vec![0; 64 << 10],
             plain: Vec::new(),
             dgram: Vec::new(),
+            datagrams: datagrams::Datagrams::new(cfg.udp_offload, cfg.depth),
             now: Instant::now(),
             now_ns: 0,
             opened: 0,
@@ -796,6 +800,9 @@ impl<'a> EventLoop<'a> {
                 return self.schedule_reconnect(index, End::Failed);
             }
         };
+        if udp {
+            self.datagrams.prepare(socket.as_raw_fd());
+        }
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1);
         let entry = self.conns.vacant_entry();
@@ -1024,16 +1031,9 @@ impl<'a> EventLoop<'a> {
                 result.first_bad_response.get_or_insert_with(|| sample.clone());
             }
             Reason::BadResponseAtEof => errors.bad_response += 1,
-            Reason::H2 { error, sample } => {
-                let kind = match error {
-                    sockscale_h2::ClientError::NotHttp2 => "not_http2".to_owned(),
-                    sockscale_h2::ClientError::Protocol(violation) => {
-                        sockscale_h2::error_code_name(violation.code() as u32).into_owned()
-                    }
-                    sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".to_owned(),
-                };
-                *result.h2.connection_errors.entry(kind).or_default() += 1;
-                result.h2.first_error.get_or_insert_with(|| error.to_string());
+            Reason::H2 { code, error, sample } => {
+                *result.h2.connection_errors.entry(code.to_string()).or_default() += 1;
+                result.h2.first_error.get_or_insert_with(|| error.clone());
                 errors.bad_response += 1;
                 result.first_bad_response.get_or_insert_with(|| sample.clone());
             }
@@ -1222,13 +1222,11 @@ fn count(result: &mut ThreadResult, now_ns: u64, event: ConnEvent) {
         }
         ConnEvent::StreamReset { code } => {
             result.errors.h2_reset += 1;
-            *result.h2.resets.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1;
+            *result.h2.resets.entry(code.into_owned()).or_default() += 1;
         }
         ConnEvent::StreamRefused => result.errors.h2_refused += 1,
         ConnEvent::StreamMalformed => result.errors.bad_response += 1,
-        ConnEvent::GoAway { code } => {
-            *result.h2.goaways.entry(sockscale_h2::error_code_name(code).into_owned()).or_default() += 1
-        }
+        ConnEvent::GoAway { code } => *result.h2.goaways.entry(code.into_owned()).or_default() += 1,
         ConnEvent::Greeted { max_streams } => {
             let h2 = &mut result.h2;
             h2.connections += 1;
@@ -1323,6 +1321,7 @@ mod tests {
             connect_first: false,
             per_conn: None,
             tls: None,
+            udp_offload: Default::default(),
             hdr_log: None,
         }
     }

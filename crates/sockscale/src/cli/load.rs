@@ -418,6 +418,7 @@ fn base_config(
         connect_first: common.connect_before_start,
         per_conn: common.per_conn,
         tls: None,
+        udp_offload: Default::default(),
         hdr_log: common.hdr_log.clone(),
     })
 }
@@ -505,9 +506,13 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
 
 fn udp_config(a: &UdpArgs) -> Result<LoadConfig> {
     let addr = resolve(&a.addr, None)?;
-    let options = options_json("udp", &a.addr, &a.common, serde_json::json!({ "length": a.length, "depth": a.depth }));
+    use crate::cli::serve::OnOff::Off;
+    let udp_offload = sockscale_sys::udp::Offload { gso: a.udp_gso != Some(Off), gro: a.udp_gro != Some(Off) };
+    let extra = serde_json::json!({ "length": a.length, "depth": a.depth, "udp_gso": udp_offload.gso, "udp_gro": udp_offload.gro });
+    let options = options_json("udp", &a.addr, &a.common, extra);
     let mut cfg = base_config(&a.common, Mode::Udp { msg_len: a.length }, addr.into(), a.addr.clone(), options)?;
     cfg.depth = a.depth;
+    cfg.udp_offload = udp_offload;
     Ok(cfg)
 }
 

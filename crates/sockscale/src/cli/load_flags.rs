@@ -312,6 +312,16 @@ pub struct UdpArgs {
     /// Datagrams in flight per socket
     #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
     pub depth: usize,
+    /// UDP GSO: a turn's datagrams go in one message [default: on]
+    ///
+    /// Off: one datagram per message (still one sendmmsg a turn). UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp.gso_datagrams
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true)]
+    pub udp_gso: Option<OnOff>,
+    /// UDP GRO: the kernel hands over the answers coalesced [default: on]
+    ///
+    /// Off: one datagram per buffer. UDP_GRO, where the kernel has it (Linux 5.0); counted as udp.gro_datagrams
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true)]
+    pub udp_gro: Option<OnOff>,
     #[command(flatten)]
     pub common: Common,
 }
