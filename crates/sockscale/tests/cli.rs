@@ -464,7 +464,7 @@ fn meaningless_zeros_on_serve_are_refused_naming_the_flag() {
 #[test]
 fn invalid_values_get_one_line_listing_the_valid_ones() {
     for (args, listed) in [
-        (&["serve", "--proto", "ftp"][..], "echo, http, udp"),
+        (&["serve", "--proto", "ftp"][..], "echo, http, udp, ws"),
         (&["serve", "--listener", "shared"][..], "reuseport, exclusive"),
         (&["bench", "--profile", "huge"][..], "tiny, quick, default, full"),
     ] {
