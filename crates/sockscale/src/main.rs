@@ -118,9 +118,9 @@ mod tests {
     #[test]
     fn a_bad_enum_value_lists_the_valid_ones_on_its_one_line() {
         let line = parse_error(&["serve", "--proto", "gopher"]);
-        assert_eq!(line, "error: invalid value 'gopher' for '--proto <PROTO>' [possible values: echo, http, udp]");
+        assert_eq!(line, "error: invalid value 'gopher' for '--proto <PROTO>' [possible values: echo, http, udp, ws]");
         let line = parse_error(&["serve", "--proto", "htp"]);
-        assert!(line.ends_with("[possible values: echo, http, udp]; tip: a similar value exists: 'http'"), "{line}");
+        assert!(line.ends_with("[possible values: echo, http, udp, ws]; tip: a similar value exists: 'http'"), "{line}");
         let line = parse_error(&["bench", "--profile", "huge"]);
         assert!(line.ends_with("[possible values: tiny, quick, default, full]"), "{line}");
         let line = parse_error(&["serve", "--listener", "shared"]);
