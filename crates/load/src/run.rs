@@ -622,6 +622,7 @@ fn assemble(
         let _ = total.connect_latency.add(&r.connect_latency);
         total.tls.add(&r.tls);
         total.h2.add(&r.h2);
+        total.ws.add(&r.ws);
     }
     let mut report = Report {
         schema: SCHEMA,
@@ -655,6 +656,7 @@ fn assemble(
         timeline: Vec::new(),
         h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
+        ws: matches!(&cfg.mode, Mode::Ws(_)).then_some(total.ws),
         cpu: cpu_between(cpu_before, cpu_after),
         client_cores: 0,
         cpus: 0,
