@@ -823,3 +823,7 @@ impl Connection {
 #[cfg(test)]
 #[path = "connection_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "connection_ws_tests.rs"]
+mod ws_tests;

@@ -176,6 +176,11 @@ impl WsClient {
         }
     }
 
+    /// The room the frames' buffer holds (0 on an idle connection).
+    pub fn out_capacity(&self) -> usize {
+        self.out.capacity()
+    }
+
     pub fn to_send(&self) -> &[u8] {
         &self.out[self.written..]
     }
