@@ -379,3 +379,65 @@ fn matches_payload(pattern: &Pattern, phase: u32, offset: u64, data: &[u8], kind
         }
     }
 }
+
+/// The run's probe (blocking, within `timeout`): one upgrade, its answer checked as every
+/// connection's will be, then the connection closed. Why not, in words: a refusal with the
+/// server's status line, a wrong 101, no answer.
+pub(crate) fn probe_upgrade(
+    cfg: &crate::config::LoadConfig,
+    mut stream: impl std::io::Read + std::io::Write,
+    timeout: Duration,
+) -> Result<(), String> {
+    let crate::config::Mode::Ws(run) = &cfg.mode else { return Ok(()) };
+    let profile = WsProfile::new(run);
+    let handshake = ClientHandshake::random(&mut fastrand::Rng::new(), profile.deflate);
+    let mut request = Vec::new();
+    handshake.write_request(&profile.host, &profile.path, &mut request);
+    stream.write_all(&request).map_err(|e| format!("{e} sending the upgrade request"))?;
+    let now = std::time::Instant::now;
+    let deadline = now() + timeout;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > MAX_HEAD || now() >= deadline {
+            return Err(format!(
+                "no answer to the WebSocket upgrade within {:.1} s: {}",
+                timeout.as_secs_f64(),
+                crate::report::sample(&head)
+            ));
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Err("the server closed the connection at the WebSocket upgrade request".into()),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("{e} waiting for the answer to the WebSocket upgrade")),
+        }
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    let Ok(httparse::Status::Complete(_)) = response.parse(&head[..end]) else {
+        return Err(format!("the answer to the WebSocket upgrade is not HTTP: {}", crate::report::sample(&head)));
+    };
+    let status = response.code.unwrap_or(0);
+    let pairs = response.headers.iter().map(|h| (h.name, h.value));
+    match handshake.verify(status, pairs) {
+        Ok(agreed) => {
+            // Closed as a client should: a close frame (the server need not be waited for).
+            let mut session = ClientSession::new(&profile.config, agreed.as_ref(), fastrand::Rng::new(), now());
+            let mut close = Vec::new();
+            let _ = session.initiate_close(sockscale_ws::code::NORMAL, &mut close);
+            let _ = stream.write_all(&close);
+            Ok(())
+        }
+        Err(sockscale_ws::HandshakeError::Status(status)) => Err(format!(
+            "the WebSocket upgrade was refused: the server answered {status}{} instead of 101 Switching Protocols \
+             (is the path right, and does this port serve WebSocket?)",
+            response.reason.map(|r| format!(" {r}")).unwrap_or_default()
+        )),
+        Err(e) => Err(format!("the WebSocket upgrade failed: {e}")),
+    }
+}

@@ -5,8 +5,10 @@
 
 mod support;
 
+use support::tls::TestCert;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -28,22 +30,66 @@ enum Behaviour {
     Masked,
     /// Echo, but never answer a close (the socket stays open until the client ends it).
     NoCloseAnswer,
+    /// Answer every second upgrade with 404, echo on the others.
+    RefuseEverySecond,
 }
 
 fn ws_server(behaviour: Behaviour) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
-        for stream in listener.incoming().map_while(Result::ok) {
+        for (i, stream) in listener.incoming().map_while(Result::ok).enumerate() {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            let _ = stream.set_nodelay(true);
+            let behaviour = match behaviour {
+                Behaviour::RefuseEverySecond if i % 2 == 1 => Behaviour::Refuse,
+                Behaviour::RefuseEverySecond => Behaviour::Echo,
+                other => other,
+            };
             std::thread::spawn(move || serve(stream, behaviour));
         }
     });
     addr
 }
 
-fn serve(mut stream: TcpStream, behaviour: Behaviour) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let _ = stream.set_nodelay(true);
+/// An echoing server over TLS with `cert` (wss://).
+fn wss_server(cert: &TestCert) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(&cert.cert).unwrap().collect::<Result<Vec<_>, _>>().unwrap();
+    let key = PrivateKeyDer::from_pem_file(&cert.key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let config = std::sync::Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            std::thread::spawn(move || serve(rustls::StreamOwned::new(conn, stream), Behaviour::Echo));
+        }
+    });
+    addr
+}
+
+/// An echoing server on a Unix socket at `path`.
+fn unix_ws_server(path: &std::path::Path) {
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            std::thread::spawn(move || serve(stream, Behaviour::Echo));
+        }
+    });
+}
+
+fn serve(mut stream: impl Read + Write, behaviour: Behaviour) {
     let mut head = Vec::new();
     let mut buf = [0u8; 16 << 10];
     let end = loop {
@@ -223,21 +269,27 @@ fn every_upgrade_refused_fails_with_one_line_naming_the_status() {
 }
 
 #[test]
-fn a_bad_accept_and_masked_server_frames_are_counted_and_said_never_hang() {
-    for (behaviour, field, words) in [
-        (Behaviour::BadAccept, "errors.ws_handshake", "Sec-WebSocket-Accept"),
-        (Behaviour::Masked, "errors.ws_protocol", "1002"),
-    ] {
-        let url = format!("ws://{}/", ws_server(behaviour));
-        let began = Instant::now();
-        let (out, report) = load_ws(&[&url, "-c", "1", "-d", "1", "-t", "1"]);
-        assert!(began.elapsed() < Duration::from_secs(15), "{behaviour:?} took {:?}", began.elapsed());
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(3), "{behaviour:?}: {}", String::from_utf8_lossy(&out.stderr));
-        let r = report.expect("a report");
-        assert!(n(&r, field) >= 1, "{behaviour:?}: {}", r["errors"]);
-        assert!(stdout.contains(words), "{behaviour:?}: {stdout}");
-    }
+fn a_bad_accept_and_masked_server_frames_are_said_in_one_line_never_hang() {
+    // A wrong 101 fails the probe: the run would fail every connection alike.
+    let url = format!("ws://{}/", ws_server(Behaviour::BadAccept));
+    let began = Instant::now();
+    let (out, _) = load_ws(&[&url, "-c", "1", "-d", "1", "-t", "1"]);
+    assert!(began.elapsed() < Duration::from_secs(15), "took {:?}", began.elapsed());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| !l.trim().is_empty()).count(), 1, "{stderr}");
+    assert!(stderr.contains("Sec-WebSocket-Accept"), "{stderr}");
+
+    // Masked frames come after the upgrade: every connection meets them, each is counted.
+    let url = format!("ws://{}/", ws_server(Behaviour::Masked));
+    let began = Instant::now();
+    let (out, report) = load_ws(&[&url, "-c", "1", "-d", "1", "-t", "1"]);
+    assert!(began.elapsed() < Duration::from_secs(15), "took {:?}", began.elapsed());
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = report.expect("a report");
+    assert!(n(&r, "errors.ws_protocol") >= 1, "{}", r["errors"]);
+    assert_eq!(n(&r, "errors.ws_protocol"), n(&r, "ws.protocol_errors.1002"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("closed with 1002"));
 }
 
 #[test]
@@ -278,4 +330,39 @@ fn sockscale_serve_proto_ws_when_the_binary_has_it() {
     let r = ok_report(&[&url, "-c", "4", "-n", "400", "-t", "1", "--pipeline", "2"]);
     assert_eq!(n(&r, "requests.completed"), 400);
     assert_eq!(n(&r, "ws.upgrades"), 4);
+}
+
+#[test]
+fn refusals_are_counted_by_status_beside_the_upgrades() {
+    let url = format!("ws://{}/", ws_server(Behaviour::RefuseEverySecond));
+    // The probe takes the first connection (upgraded); of the run's, every second is refused.
+    let (out, report) = load_ws(&[&url, "-c", "4", "-d", "1", "-t", "1", "--connect-retries", "0"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = report.expect("a report");
+    assert_eq!(n(&r, "ws.upgrades"), 2, "{}", r["ws"]);
+    assert_eq!(n(&r, "ws.refused.404"), 2, "{}", r["ws"]);
+    assert_eq!(n(&r, "errors.ws_refused"), 2);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("refused by status: 404 2"));
+}
+
+#[test]
+fn wss_with_cacert_and_a_unix_socket() {
+    let cert = TestCert::new("load-ws");
+    let url = format!("wss://localhost:{}/", wss_server(&cert).port());
+    let ca = cert.ca_file.display().to_string();
+    let r = ok_report(&[&url, "--cacert", &ca, "-c", "2", "-n", "200", "-t", "1", "--pipeline", "2"]);
+    assert_eq!(n(&r, "requests.completed"), 200);
+    assert_eq!(n(&r, "ws.upgrades"), 2);
+    assert_eq!(n(&r, "tls.handshakes.full") + n(&r, "tls.handshakes.resumed"), 2, "{}", r["tls"]);
+
+    let dir = std::env::temp_dir().join(format!("sockscale-ws-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ws.sock");
+    let _ = std::fs::remove_file(&path);
+    unix_ws_server(&path);
+    let socket = path.display().to_string();
+    let r = ok_report(&["ws://app/x", "--unix-socket", &socket, "-c", "2", "-n", "100", "-t", "1"]);
+    assert_eq!(n(&r, "requests.completed"), 100);
+    assert_eq!(n(&r, "ws.upgrades"), 2);
+    let _ = std::fs::remove_dir_all(&dir);
 }
