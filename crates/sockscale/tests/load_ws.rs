@@ -224,6 +224,8 @@ fn exact_message_count_every_echo_verified() {
         assert_eq!(n(&r, "ws.messages_received"), 400);
         assert_eq!(n(&r, "ws.bytes_received"), 400 * 300);
         assert_eq!(n(&r, "errors.verify_mismatch"), 0);
+        assert_eq!(n(&r, "ws.closes_sent.1000"), 4, "a -n run closes in order too: {}", r["ws"]);
+        assert_eq!(n(&r, "ws.closes_received.1000"), 4);
     }
 }
 

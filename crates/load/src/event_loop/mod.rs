@@ -471,6 +471,9 @@ impl<'a> EventLoop<'a> {
         if stopped || deadline {
             self.note_unopened(stopped);
             self.drain(stopped);
+        } else if self.ws_to_close() {
+            // -n or --per-conn made: the WebSockets still close in order.
+            self.drain(false);
         }
         self.tick();
         self.roll_interval(true);
