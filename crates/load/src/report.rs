@@ -1580,7 +1580,10 @@ impl Report {
             ws.summary(&mut s);
         }
         let failures = self.failures();
-        if failures == 0 && self.requests.completed == 0 {
+        let idle = self.options.get("idle").and_then(serde_json::Value::as_bool) == Some(true);
+        if failures == 0 && self.requests.completed == 0 && idle && self.ws.as_ref().is_some_and(|w| w.upgrades > 0) {
+            let _ = writeln!(s, "  errors       none (--idle: connections held, no message sent)");
+        } else if failures == 0 && self.requests.completed == 0 {
             // Nothing failed, and nothing was done either: not a pass.
             let _ = writeln!(s, "  errors       none counted, but no {what} completed");
         } else if failures == 0 {
