@@ -642,6 +642,10 @@ impl Connection {
         let (Protocol::Ws(c), Some(ws)) = (&mut self.protocol, &profile.ws) else { return Ok(()) };
         let outcome = c.receive(ws, &profile.pattern, now, data, on);
         self.answered |= c.upgraded();
+        if outcome.is_ok() && self.grace_until_ns.is_some() {
+            // Upgraded after the run ended: it closes in order too, within the same grace.
+            c.initiate_close();
+        }
         outcome.map_err(|end| self.ws_close(end))
     }
 

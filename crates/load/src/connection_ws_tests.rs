@@ -303,3 +303,36 @@ fn an_idle_connection_holds_no_output_buffer() {
     client.receive(&pong).expect("no close");
     assert_eq!(out_capacity(&client), 0);
 }
+
+#[test]
+fn a_close_begun_by_the_server_is_answered_with_its_code_and_said() {
+    let (mut client, mut server) = upgraded(profile(None, false));
+    let mut close = Vec::new();
+    server.initiate_close(1001, &mut close);
+    let ended = client.receive(&close).expect_err("closed");
+    assert!(matches!(ended.reason, Reason::Ws(WsEnd::ClosedByServer { code: Some(1001) })));
+    // The answer goes last: the server's handshake completes on it.
+    let verdict = server.receive(&ended.last, Instant::now(), &mut Vec::new());
+    assert!(matches!(verdict, sockscale_ws::Verdict::Close(sockscale_ws::Closing::Handshake { code: Some(1001) })));
+    let stats = client.conn.ws_stats().copied().expect("upgraded");
+    assert_eq!((stats.closes_received.get(1001), stats.closes_sent.get(1001)), (1, 1));
+}
+
+#[test]
+fn a_connection_upgraded_after_the_run_ended_closes_within_the_same_grace() {
+    let mut client = Client::connected(profile(None, false));
+    let request = client.transmit();
+    let grace = Duration::from_secs(1);
+    let end = client.now_ns + grace.as_nanos() as u64;
+    client.conn.begin_grace(client.now(), grace);
+    assert!(client.conn.busy(), "greeting");
+    let (response, mut server) = upgrade(&request);
+    client.receive(&response).expect("no close");
+    assert!(client.conn.ws_awaiting_close() && client.conn.busy(), "its close is owed");
+    let close = client.transmit();
+    let mut answer = Vec::new();
+    let verdict = server.receive(&close, Instant::now(), &mut answer);
+    assert!(matches!(verdict, sockscale_ws::Verdict::Close(sockscale_ws::Closing::Handshake { code: Some(1000) })));
+    assert_eq!(client.deadline_ns(), Some(end));
+    assert!(matches!(reason(client.receive(&answer)), Reason::Ws(WsEnd::Closed)));
+}

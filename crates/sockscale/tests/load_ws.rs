@@ -52,8 +52,8 @@ fn ws_server(behaviour: Behaviour) -> SocketAddr {
     addr
 }
 
-/// An echoing server over TLS with `cert` (wss://).
-fn wss_server(cert: &TestCert) -> SocketAddr {
+/// A server over TLS with `cert` (wss://).
+fn wss_server(cert: &TestCert, behaviour: Behaviour) -> SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let chain = CertificateDer::pem_file_iter(&cert.cert).unwrap().collect::<Result<Vec<_>, _>>().unwrap();
@@ -72,7 +72,7 @@ fn wss_server(cert: &TestCert) -> SocketAddr {
         for stream in listener.incoming().map_while(Result::ok) {
             let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
             let conn = rustls::ServerConnection::new(config.clone()).unwrap();
-            std::thread::spawn(move || serve(rustls::StreamOwned::new(conn, stream), Behaviour::Echo));
+            std::thread::spawn(move || serve(rustls::StreamOwned::new(conn, stream), behaviour));
         }
     });
     addr
@@ -350,7 +350,7 @@ fn refusals_are_counted_by_status_beside_the_upgrades() {
 #[test]
 fn wss_with_cacert_and_a_unix_socket() {
     let cert = TestCert::new("load-ws");
-    let url = format!("wss://localhost:{}/", wss_server(&cert).port());
+    let url = format!("wss://localhost:{}/", wss_server(&cert, Behaviour::Echo).port());
     let ca = cert.ca_file.display().to_string();
     let r = ok_report(&[&url, "--cacert", &ca, "-c", "2", "-n", "200", "-t", "1", "--pipeline", "2"]);
     assert_eq!(n(&r, "requests.completed"), 200);
@@ -367,4 +367,21 @@ fn wss_with_cacert_and_a_unix_socket() {
     assert_eq!(n(&r, "requests.completed"), 100);
     assert_eq!(n(&r, "ws.upgrades"), 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_upgrade_refused_over_tls_fails_after_the_run_with_one_line() {
+    // Over TLS the probe does not upgrade: the run finds every upgrade refused, and says so.
+    let cert = TestCert::new("load-ws-refused");
+    let url = format!("wss://localhost:{}/", wss_server(&cert, Behaviour::Refuse).port());
+    let ca = cert.ca_file.display().to_string();
+    let (out, report) = load_ws(&[&url, "--cacert", &ca, "-c", "2", "-d", "1", "-t", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("every WebSocket upgrade was refused") && lines[0].contains("404"), "{stderr}");
+    let r = report.expect("the report is written before the verdict");
+    assert_eq!(n(&r, "ws.upgrades"), 0);
+    assert!(n(&r, "ws.refused.404") >= 2);
 }
