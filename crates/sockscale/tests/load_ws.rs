@@ -385,3 +385,12 @@ fn every_upgrade_refused_over_tls_fails_after_the_run_with_one_line() {
     assert_eq!(n(&r, "ws.upgrades"), 0);
     assert!(n(&r, "ws.refused.404") >= 2);
 }
+
+#[test]
+fn per_conn_messages_then_every_connection_closes() {
+    let url = format!("ws://{}/", ws_server(Behaviour::Echo));
+    let r = ok_report(&[&url, "-c", "3", "--per-conn", "5", "-t", "1", "--connect-rate", "100"]);
+    assert_eq!(n(&r, "requests.completed"), 15);
+    assert_eq!(n(&r, "ws.upgrades"), 3);
+    assert_eq!(n(&r, "ws.closes_received.1000"), 3, "{}", r["ws"]);
+}
