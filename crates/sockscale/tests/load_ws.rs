@@ -232,7 +232,12 @@ fn exact_message_count_every_echo_verified() {
 #[test]
 fn a_duration_run_ends_with_a_close_handshake_on_every_connection() {
     let url = format!("ws://{}/", ws_server(Behaviour::Echo));
-    let r = ok_report(&[&url, "-c", "3", "-d", "1", "-t", "1", "--deflate", "-s", "2000"]);
+    let page = std::env::temp_dir().join(format!("sockscale-ws-page-{}.html", std::process::id()));
+    let page_arg = page.display().to_string();
+    let r = ok_report(&[&url, "-c", "3", "-d", "1", "-t", "1", "--deflate", "-s", "2000", "--html", &page_arg]);
+    let html = std::fs::read_to_string(&page).expect("the page");
+    let _ = std::fs::remove_file(&page);
+    assert!(html.contains("<h2>WebSocket</h2>") && html.contains("deflate_agreed"), "the page has the ws block");
     assert_eq!(n(&r, "ws.upgrades"), 3);
     assert_eq!(n(&r, "ws.deflate_agreed"), 3);
     assert_eq!(n(&r, "ws.closes_sent.1000"), 3, "{}", r["ws"]);
