@@ -441,3 +441,27 @@ pub(crate) fn probe_upgrade(
         Err(e) => Err(format!("the WebSocket upgrade failed: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_past_the_pattern_table_are_made_and_verified_to_the_last_octet() {
+        let pattern = Pattern::default();
+        let phase = Pattern::phase(3);
+        for kind in [WsKind::Binary, WsKind::Text] {
+            let len = TABLE + 5_000;
+            let mut scratch = Vec::new();
+            let mut made = payload(&pattern, phase, 777, len, kind, &mut scratch).to_vec();
+            assert_eq!(made.len(), len);
+            if kind == WsKind::Text {
+                assert!(std::str::from_utf8(&made).is_ok(), "text is UTF-8");
+            }
+            assert!(matches_payload(&pattern, phase, 777, &made, kind));
+            assert!(!matches_payload(&pattern, phase, 778, &made, kind), "another offset");
+            made[len - 1] ^= 1;
+            assert!(!matches_payload(&pattern, phase, 777, &made, kind), "the last octet altered ({kind:?})");
+        }
+    }
+}
