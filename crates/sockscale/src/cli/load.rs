@@ -758,6 +758,34 @@ mod tests {
     }
 
     #[test]
+    fn ws_urls_and_flags() {
+        let cfg = load(&["ws", "ws://127.0.0.1:9/chat?room=1", "-n", "5", "--text", "--pipeline", "3"]).unwrap();
+        let Mode::Ws(run) = &cfg.mode else { panic!("ws") };
+        assert_eq!(
+            (run.host.as_str(), run.path.as_str(), run.text, run.pipeline),
+            ("127.0.0.1:9", "/chat?room=1", true, 3)
+        );
+        assert_eq!(cfg.per_conn_depth(), 3);
+        assert!(cfg.tls.is_none());
+        let wss = load(&["ws", "wss://localhost:8443/", "-n", "1", "-k", "--sni", "example.test"]).unwrap();
+        assert_eq!(wss.tls.as_ref().map(|t| t.server_name.as_str()), Some("example.test"));
+        assert_eq!(
+            load(&["ws", "wss://127.0.0.1/", "-n", "1", "-k"]).unwrap().addr,
+            Endpoint::Inet("127.0.0.1:443".parse().unwrap())
+        );
+        let unix = load(&["ws", "ws://app/x", "--unix-socket", "s.sock", "-n", "1"]).unwrap();
+        assert_eq!(unix.target, "ws://app/x via unix:s.sock");
+        let err = |args: &[&str]| format!("{:#}", load(args).unwrap_err());
+        assert!(err(&["ws", "http://h/"]).contains("load ws speaks ws:// and wss://"));
+        assert!(err(&["ws", "h:1"]).contains("give ws://HOST[:PORT]/PATH"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "-k"]).contains("--insecure is for a wss:// URL"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "--idle"]).contains("give -d"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "--text", "--binary"]).contains("cannot be used with"));
+        let idle = load(&["ws", "ws://127.0.0.1:1/", "--idle", "-d", "5", "-n", "3"]).unwrap();
+        assert!(idle.validate().unwrap_err().to_string().contains("--idle sends no message"));
+    }
+
+    #[test]
     fn urls() {
         let url = |https, authority: &str, path: &str| Url { https, authority: authority.into(), path: path.into() };
         assert_eq!(parse_url("http://127.0.0.1:8080/a/b").unwrap(), url(false, "127.0.0.1:8080", "/a/b"));
