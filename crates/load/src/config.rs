@@ -68,6 +68,8 @@ pub enum Mode {
     Udp {
         msg_len: usize,
     },
+    /// WebSocket echo (`load ws`): messages sent after an upgrade, every echoed one verified.
+    Ws(WsRun),
 }
 
 impl Mode {
@@ -76,8 +78,30 @@ impl Mode {
             Mode::Echo { .. } => "echo",
             Mode::Http(_) => "http",
             Mode::Udp { .. } => "udp",
+            Mode::Ws(_) => "ws",
         }
     }
+}
+
+/// A WebSocket run (`load ws ws://HOST:PORT/PATH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsRun {
+    /// The Host header of the upgrade request (`host[:port]`, as the URL gave it).
+    pub host: String,
+    /// The request target of the upgrade request.
+    pub path: String,
+    /// The payload of every message, in bytes.
+    pub msg_len: usize,
+    /// Text messages (their payload valid UTF-8) rather than binary.
+    pub text: bool,
+    /// Offer permessage-deflate (RFC 7692).
+    pub deflate: bool,
+    /// Messages in flight per connection.
+    pub pipeline: usize,
+    /// Send no message: hold the connections open (with `ping`, pinging them).
+    pub idle: bool,
+    /// Ping every connection this often; a ping unanswered by the next one closes it.
+    pub ping: Option<Duration>,
 }
 
 /// The one request an HTTP run sends, over and over.
@@ -392,6 +416,10 @@ pub enum LoadConfigError {
     Path { path: String },
     #[error("-H '{header}': {reason}")]
     Header { header: String, reason: String },
+    #[error("--idle sends no message: -n, -R and --per-conn count messages (leave them out, or --idle)")]
+    IdleSendsNothing,
+    #[error("--idle holds the connections until -d ends the run: give -d")]
+    IdleWithoutDuration,
     #[error("{flag} does not apply to --unix-socket: {why}")]
     NotForUnix { flag: &'static str, why: &'static str },
 }
@@ -428,6 +456,17 @@ impl LoadConfig {
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Http(h) if h.http2 && !h.keepalive => return Err(LoadConfigError::Http2WithoutKeepalive),
             Mode::Http(h) => h.validate()?,
+            Mode::Ws(w) if w.msg_len == 0 => return Err(LoadConfigError::Zero { flag: "s" }),
+            Mode::Ws(w) if w.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
+            Mode::Ws(w) if w.ping.is_some_and(|p| p.is_zero()) => {
+                return Err(LoadConfigError::ZeroDuration { flag: "--ping" })
+            }
+            Mode::Ws(w)
+                if w.idle && (self.requests.is_some() || self.per_conn.is_some() || self.total_rate.is_some()) =>
+            {
+                return Err(LoadConfigError::IdleSendsNothing)
+            }
+            Mode::Ws(w) if w.idle && self.duration.is_none() => return Err(LoadConfigError::IdleWithoutDuration),
             _ => {}
         }
         if self.addr.is_unix() && !self.sources.is_empty() {
@@ -468,6 +507,7 @@ impl LoadConfig {
     pub fn per_conn_depth(&self) -> usize {
         match &self.mode {
             Mode::Http(h) => h.pipeline,
+            Mode::Ws(w) => w.pipeline,
             _ => self.depth,
         }
     }

@@ -35,6 +35,7 @@ use crate::client::{EchoClient, Failure as Mismatch, H2Client, HttpClient, Reply
 use crate::config::{AcceptedStatuses, LoadConfig, LoadTls, Mode};
 use crate::http::Response;
 use crate::pattern::Pattern;
+use crate::ws::{WsClient, WsEnd, WsProfile};
 
 /// Records encrypted ahead of the socket at most: past this the client's bytes wait unencrypted
 /// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
@@ -58,10 +59,16 @@ impl Now {
 /// What speaks on the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    Echo { msg_len: usize },
+    Echo {
+        msg_len: usize,
+    },
     Http,
     H2,
-    Udp { msg_len: usize },
+    Udp {
+        msg_len: usize,
+    },
+    /// WebSocket (`load ws`): what it sends is in [`Profile::ws`].
+    Ws,
 }
 
 /// What every connection of a run shares: what it sends, what it accepts, its timeouts and
@@ -83,6 +90,8 @@ pub struct Profile {
     pub tls: Option<LoadTls>,
     /// The clock's origin: every `ns` of the run counts from here.
     pub origin: Instant,
+    /// WebSocket (`load ws`): the upgrade and the messages.
+    pub ws: Option<WsProfile>,
 }
 
 impl Profile {
@@ -92,6 +101,7 @@ impl Profile {
             Mode::Udp { msg_len } => (Kind::Udp { msg_len: *msg_len }, None),
             Mode::Http(h) if h.http2 => (Kind::H2, Some(h.h2_request())),
             Mode::Http(_) => (Kind::Http, None),
+            Mode::Ws(_) => (Kind::Ws, None),
         };
         Profile {
             kind,
@@ -105,6 +115,10 @@ impl Profile {
             reply_timeout: cfg.reply_timeout,
             tls: cfg.tls.clone(),
             origin,
+            ws: match &cfg.mode {
+                Mode::Ws(run) => Some(WsProfile::new(run)),
+                _ => None,
+            },
         }
     }
 
@@ -132,6 +146,7 @@ impl Profile {
         match self.kind {
             Kind::Echo { msg_len } | Kind::Udp { msg_len } => msg_len,
             Kind::Http | Kind::H2 => self.request_len,
+            Kind::Ws => self.ws.as_ref().map_or(0, |ws| ws.msg_len),
         }
     }
 }
@@ -144,6 +159,8 @@ enum Protocol {
     /// Boxed: its HPACK table and stream ring would make every connection's slot larger.
     H2(Box<H2Client>),
     Udp(UdpClient),
+    /// Boxed: its session (frame reader, counters) would make every connection's slot larger.
+    Ws(Box<WsClient>),
 }
 
 impl Protocol {
@@ -153,6 +170,7 @@ impl Protocol {
             Protocol::Http(c) => c.outstanding(),
             Protocol::H2(c) => c.outstanding(),
             Protocol::Udp(c) => c.outstanding(),
+            Protocol::Ws(c) => c.outstanding(),
         }
     }
 
@@ -162,6 +180,7 @@ impl Protocol {
             Protocol::Http(c) => c.oldest(),
             Protocol::H2(c) => c.oldest(),
             Protocol::Udp(c) => c.oldest(),
+            Protocol::Ws(c) => c.oldest(),
         }
     }
 
@@ -171,6 +190,7 @@ impl Protocol {
             Protocol::Echo(c) if c.unsent > 0 => c.to_send(&profile.pattern),
             Protocol::Http(c) if c.unsent > 0 => c.to_send(&profile.requests),
             Protocol::H2(c) if c.unsent() > 0 => c.to_send(),
+            Protocol::Ws(c) => c.to_send(),
             _ => &[],
         }
     }
@@ -180,6 +200,7 @@ impl Protocol {
             Protocol::Echo(c) => c.sent(n),
             Protocol::Http(c) => c.sent(n),
             Protocol::H2(c) => c.sent(n),
+            Protocol::Ws(c) => c.sent(n),
             Protocol::Udp(_) => {}
         }
     }
@@ -225,6 +246,8 @@ pub enum Event {
     BadDatagram,
     /// UDP: datagrams unanswered for the reply timeout, counted lost.
     Lost(u64),
+    /// WebSocket: the server's 101 was verified (`deflate`: permessage-deflate agreed).
+    WsUpgraded { deflate: bool },
     /// Bytes handed on: plaintext (encrypted, or written without TLS) and TLS records written.
     Sent { plaintext: usize, wire: usize },
     /// Bytes received: TLS records, and the plaintext (the bytes themselves without TLS).
@@ -273,6 +296,8 @@ pub enum Reason {
     /// The run ended and its grace passed with the connection still connecting, greeting or
     /// waiting for answers: what is in flight is left unanswered.
     GraceOver,
+    /// WebSocket: the upgrade refused or wrong, the server's frames, a close (see [`WsEnd`]).
+    Ws(WsEnd),
 }
 
 /// How a connection ends: why, the last bytes to send, and how the socket ends after them.
@@ -332,6 +357,7 @@ impl Connection {
             Kind::Http => Protocol::Http(HttpClient::default()),
             Kind::H2 => Protocol::H2(Box::new(H2Client::new(sockscale_h2::ClientSettings::default()))),
             Kind::Udp { msg_len } => Protocol::Udp(UdpClient::new(index, msg_len)),
+            Kind::Ws => Protocol::Ws(Box::new(WsClient::new(profile.ws.as_ref(), index))),
         };
         Connection {
             protocol,
@@ -350,6 +376,9 @@ impl Connection {
     pub fn on_connected(&mut self, profile: &Profile, now: Now) -> Connected {
         self.connected = true;
         let took = Duration::from_nanos(now.ns.saturating_sub(self.connect_started_ns));
+        if let Protocol::Ws(c) = &mut self.protocol {
+            c.connected(now.ns);
+        }
         let mut failed = None;
         if let (Some(tls), false) = (&profile.tls, self.is_udp()) {
             let mut records = Vec::new();
@@ -376,10 +405,13 @@ impl Connection {
         self.tls.as_deref().is_some_and(|t| t.session.is_handshaking())
     }
 
-    /// Still being set up: connecting, in its TLS handshake, or (HTTP/2) waiting for the
-    /// server's SETTINGS.
+    /// Still being set up: connecting, in its TLS handshake, (HTTP/2) waiting for the
+    /// server's SETTINGS, or (WebSocket) for the 101.
     pub fn greeting(&self) -> bool {
-        !self.connected || self.handshaking() || matches!(&self.protocol, Protocol::H2(c) if !c.greeted())
+        !self.connected
+            || self.handshaking()
+            || matches!(&self.protocol, Protocol::H2(c) if !c.greeted())
+            || matches!(&self.protocol, Protocol::Ws(c) if !c.upgraded())
     }
 
     /// An exchange completed and was accepted: the target served this connection.
@@ -401,6 +433,7 @@ impl Connection {
             && !self.handshaking()
             && match &self.protocol {
                 Protocol::H2(c) => c.outstanding() < depth && c.can_begin(),
+                Protocol::Ws(c) => c.outstanding() < depth && c.may_send(),
                 p => p.outstanding() < depth,
             }
     }
@@ -425,6 +458,12 @@ impl Connection {
                 }
             }
             Protocol::Udp(c) => return Some(c.next_datagram(&profile.pattern, stamp, datagram)),
+            Protocol::Ws(c) => {
+                if let Some(ws) = &profile.ws {
+                    // The datagram buffer is scratch for a payload not sent as one slice.
+                    c.begin(ws, &profile.pattern, stamp, datagram);
+                }
+            }
         }
         None
     }
@@ -530,7 +569,11 @@ impl Connection {
                 scratch
             }
         };
-        self.take(profile, plain, on)?;
+        if let Protocol::Ws(_) = self.protocol {
+            self.take_ws(profile, now, plain, on)?;
+        } else {
+            self.take(profile, plain, on)?;
+        }
         Ok(peer_closed)
     }
 
@@ -609,7 +652,63 @@ impl Connection {
             }
             // Datagrams go to `receive_datagram`, one at a time, with no TLS.
             Protocol::Udp(_) => Ok(()),
+            // Read by `take_ws`, which needs the time.
+            Protocol::Ws(_) => Ok(()),
         }
+    }
+
+    /// WebSocket plaintext received `now`: the 101, then frames.
+    fn take_ws(&mut self, profile: &Profile, now: Now, data: &[u8], on: &mut impl FnMut(Event)) -> Result<(), Close> {
+        let (Protocol::Ws(c), Some(ws)) = (&mut self.protocol, &profile.ws) else { return Ok(()) };
+        let outcome = c.receive(ws, &profile.pattern, now, data, on);
+        self.answered |= c.upgraded();
+        if outcome.is_ok() && self.grace_until_ns.is_some() {
+            // Upgraded after the run ended: it closes in order too, within the same grace.
+            c.initiate_close();
+        }
+        outcome.map_err(|end| self.ws_close(end))
+    }
+
+    /// A WebSocket connection ends: what its session still has to send (a close frame, the
+    /// answer to the server's) goes last, then, over TLS, close_notify.
+    fn ws_close(&mut self, end: WsEnd) -> Close {
+        let unsent = match &mut self.protocol {
+            Protocol::Ws(c) => c.take_unsent(),
+            _ => Vec::new(),
+        };
+        let last = match self.tls.as_deref_mut() {
+            None => unsent,
+            Some(tls) => {
+                let mut last = std::mem::take(&mut tls.records);
+                if !unsent.is_empty() && !tls.session.is_handshaking() {
+                    // A session that cannot encrypt is ending anyway: its close_notify follows.
+                    let _ = tls.session.send(&unsent, &mut last);
+                }
+                tls.session.close(&mut last);
+                last
+            }
+        };
+        let ending = if last.is_empty() { Ending::Abort } else { Ending::Orderly };
+        Close { reason: Reason::Ws(end), last, ending }
+    }
+
+    /// WebSocket: the connection's counters (once upgraded).
+    pub fn ws_stats(&self) -> Option<&sockscale_ws::Stats> {
+        match &self.protocol {
+            Protocol::Ws(c) => c.stats(),
+            _ => None,
+        }
+    }
+
+    /// WebSocket: this client's close was sent at the end of the run and the server's is
+    /// awaited.
+    pub fn ws_awaiting_close(&self) -> bool {
+        matches!(&self.protocol, Protocol::Ws(c) if c.awaiting_close())
+    }
+
+    /// WebSocket: upgraded and not closing: at the end of a run it has a close handshake to make.
+    pub fn ws_open(&self) -> bool {
+        matches!(&self.protocol, Protocol::Ws(c) if c.upgraded() && !c.awaiting_close())
     }
 
     /// After what was received: the close the connection is ready for (every response came
@@ -654,13 +753,17 @@ impl Connection {
 
     /// The run ended `now`: no exchange begins (the event loop's pacing says so), and what is in
     /// flight, connects and handshakes included, has `grace` to finish.
+    /// A WebSocket sends its close (1000) now and awaits the server's within the grace.
     pub fn begin_grace(&mut self, now: Now, grace: Duration) {
         self.grace_until_ns = Some(now.ns + grace.as_nanos() as u64);
+        if let Protocol::Ws(c) = &mut self.protocol {
+            c.initiate_close();
+        }
     }
 
-    /// Connecting, greeting, or waiting for answers.
+    /// Connecting, greeting, waiting for answers, or (WebSocket) for the close's.
     pub fn busy(&self) -> bool {
-        self.greeting() || self.protocol.outstanding() > 0
+        self.greeting() || self.protocol.outstanding() > 0 || self.ws_awaiting_close()
     }
 
     /// When the connection must be woken: its connect timeout, its handshake's, its oldest
@@ -677,6 +780,11 @@ impl Connection {
             }
             if let Some(stamp) = self.protocol.oldest() {
                 consider(stamp.sent_ns + reply);
+            }
+            if let Protocol::Ws(c) = &self.protocol {
+                if let Some(ns) = c.deadline(profile.reply_timeout) {
+                    consider(ns);
+                }
             }
         }
         due.map(|ns| profile.at(ns))
@@ -710,6 +818,11 @@ impl Connection {
         } else if self.protocol.oldest().is_some_and(|stamp| now.ns >= stamp.sent_ns + reply) {
             return Err(Close::bare(Reason::ReplyTimeout));
         }
+        if let (Protocol::Ws(c), Some(ws)) = (&mut self.protocol, &profile.ws) {
+            if let Err(end) = c.on_timeout(ws, profile.reply_timeout, now) {
+                return Err(self.ws_close(end));
+            }
+        }
         if grace_over {
             return Err(Close::bare(Reason::GraceOver));
         }
@@ -723,7 +836,7 @@ impl Connection {
         let (unsent, begun) = match &self.protocol {
             Protocol::Echo(c) => (c.unsent_messages(), c.answering()),
             Protocol::Http(c) => (c.unsent_requests(profile.request_len), c.answering()),
-            Protocol::H2(_) | Protocol::Udp(_) => (0, false),
+            Protocol::H2(_) | Protocol::Udp(_) | Protocol::Ws(_) => (0, false),
         };
         let unsent = unsent.min(n);
         let partial = usize::from(begun && n > unsent);
@@ -743,3 +856,7 @@ fn h2_error_code(error: &sockscale_h2::ClientError) -> Cow<'static, str> {
 #[cfg(test)]
 #[path = "connection_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "connection_ws_tests.rs"]
+mod ws_tests;

@@ -33,6 +33,7 @@ fn profile(kind: Kind, tls: Option<LoadTls>) -> Profile {
         reply_timeout: REPLY_TIMEOUT,
         tls,
         origin: Instant::now(),
+        ws: None,
     }
 }
 

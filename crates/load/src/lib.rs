@@ -21,8 +21,10 @@ pub mod run;
 pub mod segment;
 pub mod slo;
 pub mod source;
+pub mod ws;
+pub mod ws_report;
 
-pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress};
+pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, WsRun};
 pub use report::Report;
 pub use run::{preflight, run, run_with, LoadError};
 pub use segment::Segment;

@@ -481,6 +481,7 @@ pub fn render(report: &Report) -> String {
     for (name, block) in [
         ("TLS", report.tls.as_ref().and_then(|t| serde_json::to_value(t).ok())),
         ("HTTP/2", report.h2.as_ref().and_then(|h| serde_json::to_value(h).ok())),
+        ("WebSocket", report.ws.as_ref().and_then(|w| serde_json::to_value(w).ok())),
     ] {
         if let Some(mut block) = block {
             if let Some(o) = block.as_object_mut() {

@@ -13,6 +13,8 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ws_report::Ws;
+
 /// Latencies are recorded in nanoseconds, from 1 ns to one hour, to three significant digits.
 pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
 
@@ -300,6 +302,18 @@ pub struct Errors {
     /// HTTP/2: streams above a GOAWAY's last stream identifier, which the server did not
     /// process (the GOAWAYs by code in `h2.goaways`).
     pub h2_refused: u64,
+    /// WebSocket: upgrades answered with a status other than 101 (by status in `ws.refused`).
+    pub ws_refused: u64,
+    /// WebSocket: a 101 that was wrong (its Sec-WebSocket-Accept, Upgrade, Connection or
+    /// extensions).
+    pub ws_handshake: u64,
+    /// WebSocket: server frames that broke RFC 6455 (by the close code sent in
+    /// `ws.protocol_errors`).
+    pub ws_protocol: u64,
+    /// WebSocket: pings unanswered by the next ping (`--ping`).
+    pub ws_ping_timeout: u64,
+    /// WebSocket: this client's close at the end of the run, unanswered within the wait.
+    pub ws_close_unanswered: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
     /// Exchanges in flight when `-d` ended and still unanswered after the wait for them (see
@@ -321,7 +335,7 @@ impl Errors {
         self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 20] {
+    fn fields(&self) -> [(&'static str, u64); 25] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
@@ -337,6 +351,11 @@ impl Errors {
             ("TLS failed", self.tls),
             ("HTTP/2 stream reset", self.h2_reset),
             ("HTTP/2 refused by GOAWAY", self.h2_refused),
+            ("WebSocket upgrade refused", self.ws_refused),
+            ("WebSocket 101 wrong", self.ws_handshake),
+            ("WebSocket protocol error by the server", self.ws_protocol),
+            ("WebSocket ping unanswered", self.ws_ping_timeout),
+            ("WebSocket close unanswered at the end", self.ws_close_unanswered),
             ("other", self.other),
             ("unanswered at the end (nothing back)", self.unanswered_waiting),
             ("unanswered at the end (answer cut off)", self.unanswered_partial),
@@ -370,6 +389,11 @@ impl Errors {
         self.tls += o.tls;
         self.h2_reset += o.h2_reset;
         self.h2_refused += o.h2_refused;
+        self.ws_refused += o.ws_refused;
+        self.ws_handshake += o.ws_handshake;
+        self.ws_protocol += o.ws_protocol;
+        self.ws_ping_timeout += o.ws_ping_timeout;
+        self.ws_close_unanswered += o.ws_close_unanswered;
         self.other += o.other;
         self.unanswered_waiting += o.unanswered_waiting;
         self.unanswered_partial += o.unanswered_partial;
@@ -829,6 +853,9 @@ pub struct Report {
     /// HTTP/2 runs only (`load http --http2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub h2: Option<H2>,
+    /// WebSocket runs only (`load ws`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ws: Option<Ws>,
     /// The measured phase second by second.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Second>,
@@ -1184,6 +1211,13 @@ impl Report {
             };
             merge_timelines(&mut m.timeline, &r.timeline);
             m.h2 = match (m.h2.take(), &r.h2) {
+                (Some(mut a), Some(b)) => {
+                    a.add(b);
+                    Some(a)
+                }
+                (a, b) => a.or_else(|| b.clone()),
+            };
+            m.ws = match (m.ws.take(), &r.ws) {
                 (Some(mut a), Some(b)) => {
                     a.add(b);
                     Some(a)
@@ -1555,8 +1589,14 @@ impl Report {
         if let Some(h2) = &self.h2 {
             h2.summary(&mut s, self.options.get("pipeline").and_then(serde_json::Value::as_u64));
         }
+        if let Some(ws) = &self.ws {
+            ws.summary(&mut s);
+        }
         let failures = self.failures();
-        if failures == 0 && self.requests.completed == 0 {
+        let idle = self.options.get("idle").and_then(serde_json::Value::as_bool) == Some(true);
+        if failures == 0 && self.requests.completed == 0 && idle && self.ws.as_ref().is_some_and(|w| w.upgrades > 0) {
+            let _ = writeln!(s, "  errors       none (--idle: connections held, no message sent)");
+        } else if failures == 0 && self.requests.completed == 0 {
             // Nothing failed, and nothing was done either: not a pass.
             let _ = writeln!(s, "  errors       none counted, but no {what} completed");
         } else if failures == 0 {

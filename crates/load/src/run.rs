@@ -40,6 +40,10 @@ pub enum LoadError {
     /// A plaintext run at a port that answers a ClientHello with a ServerHello.
     #[error("{target}: this port speaks TLS: {fix}")]
     SpeaksTls { target: String, fix: String },
+    /// `load ws`: the probe's upgrade was refused, or its 101 was wrong; the run would fail
+    /// every connection alike.
+    #[error("{target}: {reason}")]
+    NoWebSocket { target: String, reason: String },
 }
 
 /// Run the load described by `cfg` to its end (duration or request count) or until `stop`
@@ -329,6 +333,11 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
                     chosen.map_or_else(|| "none".to_owned(), |p| String::from_utf8_lossy(&p).into_owned())
                 ))),
             }
+        }
+        None if matches!(cfg.mode, Mode::Ws(_)) => {
+            let no_websocket = |reason| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
+            stream.set_read_timeout(Some(timeout)).map_err(|e| no_websocket(e.to_string()))?;
+            crate::ws::probe_upgrade(cfg, stream, timeout).map_err(no_websocket)
         }
         None if http2 => h2c_greeting(stream, timeout).map_err(|reason| match (&cfg.addr, reason) {
             (Endpoint::Inet(addr), H2cRefusal::Tls) if speaks_tls(cfg, *addr) => speaks_tls_error(cfg, *addr),
@@ -622,6 +631,7 @@ fn assemble(
         let _ = total.connect_latency.add(&r.connect_latency);
         total.tls.add(&r.tls);
         total.h2.add(&r.h2);
+        total.ws.add(&r.ws);
     }
     let mut report = Report {
         schema: SCHEMA,
@@ -655,6 +665,7 @@ fn assemble(
         timeline: Vec::new(),
         h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
+        ws: matches!(&cfg.mode, Mode::Ws(_)).then_some(total.ws),
         cpu: cpu_between(cpu_before, cpu_after),
         client_cores: 0,
         cpus: 0,

@@ -298,6 +298,7 @@ impl Pair {
             reply_timeout,
             tls: client_tls,
             origin,
+            ws: None,
         };
         let start = Now::after(origin, 0);
         let mut conn = Client::new(&profile, 0, start);

@@ -15,6 +15,7 @@
 mod datagrams;
 mod io;
 mod tls;
+mod ws;
 
 pub use self::tls::ThreadTls;
 
@@ -33,7 +34,7 @@ use crate::client::Stamp;
 use crate::config::{Endpoint, LoadConfig, Mode, MAX_PENDING_CONNECTS};
 use crate::connection::{Close, Connection, Event as ConnEvent, Now, Profile, Reason};
 use crate::rate::PacedBlock;
-use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, H2};
+use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, Ws, H2};
 
 /// The slab index in a timer token that marks a `-r` block's deadline (the block number is
 /// in the high half); no connection slot gets this far.
@@ -173,6 +174,8 @@ pub struct ThreadResult {
     pub tls: ThreadTls,
     /// HTTP/2: connections, streams, GOAWAYs and resets received.
     pub h2: H2,
+    /// WebSocket: upgrades, messages, pings, closes.
+    pub ws: Ws,
     /// This thread's connections never attempted, by what held them back.
     pub never_attempted: Unopened,
     /// What was in flight when `-d` ended, and what became of it.
@@ -205,6 +208,7 @@ impl Default for ThreadResult {
             connect_latency: new_histogram(),
             tls: ThreadTls::default(),
             h2: H2::default(),
+            ws: Ws::default(),
             never_attempted: Unopened::default(),
             at_end: AtEnd::default(),
             timer_fires: 0,
@@ -471,6 +475,9 @@ impl<'a> EventLoop<'a> {
         if stopped || deadline {
             self.note_unopened(stopped);
             self.drain(stopped);
+        } else if self.ws_to_close() {
+            // -n or --per-conn made: the WebSockets still close in order.
+            self.drain(false);
         }
         self.tick();
         self.roll_interval(true);
@@ -520,7 +527,7 @@ impl<'a> EventLoop<'a> {
     /// nothing in flight as an error.
     fn drain(&mut self, stopped: bool) {
         let (in_flight, connecting) = self.census();
-        if in_flight == 0 && connecting == 0 {
+        if in_flight == 0 && connecting == 0 && !self.ws_to_close() {
             return;
         }
         self.result.at_end.in_flight = in_flight;
@@ -540,6 +547,7 @@ impl<'a> EventLoop<'a> {
             }
             self.settle(token);
         }
+        self.ws_send_closes(&tokens);
         let completed_before = self.result.completed;
         // Each connection's grace is a deadline of its own: when it passes, the connection
         // says so (Reason::GraceOver) and what it left is counted.
@@ -578,6 +586,8 @@ impl<'a> EventLoop<'a> {
         let n = conn.core.outstanding() as u64;
         let kinds = conn.core.in_flight_kinds(profile);
         let Some(conn) = self.conns.try_remove(slot) else { return };
+        ws::retire(&mut self.result, &conn.core);
+        ws::close_unanswered(&mut self.result, &conn.core);
         self.result.unclosed.push(conn.socket);
         let errors = &mut self.result.errors;
         if !connected {
@@ -1050,6 +1060,7 @@ impl<'a> EventLoop<'a> {
             Reason::ReplyTimeout => errors.reply_timeout += 1,
             // Counted by `leave_unfinished`.
             Reason::GraceOver => {}
+            Reason::Ws(end) => return ws::count_end(result, end),
         }
         End::Failed
     }
@@ -1058,6 +1069,7 @@ impl<'a> EventLoop<'a> {
     fn end(&mut self, token: u64, end: End) {
         let (index, _) = ((token & 0xffff_ffff) as usize, ());
         let Some(conn) = self.conns.try_remove(index) else { return };
+        ws::retire(&mut self.result, &conn.core);
         if conn.core.is_connected() {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
@@ -1095,6 +1107,7 @@ impl<'a> EventLoop<'a> {
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
         for token in tokens {
             let Some(conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
+            ws::retire(&mut self.result, &conn.core);
             if conn.core.is_connected() {
                 self.open -= 1;
                 self.shared.open.fetch_sub(1, Relaxed);
@@ -1235,6 +1248,10 @@ fn count(result: &mut ThreadResult, now_ns: u64, event: ConnEvent) {
             }
         }
         ConnEvent::StreamOpened => result.h2.streams += 1,
+        ConnEvent::WsUpgraded { deflate } => {
+            result.ws.upgrades += 1;
+            result.ws.deflate_agreed += u64::from(deflate);
+        }
         ConnEvent::Datagram { stamp } => {
             result.completed += 1;
             result.udp.received += 1;

@@ -16,7 +16,7 @@ use sockscale_server::TerminationSignals;
 
 use crate::cli::json_sink::JsonSink;
 use crate::cli::load_flags::{
-    unix_seconds, Common, EchoArgs, HttpArgs, LoadCommand, MergeArgs, UdpArgs, DEFAULT_BLOCK,
+    unix_seconds, Common, EchoArgs, HttpArgs, LoadCommand, MergeArgs, UdpArgs, WsArgs, DEFAULT_BLOCK,
 };
 use crate::cli::procs;
 
@@ -26,6 +26,7 @@ pub fn run(command: &LoadCommand, argv: &[String]) -> Result<()> {
         LoadCommand::Echo(a) => (&a.common, echo_config(a)?),
         LoadCommand::Http(a) => (&a.common, http_config(a)?),
         LoadCommand::Udp(a) => (&a.common, udp_config(a)?),
+        LoadCommand::Ws(a) => (&a.common, ws_config(a)?),
     };
     if let Some(target) = &common.slo {
         return super::slo::search(common, &cfg, target, argv);
@@ -190,8 +191,15 @@ fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
     if let Some(why @ EndedEarly::NoConnection { .. }) = &report.ended_early {
         bail!("the run ended early: {why}");
     }
+    if let Some(ws) = report.ws.as_ref().filter(|ws| ws.upgrades == 0 && !ws.refused.is_empty()) {
+        // As a wrong port: the target serves no WebSocket here, whatever else is counted.
+        bail!("every WebSocket upgrade was refused: the server answered {}", refusal_words(ws));
+    }
     let failures = report.failures();
-    if failures == 0 && report.requests.completed == 0 && report.ended_early.is_none() && !allow_errors {
+    // --idle sends nothing: holding the connections upgraded is what it does.
+    let idle_held = report.ws.as_ref().is_some_and(|ws| ws.upgrades > 0)
+        && report.options.get("idle").and_then(serde_json::Value::as_bool) == Some(true);
+    if failures == 0 && report.requests.completed == 0 && report.ended_early.is_none() && !allow_errors && !idle_held {
         let what = match report.mode.as_str() {
             "http" => "request",
             "udp" => "datagram",
@@ -212,6 +220,19 @@ fn verdict(report: &Report, allow_errors: bool) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// Refusals by status in words: "404 (12 times)", or several joined.
+fn refusal_words(ws: &sockscale_load::report::Ws) -> String {
+    let words: Vec<String> = ws
+        .refused
+        .iter()
+        .map(|(&status, &n)| match n {
+            1 => format!("{status} (once)"),
+            n => format!("{status} ({n} times)"),
+        })
+        .collect();
+    format!("{} instead of 101 Switching Protocols", words.join(", "))
 }
 
 /// The run went through and its report was written, but it counted errors: exit status
@@ -575,6 +596,56 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
     Ok(cfg)
 }
 
+fn ws_config(a: &WsArgs) -> Result<LoadConfig> {
+    let (wss, rest) = match a.url.find("://").map(|i| (a.url[..i].to_ascii_lowercase(), &a.url[i + 3..])) {
+        Some((scheme, rest)) if scheme == "ws" => (false, rest),
+        Some((scheme, rest)) if scheme == "wss" => (true, rest),
+        Some((scheme, _)) => bail!("'{}' is a {scheme}:// URL; load ws speaks ws:// and wss://", a.url),
+        None => bail!("'{}' is not a URL: give ws://HOST[:PORT]/PATH or wss://HOST[:PORT]/PATH", a.url),
+    };
+    // The same form as http:// and https://, whose ports they default to.
+    let Url { authority, path, .. } = parse_url(&format!("http://{rest}"))
+        .map_err(|e| anyhow::anyhow!("{}", format!("{e:#}").replace(&format!("http://{rest}"), &a.url)))?;
+    let (addr, target) = match &a.unix_socket {
+        Some(socket) => (unix_endpoint(socket, a.no_nodelay, false)?, via(Some(&a.url), socket)),
+        None => (resolve(&authority, Some(if wss { 443 } else { 80 }))?.into(), a.url.clone()),
+    };
+    let tls = match (wss, a.tls_args.given()) {
+        // ALPN http/1.1: the upgrade is an HTTP/1.1 request.
+        (true, _) => Some(a.tls_args.config(host_of(&authority), &[b"http/1.1"])?),
+        (false, Some(flag)) => bail!("{flag} is for a wss:// URL"),
+        (false, None) => None,
+    };
+    if a.idle && a.common.duration.is_none() {
+        bail!("--idle holds the connections until -d ends the run: give -d");
+    }
+    let run = sockscale_load::WsRun {
+        host: authority.clone(),
+        path,
+        msg_len: a.size,
+        text: a.text,
+        deflate: a.deflate,
+        pipeline: a.pipeline,
+        idle: a.idle,
+        ping: a.ping,
+    };
+    let options = options_json(
+        "ws",
+        &target,
+        &a.common,
+        serde_json::json!({
+            "size": a.size, "text": a.text, "pipeline": a.pipeline, "deflate": a.deflate, "idle": a.idle,
+            "ping_s": a.ping.map(|p| p.as_secs_f64()), "nodelay": !a.no_nodelay,
+            "tls": wss.then(|| a.tls_args.options()),
+            "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
+        }),
+    );
+    let mut cfg = base_config(&a.common, Mode::Ws(run), addr, target, options)?;
+    cfg.nodelay = !a.no_nodelay;
+    cfg.tls = tls;
+    Ok(cfg)
+}
+
 /// A URL taken apart.
 #[derive(Debug, PartialEq, Eq)]
 struct Url {
@@ -632,7 +703,8 @@ mod tests {
             LoadCommand::Echo(a) => echo_config(&a),
             LoadCommand::Http(a) => http_config(&a),
             LoadCommand::Udp(a) => udp_config(&a),
-            LoadCommand::Merge(_) => panic!("echo, http or udp"),
+            LoadCommand::Ws(a) => ws_config(&a),
+            LoadCommand::Merge(_) => panic!("echo, http, udp or ws"),
         }
     }
 
@@ -688,6 +760,34 @@ mod tests {
             assert!(line.starts_with("cannot resolve host 'nosuchhost.invalid': "), "{args:?}: {line}");
             assert!(!line.contains("HOST:PORT"), "{line}");
         }
+    }
+
+    #[test]
+    fn ws_urls_and_flags() {
+        let cfg = load(&["ws", "ws://127.0.0.1:9/chat?room=1", "-n", "5", "--text", "--pipeline", "3"]).unwrap();
+        let Mode::Ws(run) = &cfg.mode else { panic!("ws") };
+        assert_eq!(
+            (run.host.as_str(), run.path.as_str(), run.text, run.pipeline),
+            ("127.0.0.1:9", "/chat?room=1", true, 3)
+        );
+        assert_eq!(cfg.per_conn_depth(), 3);
+        assert!(cfg.tls.is_none());
+        let wss = load(&["ws", "wss://localhost:8443/", "-n", "1", "-k", "--sni", "example.test"]).unwrap();
+        assert_eq!(wss.tls.as_ref().map(|t| t.server_name.as_str()), Some("example.test"));
+        assert_eq!(
+            load(&["ws", "wss://127.0.0.1/", "-n", "1", "-k"]).unwrap().addr,
+            Endpoint::Inet("127.0.0.1:443".parse().unwrap())
+        );
+        let unix = load(&["ws", "ws://app/x", "--unix-socket", "s.sock", "-n", "1"]).unwrap();
+        assert_eq!(unix.target, "ws://app/x via unix:s.sock");
+        let err = |args: &[&str]| format!("{:#}", load(args).unwrap_err());
+        assert!(err(&["ws", "http://h/"]).contains("load ws speaks ws:// and wss://"));
+        assert!(err(&["ws", "h:1"]).contains("give ws://HOST[:PORT]/PATH"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "-k"]).contains("--insecure is for a wss:// URL"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "--idle"]).contains("give -d"));
+        assert!(err(&["ws", "ws://127.0.0.1:1/", "--text", "--binary"]).contains("cannot be used with"));
+        let idle = load(&["ws", "ws://127.0.0.1:1/", "--idle", "-d", "5", "-n", "3"]).unwrap();
+        assert!(idle.validate().unwrap_err().to_string().contains("--idle sends no message"));
     }
 
     #[test]

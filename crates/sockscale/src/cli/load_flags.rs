@@ -38,6 +38,21 @@ connection, or when it could not start; 2 when the command line cannot be parsed
 SIGINT (Ctrl-C), 143 by SIGTERM, after the summary and the report of what was measured until then are \
 written (marked interrupted).";
 
+/// `load ws`'s own errors, before those of every load subcommand.
+const WS_ERRORS_AND_EXIT: &str = concat!(
+    "WebSocket errors: an upgrade answered with another status than 101 (counted by status; when every \
+     upgrade of the run is refused, the run fails with the status, exit 1), a 101 whose Sec-WebSocket-Accept \
+     (or Upgrade, Connection, extensions) is wrong, server frames that break RFC 6455 (a masked frame: this \
+     client closes with 1002), a close begun by the server during the run, a ping unanswered by the next \
+     (--ping), and a close of this client's at the end of -d that the server did not answer within the wait \
+     at the end (the same wait as for what is in flight). A message counts as completed when its echo has \
+     come back whole and equal to what was sent.\n\n",
+    "Errors: a connect refused, timed out or failed (no local port, no file descriptor); a reset or a close \
+by the server mid-exchange; a reply that did not come within --timeout; an echoed byte that differs; a \
+malformed HTTP response; a TLS handshake or session that failed. The end of -d: every connection sends \
+a close (1000) and waits for the server's; exit status as for `load echo` (see its --help)."
+);
+
 /// `load echo --block`: connections sharing one `-r` budget, as in the seed's client.
 pub(super) const DEFAULT_BLOCK: usize = 1000;
 
@@ -52,6 +67,10 @@ pub enum LoadCommand {
     /// UDP echo: datagrams with sequence numbers; reports the rate each way and the loss
     #[command(after_help = ERRORS_AND_EXIT)]
     Udp(UdpArgs),
+    /// WebSocket echo (ws://, wss://, or a Unix socket): messages after the upgrade, every
+    /// echoed one verified whole; or --idle connections held with pings
+    #[command(after_help = WS_ERRORS_AND_EXIT)]
+    Ws(WsArgs),
     /// Merge reports of runs made side by side (processes, machines) into one
     #[command(after_help = "Exit status: 0 when the merged reports counted no error; 3 when they counted any \
                             (the summary and --json are still written; --allow-errors exits 0 instead); 1 when \
@@ -322,6 +341,47 @@ pub struct UdpArgs {
     /// Off: one datagram per buffer. UDP_GRO, where the kernel has it (Linux 5.0); counted as udp.gro_datagrams
     #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true)]
     pub udp_gro: Option<OnOff>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct WsArgs {
+    /// URL, e.g. ws://127.0.0.1:8080/ or wss://localhost:8443/chat (TLS 1.3 or 1.2, the
+    /// certificate verified unless --insecure); with --unix-socket the URL gives only the Host
+    /// header, the path and the scheme
+    pub url: String,
+    /// Connect to this Unix stream socket instead of the URL's host and port (curl's flag)
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+    /// Message payload in bytes
+    #[arg(short = 's', long = "size", default_value = "512", value_parser = positive_size)]
+    pub size: usize,
+    /// Send text messages (their payload printable ASCII, so valid UTF-8)
+    #[arg(long, conflicts_with = "binary")]
+    pub text: bool,
+    /// Send binary messages [default]
+    #[arg(long)]
+    pub binary: bool,
+    /// Messages in flight per connection
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true)]
+    pub pipeline: usize,
+    /// Offer permessage-deflate (RFC 7692); the report says how many servers agreed
+    #[arg(long)]
+    pub deflate: bool,
+    /// Send no message: hold the connections open until -d ends the run (with --ping, pinging
+    /// each); the million-connection case
+    #[arg(long)]
+    pub idle: bool,
+    /// Ping every connection every SECS; one whose ping is unanswered by the next is closed
+    /// and counted
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub ping: Option<Duration>,
+    /// Keep Nagle's algorithm on
+    #[arg(long)]
+    pub no_nodelay: bool,
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     #[command(flatten)]
     pub common: Common,
 }

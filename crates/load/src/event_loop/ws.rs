@@ -1,0 +1,74 @@
+//! The event loop's share of `load ws`: counting how WebSocket connections end, adding up
+//! their session counters, and the close handshake at the end of a run.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::{End, EventLoop, ThreadResult};
+use crate::connection::Connection;
+use crate::ws::WsEnd;
+
+/// Count how a WebSocket connection ended; how it ended for the reconnect.
+pub(super) fn count_end(result: &mut ThreadResult, end: &WsEnd) -> End {
+    let errors = &mut result.errors;
+    let ws = &mut result.ws;
+    match end {
+        WsEnd::Closed => return End::Done,
+        WsEnd::Refused { status } => {
+            errors.ws_refused += 1;
+            *ws.refused.entry(*status).or_default() += 1;
+        }
+        WsEnd::BadHandshake(why) => {
+            errors.ws_handshake += 1;
+            ws.bad_handshakes += 1;
+            ws.first_bad_handshake.get_or_insert_with(|| why.clone());
+        }
+        WsEnd::BadHead { sample } => {
+            errors.bad_response += 1;
+            result.first_bad_response.get_or_insert_with(|| sample.clone());
+        }
+        WsEnd::UpgradeTimeout => errors.reply_timeout += 1,
+        WsEnd::Protocol { code } => {
+            errors.ws_protocol += 1;
+            *ws.protocol_errors.entry(*code).or_default() += 1;
+        }
+        WsEnd::ClosedByServer { .. } => errors.closed_by_peer += 1,
+        WsEnd::PingTimeout => {
+            errors.ws_ping_timeout += 1;
+            ws.ping_timeouts += 1;
+        }
+        WsEnd::Mismatch => errors.verify_mismatch += 1,
+    }
+    End::Failed
+}
+
+/// A connection leaves the run: its session's counters join the thread's.
+pub(super) fn retire(result: &mut ThreadResult, core: &Connection) {
+    if let Some(stats) = core.ws_stats() {
+        result.ws.add_stats(stats);
+    }
+}
+
+/// The run's grace ended with this connection's close unanswered.
+pub(super) fn close_unanswered(result: &mut ThreadResult, core: &Connection) {
+    if core.ws_awaiting_close() {
+        result.errors.ws_close_unanswered += 1;
+        result.ws.close_unanswered += 1;
+    }
+}
+
+impl EventLoop<'_> {
+    /// Whether a WebSocket connection has a close handshake to make at the end of the run.
+    pub(super) fn ws_to_close(&self) -> bool {
+        self.shared.profile.ws.is_some() && self.conns.iter().any(|(_, c)| c.core.ws_open())
+    }
+
+    /// The end of the run: every WebSocket sends its close now (`begin_grace` made it).
+    pub(super) fn ws_send_closes(&mut self, tokens: &[u64]) {
+        if self.shared.profile.ws.is_none() || self.shared.stop.load(Relaxed) {
+            return;
+        }
+        for &token in tokens {
+            self.drive(token);
+        }
+    }
+}
