@@ -120,7 +120,10 @@ mod tests {
         let line = parse_error(&["serve", "--proto", "gopher"]);
         assert_eq!(line, "error: invalid value 'gopher' for '--proto <PROTO>' [possible values: echo, http, udp, ws]");
         let line = parse_error(&["serve", "--proto", "htp"]);
-        assert!(line.ends_with("[possible values: echo, http, udp, ws]; tip: a similar value exists: 'http'"), "{line}");
+        assert!(
+            line.ends_with("[possible values: echo, http, udp, ws]; tip: a similar value exists: 'http'"),
+            "{line}"
+        );
         let line = parse_error(&["bench", "--profile", "huge"]);
         assert!(line.ends_with("[possible values: tiny, quick, default, full]"), "{line}");
         let line = parse_error(&["serve", "--listener", "shared"]);
