@@ -14,12 +14,24 @@ use crate::Role;
 /// Messages larger than this (after inflating) are refused by default: close 1009.
 pub const DEFAULT_MAX_MESSAGE: usize = 16 << 20;
 
+/// Pings answered in a window of [`PING_WINDOW`]: one more is a flood, closed with 1008 (as
+/// HTTP/2's PING budget: a peer that never reads its pongs would otherwise have them queued up
+/// to the send cap, one for each ping).
+pub const PING_BUDGET: u16 = 100;
+pub const PING_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Octets on the wire (frame headers included) a message in progress may take, beyond
+/// [`Config::max_message`]: a message of empty fragments never grows, so its frames are what
+/// bound it (1009 past `2 * max_message + FRAGMENT_SLACK`).
+pub const FRAGMENT_SLACK: u64 = 64 << 10;
+
 /// Close codes (RFC 6455 §7.4.1).
 pub mod code {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
     pub const PROTOCOL_ERROR: u16 = 1002;
     pub const INVALID_PAYLOAD: u16 = 1007;
+    pub const POLICY_VIOLATION: u16 = 1008;
     pub const TOO_BIG: u16 = 1009;
 }
 
@@ -180,7 +192,8 @@ struct Partial {
     data: Vec<u8>,
     /// Octets of `data` known to be valid UTF-8 (a text message's incomplete tail starts here).
     utf8_valid: usize,
-    /// Compressed octets received so far.
+    /// Octets of its frames received so far, headers included (compressed octets, for a
+    /// compressed message, are what its limit is counted in).
     wire: u64,
 }
 
@@ -200,6 +213,9 @@ struct Reader {
     ping_outstanding: Option<[u8; 8]>,
     pings: u64,
     last_input: Instant,
+    /// Pings received since `ping_window` (see [`PING_BUDGET`]).
+    pings_in_window: u16,
+    ping_window: Instant,
 }
 
 /// Checks the new octets of a text message: false at the first invalid one. A sequence cut at
@@ -249,7 +265,7 @@ impl Reader {
                         Parsed::BadLength => return w.fail(code::PROTOCOL_ERROR, out),
                         Parsed::Header(header, used) => {
                             input = &input[used - have..];
-                            if let Err(code) = self.start_frame(header, w.role) {
+                            if let Err(code) = self.start_frame(header, used, w.role) {
                                 self.abandon();
                                 return w.fail(code, out);
                             }
@@ -281,7 +297,7 @@ impl Reader {
     }
 
     /// Checks a frame's header against the rules of RFC 6455 §5 and RFC 7692 §6.
-    fn start_frame(&mut self, header: Header, role: Role) -> Result<(), u16> {
+    fn start_frame(&mut self, header: Header, header_len: usize, role: Role) -> Result<(), u16> {
         let opcode = Opcode::from_u8(header.opcode).ok_or(code::PROTOCOL_ERROR)?;
         if header.rsv & (RSV2 | RSV3) != 0 {
             return Err(code::PROTOCOL_ERROR);
@@ -302,7 +318,10 @@ impl Reader {
                 if rsv1 {
                     return Err(code::PROTOCOL_ERROR);
                 }
-                self.check_size(partial, header.len)?;
+                self.check_size(partial, header_len, header.len)?;
+                if let Some(partial) = self.partial.as_mut() {
+                    partial.wire += header_len as u64;
+                }
             }
             Opcode::Text | Opcode::Binary => {
                 // RSV1 marks a compressed message, only with permessage-deflate agreed.
@@ -310,8 +329,9 @@ impl Reader {
                     return Err(code::PROTOCOL_ERROR);
                 }
                 let kind = if opcode == Opcode::Text { Kind::Text } else { Kind::Binary };
-                let partial = Partial { kind, compressed: rsv1, data: Vec::new(), utf8_valid: 0, wire: 0 };
-                self.check_size(&partial, header.len)?;
+                let partial =
+                    Partial { kind, compressed: rsv1, data: Vec::new(), utf8_valid: 0, wire: header_len as u64 };
+                self.check_size(&partial, 0, header.len)?;
                 self.partial = Some(partial);
             }
         }
@@ -319,12 +339,15 @@ impl Reader {
         Ok(())
     }
 
-    /// A frame of `len` octets would take the message past the limit: 1009 before any of it
-    /// is kept. (Compressed octets are bounded too: a stream of empty blocks never ends
-    /// otherwise.)
-    fn check_size(&self, partial: &Partial, len: u64) -> Result<(), u16> {
+    /// A frame of `len` octets (after a header of `header_len`) would take the message past
+    /// the limit: 1009 before any of it is kept. Compressed octets are bounded too (a stream
+    /// of empty blocks never ends otherwise), and so are a message's frames on the wire (a
+    /// stream of empty fragments never ends otherwise: see [`FRAGMENT_SLACK`]).
+    fn check_size(&self, partial: &Partial, header_len: usize, len: u64) -> Result<(), u16> {
+        let max = self.max_message as u64;
         let so_far = if partial.compressed { partial.wire } else { partial.data.len() as u64 };
-        if so_far.saturating_add(len) > self.max_message as u64 {
+        let wire = partial.wire.saturating_add(header_len as u64).saturating_add(len);
+        if so_far.saturating_add(len) > max || wire > max.saturating_mul(2).saturating_add(FRAGMENT_SLACK) {
             return Err(code::TOO_BIG);
         }
         Ok(())
@@ -341,9 +364,9 @@ impl Reader {
             return Ok(());
         }
         let Some(partial) = self.partial.as_mut() else { return Err(code::PROTOCOL_ERROR) };
+        partial.wire += chunk.len() as u64;
         if partial.compressed {
             let Some(inflater) = self.inflater.as_mut() else { return Err(code::PROTOCOL_ERROR) };
-            partial.wire += chunk.len() as u64;
             let mut scratch = [0u8; SCRATCH];
             for (i, piece) in chunk.chunks(SCRATCH).enumerate() {
                 let scratch = &mut scratch[..piece.len()];
@@ -380,6 +403,10 @@ impl Reader {
         match opcode {
             Opcode::Ping => {
                 w.stats.pings_received += 1;
+                if self.ping_flood() {
+                    self.abandon();
+                    return w.fail(code::POLICY_VIOLATION, out);
+                }
                 if w.phase == Phase::Open {
                     w.control(Opcode::Pong, &self.control[..len], out);
                     w.stats.pongs_sent += 1;
@@ -423,6 +450,17 @@ impl Reader {
                 Verdict::Continue
             }
         }
+    }
+
+    /// Counts a ping received (at the time of the last input): true past [`PING_BUDGET`] in
+    /// [`PING_WINDOW`].
+    fn ping_flood(&mut self) -> bool {
+        if self.last_input.saturating_duration_since(self.ping_window) >= PING_WINDOW {
+            self.ping_window = self.last_input;
+            self.pings_in_window = 0;
+        }
+        self.pings_in_window = self.pings_in_window.saturating_add(1);
+        self.pings_in_window > PING_BUDGET
     }
 
     /// The peer's close frame (§5.5.1, §7.4): answered with its code, or failed if malformed.
@@ -498,6 +536,8 @@ impl Core {
                 ping_outstanding: None,
                 pings: 0,
                 last_input: now,
+                pings_in_window: 0,
+                ping_window: now,
             },
             writer: Writer { role, phase: Phase::Open, compressor, rng, stats: Stats::default() },
         }

@@ -253,6 +253,59 @@ fn ping_is_answered_and_pong_ignored() {
 }
 
 #[test]
+fn a_ping_flood_is_1008_and_pings_within_the_budget_are_answered() {
+    use crate::session::{PING_BUDGET, PING_WINDOW};
+    let mut session = server();
+    let start = Instant::now();
+    let ping = masked(FIN | PING, b"p");
+    // The budget, spread over many windows, is answered in full each time.
+    for window in 0..3u32 {
+        let at = start + PING_WINDOW * window;
+        for _ in 0..PING_BUDGET {
+            let mut out = Vec::new();
+            assert_eq!(session.receive(&ping, at, &mut out), Verdict::Continue, "window {window}");
+            assert_eq!(out, plain(FIN | PONG, b"p"));
+        }
+    }
+    // One more in the same window: a flood, closed with 1008 and no pong.
+    let mut out = Vec::new();
+    let verdict = session.receive(&ping, start + PING_WINDOW * 2, &mut out);
+    assert_eq!(verdict, Verdict::Close(Closing::Failed(code::POLICY_VIOLATION)));
+    assert_eq!(out, plain(FIN | CLOSE, &code::POLICY_VIOLATION.to_be_bytes()));
+    assert_eq!(session.stats().closes_sent.get(1008), 1);
+    // In one input too.
+    let flood = ping.repeat(usize::from(PING_BUDGET) + 1);
+    assert_fails(&flood, code::POLICY_VIOLATION);
+}
+
+#[test]
+fn a_message_of_empty_fragments_that_never_ends_is_1009() {
+    use crate::session::FRAGMENT_SLACK;
+    let max_message = 1000;
+    let mut session = Session::new(&Config { max_message }, None, Instant::now());
+    let mut input = masked(BINARY, b"");
+    let empty = masked(CONT, b"");
+    // Each empty continuation is 6 octets on the wire; the message may take 2 * max + slack.
+    let frames = (2 * max_message as u64 + FRAGMENT_SLACK) / empty.len() as u64 + 1;
+    for _ in 0..frames {
+        input.extend_from_slice(&empty);
+    }
+    let (out, verdict) = feed(&mut session, &input);
+    assert_eq!(verdict, Verdict::Close(Closing::Failed(code::TOO_BIG)));
+    assert!(out.ends_with(&plain(FIN | CLOSE, &code::TOO_BIG.to_be_bytes())));
+    // A message in many small fragments within the bound is fine.
+    let mut session = Session::new(&Config { max_message }, None, Instant::now());
+    let mut input = masked(BINARY, b"a");
+    for _ in 0..998 {
+        input.extend(masked(CONT, b"b"));
+    }
+    input.extend(masked(FIN | CONT, b"c"));
+    let (out, verdict) = feed(&mut session, &input);
+    assert_eq!(verdict, Verdict::Continue);
+    assert_eq!(out.len(), 4 + 1000);
+}
+
+#[test]
 fn the_close_handshake_echoes_the_code() {
     for (payload, code) in
         [(close_payload(1000, b"bye"), Some(1000)), (close_payload(4999, b""), Some(4999)), (vec![], None)]
