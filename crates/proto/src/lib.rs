@@ -242,6 +242,11 @@ fn upgrade(
     let Some(config) = responses.config().websocket.clone() else {
         unreachable!("an upgrade is taken only with WebSocket on")
     };
+    if http.is_finishing() {
+        // The drain: refused as the server is going away, rather than accepted and closed.
+        ws::refuse_draining(&config, out);
+        return Verdict::Close(Closing::Done);
+    }
     match ws::upgrade(&config, &head, &input[rest..], now, out) {
         ws::Upgrade::Accepted(ws, verdict) => {
             *session = Session::Ws(ws);

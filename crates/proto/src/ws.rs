@@ -59,6 +59,7 @@ pub struct WsTotals {
     upgrades: AtomicU64,
     refused_400: AtomicU64,
     refused_426: AtomicU64,
+    refused_503: AtomicU64,
     counted: Mutex<(Stats, u64)>,
 }
 
@@ -71,6 +72,8 @@ pub struct WsCounts {
     /// (no upgrade asked on a WebSocket-only port, or a version other than 13).
     pub refused_400: u64,
     pub refused_426: u64,
+    /// Upgrade requests that arrived during a drain, refused with 503.
+    pub refused_503: u64,
     /// Connections that ended, and what they counted.
     pub ended: u64,
     pub stats: Stats,
@@ -80,6 +83,7 @@ impl WsTotals {
     fn refused(&self, status: u16) {
         match status {
             426 => self.refused_426.fetch_add(1, Relaxed),
+            503 => self.refused_503.fetch_add(1, Relaxed),
             _ => self.refused_400.fetch_add(1, Relaxed),
         };
     }
@@ -96,6 +100,7 @@ impl WsTotals {
             upgrades: self.upgrades.load(Relaxed),
             refused_400: self.refused_400.load(Relaxed),
             refused_426: self.refused_426.load(Relaxed),
+            refused_503: self.refused_503.load(Relaxed),
             ended,
             stats,
         }
@@ -135,6 +140,16 @@ impl Drop for WsSession {
 const UPGRADE_REQUIRED: &[u8] =
     b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n\
 Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n";
+
+/// The 503 an upgrade request gets during a drain (as one past `--max-conns` does): the server
+/// is going away, so a WebSocket would be closed (1001) as soon as it opened.
+const DRAINING: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// Refuse an upgrade request that arrived during a drain: the 503 is in the output; close.
+pub fn refuse_draining(config: &WsConfig, out: &mut Output) {
+    config.totals.refused(503);
+    out.push_shared(Bytes::from_static(DRAINING));
+}
 
 /// What an upgrade request came to.
 #[derive(Debug)]
@@ -296,5 +311,40 @@ fn verdict_of(verdict: sockscale_ws::Verdict) -> Verdict {
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Handshake { .. }) => Verdict::Close(Closing::Done),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Failed(_)) => Verdict::Close(Closing::BadRequest),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::PingTimeout) => Verdict::Close(Closing::PingTimeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::HttpConfig;
+    use crate::Protocol;
+
+    fn ws_port() -> (crate::Responder, Arc<WsConfig>) {
+        let ws = Arc::new(WsConfig::default());
+        let http = HttpConfig { websocket: Some(ws.clone()), websocket_only: true, ..HttpConfig::default() };
+        (Protocol::Http(Arc::new(http)).responder(0), ws)
+    }
+
+    const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+    #[test]
+    fn an_upgrade_is_accepted_but_refused_503_during_a_drain() {
+        let now = Instant::now();
+        let (mut responder, ws) = ws_port();
+        let mut session = responder.new_session();
+        let mut out = Output::default();
+        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Continue);
+        assert!(out.to_vec(&[]).starts_with(b"HTTP/1.1 101 "));
+        assert!(matches!(session, crate::Session::Ws(_)));
+        // The same request on a connection the drain has asked to finish: 503 and close.
+        let mut session = responder.new_session();
+        session.finish_current();
+        let mut out = Output::default();
+        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Close(Closing::Done));
+        assert_eq!(out.to_vec(&[]), DRAINING);
+        let counts = ws.totals.snapshot();
+        assert_eq!((counts.upgrades, counts.refused_503), (1, 1));
     }
 }
