@@ -107,18 +107,38 @@ enum Phase {
     Done(Closing),
 }
 
-/// The writing half: frames, masks (a client's) and compresses what is sent.
+/// The writing half's state between calls.
 #[derive(Debug)]
-struct Writer {
+struct WriteState {
     role: Role,
     phase: Phase,
     compressor: Option<Compressor>,
     /// A client's masking keys.
     rng: Option<fastrand::Rng>,
-    stats: Stats,
 }
 
-impl Writer {
+/// The writing half during a call: frames, masks (a client's) and compresses what is sent,
+/// counting in `stats` (the caller's: a server keeps its counters out of the connection, so
+/// an idle one holds none).
+struct Writer<'a> {
+    state: &'a mut WriteState,
+    stats: &'a mut Stats,
+}
+
+impl std::ops::Deref for Writer<'_> {
+    type Target = WriteState;
+    fn deref(&self) -> &WriteState {
+        self.state
+    }
+}
+
+impl std::ops::DerefMut for Writer<'_> {
+    fn deref_mut(&mut self) -> &mut WriteState {
+        self.state
+    }
+}
+
+impl Writer<'_> {
     fn mask(&mut self) -> Option<[u8; 4]> {
         self.rng.as_mut().map(|rng| rng.u32(..).to_ne_bytes())
     }
@@ -173,7 +193,7 @@ impl Writer {
 
 /// What is done with each whole message: the writer (to answer it), its kind and octets, and
 /// the output.
-type Deliver<'a> = dyn FnMut(&mut Writer, Kind, Vec<u8>, &mut Vec<u8>) + 'a;
+type Deliver<'a> = dyn FnMut(&mut Writer<'_>, Kind, Vec<u8>, &mut Vec<u8>) + 'a;
 
 /// Where the reader is in a frame.
 #[derive(Debug, Clone, Copy)]
@@ -245,7 +265,13 @@ fn reserve_within(data: &mut Vec<u8>, more: usize, cap: usize) {
 
 impl Reader {
     /// Reads `input`, calling `deliver` with each whole message.
-    fn receive(&mut self, mut input: &[u8], w: &mut Writer, out: &mut Vec<u8>, deliver: &mut Deliver<'_>) -> Verdict {
+    fn receive(
+        &mut self,
+        mut input: &[u8],
+        w: &mut Writer<'_>,
+        out: &mut Vec<u8>,
+        deliver: &mut Deliver<'_>,
+    ) -> Verdict {
         loop {
             if let Phase::Done(closing) = w.phase {
                 return Verdict::Close(closing);
@@ -396,7 +422,7 @@ impl Reader {
         opcode: Opcode,
         fin: bool,
         len: usize,
-        w: &mut Writer,
+        w: &mut Writer<'_>,
         out: &mut Vec<u8>,
         deliver: &mut Deliver<'_>,
     ) -> Verdict {
@@ -464,7 +490,7 @@ impl Reader {
     }
 
     /// The peer's close frame (§5.5.1, §7.4): answered with its code, or failed if malformed.
-    fn peer_close(&mut self, len: usize, w: &mut Writer, out: &mut Vec<u8>) -> Verdict {
+    fn peer_close(&mut self, len: usize, w: &mut Writer<'_>, out: &mut Vec<u8>) -> Verdict {
         let payload = &self.control[..len];
         let code = match payload {
             [] => None,
@@ -510,7 +536,7 @@ fn inflate_code(error: InflateError) -> u16 {
 #[derive(Debug)]
 struct Core {
     reader: Reader,
-    writer: Writer,
+    writer: WriteState,
 }
 
 impl Core {
@@ -539,41 +565,49 @@ impl Core {
                 pings_in_window: 0,
                 ping_window: now,
             },
-            writer: Writer { role, phase: Phase::Open, compressor, rng, stats: Stats::default() },
+            writer: WriteState { role, phase: Phase::Open, compressor, rng },
         }
     }
 
-    fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>, deliver: &mut Deliver<'_>) -> Verdict {
+    fn receive(
+        &mut self,
+        input: &[u8],
+        now: Instant,
+        stats: &mut Stats,
+        out: &mut Vec<u8>,
+        deliver: &mut Deliver<'_>,
+    ) -> Verdict {
         if !input.is_empty() {
             self.reader.last_input = now;
         }
-        self.reader.receive(input, &mut self.writer, out, deliver)
+        self.reader.receive(input, &mut Writer { state: &mut self.writer, stats }, out, deliver)
     }
 
-    fn on_ping_due(&mut self, out: &mut Vec<u8>) -> Verdict {
-        match self.writer.phase {
+    fn on_ping_due(&mut self, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
+        let mut writer = Writer { state: &mut self.writer, stats };
+        match writer.phase {
             Phase::Done(closing) => return Verdict::Close(closing),
             Phase::CloseSent => return Verdict::Continue,
             Phase::Open => {}
         }
         if self.reader.ping_outstanding.is_some() {
-            self.writer.stats.ping_timeouts += 1;
-            self.writer.close(Some(code::GOING_AWAY), out);
-            return self.writer.end(Closing::PingTimeout);
+            writer.stats.ping_timeouts += 1;
+            writer.close(Some(code::GOING_AWAY), out);
+            return writer.end(Closing::PingTimeout);
         }
         self.reader.pings += 1;
         let payload = self.reader.pings.to_be_bytes();
-        self.writer.control(Opcode::Ping, &payload, out);
-        self.writer.stats.pings_sent += 1;
+        writer.control(Opcode::Ping, &payload, out);
+        writer.stats.pings_sent += 1;
         self.reader.ping_outstanding = Some(payload);
         Verdict::Continue
     }
 
-    fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
+    fn initiate_close(&mut self, code: u16, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
         match self.writer.phase {
             Phase::Done(closing) => Verdict::Close(closing),
             _ => {
-                self.writer.close(Some(code), out);
+                Writer { state: &mut self.writer, stats }.close(Some(code), out);
                 Verdict::Continue
             }
         }
@@ -598,24 +632,25 @@ impl Session {
     }
 
     /// Reads `input` (any part of the stream, down to one octet), appending the echoes, pongs
-    /// and close frames to `out`.
-    pub fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
-        self.core.receive(input, now, out, &mut |w, kind, data, out| {
+    /// and close frames to `out`, counting in `stats` (the caller's: several connections may
+    /// count in one).
+    pub fn receive(&mut self, input: &[u8], now: Instant, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
+        self.core.receive(input, now, stats, out, &mut |w, kind, data, out| {
             w.message(kind, &data, out);
         })
     }
 
     /// The ping timer fired: a ping, or, if the last one is unanswered, close 1001 and
     /// [`Closing::PingTimeout`] (counted in [`Stats::ping_timeouts`]). No ping once closing.
-    pub fn on_ping_due(&mut self, _now: Instant, out: &mut Vec<u8>) -> Verdict {
-        self.core.on_ping_due(out)
+    pub fn on_ping_due(&mut self, _now: Instant, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
+        self.core.on_ping_due(stats, out)
     }
 
     /// Sends a close with `code` (1001 for a drain) and waits for the peer's: a later
     /// [`Session::receive`] returns [`Closing::Handshake`] when it arrives; the engine bounds the
     /// wait (the drain timeout). Messages arriving meanwhile are read but not echoed.
-    pub fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
-        self.core.initiate_close(code, out)
+    pub fn initiate_close(&mut self, code: u16, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
+        self.core.initiate_close(code, stats, out)
     }
 
     /// A close frame was sent (by either side's start).
@@ -632,10 +667,6 @@ impl Session {
     pub fn buffered(&self) -> usize {
         self.core.reader.buffered()
     }
-
-    pub fn stats(&self) -> &Stats {
-        &self.core.writer.stats
-    }
 }
 
 /// The client's connection after the 101: it sends messages masked, hands over those received
@@ -644,24 +675,31 @@ impl Session {
 pub struct ClientSession {
     core: Core,
     messages: VecDeque<Message>,
+    stats: Stats,
 }
 
 impl ClientSession {
     /// `rng` draws the masking keys (RFC 6455 §5.3 wants them unpredictable: seed it from the
     /// system's entropy, as `fastrand::Rng::new()` does).
     pub fn new(config: &Config, deflate: Option<&DeflateParams>, rng: fastrand::Rng, now: Instant) -> ClientSession {
-        ClientSession { core: Core::new(config, deflate, Role::Client, Some(rng), now), messages: VecDeque::new() }
+        ClientSession {
+            core: Core::new(config, deflate, Role::Client, Some(rng), now),
+            messages: VecDeque::new(),
+            stats: Stats::default(),
+        }
     }
 
     /// Appends `payload` as one message (compressed if agreed); false once closing (nothing sent).
     pub fn send(&mut self, kind: Kind, payload: &[u8], out: &mut Vec<u8>) -> bool {
-        self.core.writer.message(kind, payload, out)
+        Writer { state: &mut self.core.writer, stats: &mut self.stats }.message(kind, payload, out)
     }
 
     /// Reads `input`; whole messages wait in [`ClientSession::poll_message`].
     pub fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
         let messages = &mut self.messages;
-        self.core.receive(input, now, out, &mut |_, kind, data, _| messages.push_back(Message { kind, data }))
+        self.core.receive(input, now, &mut self.stats, out, &mut |_, kind, data, _| {
+            messages.push_back(Message { kind, data })
+        })
     }
 
     pub fn poll_message(&mut self) -> Option<Message> {
@@ -670,12 +708,12 @@ impl ClientSession {
 
     /// As [`Session::on_ping_due`].
     pub fn on_ping_due(&mut self, _now: Instant, out: &mut Vec<u8>) -> Verdict {
-        self.core.on_ping_due(out)
+        self.core.on_ping_due(&mut self.stats, out)
     }
 
     /// As [`Session::initiate_close`] (1000 at the end of a run).
     pub fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
-        self.core.initiate_close(code, out)
+        self.core.initiate_close(code, &mut self.stats, out)
     }
 
     pub fn closing(&self) -> bool {
@@ -687,6 +725,6 @@ impl ClientSession {
     }
 
     pub fn stats(&self) -> &Stats {
-        &self.core.writer.stats
+        &self.stats
     }
 }

@@ -8,7 +8,44 @@ use proptest::prelude::*;
 use crate::deflate::{codec, DeflateParams};
 use crate::frame::{self, apply_mask, FIN, RSV1, RSV2, RSV3};
 use crate::session::code;
-use crate::{ClientSession, Closing, Config, Kind, Message, Role, Session, Verdict};
+use crate::{ClientSession, Closing, Config, Kind, Message, Role, Stats, Verdict};
+
+/// A server session with its own counters (the server's engine keeps them per thread).
+#[derive(Debug)]
+struct Session {
+    session: crate::Session,
+    stats: Stats,
+}
+
+impl Session {
+    fn new(config: &Config, deflate: Option<&DeflateParams>, now: Instant) -> Session {
+        Session { session: crate::Session::new(config, deflate, now), stats: Stats::default() }
+    }
+
+    fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
+        self.session.receive(input, now, &mut self.stats, out)
+    }
+
+    fn on_ping_due(&mut self, now: Instant, out: &mut Vec<u8>) -> Verdict {
+        self.session.on_ping_due(now, &mut self.stats, out)
+    }
+
+    fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
+        self.session.initiate_close(code, &mut self.stats, out)
+    }
+
+    fn buffered(&self) -> usize {
+        self.session.buffered()
+    }
+
+    fn closing(&self) -> bool {
+        self.session.closing()
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
 
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 const TEXT: u8 = 0x1;
