@@ -113,8 +113,6 @@ struct WriteState {
     role: Role,
     phase: Phase,
     compressor: Option<Compressor>,
-    /// A client's masking keys.
-    rng: Option<fastrand::Rng>,
 }
 
 /// The writing half during a call: frames, masks (a client's) and compresses what is sent,
@@ -123,6 +121,8 @@ struct WriteState {
 struct Writer<'a> {
     state: &'a mut WriteState,
     stats: &'a mut Stats,
+    /// A client's masking keys (held by the client, so a server's connection holds none).
+    rng: Option<&'a mut fastrand::Rng>,
 }
 
 impl std::ops::Deref for Writer<'_> {
@@ -217,6 +217,19 @@ struct Partial {
     wire: u64,
 }
 
+/// What a frame cut across inputs holds until it is whole.
+#[derive(Debug)]
+struct Scratch {
+    header: [u8; MAX_HEADER],
+    control: [u8; MAX_CONTROL_PAYLOAD],
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch { header: [0; MAX_HEADER], control: [0; MAX_CONTROL_PAYLOAD] }
+    }
+}
+
 /// Octets of a compressed payload unmasked at a time on the stack.
 const SCRATCH: usize = 4096;
 
@@ -225,12 +238,13 @@ const SCRATCH: usize = 4096;
 struct Reader {
     max_message: usize,
     recv: Recv,
-    header: [u8; MAX_HEADER],
-    partial: Option<Partial>,
-    control: [u8; MAX_CONTROL_PAYLOAD],
+    /// A frame header or control payload cut across inputs, gathered (none between frames).
+    scratch: Option<Box<Scratch>>,
+    /// Boxed: an idle connection holds only the pointer.
+    partial: Option<Box<Partial>>,
     inflater: Option<Inflater>,
-    /// The payload of the ping awaiting its pong.
-    ping_outstanding: Option<[u8; 8]>,
+    /// The last ping sent (its payload is `pings`, big-endian) awaits its pong.
+    ping_outstanding: bool,
     pings: u64,
     last_input: Instant,
     /// Pings received since `ping_window` (see [`PING_BUDGET`]).
@@ -279,12 +293,27 @@ impl Reader {
             match self.recv {
                 Recv::Header { have } => {
                     if input.is_empty() {
+                        if have == 0 {
+                            // Between frames: nothing is held.
+                            self.scratch = None;
+                        }
                         return Verdict::Continue;
                     }
                     let take = (MAX_HEADER - have).min(input.len());
-                    self.header[have..have + take].copy_from_slice(&input[..take]);
-                    match frame::parse_header(&self.header[..have + take]) {
+                    // A header whole in the input is read there; one cut is gathered aside.
+                    let parsed = if have == 0 {
+                        frame::parse_header(&input[..take])
+                    } else {
+                        let scratch = self.scratch.get_or_insert_with(Box::default);
+                        scratch.header[have..have + take].copy_from_slice(&input[..take]);
+                        frame::parse_header(&scratch.header[..have + take])
+                    };
+                    match parsed {
                         Parsed::Partial => {
+                            let scratch = self.scratch.get_or_insert_with(Box::default);
+                            if have == 0 {
+                                scratch.header[..take].copy_from_slice(&input[..take]);
+                            }
                             self.recv = Recv::Header { have: have + take };
                             input = &input[take..];
                         }
@@ -299,6 +328,22 @@ impl Reader {
                     }
                 }
                 Recv::Payload { opcode, fin, mask, offset, remaining } => {
+                    let mut control = [0u8; MAX_CONTROL_PAYLOAD];
+                    if opcode.is_control() && offset == 0 && remaining <= input.len() as u64 {
+                        // A control frame whole in the input: read there, nothing held.
+                        let len = remaining as usize;
+                        control[..len].copy_from_slice(&input[..len]);
+                        if let Some(key) = mask {
+                            frame::apply_mask(&mut control[..len], key, 0);
+                        }
+                        input = &input[len..];
+                        self.recv = Recv::Header { have: 0 };
+                        let verdict = self.end_frame(opcode, fin, &control[..len], w, out, deliver);
+                        if verdict != Verdict::Continue {
+                            return verdict;
+                        }
+                        continue;
+                    }
                     let take = remaining.min(input.len() as u64) as usize;
                     if take > 0 {
                         if let Err(code) = self.payload(opcode, &input[..take], mask, offset) {
@@ -313,7 +358,16 @@ impl Reader {
                         return Verdict::Continue;
                     }
                     self.recv = Recv::Header { have: 0 };
-                    let verdict = self.end_frame(opcode, fin, offset + take, w, out, deliver);
+                    // A control payload cut across inputs was gathered aside; a data frame's
+                    // went to its message.
+                    let mut len = 0;
+                    if opcode.is_control() {
+                        len = offset + take;
+                        if let Some(scratch) = self.scratch.as_ref() {
+                            control[..len].copy_from_slice(&scratch.control[..len]);
+                        }
+                    }
+                    let verdict = self.end_frame(opcode, fin, &control[..len], w, out, deliver);
                     if verdict != Verdict::Continue {
                         return verdict;
                     }
@@ -358,7 +412,7 @@ impl Reader {
                 let partial =
                     Partial { kind, compressed: rsv1, data: Vec::new(), utf8_valid: 0, wire: header_len as u64 };
                 self.check_size(&partial, 0, header.len)?;
-                self.partial = Some(partial);
+                self.partial = Some(Box::new(partial));
             }
         }
         self.recv = Recv::Payload { opcode, fin: header.fin, mask: header.mask, offset: 0, remaining: header.len };
@@ -382,7 +436,8 @@ impl Reader {
     /// A frame's payload octets (a piece of them: `offset` is where they start).
     fn payload(&mut self, opcode: Opcode, chunk: &[u8], mask: Option<[u8; 4]>, offset: usize) -> Result<(), u16> {
         if opcode.is_control() {
-            let piece = &mut self.control[offset..offset + chunk.len()];
+            let scratch = self.scratch.get_or_insert_with(Box::default);
+            let piece = &mut scratch.control[offset..offset + chunk.len()];
             piece.copy_from_slice(chunk);
             if let Some(key) = mask {
                 frame::apply_mask(piece, key, offset);
@@ -421,7 +476,7 @@ impl Reader {
         &mut self,
         opcode: Opcode,
         fin: bool,
-        len: usize,
+        control: &[u8],
         w: &mut Writer<'_>,
         out: &mut Vec<u8>,
         deliver: &mut Deliver<'_>,
@@ -434,19 +489,19 @@ impl Reader {
                     return w.fail(code::POLICY_VIOLATION, out);
                 }
                 if w.phase == Phase::Open {
-                    w.control(Opcode::Pong, &self.control[..len], out);
+                    w.control(Opcode::Pong, control, out);
                     w.stats.pongs_sent += 1;
                 }
                 Verdict::Continue
             }
             Opcode::Pong => {
                 w.stats.pongs_received += 1;
-                if self.ping_outstanding.is_some_and(|ping| ping[..] == self.control[..len]) {
-                    self.ping_outstanding = None;
+                if self.ping_outstanding && self.pings.to_be_bytes()[..] == *control {
+                    self.ping_outstanding = false;
                 }
                 Verdict::Continue
             }
-            Opcode::Close => self.peer_close(len, w, out),
+            Opcode::Close => self.peer_close(control, w, out),
             Opcode::Text | Opcode::Binary | Opcode::Continuation => {
                 if !fin {
                     return Verdict::Continue;
@@ -490,8 +545,7 @@ impl Reader {
     }
 
     /// The peer's close frame (§5.5.1, §7.4): answered with its code, or failed if malformed.
-    fn peer_close(&mut self, len: usize, w: &mut Writer<'_>, out: &mut Vec<u8>) -> Verdict {
-        let payload = &self.control[..len];
+    fn peer_close(&mut self, payload: &[u8], w: &mut Writer<'_>, out: &mut Vec<u8>) -> Verdict {
         let code = match payload {
             [] => None,
             [_] => return w.fail(code::PROTOCOL_ERROR, out),
@@ -540,13 +594,7 @@ struct Core {
 }
 
 impl Core {
-    fn new(
-        config: &Config,
-        deflate: Option<&DeflateParams>,
-        role: Role,
-        rng: Option<fastrand::Rng>,
-        now: Instant,
-    ) -> Core {
+    fn new(config: &Config, deflate: Option<&DeflateParams>, role: Role, now: Instant) -> Core {
         let (compressor, inflater) = match deflate.map(|params| deflate::codec(params, role)) {
             Some((compressor, inflater)) => (Some(compressor), Some(inflater)),
             None => (None, None),
@@ -555,17 +603,16 @@ impl Core {
             reader: Reader {
                 max_message: config.max_message,
                 recv: Recv::Header { have: 0 },
-                header: [0; MAX_HEADER],
+                scratch: None,
                 partial: None,
-                control: [0; MAX_CONTROL_PAYLOAD],
                 inflater,
-                ping_outstanding: None,
+                ping_outstanding: false,
                 pings: 0,
                 last_input: now,
                 pings_in_window: 0,
                 ping_window: now,
             },
-            writer: WriteState { role, phase: Phase::Open, compressor, rng },
+            writer: WriteState { role, phase: Phase::Open, compressor },
         }
     }
 
@@ -574,23 +621,24 @@ impl Core {
         input: &[u8],
         now: Instant,
         stats: &mut Stats,
+        rng: Option<&mut fastrand::Rng>,
         out: &mut Vec<u8>,
         deliver: &mut Deliver<'_>,
     ) -> Verdict {
         if !input.is_empty() {
             self.reader.last_input = now;
         }
-        self.reader.receive(input, &mut Writer { state: &mut self.writer, stats }, out, deliver)
+        self.reader.receive(input, &mut Writer { state: &mut self.writer, stats, rng }, out, deliver)
     }
 
-    fn on_ping_due(&mut self, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
-        let mut writer = Writer { state: &mut self.writer, stats };
+    fn on_ping_due(&mut self, stats: &mut Stats, rng: Option<&mut fastrand::Rng>, out: &mut Vec<u8>) -> Verdict {
+        let mut writer = Writer { state: &mut self.writer, stats, rng };
         match writer.phase {
             Phase::Done(closing) => return Verdict::Close(closing),
             Phase::CloseSent => return Verdict::Continue,
             Phase::Open => {}
         }
-        if self.reader.ping_outstanding.is_some() {
+        if self.reader.ping_outstanding {
             writer.stats.ping_timeouts += 1;
             writer.close(Some(code::GOING_AWAY), out);
             return writer.end(Closing::PingTimeout);
@@ -599,15 +647,21 @@ impl Core {
         let payload = self.reader.pings.to_be_bytes();
         writer.control(Opcode::Ping, &payload, out);
         writer.stats.pings_sent += 1;
-        self.reader.ping_outstanding = Some(payload);
+        self.reader.ping_outstanding = true;
         Verdict::Continue
     }
 
-    fn initiate_close(&mut self, code: u16, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
+    fn initiate_close(
+        &mut self,
+        code: u16,
+        stats: &mut Stats,
+        rng: Option<&mut fastrand::Rng>,
+        out: &mut Vec<u8>,
+    ) -> Verdict {
         match self.writer.phase {
             Phase::Done(closing) => Verdict::Close(closing),
             _ => {
-                Writer { state: &mut self.writer, stats }.close(Some(code), out);
+                Writer { state: &mut self.writer, stats, rng }.close(Some(code), out);
                 Verdict::Continue
             }
         }
@@ -628,14 +682,14 @@ pub struct Session {
 impl Session {
     /// A connection whose 101 was just sent, with the permessage-deflate it agreed.
     pub fn new(config: &Config, deflate: Option<&DeflateParams>, now: Instant) -> Session {
-        Session { core: Core::new(config, deflate, Role::Server, None, now) }
+        Session { core: Core::new(config, deflate, Role::Server, now) }
     }
 
     /// Reads `input` (any part of the stream, down to one octet), appending the echoes, pongs
     /// and close frames to `out`, counting in `stats` (the caller's: several connections may
     /// count in one).
     pub fn receive(&mut self, input: &[u8], now: Instant, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
-        self.core.receive(input, now, stats, out, &mut |w, kind, data, out| {
+        self.core.receive(input, now, stats, None, out, &mut |w, kind, data, out| {
             w.message(kind, &data, out);
         })
     }
@@ -643,14 +697,14 @@ impl Session {
     /// The ping timer fired: a ping, or, if the last one is unanswered, close 1001 and
     /// [`Closing::PingTimeout`] (counted in [`Stats::ping_timeouts`]). No ping once closing.
     pub fn on_ping_due(&mut self, _now: Instant, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
-        self.core.on_ping_due(stats, out)
+        self.core.on_ping_due(stats, None, out)
     }
 
     /// Sends a close with `code` (1001 for a drain) and waits for the peer's: a later
     /// [`Session::receive`] returns [`Closing::Handshake`] when it arrives; the engine bounds the
     /// wait (the drain timeout). Messages arriving meanwhile are read but not echoed.
     pub fn initiate_close(&mut self, code: u16, stats: &mut Stats, out: &mut Vec<u8>) -> Verdict {
-        self.core.initiate_close(code, stats, out)
+        self.core.initiate_close(code, stats, None, out)
     }
 
     /// A close frame was sent (by either side's start).
@@ -676,6 +730,7 @@ pub struct ClientSession {
     core: Core,
     messages: VecDeque<Message>,
     stats: Stats,
+    rng: fastrand::Rng,
 }
 
 impl ClientSession {
@@ -683,21 +738,23 @@ impl ClientSession {
     /// system's entropy, as `fastrand::Rng::new()` does).
     pub fn new(config: &Config, deflate: Option<&DeflateParams>, rng: fastrand::Rng, now: Instant) -> ClientSession {
         ClientSession {
-            core: Core::new(config, deflate, Role::Client, Some(rng), now),
+            core: Core::new(config, deflate, Role::Client, now),
             messages: VecDeque::new(),
             stats: Stats::default(),
+            rng,
         }
     }
 
     /// Appends `payload` as one message (compressed if agreed); false once closing (nothing sent).
     pub fn send(&mut self, kind: Kind, payload: &[u8], out: &mut Vec<u8>) -> bool {
-        Writer { state: &mut self.core.writer, stats: &mut self.stats }.message(kind, payload, out)
+        Writer { state: &mut self.core.writer, stats: &mut self.stats, rng: Some(&mut self.rng) }
+            .message(kind, payload, out)
     }
 
     /// Reads `input`; whole messages wait in [`ClientSession::poll_message`].
     pub fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
         let messages = &mut self.messages;
-        self.core.receive(input, now, &mut self.stats, out, &mut |_, kind, data, _| {
+        self.core.receive(input, now, &mut self.stats, Some(&mut self.rng), out, &mut |_, kind, data, _| {
             messages.push_back(Message { kind, data })
         })
     }
@@ -708,12 +765,12 @@ impl ClientSession {
 
     /// As [`Session::on_ping_due`].
     pub fn on_ping_due(&mut self, _now: Instant, out: &mut Vec<u8>) -> Verdict {
-        self.core.on_ping_due(&mut self.stats, out)
+        self.core.on_ping_due(&mut self.stats, Some(&mut self.rng), out)
     }
 
     /// As [`Session::initiate_close`] (1000 at the end of a run).
     pub fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
-        self.core.initiate_close(code, &mut self.stats, out)
+        self.core.initiate_close(code, &mut self.stats, Some(&mut self.rng), out)
     }
 
     pub fn closing(&self) -> bool {
