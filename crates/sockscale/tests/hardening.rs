@@ -758,6 +758,24 @@ pub fn ws_a_client_that_never_reads_is_closed_by_the_send_timeout(model: &str) {
     assert_eq!(done.counter("closed_send_timeout") + done.counter("closed_flood"), 1, "{:?}", done.stdout);
 }
 
+/// An upgrade request whose head is still arriving when the drain starts is refused with 503
+/// (counted), not answered 101 and then closed with 1001.
+pub fn ws_an_upgrade_during_a_drain_is_refused_503(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "ws", "--drain-timeout", "10"]);
+    let mut c = HttpReader::new(server.connect());
+    let mut request = Vec::new();
+    sockscale_ws::ClientHandshake::new([7; 16], None).write_request("localhost", "/", &mut request);
+    c.send(&request[..16]);
+    // The server holds the half head (accepted), then the drain reaches it.
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    c.send(&request[16..]);
+    assert_eq!(c.response(false).map(|r| r.status), Some(503), "an upgrade during the drain");
+    let done = server.stop_within(Duration::from_secs(8));
+    assert_eq!((done.counter("ws_refused_503"), done.counter("ws_upgrades")), (1, 0), "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! hardening {
     ($($model:ident),* $(,)?) => {$(
@@ -776,6 +794,7 @@ macro_rules! hardening {
             #[test] fn udp_edge_cases_keep_the_loop_running() { if !super::unavailable(MODEL) { super::udp_edge_cases_keep_the_loop_running(MODEL) } }
             #[test] fn ws_hostile_frames_are_closed_with_their_codes() { if !super::unavailable(MODEL) { super::ws_hostile_frames_are_closed_with_their_codes(MODEL) } }
             #[test] fn ws_a_ping_flood_is_closed_with_1008() { if !super::unavailable(MODEL) { super::ws_a_ping_flood_is_closed_with_1008(MODEL) } }
+            #[test] fn ws_an_upgrade_during_a_drain_is_refused_503() { if !super::unavailable(MODEL) { super::ws_an_upgrade_during_a_drain_is_refused_503(MODEL) } }
             #[test] fn ws_a_client_that_never_reads_is_closed_by_the_send_timeout() { if !super::unavailable(MODEL) { super::ws_a_client_that_never_reads_is_closed_by_the_send_timeout(MODEL) } }
         }
     )*};
