@@ -5,7 +5,10 @@ The server runs pinned to core 0; the client (bench/hold_idle.py) opens the conn
 core 1, proves the server accepted them all with one round trip on the last, and holds them.
 Kernel socket memory is reported too (TCP pages from /proc/net/sockstat), for comparison.
 
-Usage: bench/idle_memory.py [--conns N]
+With --proto ws the server runs `--proto ws` and each connection is upgraded to a WebSocket
+before it idles (kernel slab from /proc/meminfo is reported too).
+
+Usage: bench/idle_memory.py [--conns N] [--proto echo|http|ws ...] [--binary PATH]
 """
 import argparse
 import subprocess
@@ -24,31 +27,46 @@ def tcp_mem_pages():
     return 0
 
 
+def slab_kib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Slab:"):
+                return int(line.split()[1])
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conns", type=int, default=10_000)
+    ap.add_argument("--proto", action="append", choices=["echo", "http", "ws"],
+                    help="the protocols to measure (default: echo and http)")
+    ap.add_argument("--binary", help="a sockscale binary to measure instead of building the release one")
     args = ap.parse_args()
-    common.build_sockscale()
+    if args.binary is None:
+        common.build_sockscale()
+    binary = args.binary or common.BIN
     out_dir = common.results_dir("idle_memory")
     rows = []
-    for proto in ("echo", "http"):
-        proc, port = common.start_sockscale(["--proto", proto, "--threads", "1"])
+    for proto in args.proto or ["echo", "http"]:
+        proc, port = common.start_sockscale(["--proto", proto, "--threads", "1"], binary=binary)
         try:
             time.sleep(0.2)
-            rss0, mem0 = common.rss_kib(proc.pid), tcp_mem_pages()
+            rss0, mem0, slab0 = common.rss_kib(proc.pid), tcp_mem_pages(), slab_kib()
             holder = subprocess.Popen(["taskset", "-c", common.CLIENT_CPU, sys.executable, str(common.ROOT / "bench" / "hold_idle.py"),
-                                       "127.0.0.1", str(port), str(args.conns), "60"], stdout=subprocess.PIPE, text=True)
+                                       "127.0.0.1", str(port), str(args.conns), "60",
+                                       "ws" if proto == "ws" else "tcp"], stdout=subprocess.PIPE, text=True)
             line = holder.stdout.readline().strip()
             assert line == f"held {args.conns}", line
             time.sleep(0.5)
-            rss1, mem1 = common.rss_kib(proc.pid), tcp_mem_pages()
+            rss1, mem1, slab1 = common.rss_kib(proc.pid), tcp_mem_pages(), slab_kib()
             holder.kill()
             holder.wait()
         finally:
             common.stop(proc)
         row = {"proto": proto, "conns": args.conns, "rss_before_kib": rss0, "rss_after_kib": rss1,
                "bytes_per_conn": round((rss1 - rss0) * 1024 / args.conns),
-               "kernel_tcp_pages_delta": mem1 - mem0}
+               "kernel_tcp_pages_delta": mem1 - mem0,
+               "kernel_slab_bytes_per_conn": round((slab1 - slab0) * 1024 / args.conns)}
         rows.append(row)
         print(row, flush=True)
     common.write_json(out_dir / "results.json", {"machine": common.machine(), "rows": rows})

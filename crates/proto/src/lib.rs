@@ -113,8 +113,10 @@ impl Responder {
             }
             (Responder::Http(responses), Session::Http(_)) => first_input(responses, session, input, now, out),
             (Responder::Http(responses), Session::H2(h2)) => h2.on_input(input, now, responses, out),
-            (_, Session::Ws(ws)) => return ws.on_input(input, now, out),
-            (Responder::Echo, Session::Http(_) | Session::H2(_)) => {
+            (Responder::Http(responses), Session::Ws(ws)) => {
+                return ws.on_input(input, now, &mut responses.ws_tally.stats, out)
+            }
+            (Responder::Echo, Session::Http(_) | Session::H2(_) | Session::Ws(_)) => {
                 unreachable!("an HTTP session is only ever created by an HTTP responder")
             }
         };
@@ -142,7 +144,7 @@ impl Responder {
     pub fn transmit(&mut self, session: &mut Session, now: Instant, pending: usize, out: &mut Output) -> Verdict {
         match (self, session) {
             (Responder::Http(responses), Session::H2(h2)) => h2.transmit(now, pending, responses, out),
-            (_, Session::Ws(ws)) => ws.transmit(now, out),
+            (Responder::Http(responses), Session::Ws(ws)) => ws.transmit(now, &mut responses.ws_tally.stats, out),
             _ => Verdict::Continue,
         }
     }
@@ -242,7 +244,12 @@ fn upgrade(
     let Some(config) = responses.config().websocket.clone() else {
         unreachable!("an upgrade is taken only with WebSocket on")
     };
-    match ws::upgrade(&config, &head, &input[rest..], now, out) {
+    if http.is_finishing() {
+        // The drain: refused as the server is going away, rather than accepted and closed.
+        ws::refuse_draining(&config, out);
+        return Verdict::Close(Closing::Done);
+    }
+    match ws::upgrade(&config, &head, &input[rest..], now, &mut responses.ws_tally.stats, out) {
         ws::Upgrade::Accepted(ws, verdict) => {
             *session = Session::Ws(ws);
             verdict

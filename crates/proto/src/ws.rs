@@ -11,8 +11,9 @@
 //! - the drain ([`WsSession::finish_current`]): a close 1001 is owed, and the session is not
 //!   between requests until the peer's close answers it (or the drain's deadline ends it).
 //!
-//! What each connection counted is added to the server's [`WsTotals`] as it ends, with the
-//! upgrades and refusals counted as they happen.
+//! Connections count in their thread's [`Tally`] (an idle connection holds no counters), added
+//! to the server's [`WsTotals`] once a second and as the thread ends; upgrades, refusals and
+//! ended connections are counted in the totals as they happen.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -51,15 +52,17 @@ impl Default for WsConfig {
     }
 }
 
-/// What every WebSocket connection of a server counted: upgrades and refusals as they happen,
-/// the stage's [`Stats`] summed as each connection ends (behind a lock taken once a
-/// connection).
+/// What every WebSocket connection of a server counted: upgrades, refusals and ended
+/// connections as they happen, the stage's [`Stats`] summed from each thread's [`Tally`]
+/// (behind a lock taken once a second a thread).
 #[derive(Debug, Default)]
 pub struct WsTotals {
     upgrades: AtomicU64,
     refused_400: AtomicU64,
     refused_426: AtomicU64,
-    counted: Mutex<(Stats, u64)>,
+    refused_503: AtomicU64,
+    ended: AtomicU64,
+    counted: Mutex<Stats>,
 }
 
 /// [`WsTotals`] at one moment.
@@ -71,6 +74,8 @@ pub struct WsCounts {
     /// (no upgrade asked on a WebSocket-only port, or a version other than 13).
     pub refused_400: u64,
     pub refused_426: u64,
+    /// Upgrade requests that arrived during a drain, refused with 503.
+    pub refused_503: u64,
     /// Connections that ended, and what they counted.
     pub ended: u64,
     pub stats: Stats,
@@ -80,24 +85,54 @@ impl WsTotals {
     fn refused(&self, status: u16) {
         match status {
             426 => self.refused_426.fetch_add(1, Relaxed),
+            503 => self.refused_503.fetch_add(1, Relaxed),
             _ => self.refused_400.fetch_add(1, Relaxed),
         };
     }
 
     fn add(&self, stats: &Stats) {
-        let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
-        counted.0.add(stats);
-        counted.1 += 1;
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).add(stats);
     }
 
+    /// The counts now: each thread's counters are added at least once a second (as its
+    /// clock ticks) and when the thread ends.
     pub fn snapshot(&self) -> WsCounts {
-        let (stats, ended) = *self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        let stats = *self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        let ended = self.ended.load(Relaxed);
         WsCounts {
             upgrades: self.upgrades.load(Relaxed),
             refused_400: self.refused_400.load(Relaxed),
             refused_426: self.refused_426.load(Relaxed),
+            refused_503: self.refused_503.load(Relaxed),
             ended,
             stats,
+        }
+    }
+}
+
+/// One thread's WebSocket counters: its connections count here (an idle connection holds no
+/// counters), and they are added to the server's [`WsTotals`] when the tally is dropped (the
+/// HTTP responses renew theirs, with it, as the second changes, and the thread's go when it
+/// ends).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Boxed: the responder is kept small.
+    pub(crate) stats: Box<Stats>,
+    totals: Option<Arc<WsTotals>>,
+}
+
+impl Tally {
+    pub(crate) fn new(config: Option<&Arc<WsConfig>>) -> Tally {
+        Tally { stats: Box::default(), totals: config.map(|c| c.totals.clone()) }
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if let Some(totals) = &self.totals {
+            if *self.stats != Stats::default() {
+                totals.add(&self.stats);
+            }
         }
     }
 }
@@ -126,7 +161,7 @@ pub struct WsSession {
 
 impl Drop for WsSession {
     fn drop(&mut self) {
-        self.config.totals.add(self.session.stats());
+        self.config.totals.ended.fetch_add(1, Relaxed);
     }
 }
 
@@ -135,6 +170,16 @@ impl Drop for WsSession {
 const UPGRADE_REQUIRED: &[u8] =
     b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n\
 Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n";
+
+/// The 503 an upgrade request gets during a drain (as one past `--max-conns` does): the server
+/// is going away, so a WebSocket would be closed (1001) as soon as it opened.
+const DRAINING: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// Refuse an upgrade request that arrived during a drain: the 503 is in the output; close.
+pub fn refuse_draining(config: &WsConfig, out: &mut Output) {
+    config.totals.refused(503);
+    out.push_shared(Bytes::from_static(DRAINING));
+}
 
 /// What an upgrade request came to.
 #[derive(Debug)]
@@ -148,7 +193,14 @@ pub enum Upgrade {
 /// Answer the request whose head is `head` (complete, parsed before) on a port serving
 /// WebSocket: the 101 and the session, fed `rest` (the octets behind the head in the same
 /// input), or a refusal. A request that asks for no upgrade gets 426.
-pub fn upgrade(config: &Arc<WsConfig>, head: &[u8], rest: &[u8], now: Instant, out: &mut Output) -> Upgrade {
+pub fn upgrade(
+    config: &Arc<WsConfig>,
+    head: &[u8],
+    rest: &[u8],
+    now: Instant,
+    stats: &mut Stats,
+    out: &mut Output,
+) -> Upgrade {
     let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let parsed = matches!(request.parse(head), Ok(httparse::Status::Complete(_)));
@@ -189,7 +241,7 @@ pub fn upgrade(config: &Arc<WsConfig>, head: &[u8], rest: &[u8], now: Instant, o
                 ping_sent: None,
                 drain_asked: false,
             });
-            let verdict = if rest.is_empty() { Verdict::Continue } else { ws.on_input(rest, now, out) };
+            let verdict = if rest.is_empty() { Verdict::Continue } else { ws.on_input(rest, now, stats, out) };
             Upgrade::Accepted(ws, verdict)
         }
         Err(refusal) => {
@@ -208,9 +260,10 @@ fn flush(buf: Vec<u8>, out: &mut Output) {
 }
 
 impl WsSession {
-    pub fn on_input(&mut self, input: &[u8], now: Instant, out: &mut Output) -> Verdict {
+    /// Input, counted in `stats` (the thread's).
+    pub fn on_input(&mut self, input: &[u8], now: Instant, stats: &mut Stats, out: &mut Output) -> Verdict {
         let mut buf = Vec::new();
-        let verdict = self.session.receive(input, now, &mut buf);
+        let verdict = self.session.receive(input, now, stats, &mut buf);
         flush(buf, out);
         verdict_of(verdict)
     }
@@ -222,14 +275,14 @@ impl WsSession {
 
     /// Send what is owed: the drain's close 1001, or the ping timer's ping (or its timeout's
     /// close 1001).
-    pub fn transmit(&mut self, now: Instant, out: &mut Output) -> Verdict {
+    pub fn transmit(&mut self, now: Instant, stats: &mut Stats, out: &mut Output) -> Verdict {
         let owed = std::mem::replace(&mut self.owed, Owed::Nothing);
         let mut buf = Vec::new();
         let verdict = match owed {
             Owed::Nothing => Verdict::Continue,
-            Owed::Close => verdict_of(self.session.initiate_close(code::GOING_AWAY, &mut buf)),
+            Owed::Close => verdict_of(self.session.initiate_close(code::GOING_AWAY, stats, &mut buf)),
             Owed::Ping => {
-                let verdict = verdict_of(self.session.on_ping_due(now, &mut buf));
+                let verdict = verdict_of(self.session.on_ping_due(now, stats, &mut buf));
                 if !buf.is_empty() && verdict == Verdict::Continue {
                     self.ping_sent = Some(now);
                 }
@@ -284,10 +337,6 @@ impl WsSession {
             self.owed = Owed::Close;
         }
     }
-
-    pub fn stats(&self) -> &Stats {
-        self.session.stats()
-    }
 }
 
 fn verdict_of(verdict: sockscale_ws::Verdict) -> Verdict {
@@ -296,5 +345,40 @@ fn verdict_of(verdict: sockscale_ws::Verdict) -> Verdict {
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Handshake { .. }) => Verdict::Close(Closing::Done),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Failed(_)) => Verdict::Close(Closing::BadRequest),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::PingTimeout) => Verdict::Close(Closing::PingTimeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::HttpConfig;
+    use crate::Protocol;
+
+    fn ws_port() -> (crate::Responder, Arc<WsConfig>) {
+        let ws = Arc::new(WsConfig::default());
+        let http = HttpConfig { websocket: Some(ws.clone()), websocket_only: true, ..HttpConfig::default() };
+        (Protocol::Http(Arc::new(http)).responder(0), ws)
+    }
+
+    const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+    #[test]
+    fn an_upgrade_is_accepted_but_refused_503_during_a_drain() {
+        let now = Instant::now();
+        let (mut responder, ws) = ws_port();
+        let mut session = responder.new_session();
+        let mut out = Output::default();
+        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Continue);
+        assert!(out.to_vec(&[]).starts_with(b"HTTP/1.1 101 "));
+        assert!(matches!(session, crate::Session::Ws(_)));
+        // The same request on a connection the drain has asked to finish: 503 and close.
+        let mut session = responder.new_session();
+        session.finish_current();
+        let mut out = Output::default();
+        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Close(Closing::Done));
+        assert_eq!(out.to_vec(&[]), DRAINING);
+        let counts = ws.totals.snapshot();
+        assert_eq!((counts.upgrades, counts.refused_503), (1, 1));
     }
 }

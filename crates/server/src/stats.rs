@@ -553,10 +553,11 @@ impl Snapshot {
         metric(
             "ws_refused_total",
             "counter",
-            "WebSocket upgrade requests refused, by status (426: no upgrade asked on a WebSocket port, or another version).",
+            "WebSocket upgrade requests refused, by status (426: no upgrade asked on a WebSocket port, or another version; 503: during a drain).",
             &[
                 ("{status=\"400\"}".to_string(), ws.refused_400.to_string()),
                 ("{status=\"426\"}".to_string(), ws.refused_426.to_string()),
+                ("{status=\"503\"}".to_string(), ws.refused_503.to_string()),
             ],
         );
         metric("ws_connections_total", "counter", "WebSocket connections that ended.", &one(ws.ended));
@@ -663,6 +664,7 @@ impl Snapshot {
             ("ws_upgrades".into(), n(ws.upgrades)),
             ("ws_refused_400".into(), n(ws.refused_400)),
             ("ws_refused_426".into(), n(ws.refused_426)),
+            ("ws_refused_503".into(), n(ws.refused_503)),
             ("ws_connections".into(), n(ws.ended)),
             ("ws_messages_in".into(), n(st.messages_received)),
             ("ws_messages_out".into(), n(st.messages_sent)),

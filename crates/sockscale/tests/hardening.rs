@@ -626,6 +626,156 @@ pub fn udp_edge_cases_keep_the_loop_running(model: &str) {
     assert_eq!(received + overflowed, datagrams, "{:?}", done.stdout);
 }
 
+/// A WebSocket client that must be echoed throughout a case.
+fn ws_bystander(server: &ServerProc) -> support::ws::WsClient<TcpStream> {
+    let stream = server.connect();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    support::ws::WsClient::connect(stream, "/", None).expect("the bystander's 101")
+}
+
+/// A fresh WebSocket (with permessage-deflate offered if `deflate`), read timeout 10 s.
+fn ws_connect(server: &ServerProc, deflate: bool) -> support::ws::WsClient<TcpStream> {
+    let stream = server.connect();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let offer = deflate.then(sockscale_ws::DeflateConfig::default);
+    support::ws::WsClient::connect(stream, "/", offer).expect("101")
+}
+
+/// A client frame's header announcing `len` octets, masked (the payload to follow).
+fn ws_header(first: u8, len: usize) -> Vec<u8> {
+    let mut header = Vec::new();
+    sockscale_ws::frame::write_header(first, len, Some([1, 2, 3, 4]), &mut header);
+    header
+}
+
+/// Hostile WebSocket frames, each on its own connection, each closed with its code while a
+/// bystander is echoed: a 64-bit length past `--ws-max-message` (1009, nothing allocated: the
+/// RSS does not jump), a fragmented control frame and one over 125 octets (1002), a
+/// continuation with no start (1002), invalid UTF-8 (1007), a message of empty fragments that
+/// never ends (1009 once its frames pass twice the limit), and deflate bombs (16 MiB of zeros
+/// compressed to about 16 KiB, five times: 1009 each, the RSS bounded).
+pub fn ws_hostile_frames_are_closed_with_their_codes(model: &str) {
+    use sockscale_ws::{Closing, Kind};
+    use support::ws::{frame, Ended};
+    const MAX: u64 = 1 << 20;
+    let server = ServerProc::start(model, &["--proto", "ws", "--ws-max-message", &MAX.to_string()]);
+    let mut bystander = ws_bystander(&server);
+    bystander.echo(Kind::Binary, &pattern(1, 1000));
+    let key = Some([9, 8, 7, 6]);
+    let mut never_ending = ws_header(0x02, 0);
+    let empty = ws_header(0x00, 0);
+    // The first frame's header, then empty continuations until the wire bound is crossed.
+    let frames = (2 * MAX + sockscale_ws::session::FRAGMENT_SLACK) / empty.len() as u64 + 1;
+    for _ in 0..frames {
+        never_ending.extend_from_slice(&empty);
+    }
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("a 64-bit length of 2^40", ws_header(0x82, 1 << 40), 1009),
+        ("a fragmented ping", frame(0x09, b"ping", key), 1002),
+        ("a ping of 126 octets", frame(0x89, &[b'p'; 126], key), 1002),
+        ("a continuation with no start", frame(0x80, b"more", key), 1002),
+        ("invalid UTF-8 in text", frame(0x81, b"ok \xc3\x28 then", key), 1007),
+        ("a message of empty fragments that never ends", never_ending, 1009),
+    ];
+    let rss_before = server.rss_kib();
+    for (what, input, code) in &cases {
+        let mut bad = ws_connect(&server, false);
+        bad.send_raw(input);
+        assert_eq!(bad.ending(), Ended::Closed(Closing::Handshake { code: Some(*code) }), "{what}");
+        bystander.echo(Kind::Text, what.as_bytes());
+    }
+    let grown = server.rss_kib().saturating_sub(rss_before);
+    assert!(grown < 4096, "the server's RSS grew {grown} KiB over the hostile frames");
+    // Deflate bombs: each message inflates to 16x the limit.
+    for round in 0..5 {
+        let mut bomb = ws_connect(&server, true);
+        bomb.send(Kind::Binary, &vec![0u8; 16 << 20]);
+        let ending = bomb.ending();
+        assert_eq!(ending, Ended::Closed(Closing::Handshake { code: Some(1009) }), "deflate bomb {round}");
+        bystander.echo(Kind::Binary, &pattern(round, 4096));
+    }
+    let grown = server.rss_kib().saturating_sub(rss_before);
+    // A bomb is inflated up to the limit (1 MiB) and zlib's states (under 0.5 MiB) at most.
+    assert!(grown < 8192, "the server's RSS grew {grown} KiB over five deflate bombs");
+    bystander.close(1000);
+    let done = server.stop();
+    let count = |code: u16| done.counter(&format!("ws_closes_out_{code}"));
+    assert_eq!((count(1002), count(1007), count(1009)), (3, 1, 2 + 5), "{:?}", done.stdout);
+}
+
+/// A ping flood from a client that never reads its pongs: closed with 1008 once past the
+/// budget (100 pings in 10 s), counted, while a bystander is echoed.
+pub fn ws_a_ping_flood_is_closed_with_1008(model: &str) {
+    use sockscale_ws::{Closing, Kind};
+    use support::ws::{frame, Ended};
+    let server = ServerProc::start(model, &["--proto", "ws"]);
+    let mut bystander = ws_bystander(&server);
+    let mut flood = ws_connect(&server, false);
+    let pings = frame(0x89, b"flood", Some([1, 1, 1, 1])).repeat(usize::from(sockscale_ws::session::PING_BUDGET) * 2);
+    flood.send_raw(&pings);
+    bystander.echo(Kind::Text, b"during the flood");
+    // Only now does the flooder read: its pongs (within the budget), then the close.
+    assert_eq!(flood.ending(), Ended::Closed(Closing::Handshake { code: Some(1008) }));
+    let pongs = flood.session.stats().pongs_received;
+    assert_eq!(pongs, u64::from(sockscale_ws::session::PING_BUDGET), "pongs before the close");
+    bystander.echo(Kind::Text, b"after the flood");
+    let done = server.stop();
+    assert_eq!(done.counter("ws_closes_out_1008"), 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("ws_pongs_out"), i64::from(sockscale_ws::session::PING_BUDGET));
+}
+
+/// A WebSocket client that sends without ever reading its echoes, with a tiny receive window:
+/// closed by the send timeout (or the send cap), counted, while a bystander is echoed.
+pub fn ws_a_client_that_never_reads_is_closed_by_the_send_timeout(model: &str) {
+    use sockscale_ws::Kind;
+    if skip(model, Policy::FloodCutoff) {
+        return;
+    }
+    let server = ServerProc::start(model, &["--proto", "ws", "--send-timeout", "2"]);
+    let mut bystander = ws_bystander(&server);
+    bystander.echo(Kind::Text, b"warm-up");
+    let baseline = server.open_sockets();
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&server.addr.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut reader = support::ws::WsClient::connect(stream, "/", None).expect("101");
+    // 2,000 messages of 4 KiB ask for about 8 MB of echoes, which the client never reads.
+    let message = pattern(7, 4096);
+    let mut out = Vec::new();
+    for _ in 0..2000 {
+        assert!(reader.session.send(Kind::Binary, &message, &mut out));
+    }
+    // The server may stop reading once its answers back up: the write then times out.
+    let _ = reader.stream.write_all(&out);
+    let started = Instant::now();
+    wait_for_sockets(&server, baseline, Duration::from_secs(10));
+    bystander.echo(Kind::Text, b"after the slow reader");
+    let closed_after = started.elapsed();
+    assert!(closed_after < Duration::from_secs(10), "closed after {closed_after:?}");
+    let done = server.stop();
+    assert_eq!(done.counter("closed_send_timeout") + done.counter("closed_flood"), 1, "{:?}", done.stdout);
+}
+
+/// An upgrade request whose head is still arriving when the drain starts is refused with 503
+/// (counted), not answered 101 and then closed with 1001.
+pub fn ws_an_upgrade_during_a_drain_is_refused_503(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "ws", "--drain-timeout", "10"]);
+    let mut c = HttpReader::new(server.connect());
+    let mut request = Vec::new();
+    sockscale_ws::ClientHandshake::new([7; 16], None).write_request("localhost", "/", &mut request);
+    c.send(&request[..16]);
+    // The server holds the half head (accepted), then the drain reaches it.
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    c.send(&request[16..]);
+    assert_eq!(c.response(false).map(|r| r.status), Some(503), "an upgrade during the drain");
+    let done = server.stop_within(Duration::from_secs(8));
+    assert_eq!((done.counter("ws_refused_503"), done.counter("ws_upgrades")), (1, 0), "{:?}", done.stdout);
+}
+
 /// Instantiate every case for each listed model.
 macro_rules! hardening {
     ($($model:ident),* $(,)?) => {$(
@@ -642,6 +792,10 @@ macro_rules! hardening {
             #[test] fn saturated_at_max_conns_it_stays_quiet_and_recovers() { if !super::unavailable(MODEL) { super::saturated_at_max_conns_it_stays_quiet_and_recovers(MODEL) } }
             #[test] fn sigterm_with_1000_clients_truncates_nothing() { if !super::unavailable(MODEL) { super::sigterm_with_1000_clients_truncates_nothing(MODEL) } }
             #[test] fn udp_edge_cases_keep_the_loop_running() { if !super::unavailable(MODEL) { super::udp_edge_cases_keep_the_loop_running(MODEL) } }
+            #[test] fn ws_hostile_frames_are_closed_with_their_codes() { if !super::unavailable(MODEL) { super::ws_hostile_frames_are_closed_with_their_codes(MODEL) } }
+            #[test] fn ws_a_ping_flood_is_closed_with_1008() { if !super::unavailable(MODEL) { super::ws_a_ping_flood_is_closed_with_1008(MODEL) } }
+            #[test] fn ws_an_upgrade_during_a_drain_is_refused_503() { if !super::unavailable(MODEL) { super::ws_an_upgrade_during_a_drain_is_refused_503(MODEL) } }
+            #[test] fn ws_a_client_that_never_reads_is_closed_by_the_send_timeout() { if !super::unavailable(MODEL) { super::ws_a_client_that_never_reads_is_closed_by_the_send_timeout(MODEL) } }
         }
     )*};
 }

@@ -41,11 +41,13 @@
 //!
 //! # Memory
 //!
-//! Between calls a connection holds a frame header read in part (up to 14 octets, inline), a
-//! control payload (up to 125, inline) and a message in progress ([`Session::buffered`]); the
-//! message's buffer is handed over (or dropped) when it completes, so an idle connection holds
-//! no buffer: a server session without permessage-deflate is its struct, 560 octets
-//! (`tests/memory.rs` measures it with a counting allocator; [`Stats`] is 248 of them).
+//! Between calls a connection holds a frame header or control payload cut across inputs (in a
+//! box made only then, dropped between frames; whole ones are read where they arrive) and a
+//! message in progress ([`Session::buffered`], boxed); the message's buffer is handed over (or
+//! dropped) when it completes, so an idle connection holds no buffer. A server session counts
+//! in the caller's [`Stats`] (the server keeps them per thread) and holds no masking RNG:
+//! without permessage-deflate it is its struct, 136 octets (`tests/memory.rs` measures it
+//! with a counting allocator).
 //! permessage-deflate's zlib states (zlib-rs) are made at the first compressed message each
 //! way and kept for the connection: after one 512-octet message each way a server session held
 //! 428,440 octets with 15-bit windows and 299,416 with 9-bit windows (the compressor's hash

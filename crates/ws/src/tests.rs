@@ -8,7 +8,44 @@ use proptest::prelude::*;
 use crate::deflate::{codec, DeflateParams};
 use crate::frame::{self, apply_mask, FIN, RSV1, RSV2, RSV3};
 use crate::session::code;
-use crate::{ClientSession, Closing, Config, Kind, Message, Role, Session, Verdict};
+use crate::{ClientSession, Closing, Config, Kind, Message, Role, Stats, Verdict};
+
+/// A server session with its own counters (the server's engine keeps them per thread).
+#[derive(Debug)]
+struct Session {
+    session: crate::Session,
+    stats: Stats,
+}
+
+impl Session {
+    fn new(config: &Config, deflate: Option<&DeflateParams>, now: Instant) -> Session {
+        Session { session: crate::Session::new(config, deflate, now), stats: Stats::default() }
+    }
+
+    fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
+        self.session.receive(input, now, &mut self.stats, out)
+    }
+
+    fn on_ping_due(&mut self, now: Instant, out: &mut Vec<u8>) -> Verdict {
+        self.session.on_ping_due(now, &mut self.stats, out)
+    }
+
+    fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> Verdict {
+        self.session.initiate_close(code, &mut self.stats, out)
+    }
+
+    fn buffered(&self) -> usize {
+        self.session.buffered()
+    }
+
+    fn closing(&self) -> bool {
+        self.session.closing()
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
 
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 const TEXT: u8 = 0x1;
@@ -250,6 +287,59 @@ fn ping_is_answered_and_pong_ignored() {
     assert_eq!((out, verdict), (plain(FIN | PONG, b"are you there"), Verdict::Continue));
     let stats = session.stats();
     assert_eq!((stats.pings_received, stats.pongs_sent, stats.pongs_received), (1, 1, 1));
+}
+
+#[test]
+fn a_ping_flood_is_1008_and_pings_within_the_budget_are_answered() {
+    use crate::session::{PING_BUDGET, PING_WINDOW};
+    let mut session = server();
+    let start = Instant::now();
+    let ping = masked(FIN | PING, b"p");
+    // The budget, spread over many windows, is answered in full each time.
+    for window in 0..3u32 {
+        let at = start + PING_WINDOW * window;
+        for _ in 0..PING_BUDGET {
+            let mut out = Vec::new();
+            assert_eq!(session.receive(&ping, at, &mut out), Verdict::Continue, "window {window}");
+            assert_eq!(out, plain(FIN | PONG, b"p"));
+        }
+    }
+    // One more in the same window: a flood, closed with 1008 and no pong.
+    let mut out = Vec::new();
+    let verdict = session.receive(&ping, start + PING_WINDOW * 2, &mut out);
+    assert_eq!(verdict, Verdict::Close(Closing::Failed(code::POLICY_VIOLATION)));
+    assert_eq!(out, plain(FIN | CLOSE, &code::POLICY_VIOLATION.to_be_bytes()));
+    assert_eq!(session.stats().closes_sent.get(1008), 1);
+    // In one input too.
+    let flood = ping.repeat(usize::from(PING_BUDGET) + 1);
+    assert_fails(&flood, code::POLICY_VIOLATION);
+}
+
+#[test]
+fn a_message_of_empty_fragments_that_never_ends_is_1009() {
+    use crate::session::FRAGMENT_SLACK;
+    let max_message = 1000;
+    let mut session = Session::new(&Config { max_message }, None, Instant::now());
+    let mut input = masked(BINARY, b"");
+    let empty = masked(CONT, b"");
+    // Each empty continuation is 6 octets on the wire; the message may take 2 * max + slack.
+    let frames = (2 * max_message as u64 + FRAGMENT_SLACK) / empty.len() as u64 + 1;
+    for _ in 0..frames {
+        input.extend_from_slice(&empty);
+    }
+    let (out, verdict) = feed(&mut session, &input);
+    assert_eq!(verdict, Verdict::Close(Closing::Failed(code::TOO_BIG)));
+    assert!(out.ends_with(&plain(FIN | CLOSE, &code::TOO_BIG.to_be_bytes())));
+    // A message in many small fragments within the bound is fine.
+    let mut session = Session::new(&Config { max_message }, None, Instant::now());
+    let mut input = masked(BINARY, b"a");
+    for _ in 0..998 {
+        input.extend(masked(CONT, b"b"));
+    }
+    input.extend(masked(FIN | CONT, b"c"));
+    let (out, verdict) = feed(&mut session, &input);
+    assert_eq!(verdict, Verdict::Continue);
+    assert_eq!(out.len(), 4 + 1000);
 }
 
 #[test]

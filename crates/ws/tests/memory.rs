@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use sockscale_ws::{ClientSession, Config, DeflateParams, Kind, Session, Verdict};
+use sockscale_ws::{ClientSession, Config, DeflateParams, Kind, Session, Stats, Verdict};
 
 struct Counting;
 
@@ -40,7 +40,7 @@ fn held_after_one_message(deflate: Option<&DeflateParams>) -> isize {
     let before = LIVE.load(Ordering::Relaxed);
     let mut server = Box::new(Session::new(&Config::default(), deflate, now));
     let mut out = Vec::new();
-    assert_eq!(server.receive(&request, now, &mut out), Verdict::Continue);
+    assert_eq!(server.receive(&request, now, &mut Stats::default(), &mut out), Verdict::Continue);
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;
     println!("deflate {}: {held} octets held (session struct {} of them)", deflate.is_some(), size_of::<Session>());

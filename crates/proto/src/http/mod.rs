@@ -376,6 +376,11 @@ impl HttpSession {
         self.finishing = true;
     }
 
+    /// The drain asked this connection to end (see [`HttpSession::finish_current`]).
+    pub fn is_finishing(&self) -> bool {
+        self.finishing
+    }
+
     /// A request for the WebSocket stage was read: [`HttpSession::take_upgrade`] gives it.
     #[inline]
     pub fn is_upgrading(&self) -> bool {

@@ -46,6 +46,8 @@ pub struct Responses {
     ok: [Rendered; 3],
     /// The body's length as text, for HTTP/2's content-length field.
     length: String,
+    /// This thread's WebSocket counters (added to the server's totals as it is renewed).
+    pub(crate) ws_tally: crate::ws::Tally,
 }
 
 impl Responses {
@@ -53,7 +55,8 @@ impl Responses {
         let date = http_date(unix_secs);
         let ok = MODES.map(|mode| render_ok(&cfg, &date, mode));
         let length = cfg.body.len().to_string();
-        Responses { cfg, rendered_second: unix_secs, date, ok, length }
+        let ws_tally = crate::ws::Tally::new(cfg.websocket.as_ref());
+        Responses { cfg, rendered_second: unix_secs, date, ok, length, ws_tally }
     }
 
     pub fn config(&self) -> &HttpConfig {
