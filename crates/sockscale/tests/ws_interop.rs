@@ -83,9 +83,9 @@ impl Stack {
 
 fn python_with_websockets() -> Result<PathBuf, String> {
     let python = find_program("python3", &[]).ok_or("no python3 on PATH")?;
-    // The sync client is websockets 13 and later.
+    // The asyncio client of ws_client.py is websockets 13 and later.
     let out = Command::new(&python)
-        .args(["-c", "import websockets.sync.client"])
+        .args(["-c", "import websockets.asyncio.client"])
         .output()
         .map_err(|e| format!("run {}: {e}", python.display()))?;
     if !out.status.success() {

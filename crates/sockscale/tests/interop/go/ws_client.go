@@ -65,8 +65,9 @@ func run(url string, roots *x509.CertPool, deflate bool, msgs []message) error {
 	opts := &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled}
 	if deflate {
 		opts.CompressionMode = websocket.CompressionContextTakeover
-		// coder/websocket compresses only messages past this; 0 compresses every one.
-		opts.CompressionThreshold = 0
+		// coder/websocket compresses messages of at least this many bytes (0 means its default,
+		// 128): 1 compresses all but the empty one.
+		opts.CompressionThreshold = 1
 	}
 	if strings.HasPrefix(url, "wss:") {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{
