@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConnection, StreamOwned};
@@ -27,6 +27,10 @@ impl TestCert {
         std::fs::create_dir_all(&dir).expect("cert dir");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // A name of its own: with rcgen's default on both, the leaf's issuer is its own subject
+        // and OpenSSL (Python's ssl) takes it for a self-signed certificate.
+        ca_params.distinguished_name = DistinguishedName::new();
+        ca_params.distinguished_name.push(DnType::CommonName, "sockscale test CA");
         let ca_key = KeyPair::generate().expect("CA key");
         let ca = ca_params.self_signed(&ca_key).expect("CA");
         let issuer = Issuer::new(ca_params, ca_key);
