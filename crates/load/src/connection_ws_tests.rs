@@ -111,7 +111,28 @@ impl Client {
 }
 
 /// The server's side: the upgrade request answered by `sockscale_ws::accept`, then a `Session`.
-fn upgrade(request: &[u8]) -> (Vec<u8>, sockscale_ws::Session) {
+/// The ws crate's server `Session` with the counters its owner keeps (the server keeps them per
+/// thread; here, beside the one session).
+struct EchoServer {
+    session: sockscale_ws::Session,
+    stats: sockscale_ws::Stats,
+}
+
+impl EchoServer {
+    fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> sockscale_ws::Verdict {
+        self.session.receive(input, now, &mut self.stats, out)
+    }
+
+    fn initiate_close(&mut self, code: u16, out: &mut Vec<u8>) -> sockscale_ws::Verdict {
+        self.session.initiate_close(code, &mut self.stats, out)
+    }
+
+    fn stats(&self) -> &sockscale_ws::Stats {
+        &self.stats
+    }
+}
+
+fn upgrade(request: &[u8]) -> (Vec<u8>, EchoServer) {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut parsed = httparse::Request::new(&mut headers);
     assert!(parsed.parse(request).expect("an HTTP request").is_complete());
@@ -119,7 +140,10 @@ fn upgrade(request: &[u8]) -> (Vec<u8>, sockscale_ws::Session) {
     let pairs: Vec<(&str, &[u8])> = parsed.headers.iter().map(|h| (h.name, h.value)).collect();
     assert!(pairs.iter().any(|(n, v)| *n == "Host" && *v == b"localhost:9"));
     let accepted = sockscale_ws::accept("GET", pairs.iter().copied(), None).expect("a valid upgrade request");
-    let session = sockscale_ws::Session::new(&sockscale_ws::Config::default(), None, Instant::now());
+    let session = EchoServer {
+        session: sockscale_ws::Session::new(&sockscale_ws::Config::default(), None, Instant::now()),
+        stats: sockscale_ws::Stats::default(),
+    };
     (accepted.response, session)
 }
 
@@ -128,7 +152,7 @@ fn reason(result: Result<impl std::fmt::Debug, Close>) -> Reason {
 }
 
 /// Connected and upgraded at 2 µs + 10 µs: the client and the server's session.
-fn upgraded(profile: Profile) -> (Client, sockscale_ws::Session) {
+fn upgraded(profile: Profile) -> (Client, EchoServer) {
     let mut client = Client::connected(profile);
     assert!(client.conn.greeting() && !client.conn.may_begin(16), "no message before the 101");
     let request = client.transmit();

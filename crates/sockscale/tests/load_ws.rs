@@ -138,23 +138,25 @@ fn serve(mut stream: impl Read + Write, behaviour: Behaviour) {
     }
     let config = sockscale_ws::Config::default();
     let mut session = sockscale_ws::Session::new(&config, accepted.deflate.as_ref(), Instant::now());
+    // The counters the session's owner keeps (a server keeps them per thread).
+    let mut stats = sockscale_ws::Stats::default();
     let mut input = head[end..].to_vec();
     let mut out = Vec::new();
     let mut messages = 0u64;
     loop {
         out.clear();
-        let closes_before = session.stats().closes_received.total();
-        let verdict = session.receive(&input, Instant::now(), &mut out);
+        let closes_before = stats.closes_received.total();
+        let verdict = session.receive(&input, Instant::now(), &mut stats, &mut out);
         if behaviour == Behaviour::Corrupt {
             // Uncompressed binary frames from this server: header 2 or 4 octets, then payload.
-            let echoed = session.stats().messages_sent;
+            let echoed = stats.messages_sent;
             if echoed / 10 > messages / 10 && out.len() > 4 {
                 let last = out.len() - 1;
                 out[last] ^= 0x55;
             }
             messages = echoed;
         }
-        if behaviour == Behaviour::NoCloseAnswer && session.stats().closes_received.total() > closes_before {
+        if behaviour == Behaviour::NoCloseAnswer && stats.closes_received.total() > closes_before {
             // Hold the socket, answering nothing, until the client ends it.
             while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
             return;
