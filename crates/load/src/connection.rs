@@ -29,10 +29,11 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use sockscale_sys::Ending;
-use sockscale_tls::{ClientSession, Crypto, Failure, Negotiated};
+use sockscale_tls::{ClientSession, Crypto, Failure};
 
 use crate::client::{EchoClient, Failure as Mismatch, H2Client, HttpClient, Reply, Stamp, StreamEnd, UdpClient};
 use crate::config::{AcceptedStatuses, LoadConfig, LoadTls, Mode};
+pub use crate::events::{Event, Now};
 use crate::http::Response;
 use crate::pattern::Pattern;
 use crate::ws::{WsClient, WsEnd, WsProfile};
@@ -41,20 +42,6 @@ use crate::ws::{WsClient, WsEnd, WsProfile};
 /// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
 /// socket is full does not grow a buffer.
 pub const MAX_RECORDS_AHEAD: usize = 64 << 10;
-
-/// The time, as the clock read it and in ns of the run (from [`Profile::origin`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
-    pub at: Instant,
-    pub ns: u64,
-}
-
-impl Now {
-    /// `ns` into the run that began at `origin`.
-    pub fn after(origin: Instant, ns: u64) -> Now {
-        Now { at: origin + Duration::from_nanos(ns), ns }
-    }
-}
 
 /// What speaks on the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,43 +202,6 @@ struct Tls<S: ?Sized> {
     /// later has failed.
     started_ns: u64,
     session: S,
-}
-
-/// What happened, for the event loop to count.
-#[derive(Debug)]
-pub enum Event {
-    /// The TLS handshake finished, `took` after its first byte came back.
-    HandshakeDone { took: Duration, negotiated: Option<Negotiated> },
-    /// An echoed message came back whole.
-    Echoed { stamp: Stamp },
-    /// A response (HTTP/1.1 or an HTTP/2 stream's) completed; `accepted` by `--accept-status`.
-    Response { stamp: Stamp, status: u16, accepted: bool },
-    /// HTTP/2: a stream was reset (RST_STREAM): its code's name (`CANCEL`, `0x1234`...).
-    StreamReset { code: Cow<'static, str> },
-    /// HTTP/2: a stream above a GOAWAY's last identifier.
-    StreamRefused,
-    /// HTTP/2: a response that broke the protocol on its stream.
-    StreamMalformed,
-    /// HTTP/2: a GOAWAY: its code's name.
-    GoAway { code: Cow<'static, str> },
-    /// HTTP/2: the server's first SETTINGS came; its stream limit.
-    Greeted { max_streams: Option<u32> },
-    /// HTTP/2: a stream opened.
-    StreamOpened,
-    /// UDP: the answer to a datagram.
-    Datagram { stamp: Stamp },
-    /// UDP: an answer to a datagram already counted lost.
-    LateDatagram,
-    /// UDP: a datagram that is no answer (counted, then ignored: the socket lives on).
-    BadDatagram,
-    /// UDP: datagrams unanswered for the reply timeout, counted lost.
-    Lost(u64),
-    /// WebSocket: the server's 101 was verified (`deflate`: permessage-deflate agreed).
-    WsUpgraded { deflate: bool },
-    /// Bytes handed on: plaintext (encrypted, or written without TLS) and TLS records written.
-    Sent { plaintext: usize, wire: usize },
-    /// Bytes received: TLS records, and the plaintext (the bytes themselves without TLS).
-    Received { plaintext: usize, wire: usize },
 }
 
 /// Why a connection ends.

@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod event_loop;
+pub mod events;
 pub mod hlog;
 pub mod http;
 pub mod limits;

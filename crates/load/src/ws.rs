@@ -18,7 +18,7 @@ use sockscale_ws::{ClientHandshake, ClientSession, Closing, Config, DeflateConfi
 
 use crate::client::Stamp;
 use crate::config::WsRun;
-use crate::connection::{Event, Now};
+use crate::events::{Event, Now};
 use crate::pattern::{Pattern, TABLE};
 
 /// The longest response head to an upgrade request read; past it the answer is not HTTP.

@@ -18,6 +18,8 @@ pub mod http;
 mod output;
 pub mod udp;
 pub mod ws;
+#[cfg(test)]
+mod ws_tests;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +27,10 @@ use std::time::Instant;
 use bytes::Bytes;
 
 pub use output::{Output, Segment};
+
+/// More headers than this is answered with 431, as an over-long head is (the HTTP/1.1 parser, and
+/// the WebSocket upgrade reading the same head).
+pub const MAX_HEADERS: usize = 64;
 
 /// What a session wants once the output of a call has been queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

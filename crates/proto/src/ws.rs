@@ -173,7 +173,8 @@ Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n";
 
 /// The 503 an upgrade request gets during a drain (as one past `--max-conns` does): the server
 /// is going away, so a WebSocket would be closed (1001) as soon as it opened.
-const DRAINING: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+pub(crate) const DRAINING: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 /// Refuse an upgrade request that arrived during a drain: the 503 is in the output; close.
 pub fn refuse_draining(config: &WsConfig, out: &mut Output) {
@@ -201,7 +202,7 @@ pub fn upgrade(
     stats: &mut Stats,
     out: &mut Output,
 ) -> Upgrade {
-    let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+    let mut headers = [httparse::EMPTY_HEADER; crate::MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let parsed = matches!(request.parse(head), Ok(httparse::Status::Complete(_)));
     let pairs = request.headers.iter().map(|h| (h.name, h.value));
@@ -345,40 +346,5 @@ fn verdict_of(verdict: sockscale_ws::Verdict) -> Verdict {
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Handshake { .. }) => Verdict::Close(Closing::Done),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::Failed(_)) => Verdict::Close(Closing::BadRequest),
         sockscale_ws::Verdict::Close(sockscale_ws::Closing::PingTimeout) => Verdict::Close(Closing::PingTimeout),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::HttpConfig;
-    use crate::Protocol;
-
-    fn ws_port() -> (crate::Responder, Arc<WsConfig>) {
-        let ws = Arc::new(WsConfig::default());
-        let http = HttpConfig { websocket: Some(ws.clone()), websocket_only: true, ..HttpConfig::default() };
-        (Protocol::Http(Arc::new(http)).responder(0), ws)
-    }
-
-    const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-
-    #[test]
-    fn an_upgrade_is_accepted_but_refused_503_during_a_drain() {
-        let now = Instant::now();
-        let (mut responder, ws) = ws_port();
-        let mut session = responder.new_session();
-        let mut out = Output::default();
-        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Continue);
-        assert!(out.to_vec(&[]).starts_with(b"HTTP/1.1 101 "));
-        assert!(matches!(session, crate::Session::Ws(_)));
-        // The same request on a connection the drain has asked to finish: 503 and close.
-        let mut session = responder.new_session();
-        session.finish_current();
-        let mut out = Output::default();
-        assert_eq!(responder.on_input(&mut session, UPGRADE, now, &mut out), Verdict::Close(Closing::Done));
-        assert_eq!(out.to_vec(&[]), DRAINING);
-        let counts = ws.totals.snapshot();
-        assert_eq!((counts.upgrades, counts.refused_503), (1, 1));
     }
 }

@@ -9,8 +9,7 @@ use std::mem::MaybeUninit;
 
 use super::Status;
 
-/// More headers than this is answered with 431, as an over-long head is.
-pub const MAX_HEADERS: usize = 64;
+pub use crate::MAX_HEADERS;
 
 /// How the request body, if any, is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
