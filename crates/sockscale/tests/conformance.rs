@@ -2178,7 +2178,10 @@ pub fn ws_over_tls_and_a_unix_socket(model: &str) {
     let server = ServerProc::start_at(model, &format!("unix:{}", path.display()), &["--proto", "ws"]);
     let mut c = WsClient::connect(server.connect_unix(), "/", None).expect("101 on a Unix socket");
     c.echo(Kind::Binary, &pattern(8, 70_000));
-    drop(server);
+    drop(c);
+    // Stopped, not killed: the server removes its socket file.
+    server.stop();
+    assert!(!path.exists(), "{} left behind", path.display());
 }
 
 /// An unmasked client frame is closed with 1002 while another connection is served; a

@@ -10,12 +10,12 @@ use sockscale_tls::{
     ClientSession, ClientTls, FailureReason, ServerOptions, ServerSession, ServerTls, TlsConfigError, Trust,
 };
 
-/// A CA file on disk, and a server configuration with a leaf it signed.
-fn setup(name: &str) -> (PathBuf, ServerTls) {
+/// A CA file on disk (removed with the returned directory), and a server configuration with a
+/// leaf it signed.
+fn setup(name: &str) -> (tempfile::TempDir, PathBuf, ServerTls) {
     let (ca, leaf, key) = common::certificates();
-    let dir = std::env::temp_dir().join(format!("sockscale-tls-client-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca_path = dir.join("ca.pem");
+    let dir = tempfile::Builder::new().prefix(&format!("sockscale-tls-client-{name}-")).tempdir().expect("dir");
+    let ca_path = dir.path().join("ca.pem");
     std::fs::write(&ca_path, ca).expect("write");
     let options = ServerOptions { alpn: vec![b"http/1.1".to_vec()], ..ServerOptions::default() };
     let tls = ServerTls::from_pem(
@@ -27,7 +27,7 @@ fn setup(name: &str) -> (PathBuf, ServerTls) {
         &options,
     )
     .expect("server tls");
-    (ca_path, tls)
+    (dir, ca_path, tls)
 }
 
 /// Exchange records until both are quiet; returns (plaintext the server got, plaintext the
@@ -66,7 +66,7 @@ fn pump(
 
 #[test]
 fn a_request_and_its_answer_cross_and_both_sides_agree() {
-    let (ca, server_tls) = setup("cross");
+    let (_dir, ca, server_tls) = setup("cross");
     let tls = ClientTls::new(&Trust::CaFile(ca), vec![b"http/1.1".to_vec()], true).expect("client tls");
     let t0 = Instant::now();
     let mut out = Vec::new();
@@ -85,7 +85,7 @@ fn a_request_and_its_answer_cross_and_both_sides_agree() {
 
 #[test]
 fn resumption_is_the_client_s_choice() {
-    let (ca, server_tls) = setup("resume");
+    let (_dir, ca, server_tls) = setup("resume");
     for resume in [true, false] {
         let tls = ClientTls::new(&Trust::CaFile(ca.clone()), Vec::new(), resume).expect("client tls");
         let mut resumed = Vec::new();
@@ -105,8 +105,8 @@ fn resumption_is_the_client_s_choice() {
 
 #[test]
 fn an_untrusted_certificate_fails_with_its_reason_and_insecure_accepts_it() {
-    let (_, server_tls) = setup("untrusted");
-    let (other_ca, _) = setup("other");
+    let (_dir, _, server_tls) = setup("untrusted");
+    let (_other_dir, other_ca, _) = setup("other");
     let now = Instant::now();
     let tls = ClientTls::new(&Trust::CaFile(other_ca), Vec::new(), false).expect("client tls");
     let mut out = Vec::new();
@@ -132,7 +132,7 @@ fn a_missing_ca_file_is_named() {
 
 #[test]
 fn the_client_times_its_handshake_from_its_hello() {
-    let (ca, server_tls) = setup("timing");
+    let (_dir, ca, server_tls) = setup("timing");
     let tls = ClientTls::new(&Trust::CaFile(ca), Vec::new(), false).expect("client tls");
     let t0 = Instant::now();
     let mut hello = Vec::new();
