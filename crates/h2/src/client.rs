@@ -526,12 +526,7 @@ impl ClientConnection {
         result
     }
 
-    fn receive_frames(
-        &mut self,
-        data: &[u8],
-        out: &mut Vec<u8>,
-        on: &mut impl ClientSink,
-    ) -> Result<(), ClientError> {
+    fn receive_frames(&mut self, data: &[u8], out: &mut Vec<u8>, on: &mut impl ClientSink) -> Result<(), ClientError> {
         // Taken for the read, so that each frame may be handled with the whole connection.
         let mut reader = std::mem::take(&mut self.reader);
         let max_frame = self.settings.max_frame;

@@ -250,9 +250,19 @@ fn a_refused_connect_is_its_status_and_resets_and_goaway_end_tunnels() {
     feed(&mut client, &server_frame(kind::DATA, flag::END_STREAM, 1, b"nope!"), &mut out, &mut sink);
     assert!(out.is_empty() && sink.data.is_empty());
     // A tunnel the server resets, and one a GOAWAY leaves out.
-    feed(&mut client, &head(200, &[(b"sec-websocket-extensions", b"permessage-deflate")], 3, false), &mut out, &mut sink);
+    feed(
+        &mut client,
+        &head(200, &[(b"sec-websocket-extensions", b"permessage-deflate")], 3, false),
+        &mut out,
+        &mut sink,
+    );
     assert_eq!(sink.opened, vec![(1, Some(b"permessage-deflate".to_vec()))]);
-    feed(&mut client, &server_frame(kind::RST_STREAM, 0, 3, &(ErrorCode::Internal as u32).to_be_bytes()), &mut out, &mut sink);
+    feed(
+        &mut client,
+        &server_frame(kind::RST_STREAM, 0, 3, &(ErrorCode::Internal as u32).to_be_bytes()),
+        &mut out,
+        &mut sink,
+    );
     let mut goaway = Vec::new();
     frame::put_goaway(&mut goaway, 3, ErrorCode::NoError, b"");
     feed(&mut client, &goaway, &mut out, &mut sink);

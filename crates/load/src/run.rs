@@ -316,9 +316,10 @@ fn speaks_tls_error(cfg: &LoadConfig, addr: SocketAddr) -> LoadError {
 /// agrees to HTTP/2 (ALPN over TLS; its SETTINGS answering the preface in clear).
 fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadError> {
     let timeout = cfg.connect_timeout.max(cfg.reply_timeout);
-    let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2);
+    let ws_h2 = matches!(&cfg.mode, Mode::Ws(w) if w.http2);
+    let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2) || ws_h2;
     let not_http2 = |reason: String| LoadError::NotHttp2 { target: cfg.target.clone(), reason };
-    match &cfg.tls {
+    let checked = match &cfg.tls {
         Some(tls) => {
             let alpn = handshake(stream, tls, timeout).map_err(|(reason, hint)| LoadError::Tls {
                 target: cfg.target.clone(),
@@ -334,7 +335,7 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
                 ))),
             }
         }
-        None if matches!(cfg.mode, Mode::Ws(_)) => {
+        None if matches!(cfg.mode, Mode::Ws(_)) && !ws_h2 => {
             let no_websocket = |reason| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
             stream.set_read_timeout(Some(timeout)).map_err(|e| no_websocket(e.to_string()))?;
             crate::ws::probe_upgrade(cfg, stream, timeout).map_err(no_websocket)
@@ -347,6 +348,33 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
             (_, H2cRefusal::Other(reason)) => not_http2(reason),
         }),
         None => Ok(()),
+    };
+    checked?;
+    if ws_h2 {
+        probe_tunnel(cfg, timeout)?;
+    }
+    Ok(())
+}
+
+/// `load ws --http2`: on a fresh connection, the server's SETTINGS must enable extended CONNECT
+/// and a WebSocket's CONNECT be answered 200 (see `ws_h2::probe`).
+fn probe_tunnel(cfg: &LoadConfig, timeout: Duration) -> Result<(), LoadError> {
+    let no_websocket = |reason: String| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
+    // Reads wake now and then, so that the probe's deadline is its own.
+    let poll = Some(Duration::from_millis(50));
+    match &cfg.addr {
+        Endpoint::Inet(addr) => {
+            let stream =
+                TcpStream::connect_timeout(addr, cfg.connect_timeout).map_err(|e| no_websocket(e.to_string()))?;
+            stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+        }
+        Endpoint::Unix(path) => {
+            let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| no_websocket(unix_reason(&e)))?;
+            stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
+            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+        }
     }
 }
 
@@ -663,7 +691,7 @@ fn assemble(
         connect_latency: Latency::from_histogram(&total.connect_latency),
         tls: cfg.tls.as_ref().map(|_| total.tls.report()),
         timeline: Vec::new(),
-        h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
+        h2: (matches!(&cfg.mode, Mode::Http(h) if h.http2) || matches!(&cfg.mode, Mode::Ws(w) if w.http2))
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
         ws: matches!(&cfg.mode, Mode::Ws(_)).then_some(total.ws),
         cpu: cpu_between(cpu_before, cpu_after),
