@@ -411,3 +411,7 @@ pub(crate) fn probe(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "connection_ws_h2_tests.rs"]
+mod tests;
