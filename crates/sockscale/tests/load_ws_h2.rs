@@ -162,6 +162,20 @@ fn tls_with_alpn_h2_and_a_duration_run_with_pings() {
     assert_eq!(n(&r, "ws.closes_received.1000"), 2, "{}", r["ws"]);
 }
 
+#[test]
+fn over_a_unix_socket() {
+    let dir = std::env::temp_dir().join(format!("sockscale-ws-h2-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ws.sock");
+    let _ = std::fs::remove_file(&path);
+    let socket = path.display().to_string();
+    let Some(_server) = py_server(&["--unix", &socket]) else { return };
+    let (r, _) =
+        ok_report(&["ws://app/x", "--unix-socket", &socket, "-c", "2", "--streams", "2", "-n", "100", "-t", "1"]);
+    assert_clean(&r, 100, 512, 4, "h2c");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// One line on stderr, exit 1, well within `limit`.
 fn assert_one_line_exit_1(args: &[&str], limit: Duration, wanted: &str) {
     let began = Instant::now();

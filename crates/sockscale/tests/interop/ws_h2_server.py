@@ -3,9 +3,11 @@
 HTTP/2 (its SETTINGS_ENABLE_CONNECT_PROTOCOL and the :protocol pseudo-header), wsproto for
 the WebSocket frames, one thread a connection. h2c with prior knowledge, or TLS with ALPN h2.
 
-    ws_h2_server.py [--tls CERT KEY] [--no-connect-protocol] [--refuse STATUS] [--reset-after N]
+    ws_h2_server.py [--tls CERT KEY] [--unix PATH] [--no-connect-protocol] [--refuse STATUS]
+                    [--reset-after N]
 
-Prints the port it listens on (127.0.0.1, chosen by the OS) on its first line, then serves
+Prints the port it listens on (127.0.0.1, chosen by the OS; 0 with --unix, which listens on the
+Unix socket PATH instead) on its first line, then serves
 until killed. At each connection's end it prints one line to stderr:
     conn streams=S messages=M bytes=B closes=C resets=R
 --no-connect-protocol: its SETTINGS say ENABLE_CONNECT_PROTOCOL = 0 (a server without RFC 8441).
@@ -194,20 +196,28 @@ def main():
     parser.add_argument("--no-connect-protocol", action="store_true")
     parser.add_argument("--refuse", type=int)
     parser.add_argument("--reset-after", type=int)
+    parser.add_argument("--unix")
     args = parser.parse_args()
     context = None
     if args.tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.tls[0], args.tls[1])
         context.set_alpn_protocols(["h2"])
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(512)
-    print(listener.getsockname()[1], flush=True)
+    if args.unix:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(args.unix)
+        listener.listen(512)
+        print(0, flush=True)
+    else:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(512)
+        print(listener.getsockname()[1], flush=True)
     while True:
         sock, _ = listener.accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not args.unix:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if context is not None:
             try:
                 sock.settimeout(10)
