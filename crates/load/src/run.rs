@@ -319,6 +319,7 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
     let ws_h2 = matches!(&cfg.mode, Mode::Ws(w) if w.http2);
     let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2) || ws_h2;
     let not_http2 = |reason: String| LoadError::NotHttp2 { target: cfg.target.clone(), reason };
+    let hint = if ws_h2 { WS_H2C_HINT } else { H2C_HINT };
     let checked = match &cfg.tls {
         Some(tls) => {
             let alpn = handshake(stream, tls, timeout).map_err(|(reason, hint)| LoadError::Tls {
@@ -340,10 +341,10 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
             stream.set_read_timeout(Some(timeout)).map_err(|e| no_websocket(e.to_string()))?;
             crate::ws::probe_upgrade(cfg, stream, timeout).map_err(no_websocket)
         }
-        None if http2 => h2c_greeting(stream, timeout).map_err(|reason| match (&cfg.addr, reason) {
+        None if http2 => h2c_greeting(stream, timeout, hint).map_err(|reason| match (&cfg.addr, reason) {
             (Endpoint::Inet(addr), H2cRefusal::Tls) if speaks_tls(cfg, *addr) => speaks_tls_error(cfg, *addr),
             (_, H2cRefusal::Tls) => {
-                not_http2(format!("the server closed the connection at the HTTP/2 preface{H2C_HINT}"))
+                not_http2(format!("the server closed the connection at the HTTP/2 preface{hint}"))
             }
             (_, H2cRefusal::Other(reason)) => not_http2(reason),
         }),
@@ -379,6 +380,7 @@ fn probe_tunnel(cfg: &LoadConfig, timeout: Duration) -> Result<(), LoadError> {
 }
 
 const H2C_HINT: &str = " (leave out --http2, or give an https:// URL for h2 by ALPN)";
+const WS_H2C_HINT: &str = " (leave out --http2, or give a wss:// URL for h2 by ALPN)";
 
 /// Why a server did not greet the HTTP/2 preface.
 enum H2cRefusal {
@@ -394,13 +396,12 @@ impl From<String> for H2cRefusal {
 }
 
 /// Send the HTTP/2 preface and wait for the server's SETTINGS.
-fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), H2cRefusal> {
+fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration, hint: &str) -> Result<(), H2cRefusal> {
     let mut out = Vec::new();
     let mut conn = sockscale_h2::ClientConnection::new(sockscale_h2::ClientSettings::default(), &mut out);
     stream.write_all(&out).map_err(|e| format!("{e} sending the preface"))?;
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 16 << 10];
-    let hint = H2C_HINT;
     let mut first = true;
     while !conn.greeted() {
         let left = deadline.saturating_duration_since(Instant::now());
