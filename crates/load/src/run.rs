@@ -343,9 +343,7 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
         }
         None if http2 => h2c_greeting(stream, timeout, hint).map_err(|reason| match (&cfg.addr, reason) {
             (Endpoint::Inet(addr), H2cRefusal::Tls) if speaks_tls(cfg, *addr) => speaks_tls_error(cfg, *addr),
-            (_, H2cRefusal::Tls) => {
-                not_http2(format!("the server closed the connection at the HTTP/2 preface{hint}"))
-            }
+            (_, H2cRefusal::Tls) => not_http2(format!("the server closed the connection at the HTTP/2 preface{hint}")),
             (_, H2cRefusal::Other(reason)) => not_http2(reason),
         }),
         None => Ok(()),
