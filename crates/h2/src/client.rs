@@ -10,6 +10,14 @@
 //! on input:   conn.receive(bytes, &mut out, |event| ...)?     // Err: a connection error; close
 //! ```
 //!
+//! A stream may also be a tunnel (RFC 8441, WebSocket over HTTP/2): an extended CONNECT
+//! ([`encode_connect`], [`ClientConnection::open_tunnel`]), sent only once the server's SETTINGS
+//! carried SETTINGS_ENABLE_CONNECT_PROTOCOL = 1; after its `:status` 200 the stream carries
+//! bytes both ways: [`ClientConnection::tunnel_send`] frames them as DATA as the stream's and the
+//! connection's windows allow (holding the rest), received DATA goes to
+//! [`ClientSink::tunnel_data`] and its window is given back as it is handed on, and
+//! [`ClientConnection::tunnel_end`] sends END_STREAM after what is held.
+//!
 //! A request's header block is encoded once ([`encode_request`], [`encode_request_indexed`]) and
 //! framed for every stream: literals valid anywhere, or the fields added to the server's
 //! dynamic table by a connection's first stream and named by index on every later one. Streams are numbered in the order they open and kept in a ring indexed by their
@@ -25,10 +33,13 @@ use bytes::Bytes;
 
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, PREFACE};
 use crate::hpack::{put_integer, put_string, Decoder, HeaderList, HpackError, STATIC};
-use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
+use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets, Setting, Settings, Violation};
 
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+
+/// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3): the server accepts extended CONNECT.
+pub const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 
 /// What this client advertises and keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +101,28 @@ pub enum ClientEvent {
     Malformed { tag: u64 },
     /// The server sent GOAWAY: no stream opens after this one.
     GoAway { last_stream: u32, code: u32 },
+    /// A tunnel's stream ended on the server's side (END_STREAM after its 200): no more bytes
+    /// come on it.
+    TunnelEnd { tag: u64 },
+}
+
+/// Where [`ClientConnection::receive_into`] tells what it received: the events, and a tunnel's
+/// head and bytes (borrowed from the input: handed on as they come, never queued).
+pub trait ClientSink {
+    fn event(&mut self, event: ClientEvent);
+    /// A tunnel's `:status` 200 came (its fields in `head`): the stream carries bytes now.
+    fn tunnel_open(&mut self, _tag: u64, _head: &HeaderList) {}
+    /// Bytes received on an open tunnel (a DATA frame's content, padding removed).
+    fn tunnel_data(&mut self, _tag: u64, _data: &[u8]) {}
+}
+
+/// A closure that takes the events as a sink (it has no tunnel).
+struct Events<'f, F>(&'f mut F);
+
+impl<F: FnMut(ClientEvent)> ClientSink for Events<'_, F> {
+    fn event(&mut self, event: ClientEvent) {
+        (self.0)(event)
+    }
 }
 
 /// One request as every stream sends it.
@@ -145,6 +178,15 @@ pub fn encode_request(method: &str, scheme: &str, authority: &str, path: &str, f
         field(name.to_ascii_lowercase().as_bytes(), value.as_bytes());
     }
     out
+}
+
+/// An extended CONNECT's header block (RFC 8441 §4): `:method CONNECT`, `:protocol`,
+/// `:scheme`, `:path` and `:authority`, then `fields`.
+pub fn encode_connect(protocol: &str, scheme: &str, authority: &str, path: &str, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut all = Vec::with_capacity(fields.len() + 1);
+    all.push((":protocol", protocol));
+    all.extend_from_slice(fields);
+    encode_request("CONNECT", scheme, authority, path, &all)
 }
 
 /// [`encode_request`]'s fields as an [`Indexed`] pair of blocks.
@@ -203,6 +245,21 @@ struct Stream {
     /// The request body not yet framed, and what the server lets this client send.
     send: Option<Bytes>,
     send_window: i64,
+    /// An extended CONNECT's stream (boxed: most streams are requests).
+    tunnel: Option<Box<Tunnel>>,
+}
+
+/// A tunnel's sending side, and which ends ended.
+#[derive(Debug, Default)]
+struct Tunnel {
+    /// Bytes given to the stream that the windows did not let out yet.
+    pending: Vec<u8>,
+    /// END_STREAM goes once `pending` is framed.
+    finish: bool,
+    /// END_STREAM sent.
+    local_ended: bool,
+    /// The server's END_STREAM came.
+    remote_ended: bool,
 }
 
 #[derive(Debug)]
@@ -245,6 +302,10 @@ pub struct ClientConnection {
     table_resize: bool,
     /// Scratch for a block that begins with size updates.
     scratch: Vec<u8>,
+    /// The server's SETTINGS_ENABLE_CONNECT_PROTOCOL was 1 (RFC 8441 §3).
+    connect_protocol: bool,
+    /// Tunnels open.
+    tunnels: usize,
 }
 
 impl ClientConnection {
@@ -287,7 +348,60 @@ impl ClientConnection {
             indexed_sent: false,
             table_resize: false,
             scratch: Vec::new(),
+            connect_protocol: false,
+            tunnels: 0,
         }
+    }
+
+    /// The server's SETTINGS allowed extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL = 1).
+    pub fn connect_protocol(&self) -> bool {
+        self.seen_settings && self.connect_protocol
+    }
+
+    /// Open a tunnel (RFC 8441): HEADERS with the extended CONNECT `block` (from
+    /// [`encode_connect`]), without END_STREAM. None, and nothing sent, unless a stream may
+    /// open ([`Self::can_open`]) and the server's SETTINGS allowed extended CONNECT.
+    pub fn open_tunnel(&mut self, block: &[u8], tag: u64, out: &mut Vec<u8>) -> Option<u32> {
+        if !self.can_open() || !self.connect_protocol() {
+            return None;
+        }
+        let request = Request { block: Bytes::copy_from_slice(block), indexed: None, body: Bytes::new(), head: false };
+        let id = self.open_stream(&request, tag, false, out);
+        if let Some(stream) = self.stream_mut(id) {
+            stream.tunnel = Some(Box::default());
+            self.tunnels += 1;
+        }
+        Some(id)
+    }
+
+    /// Bytes to carry on tunnel `id`: framed as DATA as far as the windows allow, the rest
+    /// held until WINDOW_UPDATEs open them. False (nothing taken) if the tunnel is gone or its
+    /// end was given.
+    pub fn tunnel_send(&mut self, id: u32, data: &[u8], out: &mut Vec<u8>) -> bool {
+        let Some(tunnel) = self.stream_mut(id).and_then(|s| s.tunnel.as_mut()) else { return false };
+        if tunnel.finish {
+            return false;
+        }
+        tunnel.pending.extend_from_slice(data);
+        self.flush_tunnels(out);
+        true
+    }
+
+    /// End tunnel `id` on this side: END_STREAM after the bytes it holds.
+    pub fn tunnel_end(&mut self, id: u32, out: &mut Vec<u8>) {
+        let Some(tunnel) = self.stream_mut(id).and_then(|s| s.tunnel.as_mut()) else { return };
+        tunnel.finish = true;
+        self.flush_tunnels(out);
+    }
+
+    /// Bytes tunnel `id` holds for want of window.
+    pub fn tunnel_unsent(&self, id: u32) -> usize {
+        let slot = if id < self.base || id % 2 == 0 {
+            None
+        } else {
+            self.streams.get(((id - self.base) / 2) as usize).and_then(Option::as_ref)
+        };
+        slot.and_then(|s| s.tunnel.as_ref()).map_or(0, |t| t.pending.len())
     }
 
     /// Streams open: requests sent and not yet ended.
@@ -334,6 +448,10 @@ impl ClientConnection {
     /// Open a stream for `request` (call only when [`Self::can_open`]): its HEADERS, and its
     /// body as far as the windows allow, are appended to `out`. Returns the stream's identifier.
     pub fn open(&mut self, request: &Request, tag: u64, out: &mut Vec<u8>) -> u32 {
+        self.open_stream(request, tag, request.body.is_empty(), out)
+    }
+
+    fn open_stream(&mut self, request: &Request, tag: u64, end_stream: bool, out: &mut Vec<u8>) -> u32 {
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(2);
         let has_body = !request.body.is_empty();
@@ -356,7 +474,7 @@ impl ClientConnection {
         } else {
             block
         };
-        frame::put_header_block(out, id, block, !has_body, self.peer.max_frame_size as usize);
+        frame::put_header_block(out, id, block, end_stream, self.peer.max_frame_size as usize);
         self.streams.push_back(Some(Stream {
             tag,
             head: request.head,
@@ -366,6 +484,7 @@ impl ClientConnection {
             recv: ReceiveWindow::new(self.settings.stream_window),
             send: has_body.then(|| request.body.clone()),
             send_window: self.peer.initial_window,
+            tunnel: None,
         }));
         self.open += 1;
         if has_body {
@@ -384,6 +503,17 @@ impl ClientConnection {
         out: &mut Vec<u8>,
         on: &mut impl FnMut(ClientEvent),
     ) -> Result<(), ClientError> {
+        self.receive_into(data, out, &mut Events(on))
+    }
+
+    /// [`Self::receive`], with tunnels ([`Self::open_tunnel`]): their heads and DATA go to
+    /// `sink` as well as the events.
+    pub fn receive_into(
+        &mut self,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        on: &mut impl ClientSink,
+    ) -> Result<(), ClientError> {
         if !self.seen_settings && self.reader.is_empty() && data.starts_with(b"HTTP/") {
             return Err(ClientError::NotHttp2);
         }
@@ -396,12 +526,7 @@ impl ClientConnection {
         result
     }
 
-    fn receive_frames(
-        &mut self,
-        data: &[u8],
-        out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
-    ) -> Result<(), ClientError> {
+    fn receive_frames(&mut self, data: &[u8], out: &mut Vec<u8>, on: &mut impl ClientSink) -> Result<(), ClientError> {
         // Taken for the read, so that each frame may be handled with the whole connection.
         let mut reader = std::mem::take(&mut self.reader);
         let max_frame = self.settings.max_frame;
@@ -415,7 +540,7 @@ impl ClientConnection {
         head: Head,
         payload: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         let checked = rules::check_order(&head, self.seen_settings, self.block.as_ref().map(|b| b.stream))
             .and_then(|()| rules::check_shape(&head, payload));
@@ -470,7 +595,7 @@ impl ClientConnection {
     /// on a closed one RST_STREAM(STREAM_CLOSED), unless this client reset it lately (RFC 9113
     /// §5.1; the server makes HEADERS on a closed stream a connection error, this client only
     /// resets it: a load generator keeps its other streams).
-    fn on_closed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+    fn on_closed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl ClientSink) -> Result<(), ClientError> {
         self.check_known(id)?;
         self.refuse(id, Violation::StreamEnded, out, on)
     }
@@ -482,7 +607,7 @@ impl ClientConnection {
         stream: u32,
         violation: Violation,
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         if !violation.is_stream_error() {
             return Err(violation.into());
@@ -506,6 +631,9 @@ impl ClientConnection {
         if stream.send.is_some() {
             self.sending -= 1;
         }
+        if stream.tunnel.is_some() {
+            self.tunnels -= 1;
+        }
         while matches!(self.streams.front(), Some(None)) {
             self.streams.pop_front();
             self.base += 2;
@@ -517,28 +645,28 @@ impl ClientConnection {
     }
 
     /// Reset a stream whose response broke the protocol.
-    fn malformed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+    fn malformed(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl ClientSink) {
         self.reset(id, ErrorCode::Protocol, out, on);
     }
 
     /// Reset an open stream that broke a rule (RST_STREAM with `code`): reported as malformed.
-    fn reset(&mut self, id: u32, code: ErrorCode, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+    fn reset(&mut self, id: u32, code: ErrorCode, out: &mut Vec<u8>, on: &mut impl ClientSink) {
         if let Some(stream) = self.remove(id) {
             frame::put_rst(out, id, code);
             self.reset_here.remember(id);
-            on(ClientEvent::Malformed { tag: stream.tag });
+            on.event(ClientEvent::Malformed { tag: stream.tag });
         }
     }
 
     /// The stream's response is whole: check its length and report it.
-    fn complete(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl FnMut(ClientEvent)) {
+    fn complete(&mut self, id: u32, out: &mut Vec<u8>, on: &mut impl ClientSink) {
         let Some(stream) = self.stream_mut(id) else { return };
         let bodiless = stream.head || stream.status == 204 || stream.status == 304;
         if stream.expect.is_some_and(|len| !bodiless && len != stream.body) || (bodiless && stream.body > 0) {
             return self.malformed(id, out, on);
         }
         if let Some(stream) = self.remove(id) {
-            on(ClientEvent::Response { tag: stream.tag, status: stream.status, body_len: stream.body });
+            on.event(ClientEvent::Response { tag: stream.tag, status: stream.status, body_len: stream.body });
         }
     }
 
@@ -547,7 +675,7 @@ impl ClientConnection {
         head: Head,
         payload: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         let len = head.len;
         // Flow control counts the whole payload, padding included (§6.9.1).
@@ -564,6 +692,21 @@ impl ClientConnection {
             self.malformed(head.stream, out, on);
             return Ok(());
         }
+        if let Some(tunnel) = stream.tunnel.as_deref() {
+            if tunnel.remote_ended {
+                return self.refuse(head.stream, Violation::StreamEnded, out, on);
+            }
+            if !content.is_empty() {
+                on.tunnel_data(stream.tag, content);
+            }
+            if end {
+                self.tunnel_remote_end(head.stream, on);
+            } else {
+                // Handed on, so consumed: the window is given back.
+                stream.recv.give_back(len, stream_window, head.stream, out);
+            }
+            return Ok(());
+        }
         stream.body += content.len() as u64;
         if end {
             self.complete(head.stream, out, on);
@@ -578,7 +721,7 @@ impl ClientConnection {
         head: Head,
         payload: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         let (fragment, dependency) = rules::header_fragment(&head, payload)?;
         let block = Block {
@@ -600,7 +743,7 @@ impl ClientConnection {
         head: Head,
         payload: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         let Some(block) = self.block.as_mut().filter(|b| b.stream == head.stream) else {
             return Err(Violation::HeaderBlockInterrupted.into());
@@ -633,7 +776,7 @@ impl ClientConnection {
         info: &Block,
         block: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         let mut list = std::mem::take(&mut self.list);
         list.clear();
@@ -651,6 +794,10 @@ impl ClientConnection {
             return self.refuse(id, Violation::SelfDependency, out, on);
         }
         let Some(stream) = self.stream_mut(id) else { return self.on_closed(id, out, on) };
+        if stream.tunnel.is_some() {
+            self.on_tunnel_block(id, status, end_stream, out, on);
+            return Ok(());
+        }
         if stream.status != 0 {
             // Trailers: they end the stream, or the response is malformed.
             if end_stream {
@@ -679,10 +826,70 @@ impl ClientConnection {
         Ok(())
     }
 
-    fn on_reset(&mut self, head: Head, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+    /// A header block on tunnel `id`: its answer (200 opens it, anything else refuses it), or
+    /// trailers ending it.
+    fn on_tunnel_block(
+        &mut self,
+        id: u32,
+        status: Option<u16>,
+        end_stream: bool,
+        out: &mut Vec<u8>,
+        on: &mut impl ClientSink,
+    ) {
+        let Some(stream) = self.stream_mut(id) else { return };
+        let tag = stream.tag;
+        if stream.status != 0 {
+            if end_stream {
+                self.tunnel_remote_end(id, on);
+            } else {
+                self.malformed(id, out, on);
+            }
+            return;
+        }
+        match status {
+            Some(code) if (100..200).contains(&code) => {
+                if end_stream {
+                    self.malformed(id, out, on);
+                }
+            }
+            Some(200) => {
+                stream.status = 200;
+                on.tunnel_open(tag, &self.list);
+                if end_stream {
+                    self.tunnel_remote_end(id, on);
+                }
+            }
+            Some(code) => {
+                // Refused: the stream is no tunnel; what the server would say after is not read.
+                self.remove(id);
+                if !end_stream {
+                    frame::put_rst(out, id, ErrorCode::Cancel);
+                    self.reset_here.remember(id);
+                }
+                on.event(ClientEvent::Response { tag, status: code, body_len: 0 });
+            }
+            None => self.malformed(id, out, on),
+        }
+    }
+
+    /// The server's END_STREAM on tunnel `id`: once this side's has gone too, the stream is
+    /// closed.
+    fn tunnel_remote_end(&mut self, id: u32, on: &mut impl ClientSink) {
+        let Some(stream) = self.stream_mut(id) else { return };
+        let tag = stream.tag;
+        let Some(tunnel) = stream.tunnel.as_mut() else { return };
+        tunnel.remote_ended = true;
+        let local_ended = tunnel.local_ended;
+        on.event(ClientEvent::TunnelEnd { tag });
+        if local_ended {
+            self.remove(id);
+        }
+    }
+
+    fn on_reset(&mut self, head: Head, payload: &[u8], on: &mut impl ClientSink) -> Result<(), ClientError> {
         let code: [u8; 4] = payload.try_into().map_err(|_| Violation::RstLength)?;
         match self.remove(head.stream) {
-            Some(stream) => on(ClientEvent::Reset { tag: stream.tag, code: u32::from_be_bytes(code) }),
+            Some(stream) => on.event(ClientEvent::Reset { tag: stream.tag, code: u32::from_be_bytes(code) }),
             None => self.check_known(head.stream)?,
         }
         Ok(())
@@ -690,6 +897,14 @@ impl ClientConnection {
 
     fn on_settings(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
         let Settings::Values(values) = Settings::parse(&head, payload)? else { return Ok(()) };
+        // Not a setting `rules` knows (it is a client's to read): the last value given counts.
+        let connect = values.filter_map(|s| match s {
+            Setting::Unknown(SETTINGS_ENABLE_CONNECT_PROTOCOL, value) => Some(value == 1),
+            _ => None,
+        });
+        if let Some(enabled) = connect.last() {
+            self.connect_protocol = enabled;
+        }
         let applied =
             self.peer.apply(values, self.streams.iter_mut().flatten().map(|stream| &mut stream.send_window))?;
         if applied.push_enabled {
@@ -704,16 +919,17 @@ impl ClientConnection {
         self.seen_settings = true;
         frame::put_settings_ack(out);
         self.flush_bodies(out);
+        self.flush_tunnels(out);
         Ok(())
     }
 
     /// GOAWAY (its shape checked by `rules::check_shape`).
-    fn on_goaway(&mut self, payload: &[u8], on: &mut impl FnMut(ClientEvent)) -> Result<(), ClientError> {
+    fn on_goaway(&mut self, payload: &[u8], on: &mut impl ClientSink) -> Result<(), ClientError> {
         let Some(f) = payload.first_chunk::<8>() else { return Err(Violation::GoawayLength.into()) };
         let last = u32::from_be_bytes([f[0], f[1], f[2], f[3]]) & MAX_STREAM_ID;
         let code = u32::from_be_bytes([f[4], f[5], f[6], f[7]]);
         self.goaway = Some(self.goaway.map_or(last, |earlier| earlier.min(last)));
-        on(ClientEvent::GoAway { last_stream: last, code });
+        on.event(ClientEvent::GoAway { last_stream: last, code });
         let base = self.base;
         let refused: Vec<u32> = (self.streams.iter().enumerate())
             .filter(|(_, slot)| slot.is_some())
@@ -722,7 +938,7 @@ impl ClientConnection {
             .collect();
         for id in refused {
             if let Some(stream) = self.remove(id) {
-                on(ClientEvent::Refused { tag: stream.tag });
+                on.event(ClientEvent::Refused { tag: stream.tag });
             }
         }
         Ok(())
@@ -733,7 +949,7 @@ impl ClientConnection {
         head: Head,
         payload: &[u8],
         out: &mut Vec<u8>,
-        on: &mut impl FnMut(ClientEvent),
+        on: &mut impl ClientSink,
     ) -> Result<(), ClientError> {
         if head.stream != 0 {
             self.check_known(head.stream)?;
@@ -752,6 +968,7 @@ impl ClientConnection {
             self.refuse(head.stream, violation, out, on)?;
         }
         self.flush_bodies(out);
+        self.flush_tunnels(out);
         Ok(())
     }
 
@@ -790,6 +1007,57 @@ impl ClientConnection {
             }
         }
         self.sending -= finished;
+    }
+}
+
+impl ClientConnection {
+    /// Frame what tunnels hold as far as the windows allow, oldest stream first; END_STREAM
+    /// after the last byte of a tunnel whose end was given.
+    fn flush_tunnels(&mut self, out: &mut Vec<u8>) {
+        if self.tunnels == 0 {
+            return;
+        }
+        let max_frame = self.peer.max_frame_size as usize;
+        let base = self.base;
+        let mut closed = Vec::new();
+        for (i, slot) in self.streams.iter_mut().enumerate() {
+            let Some(stream) = slot.as_mut() else { continue };
+            let Some(tunnel) = stream.tunnel.as_deref_mut() else { continue };
+            if tunnel.local_ended {
+                continue;
+            }
+            let id = base + 2 * i as u32;
+            let mut from = 0;
+            while from < tunnel.pending.len() {
+                let room = self.send_window.min(stream.send_window).max(0) as usize;
+                let n = (tunnel.pending.len() - from).min(max_frame).min(room);
+                if n == 0 {
+                    break;
+                }
+                let last = tunnel.finish && from + n == tunnel.pending.len();
+                frame::put_head(out, n, kind::DATA, if last { flag::END_STREAM } else { 0 }, id);
+                out.extend_from_slice(&tunnel.pending[from..from + n]);
+                self.send_window -= n as i64;
+                stream.send_window -= n as i64;
+                from += n;
+                tunnel.local_ended = last;
+            }
+            tunnel.pending.drain(..from);
+            if tunnel.pending.is_empty() && tunnel.pending.capacity() > 64 << 10 {
+                tunnel.pending = Vec::new();
+            }
+            if tunnel.finish && tunnel.pending.is_empty() && !tunnel.local_ended {
+                // An empty DATA frame takes no window.
+                frame::put_head(out, 0, kind::DATA, flag::END_STREAM, id);
+                tunnel.local_ended = true;
+            }
+            if tunnel.local_ended && tunnel.remote_ended {
+                closed.push(id);
+            }
+        }
+        for id in closed {
+            self.remove(id);
+        }
     }
 }
 

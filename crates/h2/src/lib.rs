@@ -86,6 +86,8 @@
 pub mod client;
 #[cfg(test)]
 mod client_tests;
+#[cfg(test)]
+mod client_tunnel_tests;
 pub mod config;
 pub mod frame;
 pub mod hpack;
@@ -97,8 +99,8 @@ mod stats;
 mod tests;
 
 pub use client::{
-    encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings, Indexed,
-    Request as ClientRequest,
+    encode_connect, encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings,
+    ClientSink, Indexed, Request as ClientRequest, SETTINGS_ENABLE_CONNECT_PROTOCOL,
 };
 pub use config::{Budget, Limits, LimitsError};
 pub use frame::{error_code_name, ErrorCode};

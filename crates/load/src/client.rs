@@ -293,6 +293,8 @@ impl H2Client {
             E::Refused { tag } => end(tag, StreamEnd::Refused),
             E::Malformed { tag } => end(tag, StreamEnd::Malformed),
             E::GoAway { code, .. } => goaway(code),
+            // No tunnel is opened here.
+            E::TunnelEnd { .. } => {}
         })
     }
 }

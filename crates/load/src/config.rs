@@ -102,6 +102,10 @@ pub struct WsRun {
     pub idle: bool,
     /// Ping every connection this often; a ping unanswered by the next one closes it.
     pub ping: Option<Duration>,
+    /// WebSocket over HTTP/2 (RFC 8441): extended CONNECT instead of the HTTP/1.1 upgrade.
+    pub http2: bool,
+    /// With `http2`: WebSockets per connection, each on its own stream.
+    pub streams: usize,
 }
 
 /// The one request an HTTP run sends, over and over.
@@ -458,6 +462,7 @@ impl LoadConfig {
             Mode::Http(h) => h.validate()?,
             Mode::Ws(w) if w.msg_len == 0 => return Err(LoadConfigError::Zero { flag: "s" }),
             Mode::Ws(w) if w.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
+            Mode::Ws(w) if w.streams == 0 => return Err(LoadConfigError::Zero { flag: "-streams" }),
             Mode::Ws(w) if w.ping.is_some_and(|p| p.is_zero()) => {
                 return Err(LoadConfigError::ZeroDuration { flag: "--ping" })
             }

@@ -37,6 +37,7 @@ pub use crate::events::{Event, Now};
 use crate::http::Response;
 use crate::pattern::Pattern;
 use crate::ws::{WsClient, WsEnd, WsProfile};
+use crate::ws_h2::{WsH2Client, WsH2End};
 
 /// Records encrypted ahead of the socket at most: past this the client's bytes wait unencrypted
 /// (they are cheap to keep: a slice of the pattern or the request), so a connection whose
@@ -103,6 +104,7 @@ impl Profile {
             tls: cfg.tls.clone(),
             origin,
             ws: match &cfg.mode {
+                Mode::Ws(run) if cfg.tls.is_some() => Some(WsProfile::new(run).over_tls(run)),
                 Mode::Ws(run) => Some(WsProfile::new(run)),
                 _ => None,
             },
@@ -148,6 +150,8 @@ enum Protocol {
     Udp(UdpClient),
     /// Boxed: its session (frame reader, counters) would make every connection's slot larger.
     Ws(Box<WsClient>),
+    /// WebSocket over HTTP/2 (`load ws --http2`).
+    WsH2(Box<WsH2Client>),
 }
 
 impl Protocol {
@@ -158,6 +162,7 @@ impl Protocol {
             Protocol::H2(c) => c.outstanding(),
             Protocol::Udp(c) => c.outstanding(),
             Protocol::Ws(c) => c.outstanding(),
+            Protocol::WsH2(c) => c.outstanding(),
         }
     }
 
@@ -168,6 +173,7 @@ impl Protocol {
             Protocol::H2(c) => c.oldest(),
             Protocol::Udp(c) => c.oldest(),
             Protocol::Ws(c) => c.oldest(),
+            Protocol::WsH2(c) => c.oldest(),
         }
     }
 
@@ -178,6 +184,7 @@ impl Protocol {
             Protocol::Http(c) if c.unsent > 0 => c.to_send(&profile.requests),
             Protocol::H2(c) if c.unsent() > 0 => c.to_send(),
             Protocol::Ws(c) => c.to_send(),
+            Protocol::WsH2(c) => c.to_send(),
             _ => &[],
         }
     }
@@ -188,6 +195,7 @@ impl Protocol {
             Protocol::Http(c) => c.sent(n),
             Protocol::H2(c) => c.sent(n),
             Protocol::Ws(c) => c.sent(n),
+            Protocol::WsH2(c) => c.sent(n),
             Protocol::Udp(_) => {}
         }
     }
@@ -307,7 +315,10 @@ impl Connection {
             Kind::Http => Protocol::Http(HttpClient::default()),
             Kind::H2 => Protocol::H2(Box::new(H2Client::new(sockscale_h2::ClientSettings::default()))),
             Kind::Udp { msg_len } => Protocol::Udp(UdpClient::new(index, msg_len)),
-            Kind::Ws => Protocol::Ws(Box::new(WsClient::new(profile.ws.as_ref(), index))),
+            Kind::Ws => match profile.ws.as_ref().filter(|ws| ws.h2.is_some()) {
+                Some(ws) => Protocol::WsH2(Box::new(WsH2Client::new(ws, index))),
+                None => Protocol::Ws(Box::new(WsClient::new(profile.ws.as_ref(), index))),
+            },
         };
         Connection {
             protocol,
@@ -326,8 +337,10 @@ impl Connection {
     pub fn on_connected(&mut self, profile: &Profile, now: Now) -> Connected {
         self.connected = true;
         let took = Duration::from_nanos(now.ns.saturating_sub(self.connect_started_ns));
-        if let Protocol::Ws(c) = &mut self.protocol {
-            c.connected(now.ns);
+        match &mut self.protocol {
+            Protocol::Ws(c) => c.connected(now.ns),
+            Protocol::WsH2(c) => c.connected(now.ns),
+            _ => {}
         }
         let mut failed = None;
         if let (Some(tls), false) = (&profile.tls, self.is_udp()) {
@@ -362,6 +375,7 @@ impl Connection {
             || self.handshaking()
             || matches!(&self.protocol, Protocol::H2(c) if !c.greeted())
             || matches!(&self.protocol, Protocol::Ws(c) if !c.upgraded())
+            || matches!(&self.protocol, Protocol::WsH2(c) if !c.upgraded())
     }
 
     /// An exchange completed and was accepted: the target served this connection.
@@ -384,6 +398,8 @@ impl Connection {
             && match &self.protocol {
                 Protocol::H2(c) => c.outstanding() < depth && c.can_begin(),
                 Protocol::Ws(c) => c.outstanding() < depth && c.may_send(),
+                // --pipeline is per WebSocket.
+                Protocol::WsH2(c) => c.may_begin(depth),
                 p => p.outstanding() < depth,
             }
     }
@@ -411,6 +427,11 @@ impl Connection {
             Protocol::Ws(c) => {
                 if let Some(ws) = &profile.ws {
                     // The datagram buffer is scratch for a payload not sent as one slice.
+                    c.begin(ws, &profile.pattern, stamp, datagram);
+                }
+            }
+            Protocol::WsH2(c) => {
+                if let Some(ws) = &profile.ws {
                     c.begin(ws, &profile.pattern, stamp, datagram);
                 }
             }
@@ -499,7 +520,7 @@ impl Connection {
                             let negotiated = tls.session.negotiated();
                             let h2 = negotiated.as_ref().and_then(|n| n.alpn.as_deref()) == Some(b"h2");
                             on(Event::HandshakeDone { took, negotiated });
-                            if matches!(self.protocol, Protocol::H2(_)) && !h2 {
+                            if matches!(self.protocol, Protocol::H2(_) | Protocol::WsH2(_)) && !h2 {
                                 // A server that chose http/1.1 (or nothing) does not speak
                                 // HTTP/2 (the probe says so before the run).
                                 return Err(Close::bare(Reason::NoH2));
@@ -519,7 +540,7 @@ impl Connection {
                 scratch
             }
         };
-        if let Protocol::Ws(_) = self.protocol {
+        if let Protocol::Ws(_) | Protocol::WsH2(_) = self.protocol {
             self.take_ws(profile, now, plain, on)?;
         } else {
             self.take(profile, plain, on)?;
@@ -603,12 +624,26 @@ impl Connection {
             // Datagrams go to `receive_datagram`, one at a time, with no TLS.
             Protocol::Udp(_) => Ok(()),
             // Read by `take_ws`, which needs the time.
-            Protocol::Ws(_) => Ok(()),
+            Protocol::Ws(_) | Protocol::WsH2(_) => Ok(()),
         }
     }
 
     /// WebSocket plaintext received `now`: the 101, then frames.
     fn take_ws(&mut self, profile: &Profile, now: Now, data: &[u8], on: &mut impl FnMut(Event)) -> Result<(), Close> {
+        if let (Protocol::WsH2(c), Some(ws)) = (&mut self.protocol, &profile.ws) {
+            let outcome = c.receive(ws, &profile.pattern, now, data, on);
+            self.answered |= c.any_upgraded();
+            if outcome.is_ok() && self.grace_until_ns.is_some() {
+                c.initiate_close();
+            }
+            return outcome.map_err(|end| match end {
+                WsH2End::Ws(end) => self.ws_close(end),
+                WsH2End::H2(error) => {
+                    let (code, error) = (h2_error_code(&error), error.to_string());
+                    self.close_with_unsent(Reason::H2 { code, error, sample: crate::report::sample(data) })
+                }
+            });
+        }
         let (Protocol::Ws(c), Some(ws)) = (&mut self.protocol, &profile.ws) else { return Ok(()) };
         let outcome = c.receive(ws, &profile.pattern, now, data, on);
         self.answered |= c.upgraded();
@@ -622,8 +657,15 @@ impl Connection {
     /// A WebSocket connection ends: what its session still has to send (a close frame, the
     /// answer to the server's) goes last, then, over TLS, close_notify.
     fn ws_close(&mut self, end: WsEnd) -> Close {
+        self.close_with_unsent(Reason::Ws(end))
+    }
+
+    /// A close whose last bytes are what the protocol still has to send (a WebSocket's close,
+    /// END_STREAM, a GOAWAY), then, over TLS, close_notify.
+    fn close_with_unsent(&mut self, reason: Reason) -> Close {
         let unsent = match &mut self.protocol {
             Protocol::Ws(c) => c.take_unsent(),
+            Protocol::WsH2(c) => c.take_unsent(),
             _ => Vec::new(),
         };
         let last = match self.tls.as_deref_mut() {
@@ -639,26 +681,40 @@ impl Connection {
             }
         };
         let ending = if last.is_empty() { Ending::Abort } else { Ending::Orderly };
-        Close { reason: Reason::Ws(end), last, ending }
+        Close { reason, last, ending }
     }
 
-    /// WebSocket: the connection's counters (once upgraded).
+    /// WebSocket: the connection's counters (once upgraded; over HTTP/2, its first WebSocket's).
     pub fn ws_stats(&self) -> Option<&sockscale_ws::Stats> {
+        self.ws_stats_each().next()
+    }
+
+    /// WebSocket: each WebSocket's counters (one, or over HTTP/2 one a stream), once upgraded.
+    pub fn ws_stats_each(&self) -> Box<dyn Iterator<Item = &sockscale_ws::Stats> + '_> {
         match &self.protocol {
-            Protocol::Ws(c) => c.stats(),
-            _ => None,
+            Protocol::Ws(c) => Box::new(c.stats().into_iter()),
+            Protocol::WsH2(c) => Box::new(c.stats()),
+            _ => Box::new(std::iter::empty()),
         }
     }
 
     /// WebSocket: this client's close was sent at the end of the run and the server's is
     /// awaited.
     pub fn ws_awaiting_close(&self) -> bool {
-        matches!(&self.protocol, Protocol::Ws(c) if c.awaiting_close())
+        match &self.protocol {
+            Protocol::Ws(c) => c.awaiting_close(),
+            Protocol::WsH2(c) => c.awaiting_close(),
+            _ => false,
+        }
     }
 
     /// WebSocket: upgraded and not closing: at the end of a run it has a close handshake to make.
     pub fn ws_open(&self) -> bool {
-        matches!(&self.protocol, Protocol::Ws(c) if c.upgraded() && !c.awaiting_close())
+        match &self.protocol {
+            Protocol::Ws(c) => c.upgraded() && !c.awaiting_close(),
+            Protocol::WsH2(c) => c.open_unclosed(),
+            _ => false,
+        }
     }
 
     /// After what was received: the close the connection is ready for (every response came
@@ -706,8 +762,14 @@ impl Connection {
     /// A WebSocket sends its close (1000) now and awaits the server's within the grace.
     pub fn begin_grace(&mut self, now: Now, grace: Duration) {
         self.grace_until_ns = Some(now.ns + grace.as_nanos() as u64);
-        if let Protocol::Ws(c) = &mut self.protocol {
-            c.initiate_close();
+        match &mut self.protocol {
+            Protocol::Ws(c) => {
+                c.initiate_close();
+            }
+            Protocol::WsH2(c) => {
+                c.initiate_close();
+            }
+            _ => {}
         }
     }
 
@@ -731,10 +793,13 @@ impl Connection {
             if let Some(stamp) = self.protocol.oldest() {
                 consider(stamp.sent_ns + reply);
             }
-            if let Protocol::Ws(c) = &self.protocol {
-                if let Some(ns) = c.deadline(profile.reply_timeout) {
-                    consider(ns);
-                }
+            let ws_deadline = match &self.protocol {
+                Protocol::Ws(c) => c.deadline(profile.reply_timeout),
+                Protocol::WsH2(c) => c.deadline(profile.reply_timeout),
+                _ => None,
+            };
+            if let Some(ns) = ws_deadline {
+                consider(ns);
             }
         }
         due.map(|ns| profile.at(ns))
@@ -768,10 +833,13 @@ impl Connection {
         } else if self.protocol.oldest().is_some_and(|stamp| now.ns >= stamp.sent_ns + reply) {
             return Err(Close::bare(Reason::ReplyTimeout));
         }
-        if let (Protocol::Ws(c), Some(ws)) = (&mut self.protocol, &profile.ws) {
-            if let Err(end) = c.on_timeout(ws, profile.reply_timeout, now) {
-                return Err(self.ws_close(end));
-            }
+        let timed_out = match (&mut self.protocol, &profile.ws) {
+            (Protocol::Ws(c), Some(ws)) => c.on_timeout(ws, profile.reply_timeout, now),
+            (Protocol::WsH2(c), Some(ws)) => c.on_timeout(ws, profile.reply_timeout, now),
+            _ => Ok(()),
+        };
+        if let Err(end) = timed_out {
+            return Err(self.ws_close(end));
         }
         if grace_over {
             return Err(Close::bare(Reason::GraceOver));
@@ -786,7 +854,7 @@ impl Connection {
         let (unsent, begun) = match &self.protocol {
             Protocol::Echo(c) => (c.unsent_messages(), c.answering()),
             Protocol::Http(c) => (c.unsent_requests(profile.request_len), c.answering()),
-            Protocol::H2(_) | Protocol::Udp(_) | Protocol::Ws(_) => (0, false),
+            Protocol::H2(_) | Protocol::Udp(_) | Protocol::Ws(_) | Protocol::WsH2(_) => (0, false),
         };
         let unsent = unsent.min(n);
         let partial = usize::from(begun && n > unsent);

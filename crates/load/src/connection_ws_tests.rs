@@ -21,6 +21,8 @@ fn profile(ping: Option<Duration>, text: bool) -> Profile {
         pipeline: 4,
         idle: false,
         ping,
+        http2: false,
+        streams: 1,
     };
     Profile {
         kind: Kind::Ws,

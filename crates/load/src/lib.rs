@@ -23,6 +23,7 @@ pub mod segment;
 pub mod slo;
 pub mod source;
 pub mod ws;
+pub mod ws_h2;
 pub mod ws_report;
 
 pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, WsRun};

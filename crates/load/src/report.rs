@@ -1587,10 +1587,13 @@ impl Report {
             tls.summary(&mut s);
         }
         if let Some(h2) = &self.h2 {
-            h2.summary(&mut s, self.options.get("pipeline").and_then(serde_json::Value::as_u64));
+            // WebSocket over HTTP/2: --pipeline is messages a WebSocket, not streams.
+            let pipeline =
+                self.options.get("pipeline").and_then(serde_json::Value::as_u64).filter(|_| self.ws.is_none());
+            h2.summary(&mut s, pipeline);
         }
         if let Some(ws) = &self.ws {
-            ws.summary(&mut s);
+            ws.summary_answered(&mut s, if self.h2.is_some() { "200 to extended CONNECT" } else { "101" });
         }
         let failures = self.failures();
         let idle = self.options.get("idle").and_then(serde_json::Value::as_bool) == Some(true);

@@ -316,9 +316,11 @@ fn speaks_tls_error(cfg: &LoadConfig, addr: SocketAddr) -> LoadError {
 /// agrees to HTTP/2 (ALPN over TLS; its SETTINGS answering the preface in clear).
 fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadError> {
     let timeout = cfg.connect_timeout.max(cfg.reply_timeout);
-    let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2);
+    let ws_h2 = matches!(&cfg.mode, Mode::Ws(w) if w.http2);
+    let http2 = matches!(&cfg.mode, Mode::Http(h) if h.http2) || ws_h2;
     let not_http2 = |reason: String| LoadError::NotHttp2 { target: cfg.target.clone(), reason };
-    match &cfg.tls {
+    let hint = if ws_h2 { WS_H2C_HINT } else { H2C_HINT };
+    let checked = match &cfg.tls {
         Some(tls) => {
             let alpn = handshake(stream, tls, timeout).map_err(|(reason, hint)| LoadError::Tls {
                 target: cfg.target.clone(),
@@ -334,23 +336,49 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
                 ))),
             }
         }
-        None if matches!(cfg.mode, Mode::Ws(_)) => {
+        None if matches!(cfg.mode, Mode::Ws(_)) && !ws_h2 => {
             let no_websocket = |reason| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
             stream.set_read_timeout(Some(timeout)).map_err(|e| no_websocket(e.to_string()))?;
             crate::ws::probe_upgrade(cfg, stream, timeout).map_err(no_websocket)
         }
-        None if http2 => h2c_greeting(stream, timeout).map_err(|reason| match (&cfg.addr, reason) {
+        None if http2 => h2c_greeting(stream, timeout, hint).map_err(|reason| match (&cfg.addr, reason) {
             (Endpoint::Inet(addr), H2cRefusal::Tls) if speaks_tls(cfg, *addr) => speaks_tls_error(cfg, *addr),
-            (_, H2cRefusal::Tls) => {
-                not_http2(format!("the server closed the connection at the HTTP/2 preface{H2C_HINT}"))
-            }
+            (_, H2cRefusal::Tls) => not_http2(format!("the server closed the connection at the HTTP/2 preface{hint}")),
             (_, H2cRefusal::Other(reason)) => not_http2(reason),
         }),
         None => Ok(()),
+    };
+    checked?;
+    if ws_h2 {
+        probe_tunnel(cfg, timeout)?;
+    }
+    Ok(())
+}
+
+/// `load ws --http2`: on a fresh connection, the server's SETTINGS must enable extended CONNECT
+/// and a WebSocket's CONNECT be answered 200 (see `ws_h2::probe`).
+fn probe_tunnel(cfg: &LoadConfig, timeout: Duration) -> Result<(), LoadError> {
+    let no_websocket = |reason: String| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
+    // Reads wake now and then, so that the probe's deadline is its own.
+    let poll = Some(Duration::from_millis(50));
+    match &cfg.addr {
+        Endpoint::Inet(addr) => {
+            let stream =
+                TcpStream::connect_timeout(addr, cfg.connect_timeout).map_err(|e| no_websocket(e.to_string()))?;
+            stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+        }
+        Endpoint::Unix(path) => {
+            let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| no_websocket(unix_reason(&e)))?;
+            stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
+            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+        }
     }
 }
 
 const H2C_HINT: &str = " (leave out --http2, or give an https:// URL for h2 by ALPN)";
+const WS_H2C_HINT: &str = " (leave out --http2, or give a wss:// URL for h2 by ALPN)";
 
 /// Why a server did not greet the HTTP/2 preface.
 enum H2cRefusal {
@@ -366,13 +394,12 @@ impl From<String> for H2cRefusal {
 }
 
 /// Send the HTTP/2 preface and wait for the server's SETTINGS.
-fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration) -> Result<(), H2cRefusal> {
+fn h2c_greeting(mut stream: impl ProbeStream, timeout: Duration, hint: &str) -> Result<(), H2cRefusal> {
     let mut out = Vec::new();
     let mut conn = sockscale_h2::ClientConnection::new(sockscale_h2::ClientSettings::default(), &mut out);
     stream.write_all(&out).map_err(|e| format!("{e} sending the preface"))?;
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 16 << 10];
-    let hint = H2C_HINT;
     let mut first = true;
     while !conn.greeted() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -663,7 +690,7 @@ fn assemble(
         connect_latency: Latency::from_histogram(&total.connect_latency),
         tls: cfg.tls.as_ref().map(|_| total.tls.report()),
         timeline: Vec::new(),
-        h2: matches!(&cfg.mode, Mode::Http(h) if h.http2)
+        h2: (matches!(&cfg.mode, Mode::Http(h) if h.http2) || matches!(&cfg.mode, Mode::Ws(w) if w.http2))
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
         ws: matches!(&cfg.mode, Mode::Ws(_)).then_some(total.ws),
         cpu: cpu_between(cpu_before, cpu_after),

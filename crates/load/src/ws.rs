@@ -10,6 +10,10 @@
 //! on_timeout(..)                the upgrade's deadline, the next ping
 //! initiate_close()              the end of the run: close 1000, and the server's close awaited
 //! ```
+//!
+//! Over HTTP/2 (RFC 8441, `--http2`) the same stage rides a stream instead of the connection
+//! ([`WsClient::tunneled`]): no upgrade request; `ws_h2.rs` sends the extended CONNECT and hands
+//! over its 200 ([`WsClient::tunnel_open`]) and the stream's bytes.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -39,6 +43,30 @@ pub struct WsProfile {
     /// Ping every connection this often.
     pub ping: Option<Duration>,
     pub config: Config,
+    /// WebSocket over HTTP/2 (`--http2`).
+    pub h2: Option<WsH2Profile>,
+}
+
+/// What every WebSocket over HTTP/2 connection sends.
+#[derive(Debug, Clone)]
+pub struct WsH2Profile {
+    /// The extended CONNECT's header block (RFC 8441 §4), encoded once.
+    pub block: Vec<u8>,
+    /// WebSockets (streams) per connection.
+    pub streams: usize,
+}
+
+impl WsH2Profile {
+    /// `scheme`: `https` over TLS, else `http` (RFC 8441 §4: the `:scheme` of the target).
+    pub fn new(run: &WsRun, scheme: &str) -> Self {
+        let offer = run.deflate.then(|| sockscale_ws::deflate::offer_value(&DeflateConfig::default()));
+        let mut fields = vec![("sec-websocket-version", "13")];
+        if let Some(offer) = &offer {
+            fields.push(("sec-websocket-extensions", offer));
+        }
+        let block = sockscale_h2::encode_connect("websocket", scheme, &run.host, &run.path, &fields);
+        WsH2Profile { block, streams: run.streams.max(1) }
+    }
 }
 
 impl WsProfile {
@@ -56,7 +84,16 @@ impl WsProfile {
             // message's octets on the wire, which for incompressible payloads (the pattern is
             // random) exceed the payload by a few octets a block: hence the margin.
             config: Config { max_message: run.msg_len.saturating_add(run.msg_len / 8).saturating_add(1024) },
+            h2: run.http2.then(|| WsH2Profile::new(run, "http")),
         }
+    }
+
+    /// Over TLS: the extended CONNECT's `:scheme` is `https`.
+    pub fn over_tls(mut self, run: &WsRun) -> Self {
+        if self.h2.is_some() {
+            self.h2 = Some(WsH2Profile::new(run, "https"));
+        }
+        self
     }
 }
 
@@ -82,7 +119,19 @@ pub enum WsEnd {
     PingTimeout,
     /// An echoed message differs from the one sent, or came with none in flight.
     Mismatch,
+    /// HTTP/2: the server's SETTINGS did not enable extended CONNECT (RFC 8441 §3).
+    NoConnectProtocol,
+    /// HTTP/2: the server reset the WebSocket's stream (RST_STREAM), with its code's name.
+    StreamReset { code: std::borrow::Cow<'static, str> },
+    /// HTTP/2: the stream was above a GOAWAY's last stream: the server did not process it.
+    StreamRefused,
+    /// HTTP/2: the server ended the stream (END_STREAM) with no close handshake.
+    StreamEnded,
 }
+
+/// The line a run without extended CONNECT ends with.
+pub const NO_CONNECT_PROTOCOL: &str =
+    "server does not support WebSocket over HTTP/2 (no SETTINGS_ENABLE_CONNECT_PROTOCOL)";
 
 // Every connection that upgrades needs the larger variant's room, and the whole client is
 // boxed in the connection: boxing the session too would only add an allocation.
@@ -94,6 +143,8 @@ enum Stage {
         handshake: ClientHandshake,
         head: Vec<u8>,
     },
+    /// Over HTTP/2: the extended CONNECT's 200 is awaited.
+    Tunneling,
     Open(ClientSession),
 }
 
@@ -142,6 +193,43 @@ impl WsClient {
         }
     }
 
+    /// Connection number `index`'s stage over an HTTP/2 stream: nothing to send until the
+    /// extended CONNECT's 200 ([`WsClient::tunnel_open`]).
+    pub fn tunneled(profile: &WsProfile, index: u64) -> WsClient {
+        WsClient {
+            phase: Pattern::phase(index),
+            stage: Stage::Tunneling,
+            out: Vec::new(),
+            written: 0,
+            stamps: VecDeque::new(),
+            begun: 0,
+            received: 0,
+            connected_ns: None,
+            next_ping_ns: None,
+            closing: false,
+            idle: profile.idle,
+        }
+    }
+
+    /// The extended CONNECT was answered 200 at `now` (`extensions`: its
+    /// Sec-WebSocket-Extensions): the session begins, with the permessage-deflate agreed.
+    pub fn tunnel_open(
+        &mut self,
+        profile: &WsProfile,
+        now: Now,
+        extensions: Option<&[u8]>,
+        on: &mut impl FnMut(Event),
+    ) -> Result<(), WsEnd> {
+        if !matches!(self.stage, Stage::Tunneling) {
+            return Ok(());
+        }
+        let agreed = agreed_extension(profile.deflate.as_ref(), extensions).map_err(WsEnd::BadHandshake)?;
+        self.stage = Stage::Open(ClientSession::new(&profile.config, agreed.as_ref(), fastrand::Rng::new(), now.at));
+        self.next_ping_ns = profile.ping.map(|p| now.ns + p.as_nanos() as u64);
+        on(Event::WsUpgraded { deflate: agreed.is_some() });
+        Ok(())
+    }
+
     /// The connect completed at `ns`: the upgrade's answer is awaited from now.
     pub fn connected(&mut self, ns: u64) {
         self.connected_ns = Some(ns);
@@ -172,7 +260,7 @@ impl WsClient {
     pub fn stats(&self) -> Option<&Stats> {
         match &self.stage {
             Stage::Open(session) => Some(session.stats()),
-            Stage::Upgrading { .. } => None,
+            Stage::Upgrading { .. } | Stage::Tunneling => None,
         }
     }
 
@@ -228,6 +316,7 @@ impl WsClient {
     ) -> Result<(), WsEnd> {
         let rest = match &mut self.stage {
             Stage::Open(_) => data,
+            Stage::Tunneling => return Err(WsEnd::BadHandshake("bytes on the stream before its 200".into())),
             Stage::Upgrading { handshake, head } => {
                 let before = head.len();
                 let take = data.len().min(MAX_HEAD + 4 - before);
@@ -292,7 +381,7 @@ impl WsClient {
     /// ping.
     pub fn deadline(&self, reply: Duration) -> Option<u64> {
         match &self.stage {
-            Stage::Upgrading { .. } => self.connected_ns.map(|ns| ns + reply.as_nanos() as u64),
+            Stage::Upgrading { .. } | Stage::Tunneling => self.connected_ns.map(|ns| ns + reply.as_nanos() as u64),
             Stage::Open(_) if self.closing => None,
             Stage::Open(_) => self.next_ping_ns,
         }
@@ -301,7 +390,7 @@ impl WsClient {
     /// A deadline may have passed at `now`.
     pub fn on_timeout(&mut self, profile: &WsProfile, reply: Duration, now: Now) -> Result<(), WsEnd> {
         match &mut self.stage {
-            Stage::Upgrading { .. } => match self.connected_ns {
+            Stage::Upgrading { .. } | Stage::Tunneling => match self.connected_ns {
                 Some(ns) if now.ns >= ns + reply.as_nanos() as u64 => Err(WsEnd::UpgradeTimeout),
                 _ => Ok(()),
             },
@@ -330,6 +419,24 @@ impl WsClient {
         let _ = session.initiate_close(sockscale_ws::code::NORMAL, &mut self.out);
         true
     }
+}
+
+/// The permessage-deflate a 200's Sec-WebSocket-Extensions agrees to (as a 101's is checked):
+/// none if it names none; an error if it names what was not offered, or it twice.
+fn agreed_extension(
+    offered: Option<&DeflateConfig>,
+    extensions: Option<&[u8]>,
+) -> Result<Option<sockscale_ws::DeflateParams>, String> {
+    let Some(value) = extensions else { return Ok(None) };
+    let text = String::from_utf8_lossy(value);
+    let bad = || format!("the 200's sec-websocket-extensions is not one the CONNECT offered: {}", text.trim());
+    let mut agreed = None;
+    for (name, params) in sockscale_ws::deflate::extensions(&text) {
+        let config = offered.filter(|_| name.eq_ignore_ascii_case(sockscale_ws::deflate::EXTENSION));
+        let Some(config) = config.filter(|_| agreed.is_none()) else { return Err(bad()) };
+        agreed = Some(sockscale_ws::deflate::accept_response(params, config).ok_or_else(bad)?);
+    }
+    Ok(agreed)
 }
 
 /// A text message's octet for a pattern octet: printable ASCII, so the payload is UTF-8.

@@ -110,6 +110,11 @@ impl Ws {
 
     /// The summary's lines for WebSocket.
     pub fn summary(&self, s: &mut String) {
+        self.summary_answered(s, "101");
+    }
+
+    /// The summary's lines, an upgrade being answered with `answer` (over HTTP/2, a 200).
+    pub fn summary_answered(&self, s: &mut String, answer: &str) {
         let refused = if self.refused.is_empty() {
             String::new()
         } else {
@@ -120,7 +125,7 @@ impl Ws {
         } else {
             String::new()
         };
-        let _ = writeln!(s, "  websocket    {} upgrades (101){deflate}{refused}", self.upgrades);
+        let _ = writeln!(s, "  websocket    {} upgrades ({answer}){deflate}{refused}", self.upgrades);
         if self.bad_handshakes > 0 {
             let first = self.first_bad_handshake.as_deref().map(|e| format!(" (first: {e})")).unwrap_or_default();
             let _ = writeln!(s, "  bad 101      {}{first}", self.bad_handshakes);

@@ -37,13 +37,21 @@ pub(super) fn count_end(result: &mut ThreadResult, end: &WsEnd) -> End {
             ws.ping_timeouts += 1;
         }
         WsEnd::Mismatch => errors.verify_mismatch += 1,
+        WsEnd::NoConnectProtocol => {
+            errors.ws_handshake += 1;
+            ws.bad_handshakes += 1;
+            ws.first_bad_handshake.get_or_insert_with(|| crate::ws::NO_CONNECT_PROTOCOL.to_owned());
+        }
+        // Counted by their events (`h2.resets`, `errors.h2_reset`; `errors.h2_refused`).
+        WsEnd::StreamReset { .. } | WsEnd::StreamRefused => {}
+        WsEnd::StreamEnded => errors.closed_by_peer += 1,
     }
     End::Failed
 }
 
 /// A connection leaves the run: its session's counters join the thread's.
 pub(super) fn retire(result: &mut ThreadResult, core: &Connection) {
-    if let Some(stats) = core.ws_stats() {
+    for stats in core.ws_stats_each() {
         result.ws.add_stats(stats);
     }
 }

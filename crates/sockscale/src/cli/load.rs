@@ -611,7 +611,9 @@ fn ws_config(a: &WsArgs) -> Result<LoadConfig> {
         None => (resolve(&authority, Some(if wss { 443 } else { 80 }))?.into(), a.url.clone()),
     };
     let tls = match (wss, a.tls_args.given()) {
-        // ALPN http/1.1: the upgrade is an HTTP/1.1 request.
+        // ALPN http/1.1: the upgrade is an HTTP/1.1 request; with --http2, h2 first (and
+        // http/1.1, so that a server without h2 is told apart by the probe).
+        (true, _) if a.http2 => Some(a.tls_args.config(host_of(&authority), &[b"h2", b"http/1.1"])?),
         (true, _) => Some(a.tls_args.config(host_of(&authority), &[b"http/1.1"])?),
         (false, Some(flag)) => bail!("{flag} is for a wss:// URL"),
         (false, None) => None,
@@ -628,6 +630,8 @@ fn ws_config(a: &WsArgs) -> Result<LoadConfig> {
         pipeline: a.pipeline,
         idle: a.idle,
         ping: a.ping,
+        http2: a.http2,
+        streams: a.streams,
     };
     let options = options_json(
         "ws",
@@ -636,6 +640,7 @@ fn ws_config(a: &WsArgs) -> Result<LoadConfig> {
         serde_json::json!({
             "size": a.size, "text": a.text, "pipeline": a.pipeline, "deflate": a.deflate, "idle": a.idle,
             "ping_s": a.ping.map(|p| p.as_secs_f64()), "nodelay": !a.no_nodelay,
+            "http2": a.http2, "streams": a.streams,
             "tls": wss.then(|| a.tls_args.options()),
             "unix_socket": a.unix_socket.as_ref().map(|p| p.display().to_string()),
         }),

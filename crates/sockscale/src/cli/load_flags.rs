@@ -377,6 +377,14 @@ pub struct WsArgs {
     /// and counted
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub ping: Option<Duration>,
+    /// WebSocket over HTTP/2 (RFC 8441): an extended CONNECT on an HTTP/2 connection (h2c with
+    /// prior knowledge for ws://, ALPN h2 for wss://) instead of the HTTP/1.1 upgrade
+    #[arg(long)]
+    pub http2: bool,
+    /// With --http2: WebSockets per connection, each its own stream (--pipeline is per
+    /// WebSocket)
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true, requires = "http2")]
+    pub streams: usize,
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
