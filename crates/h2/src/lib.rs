@@ -95,6 +95,9 @@ mod server;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod tunnel;
+#[cfg(test)]
+mod tunnel_tests;
 
 pub use client::{
     encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings, Indexed,
@@ -107,3 +110,4 @@ pub use request::{Malformed, Request};
 pub use rules::Violation;
 pub use server::{Body, Closing, Connection, Event, Verdict};
 pub use stats::{Limit, Stats};
+pub use tunnel::{Fields, Flow, NoTunnels, Opening, Tunnels, TUNNEL_SEND_CAP};
