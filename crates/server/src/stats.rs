@@ -549,7 +549,12 @@ impl Snapshot {
             &h2_limits,
         );
         let ws = &self.ws;
-        metric("ws_upgrades_total", "counter", "WebSocket upgrades answered 101.", &one(ws.upgrades));
+        metric(
+            "ws_upgrades_total",
+            "counter",
+            "WebSocket upgrades answered 101 (over HTTP/2: extended CONNECTs answered 200).",
+            &one(ws.upgrades),
+        );
         metric(
             "ws_refused_total",
             "counter",
