@@ -346,6 +346,23 @@ fn limits_apply_per_stream() {
     assert!(!c.got.ended.contains_key(&3));
 }
 
+/// The ping budget is each stream's: more than 100 pings in 10 s closes that WebSocket with
+/// 1008, and its neighbour's pings are still answered.
+#[test]
+fn the_ping_budget_is_per_stream() {
+    let (mut c, _) = Client::new(WsConfig::default());
+    c.feed(&connect(1, &WS));
+    c.feed(&connect(3, &WS));
+    let pings: Vec<u8> = (0..=sockscale_ws::session::PING_BUDGET).flat_map(|_| ws_frame(true, 9, b"p")).collect();
+    c.send(1, &pings, &[]);
+    c.send(3, &ws_frame(true, 9, b"q"), &[]);
+    let one = c.got.messages(1);
+    assert_eq!(one.iter().filter(|m| m.0 == 10).count(), usize::from(sockscale_ws::session::PING_BUDGET));
+    assert_eq!(one.last(), Some(&(8, 1008u16.to_be_bytes().to_vec())));
+    assert!(c.got.ended[&1]);
+    assert_eq!(c.got.messages(3), [(10, b"q".to_vec())]);
+}
+
 #[test]
 fn other_protocols_versions_and_deflate_are_answered_as_on_http1() {
     let (mut c, ws) = Client::new(WsConfig::default());
