@@ -62,6 +62,10 @@ pub struct Limits {
     /// How long response data may wait on a window the peer keeps shut; `None`: only reported
     /// ([`crate::Connection::window_stalled_since`]), for the engine's own send timeout.
     pub window_timeout: Option<Duration>,
+    /// Send SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441) and take extended CONNECT requests
+    /// (`:protocol`), opened as tunnels through [`crate::Tunnels`]; off, a `:protocol` is a
+    /// malformed request.
+    pub extended_connect: bool,
 }
 
 impl Default for Limits {
@@ -84,6 +88,7 @@ impl Default for Limits {
             output_cap: 256 << 10,
             header_timeout: ten,
             window_timeout: Some(Duration::from_secs(30)),
+            extended_connect: false,
         }
     }
 }

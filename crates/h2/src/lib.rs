@@ -20,7 +20,22 @@
 //! drain:      verdict = conn.begin_drain(&mut out)     // GOAWAY(last stream id, NO_ERROR)
 //! verdict:    Continue, or Close(Closing::{Done, Protocol(code), Limit(limit)}) once `out` is sent
 //! counters:   conn.stats()  (requests, resets, malformed, GOAWAYs, each Limit's hits)
+//! tunnels:    with Limits::extended_connect, receive_with(bytes, now, &mut out, &mut tunnels)
 //! ```
+//!
+//! # Tunnels (RFC 8441)
+//!
+//! With [`Limits::extended_connect`] the SETTINGS carry SETTINGS_ENABLE_CONNECT_PROTOCOL and an
+//! extended CONNECT (`:protocol`, with `:scheme`, `:path` and `:authority`) is not a request
+//! event: [`Connection::receive_with`] asks the application's [`Tunnels`] at once whether to open
+//! it (200, no END_STREAM) or refuse it (its status, then RST_STREAM NO_ERROR), and hands it each
+//! DATA payload of an open tunnel; what it answers is framed as DATA on the stream as the windows
+//! allow, [`Connection::send_data`] adds output of its own (a ping, a close), and
+//! [`Connection::is_tunnel`] says whether the stream is still open. The stage knows nothing of
+//! the protocol inside (WebSocket, in `sockscale-proto`). A tunnel's output over
+//! [`TUNNEL_SEND_CAP`] holds back its input's window, so a peer that does not read stops being
+//! read. A `:protocol` without the setting, on another method, or without the three
+//! pseudo-fields is malformed (PROTOCOL_ERROR on the stream).
 //!
 //! `unsent` is what the engine holds that the socket has not taken (not counting `out`): DATA is
 //! framed only while it stays under [`Limits::output_cap`], so one connection never holds
@@ -97,6 +112,9 @@ mod server;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod tunnel;
+#[cfg(test)]
+mod tunnel_tests;
 
 pub use client::{
     encode_connect, encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings,
@@ -109,3 +127,4 @@ pub use request::{Malformed, Request};
 pub use rules::Violation;
 pub use server::{Body, Closing, Connection, Event, Verdict};
 pub use stats::{Limit, Stats};
+pub use tunnel::{Fields, Flow, NoTunnels, Opening, Tunnels, TUNNEL_SEND_CAP};

@@ -26,6 +26,11 @@ impl Request {
         self.fields.get(b":authority")
     }
 
+    /// `:protocol` of an extended CONNECT (RFC 8441): the protocol the tunnel is to carry.
+    pub fn protocol(&self) -> Option<&[u8]> {
+        self.fields.get(b":protocol")
+    }
+
     pub fn is_head(&self) -> bool {
         self.method() == b"HEAD"
     }
@@ -61,16 +66,24 @@ pub enum Malformed {
     PseudoInTrailers,
     #[error("trailers without END_STREAM")]
     TrailersWithoutEnd,
+    #[error("a :protocol without SETTINGS_ENABLE_CONNECT_PROTOCOL sent, or on a method other than CONNECT")]
+    BadProtocol,
+    #[error("HEADERS on a tunnel (an extended CONNECT's stream)")]
+    HeadersOnTunnel,
 }
 
 /// What the checks learn of a request's head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Head {
     pub content_length: Option<u64>,
+    /// An extended CONNECT (RFC 8441 §4): `:protocol` with `:method CONNECT`.
+    pub extended_connect: bool,
 }
 
-/// Check a request's fields (§8.2, §8.3).
-pub fn check_request(fields: &HeaderList) -> Result<Head, Malformed> {
+/// Check a request's fields (§8.2, §8.3). `extended_connect`: SETTINGS_ENABLE_CONNECT_PROTOCOL
+/// was sent, so `:protocol` may come (RFC 8441 §4); without it, a `:protocol` is malformed
+/// (RFC 8441 §5, RFC 9113 §8.1.1).
+pub fn check_request(fields: &HeaderList, extended_connect: bool) -> Result<Head, Malformed> {
     let mut seen = [false; 5]; // method, scheme, path, authority, protocol
     let mut regular = false;
     let mut head = Head::default();
@@ -85,6 +98,8 @@ pub fn check_request(fields: &HeaderList) -> Result<Head, Malformed> {
                 b"scheme" => 1,
                 b"path" => 2,
                 b"authority" => 3,
+                b"protocol" if extended_connect => 4,
+                b"protocol" => return Err(Malformed::BadProtocol),
                 _ => return Err(Malformed::BadPseudo),
             };
             if seen[slot] {
@@ -94,7 +109,7 @@ pub fn check_request(fields: &HeaderList) -> Result<Head, Malformed> {
             if slot == 0 && value == b"CONNECT" {
                 connect = true;
             }
-            if slot == 2 && value.is_empty() {
+            if (slot == 2 || slot == 4) && value.is_empty() {
                 return Err(Malformed::MissingPseudo);
             }
             check_value(value)?;
@@ -110,10 +125,22 @@ pub fn check_request(fields: &HeaderList) -> Result<Head, Malformed> {
             head.content_length = Some(n);
         }
     }
-    let complete = if connect { seen[0] && seen[3] && !seen[1] && !seen[2] } else { seen[0] && seen[1] && seen[2] };
+    if seen[4] && !connect {
+        return Err(Malformed::BadProtocol);
+    }
+    // An extended CONNECT names its target as a request does, with its authority (RFC 8441 §4);
+    // a plain CONNECT only the authority (RFC 9113 §8.5).
+    let complete = if seen[4] {
+        seen[0] && seen[1] && seen[2] && seen[3]
+    } else if connect {
+        seen[0] && seen[3] && !seen[1] && !seen[2]
+    } else {
+        seen[0] && seen[1] && seen[2]
+    };
     if !complete {
         return Err(Malformed::MissingPseudo);
     }
+    head.extended_connect = seen[4];
     Ok(head)
 }
 
@@ -183,11 +210,14 @@ mod tests {
 
     #[test]
     fn a_plain_get_passes_and_content_length_is_read() {
-        assert_eq!(check_request(&list(&GET)), Ok(Head::default()));
+        assert_eq!(check_request(&list(&GET), false), Ok(Head::default()));
         let mut f = GET.to_vec();
         f.push(("content-length", "12"));
-        assert_eq!(check_request(&list(&f)), Ok(Head { content_length: Some(12) }));
-        assert_eq!(check_request(&list(&[(":method", "CONNECT"), (":authority", "a:443")])), Ok(Head::default()));
+        assert_eq!(check_request(&list(&f), false), Ok(Head { content_length: Some(12), ..Head::default() }));
+        assert_eq!(
+            check_request(&list(&[(":method", "CONNECT"), (":authority", "a:443")]), false),
+            Ok(Head::default())
+        );
     }
 
     #[test]
@@ -211,9 +241,38 @@ mod tests {
             ),
         ];
         for (fields, want) in cases {
-            assert_eq!(check_request(&list(fields)), Err(*want), "{fields:?}");
+            assert_eq!(check_request(&list(fields), false), Err(*want), "{fields:?}");
         }
         assert_eq!(check_trailers(&list(&[("x-sum", "1")])), Ok(()));
+    }
+
+    const WS: [(&str, &str); 5] =
+        [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/"), (":authority", "a")];
+
+    /// RFC 8441 §4: `:protocol` only with the setting sent, only on CONNECT, and then with
+    /// `:scheme`, `:path` and `:authority`.
+    #[test]
+    fn extended_connect_is_checked() {
+        let ok = Head { extended_connect: true, ..Head::default() };
+        assert_eq!(check_request(&list(&WS), true), Ok(ok));
+        assert_eq!(check_request(&list(&WS), false), Err(Malformed::BadProtocol), "the setting was not sent");
+        let mut get = WS;
+        get[0].1 = "GET";
+        assert_eq!(check_request(&list(&get), true), Err(Malformed::BadProtocol));
+        for missing in 2..5 {
+            let mut f = WS.to_vec();
+            f.remove(missing);
+            assert_eq!(check_request(&list(&f), true), Err(Malformed::MissingPseudo), "{f:?}");
+        }
+        let mut empty = WS;
+        empty[1].1 = "";
+        assert_eq!(check_request(&list(&empty), true), Err(Malformed::MissingPseudo));
+        let mut twice = WS.to_vec();
+        twice.insert(2, (":protocol", "websocket"));
+        assert_eq!(check_request(&list(&twice), true), Err(Malformed::BadPseudo));
+        // A plain CONNECT is as before, the setting sent or not.
+        let plain = [(":method", "CONNECT"), (":authority", "a:443")];
+        assert_eq!(check_request(&list(&plain), true), Ok(Head::default()));
         assert_eq!(check_trailers(&list(&[(":path", "/")])), Err(Malformed::PseudoInTrailers));
     }
 }

@@ -12,6 +12,7 @@ use crate::hpack::{self, Decoder, HeaderList};
 use crate::request::{check_request, check_trailers, Malformed, Request};
 use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets, Settings, Violation};
 use crate::stats::{Limit, Stats};
+use crate::tunnel::{Flow, NoTunnels, Opening, Tunnels, TUNNEL_SEND_CAP};
 
 /// What the connection wants once the output of a call is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,10 @@ struct Stream {
     fields: Option<HeaderList>,
     /// The request was answered by the stage itself (431, 413): later DATA is dropped.
     rejected: bool,
+    /// An extended CONNECT accepted: its DATA goes to the application's [`Tunnels`].
+    tunnel: bool,
+    /// A tunnel's input octets whose window is held back while its output is over the cap.
+    withheld: u32,
 }
 
 /// A header block arriving in HEADERS and CONTINUATION frames.
@@ -213,6 +218,9 @@ impl Connection {
         if l.header_table_size != 4096 {
             settings.push((setting::HEADER_TABLE_SIZE, l.header_table_size));
         }
+        if l.extended_connect {
+            settings.push((setting::ENABLE_CONNECT_PROTOCOL, 1));
+        }
         frame::put_settings(out, &settings);
         if l.connection_window > DEFAULT_WINDOW {
             frame::put_window_update(out, 0, l.connection_window - DEFAULT_WINDOW);
@@ -253,6 +261,18 @@ impl Connection {
     /// WINDOW_UPDATE, RST_STREAM, GOAWAY) are appended to `out`; complete requests become
     /// events ([`Connection::poll_event`]). Then call [`Connection::transmit`].
     pub fn receive(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) -> Verdict {
+        self.receive_with(input, now, out, &mut NoTunnels)
+    }
+
+    /// [`Connection::receive`], extended CONNECTs opened and fed through `tunnels` (with
+    /// [`Limits::extended_connect`]).
+    pub fn receive_with(
+        &mut self,
+        input: &[u8],
+        now: Instant,
+        out: &mut Vec<u8>,
+        tunnels: &mut dyn Tunnels,
+    ) -> Verdict {
         let mut input = input;
         if let Phase::Preface(matched) = self.phase {
             let matched = usize::from(matched);
@@ -271,7 +291,7 @@ impl Connection {
             self.phase = Phase::FirstSettings;
         }
         if self.phase != Phase::Closed {
-            self.receive_frames(input, now, out);
+            self.receive_frames(input, now, out, tunnels);
         }
         self.flush_goaway(out);
         self.verdict()
@@ -285,12 +305,12 @@ impl Connection {
     }
 
     /// Cut `input` into frames and handle each; then the header deadline for what is held.
-    fn receive_frames(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn receive_frames(&mut self, input: &[u8], now: Instant, out: &mut Vec<u8>, tunnels: &mut dyn Tunnels) {
         // Taken for the read, so that each frame may be handled with the whole connection.
         let mut reader = std::mem::take(&mut self.reader);
         let max_frame = self.limits.max_frame_size;
         let read = reader.read(input, max_frame, |head, payload| {
-            self.frame(head, payload, now, out);
+            self.frame(head, payload, now, out, tunnels);
             if self.phase == Phase::Closed {
                 return Err(Stop::Closed);
             }
@@ -387,7 +407,7 @@ impl Connection {
             return None;
         }
         self.streams.iter().find_map(|s| match &s.send {
-            Send::Body { queue, end: false, .. } if queue.is_empty() && s.send_window > 0 => {
+            Send::Body { queue, end: false, .. } if queue.is_empty() && s.send_window > 0 && !s.tunnel => {
                 Some((s.id, s.send_window.min(self.send_window) as usize))
             }
             _ => None,
@@ -455,8 +475,9 @@ impl Connection {
                 return Framed::Sent;
             }
             // A chunked body waits for its next chunk; with its window shut, it waits on the
-            // peer (a stall, as for a body queued), not on the application.
-            return if window <= 0 { Framed::Blocked } else { Framed::Nothing };
+            // peer (a stall, as for a body queued), not on the application. A tunnel with
+            // nothing to send waits on nobody.
+            return if window <= 0 && !s.tunnel { Framed::Blocked } else { Framed::Nothing };
         }
         if window <= 0 {
             return Framed::Blocked;
@@ -481,6 +502,11 @@ impl Connection {
         }
         s.send_window -= n as i64;
         self.send_window -= n as i64;
+        if s.tunnel && s.withheld > 0 && queue.iter().map(Bytes::len).sum::<usize>() < TUNNEL_SEND_CAP {
+            // Its output went below the cap: the input held back may come.
+            let withheld = std::mem::take(&mut s.withheld);
+            s.recv.give_back(withheld, self.limits.stream_window, s.id, out);
+        }
         if last {
             s.send = Send::Done;
         }
@@ -588,6 +614,11 @@ impl Connection {
         self.streams.len()
     }
 
+    /// Whether `stream` is a tunnel still open (accepted, and not yet ended or reset either way).
+    pub fn is_tunnel(&self, stream: u32) -> bool {
+        self.streams.iter().any(|s| s.id == stream && s.tunnel)
+    }
+
     /// Bytes held between calls beyond the fixed state: a partial frame, a header block, the
     /// streams and their requests, the HPACK table (queued response bodies are shared `Bytes`).
     pub fn buffered(&self) -> usize {
@@ -600,7 +631,7 @@ impl Connection {
 
     // ---- frames ----
 
-    fn frame(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn frame(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>, tunnels: &mut dyn Tunnels) {
         let settings_seen = self.phase != Phase::FirstSettings;
         let checked = rules::check_order(&head, settings_seen, self.block.as_ref().map(|b| b.stream))
             .and_then(|()| rules::check_shape(&head, payload));
@@ -612,23 +643,23 @@ impl Connection {
             self.unfinished_since = None;
         }
         match head.kind {
-            kind::DATA => self.on_data(head, payload, now, out),
-            kind::HEADERS => self.on_headers(head, payload, now, out),
+            kind::DATA => self.on_data(head, payload, now, out, tunnels),
+            kind::HEADERS => self.on_headers(head, payload, now, out, tunnels),
             kind::PRIORITY => self.on_priority(head, payload, now, out),
-            kind::RST_STREAM => self.on_rst(head, now, out),
+            kind::RST_STREAM => self.on_rst(head, now, out, tunnels),
             kind::SETTINGS => self.on_settings(head, payload, now, out),
             // Only a server pushes (RFC 9113 §8.4).
             kind::PUSH_PROMISE => self.connection_error(Violation::PushFromClient.code()),
             kind::PING => self.on_ping(head, payload, now, out),
             kind::GOAWAY => self.on_goaway(),
             kind::WINDOW_UPDATE => self.on_window_update(head, payload, now, out),
-            kind::CONTINUATION => self.on_continuation(head, payload, now, out),
+            kind::CONTINUATION => self.on_continuation(head, payload, now, out, tunnels),
             // Unknown types are ignored (§4.1), but they cost a frame's work: counted.
             _ => self.count_empty(now, out),
         }
     }
 
-    fn on_data(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn on_data(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>, tunnels: &mut dyn Tunnels) {
         let data = match rules::unpad(&head, payload) {
             Ok(data) => data,
             Err(violation) => return self.refuse(head.stream, violation, now, out),
@@ -662,6 +693,9 @@ impl Connection {
         if s.rejected {
             return;
         }
+        if s.tunnel {
+            return self.tunnel_data(i, head.len, data, end, now, out, tunnels);
+        }
         if s.content_length.is_some_and(|cl| s.body_len > cl || (end && s.body_len != cl)) {
             self.malformed(i, Malformed::LengthMismatch, now, out);
             return;
@@ -680,7 +714,7 @@ impl Connection {
         }
     }
 
-    fn on_headers(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn on_headers(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>, tunnels: &mut dyn Tunnels) {
         if head.stream % 2 == 0 {
             // An even stream is the server's to open (§5.1.1).
             return self.connection_error(Violation::IdleStream.code());
@@ -701,7 +735,7 @@ impl Connection {
         let block =
             Block { stream: head.stream, end_stream: head.has(flag::END_STREAM), bytes: Vec::new(), continuations: 0 };
         if head.has(flag::END_HEADERS) {
-            self.header_block(block, fragment, now, out);
+            self.header_block(block, fragment, now, out, tunnels);
         } else {
             if fragment.len() > self.limits.max_header_block {
                 return self.limit_hit(Limit::ContinuationFlood, ErrorCode::EnhanceYourCalm, out);
@@ -715,7 +749,14 @@ impl Connection {
         }
     }
 
-    fn on_continuation(&mut self, head: Head, payload: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn on_continuation(
+        &mut self,
+        head: Head,
+        payload: &[u8],
+        now: Instant,
+        out: &mut Vec<u8>,
+        tunnels: &mut dyn Tunnels,
+    ) {
         let Some(mut block) = self.block.take() else {
             return self.connection_error(ErrorCode::Protocol);
         };
@@ -731,7 +772,7 @@ impl Connection {
         if head.has(flag::END_HEADERS) {
             let mut bytes = std::mem::take(&mut block.bytes);
             bytes.extend_from_slice(payload);
-            self.header_block(*block, &bytes, now, out);
+            self.header_block(*block, &bytes, now, out, tunnels);
             self.unfinished_since = None;
         } else {
             block.bytes.extend_from_slice(payload);
@@ -741,7 +782,14 @@ impl Connection {
 
     /// A whole header block: decode it (always, to keep HPACK in step), then open the stream,
     /// take trailers, or refuse.
-    fn header_block(&mut self, block: Block, fragment: &[u8], now: Instant, out: &mut Vec<u8>) {
+    fn header_block(
+        &mut self,
+        block: Block,
+        fragment: &[u8],
+        now: Instant,
+        out: &mut Vec<u8>,
+        tunnels: &mut dyn Tunnels,
+    ) {
         let mut fields = HeaderList::with_limit(self.limits.max_header_list_size as usize);
         if self.decoder.decode(fragment, &mut fields).is_err() {
             self.stats.compression_errors += 1;
@@ -753,6 +801,9 @@ impl Connection {
             // Trailers, or HEADERS on a stream whose request already ended.
             if self.streams[i].remote_done {
                 return self.streams_error_at(i, ErrorCode::StreamClosed, now, out);
+            }
+            if self.streams[i].tunnel {
+                return self.malformed(i, Malformed::HeadersOnTunnel, now, out);
             }
             if !block.end_stream {
                 return self.malformed(i, Malformed::TrailersWithoutEnd, now, out);
@@ -790,7 +841,12 @@ impl Connection {
             // Refusals count as resets: a peer that keeps opening past the limit is a flood.
             return self.stream_error(id, ErrorCode::RefusedStream, now, out);
         }
-        let head = if fields.overflowed() { Ok(Default::default()) } else { check_request(&fields) };
+        let head = if fields.overflowed() {
+            Ok(Default::default())
+        } else {
+            check_request(&fields, self.limits.extended_connect)
+        };
+        let extended_connect = head.is_ok_and(|h| h.extended_connect);
         self.streams.push(Stream {
             id,
             remote_done: false,
@@ -801,6 +857,8 @@ impl Connection {
             body_len: 0,
             fields: None,
             rejected: false,
+            tunnel: false,
+            withheld: 0,
         });
         let i = self.streams.len() - 1;
         if let Err(why) = head {
@@ -811,12 +869,89 @@ impl Connection {
             self.streams[i].remote_done = block.end_stream;
             return self.reject(i, 431, out);
         }
+        if extended_connect {
+            return self.open_tunnel(i, fields, block.end_stream, now, out, tunnels);
+        }
         self.streams[i].fields = Some(fields);
         if block.end_stream {
             if self.streams[i].content_length.is_some_and(|cl| cl != 0) {
                 return self.malformed(i, Malformed::LengthMismatch, now, out);
             }
             self.end_request(i);
+        }
+    }
+
+    /// An extended CONNECT on stream `i`: the application opens a tunnel (200, and the stream's
+    /// DATA is its) or refuses it.
+    fn open_tunnel(
+        &mut self,
+        i: usize,
+        fields: HeaderList,
+        end_stream: bool,
+        now: Instant,
+        out: &mut Vec<u8>,
+        tunnels: &mut dyn Tunnels,
+    ) {
+        self.stats.requests += 1;
+        if end_stream {
+            // A tunnel the peer closed before it opened: nothing to carry.
+            self.streams[i].remote_done = true;
+            return self.reject(i, 400, out);
+        }
+        let request = Request { stream: self.streams[i].id, fields, body_len: 0 };
+        match tunnels.open(&request, now) {
+            Opening::Accept(fields) => {
+                let fields: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+                self.write_headers(request.stream, 200, &fields, false, out);
+                let s = &mut self.streams[i];
+                s.send = Send::Body { queue: VecDeque::new(), end: false, given: 0 };
+                s.tunnel = true;
+            }
+            Opening::Refuse(status, fields) => {
+                let fields: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+                self.reject_with(i, status, &fields, out);
+            }
+        }
+    }
+
+    /// DATA on the tunnel at `i` (its windows taken): to the application, its answer queued, and
+    /// the input's window given back unless the output is over the cap.
+    #[allow(clippy::too_many_arguments)]
+    fn tunnel_data(
+        &mut self,
+        i: usize,
+        len: u32,
+        data: &[u8],
+        end: bool,
+        now: Instant,
+        out: &mut Vec<u8>,
+        tunnels: &mut dyn Tunnels,
+    ) {
+        let mut answer = Vec::new();
+        let flow = tunnels.data(self.streams[i].id, data, end, now, &mut answer);
+        let s = &mut self.streams[i];
+        s.remote_done |= end;
+        let queued = match &mut s.send {
+            Send::Body { queue, end: ended, .. } => {
+                if !*ended {
+                    if !answer.is_empty() {
+                        queue.push_back(Bytes::from(answer));
+                    }
+                    *ended = flow == Flow::Finish;
+                }
+                queue.iter().map(Bytes::len).sum::<usize>()
+            }
+            _ => 0,
+        };
+        if end {
+            self.retire(i);
+            return;
+        }
+        if queued < TUNNEL_SEND_CAP {
+            let owed = len.saturating_add(std::mem::take(&mut s.withheld));
+            s.recv.give_back(owed, self.limits.stream_window, s.id, out);
+        } else {
+            s.withheld = s.withheld.saturating_add(len);
         }
     }
 
@@ -839,13 +974,15 @@ impl Connection {
     }
 
     /// RST_STREAM (its shape checked by `rules::check_shape`).
-    fn on_rst(&mut self, head: Head, now: Instant, out: &mut Vec<u8>) {
+    fn on_rst(&mut self, head: Head, now: Instant, out: &mut Vec<u8>, tunnels: &mut dyn Tunnels) {
         if head.stream > self.last_stream {
             return self.connection_error(Violation::IdleStream.code());
         }
         self.stats.resets_received += 1;
         if let Some(i) = self.index(head.stream) {
-            self.streams.swap_remove(i);
+            if self.streams.swap_remove(i).tunnel {
+                tunnels.reset(head.stream);
+            }
             self.shrink();
             if self.resets.over(now, self.limits.resets) {
                 self.limit_hit(Limit::RapidReset, ErrorCode::EnhanceYourCalm, out);
@@ -924,8 +1061,16 @@ impl Connection {
 
     /// Answer stream `i` with a status of the stage's own (431, 413), then stop its request.
     fn reject(&mut self, i: usize, status: u16, out: &mut Vec<u8>) {
+        self.reject_with(i, status, &[], out)
+    }
+
+    /// [`Connection::reject`] with `fields` besides content-length.
+    fn reject_with(&mut self, i: usize, status: u16, fields: &[(&[u8], &[u8])], out: &mut Vec<u8>) {
         let id = self.streams[i].id;
-        self.write_headers(id, status, &[(b"content-length", b"0")], true, out);
+        let mut all: Vec<(&[u8], &[u8])> = Vec::with_capacity(fields.len() + 1);
+        all.extend_from_slice(fields);
+        all.push((b"content-length", b"0"));
+        self.write_headers(id, status, &all, true, out);
         let s = &mut self.streams[i];
         s.send = Send::Done;
         s.rejected = true;
@@ -1064,3 +1209,7 @@ enum Framed {
     Blocked,
     Nothing,
 }
+
+/// The size of a stream's state, for the test that watches it.
+#[cfg(test)]
+pub(crate) const STREAM_SIZE: usize = std::mem::size_of::<Stream>();

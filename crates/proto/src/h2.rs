@@ -15,6 +15,9 @@
 //! left unframed, a slow reader's stream holds nothing while its window is shut, and an idle
 //! connection holds no buffer. A file that can no longer fill a stream's body (it shrank)
 //! resets that stream with INTERNAL_ERROR; the connection goes on.
+//!
+//! With WebSocket on, the stage announces extended CONNECT (RFC 8441) and a stream may carry a
+//! WebSocket (`h2_ws`): its sessions live here, keyed by stream id (none: an empty `Vec`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +26,7 @@ use bytes::Bytes;
 use sockscale_h2::{Body, Connection, ErrorCode, Event, Limit, Limits, Stats};
 
 pub use crate::h2_totals::{default_limits, H2Totals};
+use crate::h2_ws::{WsStream, WsTunnels};
 use crate::http::{FileChunks, HttpConfig, ResponseBody, Responses, PREFACE};
 use crate::{Closing, Output, Verdict};
 
@@ -40,6 +44,8 @@ pub struct H2Session {
     /// The drain was asked for (once is enough).
     drain_asked: bool,
     totals: Arc<H2Totals>,
+    /// The streams that carry a WebSocket (RFC 8441).
+    ws: Vec<WsStream>,
 }
 
 impl Drop for H2Session {
@@ -63,13 +69,13 @@ impl H2Session {
         replay: usize,
         input: &[u8],
         now: Instant,
-        responses: &Responses,
+        responses: &mut Responses,
         out: &mut Output,
     ) -> (Self, Verdict) {
         let totals = responses.config().h2_totals.clone();
         let mut buf = Vec::with_capacity(256);
         let conn = Connection::new(limits, now, &mut buf);
-        let mut session = H2Session { conn, drain_owed: false, drain_asked: false, totals };
+        let mut session = H2Session { conn, drain_owed: false, drain_asked: false, totals, ws: Vec::new() };
         if replay > 0 {
             session.conn.receive(&PREFACE[..replay], now, &mut buf);
         }
@@ -77,7 +83,7 @@ impl H2Session {
         (session, verdict)
     }
 
-    pub fn on_input(&mut self, input: &[u8], now: Instant, responses: &Responses, out: &mut Output) -> Verdict {
+    pub fn on_input(&mut self, input: &[u8], now: Instant, responses: &mut Responses, out: &mut Output) -> Verdict {
         self.feed(input, now, responses, Vec::new(), out)
     }
 
@@ -85,13 +91,16 @@ impl H2Session {
         &mut self,
         input: &[u8],
         now: Instant,
-        responses: &Responses,
+        responses: &mut Responses,
         mut buf: Vec<u8>,
         out: &mut Output,
     ) -> Verdict {
-        let received = self.conn.receive(input, now, &mut buf);
+        let (cfg, stats) = responses.config_and_ws_stats();
+        let mut tunnels =
+            WsTunnels { streams: &mut self.ws, config: cfg.websocket.as_ref(), stats, draining: self.drain_asked };
+        let received = self.conn.receive_with(input, now, &mut buf, &mut tunnels);
         self.answer(responses, &mut buf);
-        let verdict = self.after(received, now, 0, responses.config(), &mut buf, out);
+        let verdict = self.after(received, now, 0, responses, &mut buf, out);
         flush(buf, out);
         verdict
     }
@@ -128,21 +137,56 @@ impl H2Session {
         first: sockscale_h2::Verdict,
         now: Instant,
         queued: usize,
-        cfg: &HttpConfig,
+        responses: &mut Responses,
         buf: &mut Vec<u8>,
         out: &mut Output,
     ) -> Verdict {
         if self.drain_owed {
             self.drain_owed = false;
             self.conn.begin_drain(buf);
+            // Each WebSocket is closed with 1001, as an upgraded HTTP/1.1 connection is.
+            for stream in &mut self.ws {
+                stream.ws.finish_current();
+            }
         }
+        let (cfg, stats) = responses.config_and_ws_stats();
+        self.ws_transmit(now, stats);
         let then = self.pump(now, queued, cfg, buf, out);
+        self.forget_ended_ws();
         match first {
             sockscale_h2::Verdict::Close(why) => self.closing(why),
             sockscale_h2::Verdict::Continue => match then {
                 sockscale_h2::Verdict::Continue => Verdict::Continue,
                 sockscale_h2::Verdict::Close(why) => self.closing(why),
             },
+        }
+    }
+
+    /// What the WebSockets owe without input (a ping, the drain's close), queued on their
+    /// streams; a session that ended ends its stream.
+    fn ws_transmit(&mut self, now: Instant, stats: &mut sockscale_ws::Stats) {
+        for stream in &mut self.ws {
+            if !stream.ws.wants_transmit() {
+                continue;
+            }
+            let mut owed = Vec::new();
+            let end = stream.ws.transmit_into(now, stats, &mut owed) != Verdict::Continue;
+            if !owed.is_empty() || end {
+                self.conn.send_data(stream.id, Bytes::from(owed), end);
+            }
+        }
+    }
+
+    /// Drop the sessions whose streams are gone (ended both ways, reset, or the connection's
+    /// end); an empty list gives its memory back.
+    fn forget_ended_ws(&mut self) {
+        if self.ws.is_empty() {
+            return;
+        }
+        let conn = &self.conn;
+        self.ws.retain(|stream| conn.is_tunnel(stream.id));
+        if self.ws.is_empty() {
+            self.ws = Vec::new();
         }
     }
 
@@ -218,23 +262,35 @@ impl H2Session {
     /// Something to send now that the socket took output: DATA the windows allow, a body
     /// file's next chunk a window has room for, or the drain's GOAWAY.
     pub fn wants_transmit(&self) -> bool {
-        self.drain_owed || self.conn.wants_transmit() || self.conn.wants_data().is_some()
+        self.drain_owed
+            || self.conn.wants_transmit()
+            || self.conn.wants_data().is_some()
+            || self.ws.iter().any(|s| s.ws.wants_transmit())
     }
 
     /// Frame what the windows and the cap allow, `queued` bytes being unsent already.
-    pub fn transmit(&mut self, now: Instant, queued: usize, responses: &Responses, out: &mut Output) -> Verdict {
+    pub fn transmit(&mut self, now: Instant, queued: usize, responses: &mut Responses, out: &mut Output) -> Verdict {
         let mut buf = Vec::new();
-        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, responses.config(), &mut buf, out);
+        let verdict = self.after(sockscale_h2::Verdict::Continue, now, queued, responses, &mut buf, out);
         flush(buf, out);
         verdict
     }
 
+    /// The stage's deadline, or a WebSocket's ping timer, whichever is first.
     pub fn deadline(&self) -> Option<Instant> {
-        self.conn.deadline()
+        let ws = self.ws.iter().filter_map(|s| s.ws.deadline()).min();
+        match (self.conn.deadline(), ws) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// A deadline passed: the header timeout or a window kept shut, answered with a GOAWAY.
+    /// A deadline passed: the header timeout or a window kept shut, answered with a GOAWAY;
+    /// a WebSocket's ping timer marks its ping owed (sent by the next transmit).
     pub fn on_timeout(&mut self, now: Instant, out: &mut Output) -> Verdict {
+        for stream in &mut self.ws {
+            stream.ws.on_timeout(now);
+        }
         let mut buf = Vec::new();
         let verdict = verdict(self.conn.on_timer(now, &mut buf));
         flush(buf, out);

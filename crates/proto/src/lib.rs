@@ -14,6 +14,9 @@
 pub mod echo;
 pub mod h2;
 mod h2_totals;
+mod h2_ws;
+#[cfg(test)]
+mod h2_ws_tests;
 pub mod http;
 mod output;
 pub mod udp;

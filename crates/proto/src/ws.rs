@@ -62,6 +62,10 @@ pub struct WsTotals {
     refused_426: AtomicU64,
     refused_503: AtomicU64,
     ended: AtomicU64,
+    /// Of the upgrades, extended CONNECTs over HTTP/2 (RFC 8441), and of those, streams the
+    /// peer reset (RST_STREAM) before the close handshake ended them.
+    upgrades_h2: AtomicU64,
+    resets_h2: AtomicU64,
     counted: Mutex<Stats>,
 }
 
@@ -78,11 +82,20 @@ pub struct WsCounts {
     pub refused_503: u64,
     /// Connections that ended, and what they counted.
     pub ended: u64,
+    /// Of `upgrades`, those over HTTP/2 (extended CONNECT answered 200; each a stream, and
+    /// counted in `ended` when it ends), and of those, streams the peer reset.
+    pub upgrades_h2: u64,
+    pub resets_h2: u64,
     pub stats: Stats,
 }
 
 impl WsTotals {
-    fn refused(&self, status: u16) {
+    /// An HTTP/2 stream carrying a WebSocket was reset by the peer.
+    pub(crate) fn count_reset_h2(&self) {
+        self.resets_h2.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn refused(&self, status: u16) {
         match status {
             426 => self.refused_426.fetch_add(1, Relaxed),
             503 => self.refused_503.fetch_add(1, Relaxed),
@@ -105,6 +118,8 @@ impl WsTotals {
             refused_426: self.refused_426.load(Relaxed),
             refused_503: self.refused_503.load(Relaxed),
             ended,
+            upgrades_h2: self.upgrades_h2.load(Relaxed),
+            resets_h2: self.resets_h2.load(Relaxed),
             stats,
         }
     }
@@ -253,6 +268,50 @@ pub fn upgrade(
     }
 }
 
+/// What an extended CONNECT for a WebSocket (RFC 8441) came to.
+#[derive(Debug)]
+pub(crate) enum H2Upgrade {
+    /// Accepted: answer 200 with this `sec-websocket-extensions` (if deflate was agreed); the
+    /// stream carries this session.
+    Accepted(Box<WsSession>, Option<String>),
+    /// Refused with this status (counted): 400, 426 (a version other than 13), 503 (a drain).
+    Refused(u16),
+}
+
+/// Answer an extended CONNECT whose `:protocol` is `websocket`, its regular fields
+/// `headers`: the session, or the status of a refusal. `draining`: the server is going away
+/// (503, as an upgrade on HTTP/1.1 gets).
+pub(crate) fn upgrade_h2<'a>(
+    config: &Arc<WsConfig>,
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])> + Clone,
+    draining: bool,
+    now: Instant,
+) -> H2Upgrade {
+    if draining {
+        config.totals.refused(503);
+        return H2Upgrade::Refused(503);
+    }
+    match handshake::accept_h2(headers, config.deflate.as_ref()) {
+        Ok(accepted) => {
+            config.totals.upgrades.fetch_add(1, Relaxed);
+            config.totals.upgrades_h2.fetch_add(1, Relaxed);
+            let session = Session::new(&config.session, accepted.deflate.as_ref(), now);
+            let ws = Box::new(WsSession {
+                session,
+                config: config.clone(),
+                owed: Owed::Nothing,
+                ping_sent: None,
+                drain_asked: false,
+            });
+            H2Upgrade::Accepted(ws, accepted.extensions)
+        }
+        Err(refusal) => {
+            config.totals.refused(refusal.status());
+            H2Upgrade::Refused(refusal.status())
+        }
+    }
+}
+
 /// Output in a fresh buffer, handed over as shared bytes.
 fn flush(buf: Vec<u8>, out: &mut Output) {
     if !buf.is_empty() {
@@ -264,9 +323,14 @@ impl WsSession {
     /// Input, counted in `stats` (the thread's).
     pub fn on_input(&mut self, input: &[u8], now: Instant, stats: &mut Stats, out: &mut Output) -> Verdict {
         let mut buf = Vec::new();
-        let verdict = self.session.receive(input, now, stats, &mut buf);
+        let verdict = self.receive_into(input, now, stats, &mut buf);
         flush(buf, out);
-        verdict_of(verdict)
+        verdict
+    }
+
+    /// [`WsSession::on_input`] into a plain buffer (HTTP/2 frames it as DATA).
+    pub(crate) fn receive_into(&mut self, input: &[u8], now: Instant, stats: &mut Stats, buf: &mut Vec<u8>) -> Verdict {
+        verdict_of(self.session.receive(input, now, stats, buf))
     }
 
     /// A ping or a close is owed (see the module).
@@ -277,21 +341,27 @@ impl WsSession {
     /// Send what is owed: the drain's close 1001, or the ping timer's ping (or its timeout's
     /// close 1001).
     pub fn transmit(&mut self, now: Instant, stats: &mut Stats, out: &mut Output) -> Verdict {
-        let owed = std::mem::replace(&mut self.owed, Owed::Nothing);
         let mut buf = Vec::new();
-        let verdict = match owed {
+        let verdict = self.transmit_into(now, stats, &mut buf);
+        flush(buf, out);
+        verdict
+    }
+
+    /// [`WsSession::transmit`] into a plain buffer (HTTP/2 frames it as DATA).
+    pub(crate) fn transmit_into(&mut self, now: Instant, stats: &mut Stats, buf: &mut Vec<u8>) -> Verdict {
+        let owed = std::mem::replace(&mut self.owed, Owed::Nothing);
+        match owed {
             Owed::Nothing => Verdict::Continue,
-            Owed::Close => verdict_of(self.session.initiate_close(code::GOING_AWAY, stats, &mut buf)),
+            Owed::Close => verdict_of(self.session.initiate_close(code::GOING_AWAY, stats, buf)),
             Owed::Ping => {
-                let verdict = verdict_of(self.session.on_ping_due(now, stats, &mut buf));
-                if !buf.is_empty() && verdict == Verdict::Continue {
+                let before = buf.len();
+                let verdict = verdict_of(self.session.on_ping_due(now, stats, buf));
+                if buf.len() > before && verdict == Verdict::Continue {
                     self.ping_sent = Some(now);
                 }
                 verdict
             }
-        };
-        flush(buf, out);
-        verdict
+        }
     }
 
     /// The ping timer (see the module), while nothing is owed and no close was sent.

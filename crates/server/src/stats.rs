@@ -549,7 +549,12 @@ impl Snapshot {
             &h2_limits,
         );
         let ws = &self.ws;
-        metric("ws_upgrades_total", "counter", "WebSocket upgrades answered 101.", &one(ws.upgrades));
+        metric(
+            "ws_upgrades_total",
+            "counter",
+            "WebSocket upgrades answered 101 (over HTTP/2: extended CONNECTs answered 200).",
+            &one(ws.upgrades),
+        );
         metric(
             "ws_refused_total",
             "counter",
@@ -561,6 +566,15 @@ impl Snapshot {
             ],
         );
         metric("ws_connections_total", "counter", "WebSocket connections that ended.", &one(ws.ended));
+        metric(
+            "ws_h2_streams_total",
+            "counter",
+            "WebSockets over HTTP/2 (RFC 8441): extended CONNECTs answered 200 (also in ws_upgrades_total), and those the peer reset.",
+            &[
+                ("{event=\"opened\"}".to_string(), ws.upgrades_h2.to_string()),
+                ("{event=\"reset\"}".to_string(), ws.resets_h2.to_string()),
+            ],
+        );
         let st = &ws.stats;
         let way = |received: u64, sent: u64| {
             vec![
@@ -666,6 +680,8 @@ impl Snapshot {
             ("ws_refused_426".into(), n(ws.refused_426)),
             ("ws_refused_503".into(), n(ws.refused_503)),
             ("ws_connections".into(), n(ws.ended)),
+            ("ws_upgrades_h2".into(), n(ws.upgrades_h2)),
+            ("ws_resets_h2".into(), n(ws.resets_h2)),
             ("ws_messages_in".into(), n(st.messages_received)),
             ("ws_messages_out".into(), n(st.messages_sent)),
             ("ws_bytes_in".into(), n(st.bytes_received)),

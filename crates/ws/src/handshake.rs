@@ -139,6 +139,48 @@ pub fn accept<'a>(
 }
 
 /// Why a client refuses a server's answer.
+/// An extended CONNECT accepted (RFC 8441 §5): the permessage-deflate agreed, and the
+/// `sec-websocket-extensions` value of the 200 that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedH2 {
+    pub deflate: Option<DeflateParams>,
+    pub extensions: Option<String>,
+}
+
+/// Answers a WebSocket over HTTP/2 (RFC 8441 §5): the regular fields of an extended CONNECT
+/// whose `:protocol` is `websocket` (the HTTP/2 stage checked its pseudo-fields).
+/// `sec-websocket-version` must be 13 as on HTTP/1.1 (none: [`Refusal::NoVersion`], 400;
+/// another: [`Refusal::UnsupportedVersion`], 426); there is no key to answer (§5: the 200
+/// carries no `sec-websocket-accept`; a key sent anyway is ignored). permessage-deflate is
+/// negotiated as for an upgrade.
+pub fn accept_h2<'a>(
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])> + Clone,
+    deflate: Option<&DeflateConfig>,
+) -> Result<AcceptedH2, Refusal> {
+    let mut version = None;
+    for (name, value) in headers.clone() {
+        if name.eq_ignore_ascii_case("sec-websocket-version") {
+            version = Some(value.trim_ascii() == b"13");
+        }
+    }
+    match version {
+        None => return Err(Refusal::NoVersion),
+        Some(false) => return Err(Refusal::UnsupportedVersion),
+        Some(true) => {}
+    }
+    let agreed = deflate.and_then(|config| {
+        let offers = headers
+            .into_iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
+            .filter_map(|(_, value)| std::str::from_utf8(value).ok());
+        deflate::negotiate(offers, config)
+    });
+    Ok(match agreed {
+        Some((params, value)) => AcceptedH2 { deflate: Some(params), extensions: Some(value) },
+        None => AcceptedH2 { deflate: None, extensions: None },
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
     #[error("the server answered {0}, not 101")]
@@ -321,6 +363,25 @@ mod tests {
             text.contains("\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits=12\r\n"),
             "{text}"
         );
+    }
+
+    /// RFC 8441 §5: version 13 required (400 without, 426 for another), no key needed, and
+    /// deflate agreed as on HTTP/1.1.
+    #[test]
+    fn websocket_over_http2_needs_version_13_and_no_key() {
+        let v13: [(&str, &[u8]); 1] = [("sec-websocket-version", b"13")];
+        assert_eq!(accept_h2(v13, None), Ok(AcceptedH2 { deflate: None, extensions: None }));
+        assert_eq!(accept_h2([("sec-websocket-version", &b"8"[..])], None), Err(Refusal::UnsupportedVersion));
+        assert_eq!(accept_h2([("origin", &b"x"[..])], None), Err(Refusal::NoVersion));
+        let offer: [(&str, &[u8]); 2] = [
+            ("sec-websocket-version", b"13"),
+            ("sec-websocket-extensions", b"permessage-deflate; client_max_window_bits"),
+        ];
+        let config = DeflateConfig { client_max_window_bits: 12, ..DeflateConfig::default() };
+        let agreed = accept_h2(offer, Some(&config)).unwrap();
+        assert_eq!(agreed.deflate.unwrap().client_max_window_bits, 12);
+        assert_eq!(agreed.extensions.as_deref(), Some("permessage-deflate; client_max_window_bits=12"));
+        assert_eq!(accept_h2(offer, None).unwrap().deflate, None, "declined");
     }
 
     /// The server's 101 for a client's request, through both sides' functions.

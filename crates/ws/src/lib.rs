@@ -69,7 +69,9 @@ pub enum Role {
 }
 
 pub use deflate::{DeflateConfig, DeflateParams};
-pub use handshake::{accept, accept_key, is_upgrade, Accepted, ClientHandshake, HandshakeError, Refusal};
+pub use handshake::{
+    accept, accept_h2, accept_key, is_upgrade, Accepted, AcceptedH2, ClientHandshake, HandshakeError, Refusal,
+};
 pub use session::{
     code, valid_close_code, ClientSession, Closing, Config, Kind, Message, Session, Verdict, DEFAULT_MAX_MESSAGE,
 };

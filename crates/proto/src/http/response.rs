@@ -63,6 +63,12 @@ impl Responses {
         &self.cfg
     }
 
+    /// The configuration and this thread's WebSocket counters at once (HTTP/2's WebSocket
+    /// streams count while the configuration is read).
+    pub(crate) fn config_and_ws_stats(&mut self) -> (&HttpConfig, &mut sockscale_ws::Stats) {
+        (&self.cfg, &mut self.ws_tally.stats)
+    }
+
     /// The `Date` of the current second, as the rendered responses carry it.
     pub fn date(&self) -> &str {
         &self.date

@@ -411,6 +411,8 @@ impl ServeArgs {
                         header_timeout: self.header_timeout,
                         output_cap: self.max_pending_send,
                         window_timeout: Some(self.send_timeout),
+                        // WebSocket over HTTP/2 (RFC 8441): `--proto http` takes WebSockets.
+                        extended_connect: true,
                         ..sockscale_proto::h2::default_limits()
                     })
                 });
