@@ -1,0 +1,57 @@
+// A closed-loop WebSocket load client on Node `ws`, for bench/ws_goals.py (its echo server is
+// the interop peer, crates/sockscale/tests/interop/node/ws_server.mjs).
+//
+//   node ws_load.mjs URL CONNS SIZE SECONDS
+//
+// CONNS connections, each sends one binary message of SIZE bytes and waits for its echo (checked
+// byte for byte), for SECONDS; prints {"messages":N,"errors":E,"seconds":S}. Compression is not
+// offered (as in the sockscale runs).
+import { WebSocket } from "ws";
+
+const args = process.argv.slice(2);
+const [url, conns, size, secs] = [args[0], Number(args[1]), Number(args[2]), Number(args[3])];
+if (args.length !== 4 || !(conns >= 1 && size >= 0 && secs > 0)) {
+  console.error("usage: node ws_load.mjs URL CONNS SIZE SECONDS (positive numbers)");
+  process.exit(2);
+}
+load(url, conns, size, secs);
+
+function load(url, conns, size, secs) {
+  const payload = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) payload[i] = (i * 7 + 3) & 0xff;
+  let messages = 0, errors = 0, stopped = false, open = 0;
+  const clients = [];
+  for (let i = 0; i < conns; i++) {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    ws.binaryType = "nodebuffer";
+    ws.on("open", () => {
+      if (++open === conns) begin();
+    });
+    ws.on("message", (data) => {
+      if (stopped) return;
+      if (!payload.equals(data)) {
+        errors++;
+        ws.terminate();
+        return;
+      }
+      messages++;
+      ws.send(payload, { binary: true });
+    });
+    ws.on("error", (e) => {
+      console.error(`connection: ${e.message}`);
+      process.exit(1);
+    });
+    clients.push(ws);
+  }
+  function begin() {
+    const began = process.hrtime.bigint();
+    for (const ws of clients) ws.send(payload, { binary: true });
+    setTimeout(() => {
+      stopped = true;
+      const seconds = Number(process.hrtime.bigint() - began) / 1e9;
+      console.log(JSON.stringify({ messages, errors, seconds }));
+      for (const ws of clients) ws.close(1000);
+      setTimeout(() => process.exit(0), 200).unref();
+    }, secs * 1000);
+  }
+}
