@@ -23,9 +23,8 @@ ratios are taken within each repetition, and the tables give their median and ra
 Compression is off everywhere (no permessage-deflate offered or accepted).
 
 Usage: bench/ws_goals.py [--duration SECS] [--repeat N] [--conns C] [--size BYTES] [--pipeline N]
-`--pipeline N` (default 1) puts N messages in flight per connection (`load ws --pipeline N`,
-`load echo --depth N`; the Go and Node servers are driven the same way); the third-party
-clients keep one, so above 1 they are not run and the load goal's second ratio is not given.
+`--pipeline N` (default 1) puts N messages in flight per connection, in every client (`load ws
+--pipeline N`, `load echo --depth N`, the Go and Node clients' PIPELINE argument).
 Writes bench-results/ws_goals-<stamp>/results.json and prints markdown tables.
 """
 import argparse
@@ -91,7 +90,7 @@ def peer_load(command, env=None):
     """A bench/ws_peers client: prints {"messages", "errors", "seconds"}; GOMAXPROCS=1 for Go."""
     def run(url, args):
         full = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), *command, url, str(args.conns), str(args.size),
-                str(args.duration)]
+                str(args.duration), str(args.pipeline)]
         out, cpu, wall = common.run_client(full)
         r = json.loads(out.strip().splitlines()[-1])
         return r["messages"], r["errors"], cpu, wall
@@ -133,8 +132,6 @@ def main():
         ("sockscale ws", "Go coder/websocket client"),
         ("sockscale ws", "Node ws client"),
     ]
-    if args.pipeline > 1:
-        pairs = [(server, client) for server, client in pairs if client.startswith("sockscale")]
     rows = []
     for run in range(args.repeat):
         for server, client in pairs:
@@ -191,10 +188,7 @@ def print_tables(rows, args):
     goals = [ratio_line("ws / TCP echo", ws, [per_run(rows, "sockscale echo", "sockscale load echo", key)], 0.8),
              ratio_line("ws / best of Go, Node", ws, [per_run(rows, "Go coder/websocket", "sockscale load ws", key),
                                                       per_run(rows, "Node ws", "sockscale load ws", key)], 2)]
-    third_party = args.pipeline == 1
     table = []
-    if not third_party:
-        client_pairs = client_pairs[:2]
     for server, client in client_pairs:
         table.append([client, server, spread(per_run(rows, server, client, "msg_per_s")),
                       spread(per_run(rows, server, client, "client_cpu_s"), "{:.2f}"),
@@ -204,11 +198,10 @@ def print_tables(rows, args):
     print(common.markdown_table(["client (core 1)", "server (core 0)", "msg/s", "client CPU s", "msg per client CPU-s", "errors"], table))
     key = "msg_per_client_cpu_s"
     ws = per_run(rows, "sockscale ws", "sockscale load ws", key)
-    goals.append(ratio_line("load ws / load echo", ws, [per_run(rows, "sockscale echo", "sockscale load echo", key)], 0.9))
-    if third_party:
-        goals.append(ratio_line("load ws / best of Go, Node clients", ws,
-                                [per_run(rows, "sockscale ws", "Go coder/websocket client", key),
-                                 per_run(rows, "sockscale ws", "Node ws client", key)], 2))
+    goals += [ratio_line("load ws / load echo", ws, [per_run(rows, "sockscale echo", "sockscale load echo", key)], 0.9),
+              ratio_line("load ws / best of Go, Node clients", ws,
+                         [per_run(rows, "sockscale ws", "Go coder/websocket client", key),
+                          per_run(rows, "sockscale ws", "Node ws client", key)], 2)]
     print("\nGoals: ratio per repetition, median (range)\n")
     print(common.markdown_table(["ratio", "measured", "goal", "verdict"], goals))
 

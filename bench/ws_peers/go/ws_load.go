@@ -1,10 +1,11 @@
 // A closed-loop WebSocket load client on github.com/coder/websocket, for bench/ws_goals.py
 // (its echo server is the interop peer, crates/sockscale/tests/interop/go/server).
 //
-// Usage: ws_load URL CONNS SIZE SECONDS
+// Usage: ws_load URL CONNS SIZE SECONDS [PIPELINE]
 //
-// CONNS connections, each sends one binary message of SIZE bytes (c.Write: one frame) and waits
-// for its echo (read into a reused buffer, checked byte for byte), for SECONDS; prints
+// CONNS connections, each sends PIPELINE (default 1) binary messages of SIZE bytes (c.Write: one
+// frame each) and then another for every echo that comes back (read into a reused buffer, checked
+// byte for byte), for SECONDS; prints
 // {"messages":N,"errors":E,"seconds":S}. Run it with GOMAXPROCS=1 for one core. Compression is
 // not offered (as in the sockscale runs).
 package main
@@ -25,21 +26,25 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: ws_load URL CONNS SIZE SECONDS")
+	if len(os.Args) != 5 && len(os.Args) != 6 {
+		fmt.Fprintln(os.Stderr, "usage: ws_load URL CONNS SIZE SECONDS [PIPELINE]")
 		os.Exit(2)
 	}
 	conns, err1 := strconv.Atoi(os.Args[2])
 	size, err2 := strconv.Atoi(os.Args[3])
 	secs, err3 := strconv.ParseFloat(os.Args[4], 64)
-	if err1 != nil || err2 != nil || err3 != nil || conns < 1 || size < 0 || secs <= 0 {
-		fmt.Fprintln(os.Stderr, "ws_load: CONNS, SIZE and SECONDS must be positive numbers")
+	pipeline, err4 := 1, error(nil)
+	if len(os.Args) == 6 {
+		pipeline, err4 = strconv.Atoi(os.Args[5])
+	}
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || conns < 1 || size < 0 || secs <= 0 || pipeline < 1 {
+		fmt.Fprintln(os.Stderr, "ws_load: CONNS, SIZE, SECONDS and PIPELINE must be positive numbers")
 		os.Exit(2)
 	}
-	load(os.Args[1], conns, size, secs)
+	load(os.Args[1], conns, size, secs, pipeline)
 }
 
-func load(url string, conns, size int, secs float64) {
+func load(url string, conns, size int, secs float64, pipeline int) {
 	ctx := context.Background()
 	payload := make([]byte, size)
 	for i := range payload {
@@ -66,6 +71,14 @@ func load(url string, conns, size int, secs float64) {
 			echo := make([]byte, size+1)
 			ready.Done()
 			<-start
+			// Every message is the same, so an echo answers whichever is oldest: one goroutine
+			// writes the first PIPELINE, then one more after each echo read.
+			for i := 1; i < pipeline; i++ {
+				if err := c.Write(ctx, websocket.MessageBinary, payload); err != nil {
+					errors.Add(1)
+					return
+				}
+			}
 			for !stop.Load() {
 				if err := c.Write(ctx, websocket.MessageBinary, payload); err != nil {
 					errors.Add(1)

@@ -1,22 +1,23 @@
 // A closed-loop WebSocket load client on Node `ws`, for bench/ws_goals.py (its echo server is
 // the interop peer, crates/sockscale/tests/interop/node/ws_server.mjs).
 //
-//   node ws_load.mjs URL CONNS SIZE SECONDS
+//   node ws_load.mjs URL CONNS SIZE SECONDS [PIPELINE]
 //
-// CONNS connections, each sends one binary message of SIZE bytes and waits for its echo (checked
-// byte for byte), for SECONDS; prints {"messages":N,"errors":E,"seconds":S}. Compression is not
+// CONNS connections, each sends PIPELINE (default 1) binary messages of SIZE bytes and then
+// another for every echo that comes back (checked byte for byte), for SECONDS; prints {"messages":N,"errors":E,"seconds":S}. Compression is not
 // offered (as in the sockscale runs).
 import { WebSocket } from "ws";
 
 const args = process.argv.slice(2);
 const [url, conns, size, secs] = [args[0], Number(args[1]), Number(args[2]), Number(args[3])];
-if (args.length !== 4 || !(conns >= 1 && size >= 0 && secs > 0)) {
-  console.error("usage: node ws_load.mjs URL CONNS SIZE SECONDS (positive numbers)");
+const pipeline = args.length === 5 ? Number(args[4]) : 1;
+if ((args.length !== 4 && args.length !== 5) || !(conns >= 1 && size >= 0 && secs > 0 && pipeline >= 1)) {
+  console.error("usage: node ws_load.mjs URL CONNS SIZE SECONDS [PIPELINE] (positive numbers)");
   process.exit(2);
 }
-load(url, conns, size, secs);
+load(url, conns, size, secs, pipeline);
 
-function load(url, conns, size, secs) {
+function load(url, conns, size, secs, pipeline) {
   const payload = Buffer.alloc(size);
   for (let i = 0; i < size; i++) payload[i] = (i * 7 + 3) & 0xff;
   let messages = 0, errors = 0, stopped = false, open = 0;
@@ -45,7 +46,7 @@ function load(url, conns, size, secs) {
   }
   function begin() {
     const began = process.hrtime.bigint();
-    for (const ws of clients) ws.send(payload, { binary: true });
+    for (const ws of clients) for (let i = 0; i < pipeline; i++) ws.send(payload, { binary: true });
     setTimeout(() => {
       stopped = true;
       const seconds = Number(process.hrtime.bigint() - began) / 1e9;
