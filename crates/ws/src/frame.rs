@@ -185,6 +185,27 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_is_its_header_then_its_payload_masked_from_the_first_octet() {
+        let key = [0x91, 0x05, 0xee, 0x4a];
+        for len in [0, 1, 7, 8, 9, 125, 126, 127, 512, 65535, 65536] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+            for mask in [None, Some(key)] {
+                // Behind other bytes, as a second frame in one output is.
+                let mut out = vec![0xaa; 3];
+                write_frame(FIN | 0x2, &payload, mask, &mut out);
+                let Parsed::Header(header, at) = parse_header(&out[3..]) else { panic!("len {len}: no header") };
+                assert_eq!((header.fin, header.opcode, header.mask, header.len), (true, 2, mask, len as u64));
+                let mut body = out[3 + at..].to_vec();
+                if let Some(key) = mask {
+                    mask_bytewise(&mut body, key, 0);
+                }
+                assert_eq!(body, payload, "len {len} mask {mask:?}");
+                assert_eq!(out[..3], [0xaa; 3]);
+            }
+        }
+    }
+
+    #[test]
     fn rfc_masked_hello_example() {
         // RFC 6455 §5.7: a single-frame masked text message "Hello".
         let mut out = Vec::new();
