@@ -38,9 +38,6 @@ use crate::rules::{self, FrameReader, PeerSettings, ReceiveWindow, RecentResets,
 /// The largest stream identifier (2^31 - 1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 
-/// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3): the server accepts extended CONNECT.
-pub const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
-
 /// What this client advertises and keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientSettings {
@@ -897,12 +894,16 @@ impl ClientConnection {
 
     fn on_settings(&mut self, head: Head, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ClientError> {
         let Settings::Values(values) = Settings::parse(&head, payload)? else { return Ok(()) };
-        // Not a setting `rules` knows (it is a client's to read): the last value given counts.
+        // A client's to read: the last value given counts, and once 1 it stays 1 (RFC 8441 §3
+        // forbids a 0 after a 1; nghttp2 answers one with PROTOCOL_ERROR, as this does).
         let connect = values.filter_map(|s| match s {
-            Setting::Unknown(SETTINGS_ENABLE_CONNECT_PROTOCOL, value) => Some(value == 1),
+            Setting::EnableConnectProtocol(on) => Some(on),
             _ => None,
         });
         if let Some(enabled) = connect.last() {
+            if self.connect_protocol && !enabled {
+                return Err(Violation::ConnectProtocolWithdrawn.into());
+            }
             self.connect_protocol = enabled;
         }
         let applied =

@@ -1,9 +1,9 @@
 //! Tunnels (RFC 8441 extended CONNECT) on the client side, against hand-made server frames.
 
-use crate::client::{encode_connect, ClientConnection, ClientEvent, ClientSettings, ClientSink};
+use crate::client::{encode_connect, ClientConnection, ClientError, ClientEvent, ClientSettings, ClientSink};
 use crate::frame::{self, flag, kind, setting, ErrorCode, Head, HEADER_LEN};
 use crate::hpack::{encode_response, Decoder, HeaderList};
-use crate::SETTINGS_ENABLE_CONNECT_PROTOCOL as ENABLE_CONNECT;
+use crate::rules::Violation;
 
 #[derive(Default)]
 struct Sink {
@@ -91,7 +91,7 @@ fn tunnel(settings_values: &[(u16, u32)], client_settings: ClientSettings) -> (C
     let mut sink = Sink::default();
     let mut client = ClientConnection::new(client_settings, &mut out);
     let mut values = settings_values.to_vec();
-    values.push((ENABLE_CONNECT, 1));
+    values.push((setting::ENABLE_CONNECT_PROTOCOL, 1));
     feed(&mut client, &settings(&values), &mut out, &mut sink);
     assert_eq!(client.open_tunnel(&block(), 7, &mut out), Some(1));
     feed(&mut client, &head(200, &[], 1, false), &mut out, &mut sink);
@@ -112,7 +112,7 @@ fn the_connect_waits_for_the_servers_enable_connect_protocol_and_its_fields_are_
     assert!(client.greeted() && !client.connect_protocol());
     assert_eq!(client.open_tunnel(&block(), 0, &mut out), None, "SETTINGS without ENABLE_CONNECT_PROTOCOL");
     assert!(out.is_empty(), "nothing sent");
-    feed(&mut client, &settings(&[(ENABLE_CONNECT, 1)]), &mut out, &mut sink);
+    feed(&mut client, &settings(&[(setting::ENABLE_CONNECT_PROTOCOL, 1)]), &mut out, &mut sink);
     out.clear();
     assert!(client.connect_protocol());
     assert_eq!(client.open_tunnel(&block(), 0, &mut out), Some(1));
@@ -136,9 +136,14 @@ fn the_connect_waits_for_the_servers_enable_connect_protocol_and_its_fields_are_
         ("sec-websocket-version", "13"),
     ];
     assert_eq!(fields, want.map(|(n, v)| (n.to_owned(), v.to_owned())));
-    // A later SETTINGS of 0 takes it back.
-    feed(&mut client, &settings(&[(ENABLE_CONNECT, 0)]), &mut out, &mut sink);
-    assert!(!client.connect_protocol());
+    // A 1 repeated is fine; a 0 after it is a connection error (RFC 8441 §3), as is a 2.
+    feed(&mut client, &settings(&[(setting::ENABLE_CONNECT_PROTOCOL, 1)]), &mut out, &mut sink);
+    assert!(client.connect_protocol());
+    let withdrawn = client.receive_into(&settings(&[(setting::ENABLE_CONNECT_PROTOCOL, 0)]), &mut out, &mut sink);
+    assert!(matches!(withdrawn, Err(ClientError::Protocol(Violation::ConnectProtocolWithdrawn))), "{withdrawn:?}");
+    let (mut other, mut out, mut sink) = tunnel(&[], ClientSettings::default());
+    let two = other.receive_into(&settings(&[(setting::ENABLE_CONNECT_PROTOCOL, 2)]), &mut out, &mut sink);
+    assert!(matches!(two, Err(ClientError::Protocol(Violation::EnableConnectProtocolValue))), "{two:?}");
 }
 
 #[test]
@@ -233,7 +238,7 @@ fn a_refused_connect_is_its_status_and_resets_and_goaway_end_tunnels() {
     let mut out = Vec::new();
     let mut sink = Sink::default();
     let mut client = ClientConnection::new(ClientSettings::default(), &mut out);
-    feed(&mut client, &settings(&[(ENABLE_CONNECT, 1)]), &mut out, &mut sink);
+    feed(&mut client, &settings(&[(setting::ENABLE_CONNECT_PROTOCOL, 1)]), &mut out, &mut sink);
     for tag in 0..3 {
         client.open_tunnel(&block(), tag, &mut out);
     }

@@ -118,7 +118,7 @@ mod tunnel_tests;
 
 pub use client::{
     encode_connect, encode_request, encode_request_indexed, ClientConnection, ClientError, ClientEvent, ClientSettings,
-    ClientSink, Indexed, Request as ClientRequest, SETTINGS_ENABLE_CONNECT_PROTOCOL,
+    ClientSink, Indexed, Request as ClientRequest,
 };
 pub use config::{Budget, Limits, LimitsError};
 pub use frame::{error_code_name, ErrorCode};

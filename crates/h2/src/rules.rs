@@ -64,6 +64,10 @@ pub enum Violation {
     SettingsLength,
     #[error("SETTINGS_ENABLE_PUSH not 0 or 1")]
     EnablePushValue,
+    #[error("SETTINGS_ENABLE_CONNECT_PROTOCOL not 0 or 1 (RFC 8441 §3)")]
+    EnableConnectProtocolValue,
+    #[error("SETTINGS_ENABLE_CONNECT_PROTOCOL = 0 after 1 (RFC 8441 §3)")]
+    ConnectProtocolWithdrawn,
     #[error("SETTINGS_ENABLE_PUSH = 1 from a server")]
     PushEnabledByServer,
     #[error("SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")]
@@ -126,6 +130,8 @@ impl Violation {
             | V::HeaderBlockInterrupted
             | V::IdleStream
             | V::EnablePushValue
+            | V::EnableConnectProtocolValue
+            | V::ConnectProtocolWithdrawn
             | V::PushEnabledByServer
             | V::MaxFrameSizeRange
             | V::ZeroConnectionIncrement
@@ -420,6 +426,8 @@ pub enum Setting {
     InitialWindowSize(u32),
     MaxFrameSize(u32),
     MaxHeaderListSize(u32),
+    /// RFC 8441 §3: the server takes extended CONNECT (a client's to read; a server ignores it).
+    EnableConnectProtocol(bool),
     /// An identifier this crate does not know: ignored (§6.5.2).
     Unknown(u16, u32),
 }
@@ -444,6 +452,10 @@ impl Setting {
             }
             setting::MAX_FRAME_SIZE => Setting::MaxFrameSize(value),
             setting::MAX_HEADER_LIST_SIZE => Setting::MaxHeaderListSize(value),
+            setting::ENABLE_CONNECT_PROTOCOL => match value {
+                0 | 1 => Setting::EnableConnectProtocol(value == 1),
+                _ => return Err(Violation::EnableConnectProtocolValue),
+            },
             _ => Setting::Unknown(id, value),
         })
     }
@@ -576,7 +588,7 @@ impl PeerSettings {
                 }
                 Setting::MaxFrameSize(size) => self.max_frame_size = size,
                 Setting::MaxHeaderListSize(size) => self.max_header_list_size = Some(size),
-                Setting::Unknown(..) => {}
+                Setting::EnableConnectProtocol(_) | Setting::Unknown(..) => {}
             }
         }
         applied.window_delta = self.initial_window - start;
@@ -880,6 +892,8 @@ mod tests {
         };
         assert_eq!(parse(&[(setting::ENABLE_PUSH, 0), (setting::ENABLE_PUSH, 1)]), Ok(true));
         assert_eq!(parse(&[(setting::ENABLE_PUSH, 2)]), Err(Violation::EnablePushValue));
+        assert_eq!(parse(&[(setting::ENABLE_CONNECT_PROTOCOL, 1)]), Ok(true));
+        assert_eq!(parse(&[(setting::ENABLE_CONNECT_PROTOCOL, 2)]), Err(Violation::EnableConnectProtocolValue));
         assert_eq!(parse(&[(setting::INITIAL_WINDOW_SIZE, 1 << 31)]), Err(Violation::InitialWindowTooLarge));
         assert_eq!(parse(&[(setting::INITIAL_WINDOW_SIZE, (1 << 31) - 1)]), Ok(true));
         assert_eq!(parse(&[(setting::MAX_FRAME_SIZE, (1 << 14) - 1)]), Err(Violation::MaxFrameSizeRange));

@@ -7,10 +7,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use sockscale_h2::frame::setting::ENABLE_CONNECT_PROTOCOL;
 use sockscale_h2::frame::{self, flag, kind, setting, ErrorCode, Head};
 use sockscale_h2::hpack::{encode_response, Decoder};
 use sockscale_h2::rules::FrameReader;
-use sockscale_h2::{HeaderList, Violation, SETTINGS_ENABLE_CONNECT_PROTOCOL};
+use sockscale_h2::{HeaderList, Violation};
 
 use crate::client::Stamp;
 use crate::config::{AcceptedStatuses, WsRun};
@@ -130,7 +131,7 @@ impl Server {
         let mut out = Vec::new();
         let mut values = vec![(setting::INITIAL_WINDOW_SIZE, initial_window)];
         if enable_connect {
-            values.push((SETTINGS_ENABLE_CONNECT_PROTOCOL, 1));
+            values.push((ENABLE_CONNECT_PROTOCOL, 1));
         }
         frame::put_settings(&mut out, &values);
         Server {

@@ -105,10 +105,24 @@ impl H2Session {
         verdict
     }
 
-    /// Answer every complete request with the server's response.
+    /// Answer every complete request with the server's response; on a WebSocket-only port
+    /// (`--proto ws`), with 405 and `allow: CONNECT`: HTTP/1.1's answer there, 426, must name
+    /// the protocol in an `Upgrade` field, which HTTP/2 forbids (RFC 9113 §8.2.2), and the one
+    /// method the port takes is the extended CONNECT.
     fn answer(&mut self, responses: &Responses, buf: &mut Vec<u8>) {
         let cfg = responses.config();
         while let Some(Event::Request(request)) = self.conn.poll_event() {
+            if let (true, Some(ws)) = (cfg.websocket_only, &cfg.websocket) {
+                ws.totals.refused(405);
+                let fields: [(&[u8], &[u8]); 4] = [
+                    (b"server", cfg.server.as_bytes()),
+                    (b"date", responses.date().as_bytes()),
+                    (b"allow", b"CONNECT"),
+                    (b"content-length", b"0"),
+                ];
+                self.conn.respond(request.stream, 405, &fields, Body::Empty, buf);
+                continue;
+            }
             let fields: [(&[u8], &[u8]); 4] = [
                 (b"server", cfg.server.as_bytes()),
                 (b"date", responses.date().as_bytes()),

@@ -14,9 +14,19 @@ use crate::ws::WsConfig;
 use crate::{Closing, Output, Protocol, Responder, Session, Verdict};
 
 fn port(ws: WsConfig, extended_connect: bool) -> (Responder, Arc<WsConfig>) {
+    port_with(ws, extended_connect, false)
+}
+
+/// `websocket_only`: `--proto ws`, no pages.
+fn port_with(ws: WsConfig, extended_connect: bool, websocket_only: bool) -> (Responder, Arc<WsConfig>) {
     let ws = Arc::new(ws);
     let limits = sockscale_h2::Limits { extended_connect, ..default_limits() };
-    let cfg = HttpConfig { http2: Some(Arc::new(limits)), websocket: Some(ws.clone()), ..HttpConfig::default() };
+    let cfg = HttpConfig {
+        http2: Some(Arc::new(limits)),
+        websocket: Some(ws.clone()),
+        websocket_only,
+        ..HttpConfig::default()
+    };
     (Protocol::Http(Arc::new(cfg)).responder(1_700_000_000), ws)
 }
 
@@ -164,7 +174,10 @@ struct Client {
 
 impl Client {
     fn new(ws: WsConfig) -> (Client, Arc<WsConfig>) {
-        let (e, config) = port(ws, true);
+        Client::on(port(ws, true))
+    }
+
+    fn on((e, config): (Responder, Arc<WsConfig>)) -> (Client, Arc<WsConfig>) {
         let s = e.new_session();
         let mut c = Client { e, s, now: Instant::now(), got: Got::default() };
         assert_eq!(c.feed(&opening()), Verdict::Continue);
@@ -383,6 +396,28 @@ fn other_protocols_versions_and_deflate_are_answered_as_on_http1() {
     assert!(fields.get(b"sec-websocket-extensions").is_some_and(|v| v.starts_with(b"permessage-deflate")));
     let counts = ws.totals.snapshot();
     assert_eq!((counts.upgrades_h2, counts.refused_426), (1, 1));
+}
+
+/// `--proto ws` over HTTP/2: a WebSocket-only port answers any other request 405 with
+/// `allow: CONNECT` (426 needs an `Upgrade` field, which HTTP/2 forbids), counted, and still
+/// takes WebSockets on the same connection.
+#[test]
+fn a_websocket_only_port_answers_other_requests_405_and_takes_websockets() {
+    let (mut c, ws) = Client::on(port_with(WsConfig::default(), true, true));
+    c.feed(&get(1));
+    let (status, fields) = &c.got.status[&1];
+    assert_eq!((*status, fields.get(b"allow")), (405, Some(&b"CONNECT"[..])));
+    assert_eq!(fields.get(b"content-length"), Some(&b"0"[..]));
+    c.feed(&connect(3, &WS));
+    assert_eq!(c.got.status[&3].0, 200);
+    c.feed(&frame(0, 0, 3, &ws_frame(true, 1, b"still")));
+    assert_eq!(c.got.messages(3), [(1, b"still".to_vec())]);
+    let counts = ws.totals.snapshot();
+    assert_eq!((counts.refused_405, counts.upgrades_h2, counts.refused_426), (1, 1, 0));
+    // On a port with pages, the same request gets the page.
+    let (mut pages, _) = Client::new(WsConfig::default());
+    pages.feed(&get(1));
+    assert_eq!(pages.got.status[&1].0, 200);
 }
 
 /// `--ws-ping` per stream: the connection's deadline is the ping's, the timer marks it owed,

@@ -60,6 +60,7 @@ pub struct WsTotals {
     upgrades: AtomicU64,
     refused_400: AtomicU64,
     refused_426: AtomicU64,
+    refused_405: AtomicU64,
     refused_503: AtomicU64,
     ended: AtomicU64,
     /// Of the upgrades, extended CONNECTs over HTTP/2 (RFC 8441), and of those, streams the
@@ -78,6 +79,9 @@ pub struct WsCounts {
     /// (no upgrade asked on a WebSocket-only port, or a version other than 13).
     pub refused_400: u64,
     pub refused_426: u64,
+    /// Requests over HTTP/2 on a WebSocket-only port other than an extended CONNECT, answered
+    /// 405 (HTTP/1.1's 426 cannot be said in HTTP/2).
+    pub refused_405: u64,
     /// Upgrade requests that arrived during a drain, refused with 503.
     pub refused_503: u64,
     /// Connections that ended, and what they counted.
@@ -98,6 +102,7 @@ impl WsTotals {
     pub(crate) fn refused(&self, status: u16) {
         match status {
             426 => self.refused_426.fetch_add(1, Relaxed),
+            405 => self.refused_405.fetch_add(1, Relaxed),
             503 => self.refused_503.fetch_add(1, Relaxed),
             _ => self.refused_400.fetch_add(1, Relaxed),
         };
@@ -116,6 +121,7 @@ impl WsTotals {
             upgrades: self.upgrades.load(Relaxed),
             refused_400: self.refused_400.load(Relaxed),
             refused_426: self.refused_426.load(Relaxed),
+            refused_405: self.refused_405.load(Relaxed),
             refused_503: self.refused_503.load(Relaxed),
             ended,
             upgrades_h2: self.upgrades_h2.load(Relaxed),

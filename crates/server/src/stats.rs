@@ -562,6 +562,7 @@ impl Snapshot {
             &[
                 ("{status=\"400\"}".to_string(), ws.refused_400.to_string()),
                 ("{status=\"426\"}".to_string(), ws.refused_426.to_string()),
+                ("{status=\"405\"}".to_string(), ws.refused_405.to_string()),
                 ("{status=\"503\"}".to_string(), ws.refused_503.to_string()),
             ],
         );
@@ -678,6 +679,7 @@ impl Snapshot {
             ("ws_upgrades".into(), n(ws.upgrades)),
             ("ws_refused_400".into(), n(ws.refused_400)),
             ("ws_refused_426".into(), n(ws.refused_426)),
+            ("ws_refused_405".into(), n(ws.refused_405)),
             ("ws_refused_503".into(), n(ws.refused_503)),
             ("ws_connections".into(), n(ws.ended)),
             ("ws_upgrades_h2".into(), n(ws.upgrades_h2)),

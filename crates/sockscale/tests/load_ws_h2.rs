@@ -249,7 +249,6 @@ fn a_refused_connect_and_reset_streams_are_reported() {
 
 /// `sockscale serve --proto ws` over HTTP/2: h2c and TLS (ALPN h2).
 #[test]
-#[ignore = "needs the server side of RFC 8441 (branch h2ws)"]
 fn sockscale_serve_proto_ws_over_http2() {
     let server = ServerProc::start("epoll", &["--proto", "ws"]);
     let url = format!("ws://127.0.0.1:{}/", server.addr.port());
@@ -259,6 +258,10 @@ fn sockscale_serve_proto_ws_over_http2() {
     let (r, _) = ok_report(&[&url, "-c", "2", "-n", "200", "-s", "4000", "--deflate", "-t", "1"]);
     assert_clean(&r, 200, 4000, 2, "h2c");
     assert_eq!(n(&r, "ws.deflate_agreed"), 2);
+    let done = server.stop();
+    // 8 + 2 WebSockets measured, and each run's probe.
+    assert!(done.counter("ws_upgrades_h2") >= 10, "{:?}", done.stdout);
+    assert_eq!(done.counter("ws_upgrades_h2"), done.counter("ws_upgrades"), "{:?}", done.stdout);
 
     let cert = TestCert::new("load-ws-h2-serve");
     let mut args = vec!["--proto", "ws"];

@@ -391,41 +391,40 @@ fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
 impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
         self.check_ws_flags()?;
+        // HTTP/2 beside HTTP/1.1 on an HTTP or WebSocket port; both take WebSockets over it
+        // (RFC 8441 extended CONNECT).
+        let http2 = (self.http2 == OnOff::On).then(|| {
+            Arc::new(sockscale_h2::Limits {
+                max_concurrent_streams: self.max_streams,
+                max_header_list_size: u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX),
+                max_body_bytes: self.max_body_bytes as u64,
+                header_timeout: self.header_timeout,
+                output_cap: self.max_pending_send,
+                window_timeout: Some(self.send_timeout),
+                extended_connect: true,
+                ..sockscale_proto::h2::default_limits()
+            })
+        });
         let service = match self.proto {
             Proto::Echo => Service::Echo,
             Proto::Udp => Service::UdpEcho,
             Proto::Ws => Service::Http(Arc::new(HttpConfig {
                 max_header_bytes: self.max_header_bytes,
                 header_timeout: self.header_timeout,
-                http2: None,
+                http2,
                 websocket: Some(self.websocket()?),
                 websocket_only: true,
                 ..HttpConfig::default()
             })),
-            Proto::Http => {
-                let http2 = (self.http2 == OnOff::On).then(|| {
-                    Arc::new(sockscale_h2::Limits {
-                        max_concurrent_streams: self.max_streams,
-                        max_header_list_size: u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX),
-                        max_body_bytes: self.max_body_bytes as u64,
-                        header_timeout: self.header_timeout,
-                        output_cap: self.max_pending_send,
-                        window_timeout: Some(self.send_timeout),
-                        // WebSocket over HTTP/2 (RFC 8441): `--proto http` takes WebSockets.
-                        extended_connect: true,
-                        ..sockscale_proto::h2::default_limits()
-                    })
-                });
-                Service::Http(Arc::new(HttpConfig {
-                    content_type: self.content_type.clone(),
-                    max_header_bytes: self.max_header_bytes,
-                    max_body_bytes: self.max_body_bytes as u64,
-                    header_timeout: self.header_timeout,
-                    http2,
-                    websocket: Some(self.websocket()?),
-                    ..HttpConfig::default()
-                }))
-            }
+            Proto::Http => Service::Http(Arc::new(HttpConfig {
+                content_type: self.content_type.clone(),
+                max_header_bytes: self.max_header_bytes,
+                max_body_bytes: self.max_body_bytes as u64,
+                header_timeout: self.header_timeout,
+                http2,
+                websocket: Some(self.websocket()?),
+                ..HttpConfig::default()
+            })),
         };
         // HTTP's response body, read or opened when the server starts (`Resources::load`).
         let body = self.body.as_ref().filter(|_| self.proto == Proto::Http).map(|path| BodySource {
@@ -442,8 +441,8 @@ impl ServeArgs {
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
                 let alpn = match (self.proto, http2) {
-                    (Proto::Http, true) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-                    (Proto::Http, false) | (Proto::Ws, _) => vec![b"http/1.1".to_vec()],
+                    (Proto::Http | Proto::Ws, true) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+                    (Proto::Http | Proto::Ws, false) => vec![b"http/1.1".to_vec()],
                     _ => Vec::new(),
                 };
                 let options = ServerOptions {
