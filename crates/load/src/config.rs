@@ -460,7 +460,6 @@ impl LoadConfig {
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Http(h) if h.http2 && !h.keepalive => return Err(LoadConfigError::Http2WithoutKeepalive),
             Mode::Http(h) => h.validate()?,
-            Mode::Ws(w) if w.msg_len == 0 => return Err(LoadConfigError::Zero { flag: "s" }),
             Mode::Ws(w) if w.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Ws(w) if w.streams == 0 => return Err(LoadConfigError::Zero { flag: "-streams" }),
             Mode::Ws(w) if w.ping.is_some_and(|p| p.is_zero()) => {

@@ -354,8 +354,8 @@ pub struct WsArgs {
     /// Connect to this Unix stream socket instead of the URL's host and port (curl's flag)
     #[arg(long, value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,
-    /// Message payload in bytes
-    #[arg(short = 's', long = "size", default_value = "512", value_parser = positive_size)]
+    /// Message payload in bytes (0: empty messages, each still echoed and timed)
+    #[arg(short = 's', long = "size", default_value = "512", value_parser = parse_size)]
     pub size: usize,
     /// Send text messages (their payload printable ASCII, so valid UTF-8)
     #[arg(long, conflicts_with = "binary")]
