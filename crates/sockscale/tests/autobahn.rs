@@ -8,25 +8,10 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use support::ServerProc;
-
-/// `wstest`, from `SOCKSCALE_WSTEST`, PATH, or pyenv's Python 2.7.
-fn wstest() -> Result<PathBuf, String> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("SOCKSCALE_WSTEST").map(PathBuf::from).into_iter().collect();
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|dir| dir.join("wstest")));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(home).join(".pyenv/versions/2.7.18/bin/wstest"));
-    }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        "wstest not found (install: python2.7 -m pip install setuptools==44.0.0 autobahntestsuite)".to_owned()
-    })
-}
 
 fn cases(model: &str) -> Vec<&'static str> {
     if std::env::var_os("SOCKSCALE_AUTOBAHN_FULL").is_some() {
@@ -40,7 +25,7 @@ fn cases(model: &str) -> Vec<&'static str> {
 }
 
 fn autobahn_passes(model: &str) {
-    let wstest = match wstest() {
+    let wstest = match support::ws::wstest() {
         Ok(path) => path,
         Err(why) => {
             eprintln!("skipped: {why}");

@@ -13,6 +13,8 @@
 //! answer, with small messages, and a few fragmented and larger ones), about 20 s in a debug
 //! build; every case 1-13 with `SOCKSCALE_AUTOBAHN_FULL=1` (517 cases, about 16 minutes).
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -30,31 +32,6 @@ const CASE_LIMIT: Duration = Duration::from_secs(120);
 /// After our close handshake ends, the server closes the TCP connection (RFC 6455 §7.1.1): wait
 /// this long for it.
 const SERVER_CLOSE_WAIT: Duration = Duration::from_secs(5);
-
-/// `wstest`: `SOCKSCALE_WSTEST` (which `.ci/run` sets), else pyenv's Python 2.7, else PATH — but
-/// not pyenv's shim, which fails while 2.7 is not the selected version.
-fn wstest() -> Result<PathBuf, String> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("SOCKSCALE_WSTEST").map(PathBuf::from).into_iter().collect();
-    let pyenv = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".pyenv")));
-    if let Some(Ok(versions)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
-        let mut pythons: Vec<PathBuf> = versions
-            .filter_map(Result::ok)
-            .filter(|v| v.file_name().to_string_lossy().starts_with("2.7"))
-            .map(|v| v.path().join("bin/wstest"))
-            .collect();
-        pythons.sort();
-        candidates.extend(pythons.into_iter().rev());
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        let dirs = std::env::split_paths(&path).filter(|dir| !dir.ends_with("shims"));
-        candidates.extend(dirs.map(|dir| dir.join("wstest")));
-    }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        "wstest not found (install: python2.7 -m pip install setuptools==44.0.0 autobahntestsuite)".to_owned()
-    })
-}
 
 fn cases() -> Vec<&'static str> {
     let every = ["1.*", "2.*", "3.*", "4.*", "5.*", "6.*", "7.*", "9.*", "10.*", "11.*"];
@@ -260,7 +237,7 @@ fn await_server_close(stream: &mut TcpStream, buf: &mut [u8]) {
 
 #[test]
 fn autobahn_fuzzingserver_passes_with_the_client_stage() {
-    let wstest = match wstest() {
+    let wstest = match support::ws::wstest() {
         Ok(path) => path,
         Err(why) => {
             eprintln!("skipped: {why}");

@@ -2,6 +2,7 @@
 //! `ClientSession`: the upgrade, messages sent and received, and how the connection ended.
 
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sockscale_ws::{ClientHandshake, ClientSession, Config, DeflateConfig, Kind, Message, Verdict};
@@ -210,4 +211,29 @@ pub fn frame(first: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
         None => f.extend_from_slice(payload),
     }
     f
+}
+
+/// `wstest`: `SOCKSCALE_WSTEST` (which `.ci/run` sets), else pyenv's Python 2.7, else PATH — but
+/// not pyenv's shim, which fails while 2.7 is not the selected version.
+pub fn wstest() -> Result<PathBuf, String> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("SOCKSCALE_WSTEST").map(PathBuf::from).into_iter().collect();
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".pyenv")));
+    if let Some(Ok(versions)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
+        let mut pythons: Vec<PathBuf> = versions
+            .filter_map(Result::ok)
+            .filter(|v| v.file_name().to_string_lossy().starts_with("2.7"))
+            .map(|v| v.path().join("bin/wstest"))
+            .collect();
+        pythons.sort();
+        candidates.extend(pythons.into_iter().rev());
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        let dirs = std::env::split_paths(&path).filter(|dir| !dir.ends_with("shims"));
+        candidates.extend(dirs.map(|dir| dir.join("wstest")));
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        "wstest not found (install: python2.7 -m pip install setuptools==44.0.0 autobahntestsuite)".to_owned()
+    })
 }
