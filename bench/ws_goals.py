@@ -17,6 +17,11 @@ side), and against closed-loop WebSocket clients written on the same two librari
 for byte), all against the same `sockscale serve --proto ws`. Goals: `load ws` >= 0.9x `load
 echo`, and >= 2x the better of the Go and Node clients.
 
+The kernel's limit for the same exchange, as a reference: ../shared/reference/limit_server.c
+(a minimal single-thread epoll echo: one read and one write per readiness, nothing else), built
+with gcc when that file is beside the project, driven by `load echo` like sockscale's TCP echo.
+A goal above it cannot be met by any server, and the table says how far above.
+
 Every server runs on core 0 (server CPU from /proc/PID/stat, all its threads), every client on
 core 1 with one thread (client CPU from its rusage). The pairings are interleaved and repeated;
 ratios are taken within each repetition, and the tables give their median and range.
@@ -31,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +45,8 @@ from pathlib import Path
 import common
 
 PEERS = common.ROOT / "bench" / "ws_peers"
+LIMIT_SOURCE = common.ROOT.parent / "shared" / "reference" / "limit_server.c"
+LIMIT = "kernel limit (C echo)"
 INTEROP = common.ROOT / "crates" / "sockscale" / "tests" / "interop"
 
 
@@ -58,6 +66,26 @@ def build_peers(out_dir):
     npm_ci(INTEROP / "node")
     npm_ci(PEERS / "node")
     return go_server, go_load, INTEROP / "node" / "ws_server.mjs", PEERS / "node" / "ws_load.mjs"
+
+
+def build_limit(out_dir):
+    """The reference limit server, or None (said once) when its source or gcc is missing."""
+    if not LIMIT_SOURCE.is_file() or not common.have("gcc"):
+        print(f"no kernel-limit reference: {LIMIT_SOURCE} or gcc missing", flush=True)
+        return None
+    exe = out_dir / "limit_server"
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(LIMIT_SOURCE)], check=True)
+    return exe
+
+
+def start_limit(exe):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["taskset", "-c", common.SERVER_CPU, str(exe), "echo", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    common.wait_port(port)
+    return proc, port
 
 
 def start_listening(command, env=None):
@@ -108,6 +136,7 @@ def main():
     common.build_sockscale()
     out_dir = common.results_dir("ws_goals")
     go_server, go_load, node_server, node_load = build_peers(out_dir)
+    limit = build_limit(out_dir)
 
     servers = {
         "sockscale ws": lambda: common.start_sockscale(["--proto", "ws", "-m", "epoll", "-t", "1"]),
@@ -132,6 +161,9 @@ def main():
         ("sockscale ws", "Go coder/websocket client"),
         ("sockscale ws", "Node ws client"),
     ]
+    if limit:
+        servers[LIMIT] = lambda: start_limit(limit)
+        pairs.insert(2, (LIMIT, "sockscale load echo"))
     rows = []
     for run in range(args.repeat):
         for server, client in pairs:
@@ -150,7 +182,8 @@ def main():
             print(f"run {run} {server:20} <- {client:26} {row['msg_per_s']:>8} msg/s  server {server_cpu:5.2f} CPU-s "
                   f"{row['msg_per_server_cpu_s']:>8}/CPU-s  client {client_cpu:5.2f} CPU-s {row['msg_per_client_cpu_s']:>8}/CPU-s"
                   f"  errors {errors}", flush=True)
-    common.write_json(out_dir / "results.json", {"machine": common.machine(), "args": vars(args), "rows": rows})
+    common.write_json(out_dir / "results.json", {"machine": common.machine(), "args": vars(args), "rows": rows,
+                                                 "limit_source": str(LIMIT_SOURCE) if limit else None})
     print_tables(rows, args)
 
 
@@ -176,6 +209,9 @@ def print_tables(rows, args):
     shape = f"{args.size} B, c={args.conns}, pipeline {args.pipeline}, {args.duration} s, {args.repeat} repetitions"
     server_pairs = [("sockscale ws", "sockscale load ws"), ("sockscale echo", "sockscale load echo"),
                     ("Go coder/websocket", "sockscale load ws"), ("Node ws", "sockscale load ws")]
+    limited = any(r["server"] == LIMIT for r in rows)
+    if limited:
+        server_pairs.insert(2, (LIMIT, "sockscale load echo"))
     client_pairs = [("sockscale ws", "sockscale load ws"), ("sockscale echo", "sockscale load echo"),
                     ("sockscale ws", "Go coder/websocket client"), ("sockscale ws", "Node ws client")]
     table = []
@@ -193,6 +229,11 @@ def print_tables(rows, args):
     goals = [ratio_line("ws / TCP echo", ws, [echo], 0.8),
              ratio_line("ws / best of Go, Node", ws, third, 2),
              ratio_line("TCP echo / best of Go, Node", echo, third)]
+    if limited:
+        limit = per_run(rows, LIMIT, "sockscale load echo", key)
+        best2 = [2 * max(o) for o in zip(*third)]
+        goals += [ratio_line("ws / kernel limit", ws, [limit]),
+                  ratio_line("the 2x goal (2 x best of Go, Node) / kernel limit", best2, [limit])]
     table = []
     for server, client in client_pairs:
         table.append([client, server, spread(per_run(rows, server, client, "msg_per_s")),
