@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 
 use crate::results::{
-    figure, ConnectAttempts, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, SOCKET_SLAB_CACHES,
+    figure, ConnectAttempts, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, WsIdle,
+    SOCKET_SLAB_CACHES,
 };
 
 /// Why the results are partial, in one paragraph, or None when the run measured everything.
@@ -91,6 +92,13 @@ pub fn tables_body_markdown(results: &Results) -> String {
         } else {
             let _ = write!(s, "No {sweep} point was measured.\n\n");
         }
+    }
+    s.push_str("## WebSocket\n\n");
+    if results.has_websocket() {
+        s.push_str(&results.ws_markdown());
+        s.push('\n');
+    } else {
+        s.push_str("No WebSocket point was measured.\n\n");
     }
     s.push_str("## UDP echo\n\n");
     if results.models.iter().any(|m| m.udp.is_some()) {
@@ -612,6 +620,151 @@ impl Results {
             }
         }
         (!by_model.is_empty()).then(|| format!("Negotiated: {}.", by_model.join("; ")))
+    }
+
+    /// Whether any model has a WebSocket echo point or idle WebSockets (none in results from
+    /// before schema 3).
+    pub fn has_websocket(&self) -> bool {
+        self.models.iter().any(|m| !m.ws.is_empty() || m.ws_idle.is_some())
+    }
+
+    /// The WebSocket tables: echo messages by concurrency (per second, per server CPU-second,
+    /// latency), and idle WebSockets held with the memory each cost.
+    pub fn ws_markdown(&self) -> String {
+        let mut s = String::new();
+        let mut concurrencies: Vec<u64> = self.models.iter().flat_map(|m| m.ws.iter().map(|p| p.concurrency)).collect();
+        concurrencies.sort_unstable();
+        concurrencies.dedup();
+        if !concurrencies.is_empty() {
+            let msg_len = self.models.iter().flat_map(|m| &m.ws).map(|p| p.msg_len).max().unwrap_or(0);
+            let _ = write!(
+                s,
+                "### Echo messages per second, and per server CPU-second\n\nEach of c connections, upgraded from HTTP/1.1 (`serve --proto ws`), sends a {} B binary message, masked as a client must, and waits for its echo before the next (`load ws --pipeline 1`); every echo is compared whole with what was sent. The cell: messages echoed per second; in brackets, the server's CPU (% of one core, /proc/PID/stat before and after) and messages per server CPU-second. Errors are failed connections or exchanges and WebSocket protocol errors.\n\n",
+                thousands(msg_len)
+            );
+            let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
+            let table = |s: &mut String, cell: &dyn Fn(&crate::results::WsPoint) -> String| {
+                let _ = writeln!(s, "| model | {} |", header.join(" | "));
+                let _ = writeln!(s, "|---|{}", "---|".repeat(concurrencies.len()));
+                for m in self.models.iter().filter(|m| !m.ws.is_empty()) {
+                    let cells: Vec<String> = concurrencies
+                        .iter()
+                        .map(|c| m.ws.iter().find(|p| p.concurrency == *c).map_or_else(|| "—".into(), cell))
+                        .collect();
+                    let _ = writeln!(s, "| {} | {} |", m.model, cells.join(" | "));
+                }
+            };
+            table(&mut s, &|p| {
+                let rate = measured_spread(p, figure::MESSAGES_PER_S, Some(p.messages_per_s))
+                    .unwrap_or(Spread::single(p.messages_per_s));
+                let per_cpu = match (p.server_cpu_pct, p.per_cpu_second()) {
+                    (Some(cpu), Some(own)) => {
+                        let per = measured_spread(p, figure::MESSAGES_PER_CPU_SECOND, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        format!(" ({cpu:.0}%; {} per CPU-s)", spread_cell(&per, &|v| thousands(v.round() as u64), ""))
+                    }
+                    (Some(cpu), None) => format!(" ({cpu:.0}%)"),
+                    _ => format!(" (server CPU {NOT_MEASURED})"),
+                };
+                let bound = bound_note(p, p.client_bound);
+                format!(
+                    "{}/s{}{per_cpu}{}{}",
+                    spread_cell(&rate, &|v| thousands(v as u64), ""),
+                    disturbed_suffix(p),
+                    if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
+                    if bound.is_empty() { String::new() } else { format!(" ({bound})") },
+                )
+            });
+            s.push_str("\n### Echo message latency, ms: p50 / p99 (mean)\n\nEach message from being sent to its echo's last byte being read, from the load generator's histogram.\n\n");
+            table(&mut s, &|p| match &p.latency {
+                Some(l) => format!("{} / {} ({})", decimal(l.p50_ms), decimal(l.p99_ms), decimal(l.mean_ms)),
+                None => NOT_MEASURED.into(),
+            });
+            let points = || self.models.iter().flat_map(|m| &m.ws);
+            if any_spread(points().map(|p| p as &dyn Repeated)) {
+                let _ = write!(s, "\n{SPREAD_NOTE}\n");
+            }
+            if points().any(|p| p.disturbed_repeats() > 0) {
+                let _ = write!(s, "\n{DISTURBED_NOTE}\n");
+            }
+        }
+        let idle: Vec<(&str, &WsIdle)> =
+            self.models.iter().filter_map(|m| Some((m.model.as_str(), m.ws_idle.as_ref()?))).collect();
+        if let Some((_, first)) = idle.first() {
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            let _ = write!(
+                s,
+                "### Idle WebSockets held, and memory per idle WebSocket\n\n{} connections upgraded and then held with no message (`load ws --idle`), each pinged every {} s and held until the last to open had been pinged. Held: the server's own peak count. Server bytes per idle WebSocket: its resident memory at the largest sample while they were held, minus before any connected, over the connections held (user space: the kernel's socket memory is not in RSS). Kernel bytes per socket: the socket slab caches and socket buffers added (/proc/slabinfo, /proc/net/sockstat), over the TCP sockets added; system-wide, and both ends of every loopback connection are sockets, so one idle WebSocket costs the server's kernel about one of these. Pongs: the server's answers to the load's pings; every connection answered when there are at least as many as upgrades and no ping went unanswered.\n\n",
+                thousands(first.attempted),
+                decimal(first.ping_interval_s)
+            );
+            s.push_str("| model | held | server bytes per idle WebSocket | server RSS, KiB (before → peak) | kernel bytes per socket | pings / pongs | every connection answered a ping | errors |\n|---|---|---|---|---|---|---|---|\n");
+            for (model, w) in &idle {
+                let held = match w.held {
+                    Some(h) => {
+                        let own = h as f64;
+                        let spread =
+                            measured_spread(*w, figure::WS_IDLE_HELD, Some(own)).unwrap_or(Spread::single(own));
+                        format!(
+                            "{} of {}",
+                            spread_cell(&spread, &|v| thousands(v.round() as u64), ""),
+                            thousands(w.attempted)
+                        )
+                    }
+                    None => format!("{NOT_MEASURED} (the server printed no stats line)"),
+                };
+                let per_conn = match w.server_bytes_per_connection() {
+                    Some(own) => {
+                        let spread = measured_spread(*w, figure::SERVER_BYTES_PER_IDLE_WS, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        format!(
+                            "{}{}",
+                            spread_cell(&spread, &|v| thousands(v.round() as u64), ""),
+                            disturbed_suffix(*w)
+                        )
+                    }
+                    None => NOT_MEASURED.into(),
+                };
+                let rss = match (w.server_rss_baseline_kib, w.server_rss_peak_kib) {
+                    (Some(a), Some(b)) => format!("{} → {}", thousands(a), thousands(b)),
+                    _ => NOT_MEASURED.into(),
+                };
+                let kernel = match w.kernel_bytes_per_socket() {
+                    Some(own) => {
+                        let spread = measured_spread(*w, figure::KERNEL_BYTES_PER_SOCKET, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        spread_cell(&spread, &|v| thousands(v.round() as u64), "")
+                    }
+                    None => match w.kernel.as_ref().and_then(|k| k.slab_unmeasured.as_deref()) {
+                        Some(why) => format!("{NOT_MEASURED} ({why})"),
+                        None => NOT_MEASURED.into(),
+                    },
+                };
+                let answered = if w.every_connection_answered() {
+                    "yes".to_owned()
+                } else if w.ping_timeouts > 0 {
+                    format!("no: {} pings unanswered", thousands(w.ping_timeouts))
+                } else {
+                    format!("no: {} pongs for {} upgrades", thousands(w.pongs_received), thousands(w.upgrades))
+                };
+                let _ = writeln!(
+                    s,
+                    "| {model} | {held} | {per_conn} | {rss} | {kernel} | {} / {} | {answered} | {} |",
+                    thousands(w.pings_sent),
+                    thousands(w.pongs_received),
+                    thousands(w.errors)
+                );
+            }
+            if any_spread(idle.iter().map(|(_, w)| *w as &dyn Repeated)) {
+                let _ = write!(s, "\n{SPREAD_NOTE}\n");
+            }
+            if idle.iter().any(|(_, w)| w.disturbed_repeats() > 0) {
+                let _ = write!(s, "\n{DISTURBED_NOTE}\n");
+            }
+        }
+        s
     }
 
     pub fn udp_markdown(&self) -> String {

@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{figure, HttpPoint, HttpWorkload, ModelResult, Repeated, Results, Row, RowKind, Spread};
+use crate::results::{figure, HttpPoint, HttpWorkload, ModelResult, Repeated, Results, Row, RowKind, Spread, WsPoint};
 use crate::tables::{decimal, thousands};
 
 /// The concurrency the sweep workloads are judged at, when measured: the seeds' own sweet spot
@@ -50,6 +50,12 @@ pub enum Workload {
     Http2Streams,
     /// HTTP/2 over TLS (h2): listed only when measured.
     Http2TlsStreams,
+    /// WebSocket echo at the verdict concurrency: messages per server CPU-second. Listed only
+    /// when measured (results from before schema 3 have none).
+    WebSocketMessages,
+    /// Idle WebSockets: server memory per idle WebSocket, of the models that held them all and
+    /// whose every connection answered a ping. Listed only when measured.
+    IdleWebSockets,
 }
 
 impl Workload {
@@ -63,6 +69,8 @@ impl Workload {
             Workload::TlsHandshakes => "TLS handshakes",
             Workload::Http2Streams => "HTTP/2 streams",
             Workload::Http2TlsStreams => "HTTP/2 streams over TLS",
+            Workload::WebSocketMessages => "WebSocket messages",
+            Workload::IdleWebSockets => "Many idle WebSockets",
         }
     }
 
@@ -92,11 +100,15 @@ pub enum Unit {
     ResponsesPerCpuSecond,
     /// 99th-percentile echo latency, µs.
     P99Us,
+    /// WebSocket messages echoed per second of server CPU.
+    MessagesPerCpuSecond,
+    /// Server resident memory per idle WebSocket held, bytes.
+    BytesPerIdleWebSocket,
 }
 
 impl Unit {
     pub fn higher_is_better(self) -> bool {
-        !matches!(self, Unit::KibPerConnection | Unit::P99Us)
+        !matches!(self, Unit::KibPerConnection | Unit::P99Us | Unit::BytesPerIdleWebSocket)
     }
 }
 
@@ -320,6 +332,15 @@ pub fn verdict(results: &Results) -> Verdict {
     let h2tls = http(results, HttpWorkload::H2Tls);
     if h2tls.is_ok() {
         workloads.push(judge(results, Workload::Http2TlsStreams, h2tls));
+    }
+    // WebSocket is listed only when the run measured it: results from before it have none.
+    let ws = ws_messages(results);
+    if ws.is_ok() {
+        workloads.push(judge(results, Workload::WebSocketMessages, ws));
+    }
+    let idle_ws = idle_websockets(results);
+    if idle_ws.is_ok() {
+        workloads.push(judge(results, Workload::IdleWebSockets, idle_ws));
     }
     Verdict {
         models: results.models.iter().map(|m| m.model.clone()).collect(),
@@ -695,6 +716,86 @@ fn http(results: &Results, w: HttpWorkload) -> Result<Measured, String> {
     })
 }
 
+/// The WebSocket echo points at the verdict concurrency: messages per server CPU-second.
+fn ws_messages(results: &Results) -> Result<Measured, String> {
+    let mut concurrencies: Vec<u64> = results.models.iter().flat_map(|m| m.ws.iter().map(|p| p.concurrency)).collect();
+    concurrencies.sort_unstable();
+    concurrencies.dedup();
+    let Some((c, chosen)) = verdict_concurrency(&concurrencies) else {
+        return Err(missing_reason(results, "no WebSocket echo point in this run"));
+    };
+    fn at(m: &ModelResult, c: u64) -> Option<&WsPoint> {
+        m.ws.iter().find(|p| p.concurrency == c)
+    }
+    let figure_of = |m: &ModelResult| {
+        let p = at(m, c)?;
+        Some(entry(&m.model, p, p.spread_of(figure::MESSAGES_PER_CPU_SECOND)?, p.client_bound))
+    };
+    let msg_len = results.models.iter().find_map(|m| at(m, c)).map_or(0, |p| p.msg_len);
+    let setting = format!(
+        "the WebSocket echo points at {} connections, {} B messages one at a time ({chosen})",
+        thousands(c),
+        thousands(msg_len)
+    );
+    let measured = measure(results, Unit::MessagesPerCpuSecond, setting, figure_of);
+    measured.map(|m| Measured { concurrency: Some(c), ..m }).ok_or_else(|| {
+        missing_reason(
+            results,
+            &format!("no WebSocket echo point at {} connections has the server's CPU measured", thousands(c)),
+        )
+    })
+}
+
+/// Idle WebSockets: server bytes per idle WebSocket, ranked among the models that held (nearly)
+/// all and whose every connection answered a ping; the others are named with what they fell
+/// short of.
+fn idle_websockets(results: &Results) -> Result<Measured, String> {
+    let mut entries = Vec::new();
+    let mut unmeasured = Vec::new();
+    let mut limits = Vec::new();
+    let mut attempted = 0;
+    for m in &results.models {
+        let Some(w) = m.ws_idle.as_ref() else {
+            unmeasured.push(m.model.clone());
+            continue;
+        };
+        attempted = attempted.max(w.attempted);
+        let held = w.spread_of(figure::WS_IDLE_HELD).map(|s| s.median);
+        match held {
+            Some(h) if h >= HELD_ALL * w.attempted as f64 && w.every_connection_answered() => {
+                match w.spread_of(figure::SERVER_BYTES_PER_IDLE_WS) {
+                    Some(spread) => entries.push(entry(&m.model, w, spread, w.client_bound)),
+                    None => unmeasured.push(m.model.clone()),
+                }
+            }
+            Some(h) if h < HELD_ALL * w.attempted as f64 => limits.push(format!(
+                "{} held {} of {} idle WebSockets",
+                m.model,
+                thousands(h.round() as u64),
+                thousands(w.attempted)
+            )),
+            Some(_) => limits.push(format!(
+                "{}: not every idle WebSocket answered a ping ({} pongs for {} upgrades, {} unanswered)",
+                m.model,
+                thousands(w.pongs_received),
+                thousands(w.upgrades),
+                thousands(w.ping_timeouts)
+            )),
+            None => unmeasured.push(m.model.clone()),
+        }
+    }
+    if entries.is_empty() {
+        return Err(missing_reason(
+            results,
+            "no model held every idle WebSocket, answered their pings and had its memory measured",
+        ));
+    }
+    let setting = format!("idle WebSockets ({} upgraded, held and pinged)", thousands(attempted));
+    let mut measured = finish(setting, rank(entries, Unit::BytesPerIdleWebSocket), None, unmeasured);
+    measured.limits = limits;
+    Ok(measured)
+}
+
 /// The workload as the verdict names a point of it.
 fn workload_label(w: HttpWorkload) -> &'static str {
     match w {
@@ -730,6 +831,12 @@ fn disturbed_points(results: &Results) -> Vec<DisturbedPoint> {
         for p in &m.http {
             let name = format!("{} {} at {}", m.model, workload_label(p.workload()), thousands(p.concurrency));
             add(name, p);
+        }
+        for p in &m.ws {
+            add(format!("{} WebSocket echo at {}", m.model, thousands(p.concurrency)), p);
+        }
+        if let Some(w) = &m.ws_idle {
+            add(format!("{} idle WebSockets", m.model), w);
         }
         if let Some(u) = &m.udp {
             add(format!("{} UDP", m.model), u);
@@ -882,6 +989,12 @@ fn seed_advice(workload: Workload, measured: &Result<Measured, String>) -> SeedA
             short: "nothing (no HTTP/2)".into(),
             pick: None,
         },
+        Workload::WebSocketMessages | Workload::IdleWebSockets => SeedAdvice {
+            seeds: "",
+            says: "the seeds say nothing about WebSocket".into(),
+            short: "nothing (no WebSocket)".into(),
+            pick: None,
+        },
     }
 }
 
@@ -942,6 +1055,8 @@ fn scaled(unit: Unit, median: f64) -> (f64, &'static str, &'static str) {
         Unit::P99Us => (1.0, "µs", "p99"),
         Unit::KibPerConnection => (1.0, "KiB", "of server memory per connection"),
         Unit::ResponsesPerCpuSecond => (1.0, "responses", "per server CPU-second"),
+        Unit::MessagesPerCpuSecond => (1.0, "messages", "per server CPU-second"),
+        Unit::BytesPerIdleWebSocket => (1.0, "B", "of server memory per idle WebSocket"),
         Unit::ConnectionsHeld { .. } => (1.0, "", "connections held"),
     }
 }
@@ -1031,6 +1146,8 @@ pub fn figure_short(unit: Unit, s: &Spread, disturbed: usize) -> String {
     let value = match unit {
         Unit::BytesPerCpuSecond => format!("{mid} {scale}/CPU-s"),
         Unit::ResponsesPerCpuSecond => format!("{mid} resp/CPU-s"),
+        Unit::MessagesPerCpuSecond => format!("{mid} msg/CPU-s"),
+        Unit::BytesPerIdleWebSocket => format!("{mid} B/idle ws"),
         Unit::P99Us => format!("p99 {mid} {scale}"),
         Unit::KibPerConnection => format!("{mid} KiB/conn"),
         Unit::ConnectionsHeld { attempted } => format!("{mid}/{} held", compact(attempted as f64)),
@@ -1153,7 +1270,7 @@ fn agreement_short(a: &Agreement) -> String {
 }
 
 fn per_cpu(unit: Unit) -> bool {
-    matches!(unit, Unit::BytesPerCpuSecond | Unit::ResponsesPerCpuSecond)
+    matches!(unit, Unit::BytesPerCpuSecond | Unit::ResponsesPerCpuSecond | Unit::MessagesPerCpuSecond)
 }
 
 /// The opening sentence about a busy machine, when it was; with the points named.
@@ -1551,7 +1668,7 @@ mod tests {
     }
 
     fn model(name: &str, rows: Vec<Row>, http: Vec<HttpPoint>) -> ModelResult {
-        ModelResult { model: name.into(), error: None, rows, http, udp: None }
+        ModelResult { model: name.into(), error: None, rows, http, udp: None, ..ModelResult::default() }
     }
 
     fn results(models: Vec<ModelResult>) -> Results {
