@@ -643,10 +643,11 @@ impl Harness<'_> {
         let conns = p.ws_idle_conns;
         let procs = self.server_procs(model, conns);
         let server = self.start_servers(model, "ws", procs, &[])?;
-        // Connects at about 5,000/s here (the echo rows' figure), then one ping interval and a
-        // half for every connection to be pinged and answer, and the samplers to see them held.
+        // Connects at about 5,000/s here (the echo rows' figure); the last to open is pinged one
+        // interval later, and another interval and a half leaves room for its pong, a slower
+        // connect, and the samplers to see them all held.
         let connect_time = Duration::from_secs_f64(conns as f64 / 5_000.0);
-        let duration = connect_time + p.ws_ping * 3 / 2 + Duration::from_millis(500);
+        let duration = connect_time + p.ws_ping * 5 / 2;
         let mut args: Vec<String> = vec![
             "ws".into(),
             format!("ws://127.0.0.1:{}/", server.port),

@@ -1010,6 +1010,47 @@ mod tests {
 
     /// Results with one epoll model whose rows and points are given as JSON, the way a
     /// results.json of any age holds them.
+    /// Results from before WebSocket (schema 1 and 2) say it was not measured; with points, the
+    /// WebSocket tables show messages (never "requests") per second and per server CPU-second,
+    /// and the idle WebSockets with their bytes per connection and whether every one answered.
+    #[test]
+    fn websocket_tables_show_messages_and_idle_memory_and_older_results_say_not_measured() {
+        let older = epoll_with("", "");
+        assert!(tables_body_markdown(&older).contains("## WebSocket\n\nNo WebSocket point was measured."));
+        let mut r = epoll_with("", "");
+        r.models[0].ws = vec![crate::results::WsPoint {
+            concurrency: 100,
+            msg_len: 512,
+            messages_per_s: 50_000.0,
+            upgrades: 100,
+            server_cpu_pct: Some(50.0),
+            ..Default::default()
+        }];
+        r.models[0].ws_idle = Some(WsIdle {
+            attempted: 1000,
+            upgrades: 1000,
+            held: Some(1000),
+            server_rss_baseline_kib: Some(2000),
+            server_rss_peak_kib: Some(2500),
+            ping_interval_s: 1.0,
+            pings_sent: 1000,
+            pongs_received: 1000,
+            ..Default::default()
+        });
+        let md = tables_body_markdown(&r);
+        let ws = md.split_once("## WebSocket").unwrap().1.split("## UDP").next().unwrap();
+        assert!(ws.contains("| epoll | 50,000/s (50%; 100,000 per CPU-s) |"), "{ws}");
+        // (2,500 - 2,000) KiB × 1024 / 1,000 held = 512 B.
+        assert!(
+            ws.contains("| epoll | 1,000 of 1,000 | 512 | 2,000 → 2,500 | not measured | 1,000 / 1,000 | yes | 0 |"),
+            "{ws}"
+        );
+        assert!(!ws.to_lowercase().contains("requests"), "messages, not requests: {ws}");
+        r.models[0].ws_idle.as_mut().unwrap().pongs_received = 999;
+        let md = tables_body_markdown(&r);
+        assert!(md.contains("| no: 999 pongs for 1,000 upgrades |"), "{md}");
+    }
+
     fn epoll_with(rows: &str, http: &str) -> Results {
         let text = format!(
             r#"{{"schema":1,"profile":"tiny","started":"","finished":"","interrupted":false,

@@ -1687,6 +1687,82 @@ mod tests {
         }
     }
 
+    /// A WebSocket echo point at `c` with three runs of messages per server CPU-second.
+    fn ws_point(c: u64, values: [f64; 3]) -> crate::results::WsPoint {
+        let repeats = runs(figure::MESSAGES_PER_CPU_SECOND, &values);
+        crate::results::WsPoint {
+            concurrency: c,
+            msg_len: 512,
+            messages_per_s: values[1],
+            server_cpu_pct: Some(100.0),
+            spread: spreads_of(&repeats),
+            repeats,
+            ..Default::default()
+        }
+    }
+
+    /// Idle WebSockets: all `attempted` held, `pongs` answered, three runs of server bytes each.
+    fn ws_idle(attempted: u64, held: f64, pongs: u64, bytes: [f64; 3]) -> crate::results::WsIdle {
+        let repeats: Vec<Repeat> = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| run(i as u32 + 1, &[(figure::WS_IDLE_HELD, held), (figure::SERVER_BYTES_PER_IDLE_WS, b)]))
+            .collect();
+        crate::results::WsIdle {
+            attempted,
+            upgrades: attempted,
+            held: Some(held as u64),
+            pongs_received: pongs,
+            pings_sent: pongs,
+            spread: spreads_of(&repeats),
+            repeats,
+            ..Default::default()
+        }
+    }
+
+    /// WebSocket is a "what" of the verdict when measured: messages per server CPU-second at
+    /// the verdict's concurrency (higher first), and bytes per idle WebSocket among the models
+    /// that held all and answered every ping (lower first); a model that fell short is named
+    /// with why. Results without WebSocket (before schema 3) list neither.
+    #[test]
+    fn websocket_is_judged_when_measured_and_left_out_of_older_results() {
+        let older = three_models();
+        let v = verdict(&older);
+        assert!(
+            v.workloads.iter().all(|w| !matches!(w.workload, Workload::WebSocketMessages | Workload::IdleWebSockets)),
+            "no WebSocket in results without it"
+        );
+        let mut r = three_models();
+        for m in &mut r.models {
+            let (ws, idle) = match m.model.as_str() {
+                // epoll clearly ahead on messages; uring least memory, but tokio did not answer
+                // every ping.
+                "epoll" => ([300e3, 310e3, 320e3], ws_idle(1000, 1000.0, 1000, [600.0, 610.0, 620.0])),
+                "uring" => ([200e3, 210e3, 220e3], ws_idle(1000, 1000.0, 1000, [400.0, 410.0, 420.0])),
+                _ => ([100e3, 110e3, 120e3], ws_idle(1000, 1000.0, 990, [100.0, 110.0, 120.0])),
+            };
+            m.ws = vec![ws_point(10, ws.map(|x| x * 2.0)), ws_point(100, ws)];
+            m.ws_idle = Some(idle);
+        }
+        let v = verdict(&r);
+        let find = |w: Workload| v.workloads.iter().find(|x| x.workload == w).expect("listed");
+        let messages = find(Workload::WebSocketMessages).measured.as_ref().expect("measured");
+        assert_eq!(messages.concurrency, Some(100), "judged at the verdict's concurrency");
+        assert_eq!(messages.ranking.leader_names(), ["epoll"]);
+        assert_eq!(messages.ranking.unit, Unit::MessagesPerCpuSecond);
+        assert!(matches!(&messages.ranking.lead, Lead::Ahead { next, .. } if next == "uring"), "{messages:?}");
+        let idle = find(Workload::IdleWebSockets).measured.as_ref().expect("measured");
+        assert_eq!(idle.ranking.leader_names(), ["uring"], "lower is better, tokio left out: {idle:?}");
+        assert!(
+            idle.limits.iter().any(|l| l.starts_with("tokio: not every idle WebSocket answered a ping")),
+            "{idle:?}"
+        );
+        assert_eq!(find(Workload::IdleWebSockets).seeds.pick, None, "the seeds name no WebSocket model");
+        let text = text(&r);
+        assert!(text.contains("WebSocket messages") && text.contains("Many idle WebSockets"), "{text}");
+        assert!(text.contains("msg/CPU-s") || text.contains("messages per server CPU-second"), "{text}");
+    }
+
     /// epoll, uring and tokio, three runs of each row and point: uring clearly ahead on the
     /// flood; uring and epoll tied on HTTP keep-alive at 100 (client-bound), tokio ahead at 10;
     /// tokio lowest in latency with one disturbed run; epoll and tokio tied on memory per
