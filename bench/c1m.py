@@ -338,11 +338,11 @@ def main():
     result["slab_bytes_per_conn_by_cache"] = dict(sorted(
         ((k, round((v - before["slab"].get(k, 0)) / max(held, 1))) for k, v in peak["slab"].items()),
         key=lambda kv: -kv[1])[:10])
-    common.write_json(out_dir / "results.json", result)
     if args.proto == "ws":
         upgrades, pongs = result["ws_upgrades"] or 0, result["ws_pongs_received"] or 0
         result["every_websocket_answered_a_ping"] = upgrades >= held > 0 and pongs >= upgrades and not result["ws_ping_timeouts"]
-        common.write_json(out_dir / "results.json", result)
+    common.write_json(out_dir / "results.json", result)
+    if args.proto == "ws":
         verified = f"{pongs:,} pongs / {upgrades:,} upgrades" + ("" if result["every_websocket_answered_a_ping"] else " (NOT every one)")
     else:
         verified = f"{result['echoes_verified']:,}"
