@@ -643,17 +643,18 @@ impl Harness<'_> {
         let conns = p.ws_idle_conns;
         let procs = self.server_procs(model, conns);
         let server = self.start_servers(model, "ws", procs, &[])?;
-        // Connects at about 5,000/s here (the echo rows' figure); the last to open is pinged one
-        // interval later, and another interval and a half leaves room for its pong, a slower
-        // connect, and the samplers to see them all held.
-        let connect_time = Duration::from_secs_f64(conns as f64 / 5_000.0);
-        let duration = connect_time + p.ws_ping * 5 / 2;
+        // Every connection is opened first (`--connect-before-start`: however long a model takes
+        // to accept them), then the hold: each is pinged one interval after its upgrade, so
+        // within the first interval of the hold, and another interval and a half leaves room
+        // for the last pong and for the samplers to see them all held.
+        let duration = p.ws_ping * 5 / 2;
         let mut args: Vec<String> = vec![
             "ws".into(),
             format!("ws://127.0.0.1:{}/", server.port),
             "-c".into(),
             conns.to_string(),
             "--idle".into(),
+            "--connect-before-start".into(),
             "--ping".into(),
             format!("{:.3}", p.ws_ping.as_secs_f64()),
             "-d".into(),

@@ -217,6 +217,10 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         assert!(cell.contains("/s at c="), "cell {i} of {epoll}");
     }
     assert!(cells[5].ends_with("of its core)") && cells[5].contains(" s ("), "{epoll}");
+    // The WebSocket capacity: epoll's idle WebSockets, each answering a ping, scaled to 50,000.
+    let ws = plan.split("WebSocket, as measured").nth(1).expect("the WebSocket capacity table");
+    let epoll = ws.lines().find(|l| l.starts_with("| epoll |")).expect("epoll's WebSocket capacity");
+    assert!(epoll.contains("| 100 held, each answered a ping |") && epoll.contains(" B each) |"), "{epoll}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
