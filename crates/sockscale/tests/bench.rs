@@ -629,11 +629,12 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     // One model in two rounds: 3 rows, HTTP at 2 concurrencies × keep-alive on/off, HTTPS at 1
-    // × keep-alive and a full handshake per request, HTTP/2 at 1 × h2c and h2, UDP; nginx takes
-    // its turn at each of the 8 sweep points when it is installed. Re-runs of disturbed
+    // × keep-alive and a full handshake per request, HTTP/2 at 1 × h2c and h2, WebSocket echo at
+    // 1, idle WebSockets, UDP; nginx takes its turn at each of the 8 HTTP sweep points when it is
+    // installed (it serves no WebSocket). Re-runs of disturbed
     // measurements add steps at the end of theirs.
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
-    let planned = 2 * (12 + if nginx { 8 } else { 0 });
+    let planned = 2 * (14 + if nginx { 8 } else { 0 });
     let reruns = err.lines().filter(|l| l.contains("] re-run ")).count();
     let total = planned + reruns;
     let per_round = planned / 2;
@@ -653,6 +654,8 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
         "round 2/2 · HTTPS full handshake per request, 10 connections · epoll … done in ".to_owned(),
         "round 1/2 · HTTP/2 h2c, 10 connections · epoll … done in ".to_owned(),
         "round 2/2 · HTTP/2 over TLS, 10 connections · epoll … done in ".to_owned(),
+        "round 1/2 · WebSocket echo, 10 connections · epoll … done in ".to_owned(),
+        "round 2/2 · idle WebSockets, 100 connections · epoll … done in ".to_owned(),
         "round 2/2 · UDP echo · epoll … done in ".to_owned(),
     ];
     if nginx {
