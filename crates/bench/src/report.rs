@@ -7,7 +7,9 @@
 //! and without keep-alive, one line per model (nginx included when it was measured). One for
 //! the same sweep over TLS, with a panel for keep-alive and one for a full handshake per
 //! request: HTTP and HTTPS never share a line, nor two workloads a panel. Every
-//! model keeps one colour and marker in every figure. The HTML page inlines the SVGs and the
+//! model keeps one colour and marker in every figure. WebSocket has two: echo messages per server
+//! CPU-second against concurrency, a line per model, and server bytes per idle WebSocket, a bar
+//! per model (results from before WebSocket have neither). The HTML page inlines the SVGs and the
 //! tables, so it opens from disk with no network. Text is drawn with the DejaVu Sans font
 //! built into the binary, so the PNGs render the same on a machine with no fonts installed.
 

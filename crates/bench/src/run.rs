@@ -1,5 +1,6 @@
 //! `sockscale bench`: every model through the seed's rows, the HTTP, HTTPS and HTTP/2 sweeps
-//! (with nginx when installed) and UDP, each measured in rounds, written out as it goes.
+//! (with nginx when installed), the WebSocket echo sweep and idle WebSockets, and UDP, each
+//! measured in rounds, written out as it goes.
 //!
 //! The run is a list of steps (a row, a sweep point, UDP). Each step is measured `rounds` times,
 //! every round going through every model in turn (ABC ABC ABC, not AAA BBB CCC), so that drift
