@@ -761,6 +761,7 @@ pub fn save(dir: &Path, results: &Results) -> std::io::Result<()> {
     write_atomically(&dir.join("results.json"), (json + "\n").as_bytes())?;
     write_atomically(&dir.join("rows.csv"), results.rows_csv().as_bytes())?;
     write_atomically(&dir.join("http.csv"), results.http_csv().as_bytes())?;
+    write_atomically(&dir.join("ws.csv"), results.ws_csv().as_bytes())?;
     write_atomically(&dir.join("table.md"), crate::verdict::table_md(results).as_bytes())?;
     Ok(())
 }

@@ -893,6 +893,56 @@ const REPEAT_COLUMNS: &str = "repetitions,client_bound_repetitions,server_bound_
 
 /// The cells of [`REPEAT_COLUMNS`]: results from before repetitions count as one, client-bound
 /// as they said, server-bound unknown.
+impl Results {
+    /// The WebSocket points as CSV, one line per echo point (`kind` echo) and per idle
+    /// measurement (`kind` idle); empty cells where a figure was not measured.
+    pub fn ws_csv(&self) -> String {
+        let mut s = format!(
+            "model,kind,connections,msg_len,messages_per_s,server_cpu_pct,messages_per_cpu_second,latency_p50_ms,latency_p99_ms,held,server_rss_baseline_kib,server_rss_peak_kib,server_bytes_per_idle_ws,kernel_bytes_per_socket,pings_sent,pongs_received,ping_timeouts,every_connection_answered,errors,{REPEAT_COLUMNS}\n"
+        );
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+        let int = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
+        for m in &self.models {
+            for p in &m.ws {
+                let _ = writeln!(
+                    s,
+                    "{},echo,{},{},{:.0},{},{},{},{},,,,,,,,,,{},{}",
+                    m.model,
+                    p.concurrency,
+                    p.msg_len,
+                    p.messages_per_s,
+                    opt(p.server_cpu_pct),
+                    opt(p.per_cpu_second()),
+                    opt(p.latency.map(|l| l.p50_ms)),
+                    opt(p.latency.map(|l| l.p99_ms)),
+                    p.errors,
+                    repeat_cells(p, p.client_bound)
+                );
+            }
+            if let Some(w) = &m.ws_idle {
+                let _ = writeln!(
+                    s,
+                    "{},idle,{},,,,,,,{},{},{},{},{},{},{},{},{},{},{}",
+                    m.model,
+                    w.attempted,
+                    int(w.held),
+                    int(w.server_rss_baseline_kib),
+                    int(w.server_rss_peak_kib),
+                    opt(w.server_bytes_per_connection()),
+                    opt(w.kernel_bytes_per_socket()),
+                    w.pings_sent,
+                    w.pongs_received,
+                    w.ping_timeouts,
+                    w.every_connection_answered(),
+                    w.errors,
+                    repeat_cells(w, w.client_bound)
+                );
+            }
+        }
+        s
+    }
+}
+
 fn repeat_cells(item: &dyn Repeated, client_bound: bool) -> String {
     let kept = item.kept();
     if kept.is_empty() {
@@ -1046,6 +1096,11 @@ mod tests {
             "{ws}"
         );
         assert!(!ws.to_lowercase().contains("requests"), "messages, not requests: {ws}");
+        let csv = r.ws_csv();
+        let columns = csv.lines().next().unwrap().split(',').count();
+        assert!(csv.lines().all(|l| l.split(',').count() == columns), "{csv}");
+        assert!(csv.contains("\nepoll,echo,100,512,50000,50.000,100000.000,"), "{csv}");
+        assert!(csv.contains("\nepoll,idle,1000,,,,,,,1000,2000,2500,512.000,,1000,1000,0,true,0,"), "{csv}");
         r.models[0].ws_idle.as_mut().unwrap().pongs_received = 999;
         let md = tables_body_markdown(&r);
         assert!(md.contains("| no: 999 pongs for 1,000 upgrades |"), "{md}");

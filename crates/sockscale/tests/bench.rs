@@ -110,6 +110,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     for file in [
         "rows.csv",
         "http.csv",
+        "ws.csv",
         "table.md",
         "report.html",
         "throughput.svg",
