@@ -29,8 +29,18 @@ slab caches, and reports:
 - server CPU while the connections are idle (from 5 s after the echoes began to 2 s before the
   end of the hold).
 
-Usage: bench/c1m.py [--conns 1000000] [--procs 60] [--sources 40] [--connect-rate 25000]
-                    [--hold 60] [--tcp-mem-pages 3000000] [--out DIR]
+With `--proto ws` the connections are idle WebSockets instead: the servers run `serve --proto
+ws`, the load `load ws ws://… --connect-before-start --idle --ping S -d HOLD`: every connection
+is opened and upgraded first (RFC 6455 handshake, 101 checked), then all are held with no
+message, each pinged every S seconds (S defaults to half the hold, so each one's last ping comes
+after every connection was open: the pings at the end). Each answered a ping when the load's
+pongs are at least the connections upgraded and no ping went unanswered (`ws_ping_timeouts`);
+the run fails otherwise. Memory is reported as for echo: server user space (RSS growth) per
+WebSocket, kernel slab and socket buffers per connection (both ends).
+
+Usage: bench/c1m.py [--proto echo|ws] [--conns 1000000] [--procs 60] [--sources 40]
+                    [--connect-rate 25000] [--hold 60] [--ping S] [--tcp-mem-pages 3000000]
+                    [--out DIR]
 """
 import argparse
 import json
@@ -199,8 +209,17 @@ def main():
     ap.add_argument("--connect-rate", type=int, default=25_000)
     ap.add_argument("--hold", type=int, default=60, help="seconds the measured phase holds them (the echoes take part of it)")
     ap.add_argument("--tcp-mem-pages", type=int, default=3_000_000)
+    ap.add_argument("--proto", choices=("echo", "ws"), default="echo",
+                    help="echo connections, or idle WebSockets each pinged (see above)")
+    ap.add_argument("--ping", type=float, default=None,
+                    help="ws: seconds between the pings of each WebSocket [default: half the hold]")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.ping is None:
+        args.ping = args.hold / 2
+    if args.proto == "ws" and not 0 < args.ping < args.hold:
+        sys.exit(f"c1m: --ping {args.ping} must be above 0 and below --hold {args.hold}: each WebSocket's last ping "
+                 "must come after every connection was open")
     if os.geteuid() != 0:
         sys.exit("c1m: run as root: the system-wide limits (fs.file-max, net.ipv4.tcp_mem, the port range) must be raised")
     common.build_sockscale()
@@ -210,7 +229,7 @@ def main():
     before = {"sockstat": sockstat(), "meminfo": meminfo(), "slab": slab_caches(), "netstat": netstat()}
     env = dict(os.environ, RUST_LOG="error")
     server = subprocess.Popen(
-        [str(common.BIN), "serve", "--model", "epoll", "--proto", "echo", "--listen", "127.0.0.1:0", "--procs", str(args.procs),
+        [str(common.BIN), "serve", "--model", "epoll", "--proto", args.proto, "--listen", "127.0.0.1:0", "--procs", str(args.procs),
          "--threads", "1", "--idle-timeout", "3600", "--backlog", "4096"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     timeline = []
@@ -223,10 +242,14 @@ def main():
         time.sleep(1)
         server_idle = procs_cpu_rss(common.children(server.pid))
         load_json = out_dir / "load.json"
-        load_cmd = [str(common.BIN), "load", "echo", f"127.0.0.1:{port}", "-c", str(args.conns), "--procs", str(args.procs),
-                    "-t", "1", "-l", "16", "--source", f"127.0.0.1-127.0.0.{args.sources}", "--connect-rate", str(args.connect_rate),
-                    "--connect-timeout", "60", "--timeout", "60", "--connect-before-start", "--per-conn", "1", "-d", str(args.hold),
-                    "--json", str(load_json)]
+        common_args = ["-c", str(args.conns), "--procs", str(args.procs), "-t", "1",
+                       "--source", f"127.0.0.1-127.0.0.{args.sources}", "--connect-rate", str(args.connect_rate),
+                       "--connect-timeout", "60", "--timeout", "60", "--connect-before-start", "-d", str(args.hold),
+                       "--json", str(load_json)]
+        if args.proto == "ws":
+            load_cmd = [str(common.BIN), "load", "ws", f"ws://127.0.0.1:{port}/", *common_args, "--idle", "--ping", str(args.ping)]
+        else:
+            load_cmd = [str(common.BIN), "load", "echo", f"127.0.0.1:{port}", *common_args, "-l", "16", "--per-conn", "1"]
         print("$ " + " ".join(load_cmd[1:]), file=sys.stderr)
         began = time.time()
         load = subprocess.Popen(load_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -262,9 +285,11 @@ def main():
         sys.exit(f"c1m: the load wrote no report: {outputs.get('stderr', '').strip()}")
     report = json.load(open(load_json))
     window = report["window"]
+    ws = report.get("ws") or {}
     # The idle part of the hold: from 2 s after the last echo came back (a million echoes begun
     # at once take many seconds) to 2 s before the end (the closes at the end are not idle).
-    echoes_done = window["started_unix_s"] + report["latency"]["max_us"] / 1e6
+    # Idle WebSockets send no message: the whole hold is idle but for the pings.
+    echoes_done = window["started_unix_s"] + (0 if args.proto == "ws" else report["latency"]["max_us"] / 1e6)
     idle = [s for s in timeline if echoes_done + 2 <= s["t"] <= window["ended_unix_s"] - 2]
     if len(idle) < 5:
         print(f"c1m: only {len(idle)} samples after the echoes: give a longer --hold for the idle figures", file=sys.stderr)
@@ -279,7 +304,14 @@ def main():
         # of each load process included).
         "server_accepted": sum(int(v) for v in re.findall(r"\baccepted=(\d+)", final)),
         "server_final": final.strip().splitlines()[-1:] if final.strip() else [],
-        "echoes_verified": report["requests"]["completed"],
+        "proto": args.proto,
+        "echoes_verified": report["requests"]["completed"] if args.proto == "echo" else None,
+        # ws: the upgrades, and the pings and pongs of the whole hold.
+        "ws_upgrades": ws.get("upgrades"),
+        "ws_pings_sent": ws.get("pings_sent"),
+        "ws_pongs_received": ws.get("pongs_received"),
+        "ws_ping_timeouts": ws.get("ping_timeouts"),
+        "ws_ping_interval_s": args.ping if args.proto == "ws" else None,
         "errors": {k: v for k, v in report["errors"].items() if v},
         "establish_s": report["pre_start"]["connect_s"],
         "connect_latency_us": {k: report["connect_latency"].get(k) for k in ("p50_us", "p99_us", "max_us")},
@@ -306,18 +338,30 @@ def main():
     result["slab_bytes_per_conn_by_cache"] = dict(sorted(
         ((k, round((v - before["slab"].get(k, 0)) / max(held, 1))) for k, v in peak["slab"].items()),
         key=lambda kv: -kv[1])[:10])
+    if args.proto == "ws":
+        upgrades, pongs = result["ws_upgrades"] or 0, result["ws_pongs_received"] or 0
+        result["every_websocket_answered_a_ping"] = upgrades >= held > 0 and pongs >= upgrades and not result["ws_ping_timeouts"]
     common.write_json(out_dir / "results.json", result)
+    if args.proto == "ws":
+        verified = f"{pongs:,} pongs / {upgrades:,} upgrades" + ("" if result["every_websocket_answered_a_ping"] else " (NOT every one)")
+    else:
+        verified = f"{result['echoes_verified']:,}"
     print(outputs.get("stdout", ""))
-    rows = [[f"{args.conns:,}", f"{held:,}", f"{result['echoes_verified']:,}", sum(result["errors"].values()),
+    rows = [[f"{args.conns:,}", f"{held:,}", verified, sum(result["errors"].values()),
              f"{result['establish_s']:.1f} s", f"{result['server_user_bytes_per_conn']:.0f} B", f"{result['load_user_bytes_per_conn']:.0f} B",
              f"{result['kernel_slab_bytes_per_conn']:.0f} B", f"{result['kernel_tcp_buffer_bytes_per_conn']:.0f} B",
              f"{result['mem_available_drop_bytes_per_conn']:.0f} B",
              "n/a" if result["idle_server_cpu_pct"] is None else f"{result['idle_server_cpu_pct']:.1f}%"]]
-    print(common.markdown_table(["asked", "held", "echoes verified", "errors", "time to establish", "server user-space / conn",
+    print(common.markdown_table(["asked", "held", "echoes verified" if args.proto == "echo" else "pings answered", "errors", "time to establish", "server user-space / conn",
                                  "load user-space / conn", "kernel slab / conn (both ends)", "TCP buffer pages / conn",
                                  "MemAvailable drop / conn", "server CPU idle"], rows))
     print(f"raw results: {out_dir / 'results.json'}", file=sys.stderr)
-    if held < args.conns or result["echoes_verified"] < args.conns:
+    if held < args.conns:
+        sys.exit(1)
+    if args.proto == "echo" and result["echoes_verified"] < args.conns:
+        sys.exit(1)
+    if args.proto == "ws" and not result["every_websocket_answered_a_ping"]:
+        print(f"c1m: not every WebSocket answered a ping: {verified}, {result['ws_ping_timeouts']} unanswered", file=sys.stderr)
         sys.exit(1)
 
 

@@ -20,7 +20,7 @@ use crate::interference::InterferenceWindow;
 use crate::profile::Profile;
 use crate::results::{
     ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, Interference, KernelMemory, Row, RowKind, SampleCounts,
-    TlsHandshakes, UdpPoint,
+    TlsHandshakes, UdpPoint, WsIdle, WsPoint,
 };
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
@@ -585,6 +585,127 @@ impl Harness<'_> {
             ..HttpPoint::default()
         };
         Ok(Measured { value: point, interference })
+    }
+
+    /// One point of the WebSocket echo sweep: a fresh `serve --proto ws` server for `model`, `c`
+    /// connections upgraded to it, each sending the profile's `msg_len`-byte messages one at a
+    /// time (`--pipeline 1`); the server's CPU read before and after.
+    pub fn ws_point(&self, model: &str, c: u64) -> Result<Measured<WsPoint>, String> {
+        let p = self.profile;
+        let server = self.start_server(model, "ws", &[])?;
+        let mut args: Vec<String> = vec![
+            "ws".into(),
+            format!("ws://127.0.0.1:{}/", server.port),
+            "-c".into(),
+            c.to_string(),
+            "-s".into(),
+            p.msg_len.to_string(),
+            "--pipeline".into(),
+            "1".into(),
+            "-d".into(),
+            format!("{:.3}", (p.http_time + Duration::from_secs_f64(c as f64 / 10_000.0)).as_secs_f64()),
+            "-t".into(),
+            self.client_threads(),
+        ];
+        args.extend(self.spread(c));
+        let pid = server.pid();
+        let before = crate::sampler::cpu_ticks(pid).map(|t| (Instant::now(), t));
+        let (report, interference) = self.watched(Some(pid), || self.load(&args));
+        let server_cpu_pct = before.and_then(|(then, ticks)| {
+            let used = crate::sampler::cpu_ticks(pid)?.checked_sub(ticks)? as f64;
+            let secs = then.elapsed().as_secs_f64();
+            (secs > 0.0).then(|| 100.0 * used / sockscale_sys::clock_ticks_per_second() as f64 / secs)
+        });
+        let _ = self.stop_server(server);
+        let report = report?;
+        let ws = report.ws.clone().unwrap_or_default();
+        let point = WsPoint {
+            concurrency: c,
+            msg_len: p.msg_len as u64,
+            messages_per_s: report.rates.requests_per_s,
+            upgrades: ws.upgrades,
+            latency: HttpLatency::from_report(&report.latency),
+            errors: report.errors.total() + ws.protocol_errors.values().sum::<u64>(),
+            client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
+            server_cpu_pct,
+            ..WsPoint::default()
+        };
+        Ok(Measured { value: point, interference })
+    }
+
+    /// Idle WebSockets: a fresh `serve --proto ws` server for `model`, its memory read with
+    /// nothing connected, then the profile's `ws_idle_conns` connections upgraded and held
+    /// with no message (`load ws --idle`), each pinged every `ws_ping`, for long enough that
+    /// the last to open is pinged too; the server's memory and the kernel's socket memory
+    /// sampled meanwhile, as the echo rows sample them.
+    pub fn ws_idle(&self, model: &str) -> Result<Measured<WsIdle>, String> {
+        let p = self.profile;
+        let conns = p.ws_idle_conns;
+        let procs = self.server_procs(model, conns);
+        let server = self.start_servers(model, "ws", procs, &[])?;
+        // Every connection is opened first (`--connect-before-start`: however long a model takes
+        // to accept them), then the hold: each is pinged one interval after its upgrade, so
+        // within the first interval of the hold, and another interval and a half leaves room
+        // for the last pong and for the samplers to see them all held.
+        let duration = p.ws_ping * 5 / 2;
+        let mut args: Vec<String> = vec![
+            "ws".into(),
+            format!("ws://127.0.0.1:{}/", server.port),
+            "-c".into(),
+            conns.to_string(),
+            "--idle".into(),
+            "--connect-before-start".into(),
+            "--ping".into(),
+            format!("{:.3}", p.ws_ping.as_secs_f64()),
+            "-d".into(),
+            format!("{:.3}", duration.as_secs_f64()),
+            "-t".into(),
+            self.client_threads(),
+        ];
+        args.extend(self.spread(conns));
+        let rss_baseline = crate::sampler::group_rss_kib(server.pid());
+        let sockstat_baseline = sockstat_tcp();
+        let slab_baseline = socket_slabs();
+        let interval = Duration::from_millis(250);
+        let counters = server.counters();
+        let sampler = Sampler::start_with_held(server.pid(), interval, Box::new(move || counters.held_now()));
+        let (report, interference) = self.watched(Some(server.pid()), || self.load(&args));
+        let samples = sampler.finish();
+        std::thread::sleep(Duration::from_millis(150));
+        let counters = self.stop_server(server);
+        let (held, held_reports) = counters.read();
+        let report = report?;
+        let ws = report.ws.clone().unwrap_or_default();
+        let slab_unmeasured = match (&slab_baseline, &samples.slab_peak) {
+            (Err(reason), _) => Some(reason.clone()),
+            (Ok(_), None) => Some("/proc/slabinfo could not be read while the load ran".to_owned()),
+            (Ok(_), Some(_)) => None,
+        };
+        let kernel = KernelMemory {
+            page_size: sockscale_sys::page_size() as u64,
+            sockstat_baseline,
+            sockstat_peak: samples.sockstat_peak.filter(|_| sockstat_baseline.is_some()),
+            slab_baseline: slab_baseline.ok().filter(|_| slab_unmeasured.is_none()),
+            slab_peak: samples.slab_peak.filter(|_| slab_unmeasured.is_none()),
+            slab_unmeasured,
+        };
+        let idle = WsIdle {
+            attempted: conns,
+            upgrades: ws.upgrades,
+            held: (held_reports > 0).then_some(held.min(conns)),
+            server_rss_baseline_kib: rss_baseline,
+            server_rss_peak_kib: (samples.rss_samples > 0).then_some(samples.rss_kib_max),
+            kernel: Some(kernel),
+            ping_interval_s: p.ws_ping.as_secs_f64(),
+            pings_sent: ws.pings_sent,
+            pongs_received: ws.pongs_received,
+            ping_timeouts: ws.ping_timeouts,
+            errors: report.errors.total() + ws.protocol_errors.values().sum::<u64>(),
+            client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
+            duration_s: report.duration_s,
+            ..WsIdle::default()
+        };
+        Ok(Measured { value: idle, interference })
     }
 
     pub fn udp(&self, model: &str) -> Result<Measured<UdpPoint>, String> {

@@ -921,7 +921,72 @@ pub fn predict(results: &Results, target: u64) -> Result<String, PlanError> {
         s.push('\n');
         s.push_str(&http);
     }
+    if let Some(ws) = ws_capacity(results, target) {
+        s.push('\n');
+        s.push_str(&ws);
+    }
     Ok(s)
+}
+
+/// What the WebSocket points measured, model by model: the memory `target` idle WebSockets
+/// would take at the bytes per idle WebSocket measured (server user space, and the kernel's
+/// socket memory of the server's end), and the most echo messages per server CPU-second.
+/// `None` when the results have no WebSocket point (before schema 3).
+pub fn ws_capacity(results: &Results, target: u64) -> Option<String> {
+    let measured: Vec<&ModelResult> =
+        results.models.iter().filter(|m| !m.ws.is_empty() || m.ws_idle.is_some()).collect();
+    if measured.is_empty() {
+        return None;
+    }
+    let mib = |bytes: f64| format!("{} MiB", thousands((bytes / (1024.0 * 1024.0)).round() as u64));
+    let mut s = format!(
+        "WebSocket, as measured: {} idle WebSockets at the bytes each took when the bench held its idle WebSockets (extrapolated in proportion), and the most echo messages per server CPU-second\n\n| model | idle WebSockets measured | {} idle: server user space | {} idle: kernel, the server's sockets | echo messages per server CPU-second |\n|---|---|---|---|---|\n",
+        thousands(target),
+        thousands(target),
+        thousands(target)
+    );
+    for m in measured {
+        let idle = m.ws_idle.as_ref();
+        let held = idle.map_or_else(
+            || "not measured".to_owned(),
+            |w| {
+                let answered = if w.every_connection_answered() {
+                    "each answered a ping"
+                } else {
+                    "not every one answered a ping"
+                };
+                w.held.map_or_else(
+                    || format!("held not measured, {answered}"),
+                    |h| format!("{} held, {answered}", thousands(h)),
+                )
+            },
+        );
+        let server = idle.and_then(|w| {
+            let per = w.spread_of(figure::SERVER_BYTES_PER_IDLE_WS)?.median;
+            Some(format!("{} ({} B each)", mib(per * target as f64), thousands(per.round() as u64)))
+        });
+        let kernel = idle.and_then(|w| {
+            let per = w.spread_of(figure::KERNEL_BYTES_PER_SOCKET)?.median;
+            Some(format!("{} ({} B a socket)", mib(per * target as f64), thousands(per.round() as u64)))
+        });
+        let messages =
+            m.ws.iter()
+                .filter_map(|p| Some((p, p.spread_of(figure::MESSAGES_PER_CPU_SECOND)?.median)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or_else(
+                    || "not measured".to_owned(),
+                    |(p, v)| format!("{} at c={}", thousands(v.round() as u64), thousands(p.concurrency)),
+                );
+        let _ = writeln!(
+            s,
+            "| {} | {held} | {} | {} | {messages} |",
+            m.model,
+            server.unwrap_or_else(|| "not measured".into()),
+            kernel.unwrap_or_else(|| "not measured".into())
+        );
+    }
+    s.push_str("\nServer user space is the server's resident memory added per idle WebSocket held; the kernel column counts one socket per connection (the server's end) at the socket slab caches and buffers added per TCP socket, which the bench reads system-wide over both ends of its loopback connections. Both grow in proportion only as far as the machine's limits allow (open files, ports, net.ipv4.tcp_mem); bench/c1m.py --proto ws measures a million on one machine.\n");
+    Some(s)
 }
 
 /// The best point of one HTTP workload for one model: the most responses per second over the
@@ -1030,6 +1095,40 @@ mod tests {
             client_bound: requests_per_s == 9_000.0,
             ..HttpPoint::default()
         }
+    }
+
+    /// The WebSocket capacity: the target's idle WebSockets at the bytes measured for each, the
+    /// best echo messages per server CPU-second; none for results without WebSocket points.
+    #[test]
+    fn ws_capacity_scales_the_measured_bytes_per_idle_websocket() {
+        let mut r = Results::default();
+        r.models.push(ModelResult { model: "epoll".into(), ..ModelResult::default() });
+        assert_eq!(ws_capacity(&r, 1_000_000), None, "no WebSocket point: no table");
+        let per_cpu = |c: u64, v: f64| crate::results::WsPoint {
+            concurrency: c,
+            messages_per_s: v / 2.0,
+            server_cpu_pct: Some(50.0),
+            ..Default::default()
+        };
+        r.models[0].ws = vec![per_cpu(10, 80_000.0), per_cpu(100, 120_000.0)];
+        r.models[0].ws_idle = Some(crate::results::WsIdle {
+            attempted: 2048,
+            upgrades: 2048,
+            held: Some(2048),
+            // 1 MiB added over 2,048 held: 512 B each.
+            server_rss_baseline_kib: Some(1024),
+            server_rss_peak_kib: Some(2048),
+            pings_sent: 2048,
+            pongs_received: 2048,
+            ..Default::default()
+        });
+        let table = ws_capacity(&r, 1_048_576).expect("a table");
+        let epoll = table.lines().find(|l| l.starts_with("| epoll |")).expect("epoll's line");
+        assert_eq!(
+            epoll,
+            "| epoll | 2,048 held, each answered a ping | 512 MiB (512 B each) | not measured | 120,000 at c=100 |",
+            "{table}"
+        );
     }
 
     /// The HTTP and HTTPS capacity: the best point of each workload, and the CPU of a full

@@ -7,7 +7,9 @@
 //! and without keep-alive, one line per model (nginx included when it was measured). One for
 //! the same sweep over TLS, with a panel for keep-alive and one for a full handshake per
 //! request: HTTP and HTTPS never share a line, nor two workloads a panel. Every
-//! model keeps one colour and marker in every figure. The HTML page inlines the SVGs and the
+//! model keeps one colour and marker in every figure. WebSocket has two: echo messages per server
+//! CPU-second against concurrency, a line per model, and server bytes per idle WebSocket, a bar
+//! per model (results from before WebSocket have neither). The HTML page inlines the SVGs and the
 //! tables, so it opens from disk with no network. Text is drawn with the DejaVu Sans font
 //! built into the binary, so the PNGs render the same on a machine with no fonts installed.
 
@@ -21,7 +23,7 @@ use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{figure, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread};
+use crate::results::{figure, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, WsIdle, WsPoint};
 use crate::tables::{decimal, thousands};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +63,10 @@ pub enum Plot {
     /// One line per model through a row of one workload: its latency spectrum, or a figure over
     /// the row's time.
     Curves { x_axis: String, x: XScale, workload: RowKind, series: Vec<Series> },
+    /// One line per model against concurrency (log scale), all WebSocket echo points.
+    WsLines { x_axis: String, series: Vec<Series> },
+    /// One bar per model, all of idle WebSockets.
+    WsBars { bars: Vec<Bar> },
 }
 
 /// What the x axis of [`Plot::Curves`] holds.
@@ -404,6 +410,7 @@ pub fn figures(results: &Results) -> Vec<Figure> {
         caption: "The same page over HTTP/2, as h2load drives it: concurrent streams on each connection (the point's `streams`), h2c with prior knowledge and h2 over TLS (ALPN); nginx (one worker) when it was installed. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy.".to_owned(),
         panels: [HttpWorkload::H2c, HttpWorkload::H2Tls].into_iter().map(http_panel).collect(),
     });
+    figures.extend(websocket_figures(results, &style_of));
     figures.push(latency_figure(results, &style_of));
     for kind in [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum] {
         figures.push(over_time_figure(results, kind, &style_of));
@@ -413,11 +420,93 @@ pub fn figures(results: &Results) -> Vec<Figure> {
     // plotters cannot lay out a bar axis of no bars.
     for figure in &mut figures {
         figure.panels.retain(|p| match &p.plot {
-            Plot::Bars { bars, .. } => !bars.is_empty(),
-            Plot::Lines { series, .. } | Plot::Curves { series, .. } => series.iter().any(|s| !s.points.is_empty()),
+            Plot::Bars { bars, .. } | Plot::WsBars { bars } => !bars.is_empty(),
+            Plot::Lines { series, .. } | Plot::Curves { series, .. } | Plot::WsLines { series, .. } => {
+                series.iter().any(|s| !s.points.is_empty())
+            }
         });
     }
     figures.retain(|f| !f.panels.is_empty());
+    figures
+}
+
+/// The WebSocket figures: echo messages per server CPU-second against concurrency, one line per
+/// model; and server bytes per idle WebSocket, one bar per model. None for results without
+/// WebSocket points (before schema 3).
+fn websocket_figures(results: &Results, style_of: &dyn Fn(&str) -> Style) -> Vec<Figure> {
+    let mut figures = Vec::new();
+    let echo: Vec<Series> = results
+        .models
+        .iter()
+        .filter(|m| m.ws.iter().any(|p| p.per_cpu_second().is_some()))
+        .map(|m| {
+            let mut at: Vec<&WsPoint> = m.ws.iter().filter(|p| p.per_cpu_second().is_some()).collect();
+            at.sort_by_key(|p| p.concurrency);
+            let points = at
+                .iter()
+                .map(|p| {
+                    let v = p
+                        .spread_of(figure::MESSAGES_PER_CPU_SECOND)
+                        .map_or(p.per_cpu_second().unwrap_or(0.0), |s| s.median);
+                    (p.concurrency as f64, v)
+                })
+                .collect();
+            let marks = at
+                .iter()
+                .map(|p| PointMark::of(*p, Some((figure::MESSAGES_PER_CPU_SECOND, 1.0)), p.client_bound))
+                .collect();
+            Series { model: m.model.clone(), style: style_of(&m.model), points, marks }
+        })
+        .collect();
+    let msg_len = results.models.iter().flat_map(|m| &m.ws).map(|p| p.msg_len).max().unwrap_or(0);
+    figures.push(Figure {
+        file: "websocket",
+        title: "WebSocket echo messages per server CPU-second by concurrency".to_owned(),
+        caption: format!("Messages echoed back per second of server CPU (user + system) at each concurrency: every connection upgraded from HTTP/1.1 (`serve --proto ws`) and sending a {} B binary message, masked, one at a time (`load ws --pipeline 1`); per CPU-second, so it measures the server even where the load generator was the limit. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy; messages per second are in the WebSocket tables.", thousands(msg_len)),
+        panels: vec![Panel {
+            title: "WebSocket echo: one message in flight on each connection".to_owned(),
+            value_axis: "messages per server CPU-second".to_owned(),
+            log_values: false,
+            plot: Plot::WsLines { x_axis: "concurrent connections (log scale)".to_owned(), series: echo },
+        }],
+    });
+    let idle: Vec<Bar> = results
+        .models
+        .iter()
+        .filter_map(|m| Some((m, m.ws_idle.as_ref()?)))
+        .map(|(m, w)| {
+            let mark = PointMark::of(w, Some((figure::SERVER_BYTES_PER_IDLE_WS, 1.0)), w.client_bound);
+            let (value, label) = match w.server_bytes_per_connection() {
+                Some(own) => {
+                    let v = w.spread_of(figure::SERVER_BYTES_PER_IDLE_WS).map_or(own, |s| s.median);
+                    let held = match w.held {
+                        Some(h) if h < w.attempted => {
+                            format!("; {} of {} held", thousands(h), thousands(w.attempted))
+                        }
+                        _ => String::new(),
+                    };
+                    let range = mark.range.map_or_else(String::new, |(lo, hi)| {
+                        format!(" ({}–{})", thousands(lo.round() as u64), thousands(hi.round() as u64))
+                    });
+                    (Some(v), format!("{} B{range}{held}{}", thousands(v.round() as u64), mark.label_suffix()))
+                }
+                None => (None, "not measured".to_owned()),
+            };
+            Bar { model: m.model.clone(), style: style_of(&m.model), value, label, mark }
+        })
+        .collect();
+    let attempted = results.models.iter().find_map(|m| m.ws_idle.as_ref()).map_or(0, |w| w.attempted);
+    figures.push(Figure {
+        file: "websocket_idle",
+        title: "Server memory per idle WebSocket".to_owned(),
+        caption: "The server's resident memory while the idle WebSockets were held (largest sample) minus before any connected, over the connections it held: user-space bytes per idle WebSocket (the kernel's socket memory is not in RSS; it is in the WebSocket tables). Each connection was pinged and answered; lower is better.".to_owned(),
+        panels: vec![Panel {
+            title: format!("idle WebSockets: {} upgraded and held, pinged", thousands(attempted)),
+            value_axis: "server bytes per idle WebSocket".to_owned(),
+            log_values: false,
+            plot: Plot::WsBars { bars: idle },
+        }],
+    });
     figures
 }
 
@@ -580,8 +669,8 @@ const LEGEND_WIDTH: u32 = 170;
 /// A panel's height in pixels: bar panels grow with the number of models.
 fn panel_height(panel: &Panel) -> u32 {
     match &panel.plot {
-        Plot::Bars { bars, .. } => 110 + 30 * bars.len() as u32,
-        Plot::Lines { .. } => 400,
+        Plot::Bars { bars, .. } | Plot::WsBars { bars } => 110 + 30 * bars.len() as u32,
+        Plot::Lines { .. } | Plot::WsLines { .. } => 400,
         Plot::Curves { x: XScale::Percentile, .. } => 380,
         Plot::Curves { x: XScale::Seconds, .. } => 280,
     }
@@ -596,7 +685,8 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
     let body = root.titled(&figure.title, ("sans-serif", 24)).map_err(err)?;
-    let lines = figure.panels.iter().any(|p| matches!(p.plot, Plot::Lines { .. } | Plot::Curves { .. }));
+    let lines =
+        figure.panels.iter().any(|p| matches!(p.plot, Plot::Lines { .. } | Plot::Curves { .. } | Plot::WsLines { .. }));
     let (panels_area, legend_area) = if lines {
         let (w, _) = body.dim_in_pixel();
         let (left, right) = body.split_horizontally(w.saturating_sub(LEGEND_WIDTH));
@@ -609,16 +699,20 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
         let (area, below) = rest.split_vertically(panel_height(panel));
         rest = below;
         match &panel.plot {
-            Plot::Bars { bars, .. } => draw_bars(&area, panel, bars)?,
-            Plot::Lines { x_axis, series, .. } => draw_lines(&area, panel, x_axis, series)?,
+            Plot::Bars { bars, .. } | Plot::WsBars { bars } => draw_bars(&area, panel, bars)?,
+            Plot::Lines { x_axis, series, .. } | Plot::WsLines { x_axis, series } => {
+                draw_lines(&area, panel, x_axis, series)?
+            }
             Plot::Curves { x_axis, x, series, .. } => draw_curves(&area, panel, x_axis, *x, series)?,
         }
     }
     if let Some(legend) = legend_area {
         let mut seen = Vec::new();
         let series = figure.panels.iter().flat_map(|p| match &p.plot {
-            Plot::Lines { series, .. } | Plot::Curves { series, .. } => series.as_slice(),
-            Plot::Bars { .. } => &[],
+            Plot::Lines { series, .. } | Plot::Curves { series, .. } | Plot::WsLines { series, .. } => {
+                series.as_slice()
+            }
+            Plot::Bars { .. } | Plot::WsBars { .. } => &[],
         });
         for s in series {
             if !seen.iter().any(|(m, _)| m == &s.model) {
@@ -627,8 +721,10 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, figure: &Figure) -> Re
         }
         let marks = || {
             figure.panels.iter().flat_map(|p| match &p.plot {
-                Plot::Lines { series, .. } => series.iter().flat_map(|s| s.marks.iter()).collect::<Vec<_>>(),
-                Plot::Bars { .. } | Plot::Curves { .. } => Vec::new(),
+                Plot::Lines { series, .. } | Plot::WsLines { series, .. } => {
+                    series.iter().flat_map(|s| s.marks.iter()).collect::<Vec<_>>()
+                }
+                Plot::Bars { .. } | Plot::Curves { .. } | Plot::WsBars { .. } => Vec::new(),
             })
         };
         let flagged = (marks().any(|m| m.client_bound), marks().any(|m| m.disturbed));
@@ -1280,7 +1376,9 @@ pub fn summary_html(results: &Results) -> String {
         .models
         .iter()
         .flat_map(|m| m.rows.iter().map(|r| r as &dyn Repeated))
-        .chain(results.all_results().flat_map(|m| m.http.iter().map(|p| p as &dyn Repeated)));
+        .chain(results.all_results().flat_map(|m| m.http.iter().map(|p| p as &dyn Repeated)))
+        .chain(results.models.iter().flat_map(|m| m.ws.iter().map(|p| p as &dyn Repeated)))
+        .chain(results.models.iter().filter_map(|m| m.ws_idle.as_ref().map(|w| w as &dyn Repeated)));
     let (total, disturbed) = items.fold((0, 0), |(t, d), i| (t + 1, d + usize::from(i.disturbed_repeats() > 0)));
     if disturbed > 0 {
         let _ = writeln!(
@@ -1398,8 +1496,101 @@ pub fn summary_html(results: &Results) -> String {
             &rows,
         ));
     }
+    html.push_str(&ws_summary_html(results));
     if disturbed > 0 {
         let _ = writeln!(html, "<p>{}</p>", inline(crate::tables::DISTURBED_NOTE));
+    }
+    html
+}
+
+/// The summary's WebSocket part: per echo concurrency the model that echoed the most messages
+/// per server CPU-second, and per second; then the idle WebSockets, least server memory per
+/// connection first. Empty for results without WebSocket points.
+fn ws_summary_html(results: &Results) -> String {
+    let mut html = String::new();
+    let mut concurrencies: Vec<u64> = results.models.iter().flat_map(|m| m.ws.iter().map(|p| p.concurrency)).collect();
+    concurrencies.sort_unstable();
+    concurrencies.dedup();
+    if !concurrencies.is_empty() {
+        let mut rows = Vec::new();
+        for c in concurrencies {
+            let at: Vec<(&str, &WsPoint)> = results
+                .models
+                .iter()
+                .filter_map(|m| m.ws.iter().find(|p| p.concurrency == c).map(|p| (m.model.as_str(), p)))
+                .collect();
+            let per_cpu = lead(
+                at.iter()
+                    .filter_map(|(m, p)| Entry::of(m, *p, figure::MESSAGES_PER_CPU_SECOND, p.per_cpu_second()))
+                    .collect(),
+                &|v| thousands(v.round() as u64),
+                "",
+            );
+            let rate = lead(
+                at.iter()
+                    .filter_map(|(m, p)| Entry::of(m, *p, figure::MESSAGES_PER_S, Some(p.messages_per_s)))
+                    .collect(),
+                &|v| thousands(v.round() as u64),
+                "/s",
+            );
+            let bound: Vec<(&str, &dyn Repeated, bool)> =
+                at.iter().map(|(m, p)| (*m, *p as &dyn Repeated, p.client_bound)).collect();
+            rows.push(vec![
+                format!("WebSocket echo, {} connections", thousands(c)),
+                per_cpu.0,
+                per_cpu.1,
+                rate.0,
+                rate.1,
+                bottleneck(&bound),
+            ]);
+        }
+        html.push_str("<h3>WebSocket echo points</h3>\n<p>Messages, not requests: each connection sends one message and waits for its echo.</p>\n");
+        html.push_str(&html_table(
+            &[
+                "Point",
+                "Most messages per server CPU-second",
+                "Against the next",
+                "Most messages per second",
+                "Against the next",
+                "Bottleneck",
+            ],
+            &rows,
+        ));
+    }
+    let mut idle: Vec<(&str, &WsIdle, f64)> = results
+        .models
+        .iter()
+        .filter_map(|m| {
+            let w = m.ws_idle.as_ref()?;
+            let own = w.server_bytes_per_connection()?;
+            Some((m.model.as_str(), w, w.spread_of(figure::SERVER_BYTES_PER_IDLE_WS).map_or(own, |s| s.median)))
+        })
+        .collect();
+    if !idle.is_empty() {
+        idle.sort_by(|a, b| a.2.total_cmp(&b.2));
+        let attempted = idle.iter().map(|(_, w, _)| w.attempted).max().unwrap_or(0);
+        let ranked: Vec<String> = idle
+            .iter()
+            .map(|(m, w, v)| {
+                let held = w.held.map_or_else(|| "held not measured".to_owned(), |h| format!("{} held", thousands(h)));
+                let answered = if w.every_connection_answered() {
+                    "every one answered a ping"
+                } else {
+                    "not every one answered a ping"
+                };
+                format!(
+                    "{m}{}: {} B ({held}, {answered})",
+                    if w.disturbed_repeats() > 0 { " †" } else { "" },
+                    thousands(v.round() as u64)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            html,
+            "<h3>Idle WebSockets</h3>\n<p>{} idle WebSockets per model; server bytes per idle WebSocket (resident memory added over the connections held), least first: {}.</p>",
+            thousands(attempted),
+            escape(&ranked.join("; "))
+        );
     }
     html
 }
@@ -1485,7 +1676,7 @@ mod tests {
                 .iter()
                 .map(|p| match &p.plot {
                     Plot::Bars { workload, .. } => *workload,
-                    Plot::Lines { .. } | Plot::Curves { .. } => {
+                    Plot::Lines { .. } | Plot::Curves { .. } | Plot::WsLines { .. } | Plot::WsBars { .. } => {
                         panic!("{}: echo rows of different workloads drawn as a line", f.file)
                     }
                 })
@@ -1637,7 +1828,9 @@ mod tests {
                     Plot::Lines { workload, series, .. } => {
                         (*workload, series.iter().map(|s| (s.model.clone(), s.points.clone())).collect())
                     }
-                    Plot::Bars { .. } | Plot::Curves { .. } => panic!("{file} is drawn as lines against concurrency"),
+                    Plot::Bars { .. } | Plot::Curves { .. } | Plot::WsLines { .. } | Plot::WsBars { .. } => {
+                        panic!("{file} is drawn as lines against concurrency")
+                    }
                 })
                 .collect()
         };

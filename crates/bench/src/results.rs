@@ -6,10 +6,12 @@ use serde::{Deserialize, Serialize};
 
 /// Schema 2 added repetitions (`repeats`), their `spread` and the machine's `interference` to
 /// every row and point; schema 1 results still load, each figure standing as one repetition.
-pub const SCHEMA: u32 = 2;
+/// Schema 3 added each model's WebSocket points (`ws`: echo messages by concurrency) and its
+/// idle WebSockets (`ws_idle`); results of schemas 1 and 2 load without them.
+pub const SCHEMA: u32 = 3;
 
 /// The schemas [`Results::load`] reads.
-pub const READABLE_SCHEMAS: [u32; 2] = [1, 2];
+pub const READABLE_SCHEMAS: [u32; 3] = [1, 2, 3];
 
 /// The names of the figures each repetition keeps and each spread is taken of.
 pub mod figure {
@@ -37,6 +39,17 @@ pub mod figure {
     pub const P99_MS: &str = "p99_ms";
     /// UDP: answers per second.
     pub const UDP_RECEIVED_PER_S: &str = "received_per_s";
+    /// WebSocket echo points: messages echoed back per second.
+    pub const MESSAGES_PER_S: &str = "messages_per_s";
+    /// WebSocket echo points: messages echoed back per second of server CPU.
+    pub const MESSAGES_PER_CPU_SECOND: &str = "messages_per_cpu_second";
+    /// Idle WebSockets: connections the server held (its own gauge, at its peak).
+    pub const WS_IDLE_HELD: &str = "ws_idle_held";
+    /// Idle WebSockets: server resident memory added per idle WebSocket held, bytes.
+    pub const SERVER_BYTES_PER_IDLE_WS: &str = "server_bytes_per_idle_ws";
+    /// Idle WebSockets: kernel memory (socket slab caches and buffers) added per TCP socket
+    /// opened, bytes; both ends of each loopback connection are sockets.
+    pub const KERNEL_BYTES_PER_SOCKET: &str = "kernel_bytes_per_socket";
 }
 
 /// The spread of one figure over a measurement's repetitions: the lowest, the median (the
@@ -871,6 +884,158 @@ pub struct ModelResult {
     pub rows: Vec<Row>,
     pub http: Vec<HttpPoint>,
     pub udp: Option<UdpPoint>,
+    /// WebSocket echo points by concurrency. Empty in results from before schema 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ws: Vec<WsPoint>,
+    /// Idle WebSockets held. Absent in results from before schema 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ws_idle: Option<WsIdle>,
+}
+
+/// One WebSocket echo point: `concurrency` connections upgraded from HTTP/1.1 (`serve --proto
+/// ws`), each sending a `msg_len`-byte binary message and waiting for its echo before the next
+/// (`load ws --pipeline 1`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WsPoint {
+    pub concurrency: u64,
+    pub msg_len: u64,
+    /// Messages echoed back per second (each compared whole with what was sent).
+    pub messages_per_s: f64,
+    /// Connections that completed the upgrade.
+    pub upgrades: u64,
+    /// Message latency, from its send to its echo's last byte; `None` when nothing was timed.
+    pub latency: Option<HttpLatency>,
+    /// Failed exchanges and connections, all kinds, and WebSocket protocol errors.
+    pub errors: u64,
+    pub client_bound: bool,
+    /// The server's CPU over the point (user + system), % of one core; `None` when it could
+    /// not be read.
+    pub server_cpu_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spread: Spreads,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
+}
+
+impl WsPoint {
+    /// Messages echoed per second of server CPU; `None` when the server's CPU was not measured.
+    pub fn per_cpu_second(&self) -> Option<f64> {
+        let cpu = self.server_cpu_pct.filter(|&c| c > 0.0)?;
+        Some(self.messages_per_s / (cpu / 100.0))
+    }
+
+    pub fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        f.insert(figure::MESSAGES_PER_S.into(), self.messages_per_s);
+        if let Some(v) = self.per_cpu_second() {
+            f.insert(figure::MESSAGES_PER_CPU_SECOND.into(), v);
+        }
+        if let Some(v) = self.server_cpu_pct {
+            f.insert(figure::SERVER_CPU_PCT.into(), v);
+        }
+        if let Some(l) = &self.latency {
+            f.insert(figure::P50_MS.into(), l.p50_ms);
+            f.insert(figure::P99_MS.into(), l.p99_ms);
+        }
+        f
+    }
+
+    /// Messages per server CPU-second, else per second.
+    pub fn headline(&self) -> &'static str {
+        if self.per_cpu_second().is_some() {
+            figure::MESSAGES_PER_CPU_SECOND
+        } else {
+            figure::MESSAGES_PER_S
+        }
+    }
+}
+
+/// Idle WebSockets: `attempted` connections upgraded and then held with no message, each
+/// pinged every `ping_interval_s` (`load ws --idle --ping S`), the server's memory read before
+/// they opened and while they were held.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WsIdle {
+    pub attempted: u64,
+    /// Connections that completed the upgrade (the load's count).
+    pub upgrades: u64,
+    /// Connections the server held at its peak (its own gauge); `None` when it printed no stats
+    /// line.
+    pub held: Option<u64>,
+    /// Server resident memory with the server listening and nothing connected, KiB.
+    pub server_rss_baseline_kib: Option<u64>,
+    /// Server resident memory at its largest sample while the connections were held, KiB.
+    pub server_rss_peak_kib: Option<u64>,
+    /// Kernel memory for sockets, raw (system-wide: both ends of every loopback connection).
+    pub kernel: Option<KernelMemory>,
+    pub ping_interval_s: f64,
+    /// Pings the load sent and pongs the server answered with, over the whole hold.
+    pub pings_sent: u64,
+    pub pongs_received: u64,
+    /// Pings left unanswered past the next one (each closed the connection).
+    pub ping_timeouts: u64,
+    /// Failed connections and exchanges, all kinds, and WebSocket protocol errors.
+    pub errors: u64,
+    pub client_bound: bool,
+    pub duration_s: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub spread: Spreads,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
+}
+
+impl WsIdle {
+    /// Server resident memory added per idle WebSocket held, bytes: (peak − baseline) / held.
+    /// `None` when either memory reading or the server's count is missing, or it held none.
+    pub fn server_bytes_per_connection(&self) -> Option<f64> {
+        let held = self.held.filter(|&h| h > 0)?;
+        let added = self.server_rss_peak_kib?.saturating_sub(self.server_rss_baseline_kib?);
+        Some(added as f64 * 1024.0 / held as f64)
+    }
+
+    /// Kernel memory added per TCP socket opened, bytes: the socket slab caches (when
+    /// /proc/slabinfo was readable) plus socket buffers (sockstat), over the sockets added.
+    /// Both ends of a loopback connection are sockets, so a connection costs the server's
+    /// kernel about one of these. `None` when not measured.
+    pub fn kernel_bytes_per_socket(&self) -> Option<f64> {
+        let k = self.kernel.as_ref()?;
+        let sockets = k.sockets_added().filter(|&n| n > 0)?;
+        let slab = k.slab_kib()?.max(0) as f64;
+        let buffers = k.buffers_kib()? as f64;
+        Some((slab + buffers) * 1024.0 / sockets as f64)
+    }
+
+    /// Every connection answered a ping: pongs at least the connections upgraded, and none
+    /// timed out.
+    pub fn every_connection_answered(&self) -> bool {
+        self.upgrades > 0 && self.pongs_received >= self.upgrades && self.ping_timeouts == 0
+    }
+
+    pub fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        if let Some(h) = self.held {
+            f.insert(figure::WS_IDLE_HELD.into(), h as f64);
+        }
+        if let Some(v) = self.server_bytes_per_connection() {
+            f.insert(figure::SERVER_BYTES_PER_IDLE_WS.into(), v);
+        }
+        if let Some(v) = self.kernel_bytes_per_socket() {
+            f.insert(figure::KERNEL_BYTES_PER_SOCKET.into(), v);
+        }
+        f
+    }
+
+    /// Server bytes per idle WebSocket, else the connections held.
+    pub fn headline(&self) -> &'static str {
+        if self.server_bytes_per_connection().is_some() {
+            figure::SERVER_BYTES_PER_IDLE_WS
+        } else {
+            figure::WS_IDLE_HELD
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -1069,7 +1234,7 @@ macro_rules! repeated {
     )*};
 }
 
-repeated!(Row, HttpPoint, UdpPoint);
+repeated!(Row, HttpPoint, UdpPoint, WsPoint, WsIdle);
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,6 @@
 //! `sockscale bench`: every model through the seed's rows, the HTTP, HTTPS and HTTP/2 sweeps
-//! (with nginx when installed) and UDP, each measured in rounds, written out as it goes.
+//! (with nginx when installed), the WebSocket echo sweep and idle WebSockets, and UDP, each
+//! measured in rounds, written out as it goes.
 //!
 //! The run is a list of steps (a row, a sweep point, UDP). Each step is measured `rounds` times,
 //! every round going through every model in turn (ABC ABC ABC, not AAA BBB CCC), so that drift
@@ -21,7 +22,7 @@ use crate::nginx;
 use crate::profile::Profile;
 use crate::results::{
     median_index, spreads_of, Figures, HttpPoint, HttpWorkload, Interference, Interval, ModelResult, Repeat, Reruns,
-    Results, Row, RowKind, Spreads, UdpPoint, SCHEMA,
+    Results, Row, RowKind, Spreads, UdpPoint, WsIdle, WsPoint, SCHEMA,
 };
 use crate::tables::thousands;
 
@@ -58,7 +59,16 @@ impl BenchConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Row(RowKind),
-    Point { workload: HttpWorkload, concurrency: u64 },
+    Point {
+        workload: HttpWorkload,
+        concurrency: u64,
+    },
+    /// WebSocket echo messages at this many connections.
+    WsEcho {
+        concurrency: u64,
+    },
+    /// Idle WebSockets held, pinged, their memory read.
+    WsIdle,
     Udp,
 }
 
@@ -80,6 +90,8 @@ impl Step {
                 };
                 format!("{what}, {} connections", thousands(concurrency))
             }
+            Step::WsEcho { concurrency } => format!("WebSocket echo, {} connections", thousands(concurrency)),
+            Step::WsIdle => format!("idle WebSockets, {} connections", thousands(p.ws_idle_conns)),
             Step::Udp => "UDP echo".to_owned(),
         }
     }
@@ -91,12 +103,15 @@ impl Step {
             Step::Point { workload, concurrency } => {
                 format!("{} sweep ({}, {concurrency} connections)", workload.sweep(), workload.connection())
             }
+            Step::WsEcho { concurrency } => format!("WebSocket echo ({concurrency} connections)"),
+            Step::WsIdle => "idle WebSockets".to_owned(),
             Step::Udp => "UDP".to_owned(),
         }
     }
 }
 
-/// The run's steps in order: the three rows, the HTTP, HTTPS and HTTP/2 sweeps, UDP.
+/// The run's steps in order: the three rows, the HTTP, HTTPS and HTTP/2 sweeps, the WebSocket
+/// echo sweep and idle WebSockets, UDP.
 pub fn steps(p: &Profile) -> Vec<Step> {
     let mut steps: Vec<Step> =
         [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum].into_iter().map(Step::Row).collect();
@@ -109,6 +124,10 @@ pub fn steps(p: &Profile) -> Vec<Step> {
     }
     for &c in &p.h2_concurrency {
         steps.extend([point(HttpWorkload::H2c, c), point(HttpWorkload::H2Tls, c)]);
+    }
+    steps.extend(p.ws_concurrency.iter().map(|&concurrency| Step::WsEcho { concurrency }));
+    if p.ws_idle_conns > 0 {
+        steps.push(Step::WsIdle);
     }
     steps.push(Step::Udp);
     steps
@@ -191,6 +210,48 @@ impl Measurable for HttpPoint {
     }
     fn server_cpu(&self) -> Option<f64> {
         self.server_cpu_pct
+    }
+    fn errors(&self) -> u64 {
+        self.errors
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+    }
+}
+
+impl Measurable for WsPoint {
+    fn figures(&self) -> Figures {
+        WsPoint::figures(self)
+    }
+    fn headline(&self) -> &'static str {
+        WsPoint::headline(self)
+    }
+    fn client_bound(&self) -> bool {
+        self.client_bound
+    }
+    fn server_cpu(&self) -> Option<f64> {
+        self.server_cpu_pct
+    }
+    fn errors(&self) -> u64 {
+        self.errors
+    }
+    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+    }
+}
+
+impl Measurable for WsIdle {
+    fn figures(&self) -> Figures {
+        WsIdle::figures(self)
+    }
+    fn headline(&self) -> &'static str {
+        WsIdle::headline(self)
+    }
+    fn client_bound(&self) -> bool {
+        self.client_bound
+    }
+    fn server_cpu(&self) -> Option<f64> {
+        None
     }
     fn errors(&self) -> u64 {
         self.errors
@@ -289,6 +350,8 @@ impl<T: Measurable> Rounds<T> {
 enum Taken {
     Row(Rounds<Row>),
     Point(Rounds<HttpPoint>),
+    WsEcho(Rounds<WsPoint>),
+    WsIdle(Rounds<WsIdle>),
     Udp(Rounds<UdpPoint>),
 }
 
@@ -297,6 +360,8 @@ impl Taken {
         match step {
             Step::Row(_) => Taken::Row(Rounds::new()),
             Step::Point { .. } => Taken::Point(Rounds::new()),
+            Step::WsEcho { .. } => Taken::WsEcho(Rounds::new()),
+            Step::WsIdle => Taken::WsIdle(Rounds::new()),
             Step::Udp => Taken::Udp(Rounds::new()),
         }
     }
@@ -305,6 +370,8 @@ impl Taken {
         match self {
             Taken::Row(r) => r.disturbed(),
             Taken::Point(r) => r.disturbed(),
+            Taken::WsEcho(r) => r.disturbed(),
+            Taken::WsIdle(r) => r.disturbed(),
             Taken::Udp(r) => r.disturbed(),
         }
     }
@@ -313,6 +380,8 @@ impl Taken {
         match self {
             Taken::Row(r) => r.taken[i].1.round,
             Taken::Point(r) => r.taken[i].1.round,
+            Taken::WsEcho(r) => r.taken[i].1.round,
+            Taken::WsIdle(r) => r.taken[i].1.round,
             Taken::Udp(r) => r.taken[i].1.round,
         }
     }
@@ -321,6 +390,8 @@ impl Taken {
         match self {
             Taken::Row(r) => r.taken[i].1.interference,
             Taken::Point(r) => r.taken[i].1.interference,
+            Taken::WsEcho(r) => r.taken[i].1.interference,
+            Taken::WsIdle(r) => r.taken[i].1.interference,
             Taken::Udp(r) => r.taken[i].1.interference,
         }
     }
@@ -333,6 +404,14 @@ impl Taken {
                 None => r.push(round, *m, server_cores),
             },
             (Taken::Point(r), Measurement::Point(m)) => match rerun_of {
+                Some(i) => r.rerun(i, *m, server_cores),
+                None => r.push(round, *m, server_cores),
+            },
+            (Taken::WsEcho(r), Measurement::WsEcho(m)) => match rerun_of {
+                Some(i) => r.rerun(i, *m, server_cores),
+                None => r.push(round, *m, server_cores),
+            },
+            (Taken::WsIdle(r), Measurement::WsIdle(m)) => match rerun_of {
                 Some(i) => r.rerun(i, *m, server_cores),
                 None => r.push(round, *m, server_cores),
             },
@@ -350,6 +429,8 @@ impl Taken {
         match self {
             Taken::Row(r) => into.rows.extend(r.finish()),
             Taken::Point(r) => into.http.extend(r.finish()),
+            Taken::WsEcho(r) => into.ws.extend(r.finish()),
+            Taken::WsIdle(r) => into.ws_idle = r.finish(),
             Taken::Udp(r) => into.udp = r.finish(),
         }
     }
@@ -359,6 +440,8 @@ impl Taken {
 enum Measurement {
     Row(Box<Measured<Row>>),
     Point(Box<Measured<HttpPoint>>),
+    WsEcho(Box<Measured<WsPoint>>),
+    WsIdle(Box<Measured<WsIdle>>),
     Udp(Box<Measured<UdpPoint>>),
 }
 
@@ -367,6 +450,10 @@ fn measure(h: &Harness<'_>, who: Who, step: Step) -> Result<Measurement, String>
     match (who, step) {
         (Who::Model(m), Step::Row(kind)) => h.row(m.name(), kind).map(|m| Measurement::Row(Box::new(m))),
         (Who::Model(m), Step::Udp) => h.udp(m.name()).map(|m| Measurement::Udp(Box::new(m))),
+        (Who::Model(m), Step::WsEcho { concurrency }) => {
+            h.ws_point(m.name(), concurrency).map(|m| Measurement::WsEcho(Box::new(m)))
+        }
+        (Who::Model(m), Step::WsIdle) => h.ws_idle(m.name()).map(|m| Measurement::WsIdle(Box::new(m))),
         (Who::Model(m), Step::Point { workload, concurrency }) => {
             let scheme = scheme_of(h, workload)?;
             let tls: Vec<String> = match (&h.certificate, workload.tls()) {
@@ -598,6 +685,8 @@ fn as_written(results: &Results, nginx: &ModelResult) -> Results {
         !m.rows.is_empty()
             || !m.http.is_empty()
             || m.udp.is_some()
+            || !m.ws.is_empty()
+            || m.ws_idle.is_some()
             || m.error.as_deref().is_some_and(|e| !e.starts_with("interrupted"))
     };
     let mut out = results.clone();
@@ -672,6 +761,7 @@ pub fn save(dir: &Path, results: &Results) -> std::io::Result<()> {
     write_atomically(&dir.join("results.json"), (json + "\n").as_bytes())?;
     write_atomically(&dir.join("rows.csv"), results.rows_csv().as_bytes())?;
     write_atomically(&dir.join("http.csv"), results.http_csv().as_bytes())?;
+    write_atomically(&dir.join("ws.csv"), results.ws_csv().as_bytes())?;
     write_atomically(&dir.join("table.md"), crate::verdict::table_md(results).as_bytes())?;
     Ok(())
 }

@@ -189,6 +189,14 @@ pub fn group_of(leader: u32) -> Vec<u32> {
     pids
 }
 
+/// The resident memory of `leader` and its group (see [`group_of`]) summed, KiB, read once in
+/// the same way the sampler reads it; `None` when the leader's could not be read.
+pub fn group_rss_kib(leader: u32) -> Option<u64> {
+    let mut samples = Samples::default();
+    sample_levels(&group_of(leader), &mut samples);
+    samples.rss_kib_last
+}
+
 /// The CPU ticks of each process of `pids` that could be read; `None` when the first (the
 /// process the harness started) could not.
 fn group_ticks(pids: &[u32]) -> Option<HashMap<u32, u64>> {

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 
 use crate::results::{
-    figure, ConnectAttempts, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, SOCKET_SLAB_CACHES,
+    figure, ConnectAttempts, HttpPoint, HttpWorkload, Repeated, Results, Row, RowKind, Spread, WsIdle,
+    SOCKET_SLAB_CACHES,
 };
 
 /// Why the results are partial, in one paragraph, or None when the run measured everything.
@@ -91,6 +92,13 @@ pub fn tables_body_markdown(results: &Results) -> String {
         } else {
             let _ = write!(s, "No {sweep} point was measured.\n\n");
         }
+    }
+    s.push_str("## WebSocket\n\n");
+    if results.has_websocket() {
+        s.push_str(&results.ws_markdown());
+        s.push('\n');
+    } else {
+        s.push_str("No WebSocket point was measured.\n\n");
     }
     s.push_str("## UDP echo\n\n");
     if results.models.iter().any(|m| m.udp.is_some()) {
@@ -614,6 +622,151 @@ impl Results {
         (!by_model.is_empty()).then(|| format!("Negotiated: {}.", by_model.join("; ")))
     }
 
+    /// Whether any model has a WebSocket echo point or idle WebSockets (none in results from
+    /// before schema 3).
+    pub fn has_websocket(&self) -> bool {
+        self.models.iter().any(|m| !m.ws.is_empty() || m.ws_idle.is_some())
+    }
+
+    /// The WebSocket tables: echo messages by concurrency (per second, per server CPU-second,
+    /// latency), and idle WebSockets held with the memory each cost.
+    pub fn ws_markdown(&self) -> String {
+        let mut s = String::new();
+        let mut concurrencies: Vec<u64> = self.models.iter().flat_map(|m| m.ws.iter().map(|p| p.concurrency)).collect();
+        concurrencies.sort_unstable();
+        concurrencies.dedup();
+        if !concurrencies.is_empty() {
+            let msg_len = self.models.iter().flat_map(|m| &m.ws).map(|p| p.msg_len).max().unwrap_or(0);
+            let _ = write!(
+                s,
+                "### Echo messages per second, and per server CPU-second\n\nEach of c connections, upgraded from HTTP/1.1 (`serve --proto ws`), sends a {} B binary message, masked as a client must, and waits for its echo before the next (`load ws --pipeline 1`); every echo is compared whole with what was sent. The cell: messages echoed per second; in brackets, the server's CPU (% of one core, /proc/PID/stat before and after) and messages per server CPU-second. Errors are failed connections or exchanges and WebSocket protocol errors.\n\n",
+                thousands(msg_len)
+            );
+            let header: Vec<String> = concurrencies.iter().map(|c| format!("c={c}")).collect();
+            let table = |s: &mut String, cell: &dyn Fn(&crate::results::WsPoint) -> String| {
+                let _ = writeln!(s, "| model | {} |", header.join(" | "));
+                let _ = writeln!(s, "|---|{}", "---|".repeat(concurrencies.len()));
+                for m in self.models.iter().filter(|m| !m.ws.is_empty()) {
+                    let cells: Vec<String> = concurrencies
+                        .iter()
+                        .map(|c| m.ws.iter().find(|p| p.concurrency == *c).map_or_else(|| "—".into(), cell))
+                        .collect();
+                    let _ = writeln!(s, "| {} | {} |", m.model, cells.join(" | "));
+                }
+            };
+            table(&mut s, &|p| {
+                let rate = measured_spread(p, figure::MESSAGES_PER_S, Some(p.messages_per_s))
+                    .unwrap_or(Spread::single(p.messages_per_s));
+                let per_cpu = match (p.server_cpu_pct, p.per_cpu_second()) {
+                    (Some(cpu), Some(own)) => {
+                        let per = measured_spread(p, figure::MESSAGES_PER_CPU_SECOND, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        format!(" ({cpu:.0}%; {} per CPU-s)", spread_cell(&per, &|v| thousands(v.round() as u64), ""))
+                    }
+                    (Some(cpu), None) => format!(" ({cpu:.0}%)"),
+                    _ => format!(" (server CPU {NOT_MEASURED})"),
+                };
+                let bound = bound_note(p, p.client_bound);
+                format!(
+                    "{}/s{}{per_cpu}{}{}",
+                    spread_cell(&rate, &|v| thousands(v as u64), ""),
+                    disturbed_suffix(p),
+                    if p.errors > 0 { format!(", {} errors", thousands(p.errors)) } else { String::new() },
+                    if bound.is_empty() { String::new() } else { format!(" ({bound})") },
+                )
+            });
+            s.push_str("\n### Echo message latency, ms: p50 / p99 (mean)\n\nEach message from being sent to its echo's last byte being read, from the load generator's histogram.\n\n");
+            table(&mut s, &|p| match &p.latency {
+                Some(l) => format!("{} / {} ({})", decimal(l.p50_ms), decimal(l.p99_ms), decimal(l.mean_ms)),
+                None => NOT_MEASURED.into(),
+            });
+            let points = || self.models.iter().flat_map(|m| &m.ws);
+            if any_spread(points().map(|p| p as &dyn Repeated)) {
+                let _ = write!(s, "\n{SPREAD_NOTE}\n");
+            }
+            if points().any(|p| p.disturbed_repeats() > 0) {
+                let _ = write!(s, "\n{DISTURBED_NOTE}\n");
+            }
+        }
+        let idle: Vec<(&str, &WsIdle)> =
+            self.models.iter().filter_map(|m| Some((m.model.as_str(), m.ws_idle.as_ref()?))).collect();
+        if let Some((_, first)) = idle.first() {
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            let _ = write!(
+                s,
+                "### Idle WebSockets held, and memory per idle WebSocket\n\n{} connections upgraded and then held with no message (`load ws --idle`), each pinged every {} s and held until the last to open had been pinged. Held: the server's own peak count. Server bytes per idle WebSocket: its resident memory at the largest sample while they were held, minus before any connected, over the connections held (user space: the kernel's socket memory is not in RSS). Kernel bytes per socket: the socket slab caches and socket buffers added (/proc/slabinfo, /proc/net/sockstat), over the TCP sockets added; system-wide, and both ends of every loopback connection are sockets, so one idle WebSocket costs the server's kernel about one of these. Pongs: the server's answers to the load's pings; every connection answered when there are at least as many as upgrades and no ping went unanswered.\n\n",
+                thousands(first.attempted),
+                decimal(first.ping_interval_s)
+            );
+            s.push_str("| model | held | server bytes per idle WebSocket | server RSS, KiB (before → peak) | kernel bytes per socket | pings / pongs | every connection answered a ping | errors |\n|---|---|---|---|---|---|---|---|\n");
+            for (model, w) in &idle {
+                let held = match w.held {
+                    Some(h) => {
+                        let own = h as f64;
+                        let spread =
+                            measured_spread(*w, figure::WS_IDLE_HELD, Some(own)).unwrap_or(Spread::single(own));
+                        format!(
+                            "{} of {}",
+                            spread_cell(&spread, &|v| thousands(v.round() as u64), ""),
+                            thousands(w.attempted)
+                        )
+                    }
+                    None => format!("{NOT_MEASURED} (the server printed no stats line)"),
+                };
+                let per_conn = match w.server_bytes_per_connection() {
+                    Some(own) => {
+                        let spread = measured_spread(*w, figure::SERVER_BYTES_PER_IDLE_WS, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        format!(
+                            "{}{}",
+                            spread_cell(&spread, &|v| thousands(v.round() as u64), ""),
+                            disturbed_suffix(*w)
+                        )
+                    }
+                    None => NOT_MEASURED.into(),
+                };
+                let rss = match (w.server_rss_baseline_kib, w.server_rss_peak_kib) {
+                    (Some(a), Some(b)) => format!("{} → {}", thousands(a), thousands(b)),
+                    _ => NOT_MEASURED.into(),
+                };
+                let kernel = match w.kernel_bytes_per_socket() {
+                    Some(own) => {
+                        let spread = measured_spread(*w, figure::KERNEL_BYTES_PER_SOCKET, Some(own))
+                            .unwrap_or(Spread::single(own));
+                        spread_cell(&spread, &|v| thousands(v.round() as u64), "")
+                    }
+                    None => match w.kernel.as_ref().and_then(|k| k.slab_unmeasured.as_deref()) {
+                        Some(why) => format!("{NOT_MEASURED} ({why})"),
+                        None => NOT_MEASURED.into(),
+                    },
+                };
+                let answered = if w.every_connection_answered() {
+                    "yes".to_owned()
+                } else if w.ping_timeouts > 0 {
+                    format!("no: {} pings unanswered", thousands(w.ping_timeouts))
+                } else {
+                    format!("no: {} pongs for {} upgrades", thousands(w.pongs_received), thousands(w.upgrades))
+                };
+                let _ = writeln!(
+                    s,
+                    "| {model} | {held} | {per_conn} | {rss} | {kernel} | {} / {} | {answered} | {} |",
+                    thousands(w.pings_sent),
+                    thousands(w.pongs_received),
+                    thousands(w.errors)
+                );
+            }
+            if any_spread(idle.iter().map(|(_, w)| *w as &dyn Repeated)) {
+                let _ = write!(s, "\n{SPREAD_NOTE}\n");
+            }
+            if idle.iter().any(|(_, w)| w.disturbed_repeats() > 0) {
+                let _ = write!(s, "\n{DISTURBED_NOTE}\n");
+            }
+        }
+        s
+    }
+
     pub fn udp_markdown(&self) -> String {
         let nothing = "not measured (nothing sent)";
         let mut s = String::from("| model | datagrams/s sent | datagrams/s received | lost |\n|---|---|---|---|\n");
@@ -740,6 +893,56 @@ const REPEAT_COLUMNS: &str = "repetitions,client_bound_repetitions,server_bound_
 
 /// The cells of [`REPEAT_COLUMNS`]: results from before repetitions count as one, client-bound
 /// as they said, server-bound unknown.
+impl Results {
+    /// The WebSocket points as CSV, one line per echo point (`kind` echo) and per idle
+    /// measurement (`kind` idle); empty cells where a figure was not measured.
+    pub fn ws_csv(&self) -> String {
+        let mut s = format!(
+            "model,kind,connections,msg_len,messages_per_s,server_cpu_pct,messages_per_cpu_second,latency_p50_ms,latency_p99_ms,held,server_rss_baseline_kib,server_rss_peak_kib,server_bytes_per_idle_ws,kernel_bytes_per_socket,pings_sent,pongs_received,ping_timeouts,every_connection_answered,errors,{REPEAT_COLUMNS}\n"
+        );
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+        let int = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
+        for m in &self.models {
+            for p in &m.ws {
+                let _ = writeln!(
+                    s,
+                    "{},echo,{},{},{:.0},{},{},{},{},,,,,,,,,,{},{}",
+                    m.model,
+                    p.concurrency,
+                    p.msg_len,
+                    p.messages_per_s,
+                    opt(p.server_cpu_pct),
+                    opt(p.per_cpu_second()),
+                    opt(p.latency.map(|l| l.p50_ms)),
+                    opt(p.latency.map(|l| l.p99_ms)),
+                    p.errors,
+                    repeat_cells(p, p.client_bound)
+                );
+            }
+            if let Some(w) = &m.ws_idle {
+                let _ = writeln!(
+                    s,
+                    "{},idle,{},,,,,,,{},{},{},{},{},{},{},{},{},{},{}",
+                    m.model,
+                    w.attempted,
+                    int(w.held),
+                    int(w.server_rss_baseline_kib),
+                    int(w.server_rss_peak_kib),
+                    opt(w.server_bytes_per_connection()),
+                    opt(w.kernel_bytes_per_socket()),
+                    w.pings_sent,
+                    w.pongs_received,
+                    w.ping_timeouts,
+                    w.every_connection_answered(),
+                    w.errors,
+                    repeat_cells(w, w.client_bound)
+                );
+            }
+        }
+        s
+    }
+}
+
 fn repeat_cells(item: &dyn Repeated, client_bound: bool) -> String {
     let kept = item.kept();
     if kept.is_empty() {
@@ -857,6 +1060,52 @@ mod tests {
 
     /// Results with one epoll model whose rows and points are given as JSON, the way a
     /// results.json of any age holds them.
+    /// Results from before WebSocket (schema 1 and 2) say it was not measured; with points, the
+    /// WebSocket tables show messages (never "requests") per second and per server CPU-second,
+    /// and the idle WebSockets with their bytes per connection and whether every one answered.
+    #[test]
+    fn websocket_tables_show_messages_and_idle_memory_and_older_results_say_not_measured() {
+        let older = epoll_with("", "");
+        assert!(tables_body_markdown(&older).contains("## WebSocket\n\nNo WebSocket point was measured."));
+        let mut r = epoll_with("", "");
+        r.models[0].ws = vec![crate::results::WsPoint {
+            concurrency: 100,
+            msg_len: 512,
+            messages_per_s: 50_000.0,
+            upgrades: 100,
+            server_cpu_pct: Some(50.0),
+            ..Default::default()
+        }];
+        r.models[0].ws_idle = Some(WsIdle {
+            attempted: 1000,
+            upgrades: 1000,
+            held: Some(1000),
+            server_rss_baseline_kib: Some(2000),
+            server_rss_peak_kib: Some(2500),
+            ping_interval_s: 1.0,
+            pings_sent: 1000,
+            pongs_received: 1000,
+            ..Default::default()
+        });
+        let md = tables_body_markdown(&r);
+        let ws = md.split_once("## WebSocket").unwrap().1.split("## UDP").next().unwrap();
+        assert!(ws.contains("| epoll | 50,000/s (50%; 100,000 per CPU-s) |"), "{ws}");
+        // (2,500 - 2,000) KiB × 1024 / 1,000 held = 512 B.
+        assert!(
+            ws.contains("| epoll | 1,000 of 1,000 | 512 | 2,000 → 2,500 | not measured | 1,000 / 1,000 | yes | 0 |"),
+            "{ws}"
+        );
+        assert!(!ws.to_lowercase().contains("requests"), "messages, not requests: {ws}");
+        let csv = r.ws_csv();
+        let columns = csv.lines().next().unwrap().split(',').count();
+        assert!(csv.lines().all(|l| l.split(',').count() == columns), "{csv}");
+        assert!(csv.contains("\nepoll,echo,100,512,50000,50.000,100000.000,"), "{csv}");
+        assert!(csv.contains("\nepoll,idle,1000,,,,,,,1000,2000,2500,512.000,,1000,1000,0,true,0,"), "{csv}");
+        r.models[0].ws_idle.as_mut().unwrap().pongs_received = 999;
+        let md = tables_body_markdown(&r);
+        assert!(md.contains("| no: 999 pongs for 1,000 upgrades |"), "{md}");
+    }
+
     fn epoll_with(rows: &str, http: &str) -> Results {
         let text = format!(
             r#"{{"schema":1,"profile":"tiny","started":"","finished":"","interrupted":false,

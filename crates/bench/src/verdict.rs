@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{figure, HttpPoint, HttpWorkload, ModelResult, Repeated, Results, Row, RowKind, Spread};
+use crate::results::{figure, HttpPoint, HttpWorkload, ModelResult, Repeated, Results, Row, RowKind, Spread, WsPoint};
 use crate::tables::{decimal, thousands};
 
 /// The concurrency the sweep workloads are judged at, when measured: the seeds' own sweet spot
@@ -50,6 +50,12 @@ pub enum Workload {
     Http2Streams,
     /// HTTP/2 over TLS (h2): listed only when measured.
     Http2TlsStreams,
+    /// WebSocket echo at the verdict concurrency: messages per server CPU-second. Listed only
+    /// when measured (results from before schema 3 have none).
+    WebSocketMessages,
+    /// Idle WebSockets: server memory per idle WebSocket, of the models that held them all and
+    /// whose every connection answered a ping. Listed only when measured.
+    IdleWebSockets,
 }
 
 impl Workload {
@@ -63,6 +69,8 @@ impl Workload {
             Workload::TlsHandshakes => "TLS handshakes",
             Workload::Http2Streams => "HTTP/2 streams",
             Workload::Http2TlsStreams => "HTTP/2 streams over TLS",
+            Workload::WebSocketMessages => "WebSocket messages",
+            Workload::IdleWebSockets => "Many idle WebSockets",
         }
     }
 
@@ -92,11 +100,15 @@ pub enum Unit {
     ResponsesPerCpuSecond,
     /// 99th-percentile echo latency, µs.
     P99Us,
+    /// WebSocket messages echoed per second of server CPU.
+    MessagesPerCpuSecond,
+    /// Server resident memory per idle WebSocket held, bytes.
+    BytesPerIdleWebSocket,
 }
 
 impl Unit {
     pub fn higher_is_better(self) -> bool {
-        !matches!(self, Unit::KibPerConnection | Unit::P99Us)
+        !matches!(self, Unit::KibPerConnection | Unit::P99Us | Unit::BytesPerIdleWebSocket)
     }
 }
 
@@ -320,6 +332,15 @@ pub fn verdict(results: &Results) -> Verdict {
     let h2tls = http(results, HttpWorkload::H2Tls);
     if h2tls.is_ok() {
         workloads.push(judge(results, Workload::Http2TlsStreams, h2tls));
+    }
+    // WebSocket is listed only when the run measured it: results from before it have none.
+    let ws = ws_messages(results);
+    if ws.is_ok() {
+        workloads.push(judge(results, Workload::WebSocketMessages, ws));
+    }
+    let idle_ws = idle_websockets(results);
+    if idle_ws.is_ok() {
+        workloads.push(judge(results, Workload::IdleWebSockets, idle_ws));
     }
     Verdict {
         models: results.models.iter().map(|m| m.model.clone()).collect(),
@@ -695,6 +716,86 @@ fn http(results: &Results, w: HttpWorkload) -> Result<Measured, String> {
     })
 }
 
+/// The WebSocket echo points at the verdict concurrency: messages per server CPU-second.
+fn ws_messages(results: &Results) -> Result<Measured, String> {
+    let mut concurrencies: Vec<u64> = results.models.iter().flat_map(|m| m.ws.iter().map(|p| p.concurrency)).collect();
+    concurrencies.sort_unstable();
+    concurrencies.dedup();
+    let Some((c, chosen)) = verdict_concurrency(&concurrencies) else {
+        return Err(missing_reason(results, "no WebSocket echo point in this run"));
+    };
+    fn at(m: &ModelResult, c: u64) -> Option<&WsPoint> {
+        m.ws.iter().find(|p| p.concurrency == c)
+    }
+    let figure_of = |m: &ModelResult| {
+        let p = at(m, c)?;
+        Some(entry(&m.model, p, p.spread_of(figure::MESSAGES_PER_CPU_SECOND)?, p.client_bound))
+    };
+    let msg_len = results.models.iter().find_map(|m| at(m, c)).map_or(0, |p| p.msg_len);
+    let setting = format!(
+        "the WebSocket echo points at {} connections, {} B messages one at a time ({chosen})",
+        thousands(c),
+        thousands(msg_len)
+    );
+    let measured = measure(results, Unit::MessagesPerCpuSecond, setting, figure_of);
+    measured.map(|m| Measured { concurrency: Some(c), ..m }).ok_or_else(|| {
+        missing_reason(
+            results,
+            &format!("no WebSocket echo point at {} connections has the server's CPU measured", thousands(c)),
+        )
+    })
+}
+
+/// Idle WebSockets: server bytes per idle WebSocket, ranked among the models that held (nearly)
+/// all and whose every connection answered a ping; the others are named with what they fell
+/// short of.
+fn idle_websockets(results: &Results) -> Result<Measured, String> {
+    let mut entries = Vec::new();
+    let mut unmeasured = Vec::new();
+    let mut limits = Vec::new();
+    let mut attempted = 0;
+    for m in &results.models {
+        let Some(w) = m.ws_idle.as_ref() else {
+            unmeasured.push(m.model.clone());
+            continue;
+        };
+        attempted = attempted.max(w.attempted);
+        let held = w.spread_of(figure::WS_IDLE_HELD).map(|s| s.median);
+        match held {
+            Some(h) if h >= HELD_ALL * w.attempted as f64 && w.every_connection_answered() => {
+                match w.spread_of(figure::SERVER_BYTES_PER_IDLE_WS) {
+                    Some(spread) => entries.push(entry(&m.model, w, spread, w.client_bound)),
+                    None => unmeasured.push(m.model.clone()),
+                }
+            }
+            Some(h) if h < HELD_ALL * w.attempted as f64 => limits.push(format!(
+                "{} held {} of {} idle WebSockets",
+                m.model,
+                thousands(h.round() as u64),
+                thousands(w.attempted)
+            )),
+            Some(_) => limits.push(format!(
+                "{}: not every idle WebSocket answered a ping ({} pongs for {} upgrades, {} unanswered)",
+                m.model,
+                thousands(w.pongs_received),
+                thousands(w.upgrades),
+                thousands(w.ping_timeouts)
+            )),
+            None => unmeasured.push(m.model.clone()),
+        }
+    }
+    if entries.is_empty() {
+        return Err(missing_reason(
+            results,
+            "no model held every idle WebSocket, answered their pings and had its memory measured",
+        ));
+    }
+    let setting = format!("idle WebSockets ({} upgraded, held and pinged)", thousands(attempted));
+    let mut measured = finish(setting, rank(entries, Unit::BytesPerIdleWebSocket), None, unmeasured);
+    measured.limits = limits;
+    Ok(measured)
+}
+
 /// The workload as the verdict names a point of it.
 fn workload_label(w: HttpWorkload) -> &'static str {
     match w {
@@ -730,6 +831,12 @@ fn disturbed_points(results: &Results) -> Vec<DisturbedPoint> {
         for p in &m.http {
             let name = format!("{} {} at {}", m.model, workload_label(p.workload()), thousands(p.concurrency));
             add(name, p);
+        }
+        for p in &m.ws {
+            add(format!("{} WebSocket echo at {}", m.model, thousands(p.concurrency)), p);
+        }
+        if let Some(w) = &m.ws_idle {
+            add(format!("{} idle WebSockets", m.model), w);
         }
         if let Some(u) = &m.udp {
             add(format!("{} UDP", m.model), u);
@@ -882,6 +989,12 @@ fn seed_advice(workload: Workload, measured: &Result<Measured, String>) -> SeedA
             short: "nothing (no HTTP/2)".into(),
             pick: None,
         },
+        Workload::WebSocketMessages | Workload::IdleWebSockets => SeedAdvice {
+            seeds: "",
+            says: "the seeds say nothing about WebSocket".into(),
+            short: "nothing (no WebSocket)".into(),
+            pick: None,
+        },
     }
 }
 
@@ -942,6 +1055,8 @@ fn scaled(unit: Unit, median: f64) -> (f64, &'static str, &'static str) {
         Unit::P99Us => (1.0, "µs", "p99"),
         Unit::KibPerConnection => (1.0, "KiB", "of server memory per connection"),
         Unit::ResponsesPerCpuSecond => (1.0, "responses", "per server CPU-second"),
+        Unit::MessagesPerCpuSecond => (1.0, "messages", "per server CPU-second"),
+        Unit::BytesPerIdleWebSocket => (1.0, "B", "of server memory per idle WebSocket"),
         Unit::ConnectionsHeld { .. } => (1.0, "", "connections held"),
     }
 }
@@ -1031,6 +1146,8 @@ pub fn figure_short(unit: Unit, s: &Spread, disturbed: usize) -> String {
     let value = match unit {
         Unit::BytesPerCpuSecond => format!("{mid} {scale}/CPU-s"),
         Unit::ResponsesPerCpuSecond => format!("{mid} resp/CPU-s"),
+        Unit::MessagesPerCpuSecond => format!("{mid} msg/CPU-s"),
+        Unit::BytesPerIdleWebSocket => format!("{mid} B/idle ws"),
         Unit::P99Us => format!("p99 {mid} {scale}"),
         Unit::KibPerConnection => format!("{mid} KiB/conn"),
         Unit::ConnectionsHeld { attempted } => format!("{mid}/{} held", compact(attempted as f64)),
@@ -1153,7 +1270,7 @@ fn agreement_short(a: &Agreement) -> String {
 }
 
 fn per_cpu(unit: Unit) -> bool {
-    matches!(unit, Unit::BytesPerCpuSecond | Unit::ResponsesPerCpuSecond)
+    matches!(unit, Unit::BytesPerCpuSecond | Unit::ResponsesPerCpuSecond | Unit::MessagesPerCpuSecond)
 }
 
 /// The opening sentence about a busy machine, when it was; with the points named.
@@ -1551,7 +1668,7 @@ mod tests {
     }
 
     fn model(name: &str, rows: Vec<Row>, http: Vec<HttpPoint>) -> ModelResult {
-        ModelResult { model: name.into(), error: None, rows, http, udp: None }
+        ModelResult { model: name.into(), error: None, rows, http, udp: None, ..ModelResult::default() }
     }
 
     fn results(models: Vec<ModelResult>) -> Results {
@@ -1568,6 +1685,82 @@ mod tests {
             rounds: 3,
             ..Results::default()
         }
+    }
+
+    /// A WebSocket echo point at `c` with three runs of messages per server CPU-second.
+    fn ws_point(c: u64, values: [f64; 3]) -> crate::results::WsPoint {
+        let repeats = runs(figure::MESSAGES_PER_CPU_SECOND, &values);
+        crate::results::WsPoint {
+            concurrency: c,
+            msg_len: 512,
+            messages_per_s: values[1],
+            server_cpu_pct: Some(100.0),
+            spread: spreads_of(&repeats),
+            repeats,
+            ..Default::default()
+        }
+    }
+
+    /// Idle WebSockets: all `attempted` held, `pongs` answered, three runs of server bytes each.
+    fn ws_idle(attempted: u64, held: f64, pongs: u64, bytes: [f64; 3]) -> crate::results::WsIdle {
+        let repeats: Vec<Repeat> = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| run(i as u32 + 1, &[(figure::WS_IDLE_HELD, held), (figure::SERVER_BYTES_PER_IDLE_WS, b)]))
+            .collect();
+        crate::results::WsIdle {
+            attempted,
+            upgrades: attempted,
+            held: Some(held as u64),
+            pongs_received: pongs,
+            pings_sent: pongs,
+            spread: spreads_of(&repeats),
+            repeats,
+            ..Default::default()
+        }
+    }
+
+    /// WebSocket is a "what" of the verdict when measured: messages per server CPU-second at
+    /// the verdict's concurrency (higher first), and bytes per idle WebSocket among the models
+    /// that held all and answered every ping (lower first); a model that fell short is named
+    /// with why. Results without WebSocket (before schema 3) list neither.
+    #[test]
+    fn websocket_is_judged_when_measured_and_left_out_of_older_results() {
+        let older = three_models();
+        let v = verdict(&older);
+        assert!(
+            v.workloads.iter().all(|w| !matches!(w.workload, Workload::WebSocketMessages | Workload::IdleWebSockets)),
+            "no WebSocket in results without it"
+        );
+        let mut r = three_models();
+        for m in &mut r.models {
+            let (ws, idle) = match m.model.as_str() {
+                // epoll clearly ahead on messages; uring least memory, but tokio did not answer
+                // every ping.
+                "epoll" => ([300e3, 310e3, 320e3], ws_idle(1000, 1000.0, 1000, [600.0, 610.0, 620.0])),
+                "uring" => ([200e3, 210e3, 220e3], ws_idle(1000, 1000.0, 1000, [400.0, 410.0, 420.0])),
+                _ => ([100e3, 110e3, 120e3], ws_idle(1000, 1000.0, 990, [100.0, 110.0, 120.0])),
+            };
+            m.ws = vec![ws_point(10, ws.map(|x| x * 2.0)), ws_point(100, ws)];
+            m.ws_idle = Some(idle);
+        }
+        let v = verdict(&r);
+        let find = |w: Workload| v.workloads.iter().find(|x| x.workload == w).expect("listed");
+        let messages = find(Workload::WebSocketMessages).measured.as_ref().expect("measured");
+        assert_eq!(messages.concurrency, Some(100), "judged at the verdict's concurrency");
+        assert_eq!(messages.ranking.leader_names(), ["epoll"]);
+        assert_eq!(messages.ranking.unit, Unit::MessagesPerCpuSecond);
+        assert!(matches!(&messages.ranking.lead, Lead::Ahead { next, .. } if next == "uring"), "{messages:?}");
+        let idle = find(Workload::IdleWebSockets).measured.as_ref().expect("measured");
+        assert_eq!(idle.ranking.leader_names(), ["uring"], "lower is better, tokio left out: {idle:?}");
+        assert!(
+            idle.limits.iter().any(|l| l.starts_with("tokio: not every idle WebSocket answered a ping")),
+            "{idle:?}"
+        );
+        assert_eq!(find(Workload::IdleWebSockets).seeds.pick, None, "the seeds name no WebSocket model");
+        let text = text(&r);
+        assert!(text.contains("WebSocket messages") && text.contains("Many idle WebSockets"), "{text}");
+        assert!(text.contains("msg/CPU-s") || text.contains("messages per server CPU-second"), "{text}");
     }
 
     /// epoll, uring and tokio, three runs of each row and point: uring clearly ahead on the

@@ -27,7 +27,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
 
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     let r: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    assert_eq!(r["schema"], 2);
+    assert_eq!(r["schema"], 3);
     assert_eq!(r["profile"], "tiny");
     assert_eq!(r["rounds"], 3);
     assert_eq!(r["interrupted"], false);
@@ -94,6 +94,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         }
         assert_https_points(name, http);
         assert_h2_points(name, http);
+        assert_ws(name, m);
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
         assert!(m["udp"]["sent"].as_u64().is_some_and(|n| n > 0), "{name}: UDP datagrams sent kept");
     }
@@ -109,6 +110,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
     for file in [
         "rows.csv",
         "http.csv",
+        "ws.csv",
         "table.md",
         "report.html",
         "throughput.svg",
@@ -124,6 +126,10 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         "over_time_flood.png",
         "over_time_rate_limited.png",
         "over_time_maximum.svg",
+        "websocket.png",
+        "websocket.svg",
+        "websocket_idle.png",
+        "websocket_idle.svg",
     ] {
         let meta = std::fs::metadata(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(meta.len() > 0, "{file} is empty");
@@ -138,7 +144,35 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         let line = https.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no {row} in {https}"));
         assert!(!line.contains("errors") && !line.contains("| — |"), "{line}");
     }
+    // The WebSocket tables: both models' echo at c=10 with messages per server CPU-second, and
+    // their idle WebSockets, every one held and answering a ping.
+    let ws = table.split_once("## WebSocket").expect("a WebSocket section").1;
+    let ws = ws.split("## UDP echo").next().unwrap_or_default();
+    for model in ["epoll", "select"] {
+        let echo = ws.lines().find(|l| l.starts_with(&format!("| {model} | "))).unwrap_or_else(|| panic!("{ws}"));
+        assert!(echo.contains("/s") && echo.contains("per CPU-s") && !echo.contains("errors"), "{echo}");
+        let idle = ws
+            .lines()
+            .find(|l| l.starts_with(&format!("| {model} | 100 of 100 |")))
+            .unwrap_or_else(|| panic!("no idle row of {model}: {ws}"));
+        assert!(idle.contains("| yes |"), "{idle}");
+    }
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>WebSocket</h2>"), "the page has the WebSocket tables");
+    assert!(
+        html.contains("WebSocket echo messages per second, and per server CPU-second")
+            || html.contains("Echo messages per second, and per server CPU-second")
+    );
+    assert!(html.contains("WebSocket echo messages per server CPU-second by concurrency"), "the WebSocket chart");
+    assert!(html.contains("Server memory per idle WebSocket"), "the idle WebSocket chart");
+    assert!(
+        html.contains("<h3>WebSocket echo points</h3>") && html.contains("<h3>Idle WebSockets</h3>"),
+        "the summary"
+    );
+    assert!(
+        html.contains("WebSocket messages") && html.contains("Many idle WebSockets"),
+        "the verdict lists WebSocket"
+    );
     assert!(html.contains("<h2>HTTPS 4 KiB responses by concurrency</h2>"), "the page has the HTTPS tables");
     assert!(
         html.contains("<td>epoll</td><td>new connection per request, full handshake</td>"),
@@ -184,6 +218,10 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         assert!(cell.contains("/s at c="), "cell {i} of {epoll}");
     }
     assert!(cells[5].ends_with("of its core)") && cells[5].contains(" s ("), "{epoll}");
+    // The WebSocket capacity: epoll's idle WebSockets, each answering a ping, scaled to 50,000.
+    let ws = plan.split("WebSocket, as measured").nth(1).expect("the WebSocket capacity table");
+    let epoll = ws.lines().find(|l| l.starts_with("| epoll |")).expect("epoll's WebSocket capacity");
+    assert!(epoll.contains("| 100 held, each answered a ping |") && epoll.contains(" B each) |"), "{epoll}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -214,6 +252,31 @@ fn assert_repeated(name: &str, v: &serde_json::Value, figures: &[&str]) {
         assert!(each.iter().all(|x| (min..=max).contains(x)), "{name}: {figure} {each:?} outside {s}");
     }
     assert!(v["interference"].is_object(), "{name}: the point's interference: {v}");
+}
+
+/// The WebSocket points of one model: the echo at the tiny profile's one concurrency, every
+/// connection upgraded and messages echoed with the server's CPU measured; the idle
+/// WebSockets, all 100 held by the server's count, every one answering a ping, its memory read.
+fn assert_ws(name: &str, m: &serde_json::Value) {
+    let ws = m["ws"].as_array().unwrap_or_else(|| panic!("{name}: no WebSocket points: {m}"));
+    assert_eq!(ws.len(), 1, "{name}: WebSocket echo at c=10: {ws:?}");
+    let p = &ws[0];
+    assert_eq!((&p["concurrency"], &p["upgrades"], &p["errors"]), (&10.into(), &10.into(), &0.into()), "{name}: {p}");
+    assert!(p["messages_per_s"].as_f64().is_some_and(|r| r > 0.0), "{name}: {p}");
+    assert!(p["latency"]["count"].as_u64().is_some_and(|n| n > 0), "{name}: no message timed: {p}");
+    assert_repeated(name, p, &["messages_per_s", "messages_per_cpu_second"]);
+    let idle = &m["ws_idle"];
+    assert_eq!(
+        (&idle["attempted"], &idle["upgrades"], &idle["held"]),
+        (&100.into(), &100.into(), &100.into()),
+        "{name}: {idle}"
+    );
+    let (pings, pongs) = (idle["pings_sent"].as_u64().unwrap_or(0), idle["pongs_received"].as_u64().unwrap_or(0));
+    assert!(pongs >= 100 && pongs <= pings, "{name}: every connection answered a ping: {idle}");
+    assert_eq!((&idle["ping_timeouts"], &idle["errors"]), (&0.into(), &0.into()), "{name}: {idle}");
+    let rss = |k: &str| idle[k].as_u64().unwrap_or_else(|| panic!("{name}: {k}: {idle}"));
+    assert!(rss("server_rss_baseline_kib") > 0 && rss("server_rss_peak_kib") >= rss("server_rss_baseline_kib"));
+    assert_repeated(name, idle, &["ws_idle_held", "server_bytes_per_idle_ws"]);
 }
 
 /// The HTTP/2 points: h2c and h2 over TLS, 16 streams a connection, every request answered.
@@ -567,11 +630,12 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     // One model in two rounds: 3 rows, HTTP at 2 concurrencies × keep-alive on/off, HTTPS at 1
-    // × keep-alive and a full handshake per request, HTTP/2 at 1 × h2c and h2, UDP; nginx takes
-    // its turn at each of the 8 sweep points when it is installed. Re-runs of disturbed
+    // × keep-alive and a full handshake per request, HTTP/2 at 1 × h2c and h2, WebSocket echo at
+    // 1, idle WebSockets, UDP; nginx takes its turn at each of the 8 HTTP sweep points when it is
+    // installed (it serves no WebSocket). Re-runs of disturbed
     // measurements add steps at the end of theirs.
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
-    let planned = 2 * (12 + if nginx { 8 } else { 0 });
+    let planned = 2 * (14 + if nginx { 8 } else { 0 });
     let reruns = err.lines().filter(|l| l.contains("] re-run ")).count();
     let total = planned + reruns;
     let per_round = planned / 2;
@@ -591,6 +655,8 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
         "round 2/2 · HTTPS full handshake per request, 10 connections · epoll … done in ".to_owned(),
         "round 1/2 · HTTP/2 h2c, 10 connections · epoll … done in ".to_owned(),
         "round 2/2 · HTTP/2 over TLS, 10 connections · epoll … done in ".to_owned(),
+        "round 1/2 · WebSocket echo, 10 connections · epoll … done in ".to_owned(),
+        "round 2/2 · idle WebSockets, 100 connections · epoll … done in ".to_owned(),
         "round 2/2 · UDP echo · epoll … done in ".to_owned(),
     ];
     if nginx {
