@@ -773,6 +773,15 @@ impl Connection {
         }
     }
 
+    /// Move the end of the run's grace out to `until_ns` (never in): the WebSocket close
+    /// handshakes of a whole run are a burst, answered at the server's pace rather than within
+    /// one exchange's time (see `EventLoop::drain`).
+    pub fn extend_grace(&mut self, until_ns: u64) {
+        if let Some(until) = &mut self.grace_until_ns {
+            *until = (*until).max(until_ns);
+        }
+    }
+
     /// Connecting, greeting, waiting for answers, or (WebSocket) for the close's.
     pub fn busy(&self) -> bool {
         self.greeting() || self.protocol.outstanding() > 0 || self.ws_awaiting_close()

@@ -32,7 +32,15 @@ enum Behaviour {
     NoCloseAnswer,
     /// Answer every second upgrade with 404, echo on the others.
     RefuseEverySecond,
+    /// Echo, but answer the closes one at a time, [`SLOW_CLOSE`] apart across all connections
+    /// (a server working through a burst of closes).
+    SlowCloses,
 }
+
+const SLOW_CLOSE: Duration = Duration::from_millis(150);
+
+/// When the next close may be answered (one `SlowCloses` server per test binary).
+static NEXT_CLOSE: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
 
 fn ws_server(behaviour: Behaviour) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -155,6 +163,15 @@ fn serve(mut stream: impl Read + Write, behaviour: Behaviour) {
                 out[last] ^= 0x55;
             }
             messages = echoed;
+        }
+        if behaviour == Behaviour::SlowCloses && stats.closes_received.total() > closes_before {
+            let at = {
+                let mut next = NEXT_CLOSE.lock().unwrap();
+                let at = next.map_or(Instant::now(), |t| t.max(Instant::now())) + SLOW_CLOSE;
+                *next = Some(at);
+                at
+            };
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
         }
         if behaviour == Behaviour::NoCloseAnswer && stats.closes_received.total() > closes_before {
             // Hold the socket, answering nothing, until the client ends it.
@@ -311,6 +328,20 @@ fn a_close_the_server_never_answers_is_counted_within_the_grace() {
     let r = report.expect("a report");
     assert_eq!(n(&r, "errors.ws_close_unanswered"), 2, "{}", r["errors"]);
     assert_eq!(n(&r, "ws.closes_sent.1000"), 2);
+}
+
+/// The end's closes are a burst a server answers at its own pace: 20 answered 150 ms apart
+/// take 3 s, past the 1 s grace, and are all waited for while they keep coming (a million took
+/// about 30 s); a server that stops answering is not (the test above).
+#[test]
+fn closes_answered_slowly_but_steadily_are_all_waited_for() {
+    let url = format!("ws://{}/", ws_server(Behaviour::SlowCloses));
+    let began = Instant::now();
+    let r = ok_report(&[&url, "-c", "20", "-d", "0.5", "-t", "1", "--timeout", "10"]);
+    let took = began.elapsed();
+    assert_eq!(n(&r, "ws.closes_received.1000"), 20, "{}", r["ws"]);
+    assert_eq!(n(&r, "errors.ws_close_unanswered"), 0, "{}", r["errors"]);
+    assert!(took >= Duration::from_millis(3000) && took < Duration::from_secs(10), "took {took:?}");
 }
 
 #[test]

@@ -549,6 +549,7 @@ impl<'a> EventLoop<'a> {
         }
         self.ws_send_closes(&tokens);
         let completed_before = self.result.completed;
+        let mut closes = ws::CloseProgress::new(self.conns.len(), self.now);
         // Each connection's grace is a deadline of its own: when it passes, the connection
         // says so (Reason::GraceOver) and what it left is counted.
         while self.conns.iter().any(|(_, c)| c.core.busy()) && !self.shared.stop.load(Relaxed) {
@@ -558,6 +559,7 @@ impl<'a> EventLoop<'a> {
             if !self.turn(timeout) {
                 break;
             }
+            self.ws_extend_grace(&mut closes, began, grace);
         }
         let at_end = &mut self.result.at_end;
         at_end.waited_s = self.now.saturating_duration_since(began).as_secs_f64();
