@@ -354,7 +354,8 @@ def main():
              "n/a" if result["idle_server_cpu_pct"] is None else f"{result['idle_server_cpu_pct']:.1f}%"]]
     print(common.markdown_table(["asked", "held", "echoes verified" if args.proto == "echo" else "pings answered", "errors", "time to establish", "server user-space / conn",
                                  "load user-space / conn", "kernel slab / conn (both ends)", "TCP buffer pages / conn",
-                                 "MemAvailable drop / conn", "server CPU idle"], rows))
+                                 "MemAvailable drop / conn",
+                                 "server CPU idle" if args.proto == "echo" else f"server CPU, idle but pinged every {args.ping:g} s"], rows))
     print(f"raw results: {out_dir / 'results.json'}", file=sys.stderr)
     if held < args.conns:
         sys.exit(1)

@@ -106,6 +106,9 @@ pub struct WsRun {
     pub http2: bool,
     /// With `http2`: WebSockets per connection, each on its own stream.
     pub streams: usize,
+    /// How long the end of the run waits for the server to answer the closes, at least
+    /// (`--close-timeout`); none: the wait for what is in flight.
+    pub close_timeout: Option<Duration>,
 }
 
 /// The one request an HTTP run sends, over and over.

@@ -33,6 +33,7 @@ fn profile(streams: usize) -> Profile {
         ping: None,
         http2: true,
         streams,
+        close_timeout: None,
     };
     Profile {
         kind: Kind::Ws,

@@ -23,6 +23,7 @@ fn profile(ping: Option<Duration>, text: bool) -> Profile {
         ping,
         http2: false,
         streams: 1,
+        close_timeout: None,
     };
     Profile {
         kind: Kind::Ws,

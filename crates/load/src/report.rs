@@ -204,8 +204,10 @@ pub struct AtEnd {
 }
 
 impl AtEnd {
+    /// Nothing was in flight and nothing waited for (a WebSocket run waits for its closes with
+    /// nothing in flight).
     pub fn is_empty(&self) -> bool {
-        self.in_flight == 0 && self.connecting == 0
+        self.in_flight == 0 && self.connecting == 0 && self.grace_s == 0.0
     }
 
     pub fn add(&mut self, o: &AtEnd) {

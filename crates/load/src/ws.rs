@@ -45,6 +45,8 @@ pub struct WsProfile {
     pub config: Config,
     /// WebSocket over HTTP/2 (`--http2`).
     pub h2: Option<WsH2Profile>,
+    /// The end's wait for the closes, at least (`--close-timeout`).
+    pub close_timeout: Option<Duration>,
 }
 
 /// What every WebSocket over HTTP/2 connection sends.
@@ -85,6 +87,7 @@ impl WsProfile {
             // random) exceed the payload by a few octets a block: hence the margin.
             config: Config { max_message: run.msg_len.saturating_add(run.msg_len / 8).saturating_add(1024) },
             h2: run.http2.then(|| WsH2Profile::new(run, "http")),
+            close_timeout: run.close_timeout,
         }
     }
 

@@ -328,6 +328,14 @@ fn a_close_the_server_never_answers_is_counted_within_the_grace() {
     let r = report.expect("a report");
     assert_eq!(n(&r, "errors.ws_close_unanswered"), 2, "{}", r["errors"]);
     assert_eq!(n(&r, "ws.closes_sent.1000"), 2);
+    // `--close-timeout`: waited that long, at least, then counted the same.
+    let began = Instant::now();
+    let (_, report) = load_ws(&[&url, "-c", "2", "-d", "0.3", "-t", "1", "--close-timeout", "2.5"]);
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(2800) && took < Duration::from_secs(10), "took {took:?}");
+    let r = report.expect("a report");
+    assert_eq!(n(&r, "errors.ws_close_unanswered"), 2, "{}", r["errors"]);
+    assert_eq!(r["at_end"]["grace_s"].as_f64(), Some(2.5), "{}", r["at_end"]);
 }
 
 /// The end's closes are a burst a server answers at its own pace: 20 answered 150 ms apart

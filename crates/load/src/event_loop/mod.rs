@@ -537,6 +537,9 @@ impl<'a> EventLoop<'a> {
             return;
         }
         let grace = self.grace();
+        // `--close-timeout`: at least this long for the WebSocket closes.
+        let close_timeout = self.shared.profile.ws.as_ref().and_then(|ws| ws.close_timeout);
+        let grace = close_timeout.map_or(grace, |t| grace.max(t));
         self.result.at_end.grace_s = grace.as_secs_f64();
         let began = self.now;
         let now = self.clock();

@@ -632,6 +632,7 @@ fn ws_config(a: &WsArgs) -> Result<LoadConfig> {
         ping: a.ping,
         http2: a.http2,
         streams: a.streams,
+        close_timeout: a.close_timeout,
     };
     let options = options_json(
         "ws",

@@ -45,7 +45,8 @@ const WS_ERRORS_AND_EXIT: &str = concat!(
      (or Upgrade, Connection, extensions) is wrong, server frames that break RFC 6455 (a masked frame: this \
      client closes with 1002), a close begun by the server during the run, a ping unanswered by the next \
      (--ping), and a close of this client's at the end of -d that the server did not answer within the wait \
-     at the end (the same wait as for what is in flight). A message counts as completed when its echo has \
+     at the end (the wait for what is in flight, or --close-timeout, moved on while closes keep being \
+     answered). A message counts as completed when its echo has \
      come back whole and equal to what was sent.\n\n",
     "Errors: a connect refused, timed out or failed (no local port, no file descriptor); a reset or a close \
 by the server mid-exchange; a reply that did not come within --timeout; an echoed byte that differs; a \
@@ -385,6 +386,14 @@ pub struct WsArgs {
     /// WebSocket)
     #[arg(long, default_value_t = 1, value_parser = at_least_one, allow_negative_numbers = true, requires = "http2")]
     pub streams: usize,
+    /// At the end of -d, wait at least SECS for the server to answer the closes [default: the
+    /// wait for what is in flight, the longer of 1 s and twice the slowest exchange]
+    ///
+    /// Every connection closes at once, and a server answers that burst at its own pace (a million
+    /// took about 30 s on 2 cores): the wait also goes on while closes keep being answered, up to
+    /// --timeout from the end
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub close_timeout: Option<Duration>,
     /// Keep Nagle's algorithm on
     #[arg(long)]
     pub no_nodelay: bool,
