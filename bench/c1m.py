@@ -247,7 +247,10 @@ def main():
                        "--connect-timeout", "60", "--timeout", "60", "--connect-before-start", "-d", str(args.hold),
                        "--json", str(load_json)]
         if args.proto == "ws":
-            load_cmd = [str(common.BIN), "load", "ws", f"ws://127.0.0.1:{port}/", *common_args, "--idle", "--ping", str(args.ping)]
+            # Every connection closes at the end, all at once: a million closes take the servers
+            # tens of seconds on 2 cores, so the end waits up to a minute for them.
+            load_cmd = [str(common.BIN), "load", "ws", f"ws://127.0.0.1:{port}/", *common_args, "--idle", "--ping", str(args.ping),
+                        "--close-timeout", "60"]
         else:
             load_cmd = [str(common.BIN), "load", "echo", f"127.0.0.1:{port}", *common_args, "-l", "16", "--per-conn", "1"]
         print("$ " + " ".join(load_cmd[1:]), file=sys.stderr)

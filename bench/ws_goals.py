@@ -38,6 +38,7 @@ import os
 import re
 import socket
 import statistics
+import sys
 import subprocess
 import tempfile
 from pathlib import Path
@@ -52,8 +53,11 @@ INTEROP = common.ROOT / "crates" / "sockscale" / "tests" / "interop"
 
 def npm_ci(directory):
     if not (directory / "node_modules" / "ws" / "package.json").is_file():
-        subprocess.run(["npm", "ci", "--offline", "--no-audit", "--no-fund"], cwd=directory, check=True,
-                       stdout=subprocess.DEVNULL)
+        done = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=directory,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            sys.exit(f"ws_goals: npm ci in {directory} failed: {last}")
 
 
 def build_peers(out_dir):
