@@ -8,8 +8,7 @@ use support::BIN;
 
 #[test]
 fn tiny_bench_writes_plausible_results_and_a_report() {
-    // Two models: one of each family the tables tell apart (readiness with epoll, and select's
-    // FD_SETSIZE ceiling).
+    // The models this run measures, named once (the checks below go through them).
     const MODELS: &str = "epoll,select";
     let name = format!("sockscale-bench-test-{}", std::process::id());
     let dir = std::env::temp_dir().join(&name);
