@@ -74,6 +74,20 @@ fn bad_flags_get_one_line_naming_them() {
     assert!(one_line(&err).contains("--threads"), "{err}");
 }
 
+/// The WebSocket flags: a bad value, a protocol without WebSocket, deflate's shape without it.
+#[test]
+fn websocket_flags_get_one_line_naming_them() {
+    let (code, err) = fails(&["serve", "--proto", "ws", "--ws-deflate-window", "16"]);
+    assert_eq!(code, 2);
+    assert!(one_line(&err).contains("--ws-deflate-window"), "{err}");
+    let (_, err) = fails(&["serve", "--proto", "echo", "--ws-deflate-takeover", "off"]);
+    assert!(one_line(&err).contains("--ws-deflate-takeover applies to --proto ws"), "{err}");
+    let (_, err) = fails(&["serve", "--proto", "ws", "--ws-deflate", "off", "--ws-deflate-window", "10"]);
+    assert!(one_line(&err).contains("--ws-deflate-window shapes permessage-deflate"), "{err}");
+    let (_, err) = fails(&["serve", "--proto", "ws", "--ws-max-message", "0"]);
+    assert!(one_line(&err).contains("--ws-max-message 0"), "{err}");
+}
+
 /// Run `sockscale ARGS`, expecting success; returns stdout.
 fn succeeds(args: &[&str]) -> String {
     let out = Command::new(BIN).args(args).env("RUST_LOG", "off").output().expect("run sockscale");

@@ -364,6 +364,46 @@ fn idle_connections_are_held_with_pings_answered() {
     assert_eq!(n(&r, "ws.closes_received.1000"), 5);
 }
 
+/// `serve --ws-deflate-takeover off --ws-deflate-window 10`: the 101 asks no context takeover
+/// of both sides and the client's window where it offered one, and `load ws --deflate` (which
+/// offers client_max_window_bits) agrees and has every echo verified.
+#[test]
+fn a_lean_deflate_server_answers_its_terms_and_load_ws_follows_them() {
+    let server =
+        ServerProc::start("epoll", &["--proto", "ws", "--ws-deflate-takeover", "off", "--ws-deflate-window", "10"]);
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .write_all(
+            b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+              Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n",
+        )
+        .unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the 101: {}", String::from_utf8_lossy(&head));
+        head.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains(
+            "sec-websocket-extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover; \
+             client_max_window_bits=10\r\n"
+        ),
+        "{head}"
+    );
+    drop(stream);
+    let url = format!("ws://{}/", server.addr);
+    let r = ok_report(&[&url, "-c", "4", "-n", "400", "-s", "3000", "--text", "--deflate", "-t", "1"]);
+    assert_eq!(n(&r, "ws.deflate_agreed"), 4, "{}", r["ws"]);
+    assert_eq!(n(&r, "requests.completed"), 400);
+    assert_eq!(n(&r, "errors.verify_mismatch"), 0);
+}
+
 #[test]
 fn sockscale_serve_proto_ws_when_the_binary_has_it() {
     let help = Command::new(BIN).args(["serve", "--help"]).output().unwrap();

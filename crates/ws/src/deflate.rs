@@ -226,8 +226,9 @@ pub enum InflateError {
 }
 
 /// The compressing half of a connection's permessage-deflate: its zlib state is made at the
-/// first message sent, and kept (reset after each message without context takeover, so a
-/// message costs no allocation).
+/// first message sent and kept with context takeover (the window carries over); without it the
+/// state is freed after each message, so a connection holds zlib's few hundred kilobytes only
+/// while it compresses, not while idle (a message then pays zlib's set-up).
 #[derive(Debug)]
 pub struct Compressor {
     bits: u8,
@@ -236,7 +237,8 @@ pub struct Compressor {
     state: Option<Box<Compress>>,
 }
 
-/// The inflating half: its zlib state is made at the first compressed message received.
+/// The inflating half: its zlib state is made at the first compressed message received, kept
+/// with context takeover, freed after each message without it (as the compressor's).
 #[derive(Debug)]
 pub struct Inflater {
     bits: u8,
@@ -305,7 +307,7 @@ impl Compressor {
             out.truncate(out.len() - TAIL.len());
         }
         if self.reset {
-            compress.reset();
+            self.state = None;
         }
         true
     }
@@ -363,9 +365,7 @@ impl Inflater {
         }
         self.inflate(&TAIL, message, limit)?;
         if self.reset {
-            if let Some(decompress) = self.state.as_mut() {
-                decompress.reset(false);
-            }
+            self.state = None;
         }
         Ok(())
     }
@@ -544,6 +544,33 @@ mod tests {
         assert_eq!(accept_response("; client_max_window_bits=9", &plain).unwrap().client_max_window_bits, 9);
         let wants_reset = DeflateConfig { server_no_context_takeover: true, ..plain };
         assert_eq!(accept_response("", &wants_reset), None);
+    }
+
+    /// `serve --ws-deflate-takeover off --ws-deflate-window 10`: the answer asks no context
+    /// takeover of both sides (RFC 7692 §7.1.1: a server may add either unasked), the client's
+    /// window only where it offered one; the server's own window is its choice, unsaid.
+    #[test]
+    fn a_lean_server_answers_no_context_takeover_and_keeps_its_window() {
+        let config = DeflateConfig {
+            server_no_context_takeover: true,
+            client_no_context_takeover: true,
+            server_max_window_bits: 10,
+            client_max_window_bits: 10,
+            ..DeflateConfig::default()
+        };
+        let (params, value) = negotiate(["permessage-deflate; client_max_window_bits"], &config).unwrap();
+        assert_eq!(
+            value,
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits=10"
+        );
+        assert_eq!((params.server_max_window_bits, params.client_max_window_bits), (10, 10));
+        let (params, value) = negotiate(["permessage-deflate"], &config).unwrap();
+        assert_eq!(value, "permessage-deflate; server_no_context_takeover; client_no_context_takeover");
+        assert_eq!((params.server_max_window_bits, params.client_max_window_bits), (10, 15));
+        let answer =
+            accept_response("; server_no_context_takeover; client_no_context_takeover", &DeflateConfig::default());
+        let agreed = answer.expect("the client side takes both unasked");
+        assert!(agreed.server_no_context_takeover && agreed.client_no_context_takeover);
     }
 
     #[test]

@@ -64,4 +64,21 @@ fn what_a_connection_holds_between_messages() {
     let small = DeflateParams { server_max_window_bits: 9, client_max_window_bits: 9, ..params };
     let small = held_after_one_message(Some(&small));
     assert!(small < deflate, "smaller windows hold less: {small} vs {deflate}");
+    // Without context takeover either way (`serve --ws-deflate-takeover off`) zlib's states live
+    // only while a message is inflated or compressed: between messages the session holds what a
+    // fresh one does.
+    let lean = DeflateParams { server_no_context_takeover: true, client_no_context_takeover: true, ..params };
+    let fresh = held_fresh(Some(&lean));
+    let lean = held_after_one_message(Some(&lean));
+    assert_eq!(lean, fresh, "no zlib state kept between messages without context takeover");
+    println!("held between messages: plain {plain}, deflate 15 bits {deflate}, 9 bits {small}, no takeover {lean}");
+}
+
+/// Heap octets a server session holds before any message (boxed, as above).
+fn held_fresh(deflate: Option<&DeflateParams>) -> isize {
+    let before = LIVE.load(Ordering::Relaxed);
+    let server = Box::new(Session::new(&Config::default(), deflate, Instant::now()));
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(server);
+    held
 }

@@ -167,10 +167,23 @@ pub struct ServeArgs {
     pub ws_max_message: Option<usize>,
     /// WebSocket: permessage-deflate (RFC 7692) when a client offers it [default: on]
     ///
-    /// Windows and context takeover as the client asks; zlib's state costs about 300-430 KB a
+    /// With context takeover (--ws-deflate-takeover) zlib's state costs about 300-430 KB a
     /// connection once a compressed message went each way
     #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
     pub ws_deflate: Option<OnOff>,
+    /// WebSocket: the largest LZ77 window of permessage-deflate, 9-15 bits [default: 15]
+    ///
+    /// The server compresses with at most this window, and asks it of a client that offers
+    /// client_max_window_bits; zlib's state per connection shrinks with it
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u8).range(9..=15), help_heading = PROTOCOL)]
+    pub ws_deflate_window: Option<u8>,
+    /// WebSocket: context takeover in permessage-deflate [default: on]
+    ///
+    /// Off: the answer carries server_no_context_takeover and client_no_context_takeover, each
+    /// message is compressed on its own, and zlib's state is freed after each message, so an idle
+    /// connection holds none of it (a little less compression, and zlib's set-up per message)
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub ws_deflate_takeover: Option<OnOff>,
     /// WebSocket: ping connections silent this long; 0 = off [default: off]
     ///
     /// A ping not answered by the next one (or within --idle-timeout of the connection's last
@@ -545,7 +558,17 @@ impl ServeArgs {
         }
         Ok(Arc::new(WsConfig {
             session: sockscale_ws::Config { max_message },
-            deflate: (self.ws_deflate != Some(OnOff::Off)).then(sockscale_ws::DeflateConfig::default),
+            deflate: (self.ws_deflate != Some(OnOff::Off)).then(|| {
+                let bits = self.ws_deflate_window.unwrap_or(15);
+                let takeover = self.ws_deflate_takeover != Some(OnOff::Off);
+                sockscale_ws::DeflateConfig {
+                    server_max_window_bits: bits,
+                    client_max_window_bits: bits,
+                    server_no_context_takeover: !takeover,
+                    client_no_context_takeover: !takeover,
+                    ..sockscale_ws::DeflateConfig::default()
+                }
+            }),
             ping: self.ws_ping.filter(|every| !every.is_zero()),
             idle_timeout: self.idle_timeout,
             ..WsConfig::default()
@@ -568,6 +591,8 @@ impl ServeArgs {
             ("--ws-max-message", self.ws_max_message.is_some()),
             ("--ws-deflate", self.ws_deflate.is_some()),
             ("--ws-ping", self.ws_ping.is_some()),
+            ("--ws-deflate-window", self.ws_deflate_window.is_some()),
+            ("--ws-deflate-takeover", self.ws_deflate_takeover.is_some()),
         ];
         for (flag, given) in given {
             if given && matches!(self.proto, Proto::Echo | Proto::Udp) {
@@ -575,6 +600,16 @@ impl ServeArgs {
                     "{flag} applies to --proto ws and --proto http, and --proto {} has no WebSocket",
                     self.proto_name()
                 );
+            }
+        }
+        if self.ws_deflate == Some(OnOff::Off) {
+            for (flag, given) in [
+                ("--ws-deflate-window", self.ws_deflate_window.is_some()),
+                ("--ws-deflate-takeover", self.ws_deflate_takeover.is_some()),
+            ] {
+                if given {
+                    anyhow::bail!("{flag} shapes permessage-deflate, which --ws-deflate off turns off");
+                }
             }
         }
         Ok(())
