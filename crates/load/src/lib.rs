@@ -24,6 +24,7 @@ pub mod slo;
 pub mod source;
 pub mod ws;
 pub mod ws_h2;
+mod ws_h2_probe;
 pub mod ws_report;
 
 pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, WsRun};

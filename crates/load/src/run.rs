@@ -356,7 +356,7 @@ fn probe_stream(cfg: &LoadConfig, stream: impl ProbeStream) -> Result<(), LoadEr
 }
 
 /// `load ws --http2`: on a fresh connection, the server's SETTINGS must enable extended CONNECT
-/// and a WebSocket's CONNECT be answered 200 (see `ws_h2::probe`).
+/// and a WebSocket's CONNECT be answered 200 (see `ws_h2_probe::probe`).
 fn probe_tunnel(cfg: &LoadConfig, timeout: Duration) -> Result<(), LoadError> {
     let no_websocket = |reason: String| LoadError::NoWebSocket { target: cfg.target.clone(), reason };
     // Reads wake now and then, so that the probe's deadline is its own.
@@ -367,12 +367,12 @@ fn probe_tunnel(cfg: &LoadConfig, timeout: Duration) -> Result<(), LoadError> {
                 TcpStream::connect_timeout(addr, cfg.connect_timeout).map_err(|e| no_websocket(e.to_string()))?;
             stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
             let _ = stream.set_nodelay(true);
-            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+            crate::ws_h2_probe::probe(cfg, stream, timeout).map_err(no_websocket)
         }
         Endpoint::Unix(path) => {
             let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| no_websocket(unix_reason(&e)))?;
             stream.set_read_timeout(poll).map_err(|e| no_websocket(e.to_string()))?;
-            crate::ws_h2::probe(cfg, stream, timeout).map_err(no_websocket)
+            crate::ws_h2_probe::probe(cfg, stream, timeout).map_err(no_websocket)
         }
     }
 }
