@@ -198,47 +198,33 @@ impl Measurable for Row {
     }
 }
 
-impl Measurable for HttpPoint {
-    fn figures(&self) -> Figures {
-        HttpPoint::figures(self)
-    }
-    fn headline(&self) -> &'static str {
-        HttpPoint::headline(self)
-    }
-    fn client_bound(&self) -> bool {
-        self.client_bound
-    }
-    fn server_cpu(&self) -> Option<f64> {
-        self.server_cpu_pct
-    }
-    fn errors(&self) -> u64 {
-        self.errors
-    }
-    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
-        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
-    }
+/// A sweep point (HTTP or WebSocket echo): its own figures, CPU and errors, the same six calls.
+macro_rules! measurable_point {
+    ($($point:ty),*) => {$(
+        impl Measurable for $point {
+            fn figures(&self) -> Figures {
+                <$point>::figures(self)
+            }
+            fn headline(&self) -> &'static str {
+                <$point>::headline(self)
+            }
+            fn client_bound(&self) -> bool {
+                self.client_bound
+            }
+            fn server_cpu(&self) -> Option<f64> {
+                self.server_cpu_pct
+            }
+            fn errors(&self) -> u64 {
+                self.errors
+            }
+            fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
+                (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
+            }
+        }
+    )*};
 }
 
-impl Measurable for WsPoint {
-    fn figures(&self) -> Figures {
-        WsPoint::figures(self)
-    }
-    fn headline(&self) -> &'static str {
-        WsPoint::headline(self)
-    }
-    fn client_bound(&self) -> bool {
-        self.client_bound
-    }
-    fn server_cpu(&self) -> Option<f64> {
-        self.server_cpu_pct
-    }
-    fn errors(&self) -> u64 {
-        self.errors
-    }
-    fn keep(&mut self, repeats: Vec<Repeat>, spread: Spreads, interference: Option<Interference>) {
-        (self.repeats, self.spread, self.interference) = (repeats, spread, interference);
-    }
-}
+measurable_point!(HttpPoint, WsPoint);
 
 impl Measurable for WsIdle {
     fn figures(&self) -> Figures {
