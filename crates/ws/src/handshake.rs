@@ -118,13 +118,7 @@ pub fn accept<'a>(
     };
     // A key that decoded is base64, so ASCII.
     let key = std::str::from_utf8(key).map_err(|_| Refusal::BadKey)?;
-    let agreed = deflate.and_then(|config| {
-        let offers = headers
-            .into_iter()
-            .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
-            .filter_map(|(_, value)| std::str::from_utf8(value).ok());
-        deflate::negotiate(offers, config)
-    });
+    let agreed = deflate.and_then(|config| negotiate_deflate(headers, config));
     let mut response = Vec::with_capacity(160);
     response.extend_from_slice(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ",
@@ -138,7 +132,19 @@ pub fn accept<'a>(
     Ok(Accepted { deflate: agreed.map(|(params, _)| params), response })
 }
 
-/// Why a client refuses a server's answer.
+/// The permessage-deflate offers among a request's `Sec-WebSocket-Extensions` fields, answered
+/// for `config` (HTTP/1.1 upgrades and HTTP/2 extended CONNECTs alike).
+fn negotiate_deflate<'a>(
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    config: &DeflateConfig,
+) -> Option<(DeflateParams, String)> {
+    let offers = headers
+        .into_iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
+        .filter_map(|(_, value)| std::str::from_utf8(value).ok());
+    deflate::negotiate(offers, config)
+}
+
 /// An extended CONNECT accepted (RFC 8441 §5): the permessage-deflate agreed, and the
 /// `sec-websocket-extensions` value of the 200 that says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,13 +174,7 @@ pub fn accept_h2<'a>(
         Some(false) => return Err(Refusal::UnsupportedVersion),
         Some(true) => {}
     }
-    let agreed = deflate.and_then(|config| {
-        let offers = headers
-            .into_iter()
-            .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
-            .filter_map(|(_, value)| std::str::from_utf8(value).ok());
-        deflate::negotiate(offers, config)
-    });
+    let agreed = deflate.and_then(|config| negotiate_deflate(headers, config));
     Ok(match agreed {
         Some((params, value)) => AcceptedH2 { deflate: Some(params), extensions: Some(value) },
         None => AcceptedH2 { deflate: None, extensions: None },
