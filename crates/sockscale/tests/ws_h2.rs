@@ -96,12 +96,46 @@ fn ws_over_h2(model: &str) {
     }
 }
 
+/// `serve --proto ws` speaks HTTP/2 too, on every model: WebSockets by extended CONNECT (the load
+/// generator's, h2c, two a connection, every echo verified) and any other request 405 (a GET by
+/// `load http --http2`), counted as the server says.
+fn ws_port_over_h2(model: &str) {
+    let server = ServerProc::start(model, &["--proto", "ws"]);
+    let load = |args: &[&str]| {
+        let json =
+            std::env::temp_dir().join(format!("sockscale-ws-h2-{model}-{}-{}.json", args[0], std::process::id()));
+        let path = json.display().to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_sockscale"))
+            .arg("load")
+            .args(args)
+            .args(["-t", "1", "--connect-timeout", "5", "--json", &path])
+            .output()
+            .expect("run load");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap_or_default()).unwrap_or_default();
+        let _ = std::fs::remove_file(&json);
+        (out, report)
+    };
+    let ws_url = format!("ws://{}/", server.addr);
+    let (out, r) = load(&["ws", &ws_url, "--http2", "--streams", "2", "-c", "2", "-n", "200", "-s", "700"]);
+    assert!(out.status.success(), "{model}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!((r["requests"]["completed"].as_u64(), r["errors"]["verify_mismatch"].as_u64()), (Some(200), Some(0)));
+    let http_url = format!("http://{}/", server.addr);
+    let (_, r) = load(&["http", &http_url, "--http2", "-c", "1", "-n", "5"]);
+    assert_eq!(r["statuses"]["4xx"].as_u64(), Some(5), "{model}: {}", r["statuses"]);
+    let done = server.stop_within(Duration::from_secs(10));
+    assert_eq!(done.counter("ws_refused_405"), 5, "{model}");
+    // Four WebSockets measured, and the probe's.
+    assert_eq!(done.counter("ws_upgrades_h2"), 5, "{model}");
+}
+
 macro_rules! ws_h2 {
     ($($model:ident),* $(,)?) => {
     $(
         mod $model {
             const MODEL: &str = stringify!($model);
             #[test] fn websocket_over_http2() { if !super::support::unavailable(MODEL) { super::ws_over_h2(MODEL) } }
+            #[test] fn a_websocket_port_over_http2() { if !super::support::unavailable(MODEL) { super::ws_port_over_h2(MODEL) } }
         }
     )*};
 }
