@@ -16,7 +16,7 @@
 //! over its 200 ([`WsClient::tunnel_open`]) and the stream's bytes.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sockscale_ws::{ClientHandshake, ClientSession, Closing, Config, DeflateConfig, Kind as WsKind, Stats, Verdict};
 
@@ -552,9 +552,57 @@ pub(crate) fn probe_upgrade(
     }
 }
 
+/// The end of a WebSocket run: every connection sends its close at once, and a server answers
+/// that burst at its own pace (a million closes took about 30 s here), not within one exchange's
+/// time. So while closes keep being answered, the grace of those still waiting moves out: to a
+/// grace after the latest progress, never past the reply timeout from the end of the run. A
+/// server that stops answering is waited for one grace, as before.
+#[derive(Debug)]
+pub struct CloseProgress {
+    /// Connections of this thread still open at the last move (each ends as its close
+    /// handshake completes).
+    open: usize,
+    /// When the grace was last moved.
+    moved: Instant,
+}
+
+impl CloseProgress {
+    /// How often at most the graces are moved (each move visits the thread's connections).
+    pub const MOVE_EVERY: Duration = Duration::from_millis(100);
+
+    pub fn new(open: usize, now: Instant) -> CloseProgress {
+        CloseProgress { open, moved: now }
+    }
+
+    /// With `open` connections left at `now`: where the waiting graces move to (a `grace` on,
+    /// never past `cap`), if closes were answered since the last move and it was long enough ago.
+    pub fn moved_grace(&mut self, open: usize, now: Instant, grace: Duration, cap: Instant) -> Option<Instant> {
+        if open >= self.open || now.saturating_duration_since(self.moved) < Self::MOVE_EVERY {
+            return None;
+        }
+        (self.open, self.moved) = (open, now);
+        Some((now + grace).min(cap))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The end's closes: the graces move only on progress, at most every 100 ms, a grace past
+    /// the latest progress and never past the cap.
+    #[test]
+    fn close_graces_move_on_progress_within_the_cap() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (grace, cap) = (Duration::from_secs(1), t0 + Duration::from_secs(3));
+        let mut p = CloseProgress::new(10, t0);
+        assert_eq!(p.moved_grace(10, t0 + ms(500), grace, cap), None, "no close answered");
+        assert_eq!(p.moved_grace(8, t0 + ms(50), grace, cap), None, "too soon after the last move");
+        assert_eq!(p.moved_grace(8, t0 + ms(600), grace, cap), Some(t0 + ms(1600)));
+        assert_eq!(p.moved_grace(8, t0 + ms(900), grace, cap), None, "none since that move");
+        assert_eq!(p.moved_grace(5, t0 + ms(2500), grace, cap), Some(cap), "never past the cap");
+    }
 
     #[test]
     fn payloads_past_the_pattern_table_are_made_and_verified_to_the_last_octet() {

@@ -552,7 +552,7 @@ impl<'a> EventLoop<'a> {
         }
         self.ws_send_closes(&tokens);
         let completed_before = self.result.completed;
-        let mut closes = ws::CloseProgress::new(self.conns.len(), self.now);
+        let mut closes = crate::ws::CloseProgress::new(self.conns.len(), self.now);
         // Each connection's grace is a deadline of its own: when it passes, the connection
         // says so (Reason::GraceOver) and what it left is counted.
         while self.conns.iter().any(|(_, c)| c.core.busy()) && !self.shared.stop.load(Relaxed) {

@@ -65,42 +65,17 @@ pub(super) fn close_unanswered(result: &mut ThreadResult, core: &Connection) {
     }
 }
 
-/// The end of a WebSocket run: every connection sends its close at once, and a server answers
-/// that burst at its own pace (a million closes took about 30 s here), not within one exchange's
-/// time. So while closes keep being answered, the grace of those still waiting moves out: to a
-/// grace after the latest progress, never past the reply timeout from the end of the run. A
-/// server that stops answering is waited for one grace, as before.
-pub(super) struct CloseProgress {
-    /// Connections of this thread still open at the last extension (each ends as its close
-    /// handshake completes).
-    open: usize,
-    /// When the grace was last moved.
-    moved: Instant,
-}
-
-impl CloseProgress {
-    pub(super) fn new(open: usize, now: Instant) -> CloseProgress {
-        CloseProgress { open, moved: now }
-    }
-}
-
-/// How often at most the graces are moved (each move visits the thread's connections).
-const MOVE_EVERY: Duration = Duration::from_millis(100);
-
 impl EventLoop<'_> {
     /// After a turn of the end's wait: if closes were answered since the graces last moved,
     /// move them (see [`CloseProgress`]).
-    pub(super) fn ws_extend_grace(&mut self, progress: &mut CloseProgress, began: Instant, grace: Duration) {
+    pub(super) fn ws_extend_grace(&mut self, progress: &mut crate::ws::CloseProgress, began: Instant, grace: Duration) {
         let profile = &self.shared.profile;
-        if profile.ws.is_none()
-            || self.conns.len() >= progress.open
-            || self.now.saturating_duration_since(progress.moved) < MOVE_EVERY
-        {
+        if profile.ws.is_none() {
             return;
         }
-        progress.open = self.conns.len();
-        progress.moved = self.now;
-        let until = (self.now + grace).min(began + profile.reply_timeout);
+        let Some(until) = progress.moved_grace(self.conns.len(), self.now, grace, began + profile.reply_timeout) else {
+            return;
+        };
         let until_ns = until.saturating_duration_since(self.shared.start).as_nanos() as u64;
         let waiting: Vec<u64> = self
             .conns
