@@ -59,6 +59,18 @@ pub trait Endpoint {
     fn take_dropped(&mut self) -> u64 {
         0
     }
+
+    /// The server's drain began at `now`: take no new work, finish what is in flight (QUIC:
+    /// GOAWAY on every connection, then close each once its requests are answered). What this
+    /// queues goes out through [`Endpoint::poll_transmit`] as usual; the socket layer keeps
+    /// serving the endpoint until [`Endpoint::drained`] or the drain's deadline.
+    fn begin_drain(&mut self, _now: Instant) {}
+
+    /// Whether nothing is left in flight since [`Endpoint::begin_drain`]: the socket may be
+    /// closed. UDP echo holds nothing across datagrams, so it is drained at once.
+    fn drained(&self) -> bool {
+        true
+    }
 }
 
 /// The reply to one datagram under UDP echo: the datagram itself.
