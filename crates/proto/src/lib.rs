@@ -19,6 +19,7 @@ mod h2_ws;
 mod h2_ws_tests;
 pub mod http;
 mod output;
+pub mod quic;
 pub mod udp;
 pub mod ws;
 #[cfg(test)]

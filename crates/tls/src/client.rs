@@ -60,6 +60,15 @@ impl ClientTls {
         Ok(ClientTls { config: Arc::new(config) })
     }
 
+    /// A copy of the rustls configuration (trust, resumption store) offering `alpn`, for QUIC
+    /// (quinn-proto runs the handshake); `early_data`: offer 0-RTT when resuming.
+    pub fn rustls_config(&self, alpn: Vec<Vec<u8>>, early_data: bool) -> rustls::ClientConfig {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn;
+        config.enable_early_data = early_data;
+        config
+    }
+
     /// The same trust and ALPN, resuming nothing: a probe's handshake must not leave a session
     /// behind for the run's first connection to resume.
     pub fn without_resumption(&self) -> ClientTls {

@@ -73,6 +73,15 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
+    /// A copy of the rustls configuration (certificate, key, session cache, tickets) offering
+    /// `alpn`, for a stage that runs rustls itself: QUIC (quinn-proto drives the TLS 1.3
+    /// handshake in its CRYPTO frames, so it is given the configuration, not a session).
+    pub fn rustls_config(&self, alpn: Vec<Vec<u8>>) -> rustls::ServerConfig {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = alpn;
+        config
+    }
+
     /// Handshakes in progress now.
     pub fn handshakes_in_progress(&self) -> usize {
         self.handshakes.load(Ordering::Relaxed)

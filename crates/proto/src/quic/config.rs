@@ -1,0 +1,151 @@
+//! A QUIC server's configuration, made once and shared by every socket's endpoint: quinn-proto's
+//! endpoint and server configurations with the limits the server's flags set (quinn-proto's
+//! defaults are a client's or a single big server's: an unbounded connection receive window,
+//! 100 MiB of buffered Initials), and the counts every endpoint adds to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn_proto::crypto::rustls::QuicServerConfig;
+use quinn_proto::rustls;
+use quinn_proto::{EndpointConfig, IdleTimeout, MtuDiscoveryConfig, ServerConfig, TransportConfig, VarInt};
+
+use super::totals::QuicTotals;
+
+/// When a new connection is sent a stateless Retry first (`--quic-retry`): the client proves
+/// its address by echoing a token, at the cost of one round trip, before any handshake state
+/// is kept for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryMode {
+    /// Under load: while at least half the handshake budget is in use.
+    #[default]
+    Auto,
+    /// Every new connection whose address is not yet validated.
+    On,
+    Off,
+}
+
+impl std::str::FromStr for RetryMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(RetryMode::Auto),
+            "on" => Ok(RetryMode::On),
+            "off" => Ok(RetryMode::Off),
+            other => Err(format!("'{other}' is not a Retry mode (expected auto, on or off)")),
+        }
+    }
+}
+
+/// The transport's limits and sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicTuning {
+    /// A connection with nothing received for this long is closed silently (both sides
+    /// advertise it; the smaller wins).
+    pub idle_timeout: Duration,
+    /// Request streams a client may have open at once (HTTP/3: its bidirectional streams).
+    pub max_streams: u32,
+    /// Unidirectional streams a peer may open: HTTP/3's control stream, QPACK's two, and room
+    /// for a peer's grease streams.
+    pub max_uni_streams: u32,
+    /// Bytes a peer may send ahead on one stream.
+    pub stream_window: u32,
+    /// Bytes a peer may send ahead over the whole connection.
+    pub connection_window: u32,
+    /// Bytes of stream data this side keeps unacknowledged per connection.
+    pub send_window: u64,
+    /// Datagrams of one path MTU sent in one GSO message, when the socket can (`--udp-gso`).
+    pub segmentation_offload: bool,
+    /// Path MTU discovery (the socket must not fragment: IP_PMTUDISC_PROBE), up to
+    /// `max_mtu`; off, packets stay at `initial_mtu`.
+    pub allow_mtud: bool,
+    pub initial_mtu: u16,
+    pub max_mtu: u16,
+    /// Accept 0-RTT (early) data from resuming clients: requests that an attacker can replay.
+    pub zero_rtt: bool,
+    /// Initials (and their 0-RTT) buffered for connections not yet accepted, in bytes.
+    pub incoming_buffer: u64,
+}
+
+impl Default for QuicTuning {
+    fn default() -> Self {
+        QuicTuning {
+            idle_timeout: Duration::from_secs(30),
+            max_streams: 128,
+            max_uni_streams: 8,
+            stream_window: 1 << 20,
+            connection_window: 8 << 20,
+            send_window: 8 << 20,
+            segmentation_offload: true,
+            allow_mtud: false,
+            initial_mtu: 1200,
+            max_mtu: 1452,
+            zero_rtt: false,
+            incoming_buffer: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuicConfigError {
+    #[error("QUIC needs TLS 1.3 with TLS_AES_128_GCM_SHA256 in the certificate's configuration: {0}")]
+    Crypto(String),
+    #[error("QUIC configuration: {0}")]
+    Transport(String),
+}
+
+/// What every endpoint of one server shares.
+pub struct QuicSetup {
+    pub endpoint: Arc<EndpointConfig>,
+    pub server: Arc<ServerConfig>,
+    pub tuning: QuicTuning,
+    pub totals: Arc<QuicTotals>,
+}
+
+impl std::fmt::Debug for QuicSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicSetup").field("tuning", &self.tuning).finish_non_exhaustive()
+    }
+}
+
+impl QuicSetup {
+    /// A server's setup from its TLS configuration (certificate, key, ALPN `h3`, session
+    /// tickets), whose early-data size is set here: QUIC allows only 0 or `u32::MAX`.
+    pub fn server(mut tls: rustls::ServerConfig, tuning: QuicTuning) -> Result<Self, QuicConfigError> {
+        tls.max_early_data_size = if tuning.zero_rtt { u32::MAX } else { 0 };
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
+        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport(&tuning)?));
+        server.max_incoming(4096);
+        server.incoming_buffer_size(64 << 10);
+        server.incoming_buffer_size_total(tuning.incoming_buffer);
+        let mut endpoint = EndpointConfig::default();
+        endpoint
+            .max_udp_payload_size(tuning.max_mtu.max(1200) - 28)
+            .map_err(|e| QuicConfigError::Transport(e.to_string()))?;
+        Ok(QuicSetup { endpoint: Arc::new(endpoint), server: Arc::new(server), tuning, totals: Arc::default() })
+    }
+}
+
+/// The transport parameters and sizes both sides of sockscale use.
+pub fn transport(t: &QuicTuning) -> Result<TransportConfig, QuicConfigError> {
+    let mut c = TransportConfig::default();
+    let idle = IdleTimeout::try_from(t.idle_timeout).map_err(|e| QuicConfigError::Transport(e.to_string()))?;
+    c.max_idle_timeout(Some(idle))
+        .max_concurrent_bidi_streams(VarInt::from_u32(t.max_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(t.max_uni_streams))
+        .stream_receive_window(VarInt::from_u32(t.stream_window))
+        .receive_window(VarInt::from_u32(t.connection_window))
+        .send_window(t.send_window)
+        .enable_segmentation_offload(t.segmentation_offload)
+        .initial_mtu(t.initial_mtu)
+        .min_mtu(t.initial_mtu.min(1200));
+    if t.allow_mtud {
+        let mut mtud = MtuDiscoveryConfig::default();
+        mtud.upper_bound(t.max_mtu);
+        c.mtu_discovery_config(Some(mtud));
+    } else {
+        c.mtu_discovery_config(None);
+    }
+    Ok(c)
+}

@@ -1,0 +1,422 @@
+//! The driver of quinn-proto's `Endpoint` and its `Connection`s, as one datagram
+//! [`Endpoint`](crate::udp::Endpoint).
+//!
+//! The order of calls is quinn's own (quinn 0.11 `endpoint.rs`, `connection.rs`): a datagram
+//! goes to the endpoint, which names its connection (or a new `Incoming`, or a response to send
+//! at once); the connection is then *driven*: its endpoint events go back through the
+//! endpoint (whose answer, new connection IDs, goes back to it), its application events go to
+//! its [`App`], and its datagrams are polled until it has none, after which its next timeout
+//! is armed. A connection whose endpoint event says it is drained is dropped in that same step:
+//! quinn-proto reuses its handle at once.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use quinn_proto::{Connection, ConnectionHandle, DatagramEvent, Event, Incoming};
+
+use super::config::{QuicSetup, RetryMode};
+use super::totals::{HandshakeFailure, QuicTotals};
+use crate::udp::{Endpoint, Transmit, MAX_TRANSMIT};
+
+/// The application on one QUIC connection (HTTP/3): it is handed the connection's application
+/// events and reads and writes its streams through the `Connection` itself.
+pub trait App: Send {
+    /// The connection was accepted: the application may open its own streams now (HTTP/3's
+    /// control stream goes out in the server's first flight, as 0.5-RTT data).
+    fn start(&mut self, conn: &mut Connection, now: Instant);
+
+    /// One of the connection's application events (streams opened, readable, writable…).
+    fn event(&mut self, conn: &mut Connection, event: Event, now: Instant);
+
+    /// The server began to drain: take no new requests, finish those in flight, then close
+    /// (HTTP/3: GOAWAY, then CONNECTION_CLOSE with H3_NO_ERROR).
+    fn begin_drain(&mut self, conn: &mut Connection, now: Instant);
+}
+
+/// Makes each connection's [`App`]; shared by the endpoint's connections.
+pub trait Apps: Send {
+    type App: App;
+    fn make(&mut self, now: Instant) -> Self::App;
+}
+
+/// What the endpoint admits, from the server's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Connections at once on this endpoint (one socket); a new one beyond is refused
+    /// (CONNECTION_REFUSED), as `--max-conns` refuses a TCP accept.
+    pub max_connections: usize,
+    /// Handshakes in progress at once; beyond it a new connection's Initial is dropped (the
+    /// client sends it again), after a Retry if Retry is on or automatic and its address is
+    /// not yet validated.
+    pub max_handshakes: usize,
+    pub retry: RetryMode,
+}
+
+struct Conn<A> {
+    conn: Connection,
+    app: A,
+    /// In the ready queue.
+    queued: bool,
+    /// Still handshaking, as last counted.
+    handshaking: bool,
+    /// When the connection wants its timeout handled.
+    wants: Option<Instant>,
+    /// The earliest instant this connection has in the timer heap (entries later than it are
+    /// stale: they are skipped when they come up).
+    armed: Option<Instant>,
+    accepted_at: Instant,
+}
+
+/// QUIC over one UDP socket: quinn-proto's endpoint, its connections each with an [`App`], one
+/// timer heap, the admission policy and the counts.
+pub struct QuicEndpoint<F: Apps> {
+    endpoint: quinn_proto::Endpoint,
+    admission: Admission,
+    apps: F,
+    conns: Vec<Option<Conn<F::App>>>,
+    open: usize,
+    handshaking: usize,
+    /// Connections to drive and poll for datagrams, in turn.
+    ready: VecDeque<usize>,
+    /// (instant, connection handle), earliest first.
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// Datagrams the endpoint itself answers with (version negotiation, stateless reset, a
+    /// refusal or Retry), sent before any connection's.
+    responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    scratch: Vec<u8>,
+    draining: bool,
+    totals: Arc<QuicTotals>,
+    dropped: u64,
+}
+
+/// Endpoint responses held at most before more are dropped (counted): a flood of Initials
+/// is answered no faster than the socket takes them.
+const MAX_RESPONSES: usize = 1024;
+
+impl<F: Apps> QuicEndpoint<F> {
+    pub fn new(setup: Arc<QuicSetup>, admission: Admission, apps: F) -> Self {
+        let endpoint = quinn_proto::Endpoint::new(
+            setup.endpoint.clone(),
+            Some(setup.server.clone()),
+            setup.tuning.allow_mtud,
+            None,
+        );
+        let totals = setup.totals.clone();
+        QuicEndpoint {
+            endpoint,
+            admission,
+            apps,
+            conns: Vec::new(),
+            open: 0,
+            handshaking: 0,
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            responses: VecDeque::new(),
+            scratch: Vec::new(),
+            draining: false,
+            totals,
+            dropped: 0,
+        }
+    }
+
+    /// Connections open on this endpoint (handshaking or established, not yet drained).
+    pub fn open_connections(&self) -> usize {
+        self.open
+    }
+
+    /// The connection with handle `ch`, for tests.
+    #[cfg(test)]
+    pub(crate) fn connection(&mut self, ch: usize) -> Option<(&mut Connection, &mut F::App)> {
+        self.conns.get_mut(ch)?.as_mut().map(|c| (&mut c.conn, &mut c.app))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn handles(&self) -> Vec<usize> {
+        (0..self.conns.len()).filter(|&i| self.conns[i].is_some()).collect()
+    }
+
+    fn respond(&mut self, destination: SocketAddr, size: usize) {
+        if self.responses.len() >= MAX_RESPONSES {
+            self.dropped += 1;
+        } else {
+            self.responses.push_back((destination, self.scratch[..size].to_vec()));
+        }
+    }
+
+    fn queue(&mut self, ch: usize) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            if !c.queued {
+                c.queued = true;
+                self.ready.push_back(ch);
+            }
+        }
+    }
+
+    /// Admit, retry, refuse or ignore a new connection's first datagram.
+    fn incoming(&mut self, incoming: Incoming, now: Instant) {
+        self.scratch.clear();
+        if self.draining {
+            self.totals.refused_draining();
+            let t = self.endpoint.refuse(incoming, &mut self.scratch);
+            return self.respond(t.destination, t.size);
+        }
+        if self.open >= self.admission.max_connections {
+            self.totals.refused_busy();
+            let t = self.endpoint.refuse(incoming, &mut self.scratch);
+            return self.respond(t.destination, t.size);
+        }
+        let retry = match self.admission.retry {
+            RetryMode::Off => false,
+            RetryMode::On => true,
+            // Under load: half the handshake budget in use.
+            RetryMode::Auto => self.handshaking * 2 >= self.admission.max_handshakes,
+        };
+        if retry && !incoming.remote_address_validated() && incoming.may_retry() {
+            match self.endpoint.retry(incoming, &mut self.scratch) {
+                Ok(t) => {
+                    self.totals.retry_sent();
+                    return self.respond(t.destination, t.size);
+                }
+                // Cannot happen after `may_retry`; accept rather than lose it.
+                Err(e) => return self.accept(e.into_incoming(), now),
+            }
+        }
+        if self.handshaking >= self.admission.max_handshakes {
+            // As a full SYN queue drops a SYN: the client sends its Initial again after its
+            // probe timeout, and is admitted once handshakes have finished.
+            self.totals.handshake_deferred();
+            return self.endpoint.ignore(incoming);
+        }
+        self.accept(incoming, now)
+    }
+
+    fn accept(&mut self, incoming: Incoming, now: Instant) {
+        self.scratch.clear();
+        match self.endpoint.accept(incoming, now, &mut self.scratch, None) {
+            Ok((ch, mut conn)) => {
+                let mut app = self.apps.make(now);
+                app.start(&mut conn, now);
+                let ch = ch.0;
+                if self.conns.len() <= ch {
+                    self.conns.resize_with(ch + 1, || None);
+                }
+                self.conns[ch] = Some(Conn {
+                    conn,
+                    app,
+                    queued: false,
+                    handshaking: true,
+                    wants: None,
+                    armed: None,
+                    accepted_at: now,
+                });
+                self.open += 1;
+                self.handshaking += 1;
+                self.queue(ch);
+            }
+            Err(e) => {
+                self.totals.handshake_failed(HandshakeFailure::from_connection_error(&e.cause));
+                if let Some(t) = e.response {
+                    self.respond(t.destination, t.size);
+                }
+            }
+        }
+    }
+
+    /// Pass a connection's endpoint events through the endpoint and its application events to
+    /// its app, until neither has more. Returns false if the connection was drained (and is
+    /// gone).
+    fn drive(&mut self, ch: usize, now: Instant) -> bool {
+        let Some(Some(c)) = self.conns.get_mut(ch) else { return false };
+        let mut drained = false;
+        loop {
+            let mut moved = false;
+            // Application events first: a connection that is drained now (an idle timeout)
+            // still reports its loss to its app before it goes.
+            while let Some(ev) = c.conn.poll() {
+                moved = true;
+                match &ev {
+                    Event::Connected => {
+                        if c.handshaking {
+                            c.handshaking = false;
+                            self.handshaking -= 1;
+                            self.totals.handshake_done(now.saturating_duration_since(c.accepted_at), &c.conn);
+                        }
+                    }
+                    Event::ConnectionLost { reason } => {
+                        if c.handshaking {
+                            c.handshaking = false;
+                            self.handshaking -= 1;
+                            self.totals.handshake_failed(HandshakeFailure::from_connection_error(reason));
+                        } else {
+                            self.totals.connection_lost(reason);
+                        }
+                    }
+                    _ => {}
+                }
+                c.app.event(&mut c.conn, ev, now);
+            }
+            while let Some(ev) = c.conn.poll_endpoint_events() {
+                moved = true;
+                drained |= ev.is_drained();
+                if let Some(answer) = self.endpoint.handle_event(ConnectionHandle(ch), ev) {
+                    c.conn.handle_event(answer);
+                }
+            }
+            if drained || !moved {
+                break;
+            }
+        }
+        if drained {
+            if let Some(c) = self.conns[ch].take() {
+                if c.handshaking {
+                    self.handshaking -= 1;
+                }
+                self.totals.connection_ended(&c.conn.stats());
+            }
+            self.open -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// Arm the connection's next timeout in the heap (lazily: a later instant replaces an
+    /// earlier one only when that one comes up).
+    fn arm(&mut self, ch: usize) {
+        let Some(Some(c)) = self.conns.get_mut(ch) else { return };
+        c.wants = c.conn.poll_timeout();
+        if let Some(at) = c.wants {
+            if c.armed.is_none_or(|armed| at < armed) {
+                c.armed = Some(at);
+                self.timers.push(Reverse((at, ch)));
+            }
+        }
+    }
+}
+
+impl<F: Apps> Endpoint for QuicEndpoint<F> {
+    fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]) {
+        self.scratch.clear();
+        // quinn-proto decrypts in place: it owns the datagram's bytes.
+        let data = BytesMut::from(datagram);
+        match self.endpoint.handle(now, peer, None, None, data, &mut self.scratch) {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(Some(c)) = self.conns.get_mut(ch.0) {
+                    c.conn.handle_event(event);
+                    self.queue(ch.0);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => self.incoming(incoming, now),
+            Some(DatagramEvent::Response(t)) => {
+                self.totals.endpoint_response();
+                self.respond(t.destination, t.size);
+            }
+            None => self.totals.datagram_ignored(),
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant, max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if let Some((destination, bytes)) = self.responses.pop_front() {
+            buf.extend_from_slice(&bytes);
+            return Some(Transmit { destination, size: bytes.len(), segment_size: None });
+        }
+        while let Some(&ch) = self.ready.front() {
+            if !self.drive(ch, now) {
+                self.ready.pop_front();
+                continue;
+            }
+            let Some(Some(c)) = self.conns.get_mut(ch) else {
+                self.ready.pop_front();
+                continue;
+            };
+            self.scratch.clear();
+            // GSO: segments of the path's MTU, at most one UDP message's worth.
+            let mtu = usize::from(c.conn.current_mtu()).max(1);
+            let max = max_segments.min(MAX_TRANSMIT / mtu).max(1);
+            match c.conn.poll_transmit(now, max, &mut self.scratch) {
+                Some(t) => {
+                    buf.extend_from_slice(&self.scratch[..t.size]);
+                    // Take turns: the next connection's datagrams go next.
+                    self.ready.pop_front();
+                    self.ready.push_back(ch);
+                    let segment_size = t.segment_size.filter(|&s| s > 0 && t.size > s);
+                    return Some(Transmit { destination: t.destination, size: t.size, segment_size });
+                }
+                None => {
+                    self.ready.pop_front();
+                    c.queued = false;
+                    self.arm(ch);
+                }
+            }
+        }
+        None
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if !self.ready.is_empty() || !self.responses.is_empty() {
+            // Work queued outside a flush (cannot happen through the socket layer, which
+            // flushes after every call): ask to be served at once.
+            return Some(Instant::now());
+        }
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((at, ch))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(Some(c)) = self.conns.get_mut(ch) else { continue };
+            if c.armed != Some(at) {
+                continue; // stale: a later entry replaced it
+            }
+            c.armed = None;
+            match c.wants {
+                Some(wants) if wants <= now => {
+                    c.conn.handle_timeout(now);
+                    self.queue(ch);
+                }
+                Some(wants) => {
+                    c.armed = Some(wants);
+                    self.timers.push(Reverse((wants, ch)));
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
+    }
+
+    fn begin_drain(&mut self, now: Instant) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        for ch in 0..self.conns.len() {
+            if let Some(Some(c)) = self.conns.get_mut(ch) {
+                c.app.begin_drain(&mut c.conn, now);
+                self.queue(ch);
+            }
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.open == 0
+    }
+}
+
+impl<F: Apps> Drop for QuicEndpoint<F> {
+    fn drop(&mut self) {
+        // Connections still open when the socket goes (a drain's deadline passed): their
+        // transport counts still belong in the totals.
+        for c in self.conns.iter().flatten() {
+            self.totals.connection_ended(&c.conn.stats());
+        }
+    }
+}

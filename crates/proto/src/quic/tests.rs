@@ -1,0 +1,413 @@
+//! The endpoint driver in memory: a quinn-proto client joined to a [`QuicEndpoint`] by two
+//! queues of datagrams on simulated time, as quinn-proto's own `Pair`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::BytesMut;
+use quinn_proto::crypto::rustls::QuicClientConfig;
+use quinn_proto::{ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Event, StreamEvent, StreamId};
+use sockscale_tls::{ClientTls, ServerOptions, ServerTls, TestCertificate, Trust};
+
+use super::config::transport;
+use super::*;
+use crate::udp::{Endpoint, Transmit};
+
+pub(crate) const SERVER: &str = "127.0.0.1:4433";
+pub(crate) const CLIENT: &str = "127.0.0.1:50000";
+
+/// A CA and a server certificate for 127.0.0.1, written to a temporary directory.
+pub(crate) struct Certs {
+    pub dir: tempfile::TempDir,
+    pub files: sockscale_tls::CertificateFiles,
+}
+
+pub(crate) fn certs() -> Certs {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files =
+        TestCertificate::generate(&["127.0.0.1".into()]).expect("certificate").write(dir.path()).expect("write");
+    Certs { dir, files }
+}
+
+pub(crate) fn setup(certs: &Certs, alpn: &[u8], tuning: QuicTuning) -> Arc<QuicSetup> {
+    let tls =
+        ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
+            .expect("server tls");
+    Arc::new(QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), tuning).expect("quic setup"))
+}
+
+pub(crate) fn client_config(certs: &Certs, alpn: &[u8], tuning: &QuicTuning) -> ClientConfig {
+    let tls = ClientTls::new(&Trust::CaFile(certs.files.ca.clone()), vec![alpn.to_vec()], true).expect("client tls");
+    let crypto = QuicClientConfig::try_from(tls.rustls_config(vec![alpn.to_vec()], true)).expect("quic client");
+    let mut c = ClientConfig::new(Arc::new(crypto));
+    c.transport_config(Arc::new(transport(tuning).expect("transport")));
+    c
+}
+
+pub(crate) fn admission() -> Admission {
+    Admission { max_connections: 100, max_handshakes: 100, retry: RetryMode::Off }
+}
+
+/// A client endpoint and its connections, with the server endpoint under test, on simulated
+/// time. Datagrams cross in the order they were sent; `lose` drops every n-th one.
+pub(crate) struct Pair<E: Endpoint> {
+    pub server: E,
+    pub client: quinn_proto::Endpoint,
+    pub conns: Vec<(ConnectionHandle, Connection)>,
+    pub now: Instant,
+    to_server: VecDeque<(SocketAddr, Vec<u8>)>,
+    to_client: VecDeque<Vec<u8>>,
+    pub server_datagrams: usize,
+    pub client_datagrams: usize,
+    pub client_events: Vec<(usize, Event)>,
+}
+
+impl<E: Endpoint> Pair<E> {
+    pub fn new(server: E) -> Self {
+        Pair {
+            server,
+            client: quinn_proto::Endpoint::new(Arc::default(), None, false, None),
+            conns: Vec::new(),
+            now: Instant::now(),
+            to_server: VecDeque::new(),
+            to_client: VecDeque::new(),
+            server_datagrams: 0,
+            client_datagrams: 0,
+            client_events: Vec::new(),
+        }
+    }
+
+    /// A new client connection from `from`; returns its index.
+    pub fn connect_from(&mut self, config: ClientConfig, from: SocketAddr) -> usize {
+        let (ch, conn) =
+            self.client.connect(self.now, config, SERVER.parse().expect("addr"), "127.0.0.1").expect("connect");
+        let _ = from;
+        self.conns.push((ch, conn));
+        self.conns.len() - 1
+    }
+
+    pub fn connect(&mut self, config: ClientConfig) -> usize {
+        self.connect_from(config, CLIENT.parse().expect("addr"))
+    }
+
+    /// Move datagrams both ways until neither side has any, without advancing time.
+    /// Returns whether anything moved.
+    pub fn step(&mut self) -> bool {
+        let mut moved = false;
+        let from: SocketAddr = CLIENT.parse().expect("addr");
+        // The client's side.
+        for i in 0..self.conns.len() {
+            loop {
+                let (ch, conn) = &mut self.conns[i];
+                while let Some(ev) = conn.poll_endpoint_events() {
+                    if let Some(answer) = self.client.handle_event(*ch, ev) {
+                        conn.handle_event(answer);
+                    }
+                }
+                while let Some(ev) = conn.poll() {
+                    self.client_events.push((i, ev));
+                }
+                let mut buf = Vec::new();
+                let Some(t) = conn.poll_transmit(self.now, 10, &mut buf) else { break };
+                moved = true;
+                let seg = t.segment_size.unwrap_or(t.size);
+                for d in buf[..t.size].chunks(seg) {
+                    self.client_datagrams += 1;
+                    self.to_server.push_back((from, d.to_vec()));
+                }
+            }
+        }
+        // Across to the server.
+        while let Some((peer, d)) = self.to_server.pop_front() {
+            moved = true;
+            self.server.handle(self.now, peer, &d);
+        }
+        let mut buf = Vec::new();
+        while let Some(Transmit { size, segment_size, .. }) = self.server.poll_transmit(self.now, 10, &mut buf) {
+            moved = true;
+            let start = buf.len() - size;
+            for d in buf[start..].chunks(segment_size.unwrap_or(size)) {
+                self.server_datagrams += 1;
+                self.to_client.push_back(d.to_vec());
+            }
+        }
+        // Back to the client.
+        while let Some(d) = self.to_client.pop_front() {
+            moved = true;
+            let mut resp = Vec::new();
+            match self.client.handle(
+                self.now,
+                SERVER.parse().expect("addr"),
+                None,
+                None,
+                BytesMut::from(&d[..]),
+                &mut resp,
+            ) {
+                Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
+                    if let Some((_, conn)) = self.conns.iter_mut().find(|(c, _)| *c == ch) {
+                        conn.handle_event(ev);
+                    }
+                }
+                Some(DatagramEvent::Response(t)) => {
+                    self.to_server.push_back((from, resp[..t.size].to_vec()));
+                }
+                _ => {}
+            }
+        }
+        moved
+    }
+
+    /// The earliest timeout on either side.
+    fn next_timeout(&mut self) -> Option<Instant> {
+        let client = self.conns.iter_mut().filter_map(|(_, c)| c.poll_timeout()).min();
+        [client, self.server.poll_timeout()].into_iter().flatten().min()
+    }
+
+    /// Step, advancing simulated time to each next timeout, until `done` or `limit` of
+    /// simulated time passed. Returns whether `done` came true.
+    pub fn drive_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            while self.step() {}
+            if done(self) {
+                return true;
+            }
+            let Some(at) = self.next_timeout() else { return false };
+            if at > end {
+                return false;
+            }
+            self.now = self.now.max(at);
+            for (_, c) in self.conns.iter_mut() {
+                if c.poll_timeout().is_some_and(|t| t <= self.now) {
+                    c.handle_timeout(self.now);
+                }
+            }
+            if self.server.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.server.handle_timeout(self.now);
+            }
+        }
+    }
+
+    pub fn connected(&self, i: usize) -> bool {
+        self.client_events.iter().any(|(j, e)| *j == i && matches!(e, Event::Connected))
+    }
+
+    pub fn lost(&self, i: usize) -> Option<&quinn_proto::ConnectionError> {
+        self.client_events.iter().find_map(|(j, e)| match e {
+            Event::ConnectionLost { reason } if *j == i => Some(reason),
+            _ => None,
+        })
+    }
+
+    /// Everything readable on a client stream now, and whether it ended.
+    pub fn read_client(&mut self, i: usize, id: StreamId) -> (Vec<u8>, bool) {
+        let conn = &mut self.conns[i].1;
+        let mut out = Vec::new();
+        let mut fin = false;
+        let mut stream = conn.recv_stream(id);
+        if let Ok(mut chunks) = stream.read(true) {
+            loop {
+                match chunks.next(usize::MAX) {
+                    Ok(Some(c)) => out.extend_from_slice(&c.bytes),
+                    Ok(None) => {
+                        fin = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = chunks.finalize();
+        }
+        (out, fin)
+    }
+}
+
+/// A stream echo: every bidirectional stream's bytes come back on it, and its end.
+pub(crate) struct EchoApp;
+
+impl App for EchoApp {
+    fn start(&mut self, _conn: &mut Connection, _now: Instant) {}
+
+    fn event(&mut self, conn: &mut Connection, event: Event, _now: Instant) {
+        let id = match event {
+            Event::Stream(StreamEvent::Opened { dir: Dir::Bi }) => match conn.streams().accept(Dir::Bi) {
+                Some(id) => id,
+                None => return,
+            },
+            Event::Stream(StreamEvent::Readable { id }) => id,
+            _ => return,
+        };
+        let mut data = Vec::new();
+        let mut fin = false;
+        if let Ok(mut chunks) = conn.recv_stream(id).read(true) {
+            while let Ok(Some(c)) = chunks.next(usize::MAX) {
+                data.extend_from_slice(&c.bytes);
+            }
+            if matches!(chunks.next(usize::MAX), Ok(None)) {
+                fin = true;
+            }
+            let _ = chunks.finalize();
+        }
+        let mut send = conn.send_stream(id);
+        let _ = send.write(&data);
+        if fin {
+            let _ = send.finish();
+        }
+    }
+
+    fn begin_drain(&mut self, conn: &mut Connection, now: Instant) {
+        conn.close(now, 0u32.into(), bytes::Bytes::from_static(b"drain"));
+    }
+}
+
+pub(crate) struct EchoApps;
+
+impl Apps for EchoApps {
+    type App = EchoApp;
+    fn make(&mut self, _now: Instant) -> EchoApp {
+        EchoApp
+    }
+}
+
+fn echo_pair(admission: Admission) -> (Pair<QuicEndpoint<EchoApps>>, ClientConfig, Certs, Arc<QuicSetup>) {
+    let certs = certs();
+    let tuning = QuicTuning::default();
+    let setup = setup(&certs, b"echo", tuning.clone());
+    let server = QuicEndpoint::new(setup.clone(), admission, EchoApps);
+    let client = client_config(&certs, b"echo", &tuning);
+    (Pair::new(server), client, certs, setup)
+}
+
+#[test]
+fn a_handshake_completes_and_a_stream_is_echoed() {
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)), "no handshake");
+    let id = pair.conns[c].1.streams().open(Dir::Bi).expect("a stream");
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    {
+        let mut send = pair.conns[c].1.send_stream(id);
+        let mut at = 0;
+        while at < payload.len() {
+            at += send.write(&payload[at..]).expect("write");
+        }
+        send.finish().expect("finish");
+    }
+    let mut got = Vec::new();
+    let done = pair.drive_until(Duration::from_secs(5), |p| {
+        let (bytes, fin) = p.read_client(c, id);
+        got.extend_from_slice(&bytes);
+        fin
+    });
+    assert!(done, "the echo did not end ({} of {} bytes)", got.len(), payload.len());
+    assert_eq!(got, payload);
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.handshakes, 1);
+    assert_eq!(pair.server.open_connections(), 1);
+}
+
+#[test]
+fn an_idle_connection_is_dropped_after_the_idle_timeout_and_its_handle_freed() {
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    let start = pair.now;
+    assert!(pair.drive_until(Duration::from_secs(120), |p| p.server.open_connections() == 0), "never freed");
+    let idle = pair.now - start;
+    // 30 s idle on both sides, then the server's handle goes at once (no draining period
+    // after an idle timeout).
+    assert!(idle >= Duration::from_secs(30) && idle < Duration::from_secs(31), "freed after {idle:?}");
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.lost[LostReason::TimedOut as usize], 1, "{counts:?}");
+    assert_eq!(counts.connections_ended, 1);
+    assert!(pair.drive_until(Duration::from_secs(1), |p| p.lost(c).is_some()));
+    assert!(matches!(pair.lost(c), Some(quinn_proto::ConnectionError::TimedOut)), "{:?}", pair.lost(c));
+}
+
+#[test]
+fn connections_over_the_limit_are_refused_and_counted() {
+    let (mut pair, client, _certs, setup) =
+        echo_pair(Admission { max_connections: 2, max_handshakes: 100, retry: RetryMode::Off });
+    let ids: Vec<usize> = (0..3).map(|_| pair.connect(client.clone())).collect();
+    pair.drive_until(Duration::from_secs(5), |p| ids.iter().all(|&i| p.connected(i) || p.lost(i).is_some()));
+    let connected = ids.iter().filter(|&&i| pair.connected(i)).count();
+    assert_eq!(connected, 2);
+    let refused = ids.iter().find(|&&i| !pair.connected(i)).copied().expect("one refused");
+    assert!(
+        matches!(pair.lost(refused), Some(quinn_proto::ConnectionError::ConnectionClosed(c)) if u64::from(c.error_code) == 0x2),
+        "refused with CONNECTION_REFUSED: {:?}",
+        pair.lost(refused)
+    );
+    assert_eq!(setup.totals.snapshot().refused_busy, 1);
+}
+
+#[test]
+fn retry_on_validates_the_address_first_and_the_handshake_still_completes() {
+    let (mut pair, client, _certs, setup) =
+        echo_pair(Admission { max_connections: 100, max_handshakes: 100, retry: RetryMode::On });
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    let counts = setup.totals.snapshot();
+    assert_eq!((counts.retries, counts.handshakes), (1, 1));
+}
+
+#[test]
+fn retry_auto_retries_only_under_load() {
+    let (mut pair, client, _certs, setup) =
+        echo_pair(Admission { max_connections: 100, max_handshakes: 4, retry: RetryMode::Auto });
+    // One at a time: never two handshakes at once, no Retry.
+    for _ in 0..3 {
+        let c = pair.connect(client.clone());
+        assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    }
+    assert_eq!(setup.totals.snapshot().retries, 0);
+    // Six at once: from the third on, half the budget (2 of 4) is in use.
+    let ids: Vec<usize> = (0..6).map(|_| pair.connect(client.clone())).collect();
+    assert!(pair.drive_until(Duration::from_secs(5), |p| ids.iter().all(|&i| p.connected(i))));
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.retries, 4, "{counts:?}");
+    assert_eq!(counts.handshakes, 9);
+}
+
+#[test]
+fn garbage_datagrams_are_ignored_and_counted_and_a_bystander_is_served() {
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
+    let peer: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
+    for i in 0..1000u32 {
+        let len = (i as usize * 7) % 1400 + 1;
+        let junk: Vec<u8> = (0..len).map(|j| (j as u32 * 31 + i) as u8).collect();
+        pair.server.handle(pair.now, peer, &junk);
+    }
+    let mut buf = Vec::new();
+    let mut answered = 0;
+    while let Some(t) = pair.server.poll_transmit(pair.now, 1, &mut buf) {
+        answered += 1;
+        assert!(t.size <= 1400, "no answer larger than its datagram's bound");
+    }
+    let counts = setup.totals.snapshot();
+    assert_eq!(pair.server.open_connections(), 0);
+    assert_eq!(counts.handshakes, 0);
+    assert!(counts.datagrams_ignored + counts.endpoint_responses >= 900, "{counts:?} answered {answered}");
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+}
+
+#[test]
+fn a_drain_closes_every_connection_and_then_says_drained() {
+    let (mut pair, client, _certs, _setup) = echo_pair(admission());
+    let ids: Vec<usize> = (0..3).map(|_| pair.connect(client.clone())).collect();
+    assert!(pair.drive_until(Duration::from_secs(5), |p| ids.iter().all(|&i| p.connected(i))));
+    assert!(!pair.server.drained());
+    let now = pair.now;
+    pair.server.begin_drain(now);
+    assert!(pair.drive_until(Duration::from_secs(10), |p| p.server.drained()), "never drained");
+    for i in ids {
+        assert!(matches!(pair.lost(i), Some(quinn_proto::ConnectionError::ApplicationClosed(_))), "{:?}", pair.lost(i));
+    }
+    // A new connection during the drain is refused.
+    let late = pair.connect(client);
+    pair.drive_until(Duration::from_secs(5), |p| p.lost(late).is_some());
+    assert!(!pair.connected(late));
+}
