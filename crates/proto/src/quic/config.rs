@@ -6,9 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn_proto::crypto::rustls::QuicServerConfig;
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::rustls;
-use quinn_proto::{EndpointConfig, IdleTimeout, MtuDiscoveryConfig, ServerConfig, TransportConfig, VarInt};
+use quinn_proto::{
+    ClientConfig, EndpointConfig, IdleTimeout, MtuDiscoveryConfig, ServerConfig, TransportConfig, VarInt,
+};
 
 use super::totals::QuicTotals;
 
@@ -97,7 +99,10 @@ pub enum QuicConfigError {
 /// What every endpoint of one server shares.
 pub struct QuicSetup {
     pub endpoint: Arc<EndpointConfig>,
-    pub server: Arc<ServerConfig>,
+    /// A server's: new connections are accepted.
+    pub server: Option<Arc<ServerConfig>>,
+    /// A client's: connections are opened ([`super::QuicEndpoint::connect`]).
+    pub client: Option<ClientConfig>,
     pub tuning: QuicTuning,
     pub totals: Arc<QuicTotals>,
 }
@@ -123,7 +128,32 @@ impl QuicSetup {
         endpoint
             .max_udp_payload_size(tuning.max_mtu.max(1200) - 28)
             .map_err(|e| QuicConfigError::Transport(e.to_string()))?;
-        Ok(QuicSetup { endpoint: Arc::new(endpoint), server: Arc::new(server), tuning, totals: Arc::default() })
+        Ok(QuicSetup {
+            endpoint: Arc::new(endpoint),
+            server: Some(Arc::new(server)),
+            client: None,
+            tuning,
+            totals: Arc::default(),
+        })
+    }
+
+    /// A client's setup from its TLS configuration (trust, ALPN `h3`, a resumption store,
+    /// early data if 0-RTT is wanted).
+    pub fn client(tls: rustls::ClientConfig, tuning: QuicTuning) -> Result<Self, QuicConfigError> {
+        let crypto = QuicClientConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
+        let mut client = ClientConfig::new(Arc::new(crypto));
+        client.transport_config(Arc::new(transport(&tuning)?));
+        let mut endpoint = EndpointConfig::default();
+        endpoint
+            .max_udp_payload_size(tuning.max_mtu.max(1200) - 28)
+            .map_err(|e| QuicConfigError::Transport(e.to_string()))?;
+        Ok(QuicSetup {
+            endpoint: Arc::new(endpoint),
+            server: None,
+            client: Some(client),
+            tuning,
+            totals: Arc::default(),
+        })
     }
 }
 

@@ -16,31 +16,30 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use quinn_proto::{Connection, ConnectionHandle, DatagramEvent, Event, Incoming};
+use quinn_proto::{ConnectError, Connection, ConnectionHandle, DatagramEvent, Event, Incoming};
 
 use super::config::{QuicSetup, RetryMode};
 use super::totals::{HandshakeFailure, QuicTotals};
 use crate::udp::{Endpoint, Transmit, MAX_TRANSMIT};
 
-/// The application on one QUIC connection (HTTP/3): it is handed the connection's application
-/// events and reads and writes its streams through the `Connection` itself.
-pub trait App: Send {
-    /// The connection was accepted: the application may open its own streams now (HTTP/3's
-    /// control stream goes out in the server's first flight, as 0.5-RTT data).
-    fn start(&mut self, conn: &mut Connection, now: Instant);
+/// The application on QUIC connections (HTTP/3), one state per connection (`App`), with what
+/// the endpoint's connections share (this value: the rendered responses, the counts). It is
+/// handed each connection's application events and reads and writes the streams through the
+/// `Connection` itself.
+pub trait Apps: Send {
+    type App: Send;
+
+    /// A connection was accepted (or opened, on a client): its state. The application may open
+    /// its own streams now (HTTP/3's control stream goes out in the server's first flight, as
+    /// 0.5-RTT data).
+    fn start(&mut self, conn: &mut Connection, now: Instant) -> Self::App;
 
     /// One of the connection's application events (streams opened, readable, writable…).
-    fn event(&mut self, conn: &mut Connection, event: Event, now: Instant);
+    fn event(&mut self, app: &mut Self::App, conn: &mut Connection, event: Event, now: Instant);
 
     /// The server began to drain: take no new requests, finish those in flight, then close
     /// (HTTP/3: GOAWAY, then CONNECTION_CLOSE with H3_NO_ERROR).
-    fn begin_drain(&mut self, conn: &mut Connection, now: Instant);
-}
-
-/// Makes each connection's [`App`]; shared by the endpoint's connections.
-pub trait Apps: Send {
-    type App: App;
-    fn make(&mut self, now: Instant) -> Self::App;
+    fn begin_drain(&mut self, app: &mut Self::App, conn: &mut Connection, now: Instant);
 }
 
 /// What the endpoint admits, from the server's limits.
@@ -75,6 +74,8 @@ struct Conn<A> {
 /// timer heap, the admission policy and the counts.
 pub struct QuicEndpoint<F: Apps> {
     endpoint: quinn_proto::Endpoint,
+    /// A client's configuration, for [`QuicEndpoint::connect`].
+    client: Option<quinn_proto::ClientConfig>,
     admission: Admission,
     apps: F,
     conns: Vec<Option<Conn<F::App>>>,
@@ -99,15 +100,12 @@ const MAX_RESPONSES: usize = 1024;
 
 impl<F: Apps> QuicEndpoint<F> {
     pub fn new(setup: Arc<QuicSetup>, admission: Admission, apps: F) -> Self {
-        let endpoint = quinn_proto::Endpoint::new(
-            setup.endpoint.clone(),
-            Some(setup.server.clone()),
-            setup.tuning.allow_mtud,
-            None,
-        );
+        let endpoint =
+            quinn_proto::Endpoint::new(setup.endpoint.clone(), setup.server.clone(), setup.tuning.allow_mtud, None);
         let totals = setup.totals.clone();
         QuicEndpoint {
             endpoint,
+            client: setup.client.clone(),
             admission,
             apps,
             conns: Vec::new(),
@@ -123,20 +121,49 @@ impl<F: Apps> QuicEndpoint<F> {
         }
     }
 
+    /// Open a connection to `remote` (a client's endpoint: its setup has a client
+    /// configuration); its datagrams go out at the next [`Endpoint::poll_transmit`]. Returns its
+    /// handle.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddr, server_name: &str) -> Result<usize, ConnectError> {
+        let Some(config) = self.client.clone() else { return Err(ConnectError::NoDefaultClientConfig) };
+        let (ch, mut conn) = self.endpoint.connect(now, config, remote, server_name)?;
+        let app = self.apps.start(&mut conn, now);
+        self.insert(ch.0, conn, app, now);
+        Ok(ch.0)
+    }
+
+    fn insert(&mut self, ch: usize, conn: Connection, app: F::App, now: Instant) {
+        if self.conns.len() <= ch {
+            self.conns.resize_with(ch + 1, || None);
+        }
+        self.conns[ch] =
+            Some(Conn { conn, app, queued: false, handshaking: true, wants: None, armed: None, accepted_at: now });
+        self.open += 1;
+        self.handshaking += 1;
+        self.queue(ch);
+    }
+
+    /// The connection with handle `ch` and its application state, to act on it from outside
+    /// an event (a client starting a request); call [`QuicEndpoint::touch`] after.
+    pub fn connection_mut(&mut self, ch: usize) -> Option<(&mut Connection, &mut F::App, &mut F)> {
+        let apps = &mut self.apps;
+        self.conns.get_mut(ch)?.as_mut().map(|c| (&mut c.conn, &mut c.app, apps))
+    }
+
+    /// The connection `ch` was acted on from outside an event: drive it and poll its datagrams
+    /// at the next [`Endpoint::poll_transmit`].
+    pub fn touch(&mut self, ch: usize) {
+        self.queue(ch);
+    }
+
+    /// What the endpoint's connections share.
+    pub fn apps(&mut self) -> &mut F {
+        &mut self.apps
+    }
+
     /// Connections open on this endpoint (handshaking or established, not yet drained).
     pub fn open_connections(&self) -> usize {
         self.open
-    }
-
-    /// The connection with handle `ch`, for tests.
-    #[cfg(test)]
-    pub(crate) fn connection(&mut self, ch: usize) -> Option<(&mut Connection, &mut F::App)> {
-        self.conns.get_mut(ch)?.as_mut().map(|c| (&mut c.conn, &mut c.app))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn handles(&self) -> Vec<usize> {
-        (0..self.conns.len()).filter(|&i| self.conns[i].is_some()).collect()
     }
 
     fn respond(&mut self, destination: SocketAddr, size: usize) {
@@ -198,24 +225,8 @@ impl<F: Apps> QuicEndpoint<F> {
         self.scratch.clear();
         match self.endpoint.accept(incoming, now, &mut self.scratch, None) {
             Ok((ch, mut conn)) => {
-                let mut app = self.apps.make(now);
-                app.start(&mut conn, now);
-                let ch = ch.0;
-                if self.conns.len() <= ch {
-                    self.conns.resize_with(ch + 1, || None);
-                }
-                self.conns[ch] = Some(Conn {
-                    conn,
-                    app,
-                    queued: false,
-                    handshaking: true,
-                    wants: None,
-                    armed: None,
-                    accepted_at: now,
-                });
-                self.open += 1;
-                self.handshaking += 1;
-                self.queue(ch);
+                let app = self.apps.start(&mut conn, now);
+                self.insert(ch.0, conn, app, now);
             }
             Err(e) => {
                 self.totals.handshake_failed(HandshakeFailure::from_connection_error(&e.cause));
@@ -257,7 +268,7 @@ impl<F: Apps> QuicEndpoint<F> {
                     }
                     _ => {}
                 }
-                c.app.event(&mut c.conn, ev, now);
+                self.apps.event(&mut c.app, &mut c.conn, ev, now);
             }
             while let Some(ev) = c.conn.poll_endpoint_events() {
                 moved = true;
@@ -400,7 +411,7 @@ impl<F: Apps> Endpoint for QuicEndpoint<F> {
         self.draining = true;
         for ch in 0..self.conns.len() {
             if let Some(Some(c)) = self.conns.get_mut(ch) {
-                c.app.begin_drain(&mut c.conn, now);
+                self.apps.begin_drain(&mut c.app, &mut c.conn, now);
                 self.queue(ch);
             }
         }

@@ -20,6 +20,6 @@ mod totals;
 mod tests;
 
 pub use config::{QuicConfigError, QuicSetup, QuicTuning, RetryMode};
-pub use endpoint::{Admission, App, Apps, QuicEndpoint};
+pub use endpoint::{Admission, Apps, QuicEndpoint};
 pub use quinn_proto;
 pub use totals::{HandshakeFailure, LostReason, QuicCounts, QuicTotals};

@@ -225,12 +225,14 @@ impl<E: Endpoint> Pair<E> {
 }
 
 /// A stream echo: every bidirectional stream's bytes come back on it, and its end.
-pub(crate) struct EchoApp;
+pub(crate) struct EchoApps;
 
-impl App for EchoApp {
+impl Apps for EchoApps {
+    type App = ();
+
     fn start(&mut self, _conn: &mut Connection, _now: Instant) {}
 
-    fn event(&mut self, conn: &mut Connection, event: Event, _now: Instant) {
+    fn event(&mut self, _app: &mut (), conn: &mut Connection, event: Event, _now: Instant) {
         let id = match event {
             Event::Stream(StreamEvent::Opened { dir: Dir::Bi }) => match conn.streams().accept(Dir::Bi) {
                 Some(id) => id,
@@ -257,17 +259,8 @@ impl App for EchoApp {
         }
     }
 
-    fn begin_drain(&mut self, conn: &mut Connection, now: Instant) {
+    fn begin_drain(&mut self, _app: &mut (), conn: &mut Connection, now: Instant) {
         conn.close(now, 0u32.into(), bytes::Bytes::from_static(b"drain"));
-    }
-}
-
-pub(crate) struct EchoApps;
-
-impl Apps for EchoApps {
-    type App = EchoApp;
-    fn make(&mut self, _now: Instant) -> EchoApp {
-        EchoApp
     }
 }
 
