@@ -44,7 +44,7 @@ pub fn neither_protocol(first: &[u8]) -> bool {
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub const PREFACE: &[u8; 24] = sockscale_h2::frame::PREFACE;
 
-pub use response::{generated_page, unix_secs, ConnectionMode, Responses, CONTINUE};
+pub use response::{generated_page, http_date, unix_secs, ConnectionMode, Responses, CONTINUE};
 
 use crate::{Closing, Output, Verdict};
 

@@ -149,7 +149,8 @@ fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
     Rendered { full: full.freeze(), head_len: head.len() }
 }
 
-fn http_date(unix_secs: u64) -> String {
+/// The `Date` field's value for a second since the epoch (RFC 9110 §5.6.7).
+pub fn http_date(unix_secs: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(unix_secs))
 }
 

@@ -80,7 +80,6 @@ pub struct QuicEndpoint<F: Apps> {
     apps: F,
     conns: Vec<Option<Conn<F::App>>>,
     open: usize,
-    handshaking: usize,
     /// Connections to drive and poll for datagrams, in turn.
     ready: VecDeque<usize>,
     /// (instant, connection handle), earliest first.
@@ -110,7 +109,6 @@ impl<F: Apps> QuicEndpoint<F> {
             apps,
             conns: Vec::new(),
             open: 0,
-            handshaking: 0,
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             responses: VecDeque::new(),
@@ -139,7 +137,7 @@ impl<F: Apps> QuicEndpoint<F> {
         self.conns[ch] =
             Some(Conn { conn, app, queued: false, handshaking: true, wants: None, armed: None, accepted_at: now });
         self.open += 1;
-        self.handshaking += 1;
+        self.totals.opened();
         self.queue(ch);
     }
 
@@ -191,7 +189,8 @@ impl<F: Apps> QuicEndpoint<F> {
             let t = self.endpoint.refuse(incoming, &mut self.scratch);
             return self.respond(t.destination, t.size);
         }
-        if self.open >= self.admission.max_connections {
+        // The limits are the server's, over all its sockets: the totals' gauges.
+        if self.totals.open() >= self.admission.max_connections {
             self.totals.refused_busy();
             let t = self.endpoint.refuse(incoming, &mut self.scratch);
             return self.respond(t.destination, t.size);
@@ -200,7 +199,7 @@ impl<F: Apps> QuicEndpoint<F> {
             RetryMode::Off => false,
             RetryMode::On => true,
             // Under load: half the handshake budget in use.
-            RetryMode::Auto => self.handshaking * 2 >= self.admission.max_handshakes,
+            RetryMode::Auto => self.totals.handshaking() * 2 >= self.admission.max_handshakes,
         };
         if retry && !incoming.remote_address_validated() && incoming.may_retry() {
             match self.endpoint.retry(incoming, &mut self.scratch) {
@@ -212,7 +211,7 @@ impl<F: Apps> QuicEndpoint<F> {
                 Err(e) => return self.accept(e.into_incoming(), now),
             }
         }
-        if self.handshaking >= self.admission.max_handshakes {
+        if self.totals.handshaking() >= self.admission.max_handshakes {
             // As a full SYN queue drops a SYN: the client sends its Initial again after its
             // probe timeout, and is admitted once handshakes have finished.
             self.totals.handshake_deferred();
@@ -253,14 +252,14 @@ impl<F: Apps> QuicEndpoint<F> {
                     Event::Connected => {
                         if c.handshaking {
                             c.handshaking = false;
-                            self.handshaking -= 1;
+                            self.totals.handshake_ended();
                             self.totals.handshake_done(now.saturating_duration_since(c.accepted_at), &c.conn);
                         }
                     }
                     Event::ConnectionLost { reason } => {
                         if c.handshaking {
                             c.handshaking = false;
-                            self.handshaking -= 1;
+                            self.totals.handshake_ended();
                             self.totals.handshake_failed(HandshakeFailure::from_connection_error(reason));
                         } else {
                             self.totals.connection_lost(reason);
@@ -284,11 +283,12 @@ impl<F: Apps> QuicEndpoint<F> {
         if drained {
             if let Some(c) = self.conns[ch].take() {
                 if c.handshaking {
-                    self.handshaking -= 1;
+                    self.totals.handshake_ended();
                 }
                 self.totals.connection_ended(&c.conn.stats());
             }
             self.open -= 1;
+            self.totals.closed();
             return false;
         }
         true
@@ -428,6 +428,10 @@ impl<F: Apps> Drop for QuicEndpoint<F> {
         // transport counts still belong in the totals.
         for c in self.conns.iter().flatten() {
             self.totals.connection_ended(&c.conn.stats());
+            if c.handshaking {
+                self.totals.handshake_ended();
+            }
+            self.totals.closed();
         }
     }
 }

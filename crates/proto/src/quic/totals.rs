@@ -119,6 +119,9 @@ impl LostReason {
 /// The counts, added to by every endpoint.
 #[derive(Debug, Default)]
 pub struct QuicTotals {
+    /// Gauges: connections open, and of them still handshaking, over every endpoint.
+    open: AtomicU64,
+    handshaking: AtomicU64,
     handshakes: AtomicU64,
     handshakes_0rtt: AtomicU64,
     handshake_micros: AtomicU64,
@@ -185,6 +188,29 @@ pub struct QuicCounts {
 }
 
 impl QuicTotals {
+    pub(crate) fn opened(&self) {
+        self.open.fetch_add(1, Relaxed);
+        self.handshaking.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn handshake_ended(&self) {
+        self.handshaking.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn closed(&self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
+
+    /// Connections open now, over every endpoint.
+    pub fn open(&self) -> usize {
+        self.open.load(Relaxed) as usize
+    }
+
+    /// Handshakes in progress now, over every endpoint.
+    pub fn handshaking(&self) -> usize {
+        self.handshaking.load(Relaxed) as usize
+    }
+
     pub(crate) fn handshake_done(&self, took: Duration, conn: &Connection) {
         self.handshakes.fetch_add(1, Relaxed);
         if conn.accepted_0rtt() {
