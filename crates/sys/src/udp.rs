@@ -78,6 +78,18 @@ pub fn probe_gso(fd: RawFd) -> io::Result<()> {
     set_int_option(fd, libc::SOL_UDP, UDP_SEGMENT, 0)
 }
 
+/// Never fragment what is sent on `fd` and ignore the path MTU the kernel learnt
+/// (IP_PMTUDISC_PROBE, and IPV6_DONTFRAG for IPv6): what QUIC's path MTU discovery needs, as it
+/// probes larger packets itself and takes a lost probe as the answer (RFC 8899).
+pub fn disable_fragmentation(fd: RawFd, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)?;
+        set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)
+    } else {
+        set_int_option(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
+    }
+}
+
 /// Ask the kernel to attach its running count of dropped datagrams (SO_RXQ_OVFL) to what it
 /// delivers, so that drops of a full receive queue can be counted.
 pub fn enable_overflow_count(fd: RawFd) -> io::Result<()> {
