@@ -118,6 +118,10 @@ impl QuicSetup {
     /// tickets), whose early-data size is set here: QUIC allows only 0 or `u32::MAX`.
     pub fn server(mut tls: rustls::ServerConfig, tuning: QuicTuning) -> Result<Self, QuicConfigError> {
         tls.max_early_data_size = if tuning.zero_rtt { u32::MAX } else { 0 };
+        let totals: Arc<QuicTotals> = Arc::default();
+        if tls.ticketer.enabled() {
+            tls.ticketer = Arc::new(CountingTicketer { inner: tls.ticketer.clone(), totals: totals.clone() });
+        }
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
         let mut server = ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(transport(&tuning)?));
@@ -128,13 +132,7 @@ impl QuicSetup {
         endpoint
             .max_udp_payload_size(tuning.max_mtu.max(1200) - 28)
             .map_err(|e| QuicConfigError::Transport(e.to_string()))?;
-        Ok(QuicSetup {
-            endpoint: Arc::new(endpoint),
-            server: Some(Arc::new(server)),
-            client: None,
-            tuning,
-            totals: Arc::default(),
-        })
+        Ok(QuicSetup { endpoint: Arc::new(endpoint), server: Some(Arc::new(server)), client: None, tuning, totals })
     }
 
     /// A client's setup from its TLS configuration (trust, ALPN `h3`, a resumption store,
@@ -154,6 +152,38 @@ impl QuicSetup {
             tuning,
             totals: Arc::default(),
         })
+    }
+}
+
+/// The server's session tickets, counting those that come back and decrypt: a resumed
+/// handshake. quinn-proto does not say whether rustls resumed, and rustls decrypts a ticket only
+/// to resume with it; a ticket that decrypts but is then refused (its age or SNI do not fit,
+/// rare) is counted too, so the count is an upper bound.
+#[derive(Debug)]
+struct CountingTicketer {
+    inner: Arc<dyn rustls::server::ProducesTickets>,
+    totals: Arc<QuicTotals>,
+}
+
+impl rustls::server::ProducesTickets for CountingTicketer {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.inner.lifetime()
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.inner.encrypt(plain)
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        let plain = self.inner.decrypt(cipher);
+        if plain.is_some() {
+            self.totals.ticket_accepted();
+        }
+        plain
     }
 }
 

@@ -404,3 +404,17 @@ fn a_drain_closes_every_connection_and_then_says_drained() {
     pair.drive_until(Duration::from_secs(5), |p| p.lost(late).is_some());
     assert!(!pair.connected(late));
 }
+
+#[test]
+fn a_second_connection_resumes_with_the_first_ones_ticket() {
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
+    let first = pair.connect(client.clone());
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(first)));
+    // Let the NewSessionTicket arrive.
+    pair.drive_until(Duration::from_millis(100), |_| false);
+    assert_eq!(setup.totals.snapshot().resumed, 0);
+    let second = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(second)));
+    let counts = setup.totals.snapshot();
+    assert_eq!((counts.handshakes, counts.resumed), (2, 1), "{counts:?}");
+}

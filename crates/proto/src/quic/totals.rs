@@ -124,6 +124,7 @@ pub struct QuicTotals {
     handshaking: AtomicU64,
     handshakes: AtomicU64,
     handshakes_0rtt: AtomicU64,
+    resumed: AtomicU64,
     handshake_micros: AtomicU64,
     failed: [AtomicU64; HandshakeFailure::ALL.len()],
     lost: [AtomicU64; LostReason::ALL.len()],
@@ -151,6 +152,9 @@ pub struct QuicCounts {
     pub handshakes: u64,
     /// … of which the client's 0-RTT data was accepted (`--quic-0rtt`).
     pub handshakes_0rtt: u64,
+    /// Session tickets that came back and decrypted: resumed handshakes (an upper bound: see
+    /// the ticketer in `config.rs`).
+    pub resumed: u64,
     /// Summed handshake time (first datagram accepted to handshake complete), in µs.
     pub handshake_micros: u64,
     /// Handshakes that failed, by [`HandshakeFailure`] (in `ALL`'s order).
@@ -219,6 +223,10 @@ impl QuicTotals {
         self.handshake_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
     }
 
+    pub(crate) fn ticket_accepted(&self) {
+        self.resumed.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn handshake_failed(&self, why: HandshakeFailure) {
         self.failed[why as usize].fetch_add(1, Relaxed);
     }
@@ -280,6 +288,7 @@ impl QuicTotals {
         QuicCounts {
             handshakes: load(&self.handshakes),
             handshakes_0rtt: load(&self.handshakes_0rtt),
+            resumed: load(&self.resumed),
             handshake_micros: load(&self.handshake_micros),
             failed: std::array::from_fn(|i| load(&self.failed[i])),
             lost: std::array::from_fn(|i| load(&self.lost[i])),
