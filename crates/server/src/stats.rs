@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use sockscale_h2::Limit as H2Limit;
 use sockscale_proto::h2::H2Totals;
+use sockscale_proto::quic::{HandshakeFailure as QuicFailure, LostReason as QuicLost, QuicCounts, QuicTotals};
 use sockscale_proto::ws::{WsCounts, WsTotals};
 
 use crate::policy::StormConfig;
@@ -137,12 +138,20 @@ pub struct Stats {
     h2: Option<Arc<H2Totals>>,
     /// What the WebSocket connections counted: upgrades as they happen, the rest as each ends.
     ws: Option<Arc<WsTotals>>,
+    /// What the QUIC endpoints (HTTP/3, `--http3`) counted.
+    quic: Option<Arc<QuicTotals>>,
 }
 
 impl Stats {
     /// Report the WebSocket connections' counts (`ws_*`) from `totals`.
     pub fn with_ws(mut self, totals: Option<Arc<WsTotals>>) -> Self {
         self.ws = totals;
+        self
+    }
+
+    /// Report the QUIC endpoints' counts (`quic_*`, `h3_*`) from `totals`.
+    pub fn with_quic(mut self, totals: Option<Arc<QuicTotals>>) -> Self {
+        self.quic = totals;
         self
     }
 
@@ -166,6 +175,7 @@ impl Stats {
             waiting: AtomicI64::new(0),
             rotations: AtomicU64::new(0),
             h2: None,
+            quic: None,
             ws: None,
         }
     }
@@ -287,6 +297,10 @@ impl Stats {
         if let Some(ws) = &self.ws {
             s.ws = ws.snapshot();
         }
+        if let Some(quic) = &self.quic {
+            s.quic = quic.snapshot();
+            s.quic_connections = quic.open() as u64;
+        }
         s.active_rotations = self.rotations.load(Relaxed);
         for (total, count) in s.limits.iter_mut().zip(&self.limits) {
             *total = count.load(Relaxed);
@@ -374,6 +388,10 @@ pub struct Snapshot {
     /// WebSocket upgrades and refusals, and what the connections that ended counted.
     #[serde(skip)]
     pub ws: WsCounts,
+    /// What the QUIC endpoints counted (HTTP/3), and their connections open now.
+    #[serde(skip)]
+    pub quic: QuicCounts,
+    pub quic_connections: u64,
 }
 
 /// What the HTTP/2 connections that ended counted (`sockscale_h2::Stats`, summed).
@@ -611,6 +629,84 @@ impl Snapshot {
             closes.push((format!("{{way=\"{way}\",code=\"other\"}}"), counts.other.to_string()));
         }
         metric("ws_closes_total", "counter", "WebSocket close frames by code, each way (1005: no code).", &closes);
+        let q = &self.quic;
+        metric("quic_connections", "gauge", "QUIC connections open now.", &one(self.quic_connections));
+        metric(
+            "quic_handshakes_total",
+            "counter",
+            "QUIC handshakes completed; kind=resumed counts session tickets accepted (an upper bound), kind=0rtt those whose early data was accepted.",
+            &[
+                ("{kind=\"all\"}".to_string(), q.handshakes.to_string()),
+                ("{kind=\"resumed\"}".to_string(), q.resumed.to_string()),
+                ("{kind=\"0rtt\"}".to_string(), q.handshakes_0rtt.to_string()),
+            ],
+        );
+        let failed: Vec<_> = QuicFailure::ALL
+            .iter()
+            .map(|r| (format!("{{reason=\"{}\"}}", r.name()), q.failed[*r as usize].to_string()))
+            .collect();
+        metric("quic_handshakes_failed_total", "counter", "QUIC handshakes that failed, by reason.", &failed);
+        let lost: Vec<_> = QuicLost::ALL
+            .iter()
+            .map(|r| (format!("{{reason=\"{}\"}}", r.name()), q.lost[*r as usize].to_string()))
+            .collect();
+        metric(
+            "quic_connections_closed_total",
+            "counter",
+            "Established QUIC connections that ended, by reason.",
+            &lost,
+        );
+        metric("quic_retries_total", "counter", "QUIC stateless Retry packets sent (--quic-retry).", &one(q.retries));
+        metric(
+            "quic_refused_total",
+            "counter",
+            "New QUIC connections refused (CONNECTION_REFUSED), by why.",
+            &[
+                ("{why=\"busy\"}".to_string(), q.refused_busy.to_string()),
+                ("{why=\"draining\"}".to_string(), q.refused_draining.to_string()),
+            ],
+        );
+        metric(
+            "quic_deferred_total",
+            "counter",
+            "New QUIC connections' Initials dropped while the handshake budget was in use (the client sends them again).",
+            &one(q.deferred),
+        );
+        metric(
+            "quic_datagrams_ignored_total",
+            "counter",
+            "UDP datagrams that belonged to no QUIC connection and started none.",
+            &one(q.datagrams_ignored),
+        );
+        metric(
+            "quic_endpoint_responses_total",
+            "counter",
+            "Datagrams the QUIC endpoint answered itself (version negotiation, stateless reset).",
+            &one(q.endpoint_responses),
+        );
+        metric(
+            "quic_packets_sent_total",
+            "counter",
+            "QUIC packets sent (counted as connections end).",
+            &one(q.packets_sent),
+        );
+        metric(
+            "quic_packets_lost_total",
+            "counter",
+            "QUIC packets declared lost, their frames sent again (counted as connections end).",
+            &one(q.packets_lost),
+        );
+        metric("h3_requests_total", "counter", "HTTP/3 requests answered.", &one(q.requests));
+        metric(
+            "h3_errors_total",
+            "counter",
+            "HTTP/3 errors: streams reset by the peer, stream errors (a malformed request), connection errors.",
+            &[
+                ("{kind=\"stream_reset\"}".to_string(), q.streams_reset.to_string()),
+                ("{kind=\"stream\"}".to_string(), q.stream_errors.to_string()),
+                ("{kind=\"connection\"}".to_string(), q.connection_errors.to_string()),
+            ],
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -698,6 +794,32 @@ impl Snapshot {
             fields.extend(counts.iter().map(|(code, c)| (format!("ws_closes_{way}_{code}"), n(c))));
             fields.push((format!("ws_closes_{way}_other"), n(counts.other)));
         }
+        let q = &self.quic;
+        let mean_us = q.handshake_micros.checked_div(q.handshakes).unwrap_or(0);
+        fields.extend([
+            ("quic_connections".into(), n(self.quic_connections)),
+            ("quic_handshakes".into(), n(q.handshakes)),
+            ("quic_resumed".into(), n(q.resumed)),
+            ("quic_0rtt".into(), n(q.handshakes_0rtt)),
+            ("quic_handshake_mean_us".into(), n(mean_us)),
+        ]);
+        fields.extend(QuicFailure::ALL.iter().map(|r| (format!("quic_failed_{}", r.name()), n(q.failed[*r as usize]))));
+        fields.extend(QuicLost::ALL.iter().map(|r| (format!("quic_closed_{}", r.name()), n(q.lost[*r as usize]))));
+        fields.extend([
+            ("quic_retries".into(), n(q.retries)),
+            ("quic_refused_busy".into(), n(q.refused_busy)),
+            ("quic_refused_draining".into(), n(q.refused_draining)),
+            ("quic_deferred".into(), n(q.deferred)),
+            ("quic_datagrams_ignored".into(), n(q.datagrams_ignored)),
+            ("quic_endpoint_responses".into(), n(q.endpoint_responses)),
+            ("quic_packets_sent".into(), n(q.packets_sent)),
+            ("quic_packets_lost".into(), n(q.packets_lost)),
+            ("quic_bytes_lost".into(), n(q.bytes_lost)),
+            ("h3_requests".into(), n(q.requests)),
+            ("h3_streams_reset".into(), n(q.streams_reset)),
+            ("h3_stream_errors".into(), n(q.stream_errors)),
+            ("h3_connection_errors".into(), n(q.connection_errors)),
+        ]);
         fields
     }
 
