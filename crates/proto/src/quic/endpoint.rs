@@ -53,6 +53,9 @@ pub struct Admission {
     /// not yet validated.
     pub max_handshakes: usize,
     pub retry: RetryMode,
+    /// A handshake not complete this long after its first datagram was accepted is closed
+    /// (counted as a handshake timeout), however steadily its packets trickle in.
+    pub handshake_timeout: std::time::Duration,
 }
 
 struct Conn<A> {
@@ -62,6 +65,10 @@ struct Conn<A> {
     queued: bool,
     /// Still handshaking, as last counted.
     handshaking: bool,
+    /// Closed for taking longer than the handshake timeout.
+    timed_out: bool,
+    /// Its loss was reported (by the peer, a timeout, an error): else we closed it.
+    lost: bool,
     /// When the connection wants its timeout handled.
     wants: Option<Instant>,
     /// The earliest instant this connection has in the timer heap (entries later than it are
@@ -134,8 +141,17 @@ impl<F: Apps> QuicEndpoint<F> {
         if self.conns.len() <= ch {
             self.conns.resize_with(ch + 1, || None);
         }
-        self.conns[ch] =
-            Some(Conn { conn, app, queued: false, handshaking: true, wants: None, armed: None, accepted_at: now });
+        self.conns[ch] = Some(Conn {
+            conn,
+            app,
+            queued: false,
+            handshaking: true,
+            timed_out: false,
+            lost: false,
+            wants: None,
+            armed: None,
+            accepted_at: now,
+        });
         self.open += 1;
         self.totals.opened();
         self.queue(ch);
@@ -257,10 +273,16 @@ impl<F: Apps> QuicEndpoint<F> {
                         }
                     }
                     Event::ConnectionLost { reason } => {
+                        c.lost = true;
                         if c.handshaking {
                             c.handshaking = false;
                             self.totals.handshake_ended();
-                            self.totals.handshake_failed(HandshakeFailure::from_connection_error(reason));
+                            let why = if c.timed_out {
+                                HandshakeFailure::TimedOut
+                            } else {
+                                HandshakeFailure::from_connection_error(reason)
+                            };
+                            self.totals.handshake_failed(why);
                         } else {
                             self.totals.connection_lost(reason);
                         }
@@ -282,8 +304,13 @@ impl<F: Apps> QuicEndpoint<F> {
         }
         if drained {
             if let Some(c) = self.conns[ch].take() {
+                // quinn-proto reports no loss for a close of our own: counted here.
                 if c.handshaking {
                     self.totals.handshake_ended();
+                    let why = if c.timed_out { HandshakeFailure::TimedOut } else { HandshakeFailure::Local };
+                    self.totals.handshake_failed(why);
+                } else if !c.lost {
+                    self.totals.closed_locally();
                 }
                 self.totals.connection_ended(&c.conn.stats());
             }
@@ -297,8 +324,14 @@ impl<F: Apps> QuicEndpoint<F> {
     /// Arm the connection's next timeout in the heap (lazily: a later instant replaces an
     /// earlier one only when that one comes up).
     fn arm(&mut self, ch: usize) {
+        let handshake_timeout = self.admission.handshake_timeout;
         let Some(Some(c)) = self.conns.get_mut(ch) else { return };
         c.wants = c.conn.poll_timeout();
+        if c.handshaking && !c.timed_out {
+            // A handshake kept alive by a trickle of packets still ends at its deadline.
+            let deadline = c.accepted_at + handshake_timeout;
+            c.wants = Some(c.wants.map_or(deadline, |w| w.min(deadline)));
+        }
         if let Some(at) = c.wants {
             if c.armed.is_none_or(|armed| at < armed) {
                 c.armed = Some(at);
@@ -388,6 +421,11 @@ impl<F: Apps> Endpoint for QuicEndpoint<F> {
             c.armed = None;
             match c.wants {
                 Some(wants) if wants <= now => {
+                    if c.handshaking && !c.timed_out && now >= c.accepted_at + self.admission.handshake_timeout {
+                        // Counted as a handshake failure (timeout) when its loss comes back.
+                        c.timed_out = true;
+                        c.conn.close(now, 0u32.into(), bytes::Bytes::from_static(b"handshake timeout"));
+                    }
                     c.conn.handle_timeout(now);
                     self.queue(ch);
                 }

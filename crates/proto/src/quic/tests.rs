@@ -46,8 +46,10 @@ pub(crate) fn client_config(certs: &Certs, alpn: &[u8], tuning: &QuicTuning) -> 
     c
 }
 
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
 pub(crate) fn admission() -> Admission {
-    Admission { max_connections: 100, max_handshakes: 100, retry: RetryMode::Off }
+    Admission { max_connections: 100, max_handshakes: 100, retry: RetryMode::Off, handshake_timeout: HANDSHAKE }
 }
 
 /// A client endpoint and its connections, with the server endpoint under test, on simulated
@@ -321,8 +323,12 @@ fn an_idle_connection_is_dropped_after_the_idle_timeout_and_its_handle_freed() {
 
 #[test]
 fn connections_over_the_limit_are_refused_and_counted() {
-    let (mut pair, client, _certs, setup) =
-        echo_pair(Admission { max_connections: 2, max_handshakes: 100, retry: RetryMode::Off });
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 2,
+        max_handshakes: 100,
+        retry: RetryMode::Off,
+        handshake_timeout: HANDSHAKE,
+    });
     let ids: Vec<usize> = (0..3).map(|_| pair.connect(client.clone())).collect();
     pair.drive_until(Duration::from_secs(5), |p| ids.iter().all(|&i| p.connected(i) || p.lost(i).is_some()));
     let connected = ids.iter().filter(|&&i| pair.connected(i)).count();
@@ -338,8 +344,12 @@ fn connections_over_the_limit_are_refused_and_counted() {
 
 #[test]
 fn retry_on_validates_the_address_first_and_the_handshake_still_completes() {
-    let (mut pair, client, _certs, setup) =
-        echo_pair(Admission { max_connections: 100, max_handshakes: 100, retry: RetryMode::On });
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 100,
+        max_handshakes: 100,
+        retry: RetryMode::On,
+        handshake_timeout: HANDSHAKE,
+    });
     let c = pair.connect(client);
     assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
     let counts = setup.totals.snapshot();
@@ -348,8 +358,12 @@ fn retry_on_validates_the_address_first_and_the_handshake_still_completes() {
 
 #[test]
 fn retry_auto_retries_only_under_load() {
-    let (mut pair, client, _certs, setup) =
-        echo_pair(Admission { max_connections: 100, max_handshakes: 4, retry: RetryMode::Auto });
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 100,
+        max_handshakes: 4,
+        retry: RetryMode::Auto,
+        handshake_timeout: HANDSHAKE,
+    });
     // One at a time: never two handshakes at once, no Retry.
     for _ in 0..3 {
         let c = pair.connect(client.clone());
@@ -389,7 +403,7 @@ fn garbage_datagrams_are_ignored_and_counted_and_a_bystander_is_served() {
 
 #[test]
 fn a_drain_closes_every_connection_and_then_says_drained() {
-    let (mut pair, client, _certs, _setup) = echo_pair(admission());
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
     let ids: Vec<usize> = (0..3).map(|_| pair.connect(client.clone())).collect();
     assert!(pair.drive_until(Duration::from_secs(5), |p| ids.iter().all(|&i| p.connected(i))));
     assert!(!pair.server.drained());
@@ -399,6 +413,7 @@ fn a_drain_closes_every_connection_and_then_says_drained() {
     for i in ids {
         assert!(matches!(pair.lost(i), Some(quinn_proto::ConnectionError::ApplicationClosed(_))), "{:?}", pair.lost(i));
     }
+    assert_eq!(setup.totals.snapshot().lost[LostReason::Local as usize], 3);
     // A new connection during the drain is refused.
     let late = pair.connect(client);
     pair.drive_until(Duration::from_secs(5), |p| p.lost(late).is_some());
@@ -417,4 +432,38 @@ fn a_second_connection_resumes_with_the_first_ones_ticket() {
     assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(second)));
     let counts = setup.totals.snapshot();
     assert_eq!((counts.handshakes, counts.resumed), (2, 1), "{counts:?}");
+}
+
+#[test]
+fn a_handshake_that_does_not_finish_ends_at_the_handshake_timeout() {
+    let (mut pair, client, _certs, setup) = echo_pair(admission());
+    let c = pair.connect(client);
+    // The client's first flight reaches the server; nothing of the client's comes after it.
+    let mut first = Vec::new();
+    let t = pair.conns[c].1.poll_transmit(pair.now, 1, &mut first).expect("an Initial");
+    let from: SocketAddr = CLIENT.parse().expect("addr");
+    pair.server.handle(pair.now, from, &first[..t.size]);
+    let start = pair.now;
+    let mut now = pair.now;
+    let mut buf = Vec::new();
+    for _ in 0..10_000 {
+        // The server's answers go nowhere.
+        while pair.server.poll_transmit(now, 10, &mut buf).is_some() {}
+        buf.clear();
+        if pair.server.open_connections() == 0 {
+            break;
+        }
+        let Some(at) = pair.server.poll_timeout() else { break };
+        now = now.max(at);
+        pair.server.handle_timeout(now);
+    }
+    assert_eq!(pair.server.open_connections(), 0, "still open after {:?}", now - start);
+    let took = now - start;
+    // Closed at 10 s, then gone after its closing period (3 PTOs), far before the 30 s idle
+    // timeout that would end it otherwise.
+    assert!(took >= HANDSHAKE && took < HANDSHAKE + Duration::from_secs(8), "gone after {took:?}");
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.failed[HandshakeFailure::TimedOut as usize], 1, "{counts:?}");
+    assert_eq!(counts.handshakes, 0);
+    assert_eq!(setup.totals.handshaking(), 0);
 }

@@ -235,6 +235,10 @@ impl QuicTotals {
         self.lost[LostReason::of(reason) as usize].fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn closed_locally(&self) {
+        self.lost[LostReason::Local as usize].fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn connection_ended(&self, stats: &ConnectionStats) {
         self.connections_ended.fetch_add(1, Relaxed);
         self.packets_sent.fetch_add(stats.path.sent_packets, Relaxed);
