@@ -265,12 +265,10 @@ impl<F: Apps> QuicEndpoint<F> {
             while let Some(ev) = c.conn.poll() {
                 moved = true;
                 match &ev {
-                    Event::Connected => {
-                        if c.handshaking {
-                            c.handshaking = false;
-                            self.totals.handshake_ended();
-                            self.totals.handshake_done(now.saturating_duration_since(c.accepted_at), &c.conn);
-                        }
+                    Event::Connected if c.handshaking => {
+                        c.handshaking = false;
+                        self.totals.handshake_ended();
+                        self.totals.handshake_done(now.saturating_duration_since(c.accepted_at), &c.conn);
                     }
                     Event::ConnectionLost { reason } => {
                         c.lost = true;

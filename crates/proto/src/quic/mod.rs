@@ -13,9 +13,11 @@
 
 mod config;
 mod endpoint;
-// pub mod h3;
+pub mod h3;
 mod totals;
 
+#[cfg(test)]
+mod h3_tests;
 #[cfg(test)]
 mod tests;
 

@@ -20,7 +20,7 @@ pub(crate) const CLIENT: &str = "127.0.0.1:50000";
 
 /// A CA and a server certificate for 127.0.0.1, written to a temporary directory.
 pub(crate) struct Certs {
-    pub dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
     pub files: sockscale_tls::CertificateFiles,
 }
 
@@ -28,7 +28,7 @@ pub(crate) fn certs() -> Certs {
     let dir = tempfile::tempdir().expect("tempdir");
     let files =
         TestCertificate::generate(&["127.0.0.1".into()]).expect("certificate").write(dir.path()).expect("write");
-    Certs { dir, files }
+    Certs { _dir: dir, files }
 }
 
 pub(crate) fn setup(certs: &Certs, alpn: &[u8], tuning: QuicTuning) -> Arc<QuicSetup> {
