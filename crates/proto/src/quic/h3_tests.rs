@@ -299,3 +299,46 @@ fn a_drain_sends_goaway_answers_the_request_in_flight_and_closes_with_no_error()
     assert_eq!(c.closed_with(), Some(ErrorCode::H3_NO_ERROR.code()));
     assert!(c.pair.drive_until(Duration::from_secs(5), |p| p.server.drained()));
 }
+
+#[test]
+fn a_rapid_reset_flood_is_held_to_the_stream_limit_and_costs_nothing_lasting() {
+    let mut c = serve(HttpConfig::default());
+    let conn = c.conn;
+    let half = &get("/")[..3];
+    // As many request streams as allowed at once (the server's limit, 128), each reset after
+    // part of its head; then again each time credit comes back.
+    let mut total = 0;
+    for round in 0..40 {
+        let mut opened = 0;
+        while let Some(id) = c.pair.conns[conn].1.streams().open(Dir::Bi) {
+            c.pair.conns[conn].1.send_stream(id).write(half).expect("write");
+            let _ = c.pair.conns[conn].1.send_stream(id).reset(0x10cu32.into());
+            opened += 1;
+        }
+        if round == 0 {
+            assert_eq!(opened, 128);
+        }
+        total += opened;
+        c.pair.drive_until(Duration::from_millis(50), |_| false);
+    }
+    assert!(total > 1000, "credit came back for only {total} streams");
+    // Nothing of them is held, and a request is still answered.
+    let answer = c.exchange(&get("/"));
+    assert_eq!(answer.status, Some(200));
+    let counts = c.setup.totals.snapshot();
+    assert!(counts.streams_reset >= total as u64 - 128, "{counts:?} of {total}");
+}
+
+#[test]
+fn unknown_frames_on_the_control_stream_cost_no_memory_and_are_skipped() {
+    let mut c = serve(HttpConfig::default());
+    let mut frames = Client::settings();
+    // A reserved frame type (0x21) announcing 1 GiB, sent in part: skipped as it comes.
+    varint::encode(0x21, &mut frames);
+    varint::encode(1 << 30, &mut frames);
+    frames.extend_from_slice(&vec![0u8; 200_000]);
+    c.control(&frames);
+    let answer = c.exchange(&get("/"));
+    assert_eq!(answer.status, Some(200));
+    assert!(c.pair.lost(c.conn).is_none());
+}

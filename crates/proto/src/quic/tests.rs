@@ -467,3 +467,74 @@ fn a_handshake_that_does_not_finish_ends_at_the_handshake_timeout() {
     assert_eq!(counts.handshakes, 0);
     assert_eq!(setup.totals.handshaking(), 0);
 }
+
+/// A bystander's stream echoed while `pair.server` is under whatever the test did.
+fn bystander_is_served(pair: &mut Pair<QuicEndpoint<EchoApps>>, c: usize) {
+    let id = pair.conns[c].1.streams().open(Dir::Bi).expect("a stream");
+    let mut send = pair.conns[c].1.send_stream(id);
+    send.write(b"still here").expect("write");
+    send.finish().expect("finish");
+    let mut got = Vec::new();
+    let done = pair.drive_until(Duration::from_secs(5), |p| {
+        let (bytes, fin) = p.read_client(c, id);
+        got.extend_from_slice(&bytes);
+        fin
+    });
+    assert!(done && got == b"still here", "the bystander was not served: {got:?}");
+}
+
+/// `n` clients' first Initials, each from its own source port, none of which goes on.
+fn initial_flood(pair: &mut Pair<QuicEndpoint<EchoApps>>, client: &ClientConfig, n: u16) {
+    let mut flooder = quinn_proto::Endpoint::new(Arc::default(), None, false, None);
+    let server: SocketAddr = SERVER.parse().expect("addr");
+    for port in 0..n {
+        let (_, mut conn) = flooder.connect(pair.now, client.clone(), server, "127.0.0.1").expect("connect");
+        let mut buf = Vec::new();
+        let t = conn.poll_transmit(pair.now, 1, &mut buf).expect("an Initial");
+        let from = SocketAddr::from(([127, 0, 0, 2], 10_000 + port));
+        pair.server.handle(pair.now, from, &buf[..t.size]);
+    }
+    let mut out = Vec::new();
+    while pair.server.poll_transmit(pair.now, 10, &mut out).is_some() {}
+}
+
+#[test]
+fn an_initial_flood_is_held_to_the_handshake_budget_and_a_bystander_is_served() {
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 10_000,
+        max_handshakes: 16,
+        retry: RetryMode::Off,
+        handshake_timeout: HANDSHAKE,
+    });
+    let c = pair.connect(client.clone());
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    initial_flood(&mut pair, &client, 500);
+    // The bystander and 16 flooders hold state; the other 484 Initials were dropped.
+    assert_eq!(pair.server.open_connections(), 17);
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.deferred, 484, "{counts:?}");
+    bystander_is_served(&mut pair, c);
+    // The flooders never finish: they go at the handshake timeout, the bystander stays.
+    pair.drive_until(HANDSHAKE + Duration::from_secs(8), |p| p.server.open_connections() == 1);
+    assert_eq!(pair.server.open_connections(), 1);
+    assert_eq!(setup.totals.snapshot().failed[HandshakeFailure::TimedOut as usize], 16);
+}
+
+#[test]
+fn under_an_initial_flood_retry_auto_keeps_no_state_for_unvalidated_addresses() {
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 10_000,
+        max_handshakes: 16,
+        retry: RetryMode::Auto,
+        handshake_timeout: HANDSHAKE,
+    });
+    initial_flood(&mut pair, &client, 500);
+    // Half the budget is taken before Retry starts; spoofed sources never echo the token.
+    assert_eq!(pair.server.open_connections(), 8);
+    let counts = setup.totals.snapshot();
+    assert_eq!((counts.retries, counts.deferred), (492, 0), "{counts:?}");
+    // A real client answers the Retry and gets in.
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    bystander_is_served(&mut pair, c);
+}
