@@ -123,12 +123,16 @@ impl H2Session {
                 self.conn.respond(request.stream, 405, &fields, Body::Empty, buf);
                 continue;
             }
-            let fields: [(&[u8], &[u8]); 4] = [
+            // `alt-svc` last, present with `--http3` only: the array is fixed, the slice taken.
+            let alt_svc = cfg.alt_svc.as_deref().unwrap_or_default().as_bytes();
+            let fields: [(&[u8], &[u8]); 5] = [
                 (b"server", cfg.server.as_bytes()),
                 (b"date", responses.date().as_bytes()),
                 (b"content-type", cfg.content_type.as_bytes()),
                 (b"content-length", responses.content_length().as_bytes()),
+                (b"alt-svc", alt_svc),
             ];
+            let fields = if cfg.alt_svc.is_some() { &fields[..] } else { &fields[..4] };
             let body = if request.is_head() || cfg.body.is_empty() {
                 Body::Empty
             } else {
@@ -140,7 +144,7 @@ impl H2Session {
                     (ResponseBody::File { .. }, None) => Body::Empty,
                 }
             };
-            self.conn.respond(request.stream, 200, &fields, body, buf);
+            self.conn.respond(request.stream, 200, fields, body, buf);
         }
     }
 
@@ -409,6 +413,38 @@ mod tests {
             let data: usize = f.iter().filter(|f| f.0 == 0 && f.2 == 1).map(|f| f.3).sum();
             assert_eq!(data, 4096, "the page as DATA on stream 1 (split at {split}): {f:?}");
             assert!(f.iter().any(|f| f.0 == 0 && f.1 & 1 == 1), "END_STREAM");
+        }
+    }
+
+    /// With `alt_svc` set, the 200 response's HEADERS carry `alt-svc` with it; without, no
+    /// `alt-svc` field.
+    #[test]
+    fn alt_svc_is_in_the_response_headers_when_set() {
+        for alt_svc in [Some(crate::http::alt_svc_h3(4433)), None] {
+            let cfg = HttpConfig {
+                http2: Some(Arc::new(default_limits())),
+                alt_svc: alt_svc.clone(),
+                ..HttpConfig::default()
+            };
+            let mut e = Protocol::Http(Arc::new(cfg)).responder(1_700_000_000);
+            let mut s = e.new_session();
+            let (out, _) = feed(&mut e, &mut s, &[&opening()]);
+            // The HEADERS frame of stream 1, decoded.
+            let (mut at, mut block) = (0, None);
+            while at + 9 <= out.len() {
+                let len = (usize::from(out[at]) << 16) | (usize::from(out[at + 1]) << 8) | usize::from(out[at + 2]);
+                let stream = u32::from_be_bytes([out[at + 5], out[at + 6], out[at + 7], out[at + 8]]);
+                if out[at + 3] == 1 && stream == 1 {
+                    block = Some(out[at + 9..at + 9 + len].to_vec());
+                }
+                at += 9 + len;
+            }
+            let mut list = sockscale_h2::HeaderList::with_limit(1 << 16);
+            sockscale_h2::hpack::Decoder::new(4096)
+                .decode(&block.expect("HEADERS on stream 1"), &mut list)
+                .expect("a valid header block");
+            assert_eq!(list.get(b":status"), Some(&b"200"[..]));
+            assert_eq!(list.get(b"alt-svc"), alt_svc.as_deref().map(str::as_bytes), "{alt_svc:?}");
         }
     }
 

@@ -249,6 +249,62 @@ pub struct BodySource {
     pub processes: u64,
 }
 
+/// `--quic-retry`: when the QUIC endpoint answers a new connection's Initial with a stateless
+/// Retry (RFC 9000 §8.1.2), so that the client proves its address before the server spends a
+/// handshake on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuicRetry {
+    /// Only under load: when handshakes in progress near their bound.
+    #[default]
+    Auto,
+    /// Every new connection: one round trip more, no unvalidated address ever costs a handshake.
+    On,
+    /// Never: the 3x anti-amplification limit alone bounds what an unvalidated address gets.
+    Off,
+}
+
+impl QuicRetry {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuicRetry::Auto => "auto",
+            QuicRetry::On => "on",
+            QuicRetry::Off => "off",
+        }
+    }
+}
+
+/// `--http3` and its options: HTTP/3 over QUIC on UDP at the TCP listener's port number. The
+/// policies QUIC shares with TCP are not repeated here: [`Config::http3_limits`] gathers them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Http3Config {
+    /// `--quic-retry`.
+    pub retry: QuicRetry,
+    /// `--quic-0rtt`: accept 0-RTT requests, which an attacker may replay.
+    pub zero_rtt: bool,
+    /// `--max-streams`: request streams open at once per connection (as HTTP/2's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_streams: u32,
+}
+
+/// The limits of an HTTP/3 endpoint, all from the flags TCP uses for the same policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http3Limits {
+    /// `--max-conns`: QUIC connections beyond it are refused.
+    pub max_conns: usize,
+    /// `--idle-timeout`: QUIC's max_idle_timeout.
+    pub idle_timeout: Duration,
+    /// `--max-streams`: concurrent bidirectional (request) streams per connection.
+    pub max_streams: u32,
+    /// `--max-handshakes`: handshakes in progress at once; None: unbounded.
+    pub max_handshakes: Option<usize>,
+    /// `--header-timeout`: a handshake (as a request head) must complete within it.
+    pub handshake_timeout: Duration,
+    /// `--drain-timeout`: how long a drain waits for requests in flight after GOAWAY.
+    pub drain_timeout: Duration,
+    pub retry: QuicRetry,
+    pub zero_rtt: bool,
+}
+
 /// `--tls-cert`, `--tls-key` and the TLS options: the certificate chain and key files, read
 /// when the server starts (`ServerTls::from_pem_files`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +384,8 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// `--udp-gso`, `--udp-gro`: the UDP segmentation offloads to ask the kernel for.
     pub udp_offload: UdpOffload,
+    /// `--http3`: also serve HTTP/3 over QUIC on UDP at the TCP port's number.
+    pub http3: Option<Http3Config>,
 }
 
 impl Default for Config {
@@ -366,6 +424,7 @@ impl Default for Config {
             abort_storm: None,
             active_set: None,
             udp_offload: UdpOffload::default(),
+            http3: None,
         }
     }
 }
@@ -392,7 +451,17 @@ pub enum ConfigError {
     UnixMode { mode: u32 },
     #[error("--{flag} is not available with --model {model}: {why}")]
     ModelCannot { flag: &'static str, model: &'static str, why: &'static str },
+    #[error("--http3 serves HTTP/3, and --proto {proto} is not HTTP: use --proto http")]
+    Http3NeedsHttp { proto: &'static str },
+    #[error("--http3 needs --tls-cert and --tls-key: QUIC is always encrypted (TLS 1.3)")]
+    Http3NeedsTls,
+    #[error("--max-streams 0 would refuse every HTTP/3 request: give at least 1")]
+    Http3NoStreams,
 }
+
+/// Why `--http3` is refused on a Unix socket.
+const HTTP3_UNIX: &str = "HTTP/3 runs on UDP at the TCP port's number, and a Unix socket has no \
+     port; give --listen IP:PORT";
 
 /// Why `--sndbuf` and `--rcvbuf` are refused with a Unix socket.
 const UNIX_BUFFERS: &str = "the server sets buffer sizes once, on the listener, and Linux gives \
@@ -411,7 +480,51 @@ impl Config {
         }
     }
 
+    /// The limits of the HTTP/3 endpoint, with `--http3`: QUIC's share of the policies TCP has.
+    pub fn http3_limits(&self) -> Option<Http3Limits> {
+        let http3 = self.http3.as_ref()?;
+        let handshake_timeout = match &self.service {
+            Service::Http(http) => http.header_timeout,
+            Service::Echo | Service::UdpEcho => Duration::from_secs(10),
+        };
+        Some(Http3Limits {
+            max_conns: self.max_conns,
+            idle_timeout: self.idle_timeout,
+            max_streams: http3.max_streams,
+            max_handshakes: self.tls.as_ref().and_then(|t| t.options.max_handshakes),
+            handshake_timeout,
+            drain_timeout: self.drain_timeout,
+            retry: http3.retry,
+            zero_rtt: http3.zero_rtt,
+        })
+    }
+
+    /// With `--http3`, why it cannot be served as configured (checked before the other TLS and
+    /// UDP checks, so the line names `--http3`).
+    fn validate_http3(&self) -> Result<(), ConfigError> {
+        let Some(http3) = &self.http3 else { return Ok(()) };
+        match &self.service {
+            Service::Http(http) if !http.websocket_only => {}
+            Service::Http(_) => return Err(ConfigError::Http3NeedsHttp { proto: "ws" }),
+            other => return Err(ConfigError::Http3NeedsHttp { proto: other.name() }),
+        }
+        if self.listen.is_unix() {
+            return Err(ConfigError::NotForUnix { flag: "http3", why: HTTP3_UNIX });
+        }
+        if self.tls.is_none() {
+            return Err(ConfigError::Http3NeedsTls);
+        }
+        if let Some(why) = self.model.limitation(Policy::Http3) {
+            return Err(ConfigError::ModelCannot { flag: "http3", model: self.model.name(), why });
+        }
+        if http3.max_streams == 0 {
+            return Err(ConfigError::Http3NoStreams);
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_http3()?;
         let page = sys::page_size();
         if self.buffer_size == 0 || self.buffer_size % page != 0 {
             return Err(ConfigError::BufferSize { size: self.buffer_size, page });
@@ -579,6 +692,40 @@ mod tests {
         }
         let unknown = inet("nosuchhost.invalid:80").unwrap_err();
         assert!(unknown.starts_with("cannot resolve host 'nosuchhost.invalid': "), "{unknown}");
+    }
+
+    /// `--http3`: each misuse is one error naming the flag and the fix.
+    #[test]
+    fn http3_is_refused_where_it_cannot_be_served() {
+        let tls = TlsFiles { cert: "c.pem".into(), key: "k.pem".into(), options: ServerOptions::default() };
+        let http3 = Http3Config { max_streams: 100, ..Http3Config::default() };
+        let ok = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            service: Service::Http(Arc::default()),
+            tls: Some(tls),
+            http3: Some(http3.clone()),
+            ..Config::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let limits = ok.http3_limits().expect("limits");
+        assert_eq!((limits.max_conns, limits.max_streams, limits.retry), (ok.max_conns, 100, QuicRetry::Auto));
+        let err = |cfg: Config| cfg.validate().unwrap_err().to_string();
+        let echo = err(Config { service: Service::Echo, ..ok.clone() });
+        assert_eq!(echo, "--http3 serves HTTP/3, and --proto echo is not HTTP: use --proto http");
+        let ws = Arc::new(HttpConfig { websocket_only: true, ..HttpConfig::default() });
+        assert!(err(Config { service: Service::Http(ws), ..ok.clone() }).contains("--proto ws is not HTTP"));
+        let clear = err(Config { tls: None, ..ok.clone() });
+        assert!(clear.starts_with("--http3 needs --tls-cert and --tls-key"), "{clear}");
+        let unix = err(Config { listen: "unix:/tmp/h3.sock".parse().unwrap(), ..ok.clone() });
+        assert!(unix.starts_with("--http3 does not apply to a Unix socket") && unix.contains("IP:PORT"), "{unix}");
+        let uring64 = err(Config { model: Model::Uring64, ..ok.clone() });
+        assert!(uring64.starts_with("--http3 is not available with --model uring64: "), "{uring64}");
+        let streams = err(Config { http3: Some(Http3Config { max_streams: 0, ..http3 }), ..ok.clone() });
+        assert!(streams.contains("--max-streams 0"), "{streams}");
+        for line in [echo, clear, unix, uring64, streams] {
+            assert!(!line.contains('\n'), "{line}");
+        }
+        assert_eq!(Config { http3: None, ..ok }.http3_limits(), None);
     }
 
     #[test]

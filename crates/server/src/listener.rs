@@ -42,6 +42,10 @@ pub enum BindError {
     BadPath { addr: ListenAddr, reason: String },
     #[error("cannot listen on {addr}: {error}{hint}")]
     Other { addr: ListenAddr, error: io::Error, hint: &'static str },
+    #[error("cannot serve HTTP/3 on UDP {addr}: address already in use")]
+    Http3InUse { addr: SocketAddr },
+    #[error("cannot serve HTTP/3 on UDP {addr}: {error}")]
+    Http3Other { addr: SocketAddr, error: io::Error },
 }
 
 impl BindError {
@@ -124,6 +128,8 @@ pub struct Listen {
     rcvbuf: Option<usize>,
     /// TCP_DEFER_ACCEPT, whole seconds (rounded up).
     defer_accept: Option<u32>,
+    /// With `--http3`: the UDP socket at the TCP port's number, and how to bind more.
+    http3: Option<Box<Listen>>,
 }
 
 impl Listen {
@@ -144,6 +150,7 @@ impl Listen {
             defer_accept: cfg
                 .defer_accept
                 .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
+            http3: None,
         };
         let addr = match &cfg.listen {
             ListenAddr::Inet(addr) => *addr,
@@ -171,7 +178,49 @@ impl Listen {
             .ok_or_else(|| BindError::new(addr, io::Error::other("bound socket has no address")))?;
         listen.addr = ListenAddr::Inet(bound);
         listen.first = Some(Arc::new(socket));
+        if cfg.http3.is_some() {
+            listen.http3 = Some(Box::new(Listen::bind_http3(bound, cfg.shared_port)?));
+        }
         Ok(listen)
+    }
+
+    /// The UDP socket of `--http3` at `addr`, the TCP listener's address with its real port
+    /// (so `--listen :0` serves both at one number). Always SO_REUSEPORT: each worker that
+    /// serves it binds its own ([`Listen::bind_another`]), and the kernel's hash of the
+    /// 4-tuple keeps one QUIC connection's datagrams on one socket, read by one thread. The
+    /// port is probed first, as for TCP, so a busy one is refused rather than shared.
+    fn bind_http3(addr: SocketAddr, shared_port: bool) -> Result<Listen, BindError> {
+        let fail = |error: io::Error| {
+            if error.kind() == io::ErrorKind::AddrInUse {
+                BindError::Http3InUse { addr }
+            } else {
+                BindError::Http3Other { addr, error }
+            }
+        };
+        let mut udp = Listen {
+            first: None,
+            addr: ListenAddr::Inet(addr),
+            file: None,
+            udp: true,
+            reuseport: true,
+            backlog: 0,
+            nodelay: false,
+            sndbuf: None,
+            rcvbuf: None,
+            defer_accept: None,
+            http3: None,
+        };
+        if !shared_port {
+            udp.probe(addr).map_err(fail)?;
+        }
+        udp.first = Some(Arc::new(udp.open(addr).map_err(fail)?));
+        Ok(udp)
+    }
+
+    /// With `--http3`, the UDP side: [`Listen::shared`] is its first socket, bound at start,
+    /// and [`Listen::bind_another`] gives a worker a socket of its own at the same address.
+    pub fn http3(&self) -> Option<&Listen> {
+        self.http3.as_deref()
     }
 
     /// The address actually bound, with the real port, or the Unix socket's path.
@@ -386,6 +435,36 @@ mod tests {
         assert_eq!(err.to_string(), format!("cannot listen on {}: address already in use", first.local_addr()));
         // Our own extra listeners still bind.
         first.bind_another().unwrap();
+    }
+
+    /// `--http3`: UDP at the TCP listener's real port, more sockets for the workers, and a
+    /// busy UDP port refused with one line naming it.
+    #[test]
+    fn http3_binds_udp_at_the_tcp_port_and_refuses_a_busy_one() {
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            http3: Some(crate::config::Http3Config::default()),
+            ..Config::default()
+        };
+        let listen = Listen::bind(&cfg).unwrap();
+        let tcp = listen.local_addr().inet().unwrap();
+        let udp = listen.http3().expect("the UDP side");
+        assert!(udp.is_udp());
+        assert_eq!(udp.local_addr(), listen.local_addr());
+        let bound = udp.shared().local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(bound, tcp);
+        assert_eq!(udp.shared().r#type().unwrap(), Type::DGRAM);
+        let another = udp.bind_another().unwrap();
+        assert_eq!(another.local_addr().unwrap().as_socket(), Some(tcp));
+        assert!(Listen::bind(&Config { http3: None, ..cfg.clone() }).unwrap().http3().is_none());
+
+        // Someone else holds the UDP port: the TCP port is free, the UDP one is not.
+        drop((another, listen));
+        let squatter = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = squatter.local_addr().unwrap().port();
+        let busy = Config { listen: format!("127.0.0.1:{port}").parse().unwrap(), ..cfg };
+        let err = Listen::bind(&busy).unwrap_err();
+        assert_eq!(err.to_string(), format!("cannot serve HTTP/3 on UDP 127.0.0.1:{port}: address already in use"));
     }
 }
 

@@ -62,6 +62,10 @@ pub enum Policy {
     /// Serve HTTP/2 on `--proto http`'s port (`--http2`): h2c with prior knowledge, h2 over
     /// TLS by ALPN, through the HTTP/2 stage in the shared lifecycle.
     Http2,
+    /// Serve HTTP/3 over QUIC (`--http3`) on UDP at the TCP port's number, beside the TCP
+    /// listener: each UDP socket read by one thread only, so that one connection's datagrams
+    /// all reach the one endpoint that holds its state.
+    Http3,
 }
 
 /// Which shared engine a model runs on: the family decides how a connection's lifecycle is
@@ -285,6 +289,10 @@ pub const CAPABILITIES: &[Capabilities] = &[
                 policy: Policy::Udp,
                 why: "a UDP socket is one descriptor: there are no connections to put in groups of 64",
             },
+            Limitation {
+                policy: Policy::Http3,
+                why: "HTTP/3 runs on UDP, which this model does not serve: QUIC's connections live in one endpoint per UDP socket, not in groups of 64 descriptors",
+            },
         ],
         limits: &[
             "threads grow with connections",
@@ -359,6 +367,11 @@ impl Model {
     pub fn serves_udp(self) -> bool {
         self.limitation(Policy::Udp).is_none()
     }
+
+    /// Whether the model serves `--http3`: whether it honours [`Policy::Http3`].
+    pub fn serves_http3(self) -> bool {
+        self.limitation(Policy::Http3).is_none()
+    }
 }
 
 impl FromStr for Model {
@@ -378,7 +391,7 @@ impl fmt::Display for Model {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 14] = [
+    pub const ALL: [Policy; 15] = [
         Policy::IdleTimeout,
         Policy::FirstData,
         Policy::HeaderTimeout,
@@ -393,6 +406,7 @@ impl Policy {
         Policy::ActiveSet,
         Policy::Tls,
         Policy::Http2,
+        Policy::Http3,
     ];
 
     pub fn name(self) -> &'static str {
@@ -411,6 +425,7 @@ impl Policy {
             Policy::ActiveSet => "active-set",
             Policy::Tls => "tls",
             Policy::Http2 => "http2",
+            Policy::Http3 => "http3",
         }
     }
 }
@@ -496,6 +511,10 @@ mod tests {
         let no_udp: Vec<_> = Model::ALL.into_iter().filter(|m| !m.serves_udp()).collect();
         assert_eq!(no_udp, [Model::Uring64]);
         assert!(Model::Uring64.limitation(Policy::Udp).is_some());
+        // HTTP/3 is served on every model that serves UDP, and only there.
+        for model in Model::ALL {
+            assert_eq!(model.serves_http3(), model.serves_udp(), "{model}");
+        }
         // Capacity plans refuse targets past a model's own ceiling; only select has one.
         let ceilings: Vec<_> =
             Model::ALL.into_iter().filter_map(|m| m.capabilities().ceiling.map(|c| (m, c.descriptors))).collect();

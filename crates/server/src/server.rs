@@ -36,7 +36,7 @@ pub struct Server {
 impl Server {
     /// Validate `cfg`, load the files it names, bind the port, start the model and return once
     /// it is serving.
-    pub fn start(cfg: Config) -> Result<Server, ServerError> {
+    pub fn start(mut cfg: Config) -> Result<Server, ServerError> {
         cfg.validate()?;
         if cfg.service.is_udp() && !cfg.model.serves_udp() {
             return Err(ServerError::NoUdp { model: cfg.model.name() });
@@ -48,6 +48,14 @@ impl Server {
         }
         let listen = Listen::bind(&cfg)?;
         let addr = listen.local_addr().clone();
+        // `--http3`: HTTP/1.1 and HTTP/2 advertise it at the port bound (the real one with
+        // `--listen :0`), in the response every thread prepares.
+        if let (Some(udp), crate::config::Service::Http(http)) = (listen.http3(), &mut cfg.service) {
+            if let Some(port) = udp.local_addr().inet().map(|a| a.port()) {
+                let alt_svc = Some(sockscale_proto::http::alt_svc_h3(port));
+                *http = Arc::new(sockscale_proto::http::HttpConfig { alt_svc, ..(**http).clone() });
+            }
+        }
         let file = listen.socket_file();
         let h2 = match &cfg.service {
             crate::config::Service::Http(http) if http.http2.is_some() => Some(http.h2_totals.clone()),

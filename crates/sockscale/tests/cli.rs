@@ -109,7 +109,7 @@ fn cannot(model: &str) -> &'static [&'static str] {
     match model {
         "blocking" | "threadpool" | "poll64" => &["active-set"],
         "signal" => &["abort-storm-shed"],
-        "uring64" => &["active-set", "udp"],
+        "uring64" => &["active-set", "udp", "http3"],
         _ => &[],
     }
 }

@@ -132,7 +132,10 @@ fn the_offload_flags_are_refused_for_tcp_in_one_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(exited, "{flag} with {proto}: the server started");
         assert!(!out.status.success(), "{flag} with {proto}: {err}");
-        assert_eq!(err.trim(), format!("error: {flag} applies to --proto udp, and --proto {proto} has no datagrams"));
+        assert_eq!(
+            err.trim(),
+            format!("error: {flag} applies to --proto udp and --http3, and --proto {proto} has no datagrams")
+        );
     }
 }
 

@@ -115,6 +115,19 @@ pub struct HttpConfig {
     /// `--proto ws`: every request is the WebSocket stage's; one that asks for no upgrade is
     /// answered 426 (no pages are served).
     pub websocket_only: bool,
+    /// The `Alt-Svc` field's value every 200 response carries, on HTTP/1.1 and HTTP/2 alike,
+    /// rendered into the prepared response (no cost per request): with `--http3`, set by the
+    /// server once the port is bound ([`alt_svc_h3`]). `None`: no `Alt-Svc`.
+    pub alt_svc: Option<String>,
+}
+
+/// How long a client may remember the HTTP/3 alternative (`ma`, seconds): a day, as the
+/// default of RFC 7838 is, said explicitly.
+pub const ALT_SVC_MAX_AGE: u32 = 86_400;
+
+/// The `Alt-Svc` value advertising HTTP/3 at `port` on the same host (RFC 7838, RFC 9114 §3.1.1).
+pub fn alt_svc_h3(port: u16) -> String {
+    format!("h3=\":{port}\"; ma={ALT_SVC_MAX_AGE}")
 }
 
 impl Default for HttpConfig {
@@ -131,6 +144,7 @@ impl Default for HttpConfig {
             h2_totals: Arc::default(),
             websocket: None,
             websocket_only: false,
+            alt_svc: None,
         }
     }
 }

@@ -131,8 +131,9 @@ fn render_ok(cfg: &HttpConfig, date: &str, mode: ConnectionMode) -> Rendered {
         ConnectionMode::KeepAlive10 => "Connection: keep-alive\r\n",
         ConnectionMode::Close => "Connection: close\r\n",
     };
+    let alt_svc = cfg.alt_svc.as_deref().map(|value| format!("Alt-Svc: {value}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 200 OK\r\nServer: {}\r\nDate: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
+        "HTTP/1.1 200 OK\r\nServer: {}\r\nDate: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{alt_svc}{}\r\n",
         cfg.server,
         date,
         cfg.content_type,
@@ -218,6 +219,39 @@ mod tests {
         let second = ok(&r);
         assert_ne!(first, second);
         assert!(String::from_utf8_lossy(&second).contains("Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n"));
+    }
+
+    /// With `alt_svc` set, every prepared 200 head (each connection mode, HEAD too) carries it
+    /// once; without, none does.
+    #[test]
+    fn alt_svc_is_part_of_the_prepared_response() {
+        let head_of = |r: &Responses, mode, head_only| {
+            let mut out = Output::default();
+            r.ok(mode, head_only, &mut out);
+            let [crate::Segment::Shared(bytes)] = out.segments() else { panic!("one shared response expected") };
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            text[..text.find("\r\n\r\n").expect("a head") + 4].to_owned()
+        };
+        let cfg = HttpConfig { alt_svc: Some(crate::http::alt_svc_h3(8443)), ..HttpConfig::default() };
+        let with = Responses::new(Arc::new(cfg), 1_700_000_000);
+        let without = Responses::new(Arc::new(HttpConfig::default()), 1_700_000_000);
+        for mode in MODES {
+            for head_only in [false, true] {
+                let head = head_of(&with, mode, head_only);
+                assert_eq!(head.matches("\r\nAlt-Svc: h3=\":8443\"; ma=86400\r\n").count(), 1, "{head}");
+                assert!(!head_of(&without, mode, head_only).contains("Alt-Svc"), "{mode:?}");
+            }
+        }
+        // Prepared once: two requests get the same bytes.
+        let shared = |r: &Responses| {
+            let mut out = Output::default();
+            r.ok(ConnectionMode::KeepAlive11, false, &mut out);
+            match out.segments() {
+                [crate::Segment::Shared(bytes)] => bytes.as_ptr(),
+                _ => panic!("one shared response expected"),
+            }
+        };
+        assert!(std::ptr::eq(shared(&with), shared(&with)));
     }
 
     /// A large body in memory is shared, never copied: every response, in every second,

@@ -71,6 +71,7 @@ fn a_failed_submit_loses_no_operation() {
                 entries: 4,
                 group: None,
                 active: None,
+                udp: None,
             };
             let mut worker = UringWorker::new(setup).expect("a ring");
             worker.fail_submits = FAILURES;

@@ -53,6 +53,16 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             UringSource::Listener(socket)
         });
     }
+    // `--http3`: every worker serves a UDP socket of its own beside its listener (SO_REUSEPORT:
+    // the kernel keeps each QUIC connection on one socket, so on one worker's endpoint).
+    let mut http3 = Vec::with_capacity(threads);
+    if let Some(udp) = ctx.listen.http3() {
+        for i in 0..threads {
+            let socket = if i == 0 { udp.shared() } else { Arc::new(udp.bind_another().map_err(io_err)?) };
+            http3.push(Box::new(UdpService::http3(socket, cfg)));
+        }
+    }
+    let mut http3 = http3.into_iter();
     // Rings are built on their own threads (a ring belongs to the thread that issues on it);
     // each reports back once it is set up, and the model is ready when all are.
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -73,6 +83,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 group: None,
                 // Each worker owns the connections its listener hands it: each keeps a share.
                 active: cfg.active_set.map(|a| a.share(i, threads)),
+                udp: http3.next(),
             };
             let handle =
                 std::thread::Builder::new().name(format!("sockscale-uring-{i}")).spawn_scoped(scope, move || {

@@ -66,6 +66,8 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                         group: Some(load),
                         // Refused by the model's capability data: a set per group of 64 would be none.
                         active: None,
+                        // No UDP on this model (its capability data says why).
+                        udp: None,
                     };
                     let worker = match UringWorker::new(setup) {
                         Ok(worker) => worker,

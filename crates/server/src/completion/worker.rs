@@ -37,7 +37,8 @@ pub enum UringSource {
     Listener(Arc<Socket>),
     /// Another thread accepts and hands connections over (uring64's acceptor).
     Inbox(Arc<Inbox<OwnedFd>>),
-    /// A UDP socket: readiness from a multishot poll, datagrams in recvmmsg batches.
+    /// A UDP socket: readiness from a multishot poll, datagrams in recvmmsg batches (the worker
+    /// moves it to [`WorkerSetup::udp`]'s place: it has no connections to take).
     Udp(Box<UdpService>),
 }
 
@@ -72,6 +73,9 @@ pub struct WorkerSetup<'a> {
     pub group: Option<Arc<GroupLoad>>,
     /// This worker's share of `--active-set`.
     pub active: Option<ActiveConfig>,
+    /// A UDP socket served beside the source: `--http3`'s, this worker's own (no other thread
+    /// reads it, so each QUIC connection's datagrams reach one endpoint).
+    pub udp: Option<Box<UdpService>>,
 }
 
 pub struct UringWorker<'a> {
@@ -86,6 +90,11 @@ pub struct UringWorker<'a> {
     wake_buf: Box<[u8; 8]>,
     inbox_buf: Box<[u8; 8]>,
     source: Option<UringSource>,
+    /// The UDP socket this worker serves (`--proto udp`'s, or `--http3`'s beside the listener).
+    /// It outlives its multishot poll: dropped with the worker.
+    udp: Option<Box<UdpService>>,
+    /// The UDP socket's endpoint drained (in a drain): no longer served, its poll cancelled.
+    udp_done: bool,
     accept_armed: bool,
     /// A cancellation of the multishot accept is in flight.
     accept_cancelling: bool,
@@ -152,6 +161,10 @@ impl<'a> UringWorker<'a> {
         let waker = Arc::new(Waker::new()?);
         setup.shutdown.register(waker.clone());
         let now = Instant::now();
+        let (source, udp) = match setup.source {
+            UringSource::Udp(udp) => (None, Some(udp)),
+            source => (Some(source), setup.udp),
+        };
         let mut worker = UringWorker {
             ring,
             bufs,
@@ -162,7 +175,9 @@ impl<'a> UringWorker<'a> {
             waker,
             wake_buf: Box::new([0; 8]),
             inbox_buf: Box::new([0; 8]),
-            source: Some(setup.source),
+            source,
+            udp,
+            udp_done: false,
             accept_armed: false,
             accept_cancelling: false,
             udp_more: false,
@@ -194,6 +209,7 @@ impl<'a> UringWorker<'a> {
         };
         worker.arm_wake();
         worker.arm_source();
+        worker.arm_udp();
         worker.ring.submit()?;
         Ok(worker)
     }
@@ -203,7 +219,12 @@ impl<'a> UringWorker<'a> {
         loop {
             self.turn()?;
             // Counting the open connections walks the slab: only once the drain began.
-            let open = if self.core.is_draining() { self.conns.iter().filter(|(_, c)| !c.closed).count() } else { 0 };
+            // A UDP socket still draining (its endpoint has requests in flight) counts as open.
+            let open = if self.core.is_draining() {
+                self.conns.iter().filter(|(_, c)| !c.closed).count() + usize::from(self.udp_live())
+            } else {
+                0
+            };
             match self.core.drain_step(self.now, open, self.shutdown.phase() == Phase::Forced) {
                 DrainStep::Serving | DrainStep::Draining => {}
                 DrainStep::Done => break,
@@ -410,16 +431,29 @@ impl<'a> UringWorker<'a> {
                 self.worker_ops += 1;
                 self.push(entry);
             }
-            Some(UringSource::Udp(udp)) => {
-                let entry = opcode::PollAdd::new(types::Fd(udp.fd()), libc::POLLIN as u32)
-                    .multi(true)
-                    .build()
-                    .user_data(pack(Op::Udp, 0, 0));
-                self.worker_ops += 1;
-                self.push(entry);
-            }
-            None => {}
+            // Moved to `self.udp` when the worker was made.
+            Some(UringSource::Udp(_)) | None => {}
         }
+    }
+
+    /// Whether the UDP socket is still served: there is one, and its endpoint has not drained.
+    fn udp_live(&self) -> bool {
+        self.udp.is_some() && !self.udp_done
+    }
+
+    /// Watch the UDP socket with a multishot poll (again, when the kernel ended the last one).
+    fn arm_udp(&mut self) {
+        let Some(udp) = &self.udp else { return };
+        if self.udp_done || self.tearing_down {
+            return;
+        }
+        let entry = opcode::PollAdd::new(types::Fd(udp.fd()), libc::POLLIN as u32).multi(true).build().user_data(pack(
+            Op::Udp,
+            0,
+            0,
+        ));
+        self.worker_ops += 1;
+        self.push(entry);
     }
 
     fn listener_fd(&self) -> Option<RawFd> {
@@ -526,15 +560,18 @@ impl<'a> UringWorker<'a> {
 
     fn serve_udp(&mut self, flags: u32) {
         self.udp_turn();
-        if !cqueue::more(flags) && !self.core.is_draining() && !self.tearing_down {
-            self.arm_source();
+        if !cqueue::more(flags) {
+            self.arm_udp();
         }
     }
 
     /// One turn of the UDP socket; the multishot poll reports the next arrival, and a spent
     /// budget or a failed receive comes back on the next turn, after the ring's completions.
     fn udp_turn(&mut self) {
-        let Some(UringSource::Udp(udp)) = &mut self.source else { return };
+        let Some(udp) = &mut self.udp else { return };
+        if self.udp_done {
+            return;
+        }
         self.udp_more = match udp.serve(self.cfg.read_budget, self.counters) {
             UdpTurn::Spent => true,
             UdpTurn::Drained { wake_at } => {
@@ -543,11 +580,22 @@ impl<'a> UringWorker<'a> {
                 }
                 false
             }
+            // Looked at again after the pause, from the timers: the worker may serve
+            // connections too (`--http3`), which a sleep would hold up.
             UdpTurn::Failed => {
-                std::thread::sleep(udp::ERROR_PAUSE);
-                true
+                self.timers.schedule(&mut self.udp_timer_at, Instant::now() + udp::ERROR_PAUSE, UDP_TIMER);
+                false
             }
         };
+        // In a drain, the socket is served no more once its endpoint has nothing in flight.
+        if self.core.is_draining() && udp.drained() {
+            self.udp_done = true;
+            self.udp_more = false;
+            let entry =
+                opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
+            self.worker_ops += 1;
+            self.push(entry);
+        }
     }
 
     fn on_phase_change(&mut self) {
@@ -577,16 +625,15 @@ impl<'a> UringWorker<'a> {
                     self.admit(fd, true);
                 }
             }
-            Some(UringSource::Udp(udp)) => {
-                let entry =
-                    opcode::AsyncCancel::new(pack(Op::Udp, 0, 0)).build().user_data(pack(Op::Cancel, WORKER_SLOT, 0));
-                self.worker_ops += 1;
-                self.push(entry);
-                // The socket must outlive the poll; it is dropped with the worker.
-                self.source = Some(UringSource::Udp(udp));
-            }
             Some(UringSource::Listener(socket)) => self.source = Some(UringSource::Listener(socket)),
-            None => {}
+            // Moved to `self.udp` when the worker was made.
+            Some(UringSource::Udp(_)) | None => {}
+        }
+        // The UDP socket is served on through the drain (datagrams, timers), until its endpoint
+        // says it has drained (`udp_turn`, which then cancels its poll) or the deadline.
+        if let Some(udp) = &mut self.udp {
+            udp.begin_drain(self.now, self.counters);
+            self.udp_more = true;
         }
         let live: Vec<(usize, u32)> =
             self.conns.iter().filter(|(_, c)| !c.closed).map(|(i, c)| (i, c.generation)).collect();

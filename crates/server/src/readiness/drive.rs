@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 use sockscale_sys::{Interest, Selector};
 
@@ -120,7 +121,7 @@ impl<S: Selector> Worker<'_, S> {
     }
 
     pub(super) fn udp_ready(&mut self) {
-        let Some(super::Source::Udp(udp)) = &mut self.source else {
+        let Some(udp) = &mut self.udp else {
             return;
         };
         match udp.serve(self.limits.read_budget, self.counters) {
@@ -130,11 +131,16 @@ impl<S: Selector> Worker<'_, S> {
                     self.timers.schedule(&mut self.udp_timer_at, at, super::UDP);
                 }
             }
-            // A UDP worker serves only this socket: its pause delays nothing else.
+            // Looked at again after the pause, from the timers: the worker may serve
+            // connections too (`--http3`), which a sleep would hold up.
             UdpTurn::Failed => {
-                std::thread::sleep(udp::ERROR_PAUSE);
-                self.resume.push(super::UDP);
+                self.timers.schedule(&mut self.udp_timer_at, Instant::now() + udp::ERROR_PAUSE, super::UDP);
             }
+        }
+        // In a drain, the socket closes once its endpoint has nothing left in flight.
+        if self.core.is_draining() && udp.drained() {
+            let _ = self.selector.deregister(udp.fd());
+            self.udp = None;
         }
     }
 }

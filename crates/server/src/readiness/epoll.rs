@@ -25,6 +25,7 @@ use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::readiness::{Source, Worker, WorkerParts};
+use crate::udp::UdpService;
 
 /// `--model epoll`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -45,6 +46,16 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         };
         sources.push(Source::own(socket, ctx.listen.is_udp(), cfg.listener_mode == ListenerMode::Exclusive, cfg));
     }
+    // `--http3`: every worker serves a UDP socket of its own beside its listener (SO_REUSEPORT:
+    // the kernel keeps each QUIC connection on one socket, so on one worker's endpoint).
+    let mut http3 = Vec::with_capacity(threads);
+    if let Some(udp) = ctx.listen.http3() {
+        for i in 0..threads {
+            let socket = if i == 0 { udp.shared() } else { Arc::new(udp.bind_another().map_err(io_err)?) };
+            http3.push(Box::new(UdpService::http3(socket, cfg)));
+        }
+    }
+    let mut http3 = http3.into_iter();
 
     let mut workers = Vec::with_capacity(threads);
     for (i, (source, pool)) in sources.into_iter().zip(&pools).enumerate() {
@@ -57,6 +68,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             pool,
             shutdown: ctx.shutdown.clone(),
             source,
+            udp: http3.next(),
             // Each worker owns the connections its listener hands it: each keeps a share.
             active: cfg.active_set.map(|a| a.share(i, threads)),
         };

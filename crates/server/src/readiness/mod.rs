@@ -64,7 +64,8 @@ pub enum Source {
     /// Connections accepted by another thread (the groups' acceptor), counted against
     /// `--max-conns` already.
     Inbox(Arc<Inbox<OwnedFd>>),
-    /// It serves UDP datagrams instead.
+    /// It serves UDP datagrams instead (the worker moves the socket to [`WorkerParts::udp`]'s
+    /// place: it has no connections to take).
     Udp(Box<UdpService>),
 }
 
@@ -93,6 +94,9 @@ pub struct WorkerParts<'a> {
     pub source: Source,
     /// This worker's share of `--active-set`.
     pub active: Option<ActiveConfig>,
+    /// A UDP socket served beside the source: `--http3`'s, this worker's own (no other thread
+    /// reads it, so each QUIC connection's datagrams reach one endpoint).
+    pub udp: Option<Box<UdpService>>,
 }
 
 /// One thread's event loop over selector `S`.
@@ -104,6 +108,9 @@ pub struct Worker<'a, S: Selector> {
     shutdown: Shutdown,
     waker: Arc<Waker>,
     source: Option<Source>,
+    /// The UDP socket this worker serves (`--proto udp`'s, or `--http3`'s beside the listener);
+    /// during a drain, until its endpoint has drained.
+    udp: Option<Box<UdpService>>,
     /// The protocol engine, the output it writes into, and the body file.
     kit: ThreadState,
     conns: Slab<crate::socket_turn::Conn>,
@@ -130,13 +137,20 @@ impl<'a, S: Selector> Worker<'a, S> {
     pub fn new(mut selector: S, parts: WorkerParts<'a>) -> io::Result<Self> {
         let waker = Arc::new(Waker::new()?);
         selector.register(waker.fd().as_raw_fd(), WAKER, Interest::READ, false).map_err(into_io)?;
-        let mut source = parts.source;
+        let (source, udp) = match parts.source {
+            Source::Udp(udp) => (None, Some(udp)),
+            source => (Some(source), parts.udp),
+        };
+        let mut source = source;
         match &mut source {
-            Source::Listener(acceptor) => acceptor.register(&mut selector)?,
-            Source::Inbox(inbox) => {
+            Some(Source::Listener(acceptor)) => acceptor.register(&mut selector)?,
+            Some(Source::Inbox(inbox)) => {
                 selector.register(inbox.waker().fd().as_raw_fd(), INBOX, Interest::READ, false).map_err(into_io)?
             }
-            Source::Udp(udp) => selector.register(udp.fd(), UDP, Interest::READ, false).map_err(into_io)?,
+            Some(Source::Udp(_)) | None => {}
+        }
+        if let Some(udp) = &udp {
+            selector.register(udp.fd(), UDP, Interest::READ, false).map_err(into_io)?;
         }
         parts.shutdown.register(waker.clone());
         let edge = selector.edge_triggered();
@@ -148,7 +162,8 @@ impl<'a, S: Selector> Worker<'a, S> {
             pool: parts.pool,
             shutdown: parts.shutdown,
             waker,
-            source: Some(source),
+            source,
+            udp,
             kit: ThreadState::new(&parts.protocol, parts.resources),
             conns: Slab::new(),
             next_generation: 0,
@@ -171,7 +186,9 @@ impl<'a, S: Selector> Worker<'a, S> {
         loop {
             self.turn()?;
             let forced = self.shutdown.phase() == Phase::Forced;
-            match self.core.drain_step(self.now, self.conns.len(), forced) {
+            // A UDP socket still draining (its endpoint has requests in flight) counts as open.
+            let open = self.conns.len() + usize::from(self.udp.is_some());
+            match self.core.drain_step(self.now, open, forced) {
                 DrainStep::Serving | DrainStep::Draining => {}
                 DrainStep::Done => return Ok(()),
                 DrainStep::CloseAll => {
@@ -345,10 +362,14 @@ impl<'a, S: Selector> Worker<'a, S> {
                     self.on_accepted(fd, true);
                 }
             }
-            Some(Source::Udp(udp)) => {
-                let _ = self.selector.deregister(udp.fd());
-            }
-            None => {}
+            // Moved to `self.udp` when the worker was made.
+            Some(Source::Udp(_)) | None => {}
+        }
+        // The UDP socket is served on through the drain (datagrams, timers), until its endpoint
+        // says it has drained (`udp_ready`) or the deadline closes everything.
+        if let Some(udp) = &mut self.udp {
+            udp.begin_drain(self.now, self.counters);
+            self.resume.push(UDP);
         }
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| token(i, c.generation)).collect();
         for t in tokens {
@@ -436,6 +457,7 @@ mod tests {
                 shutdown: Shutdown::new(),
                 source: Source::Inbox(inbox),
                 active: None,
+                udp: None,
             };
             let mut worker = Worker::new(Recording { edge, watched: watched.clone() }, parts).expect("worker");
             worker.take_inbox();

@@ -163,6 +163,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             shutdown: ctx.shutdown.clone(),
             source: Source::Udp(Box::new(UdpService::new(ctx.listen.shared(), cfg))),
             active: None,
+            udp: None,
         };
         let worker = Worker::new(PollSelector::new(GROUP_SIZE), parts).map_err(io_err)?;
         ctx.ready();
@@ -171,11 +172,52 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
 
     let acceptor = GroupAcceptor::new(cfg, &ctx.stats, &ctx.shutdown, &ctx.protocol, ctx.listen.shared(), GROUP_SIZE)
         .map_err(io_err)?;
+    // `--http3`: one more thread, a group of its own owning the UDP socket, as under
+    // `--proto udp` (one socket, one reader: every QUIC connection on one endpoint).
+    let http3 = match ctx.listen.http3() {
+        Some(udp) => {
+            let parts = WorkerParts {
+                cfg,
+                protocol: ctx.protocol.clone(),
+                resources: &ctx.resources,
+                stats: &ctx.stats,
+                counters: ctx.stats.shard(0),
+                pool: &pool,
+                shutdown: ctx.shutdown.clone(),
+                source: Source::Udp(Box::new(UdpService::http3(udp.shared(), cfg))),
+                active: None,
+                udp: None,
+            };
+            Some(Worker::new(PollSelector::new(GROUP_SIZE), parts).map_err(io_err)?)
+        }
+        None => None,
+    };
     ctx.ready();
     let (stats, pool, shutdown, protocol, resources) =
         (&*ctx.stats, &pool, &ctx.shutdown, &ctx.protocol, &ctx.resources);
     std::thread::scope(|scope| {
-        acceptor.run(scope, |scope, group: NewGroup| {
+        let http3 = match http3 {
+            Some(worker) => {
+                let stopper = shutdown.clone();
+                let spawned =
+                    std::thread::Builder::new().name("sockscale-p64-h3".into()).spawn_scoped(scope, move || {
+                        let outcome = worker.run();
+                        if outcome.is_err() {
+                            stopper.force();
+                        }
+                        outcome
+                    });
+                match spawned {
+                    Ok(handle) => Some(handle),
+                    Err(e) => {
+                        shutdown.force();
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        let groups = acceptor.run(scope, |scope, group: NewGroup| {
             let parts = WorkerParts {
                 cfg,
                 protocol: protocol.clone(),
@@ -187,6 +229,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 source: Source::Inbox(group.inbox),
                 // Refused by the model's capability data: a set per group of 64 would be none.
                 active: None,
+                udp: None,
             };
             let worker = Worker::new(PollSelector::for_group(group.load), parts)?;
             let shutdown = shutdown.clone();
@@ -198,7 +241,12 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 }
                 outcome
             })
-        })
+        });
+        let udp = match http3.map(|h| h.join()) {
+            None => Ok(()),
+            Some(joined) => joined.unwrap_or_else(|_| Err(io::Error::other("the HTTP/3 thread panicked"))),
+        };
+        groups.and(udp)
     })
     .map_err(io_err)
 }

@@ -29,6 +29,7 @@ use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::readiness::{Source, Worker, WorkerParts};
+use crate::udp::UdpService;
 
 const FD_SETSIZE: usize = libc::FD_SETSIZE;
 const WORD_BITS: usize = libc::c_ulong::BITS as usize;
@@ -216,6 +217,8 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         shutdown: ctx.shutdown.clone(),
         source,
         active: cfg.active_set,
+        // `--http3`: the one thread serves the UDP socket beside the listener.
+        udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), cfg))),
     };
     let worker = Worker::new(Select::new(), parts).map_err(io_err)?;
     ctx.ready();

@@ -39,6 +39,7 @@ use crate::error::ServerError;
 use crate::model::Model;
 use crate::pool::BufferPool;
 use crate::readiness::{Source, Worker, WorkerParts};
+use crate::udp::UdpService;
 
 // From <asm-generic/fcntl.h>; libc exports them for musl only.
 const F_SETSIG: libc::c_int = 10;
@@ -402,6 +403,8 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             shutdown: ctx.shutdown.clone(),
             source,
             active: ctx.cfg.active_set,
+            // `--http3`: the one thread serves the UDP socket beside the listener.
+            udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), &ctx.cfg))),
         };
         let worker = Worker::new(selector, parts).map_err(io_err)?;
         ctx.ready();

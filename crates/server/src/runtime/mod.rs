@@ -192,16 +192,30 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
 
     let mut sources = JoinSet::new();
-    if ctx.listen.is_udp() {
+    // The UDP sockets: `--proto udp`'s, or `--http3`'s beside the listener. One SO_REUSEPORT
+    // socket per worker, as the epoll model, so datagrams are received on every core; each is
+    // one task's, so one QUIC connection's datagrams always reach the same endpoint.
+    let udp = match ctx.listen.http3() {
+        Some(udp) => Some((udp, UdpService::http3 as fn(Arc<socket2::Socket>, &Config) -> UdpService)),
+        None if ctx.listen.is_udp() => Some((&ctx.listen, UdpService::new as _)),
+        None => None,
+    };
+    if let Some((listen, make)) = udp {
         for i in 0..cfg.threads {
-            // One SO_REUSEPORT socket per worker, as the epoll model, so datagrams are
-            // received on every core.
-            let socket =
-                if i == 0 { ctx.listen.shared() } else { Arc::new(ctx.listen.bind_another().map_err(io_err)?) };
-            let socket = register(UdpFd(UdpService::new(socket, cfg))).map_err(io_err)?;
-            sources.spawn(udp_loop(socket, shared.clone(), stage_rx.clone()));
+            let socket = if i == 0 { listen.shared() } else { Arc::new(listen.bind_another().map_err(io_err)?) };
+            let socket = register(UdpFd(make(socket, cfg))).map_err(io_err)?;
+            // Beside the sources: it serves on through the drain, until its endpoint drained.
+            let task = ::tokio::spawn(udp_loop(socket, shared.clone(), stage_rx.clone(), done_tx.clone()));
+            let shutdown = ctx.shutdown.clone();
+            ::tokio::spawn(async move {
+                if let Err(e) = task.await {
+                    tracing::error!(error = %e, "a tokio UDP task failed; shutting down");
+                    shutdown.force();
+                }
+            });
         }
-    } else {
+    }
+    if !ctx.listen.is_udp() {
         let socket = ctx.listen.shared().try_clone().map_err(io_err)?;
         let listener = Listener::new(socket, ctx.listen.local_addr().is_unix()).map_err(io_err)?;
         sources.spawn(accept_loop(listener, shared.clone(), stage_rx.clone(), done_tx.clone()));
@@ -316,23 +330,55 @@ fn register<T: OwnsFd>(inner: T) -> io::Result<AsyncFd<T>> {
     unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(io::Error::from)
 }
 
-/// Serve datagrams whenever the socket is readable or the endpoint's wake-up comes, until the
-/// drain begins.
-async fn udp_loop(mut socket: AsyncFd<UdpFd>, shared: Arc<Shared>, mut stage: watch::Receiver<TaskPhase>) {
-    if *stage.borrow_and_update() != TaskPhase::Running {
-        return;
-    }
+/// Serve datagrams whenever the socket is readable or the endpoint's wake-up comes; once the
+/// drain begins, until the endpoint has drained or the drain's deadline (or a forced stop).
+/// Holds `_done` until then: the model waits for it as for a connection.
+async fn udp_loop(
+    mut socket: AsyncFd<UdpFd>,
+    shared: Arc<Shared>,
+    mut stage: watch::Receiver<TaskPhase>,
+    _done: mpsc::Sender<()>,
+) {
     let mut wake_at: Option<Instant> = None;
+    // Once the drain began: its deadline.
+    let mut draining: Option<Instant> = None;
     loop {
+        let phase = *stage.borrow_and_update();
+        match phase {
+            TaskPhase::Running => {}
+            TaskPhase::Draining { until } => {
+                if draining.is_none() {
+                    draining = Some(until);
+                    let now = Instant::now();
+                    socket.get_mut().0.begin_drain(now, counters(&shared));
+                    // Served at once: the endpoint's wake-up may have moved.
+                    wake_at = Some(now);
+                }
+            }
+            TaskPhase::Forced => return,
+        }
+        if let Some(until) = draining {
+            if socket.get_ref().0.drained() || Instant::now() >= until {
+                return;
+            }
+        }
+        let at = match (wake_at, draining) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let woken = async {
-            match wake_at {
+            match at {
                 Some(at) => ::tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
         };
         let ready = ::tokio::select! {
             biased;
-            _ = stage.changed() => return,
+            changed = stage.changed() => match changed {
+                Ok(()) => continue,
+                // The watcher is gone: the server is stopping.
+                Err(_) => return,
+            },
             ready = socket.readable_mut() => match ready {
                 Ok(guard) => Some(guard),
                 Err(e) => {

@@ -54,7 +54,8 @@ use crate::policy::{MapBudget, Slots};
 use crate::pool::BufferPool;
 use crate::socket_turn::{self, closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, ThreadShared, ThreadState};
+use crate::threads::{begin_drain, join_udp, pollfd, Admission, ThreadShared, ThreadState, UdpThreads};
+use crate::udp::UdpService;
 
 /// `--model blocking`: serve until a shutdown has drained (see the module docs).
 pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
@@ -69,7 +70,16 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let links = Links::default();
     hub.limit_maps(map_budget());
     let listener = ctx.listen.shared();
+    // `--http3`: `--threads` UDP threads beside the TCP acceptor, one socket each.
+    let mut http3 = match ctx.listen.http3() {
+        Some(udp) => Some(UdpThreads::new(&ctx, udp, cfg.threads, UdpService::http3).map_err(io_err)?),
+        None => None,
+    };
     std::thread::scope(|scope| {
+        let udp = match &mut http3 {
+            Some(threads) => threads.spawn(scope, &ctx.stats, cfg.read_budget).map_err(io_err)?,
+            None => Vec::new(),
+        };
         let (hub, links, listener) = (&hub, &links, &listener);
         let acceptor = std::thread::Builder::new()
             .name("sockscale-accept".into())
@@ -80,13 +90,18 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                     admit(scope, hub, links, fd, next, admission);
                 })
             })
-            .map_err(io_err)?;
+            .map_err(|e| {
+                // The UDP threads too, which the scope would otherwise wait for.
+                ctx.shutdown.force();
+                io_err(e)
+            })?;
         ctx.ready();
         let outcome = hub.supervise(acceptor);
         // Whatever is still open at the drain deadline (or a second signal) closes now; the
         // scope then waits for every connection thread to exit.
         links.abort_all();
-        outcome.map_err(io_err)
+        let udp = join_udp(udp, &ctx.shutdown);
+        outcome.and(udp).map_err(io_err)
     })
 }
 

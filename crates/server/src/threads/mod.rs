@@ -424,61 +424,123 @@ pub fn begin_drain(conn: &mut Conn, shutdown: &Shutdown) {
     conn.x.begin_drain(conn.fd.as_raw_fd(), now, until);
 }
 
-/// Serve `--proto udp` on `threads` threads, each blocked in poll(2) on its own SO_REUSEPORT
-/// socket (the kernel spreads senders by hash, as for epoll's workers, so one datagram wakes one
-/// thread), until a drain starts. Calls `ctx.ready()` once they run.
-pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<(), ServerError> {
-    let io_err = |source| ServerError::Io { model, error: source };
-    let drain = Arc::new(Waker::new().map_err(io_err)?);
-    ctx.shutdown.register(drain.clone());
-    let mut sockets = vec![ctx.listen.shared()];
-    for _ in 1..threads.max(1) {
-        sockets.push(Arc::new(ctx.listen.bind_another().map_err(io_err)?));
+/// UDP sockets each served by a thread of its own, blocked in poll(2): `--proto udp`'s, or
+/// `--http3`'s beside a model's TCP listener. One socket per thread, SO_REUSEPORT (the kernel
+/// spreads senders by hash, as for epoll's workers, so one datagram wakes one thread, and one
+/// QUIC connection's datagrams always reach the same thread's endpoint).
+pub struct UdpThreads {
+    services: Vec<UdpService>,
+    /// Signalled on every phase change of the shutdown; shared by the threads, so never reset.
+    drain: Arc<Waker>,
+    shutdown: Shutdown,
+}
+
+impl UdpThreads {
+    /// `threads` sockets bound to `listen`'s address (its first socket included), each given
+    /// its endpoint by `make` (`UdpService::new` or `UdpService::http3`). Made before the
+    /// threads start, so the sockets have their options (GRO) once the model is ready.
+    pub fn new(
+        ctx: &ModelCtx,
+        listen: &crate::listener::Listen,
+        threads: usize,
+        make: fn(Arc<Socket>, &Config) -> UdpService,
+    ) -> io::Result<Self> {
+        let drain = Arc::new(Waker::new()?);
+        ctx.shutdown.register(drain.clone());
+        let mut services = vec![make(listen.shared(), &ctx.cfg)];
+        for _ in 1..threads.max(1) {
+            services.push(make(Arc::new(listen.bind_another()?), &ctx.cfg));
+        }
+        Ok(UdpThreads { services, drain, shutdown: ctx.shutdown.clone() })
     }
-    std::thread::scope(|scope| {
-        let mut handles = Vec::with_capacity(sockets.len());
-        for (i, socket) in sockets.into_iter().enumerate() {
-            let counters = ctx.stats.shard(i);
-            let drain = drain.fd().as_raw_fd();
-            let budget = ctx.cfg.read_budget;
-            // Made before the thread starts, so the socket has its options (GRO) once ready.
-            let udp = UdpService::new(socket, &ctx.cfg);
+
+    /// Start the threads in `scope`; each ends once its endpoint has drained after the drain
+    /// began, or at the drain's deadline. A thread that cannot start forces the shutdown.
+    pub fn spawn<'scope>(
+        &'scope mut self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        stats: &'scope Stats,
+        budget: usize,
+    ) -> io::Result<Vec<ScopedJoinHandle<'scope, io::Result<()>>>> {
+        let mut handles = Vec::with_capacity(self.services.len());
+        let (drain, shutdown) = (self.drain.fd().as_raw_fd(), &self.shutdown);
+        for (i, udp) in self.services.drain(..).enumerate() {
+            let counters = stats.shard(i);
             let spawned = std::thread::Builder::new()
                 .name(format!("sockscale-udp-{i}"))
-                .spawn_scoped(scope, move || udp_thread(udp, drain, budget, counters));
+                .spawn_scoped(scope, move || udp_thread(udp, shutdown, drain, budget, counters));
             match spawned {
                 Ok(handle) => handles.push(handle),
                 Err(e) => {
-                    ctx.shutdown.force();
-                    return Err(io_err(e));
+                    shutdown.force();
+                    return Err(e);
                 }
             }
         }
-        ctx.ready();
-        let mut result = Ok(());
-        for handle in handles {
-            let outcome = handle.join().unwrap_or_else(|_| Err(io::Error::other("a UDP thread panicked")));
-            if let Err(e) = outcome {
-                ctx.shutdown.force();
-                result = Err(io_err(e));
-            }
+        Ok(handles)
+    }
+}
+
+/// Wait for UDP threads; the first failure forces the shutdown and is returned.
+pub fn join_udp(handles: Vec<ScopedJoinHandle<'_, io::Result<()>>>, shutdown: &Shutdown) -> io::Result<()> {
+    let mut result = Ok(());
+    for handle in handles {
+        let outcome = handle.join().unwrap_or_else(|_| Err(io::Error::other("a UDP thread panicked")));
+        if let Err(e) = outcome {
+            shutdown.force();
+            result = Err(e);
         }
-        result
+    }
+    result
+}
+
+/// Serve `--proto udp` on `threads` threads ([`UdpThreads`]) until the drain is over. Calls
+/// `ctx.ready()` once they run.
+pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<(), ServerError> {
+    let io_err = |source| ServerError::Io { model, error: source };
+    let mut udp = UdpThreads::new(ctx, &ctx.listen, threads, UdpService::new).map_err(io_err)?;
+    std::thread::scope(|scope| {
+        let handles = udp.spawn(scope, &ctx.stats, ctx.cfg.read_budget).map_err(io_err)?;
+        ctx.ready();
+        join_udp(handles, &ctx.shutdown).map_err(io_err)
     })
 }
 
-fn udp_thread(mut udp: UdpService, drain: RawFd, budget: usize, counters: &Counters) -> io::Result<()> {
+/// Serve one UDP socket: datagrams and the endpoint's wake-ups, until the drain began and then
+/// until the endpoint has drained, or the drain's deadline (or a second signal) passed.
+fn udp_thread(
+    mut udp: UdpService,
+    shutdown: &Shutdown,
+    drain: RawFd,
+    budget: usize,
+    counters: &Counters,
+) -> io::Result<()> {
     // The endpoint's wake-up: poll waits for a datagram or for it, whichever comes first.
-    let mut wake_at = None;
+    let mut wake_at: Option<Instant> = None;
+    // Once the drain began: its deadline.
+    let mut draining: Option<Instant> = None;
     loop {
         let mut fds = [pollfd(udp.fd(), libc::POLLIN), pollfd(drain, libc::POLLIN)];
-        match sys::ppoll(&mut fds, wake_at.map(|at: Instant| at.saturating_duration_since(Instant::now()))) {
+        // The latch stays signalled once the drain began: watched only until then.
+        let watched = if draining.is_some() { 1 } else { 2 };
+        let until = match (wake_at, draining) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match sys::ppoll(&mut fds[..watched], until.map(|at| at.saturating_duration_since(Instant::now()))) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
-        if fds[1].revents != 0 {
-            return Ok(());
+        if draining.is_none() && fds[1].revents != 0 {
+            let now = Instant::now();
+            draining = Some(shutdown.drain_until().unwrap_or(now));
+            udp.begin_drain(now, counters);
+        }
+        if let Some(deadline) = draining {
+            if udp.drained() || Instant::now() >= deadline || shutdown.phase() == Phase::Forced {
+                return Ok(());
+            }
         }
         // Served on a datagram or at the wake-up (a timeout of the endpoint's is handled then).
         wake_at = match udp.serve(budget, counters) {
@@ -490,5 +552,8 @@ fn udp_thread(mut udp: UdpService, drain: RawFd, budget: usize, counters: &Count
                 Some(Instant::now())
             }
         };
+        if draining.is_some() && udp.drained() {
+            return Ok(());
+        }
     }
 }

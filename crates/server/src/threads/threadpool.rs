@@ -64,7 +64,8 @@ use crate::pool::BufferPool;
 use crate::shutdown::Shutdown;
 use crate::socket_turn::{closed_by_error, Close, Conn, RawSocket, TurnIo, Turned};
 use crate::stats::Counters;
-use crate::threads::{begin_drain, pollfd, Admission, ThreadShared, ThreadState};
+use crate::threads::{begin_drain, join_udp, pollfd, Admission, ThreadShared, ThreadState, UdpThreads};
+use crate::udp::UdpService;
 
 /// The poller's token for its waker; connection tokens are their 32-bit ids.
 const WAKER: u64 = u64::MAX;
@@ -82,10 +83,22 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     let queue = ReadyQueue::new(cfg.queue_depth.saturating_mul(cfg.threads));
     let poller = new_poller(&ctx.shutdown).map_err(io_err)?;
     let listener = ctx.listen.shared();
+    // `--http3`: `--threads` UDP threads beside the pool, one socket each (the pool's workers
+    // take turns on connections, and a QUIC connection must stay with one endpoint).
+    let mut http3 = match ctx.listen.http3() {
+        Some(udp) => Some(UdpThreads::new(&ctx, udp, cfg.threads, UdpService::http3).map_err(io_err)?),
+        None => None,
+    };
     std::thread::scope(|scope| {
+        let udp = match &mut http3 {
+            Some(threads) => threads.spawn(scope, &ctx.stats, cfg.read_budget).map_err(io_err)?,
+            None => Vec::new(),
+        };
         let (hub, queue, poller, listener) = (&hub, &queue, &poller, &listener);
         // Stops whatever has started if a later thread cannot be.
         let abandon = |e: io::Error| {
+            // The UDP threads too, which the scope would otherwise wait for.
+            ctx.shutdown.force();
             hub.force_close();
             queue.stop();
             poller.stop();
@@ -117,6 +130,9 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             .map_err(abandon)?;
         ctx.ready();
         let mut outcome = hub.supervise(acceptor).map_err(io_err);
+        if let (Err(e), Ok(())) = (join_udp(udp, &ctx.shutdown), &outcome) {
+            outcome = Err(io_err(e));
+        }
         // Drained, or out of time: the workers close what is still queued, the poller what it
         // watches, and both exit.
         queue.stop();

@@ -149,6 +149,7 @@ impl Row {
             "waits": plain(c.waits),
             "udp": c.model.serves_udp(),
             "http2": c.model.serves_http2(),
+            "http3": c.model.serves_http3(),
             "cannot_honour": c.cannot.iter().map(|l| serde_json::json!({
                 "policy": l.policy.name(),
                 "why": plain(l.why),
@@ -196,6 +197,7 @@ fn text(rows: &[Row]) -> String {
     out.push(String::new());
     out.push(field("every model", &plain(TLS_FILE_BODY)));
     out.push(field("HTTP/2", &plain(&http2_line(rows.iter().map(|r| r.caps.model)))));
+    out.push(field("HTTP/3", &plain(&http3_line(rows.iter().map(|r| r.caps.model)))));
     for r in rows {
         let c = r.caps;
         out.push(String::new());
@@ -271,6 +273,20 @@ fn http2_line(models: impl Iterator<Item = Model>) -> String {
     );
     if !no.is_empty() {
         line.push_str(&format!("; not on {}", names(&no)));
+    }
+    line
+}
+
+/// Which models serve `--http3` (QUIC on UDP beside the TCP listener).
+fn http3_line(models: impl Iterator<Item = Model>) -> String {
+    let (yes, no): (Vec<Model>, Vec<Model>) = models.partition(|m| m.serves_http3());
+    let names = |ms: &[Model]| ms.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+    let mut line = format!(
+        "`--http3` serves HTTP/3 on UDP at the TCP port's number, each UDP socket read by one thread, on {}",
+        names(&yes)
+    );
+    if !no.is_empty() {
+        line.push_str(&format!("; not on {} (see its row)", names(&no)));
     }
     line
 }

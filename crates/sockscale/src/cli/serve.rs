@@ -12,8 +12,8 @@ use sockscale_proto::http::HttpConfig;
 use sockscale_proto::ws::WsConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
-    ActiveConfig, BodySource, Config, ListenAddr, ListenerMode, Model, Resources, SendfileMode, Server, Service,
-    StormConfig, TlsFiles, UdpOffload, DEFAULT_UNIX_MODE,
+    ActiveConfig, BodySource, Config, Http3Config, ListenAddr, ListenerMode, Model, QuicRetry, Resources, SendfileMode,
+    Server, Service, StormConfig, TlsFiles, UdpOffload, DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::ServerOptions;
 
@@ -43,6 +43,16 @@ pub enum ListenerArg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicRetryArg {
+    /// A stateless Retry only under load, when handshakes in progress near their bound
+    Auto,
+    /// Every new connection first proves its address (one round trip more)
+    On,
+    /// Never: the 3x anti-amplification limit alone bounds an unvalidated address
     Off,
 }
 
@@ -125,6 +135,26 @@ pub struct ServeArgs {
     /// SETTINGS_MAX_CONCURRENT_STREAMS; one stream more is refused with REFUSED_STREAM
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..), help_heading = PROTOCOL)]
     pub max_streams: u32,
+    /// HTTP/3 over QUIC on UDP at the same port number [default: off]
+    ///
+    /// With --proto http and --tls-cert/--tls-key, on every model that serves UDP (`sockscale
+    /// models`); HTTP/1.1 and HTTP/2 responses then advertise it (`Alt-Svc: h3=":PORT"`).
+    /// --max-conns, --idle-timeout, --max-streams, --max-handshakes, --header-timeout (the
+    /// handshake's) and --drain-timeout apply to it as to TCP
+    #[arg(long, help_heading = PROTOCOL)]
+    pub http3: bool,
+    /// HTTP/3: when QUIC answers a new connection with a stateless Retry [default: auto]
+    ///
+    /// auto: under load only (handshakes in progress near their bound); on: always, so every
+    /// client proves its address first (a round trip more); off: never. With --http3
+    #[arg(long, value_name = "auto|on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
+    pub quic_retry: Option<QuicRetryArg>,
+    /// HTTP/3: accept 0-RTT requests from resuming clients [default: off]
+    ///
+    /// 0-RTT requests are replayable: an attacker who captured one can send it again, and the
+    /// server answers it again. Turn on only where every request is safe to repeat. With --http3
+    #[arg(long, help_heading = PROTOCOL)]
+    pub quic_0rtt: bool,
     /// UDP GSO: equal datagrams to one peer go in one message [default: on]
     ///
     /// Off: one datagram per message. UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
@@ -528,6 +558,7 @@ impl ServeArgs {
             listener_fd: self.listen_fd,
             body,
             udp_offload: self.udp_offload()?,
+            http3: self.http3()?,
             tls,
         })
     }
@@ -615,12 +646,38 @@ impl ServeArgs {
         Ok(())
     }
 
+    /// `--http3`, `--quic-retry`, `--quic-0rtt`; the QUIC options without `--http3` refused.
+    /// What `--http3` itself needs (`--proto http`, TLS, a port, a model that serves UDP) is
+    /// the configuration's to check (`Config::validate`), and `--procs` is refused here.
+    fn http3(&self) -> Result<Option<Http3Config>> {
+        if !self.http3 {
+            for (flag, given) in [("--quic-retry", self.quic_retry.is_some()), ("--quic-0rtt", self.quic_0rtt)] {
+                if given {
+                    anyhow::bail!("{flag} applies to HTTP/3: add --http3 (with --proto http and --tls-cert/--tls-key)");
+                }
+            }
+            return Ok(None);
+        }
+        if self.procs > 1 || self.proc_slot.is_some() {
+            anyhow::bail!(
+                "--http3 with --procs is not supported yet: each process would need its own share of the UDP port; \
+                 serve HTTP/3 from one process (--threads N for more cores)"
+            );
+        }
+        let retry = match self.quic_retry.unwrap_or(QuicRetryArg::Auto) {
+            QuicRetryArg::Auto => QuicRetry::Auto,
+            QuicRetryArg::On => QuicRetry::On,
+            QuicRetryArg::Off => QuicRetry::Off,
+        };
+        Ok(Some(Http3Config { retry, zero_rtt: self.quic_0rtt, max_streams: self.max_streams }))
+    }
+
     /// `--udp-gso`, `--udp-gro` (on unless turned off); refused for a protocol without datagrams.
     fn udp_offload(&self) -> Result<UdpOffload> {
         for (flag, given) in [("--udp-gso", self.udp_gso), ("--udp-gro", self.udp_gro)] {
-            if given.is_some() && self.proto != Proto::Udp {
+            if given.is_some() && self.proto != Proto::Udp && !self.http3 {
                 let proto = self.proto_name();
-                anyhow::bail!("{flag} applies to --proto udp, and --proto {proto} has no datagrams");
+                anyhow::bail!("{flag} applies to --proto udp and --http3, and --proto {proto} has no datagrams");
             }
         }
         Ok(UdpOffload { gso: self.udp_gso != Some(OnOff::Off), gro: self.udp_gro != Some(OnOff::Off) })
