@@ -22,11 +22,15 @@
 //! unconditionally, and its frame and QPACK modules are private unless a feature opting into
 //! breaking changes is enabled; driving it from quinn-proto's I/O-free endpoint would take a
 //! fake QUIC implementation and a no-op waker. `qpack` 0.1.0 (h3's QPACK lifted out, one
-//! release) has a stateless static-table encoder and decoder, but its encoder never uses
-//! Huffman coding and its decoder returns a `Vec` of `Bytes` fields; measured on the same
-//! static-only sections (see docs/BENCHMARKS.md), this decoder is faster (a curl-like GET:
-//! QPACK_CURL_NS; a 20-field browser request: QPACK_BROWSER_NS). Static-only QPACK is the
-//! 99-entry table and four representations over HPACK's integers, strings and Huffman code,
+//! release, edition 2024) has a stateless static-table encoder and decoder, but its encoder
+//! Huffman-codes every string, even when that is longer (4 octets of 0x7f became 14), and its
+//! decoder returns a `Vec` of fields. Measured on the same static-only sections (release build,
+//! best of 7 runs of 200,000 decodes, on a shared 2-core machine, so ranges over runs): a
+//! curl-like GET (6 fields, 29 octets) decodes in 220-370 ns here against 317-537 ns; a 20-field
+//! browser request (431 octets) in 3.0-5.2 µs against 4.4-9.7 µs; 16,000 one-octet static
+//! references refused past a 64 KiB limit take 10.6 µs here against 7.5 µs (both stop at the
+//! limit; this decoder copies each field into its list). Static-only QPACK is the 99-entry table
+//! and four representations over HPACK's integers, strings and Huffman code,
 //! which `sockscale-h2` already has and tests.
 
 pub mod error;

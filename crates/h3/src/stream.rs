@@ -57,17 +57,23 @@ impl UniStreamKind {
 pub struct UniStreamType {
     kept: [u8; 8],
     len: usize,
+    kind: Option<UniStreamKind>,
 }
 
 impl UniStreamType {
-    /// Feed the stream's first octets: (octets of `input` used, the kind once known).
+    /// Feed the stream's first octets: (octets of `input` used, the kind once known). Once
+    /// known, it uses no more octets.
     pub fn feed(&mut self, input: &[u8]) -> (usize, Option<UniStreamKind>) {
+        if self.kind.is_some() {
+            return (0, self.kind);
+        }
         let mut used = 0;
         for &b in input {
             self.kept[self.len] = b;
             self.len += 1;
             used += 1;
             if let Some((kind, _)) = UniStreamKind::parse(&self.kept[..self.len]) {
+                self.kind = Some(kind);
                 return (used, Some(kind));
             }
         }

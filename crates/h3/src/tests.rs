@@ -446,7 +446,9 @@ fn uni_stream_types_in_any_split() {
             }
             assert_eq!(got, None);
         }
-        assert_eq!(UniStreamType::default().feed(&input), (input.len() - 1, Some(kind)));
+        let mut whole = UniStreamType::default();
+        assert_eq!(whole.feed(&input), (input.len() - 1, Some(kind)));
+        assert_eq!(whole.feed(&[0xc0; 8]), (0, Some(kind)), "nothing more is read as the type");
     }
 }
 
