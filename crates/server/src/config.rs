@@ -251,27 +251,8 @@ pub struct BodySource {
 
 /// `--quic-retry`: when the QUIC endpoint answers a new connection's Initial with a stateless
 /// Retry (RFC 9000 §8.1.2), so that the client proves its address before the server spends a
-/// handshake on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QuicRetry {
-    /// Only under load: when handshakes in progress near their bound.
-    #[default]
-    Auto,
-    /// Every new connection: one round trip more, no unvalidated address ever costs a handshake.
-    On,
-    /// Never: the 3x anti-amplification limit alone bounds what an unvalidated address gets.
-    Off,
-}
-
-impl QuicRetry {
-    pub fn name(self) -> &'static str {
-        match self {
-            QuicRetry::Auto => "auto",
-            QuicRetry::On => "on",
-            QuicRetry::Off => "off",
-        }
-    }
-}
+/// handshake on it. The endpoint's own word for it.
+pub use sockscale_proto::quic::RetryMode as QuicRetry;
 
 /// `--http3` and its options: HTTP/3 over QUIC on UDP at the TCP listener's port number. The
 /// policies QUIC shares with TCP are not repeated here: [`Config::http3_limits`] gathers them.

@@ -15,6 +15,7 @@ mod connection;
 mod ctx;
 mod error;
 mod groups;
+mod http3;
 mod inbox;
 mod listener;
 mod metrics;

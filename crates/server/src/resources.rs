@@ -11,8 +11,11 @@ use sockscale_proto::http::{HttpConfig, ResponseBody};
 use sockscale_proto::Protocol;
 use sockscale_tls::{ServerTls, TlsConfigError};
 
+use sockscale_proto::quic::QuicConfigError;
+
 use crate::body::{BodyError, BodyFile};
 use crate::config::{Config, Service};
+use crate::http3::Http3Service;
 
 /// The server's loaded files (see the module).
 #[derive(Debug, Default)]
@@ -24,6 +27,8 @@ pub struct Resources {
     pub tls: Option<ServerTls>,
     /// The HTTP response body `--body` gave, replacing the service's (in memory, or in `body`).
     response: Option<ResponseBody>,
+    /// `--http3`: what every UDP socket's QUIC endpoint is made from.
+    pub http3: Option<Http3Service>,
 }
 
 /// Why a file the configuration names could not be loaded: one line, naming the file.
@@ -33,6 +38,8 @@ pub enum LoadError {
     Body(#[from] BodyError),
     #[error(transparent)]
     Tls(#[from] TlsConfigError),
+    #[error("--http3: {0}")]
+    Quic(#[from] QuicConfigError),
 }
 
 impl Resources {
@@ -49,7 +56,11 @@ impl Resources {
             Some(files) => Some(ServerTls::from_pem_files(&files.cert, &files.key, SystemTime::now(), &files.options)?),
             None => None,
         };
-        Ok(Resources { body, tls, response })
+        let mut resources = Resources { body, tls, response, http3: None };
+        if let (Some(tls), Protocol::Http(http)) = (&resources.tls, resources.protocol(&cfg.service)) {
+            resources.http3 = Http3Service::new(cfg, tls, http)?;
+        }
+        Ok(resources)
     }
 
     /// The protocol `service` is served with: HTTP's body is the one loaded, and HTTP/2 reads

@@ -65,7 +65,12 @@ impl Server {
             crate::config::Service::Http(http) => http.websocket.as_ref().map(|ws| ws.totals.clone()),
             _ => None,
         };
-        let stats = Arc::new(Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm).with_h2(h2).with_ws(ws));
+        let stats = Arc::new(
+            Stats::with_storm(cfg.threads.clamp(1, 64), cfg.abort_storm)
+                .with_h2(h2)
+                .with_ws(ws)
+                .with_quic(resources.http3.as_ref().map(|h3| h3.totals())),
+        );
         let metrics = cfg.metrics.map(|at| MetricsServer::start(at, stats.clone())).transpose()?;
         let shutdown = Shutdown::with_drain_timeout(cfg.drain_timeout);
         let (ready_tx, ready_rx) = mpsc::channel();

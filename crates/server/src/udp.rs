@@ -36,11 +36,13 @@ use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
+use sockscale_proto::quic::{h3::H3Apps, QuicEndpoint};
 use sockscale_proto::udp::{EchoEndpoint, Endpoint, Transmit};
 use sockscale_sys::udp::{self as batch, Offload, RecvBatch, SendBatch};
 
 use crate::admission::LogLimiter;
 use crate::config::{Config, Service};
+use crate::ctx::ModelCtx;
 use crate::stats::Counters;
 
 /// How long a worker waits after a failed receive before it looks again.
@@ -71,10 +73,18 @@ impl UdpService {
         DatagramSocket::with_endpoint(socket, cfg.udp_offload, ServiceEndpoint::for_service(&cfg.service))
     }
 
-    /// The socket of `--http3` (one of `Listen::http3`'s), serving HTTP/3 with `cfg`'s limits
-    /// (`Config::http3_limits`) and offloads.
-    pub fn http3(socket: Arc<Socket>, cfg: &Config) -> Self {
-        DatagramSocket::with_endpoint(socket, cfg.udp_offload, ServiceEndpoint::for_http3(cfg))
+    /// The UDP socket of `--proto udp`, as [`UdpService::new`], for a model that makes its
+    /// sockets through a function of its context.
+    pub fn udp(socket: Arc<Socket>, ctx: &ModelCtx) -> Self {
+        Self::new(socket, &ctx.cfg)
+    }
+
+    /// The socket of `--http3` (one of `Listen::http3`'s), serving HTTP/3 over QUIC with the
+    /// server's loaded HTTP/3 service (`Resources::http3`: its TLS, limits, response) and
+    /// `cfg`'s offloads.
+    pub fn http3(socket: Arc<Socket>, ctx: &ModelCtx) -> Self {
+        let endpoint = ServiceEndpoint::for_http3(&socket, ctx);
+        DatagramSocket::with_endpoint(socket, ctx.cfg.udp_offload, endpoint)
     }
 }
 
@@ -82,10 +92,8 @@ impl UdpService {
 /// rather than a boxed trait object, so that echo's per-datagram calls stay direct.
 pub enum ServiceEndpoint {
     Echo(EchoEndpoint),
-    /// `--http3`'s socket, beside the TCP listener.
-    // lead: replaced by QuicEndpoint at merge (UDP echo holds its place, so that every model's
-    // plumbing is tested with real datagrams meanwhile).
-    Http3(EchoEndpoint),
+    /// `--http3`'s socket, beside the TCP listener: QUIC with HTTP/3 on it.
+    Http3(Box<QuicEndpoint<H3Apps>>),
     /// A test's own endpoint (see `tests::TEST_ENDPOINT`).
     #[cfg(test)]
     Test(Box<dyn Endpoint + Send>),
@@ -99,15 +107,20 @@ impl ServiceEndpoint {
         Some(ServiceEndpoint::Test(make()))
     }
 
-    /// The endpoint of `--http3`'s sockets.
-    pub fn for_http3(_cfg: &Config) -> Self {
+    /// The endpoint of one of `--http3`'s sockets: a QUIC endpoint of the server's HTTP/3
+    /// service. Path MTU discovery is allowed when the socket takes IP_PMTUDISC_PROBE (QUIC
+    /// must never send a fragmented datagram).
+    pub fn for_http3(socket: &Socket, ctx: &ModelCtx) -> Self {
         #[cfg(test)]
         if let Some(installed) = Self::installed() {
             return installed;
         }
-        // lead: replaced by QuicEndpoint at merge (it reads `_cfg.http3_limits()` and the TLS
-        // configuration).
-        ServiceEndpoint::Http3(EchoEndpoint::new(BATCH * RecvBatch::SLOT))
+        let Some(service) = &ctx.resources.http3 else {
+            unreachable!("--http3 without its service: Resources::load makes it with the listener")
+        };
+        let ipv6 = socket.local_addr().ok().and_then(|a| a.as_socket()).is_some_and(|a| a.is_ipv6());
+        let mtud = batch::disable_fragmentation(socket.as_raw_fd(), ipv6).is_ok();
+        ServiceEndpoint::Http3(Box::new(service.endpoint(mtud)))
     }
 
     pub fn for_service(service: &Service) -> Self {

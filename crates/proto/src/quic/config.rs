@@ -19,12 +19,24 @@ use super::totals::QuicTotals;
 /// is kept for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RetryMode {
-    /// Under load: while at least half the handshake budget is in use.
+    /// Only under load: while at least half the handshake budget is in use.
     #[default]
     Auto,
-    /// Every new connection whose address is not yet validated.
+    /// Every new connection whose address is not yet validated: one round trip more, no
+    /// unvalidated address ever costs a handshake.
     On,
+    /// Never: the 3x anti-amplification limit alone bounds what an unvalidated address gets.
     Off,
+}
+
+impl RetryMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RetryMode::Auto => "auto",
+            RetryMode::On => "on",
+            RetryMode::Off => "off",
+        }
+    }
 }
 
 impl std::str::FromStr for RetryMode {
@@ -116,9 +128,13 @@ impl std::fmt::Debug for QuicSetup {
 impl QuicSetup {
     /// A server's setup from its TLS configuration (certificate, key, ALPN `h3`, session
     /// tickets), whose early-data size is set here: QUIC allows only 0 or `u32::MAX`.
-    pub fn server(mut tls: rustls::ServerConfig, tuning: QuicTuning) -> Result<Self, QuicConfigError> {
+    /// The endpoints made from it count in `totals` (shared with another setup's, if given).
+    pub fn server(
+        mut tls: rustls::ServerConfig,
+        tuning: QuicTuning,
+        totals: Arc<QuicTotals>,
+    ) -> Result<Self, QuicConfigError> {
         tls.max_early_data_size = if tuning.zero_rtt { u32::MAX } else { 0 };
-        let totals: Arc<QuicTotals> = Arc::default();
         if tls.ticketer.enabled() {
             tls.ticketer = Arc::new(CountingTicketer { inner: tls.ticketer.clone(), totals: totals.clone() });
         }

@@ -35,7 +35,7 @@ pub(crate) fn setup(certs: &Certs, alpn: &[u8], tuning: QuicTuning) -> Arc<QuicS
     let tls =
         ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
             .expect("server tls");
-    Arc::new(QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), tuning).expect("quic setup"))
+    Arc::new(QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), tuning, Arc::default()).expect("quic setup"))
 }
 
 pub(crate) fn client_config(certs: &Certs, alpn: &[u8], tuning: &QuicTuning) -> ClientConfig {

@@ -1,0 +1,76 @@
+//! `--http3`: the QUIC endpoint's setup, made once when the server starts (`Resources::load`)
+//! from the TLS configuration and the limits TCP uses for the same policies, and shared by
+//! every socket's endpoint: the counts and the admission gauges are over all of them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use sockscale_proto::http::HttpConfig;
+use sockscale_proto::quic::h3::H3Apps;
+use sockscale_proto::quic::{Admission, QuicConfigError, QuicEndpoint, QuicSetup, QuicTotals, QuicTuning};
+use sockscale_tls::ServerTls;
+
+use crate::config::Config;
+
+/// Handshakes in progress at once when `--max-handshakes` is not given: QUIC needs a bound for
+/// `--quic-retry auto` to mean something, and quinn-proto's buffered Initials are bounded too.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
+/// Without path MTU discovery a QUIC packet is 1,200 bytes; with it, probed up to this
+/// (quinn's own ceiling: Ethernet's 1,500 less the IP and UDP headers, with room for IPv6).
+pub const MAX_MTU: u16 = 1452;
+
+/// What every `--http3` socket's endpoint is made from.
+#[derive(Debug)]
+pub struct Http3Service {
+    setup: Arc<QuicSetup>,
+    /// The same setup without path MTU discovery, for a socket that would not take
+    /// IP_PMTUDISC_PROBE (its counts are the same totals).
+    setup_no_mtud: Arc<QuicSetup>,
+    http: Arc<HttpConfig>,
+    admission: Admission,
+}
+
+impl Http3Service {
+    /// `None` unless `cfg` asks for `--http3`.
+    pub fn new(cfg: &Config, tls: &ServerTls, http: Arc<HttpConfig>) -> Result<Option<Self>, QuicConfigError> {
+        let Some(limits) = cfg.http3_limits() else { return Ok(None) };
+        let tuning = QuicTuning {
+            idle_timeout: limits.idle_timeout,
+            max_streams: limits.max_streams,
+            segmentation_offload: cfg.udp_offload.gso,
+            zero_rtt: limits.zero_rtt,
+            allow_mtud: true,
+            max_mtu: MAX_MTU,
+            ..QuicTuning::default()
+        };
+        let rustls = tls.rustls_config(vec![b"h3".to_vec()]);
+        let totals: Arc<QuicTotals> = Arc::default();
+        let setup = QuicSetup::server(rustls.clone(), tuning.clone(), totals.clone())?;
+        let without = QuicSetup::server(rustls, QuicTuning { allow_mtud: false, ..tuning }, totals)?;
+        let admission = Admission {
+            max_connections: limits.max_conns,
+            max_handshakes: limits.max_handshakes.unwrap_or(DEFAULT_MAX_HANDSHAKES),
+            retry: limits.retry,
+            handshake_timeout: if limits.handshake_timeout.is_zero() {
+                Duration::from_secs(10)
+            } else {
+                limits.handshake_timeout
+            },
+        };
+        Ok(Some(Http3Service { setup: Arc::new(setup), setup_no_mtud: Arc::new(without), http, admission }))
+    }
+
+    /// What every endpoint counts, for the server's stats.
+    pub fn totals(&self) -> Arc<QuicTotals> {
+        self.setup.totals.clone()
+    }
+
+    /// A new endpoint for one socket; `mtud`: the socket never fragments, so path MTU discovery
+    /// may probe.
+    pub fn endpoint(&self, mtud: bool) -> QuicEndpoint<H3Apps> {
+        let setup = if mtud { &self.setup } else { &self.setup_no_mtud };
+        let apps = H3Apps::new(self.http.clone(), setup.totals.clone(), Instant::now(), SystemTime::now());
+        QuicEndpoint::new(setup.clone(), self.admission, apps)
+    }
+}
