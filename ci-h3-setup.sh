@@ -4,7 +4,9 @@
 # aioquic 1.7.2 with its sdist's examples (http3_client.py, http3_server.py, demo app), and quic-go
 # v0.65.0 (tests/interop/quicgo_h3). Without one a test skips with the reason. Versions are pinned;
 # a download that fails stops CI here, with the reason. Quiet and idempotent: skips what is present.
-h3_fail() {
+h3_log=$(mktemp)
+h3_fail() { # Print the failed step's output, then stop.
+    cat "$h3_log" >&2
     echo "== HTTP/3 interop peers: $*" >&2
     exit 1
 }
@@ -12,8 +14,8 @@ h3_fail() {
 if ! command -v gtlsclient >/dev/null 2>&1 || ! { command -v gtlsserver >/dev/null 2>&1 || [ -x /usr/sbin/gtlsserver ]; }; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ngtcp2-client and ngtcp2-server (gtlsclient, gtlsserver) for the HTTP/3 interop tests"
-        apt-get update -qq || h3_fail "apt-get update failed"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ngtcp2-client ngtcp2-server >/dev/null ||
+        apt-get update -qq >"$h3_log" 2>&1 || h3_fail "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ngtcp2-client ngtcp2-server >"$h3_log" 2>&1 ||
             h3_fail "apt-get install ngtcp2-client ngtcp2-server failed"
     fi
 fi
@@ -25,8 +27,8 @@ if command -v python3 >/dev/null 2>&1; then
         ! python3 -c "import dnslib, httpx, jinja2, starlette, wsproto" >/dev/null 2>&1; then
         echo "== installing aioquic $h3_aioquic and its examples' modules (Python) for the HTTP/3 interop tests"
         h3_pkgs="aioquic==$h3_aioquic dnslib==0.9.26 httpx==0.28.1 jinja2==3.1.6 starlette==1.10.0 wsproto==1.3.2"
-        python3 -m pip install -q $h3_pkgs >/dev/null 2>&1 ||
-            python3 -m pip install -q --break-system-packages $h3_pkgs >/dev/null ||
+        python3 -m pip install -q $h3_pkgs >"$h3_log" 2>&1 ||
+            python3 -m pip install -q --break-system-packages $h3_pkgs >"$h3_log" 2>&1 ||
             h3_fail "pip install $h3_pkgs failed"
     fi
     # The examples are only in the sdist: unpack its examples/ into the cache, checked by its sha256.
@@ -34,13 +36,13 @@ if command -v python3 >/dev/null 2>&1; then
     if [ ! -f "$h3_examples/http3_client.py" ] || [ ! -f "$h3_examples/http3_server.py" ]; then
         echo "== fetching the aioquic $h3_aioquic sdist's examples for the HTTP/3 interop tests"
         h3_tmp=$(mktemp -d)
-        python3 -m pip download -q --no-deps --no-binary :all: "aioquic==$h3_aioquic" -d "$h3_tmp" >/dev/null ||
+        python3 -m pip download -q --no-deps --no-binary :all: "aioquic==$h3_aioquic" -d "$h3_tmp" >"$h3_log" 2>&1 ||
             h3_fail "pip download aioquic==$h3_aioquic (sdist) failed"
-        echo "$h3_aioquic_sdist_sha256  $h3_tmp/aioquic-$h3_aioquic.tar.gz" | sha256sum -c --quiet ||
+        echo "$h3_aioquic_sdist_sha256  $h3_tmp/aioquic-$h3_aioquic.tar.gz" | sha256sum -c --quiet >"$h3_log" 2>&1 ||
             h3_fail "the aioquic $h3_aioquic sdist has another sha256 than $h3_aioquic_sdist_sha256"
         mkdir -p "$(dirname "$h3_examples")"
         tar -xzf "$h3_tmp/aioquic-$h3_aioquic.tar.gz" -C "$(dirname "$(dirname "$h3_examples")")" \
-            "aioquic-$h3_aioquic/examples" || h3_fail "unpacking the aioquic sdist's examples failed"
+            "aioquic-$h3_aioquic/examples" >"$h3_log" 2>&1 || h3_fail "unpacking the aioquic sdist's examples failed"
         rm -rf "$h3_tmp"
     fi
     export SOCKSCALE_AIOQUIC_EXAMPLES="$h3_examples"
@@ -51,7 +53,8 @@ if [ -z "$h3_go" ] && [ -x /usr/local/go/bin/go ]; then h3_go=/usr/local/go/bin/
 if [ -n "$h3_go" ]; then
     # The module (checked against go.sum), then a build to fill Go's build cache: the tests build
     # it offline, which takes seconds once quic-go is compiled (about 45 s cold on two cores).
-    (cd crates/sockscale/tests/interop/quicgo_h3 && "$h3_go" mod download && "$h3_go" build -o /dev/null .) ||
-        h3_fail "fetching or building quic-go v0.65.0 (tests/interop/quicgo_h3) failed"
+    (cd crates/sockscale/tests/interop/quicgo_h3 && "$h3_go" mod download && "$h3_go" build -o /dev/null .) \
+        >"$h3_log" 2>&1 || h3_fail "fetching or building quic-go v0.65.0 (tests/interop/quicgo_h3) failed"
 fi
+rm -f "$h3_log"
 # --- end of the HTTP/3 interop peers

@@ -34,12 +34,23 @@ fn interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop")
 }
 
-/// A fresh directory of this test binary's for one run, under the target directory.
+/// A fresh directory of this test binary's for one run, under the target directory. The first
+/// call removes what earlier runs left (their downloads are up to tens of MiB).
 fn scratch(name: &str) -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static PRUNED: OnceLock<()> = OnceLock::new();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("h3-peers");
+    let pid = std::process::id();
+    PRUNED.get_or_init(|| {
+        let ours = format!("-{pid}-");
+        for entry in std::fs::read_dir(&root).into_iter().flatten().filter_map(Result::ok) {
+            if !entry.file_name().to_string_lossy().contains(&ours) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("h3-peers").join(format!("{name}-{}-{n}", std::process::id()));
+    let dir = root.join(format!("{name}-{pid}-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
@@ -630,6 +641,11 @@ impl PeerServer {
             Peer::QuicGo | Peer::Aioquic => Some("/echo"),
             Peer::Ngtcp2 => None,
         }
+    }
+
+    /// `https://127.0.0.1:PORT` and `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
     }
 
     pub fn log_text(&self) -> String {
