@@ -52,7 +52,7 @@ h3_go=$(command -v go || true)
 if [ -z "$h3_go" ] && [ -x /usr/local/go/bin/go ]; then h3_go=/usr/local/go/bin/go; fi
 if [ -n "$h3_go" ]; then
     # The module (checked against go.sum), then a build to fill Go's build cache: the tests build
-    # it offline, which takes seconds once quic-go is compiled (about 45 s cold on two cores).
+    # it offline, which takes seconds once quic-go is compiled (47-57 s cold on two busy cores here).
     (cd crates/sockscale/tests/interop/quicgo_h3 && "$h3_go" mod download && "$h3_go" build -o /dev/null .) \
         >"$h3_log" 2>&1 || h3_fail "fetching or building quic-go v0.65.0 (tests/interop/quicgo_h3) failed"
 fi
