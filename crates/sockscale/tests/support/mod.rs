@@ -14,6 +14,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
 /// Skip (returning true) when `model` cannot run on this machine, saying why.
 pub mod browser;
 pub mod h2;
+pub mod h3;
 pub mod tls;
 pub mod ws;
 
