@@ -417,7 +417,11 @@ impl H3Conn {
                     Ok(w) if w.chunks == 1 => {
                         queued.pop_front();
                     }
-                    Ok(_) | Err(quinn_proto::WriteError::Blocked) => return,
+                    // Part of it taken (the chunk advanced): write again, until quinn-proto says
+                    // Blocked; only then is the stream marked to be woken (`Writable`) when the
+                    // peer gives credit.
+                    Ok(_) => {}
+                    Err(quinn_proto::WriteError::Blocked) => return,
                     Err(_) => {
                         // Stopped or closed: nothing more to send.
                         self.requests.remove(at);
