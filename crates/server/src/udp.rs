@@ -41,6 +41,7 @@ use sockscale_sys::udp::{self as batch, Offload, RecvBatch, SendBatch};
 
 use crate::admission::LogLimiter;
 use crate::config::{Config, Service};
+use crate::ctx::ModelCtx;
 use crate::stats::Counters;
 
 /// How long a worker waits after a failed receive before it looks again.
@@ -71,10 +72,11 @@ impl UdpService {
         DatagramSocket::with_endpoint(socket, cfg.udp_offload, ServiceEndpoint::for_service(&cfg.service))
     }
 
-    /// The socket of `--http3` (one of `Listen::http3`'s), serving HTTP/3 with `cfg`'s limits
-    /// (`Config::http3_limits`) and offloads.
-    pub fn http3(socket: Arc<Socket>, cfg: &Config) -> Self {
-        DatagramSocket::with_endpoint(socket, cfg.udp_offload, ServiceEndpoint::for_http3(cfg))
+    /// The socket of `--http3` (one of `Listen::http3`'s), serving HTTP/3 with the model's
+    /// context: the limits (`Config::http3_limits`) and offloads, the loaded TLS configuration
+    /// (`ctx.resources`), and the HTTP response (`ctx.protocol`).
+    pub fn http3(socket: Arc<Socket>, ctx: &ModelCtx) -> Self {
+        DatagramSocket::with_endpoint(socket, ctx.cfg.udp_offload, ServiceEndpoint::for_http3(ctx))
     }
 }
 
@@ -100,13 +102,13 @@ impl ServiceEndpoint {
     }
 
     /// The endpoint of `--http3`'s sockets.
-    pub fn for_http3(_cfg: &Config) -> Self {
+    pub fn for_http3(_ctx: &ModelCtx) -> Self {
         #[cfg(test)]
         if let Some(installed) = Self::installed() {
             return installed;
         }
-        // lead: replaced by QuicEndpoint at merge (it reads `_cfg.http3_limits()` and the TLS
-        // configuration).
+        // lead: replaced by QuicEndpoint at merge (it reads `_ctx.cfg.http3_limits()`, the TLS
+        // configuration in `_ctx.resources` and the response in `_ctx.protocol`).
         ServiceEndpoint::Http3(EchoEndpoint::new(BATCH * RecvBatch::SLOT))
     }
 

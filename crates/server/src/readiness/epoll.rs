@@ -52,7 +52,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
     if let Some(udp) = ctx.listen.http3() {
         for i in 0..threads {
             let socket = if i == 0 { udp.shared() } else { Arc::new(udp.bind_another().map_err(io_err)?) };
-            http3.push(Box::new(UdpService::http3(socket, cfg)));
+            http3.push(Box::new(UdpService::http3(socket, &ctx)));
         }
     }
     let mut http3 = http3.into_iter();

@@ -184,7 +184,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
                 counters: ctx.stats.shard(0),
                 pool: &pool,
                 shutdown: ctx.shutdown.clone(),
-                source: Source::Udp(Box::new(UdpService::http3(udp.shared(), cfg))),
+                source: Source::Udp(Box::new(UdpService::http3(udp.shared(), &ctx))),
                 active: None,
                 udp: None,
             };

@@ -218,7 +218,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
         source,
         active: cfg.active_set,
         // `--http3`: the one thread serves the UDP socket beside the listener.
-        udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), cfg))),
+        udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), &ctx))),
     };
     let worker = Worker::new(Select::new(), parts).map_err(io_err)?;
     ctx.ready();

@@ -196,14 +196,14 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     // socket per worker, as the epoll model, so datagrams are received on every core; each is
     // one task's, so one QUIC connection's datagrams always reach the same endpoint.
     let udp = match ctx.listen.http3() {
-        Some(udp) => Some((udp, UdpService::http3 as fn(Arc<socket2::Socket>, &Config) -> UdpService)),
-        None if ctx.listen.is_udp() => Some((&ctx.listen, UdpService::new as _)),
+        Some(udp) => Some((udp, UdpService::http3 as fn(Arc<socket2::Socket>, &ModelCtx) -> UdpService)),
+        None if ctx.listen.is_udp() => Some((&ctx.listen, (|s, ctx: &ModelCtx| UdpService::new(s, &ctx.cfg)) as _)),
         None => None,
     };
     if let Some((listen, make)) = udp {
         for i in 0..cfg.threads {
             let socket = if i == 0 { listen.shared() } else { Arc::new(listen.bind_another().map_err(io_err)?) };
-            let socket = register(UdpFd(make(socket, cfg))).map_err(io_err)?;
+            let socket = register(UdpFd(make(socket, ctx))).map_err(io_err)?;
             // Beside the sources: it serves on through the drain, until its endpoint drained.
             let task = ::tokio::spawn(udp_loop(socket, shared.clone(), stage_rx.clone(), done_tx.clone()));
             let shutdown = ctx.shutdown.clone();

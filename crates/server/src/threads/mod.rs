@@ -443,13 +443,13 @@ impl UdpThreads {
         ctx: &ModelCtx,
         listen: &crate::listener::Listen,
         threads: usize,
-        make: fn(Arc<Socket>, &Config) -> UdpService,
+        make: fn(Arc<Socket>, &ModelCtx) -> UdpService,
     ) -> io::Result<Self> {
         let drain = Arc::new(Waker::new()?);
         ctx.shutdown.register(drain.clone());
-        let mut services = vec![make(listen.shared(), &ctx.cfg)];
+        let mut services = vec![make(listen.shared(), ctx)];
         for _ in 1..threads.max(1) {
-            services.push(make(Arc::new(listen.bind_another()?), &ctx.cfg));
+            services.push(make(Arc::new(listen.bind_another()?), ctx));
         }
         Ok(UdpThreads { services, drain, shutdown: ctx.shutdown.clone() })
     }
@@ -498,7 +498,7 @@ pub fn join_udp(handles: Vec<ScopedJoinHandle<'_, io::Result<()>>>, shutdown: &S
 /// `ctx.ready()` once they run.
 pub fn serve_udp(ctx: &ModelCtx, model: &'static str, threads: usize) -> Result<(), ServerError> {
     let io_err = |source| ServerError::Io { model, error: source };
-    let mut udp = UdpThreads::new(ctx, &ctx.listen, threads, UdpService::new).map_err(io_err)?;
+    let mut udp = UdpThreads::new(ctx, &ctx.listen, threads, |s, ctx| UdpService::new(s, &ctx.cfg)).map_err(io_err)?;
     std::thread::scope(|scope| {
         let handles = udp.spawn(scope, &ctx.stats, ctx.cfg.read_budget).map_err(io_err)?;
         ctx.ready();
