@@ -110,6 +110,16 @@ fn a_busy_udp_port_is_refused() {
     assert_eq!(err.trim_end(), format!("error: cannot serve HTTP/3 on UDP {addr}: address already in use"));
 }
 
+/// `serve -h` says what 0-RTT costs where the flag is listed, not only in the long help.
+#[test]
+fn the_short_help_says_0rtt_is_replayable() {
+    let out = Command::new(BIN).args(["serve", "-h"]).output().expect("run sockscale serve -h");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help.lines().find(|l| l.trim_start().starts_with("--quic-0rtt")).expect("--quic-0rtt listed");
+    assert!(line.contains("replayable"), "{line}");
+    assert!(help.contains("--http3") && help.contains("--quic-retry <auto|on|off>"), "{help}");
+}
+
 /// `--udp-gso`, `--udp-gro` and the QUIC options are taken with `--http3`, and the UDP socket
 /// at the TCP port's number answers.
 #[test]
