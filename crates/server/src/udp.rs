@@ -404,14 +404,14 @@ pub(crate) mod tests {
 
     /// Held while a test's endpoint is installed; uninstalls it when dropped (a failed test
     /// included).
-    struct Installed {
+    pub(super) struct Installed {
         _one_at_a_time: MutexGuard<'static, ()>,
     }
 
     /// One installer at a time.
     static INSTALLING: Mutex<()> = Mutex::new(());
 
-    fn install(make: MakeEndpoint) -> Installed {
+    pub(super) fn install(make: MakeEndpoint) -> Installed {
         let held = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
         *TEST_ENDPOINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(make);
         Installed { _one_at_a_time: held }
@@ -568,5 +568,170 @@ pub(crate) mod tests {
             server.shutdown_handle().shutdown();
             server.wait().unwrap_or_else(|e| panic!("{model}: {e}"));
         }
+    }
+}
+
+/// The drain of a datagram endpoint with work in flight, on every model that serves UDP, under
+/// `--proto udp` and beside TCP under `--http3`.
+#[cfg(test)]
+mod drain_tests {
+    use std::collections::VecDeque;
+    use std::net::UdpSocket;
+
+    use super::tests::install;
+    use super::*;
+    use crate::config::{Http3Config, TlsFiles};
+    use crate::model::{Family, Model};
+    use crate::server::Server;
+
+    /// How long [`HeldDrain`] stays undrained after the drain began, unless told `done`.
+    const HOLD: Duration = Duration::from_millis(1200);
+
+    /// Echo that, in a drain, holds on to a peer it has served (as QUIC holds a connection
+    /// until its requests are answered): not drained until [`HOLD`] after the drain began (its
+    /// timer), or until a datagram `done` arrives. One that served nobody is drained at once.
+    /// Replies during the drain are prefixed `draining:`, so a client sees the socket served.
+    #[derive(Default)]
+    struct HeldDrain {
+        replies: VecDeque<(SocketAddr, Vec<u8>)>,
+        served: bool,
+        hold_until: Option<Instant>,
+        drained: bool,
+    }
+
+    impl Endpoint for HeldDrain {
+        fn handle(&mut self, _now: Instant, peer: SocketAddr, datagram: &[u8]) {
+            self.served = true;
+            let reply = if self.hold_until.is_some() {
+                if datagram == b"done" {
+                    self.drained = true;
+                }
+                [&b"draining:"[..], datagram].concat()
+            } else {
+                datagram.to_vec()
+            };
+            self.replies.push_back((peer, reply));
+        }
+
+        fn poll_transmit(&mut self, _now: Instant, _max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+            let (destination, reply) = self.replies.pop_front()?;
+            buf.extend_from_slice(&reply);
+            Some(Transmit { destination, size: reply.len(), segment_size: None })
+        }
+
+        fn poll_timeout(&self) -> Option<Instant> {
+            self.hold_until.filter(|_| !self.drained)
+        }
+
+        fn handle_timeout(&mut self, now: Instant) {
+            if self.hold_until.is_some_and(|at| at <= now) {
+                self.drained = true;
+            }
+        }
+
+        fn begin_drain(&mut self, now: Instant) {
+            if self.served {
+                self.hold_until = Some(now + HOLD);
+            } else {
+                self.drained = true;
+            }
+        }
+
+        fn drained(&self) -> bool {
+            self.drained
+        }
+    }
+
+    /// The configurations the drain is checked under: `--proto udp`, and `--http3` beside TCP.
+    fn configs(model: Model, certs: &crate::config::TlsFiles) -> [(&'static str, Config); 2] {
+        let base = Config {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            model,
+            threads: 2,
+            drain_timeout: Duration::from_secs(10),
+            ..Config::default()
+        };
+        let udp = Config { service: Service::UdpEcho, ..base.clone() };
+        let http3 = Config {
+            service: Service::Http(Arc::default()),
+            tls: Some(certs.clone()),
+            http3: Some(Http3Config { max_streams: 100, ..Http3Config::default() }),
+            ..base
+        };
+        [("--proto udp", udp), ("--http3", http3)]
+    }
+
+    /// Send `datagram` until the reply is `expected` (the drain begins on the server's threads
+    /// a moment after `shutdown` returns), within 3 s.
+    fn send_until(client: &UdpSocket, to: SocketAddr, datagram: &[u8], expected: &[u8], what: &str) {
+        let started = Instant::now();
+        let mut reply = [0; 256];
+        while started.elapsed() < Duration::from_secs(3) {
+            client.send_to(datagram, to).expect("send");
+            match client.recv_from(&mut reply) {
+                Ok((n, from)) if from == to && &reply[..n] == expected => return,
+                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+                // Nothing yet, or the signal model's real-time signals reached this thread.
+                Err(_) => {}
+            }
+        }
+        panic!("{what}: no reply {:?} to {:?}", String::from_utf8_lossy(expected), String::from_utf8_lossy(datagram));
+    }
+
+    /// In a drain, every model keeps serving a UDP socket whose endpoint has work in flight
+    /// (datagrams answered, its timer run), and the server exits once the endpoint reports it
+    /// drained: at its timer, well before the drain timeout, or at once when a datagram
+    /// ends it.
+    #[test]
+    fn every_udp_model_serves_a_draining_endpoint_until_it_has_drained() {
+        let _installed = install(|| Box::new(HeldDrain::default()));
+        let dir = std::env::temp_dir().join(format!("sockscale-udp-drain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the certificate");
+        let made = sockscale_tls::TestCertificate::generate(&["localhost".to_owned()]).expect("certificate");
+        let files = made.write(&dir).expect("certificate files");
+        let certs = TlsFiles { cert: files.cert, key: files.key, options: sockscale_tls::ServerOptions::default() };
+        let models: Vec<Model> = Model::ALL.into_iter().filter(|m| m.serves_udp()).collect();
+        for model in models {
+            if model.capabilities().family == Family::Completion {
+                if let Some(why) = crate::completion::unavailable() {
+                    eprintln!("skipping {model}: {why}");
+                    continue;
+                }
+            }
+            for (how, cfg) in configs(model, &certs) {
+                // By the timer, then (where the endpoint is QUIC's place) by a datagram.
+                let ends: &[bool] = if cfg.http3.is_some() { &[false, true] } else { &[false] };
+                for &by_datagram in ends {
+                    let what =
+                        format!("{model} {how} (drained by {})", if by_datagram { "a datagram" } else { "its timer" });
+                    let server = Server::start(cfg.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let addr = server.local_addr().inet().expect("an IP address");
+                    let client = UdpSocket::bind("127.0.0.1:0").expect("client socket");
+                    client.set_read_timeout(Some(Duration::from_millis(200))).expect("read timeout");
+                    send_until(&client, addr, b"before", b"before", &what);
+                    let asked = Instant::now();
+                    server.shutdown_handle().shutdown();
+                    send_until(&client, addr, b"during", b"draining:during", &what);
+                    if by_datagram {
+                        send_until(&client, addr, b"done", b"draining:done", &what);
+                    }
+                    server.wait().unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let took = asked.elapsed();
+                    if by_datagram {
+                        assert!(took < HOLD, "{what}: exited {took:?} after the shutdown, not when told");
+                    } else {
+                        assert!(
+                            took >= HOLD,
+                            "{what}: exited {took:?} after the shutdown, before the endpoint drained"
+                        );
+                        assert!(
+                            took < HOLD + Duration::from_secs(3),
+                            "{what}: exited {took:?} after the shutdown, long after the endpoint drained"
+                        );
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -505,6 +505,88 @@ pub fn udp_echo(model: &str) {
     assert_eq!(done.counter("datagrams_out"), 6);
 }
 
+/// Whether the HTTP/3 socket at `addr` answers. The endpoint is UDP echo until the QUIC
+/// endpoint replaces it; this is the one place that knows (the lead: a real HTTP/3 request here).
+fn http3_answers(addr: std::net::SocketAddr) -> Result<(), String> {
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    socket.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    socket.connect(addr).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 2048];
+    for size in [1usize, 1200] {
+        let data = pattern(size as u64 + 7, size);
+        socket.send(&data).map_err(|e| e.to_string())?;
+        let n = socket.recv(&mut buf).map_err(|e| format!("no answer from UDP {addr}: {e}"))?;
+        if buf[..n] != data[..] {
+            return Err(format!("UDP {addr} answered {n} bytes, not the {size} sent back"));
+        }
+    }
+    Ok(())
+}
+
+/// The fields of the response to a GET on stream 1 of an HTTP/2 connection over `stream`.
+fn h2_response_fields(mut stream: impl Read + Write) -> Vec<(String, String)> {
+    let mut hello = h2::PREFACE.to_vec();
+    hello.extend(h2::settings(&[]));
+    hello.extend(h2::get(1, true));
+    stream.write_all(&hello).expect("the request");
+    let mut decoder = sockscale_h2::hpack::Decoder::new(4096);
+    loop {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head).expect("a frame");
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).expect("its payload");
+        let on = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        if head[3] == h2::kind::HEADERS && on == 1 {
+            let mut list = sockscale_h2::HeaderList::with_limit(1 << 16);
+            decoder.decode(&payload, &mut list).expect("a valid header block");
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            return list.iter().map(|(name, value)| (text(name), text(value))).collect();
+        }
+    }
+}
+
+/// `--http3`: TCP answers HTTP/1.1 and h2 over TLS as before, each response advertising HTTP/3
+/// at the port (`Alt-Svc`), and the UDP socket at the same port number answers; then the
+/// server drains and exits. A model that cannot serve it refuses `--http3` in one line.
+pub fn http3_beside_tcp_with_alt_svc(model: &str) {
+    let cert = tls::TestCert::new(&format!("h3-{model}"));
+    let tls_args = cert.args();
+    let mut args = vec!["--proto", "http", "--http3"];
+    args.extend(tls_args.iter().map(String::as_str));
+    if skip(model, Policy::Http3) {
+        let out = std::process::Command::new(BIN)
+            .args(["serve", "--model", model, "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .expect("run sockscale serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{model}: --http3 was taken");
+        assert_eq!(err.trim().lines().count(), 1, "{model}: {err}");
+        assert!(err.starts_with(&format!("error: --http3 is not available with --model {model}: ")), "{err}");
+        return;
+    }
+    let server = ServerProc::start(model, &args);
+    let alt_svc = format!("h3=\":{}\"; ma=86400", server.addr.port());
+    let config = cert.client(&[&rustls::version::TLS13], &[b"http/1.1"]);
+    let mut c = HttpReader::new(tls::over(server.connect(), &config));
+    for _ in 0..2 {
+        c.send(GET);
+        let r = c.response(false).expect("an HTTP/1.1 answer over TLS");
+        assert_eq!((r.status, r.header("Alt-Svc")), (200, Some(alt_svc.as_str())));
+    }
+    let h2_config = cert.client(&[&rustls::version::TLS13], &[b"h2"]);
+    let fields = h2_response_fields(tls::over(server.connect(), &h2_config));
+    let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    assert_eq!((field(":status"), field("alt-svc")), (Some("200"), Some(alt_svc.as_str())), "{fields:?}");
+    http3_answers(server.addr).unwrap_or_else(|e| panic!("{model}: {e}"));
+    drop(c);
+    let done = server.stop_within(Duration::from_secs(8));
+    assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
+    assert_eq!(done.counter("datagrams_in"), 2, "{:?}", done.stdout);
+    assert_eq!(done.counter("datagrams_out"), 2, "{:?}", done.stdout);
+}
+
 pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
     if skip(model, Policy::AcceptBackoff) {
         return;
@@ -2287,6 +2369,7 @@ macro_rules! conformance {
             #[test] fn graceful_shutdown() { if !super::unavailable(MODEL) { super::graceful_shutdown(MODEL) } }
             #[test] fn a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin() { if !super::unavailable(MODEL) { super::a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin(MODEL) } }
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
+            #[test] fn http3_beside_tcp_with_alt_svc() { if !super::unavailable(MODEL) { super::http3_beside_tcp_with_alt_svc(MODEL) } }
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }
             #[test] fn h2_many_streams_on_one_connection() { if !super::unavailable(MODEL) { super::h2_many_streams_on_one_connection(MODEL) } }

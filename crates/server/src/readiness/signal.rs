@@ -404,7 +404,7 @@ pub fn run(ctx: ModelCtx) -> Result<(), ServerError> {
             source,
             active: ctx.cfg.active_set,
             // `--http3`: the one thread serves the UDP socket beside the listener.
-            udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), &ctx))),
+            udp: ctx.listen.http3().map(|udp| Box::new(UdpService::http3(udp.shared(), ctx))),
         };
         let worker = Worker::new(selector, parts).map_err(io_err)?;
         ctx.ready();

@@ -203,7 +203,7 @@ async fn serve(ctx: &ModelCtx, shared: Arc<Shared>) -> Result<(), ServerError> {
     if let Some((listen, make)) = udp {
         for i in 0..cfg.threads {
             let socket = if i == 0 { listen.shared() } else { Arc::new(listen.bind_another().map_err(io_err)?) };
-            let socket = register(UdpFd(make(socket, &ctx))).map_err(io_err)?;
+            let socket = register(UdpFd(make(socket, ctx))).map_err(io_err)?;
             // Beside the sources: it serves on through the drain, until its endpoint drained.
             let task = ::tokio::spawn(udp_loop(socket, shared.clone(), stage_rx.clone(), done_tx.clone()));
             let shutdown = ctx.shutdown.clone();

@@ -149,10 +149,11 @@ pub struct ServeArgs {
     /// client proves its address first (a round trip more); off: never. With --http3
     #[arg(long, value_name = "auto|on|off", value_enum, hide_possible_values = true, help_heading = PROTOCOL)]
     pub quic_retry: Option<QuicRetryArg>,
-    /// HTTP/3: accept 0-RTT requests from resuming clients [default: off]
+    /// HTTP/3: accept 0-RTT requests, which are replayable [default: off]
     ///
-    /// 0-RTT requests are replayable: an attacker who captured one can send it again, and the
-    /// server answers it again. Turn on only where every request is safe to repeat. With --http3
+    /// A resuming client may send requests in its first flight (0-RTT), a round trip sooner.
+    /// They are replayable: an attacker who captured one can send it again, and the server
+    /// answers it again. Turn on only where every request is safe to repeat. With --http3
     #[arg(long, help_heading = PROTOCOL)]
     pub quic_0rtt: bool,
     /// UDP GSO: equal datagrams to one peer go in one message [default: on]
@@ -762,6 +763,24 @@ mod tests {
         let argv = [&["sockscale", "serve"], args].concat();
         let Cli { command: Command::Serve(args) } = Cli::try_parse_from(argv)? else { panic!("serve") };
         args.to_config()
+    }
+
+    /// `--http3` and the QUIC options as the configuration holds them; `--max-streams` is the
+    /// limit HTTP/2 and HTTP/3 share.
+    #[test]
+    fn http3_flags_become_the_http3_config() {
+        let tls = ["--proto", "http", "--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        let with = |more: &[&str]| serve(&[&tls[..], more].concat());
+        assert_eq!(with(&[]).unwrap().http3, None);
+        let h3 = with(&["--http3"]).unwrap().http3.expect("http3");
+        assert_eq!(h3, Http3Config { retry: QuicRetry::Auto, zero_rtt: false, max_streams: 128 });
+        let h3 = with(&["--http3", "--quic-retry", "off", "--quic-0rtt", "--max-streams", "7"]).unwrap().http3;
+        assert_eq!(h3, Some(Http3Config { retry: QuicRetry::Off, zero_rtt: true, max_streams: 7 }));
+        assert_eq!(with(&["--http3", "--quic-retry", "on"]).unwrap().http3.map(|h| h.retry), Some(QuicRetry::On));
+        let offload = with(&["--http3", "--udp-gso", "off"]).unwrap().udp_offload;
+        assert_eq!((offload.gso, offload.gro), (false, true));
+        let err = format!("{:#}", with(&["--quic-0rtt"]).unwrap_err());
+        assert!(err.starts_with("--quic-0rtt applies to HTTP/3: add --http3"), "{err}");
     }
 
     #[test]

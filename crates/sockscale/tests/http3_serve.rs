@@ -1,0 +1,142 @@
+//! `serve --http3` as a user meets it: each misuse refused with one line naming the flag and
+//! the fix, and a non-zero exit; a busy UDP port refused; the offload flags taken with it. What
+//! every model does with `--http3` is the conformance suite's (`http3_beside_tcp_with_alt_svc`).
+
+mod support;
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Run `sockscale serve ARGS` and expect it to exit with an error within 10 s: its exit code and
+/// stderr. A server that wrongly starts is killed, and the test fails.
+fn refused(args: &[&str]) -> (i32, String) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sockscale serve");
+    let until = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{args:?} was accepted: still serving after 10 s; stdout: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(!out.status.success(), "{args:?} succeeded");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Each case: the arguments and the start of the one line it gets.
+#[test]
+fn each_misuse_of_http3_gets_one_line_and_a_non_zero_exit() {
+    let cert = tls::TestCert::new("h3-refusals");
+    let [c, cert_path, k, key_path] = cert.args();
+    let tls = [c.as_str(), cert_path.as_str(), k.as_str(), key_path.as_str()];
+    let with_tls = |args: &[&'static str]| -> Vec<String> {
+        args.iter().map(|a| a.to_string()).chain(tls.iter().map(|a| a.to_string())).collect()
+    };
+    let local = ["--listen", "127.0.0.1:0"];
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            with_tls(&["--proto", "echo", "--http3"]),
+            "error: --http3 serves HTTP/3, and --proto echo is not HTTP: use --proto http",
+        ),
+        (
+            with_tls(&["--proto", "ws", "--http3"]),
+            "error: --http3 serves HTTP/3, and --proto ws is not HTTP: use --proto http",
+        ),
+        (
+            vec!["--proto".into(), "udp".into(), "--http3".into()],
+            "error: --http3 serves HTTP/3, and --proto udp is not HTTP: use --proto http",
+        ),
+        (
+            vec!["--proto".into(), "http".into(), "--http3".into()],
+            "error: --http3 needs --tls-cert and --tls-key: QUIC is always encrypted (TLS 1.3)",
+        ),
+        (
+            with_tls(&["--proto", "http", "--http3", "--model", "uring64"]),
+            "error: --http3 is not available with --model uring64: ",
+        ),
+        (with_tls(&["--proto", "http", "--quic-retry", "on"]), "error: --quic-retry applies to HTTP/3: add --http3"),
+        (with_tls(&["--proto", "http", "--quic-0rtt"]), "error: --quic-0rtt applies to HTTP/3: add --http3"),
+        (with_tls(&["--proto", "http", "--http3", "--procs", "2"]), "error: --http3 with --procs is not supported yet"),
+        (
+            with_tls(&["--proto", "http", "--udp-gso", "off"]),
+            "error: --udp-gso applies to --proto udp and --http3, and --proto http has no datagrams",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all: Vec<&str> = local.to_vec();
+        all.extend(args.iter().map(String::as_str));
+        let (code, err) = refused(&all);
+        assert_ne!(code, 0, "{all:?}");
+        assert!(err.starts_with(expected), "{all:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{all:?}: {err}");
+    }
+    // On a Unix socket: the socket has no port for UDP to share.
+    let path = std::env::temp_dir().join(format!("sockscale-h3-{}.sock", std::process::id()));
+    let listen = format!("unix:{}", path.display());
+    let mut all = vec!["--listen", listen.as_str(), "--proto", "http", "--http3"];
+    all.extend(tls);
+    let (_, err) = refused(&all);
+    assert!(err.starts_with("error: --http3 does not apply to a Unix socket"), "{err}");
+    assert!(err.contains("IP:PORT") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(!path.exists(), "a refused server left its socket file");
+}
+
+/// A UDP port someone else holds is refused with one line naming it, even though the TCP port
+/// of the same number is free.
+#[test]
+fn a_busy_udp_port_is_refused() {
+    let cert = tls::TestCert::new("h3-busy");
+    let squatter = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    let addr = squatter.local_addr().expect("its address");
+    let listen = addr.to_string();
+    let mut args = vec!["--listen", listen.as_str(), "--proto", "http", "--http3"];
+    let tls = cert.args();
+    args.extend(tls.iter().map(String::as_str));
+    let (code, err) = refused(&args);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim_end(), format!("error: cannot serve HTTP/3 on UDP {addr}: address already in use"));
+}
+
+/// `serve -h` says what 0-RTT costs where the flag is listed, not only in the long help.
+#[test]
+fn the_short_help_says_0rtt_is_replayable() {
+    let out = Command::new(BIN).args(["serve", "-h"]).output().expect("run sockscale serve -h");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help.lines().find(|l| l.trim_start().starts_with("--quic-0rtt")).expect("--quic-0rtt listed");
+    assert!(line.contains("replayable"), "{line}");
+    assert!(help.contains("--http3") && help.contains("--quic-retry <auto|on|off>"), "{help}");
+}
+
+/// `--udp-gso`, `--udp-gro` and the QUIC options are taken with `--http3`, and the UDP socket
+/// at the TCP port's number answers.
+#[test]
+fn http3_takes_the_offload_and_quic_flags() {
+    let cert = tls::TestCert::new("h3-flags");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3", "--udp-gso", "off", "--udp-gro", "off"];
+    args.extend(["--quic-retry", "on", "--quic-0rtt"]);
+    args.extend(tls.iter().map(String::as_str));
+    let server = ServerProc::start("epoll", &args);
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    socket.send_to(b"h3?", server.addr).expect("send");
+    let mut buf = [0u8; 16];
+    let (n, from) = socket.recv_from(&mut buf).expect("an answer from the HTTP/3 port");
+    assert_eq!((from, &buf[..n]), (server.addr, &b"h3?"[..]));
+    let done = server.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(done.counter("udp_gso_sends"), 0, "--udp-gso off: {:?}", done.stdout);
+}
