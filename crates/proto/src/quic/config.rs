@@ -89,7 +89,7 @@ impl Default for QuicTuning {
             max_uni_streams: 8,
             stream_window: 1 << 20,
             connection_window: 8 << 20,
-            send_window: 8 << 20,
+            send_window: 2 << 20,
             segmentation_offload: true,
             allow_mtud: false,
             initial_mtu: 1200,
