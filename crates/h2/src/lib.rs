@@ -106,7 +106,7 @@ mod client_tunnel_tests;
 pub mod config;
 pub mod frame;
 pub mod hpack;
-mod request;
+pub mod request;
 pub mod rules;
 mod server;
 mod stats;

@@ -70,6 +70,22 @@ pub enum Malformed {
     BadProtocol,
     #[error("HEADERS on a tunnel (an extended CONNECT's stream)")]
     HeadersOnTunnel,
+    #[error("an http or https request with neither :authority nor host, or one of them empty")]
+    MissingAuthority,
+    #[error(":authority and host differ")]
+    AuthorityMismatch,
+}
+
+/// What differs by version in checking a request: HTTP/2 uses [`check_request`], HTTP/3
+/// (`sockscale-h3`, RFC 9114 §4.3.1, whose rules are otherwise RFC 9113 §8.3's) sets
+/// `authority_required`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rules {
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL was sent, so `:protocol` may come (RFC 8441, RFC 9220).
+    pub extended_connect: bool,
+    /// An `http` or `https` request carries `:authority` or `host`, neither empty, the same
+    /// value if both (RFC 9114 §4.3.1; RFC 9113 only says clients should send `:authority`).
+    pub authority_required: bool,
 }
 
 /// What the checks learn of a request's head.
@@ -84,6 +100,12 @@ pub struct Head {
 /// was sent, so `:protocol` may come (RFC 8441 §4); without it, a `:protocol` is malformed
 /// (RFC 8441 §5, RFC 9113 §8.1.1).
 pub fn check_request(fields: &HeaderList, extended_connect: bool) -> Result<Head, Malformed> {
+    check_request_with(fields, Rules { extended_connect, authority_required: false })
+}
+
+/// Check a request's fields under `rules`.
+pub fn check_request_with(fields: &HeaderList, rules: Rules) -> Result<Head, Malformed> {
+    let extended_connect = rules.extended_connect;
     let mut seen = [false; 5]; // method, scheme, path, authority, protocol
     let mut regular = false;
     let mut head = Head::default();
@@ -140,8 +162,28 @@ pub fn check_request(fields: &HeaderList, extended_connect: bool) -> Result<Head
     if !complete {
         return Err(Malformed::MissingPseudo);
     }
+    if rules.authority_required {
+        check_authority(fields)?;
+    }
     head.extended_connect = seen[4];
     Ok(head)
+}
+
+/// RFC 9114 §4.3.1: with a scheme that has an authority (http, https; CONNECT always names
+/// one), `:authority` or `host`, not empty, equal if both.
+fn check_authority(fields: &HeaderList) -> Result<(), Malformed> {
+    let scheme = fields.get(b":scheme");
+    let needs = fields.get(b":method") == Some(b"CONNECT") || matches!(scheme, Some(b"http" | b"https"));
+    let authority = fields.get(b":authority");
+    let host = fields.get(b"host");
+    if authority.is_some_and(<[u8]>::is_empty) || host.is_some_and(<[u8]>::is_empty) {
+        return Err(Malformed::MissingAuthority);
+    }
+    match (authority, host) {
+        (None, None) if needs => Err(Malformed::MissingAuthority),
+        (Some(a), Some(h)) if a != h => Err(Malformed::AuthorityMismatch),
+        _ => Ok(()),
+    }
 }
 
 /// Check trailers: regular fields only.
@@ -155,7 +197,9 @@ pub fn check_trailers(fields: &HeaderList) -> Result<(), Malformed> {
     Ok(())
 }
 
-fn check_regular(name: &[u8], value: &[u8]) -> Result<(), Malformed> {
+/// Check one regular field (§8.2): its name a lower-case token, not connection-specific, TE
+/// only "trailers", its value without NUL, CR, LF or surrounding whitespace.
+pub fn check_regular(name: &[u8], value: &[u8]) -> Result<(), Malformed> {
     if name.is_empty() || !name.iter().all(|&b| is_token_lower(b)) {
         return Err(Malformed::BadName);
     }
@@ -185,7 +229,8 @@ fn is_token_lower(b: u8) -> bool {
     matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
 }
 
-fn parse_length(value: &[u8]) -> Option<u64> {
+/// A content-length value: one decimal number.
+pub fn parse_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -274,5 +319,28 @@ mod tests {
         let plain = [(":method", "CONNECT"), (":authority", "a:443")];
         assert_eq!(check_request(&list(&plain), true), Ok(Head::default()));
         assert_eq!(check_trailers(&list(&[(":path", "/")])), Err(Malformed::PseudoInTrailers));
+    }
+
+    /// RFC 9114 §4.3.1: HTTP/3 requires `:authority` or `host` for http and https.
+    #[test]
+    fn authority_rules_for_http3() {
+        let h3 = Rules { extended_connect: false, authority_required: true };
+        assert_eq!(check_request(&list(&GET), false), Ok(Head::default()), "HTTP/2 does not require it");
+        assert_eq!(check_request_with(&list(&GET), h3), Err(Malformed::MissingAuthority));
+        let mut f = GET.to_vec();
+        f.push((":authority", "a"));
+        assert_eq!(check_request_with(&list(&f), h3), Ok(Head::default()));
+        f.push(("host", "a"));
+        assert_eq!(check_request_with(&list(&f), h3), Ok(Head::default()));
+        f.pop();
+        f.push(("host", "b"));
+        assert_eq!(check_request_with(&list(&f), h3), Err(Malformed::AuthorityMismatch));
+        let mut host_only = GET.to_vec();
+        host_only.push(("host", "a"));
+        assert_eq!(check_request_with(&list(&host_only), h3), Ok(Head::default()));
+        host_only[3].1 = "";
+        assert_eq!(check_request_with(&list(&host_only), h3), Err(Malformed::MissingAuthority));
+        let other = [(":method", "GET"), (":scheme", "urn"), (":path", "x")];
+        assert_eq!(check_request_with(&list(&other), h3), Ok(Head::default()));
     }
 }

@@ -101,7 +101,8 @@ const EOS: u16 = 256;
 
 /// Decode the Huffman-coded `input`, appending the octets to `out`. Padding must be the most
 /// significant bits of EOS (all ones) and shorter than 8 bits; EOS itself must not appear.
-pub(crate) fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
+/// Public for QPACK (`sockscale-h3`), whose strings use the same code.
+pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
     let table = &CANONICAL;
     let mut code: u32 = 0;
     let mut len = 0usize;
@@ -132,10 +133,22 @@ pub(crate) fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> 
     Ok(())
 }
 
-/// Encode `input` (for tests: the server sends its strings as they are).
-#[cfg(test)]
-pub(crate) fn encode(input: &[u8]) -> Vec<u8> {
+/// Encode `input` (HPACK's server sends its strings as they are; QPACK's encoder in
+/// `sockscale-h3` uses [`encode_into`] when it is shorter).
+pub fn encode(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
+    encode_into(input, &mut out);
+    out
+}
+
+/// The octets [`encode`] makes of `input`.
+pub fn encoded_len(input: &[u8]) -> usize {
+    let bits: usize = input.iter().map(|&b| usize::from(CODES[usize::from(b)].1)).sum();
+    bits.div_ceil(8)
+}
+
+/// Encode `input`, appending the octets to `out`.
+pub fn encode_into(input: &[u8], out: &mut Vec<u8>) {
     let mut acc: u64 = 0;
     let mut bits = 0u32;
     for &b in input {
@@ -151,7 +164,6 @@ pub(crate) fn encode(input: &[u8]) -> Vec<u8> {
         let pad = 8 - bits;
         out.push(((acc << pad) | ((1 << pad) - 1)) as u8);
     }
-    out
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! its name by static index where the static table has it. That costs a few bytes a response
 //! and saves a table per connection.
 
-mod huffman;
+pub mod huffman;
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -124,7 +124,8 @@ impl HeaderList {
         self.fields.push((start as u32..name_end as u32, name_end as u32..self.bytes.len() as u32));
     }
 
-    fn push(&mut self, name: &[u8], value: &[u8]) {
+    /// Append a field, counted against the limit (kept only if it fits).
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(name);
         let name_end = self.bytes.len();
@@ -272,8 +273,8 @@ impl Decoder {
 }
 
 /// Decode an integer with an `prefix`-bit prefix (§5.1): (value, octets used). Values above
-/// 2^28 are refused, which no sane field needs.
-fn integer(input: &[u8], prefix: u8) -> Result<(usize, usize), HpackError> {
+/// 2^28 are refused, which no sane field needs. Public for QPACK (RFC 9204 §4.1.1 is the same).
+pub fn integer(input: &[u8], prefix: u8) -> Result<(usize, usize), HpackError> {
     let mask = (1usize << prefix) - 1;
     let first = *input.first().ok_or(HpackError::Truncated)?;
     let mut value = usize::from(first) & mask;
@@ -307,7 +308,8 @@ fn string(input: &[u8], out: &mut Vec<u8>) -> Result<usize, HpackError> {
 }
 
 /// Append an integer with a `prefix`-bit prefix, the first octet's other bits being `flags`.
-pub(crate) fn put_integer(out: &mut Vec<u8>, value: usize, prefix: u8, flags: u8) {
+/// Public for QPACK (RFC 9204 §4.1.1).
+pub fn put_integer(out: &mut Vec<u8>, value: usize, prefix: u8, flags: u8) {
     let mask = (1usize << prefix) - 1;
     if value < mask {
         out.push(flags | value as u8);
@@ -322,7 +324,8 @@ pub(crate) fn put_integer(out: &mut Vec<u8>, value: usize, prefix: u8, flags: u8
     out.push(rest as u8);
 }
 
-pub(crate) fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+/// Append a string literal, raw (no Huffman), with a 7-bit length prefix.
+pub fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     put_integer(out, s.len(), 7, 0);
     out.extend_from_slice(s);
 }
