@@ -127,6 +127,8 @@ pub struct HttpRequest {
     pub pipeline: usize,
     /// Speak HTTP/2: prior knowledge (h2c) in clear, ALPN h2 over TLS.
     pub http2: bool,
+    /// Speak HTTP/3 over QUIC (UDP, ALPN h3): `--http3`, an https:// URL.
+    pub http3: bool,
     /// `https` or `http`: HTTP/2's `:scheme`.
     pub scheme: String,
 }
@@ -240,6 +242,14 @@ impl HttpRequest {
                     return Err(header(name, value, "contradicts --no-keepalive; give one or the other".into()));
                 }
                 // RFC 9113 §8.2.2: connection-specific fields make an HTTP/2 message malformed.
+                "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" if self.http3 => {
+                    return Err(header(
+                        name,
+                        value,
+                        "HTTP/3 has no connection-specific headers (RFC 9114 §4.2); drop it or leave out --http3"
+                            .into(),
+                    ));
+                }
                 "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" if self.http2 => {
                     return Err(header(
                         name,
@@ -427,6 +437,8 @@ pub enum LoadConfigError {
     IdleSendsNothing,
     #[error("--idle holds the connections until -d ends the run: give -d")]
     IdleWithoutDuration,
+    #[error("--http3: {why}")]
+    Http3 { why: &'static str },
     #[error("{flag} does not apply to --unix-socket: {why}")]
     NotForUnix { flag: &'static str, why: &'static str },
 }
@@ -462,6 +474,20 @@ impl LoadConfig {
             }
             Mode::Http(h) if h.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Http(h) if h.http2 && !h.keepalive => return Err(LoadConfigError::Http2WithoutKeepalive),
+            Mode::Http(h) if h.http3 && h.http2 => {
+                return Err(LoadConfigError::Http3 { why: "give one of --http2 and --http3" })
+            }
+            Mode::Http(h) if h.http3 && !h.keepalive => {
+                return Err(LoadConfigError::Http3 {
+                    why: "a QUIC connection carries many streams: leave out --no-keepalive",
+                })
+            }
+            Mode::Http(h) if h.http3 && self.tls.is_none() => {
+                return Err(LoadConfigError::Http3 { why: "QUIC is always encrypted: give an https:// URL" })
+            }
+            Mode::Http(h) if h.http3 && self.addr.is_unix() => {
+                return Err(LoadConfigError::Http3 { why: "QUIC runs over UDP: leave out --unix-socket" })
+            }
             Mode::Http(h) => h.validate()?,
             Mode::Ws(w) if w.pipeline == 0 => return Err(LoadConfigError::Zero { flag: "-pipeline" }),
             Mode::Ws(w) if w.streams == 0 => return Err(LoadConfigError::Zero { flag: "-streams" }),
@@ -535,6 +561,7 @@ mod tests {
             keepalive: false,
             pipeline: 1,
             http2: false,
+            http3: false,
             scheme: "http".into(),
         };
         assert_eq!(
@@ -556,6 +583,7 @@ mod tests {
             keepalive: true,
             pipeline: 1,
             http2: false,
+            http3: false,
             scheme: "http".into(),
         }
     }

@@ -34,6 +34,7 @@ use sockscale_tls::{ClientSession, Crypto, Failure};
 use crate::client::{EchoClient, Failure as Mismatch, H2Client, HttpClient, Reply, Stamp, StreamEnd, UdpClient};
 use crate::config::{AcceptedStatuses, LoadConfig, LoadTls, Mode};
 pub use crate::events::{Event, Now};
+use crate::h3::{H3Client, H3Failure, H3Profile, RequestHead};
 use crate::http::Response;
 use crate::pattern::Pattern;
 use crate::ws::{WsClient, WsEnd, WsProfile};
@@ -57,6 +58,8 @@ pub enum Kind {
     },
     /// WebSocket (`load ws`): what it sends is in [`Profile::ws`].
     Ws,
+    /// HTTP/3 over QUIC (`load http --http3`): see [`Profile::h3`].
+    H3,
 }
 
 /// What every connection of a run shares: what it sends, what it accepts, its timeouts and
@@ -80,6 +83,9 @@ pub struct Profile {
     pub origin: Instant,
     /// WebSocket (`load ws`): the upgrade and the messages.
     pub ws: Option<WsProfile>,
+    /// HTTP/3 (`--http3`): the QUIC configuration and the request's frames; None for other
+    /// runs (and if QUIC could not be set up, which the probe before the run says).
+    pub h3: Option<H3Profile>,
 }
 
 impl Profile {
@@ -87,6 +93,7 @@ impl Profile {
         let (kind, h2_request) = match &cfg.mode {
             Mode::Echo { msg_len } => (Kind::Echo { msg_len: *msg_len }, None),
             Mode::Udp { msg_len } => (Kind::Udp { msg_len: *msg_len }, None),
+            Mode::Http(h) if h.http3 => (Kind::H3, None),
             Mode::Http(h) if h.http2 => (Kind::H2, Some(h.h2_request())),
             Mode::Http(_) => (Kind::Http, None),
             Mode::Ws(_) => (Kind::Ws, None),
@@ -106,6 +113,10 @@ impl Profile {
             ws: match &cfg.mode {
                 Mode::Ws(run) if cfg.tls.is_some() => Some(WsProfile::new(run).over_tls(run)),
                 Mode::Ws(run) => Some(WsProfile::new(run)),
+                _ => None,
+            },
+            h3: match &cfg.mode {
+                Mode::Http(h) if h.http3 => h3_profile(cfg, h).ok(),
                 _ => None,
             },
         }
@@ -135,9 +146,34 @@ impl Profile {
         match self.kind {
             Kind::Echo { msg_len } | Kind::Udp { msg_len } => msg_len,
             Kind::Http | Kind::H2 => self.request_len,
+            Kind::H3 => self.h3.as_ref().map_or(0, H3Profile::request_len),
             Kind::Ws => self.ws.as_ref().map_or(0, |ws| ws.msg_len),
         }
     }
+}
+
+/// An HTTP/3 run's profile: the request's fields as over HTTP/2 (Host becomes `:authority`).
+pub fn h3_profile(cfg: &LoadConfig, h: &crate::config::HttpRequest) -> Result<H3Profile, String> {
+    let tls = cfg.tls.as_ref().ok_or("HTTP/3 runs over QUIC, which needs an https:// URL")?;
+    let remote = cfg.addr.inet().ok_or("HTTP/3 needs an IP address, not a Unix socket")?;
+    let has = |name: &str| h.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let authority = h.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("host")).map_or(h.host.as_str(), |(_, v)| v);
+    let length = h.body.len().to_string();
+    let mut fields: Vec<(String, &str)> = Vec::new();
+    if !has("user-agent") {
+        fields.push(("user-agent".into(), "sockscale"));
+    }
+    for (name, value) in &h.headers {
+        if !name.eq_ignore_ascii_case("host") {
+            fields.push((name.to_ascii_lowercase(), value));
+        }
+    }
+    if !h.body.is_empty() && !has("content-length") {
+        fields.push(("content-length".into(), &length));
+    }
+    let head = RequestHead { method: &h.method, scheme: "https", authority, path: &h.path, fields };
+    H3Profile::new(&tls.client, &tls.server_name, remote, &head, &h.body, cfg.connect_timeout)
+        .map_err(|e| e.to_string())
 }
 
 /// The protocol session.
@@ -152,6 +188,8 @@ enum Protocol {
     Ws(Box<WsClient>),
     /// WebSocket over HTTP/2 (`load ws --http2`).
     WsH2(Box<WsH2Client>),
+    /// HTTP/3: its QUIC endpoint and connection, made when the socket is connected.
+    H3(Option<Box<H3Client>>),
 }
 
 impl Protocol {
@@ -163,6 +201,7 @@ impl Protocol {
             Protocol::Udp(c) => c.outstanding(),
             Protocol::Ws(c) => c.outstanding(),
             Protocol::WsH2(c) => c.outstanding(),
+            Protocol::H3(c) => c.as_ref().map_or(0, |c| c.outstanding()),
         }
     }
 
@@ -174,6 +213,7 @@ impl Protocol {
             Protocol::Udp(c) => c.oldest(),
             Protocol::Ws(c) => c.oldest(),
             Protocol::WsH2(c) => c.oldest(),
+            Protocol::H3(c) => c.as_ref().and_then(|c| c.oldest()),
         }
     }
 
@@ -196,7 +236,7 @@ impl Protocol {
             Protocol::H2(c) => c.sent(n),
             Protocol::Ws(c) => c.sent(n),
             Protocol::WsH2(c) => c.sent(n),
-            Protocol::Udp(_) => {}
+            Protocol::Udp(_) | Protocol::H3(_) => {}
         }
     }
 }
@@ -256,6 +296,8 @@ pub enum Reason {
     GraceOver,
     /// WebSocket: the upgrade refused or wrong, the server's frames, a close (see [`WsEnd`]).
     Ws(WsEnd),
+    /// HTTP/3: the QUIC connection failed (its handshake, or later), or the server broke HTTP/3.
+    Quic(H3Failure),
 }
 
 /// How a connection ends: why, the last bytes to send, and how the socket ends after them.
@@ -319,6 +361,7 @@ impl Connection {
                 Some(ws) => Protocol::WsH2(Box::new(WsH2Client::new(ws, index))),
                 None => Protocol::Ws(Box::new(WsClient::new(profile.ws.as_ref(), index))),
             },
+            Kind::H3 => Protocol::H3(None),
         };
         Connection {
             protocol,
@@ -343,6 +386,19 @@ impl Connection {
             _ => {}
         }
         let mut failed = None;
+        if let Protocol::H3(slot) = &mut self.protocol {
+            // The QUIC handshake begins: its Initial goes at the next transmit.
+            match profile.h3.as_ref().map(|h3| H3Client::new(h3, now.at)) {
+                Some(Ok(client)) => *slot = Some(Box::new(client)),
+                Some(Err(failure)) => failed = Some(Close::bare(Reason::Quic(failure))),
+                None => {
+                    let words = "QUIC could not be set up".to_owned();
+                    failed =
+                        Some(Close::bare(Reason::Quic(H3Failure { kind: "local".into(), words, handshaking: true })));
+                }
+            }
+            return Connected { took, failed };
+        }
         if let (Some(tls), false) = (&profile.tls, self.is_udp()) {
             let mut records = Vec::new();
             match ClientSession::start(&tls.client, &tls.server_name, now.at, &mut records) {
@@ -364,6 +420,16 @@ impl Connection {
         matches!(self.protocol, Protocol::Udp(_))
     }
 
+    /// Its socket is a datagram socket: UDP echo, or QUIC.
+    pub fn is_datagram(&self) -> bool {
+        matches!(self.protocol, Protocol::Udp(_) | Protocol::H3(_))
+    }
+
+    /// QUIC: its datagrams are the endpoint's, polled by [`Connection::poll_datagrams`].
+    pub fn is_quic(&self) -> bool {
+        matches!(self.protocol, Protocol::H3(_))
+    }
+
     fn handshaking(&self) -> bool {
         self.tls.as_deref().is_some_and(|t| t.session.is_handshaking())
     }
@@ -376,6 +442,7 @@ impl Connection {
             || matches!(&self.protocol, Protocol::H2(c) if !c.greeted())
             || matches!(&self.protocol, Protocol::Ws(c) if !c.upgraded())
             || matches!(&self.protocol, Protocol::WsH2(c) if !c.upgraded())
+            || matches!(&self.protocol, Protocol::H3(c) if !c.as_ref().is_some_and(|c| c.established()))
     }
 
     /// An exchange completed and was accepted: the target served this connection.
@@ -400,6 +467,7 @@ impl Connection {
                 Protocol::Ws(c) => c.outstanding() < depth && c.may_send(),
                 // --pipeline is per WebSocket.
                 Protocol::WsH2(c) => c.may_begin(depth),
+                Protocol::H3(c) => c.as_ref().is_some_and(|c| c.may_begin(depth)),
                 p => p.outstanding() < depth,
             }
     }
@@ -433,6 +501,12 @@ impl Connection {
             Protocol::WsH2(c) => {
                 if let Some(ws) = &profile.ws {
                     c.begin(ws, &profile.pattern, stamp, datagram);
+                }
+            }
+            // Its bytes go on a stream, out at the next poll of its datagrams.
+            Protocol::H3(c) => {
+                if let Some(c) = c {
+                    c.begin(stamp);
                 }
             }
         }
@@ -499,7 +573,7 @@ impl Connection {
         on: &mut impl FnMut(Event),
     ) -> Result<bool, Close> {
         if self.is_udp() {
-            self.receive_datagram(profile, data, on);
+            self.receive_datagram(profile, now, data, on);
             return Ok(false);
         }
         let mut peer_closed = false;
@@ -550,7 +624,14 @@ impl Connection {
 
     /// UDP: one datagram received (a datagram socket has no TLS and no end of stream; a
     /// datagram that is no answer is counted and the socket lives on).
-    pub fn receive_datagram(&mut self, profile: &Profile, datagram: &[u8], on: &mut impl FnMut(Event)) {
+    pub fn receive_datagram(&mut self, profile: &Profile, now: Now, datagram: &[u8], on: &mut impl FnMut(Event)) {
+        if let Protocol::H3(c) = &mut self.protocol {
+            // Acted on once the read is over: `after_datagrams`.
+            if let Some(c) = c {
+                c.handle(now.at, datagram);
+            }
+            return;
+        }
         on(Event::Received { plaintext: datagram.len(), wire: 0 });
         if let Protocol::Udp(c) = &mut self.protocol {
             match c.on_datagram(&profile.pattern, datagram) {
@@ -622,7 +703,7 @@ impl Connection {
                 })
             }
             // Datagrams go to `receive_datagram`, one at a time, with no TLS.
-            Protocol::Udp(_) => Ok(()),
+            Protocol::Udp(_) | Protocol::H3(_) => Ok(()),
             // Read by `take_ws`, which needs the time.
             Protocol::Ws(_) | Protocol::WsH2(_) => Ok(()),
         }
@@ -810,6 +891,9 @@ impl Connection {
             if let Some(ns) = ws_deadline {
                 consider(ns);
             }
+            if let Some(ns) = self.h3_poll_timeout(profile) {
+                consider(ns);
+            }
         }
         due.map(|ns| profile.at(ns))
     }
@@ -828,6 +912,9 @@ impl Connection {
                 return Err(Close::bare(Reason::GraceOver));
             }
             return Ok(());
+        }
+        if self.is_quic() {
+            self.h3_on_timeout(profile, now)?;
         }
         if let Some(tls) = self.tls.as_deref().filter(|t| t.session.is_handshaking() && now.ns >= t.started_ns + reply)
         {
@@ -863,7 +950,7 @@ impl Connection {
         let (unsent, begun) = match &self.protocol {
             Protocol::Echo(c) => (c.unsent_messages(), c.answering()),
             Protocol::Http(c) => (c.unsent_requests(profile.request_len), c.answering()),
-            Protocol::H2(_) | Protocol::Udp(_) | Protocol::Ws(_) | Protocol::WsH2(_) => (0, false),
+            Protocol::H2(_) | Protocol::Udp(_) | Protocol::Ws(_) | Protocol::WsH2(_) | Protocol::H3(_) => (0, false),
         };
         let unsent = unsent.min(n);
         let partial = usize::from(begun && n > unsent);
@@ -879,6 +966,9 @@ fn h2_error_code(error: &sockscale_h2::ClientError) -> Cow<'static, str> {
         sockscale_h2::ClientError::Compression(_) => "COMPRESSION_ERROR".into(),
     }
 }
+
+#[path = "connection_h3.rs"]
+mod h3_link;
 
 #[cfg(test)]
 #[path = "connection_tests.rs"]

@@ -34,6 +34,7 @@ fn profile(kind: Kind, tls: Option<LoadTls>) -> Profile {
         tls,
         origin: Instant::now(),
         ws: None,
+        h3: None,
     }
 }
 

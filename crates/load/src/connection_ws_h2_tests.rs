@@ -48,6 +48,7 @@ fn profile(streams: usize) -> Profile {
         tls: None,
         origin: Instant::now(),
         ws: Some(WsProfile::new(&run)),
+        h3: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn profile(ping: Option<Duration>, text: bool) -> Profile {
         tls: None,
         origin: Instant::now(),
         ws: Some(WsProfile::new(&run)),
+        h3: None,
     }
 }
 

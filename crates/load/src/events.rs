@@ -55,6 +55,8 @@ pub enum Event {
     Lost(u64),
     /// WebSocket: the server's 101 was verified (`deflate`: permessage-deflate agreed).
     WsUpgraded { deflate: bool },
+    /// HTTP/3 over QUIC: what the connection met, for the report's QUIC block.
+    Quic(crate::h3::H3Event),
     /// Bytes handed on: plaintext (encrypted, or written without TLS) and TLS records written.
     Sent { plaintext: usize, wire: usize },
     /// Bytes received: TLS records, and the plaintext (the bytes themselves without TLS).

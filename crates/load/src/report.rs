@@ -316,6 +316,12 @@ pub struct Errors {
     pub ws_ping_timeout: u64,
     /// WebSocket: this client's close at the end of the run, unanswered within the wait.
     pub ws_close_unanswered: u64,
+    /// HTTP/3: a QUIC connection that failed, during its handshake or after (by reason in
+    /// `quic.failures`), or whose server broke HTTP/3.
+    pub quic: u64,
+    /// HTTP/3: request streams the server reset before their response ended (by code in
+    /// `quic.resets`).
+    pub h3_reset: u64,
     /// Socket errors not in the classes above.
     pub other: u64,
     /// Exchanges in flight when `-d` ended and still unanswered after the wait for them (see
@@ -337,7 +343,7 @@ impl Errors {
         self.fields().iter().map(|(_, n)| n).sum()
     }
 
-    fn fields(&self) -> [(&'static str, u64); 25] {
+    fn fields(&self) -> [(&'static str, u64); 27] {
         [
             ("connect refused", self.connect_refused),
             ("connect timeout", self.connect_timeout),
@@ -358,6 +364,8 @@ impl Errors {
             ("WebSocket protocol error by the server", self.ws_protocol),
             ("WebSocket ping unanswered", self.ws_ping_timeout),
             ("WebSocket close unanswered at the end", self.ws_close_unanswered),
+            ("QUIC connection failed", self.quic),
+            ("HTTP/3 stream reset", self.h3_reset),
             ("other", self.other),
             ("unanswered at the end (nothing back)", self.unanswered_waiting),
             ("unanswered at the end (answer cut off)", self.unanswered_partial),
@@ -396,6 +404,8 @@ impl Errors {
         self.ws_protocol += o.ws_protocol;
         self.ws_ping_timeout += o.ws_ping_timeout;
         self.ws_close_unanswered += o.ws_close_unanswered;
+        self.quic += o.quic;
+        self.h3_reset += o.h3_reset;
         self.other += o.other;
         self.unanswered_waiting += o.unanswered_waiting;
         self.unanswered_partial += o.unanswered_partial;
@@ -858,6 +868,9 @@ pub struct Report {
     /// WebSocket runs only (`load ws`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ws: Option<Ws>,
+    /// HTTP/3 runs only (`load http --http3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<crate::quic_report::Quic>,
     /// The measured phase second by second.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Second>,
@@ -1215,6 +1228,13 @@ impl Report {
             m.h2 = match (m.h2.take(), &r.h2) {
                 (Some(mut a), Some(b)) => {
                     a.add(b);
+                    Some(a)
+                }
+                (a, b) => a.or_else(|| b.clone()),
+            };
+            m.quic = match (m.quic.take(), &r.quic) {
+                (Some(mut a), Some(b)) => {
+                    a.add(b).map_err(bad)?;
                     Some(a)
                 }
                 (a, b) => a.or_else(|| b.clone()),
@@ -1587,6 +1607,9 @@ impl Report {
         }
         if let Some(tls) = &self.tls {
             tls.summary(&mut s);
+        }
+        if let Some(quic) = &self.quic {
+            quic.summary(&mut s);
         }
         if let Some(h2) = &self.h2 {
             // WebSocket over HTTP/2: --pipeline is messages a WebSocket, not streams.

@@ -44,6 +44,10 @@ pub enum LoadError {
     /// every connection alike.
     #[error("{target}: {reason}")]
     NoWebSocket { target: String, reason: String },
+    /// `--http3`: the probe's QUIC handshake failed (ALPN refused, the server closed it); the
+    /// run would fail every connection alike.
+    #[error("QUIC handshake with {target} failed: {reason}")]
+    Quic { target: String, reason: String },
 }
 
 /// Run the load described by `cfg` to its end (duration or request count) or until `stop`
@@ -220,6 +224,9 @@ fn probe(cfg: &LoadConfig) -> Result<(), LoadError> {
             return probe_stream(cfg, stream);
         }
     };
+    if matches!(&cfg.mode, Mode::Http(h) if h.http3) {
+        return probe_h3(cfg, addr);
+    }
     match cfg.mode {
         Mode::Udp { msg_len } => {
             let local: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
@@ -515,6 +522,78 @@ fn handshake(
 
 const NOT_TLS_HINT: &str = " (is it serving TLS on that port?)";
 
+/// `--http3`: one QUIC handshake, blocking, within the connect timeout: nothing listening (an
+/// ICMP port unreachable), nothing answering, a refused ALPN or an untrusted certificate fails
+/// it here, once, with the reason. It resumes nothing and leaves no session behind.
+fn probe_h3(cfg: &LoadConfig, addr: SocketAddr) -> Result<(), LoadError> {
+    use crate::h3::H3Client;
+    let target = || cfg.target.clone();
+    let unreachable = |reason: String| LoadError::Unreachable { target: target(), reason };
+    let Mode::Http(request) = &cfg.mode else { return Ok(()) };
+    let mut fresh = cfg.clone();
+    if let Some(tls) = &mut fresh.tls {
+        tls.client = tls.client.without_resumption();
+    }
+    let profile = crate::connection::h3_profile(&fresh, request)
+        .map_err(|reason| LoadError::Quic { target: target(), reason })?;
+    let local: SocketAddr =
+        if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().map_err(|_| unreachable("bad address".into()))?;
+    let socket = UdpSocket::bind(local).map_err(|e| unreachable(e.to_string()))?;
+    socket.connect(addr).map_err(|e| unreachable(e.to_string()))?;
+    let began = Instant::now();
+    let deadline = began + cfg.connect_timeout;
+    let mut client =
+        H3Client::new(&profile, began).map_err(|f| LoadError::Quic { target: target(), reason: f.words })?;
+    let (mut out, mut buf) = (Vec::new(), vec![0u8; 64 << 10]);
+    loop {
+        let now = Instant::now();
+        out.clear();
+        while let Some((size, segment)) = client.poll_transmit(now, 1, &mut out) {
+            for datagram in out[..size].chunks(segment.unwrap_or(size).max(1)) {
+                let _ = socket.send(datagram);
+            }
+            out.clear();
+        }
+        client.drain(&mut |_| {});
+        if client.established() {
+            let last = client.close(Instant::now(), &mut |_| {});
+            let _ = socket.send(&last);
+            return Ok(());
+        }
+        if let Some(failure) = client.failure() {
+            return Err(match failure.kind.as_str() {
+                "certificate" | "tls" => LoadError::Tls { target: target(), reason: failure.words, hint: "" },
+                _ => LoadError::Quic { target: target(), reason: failure.words },
+            });
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(unreachable(format!(
+                "no QUIC handshake within {:.1} s (--connect-timeout): nothing answers on UDP port {}, or it does not speak QUIC",
+                cfg.connect_timeout.as_secs_f64(),
+                addr.port()
+            )));
+        }
+        let wake = client.poll_timeout().map_or(deadline, |at| at.min(deadline));
+        let wait = wake.saturating_duration_since(now).max(Duration::from_millis(1));
+        socket.set_read_timeout(Some(wait)).map_err(|e| unreachable(e.to_string()))?;
+        match socket.recv(&mut buf) {
+            Ok(n) => {
+                let now = Instant::now();
+                client.handle(now, &buf[..n]);
+                client.after_datagrams(now, &mut |_| {});
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(unreachable(format!("nothing listens on UDP port {} (ICMP port unreachable)", addr.port())))
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                client.handle_timeout(Instant::now());
+            }
+            Err(e) => return Err(unreachable(e.to_string())),
+        }
+    }
+}
+
 fn show_progress(shared: &Shared, done: &AtomicBool, stop: &AtomicBool) {
     let mode = shared.cfg.progress;
     if mode == Progress::Off || (mode == Progress::Line && !std::io::stderr().is_terminal()) {
@@ -659,7 +738,9 @@ fn assemble(
         total.tls.add(&r.tls);
         total.h2.add(&r.h2);
         total.ws.add(&r.ws);
+        total.quic.add(&r.quic);
     }
+    let http3 = matches!(&cfg.mode, Mode::Http(h) if h.http3);
     let mut report = Report {
         schema: SCHEMA,
         mode: cfg.mode.name().into(),
@@ -688,11 +769,13 @@ fn assemble(
         latency_uncorrected: Latency::from_histogram(&total.latency.uncorrected),
         schedule_slip: Latency::from_histogram(&total.latency.slip),
         connect_latency: Latency::from_histogram(&total.connect_latency),
-        tls: cfg.tls.as_ref().map(|_| total.tls.report()),
+        // HTTP/3's TLS is inside QUIC: its handshakes are in the QUIC block.
+        tls: cfg.tls.as_ref().filter(|_| !http3).map(|_| total.tls.report()),
         timeline: Vec::new(),
         h2: (matches!(&cfg.mode, Mode::Http(h) if h.http2) || matches!(&cfg.mode, Mode::Ws(w) if w.http2))
             .then(|| H2 { protocol: if cfg.tls.is_some() { "h2" } else { "h2c" }.to_owned(), ..total.h2 }),
         ws: matches!(&cfg.mode, Mode::Ws(_)).then_some(total.ws),
+        quic: http3.then(|| total.quic.report()),
         cpu: cpu_between(cpu_before, cpu_after),
         client_cores: 0,
         cpus: 0,

@@ -299,6 +299,7 @@ impl Pair {
             tls: client_tls,
             origin,
             ws: None,
+            h3: None,
         };
         let start = Now::after(origin, 0);
         let mut conn = Client::new(&profile, 0, start);

@@ -56,7 +56,7 @@ impl EventLoop<'_> {
         let plain = &mut self.plain;
         let (index, generation) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let conn = self.conns.get_mut(index).filter(|c| c.generation == generation)?;
-        if conn.core.is_udp() {
+        if conn.core.is_datagram() {
             return receive_datagrams(conn, &mut self.datagrams, rbuf, profile, now, result);
         }
         let fd = conn.socket.as_raw_fd();
@@ -185,6 +185,11 @@ impl EventLoop<'_> {
             if !self.datagrams.is_empty() {
                 send_datagrams(conn, &mut self.datagrams, &mut self.result, shared, now_ns);
             }
+            if conn.core.is_quic() {
+                let now = crate::connection::Now { at: self.now, ns: now_ns };
+                return super::quic::send(conn, &mut self.datagrams, &mut self.dgram, profile, now, &mut self.result)
+                    .map_err(Over::Close);
+            }
             // Write what the connection has to send, all in one call.
             let result = &mut self.result;
             let bytes =
@@ -225,7 +230,9 @@ fn receive_datagrams(
     let fd = conn.socket.as_raw_fd();
     while conn.readable {
         match datagrams.read(fd, buf) {
-            Read::One(n) => conn.core.receive_datagram(profile, &buf[..n], &mut |event| count(result, now.ns, event)),
+            Read::One(n) => {
+                conn.core.receive_datagram(profile, now, &buf[..n], &mut |event| count(result, now.ns, event))
+            }
             Read::Buffers { count: buffers, more } => {
                 for i in 0..buffers {
                     let Some(received) = datagrams.received.get(i) else { continue };
@@ -234,14 +241,16 @@ fn receive_datagrams(
                         result.udp.gro_datagrams += coalesced as u64;
                     }
                     for datagram in received.datagrams() {
-                        conn.core.receive_datagram(profile, datagram, &mut |event| count(result, now.ns, event));
+                        conn.core.receive_datagram(profile, now, datagram, &mut |event| count(result, now.ns, event));
                     }
                 }
                 conn.readable &= more;
             }
             Read::Empty => conn.readable = false,
             Read::Interrupted => {}
-            // ICMP port unreachable for an earlier datagram; the socket lives on.
+            // ICMP port unreachable for an earlier datagram; the socket lives on. (QUIC: its
+            // handshake's deadline says what became of it, once.)
+            Read::Refused if conn.core.is_quic() => {}
             Read::Refused => result.errors.connect_refused += 1,
             Read::Failed(e) => {
                 match e.raw_os_error() {
@@ -252,7 +261,9 @@ fn receive_datagrams(
             }
         }
     }
-    None
+    // QUIC: act on what came (responses, the handshake) before new requests begin.
+    let on = &mut |event| count(result, now.ns, event);
+    conn.core.after_datagrams(profile, now, on).err().map(Over::Close)
 }
 
 /// Send the datagrams a connection began this turn. False if the socket's buffer was full:

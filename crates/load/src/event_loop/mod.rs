@@ -14,6 +14,7 @@
 
 mod datagrams;
 mod io;
+mod quic;
 mod tls;
 mod ws;
 
@@ -176,6 +177,8 @@ pub struct ThreadResult {
     pub h2: H2,
     /// WebSocket: upgrades, messages, pings, closes.
     pub ws: Ws,
+    /// HTTP/3 over QUIC: handshakes, RTT, packets.
+    pub quic: crate::quic_report::ThreadQuic,
     /// This thread's connections never attempted, by what held them back.
     pub never_attempted: Unopened,
     /// What was in flight when `-d` ended, and what became of it.
@@ -209,6 +212,7 @@ impl Default for ThreadResult {
             tls: ThreadTls::default(),
             h2: H2::default(),
             ws: Ws::default(),
+            quic: Default::default(),
             never_attempted: Unopened::default(),
             at_end: AtEnd::default(),
             timer_fires: 0,
@@ -590,8 +594,9 @@ impl<'a> EventLoop<'a> {
             (conn.core.is_connected(), conn.core.greeting(), conn.core.is_udp(), conn.core.answered());
         let n = conn.core.outstanding() as u64;
         let kinds = conn.core.in_flight_kinds(profile);
-        let Some(conn) = self.conns.try_remove(slot) else { return };
+        let Some(mut conn) = self.conns.try_remove(slot) else { return };
         ws::retire(&mut self.result, &conn.core);
+        quic::retire(&mut self.result, &mut conn, profile, self.now, self.now_ns);
         ws::close_unanswered(&mut self.result, &conn.core);
         self.result.unclosed.push(conn.socket);
         let errors = &mut self.result.errors;
@@ -791,7 +796,8 @@ impl<'a> EventLoop<'a> {
         self.tick();
         let started_ns = self.now_ns;
         let cfg = &self.shared.cfg;
-        let udp = matches!(cfg.mode, Mode::Udp { .. });
+        // UDP echo and QUIC: a datagram socket, connected to the target.
+        let udp = matches!(cfg.mode, Mode::Udp { .. }) || matches!(&cfg.mode, Mode::Http(h) if h.http3);
         self.result.attempted += 1;
         if self.connect_failures.contains_key(&index) {
             self.result.retries += 1;
@@ -992,7 +998,7 @@ impl<'a> EventLoop<'a> {
         } else {
             conn.next_send_ns = first;
         }
-        let tcp = !conn.core.is_udp();
+        let tcp = !conn.core.is_datagram();
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
@@ -1066,6 +1072,10 @@ impl<'a> EventLoop<'a> {
             // Counted by `leave_unfinished`.
             Reason::GraceOver => {}
             Reason::Ws(end) => return ws::count_end(result, end),
+            Reason::Quic(failure) => {
+                errors.quic += 1;
+                result.quic.failed(&failure.kind, || failure.words.clone(), failure.handshaking);
+            }
         }
         End::Failed
     }
@@ -1073,8 +1083,9 @@ impl<'a> EventLoop<'a> {
     /// Close a connection; reconnect it unless the run is ending.
     fn end(&mut self, token: u64, end: End) {
         let (index, _) = ((token & 0xffff_ffff) as usize, ());
-        let Some(conn) = self.conns.try_remove(index) else { return };
+        let Some(mut conn) = self.conns.try_remove(index) else { return };
         ws::retire(&mut self.result, &conn.core);
+        quic::retire(&mut self.result, &mut conn, &self.shared.profile, self.now, self.now_ns);
         if conn.core.is_connected() {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
@@ -1111,8 +1122,9 @@ impl<'a> EventLoop<'a> {
     fn close_all(&mut self) {
         let tokens: Vec<u64> = self.conns.iter().map(|(i, c)| (u64::from(c.generation) << 32) | i as u64).collect();
         for token in tokens {
-            let Some(conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
+            let Some(mut conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
             ws::retire(&mut self.result, &conn.core);
+            quic::retire(&mut self.result, &mut conn, &self.shared.profile, self.now, self.now_ns);
             if conn.core.is_connected() {
                 self.open -= 1;
                 self.shared.open.fetch_sub(1, Relaxed);
@@ -1268,6 +1280,9 @@ fn count(result: &mut ThreadResult, now_ns: u64, event: ConnEvent) {
         ConnEvent::Sent { plaintext, wire } => {
             result.bytes_sent += plaintext as u64;
             result.tls.counts.wire.sent += wire as u64;
+        }
+        ConnEvent::Quic(event) => {
+            result.quic.count(&event, &mut result.bytes_sent, &mut result.bytes_received, &mut result.errors.h3_reset)
         }
         ConnEvent::Received { plaintext, wire } => {
             result.bytes_received += plaintext as u64;

@@ -164,15 +164,39 @@ impl<F: Apps> QuicEndpoint<F> {
         self.conns.get_mut(ch)?.as_mut().map(|c| (&mut c.conn, &mut c.app, apps))
     }
 
+    /// The connection with handle `ch`, its application state and the shared context, to
+    /// read.
+    pub fn connection(&self, ch: usize) -> Option<(&Connection, &F::App, &F)> {
+        self.conns.get(ch)?.as_ref().map(|c| (&c.conn, &c.app, &self.apps))
+    }
+
     /// The connection `ch` was acted on from outside an event: drive it and poll its datagrams
     /// at the next [`Endpoint::poll_transmit`].
     pub fn touch(&mut self, ch: usize) {
         self.queue(ch);
     }
 
+    /// Drive the connections with something to do (datagrams handled, a timeout, a touch):
+    /// their events go through the endpoint and to their apps, without their datagrams being
+    /// polled yet. A client acts on what arrived (responses completed, the handshake done) and
+    /// starts what follows (new requests) before [`Endpoint::poll_transmit`] builds the
+    /// packets, so that one flight carries the acknowledgements and the new requests.
+    pub fn drive_ready(&mut self, now: Instant) {
+        for i in 0..self.ready.len() {
+            let ch = self.ready[i];
+            // A drained connection is gone from `conns`; poll_transmit drops its entry.
+            self.drive(ch, now);
+        }
+    }
+
     /// What the endpoint's connections share.
     pub fn apps(&mut self) -> &mut F {
         &mut self.apps
+    }
+
+    /// What the endpoint's connections share, to read.
+    pub fn shared(&self) -> &F {
+        &self.apps
     }
 
     /// Connections open on this endpoint (handshaking or established, not yet drained).

@@ -544,7 +544,11 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         Some(socket) => (unix_endpoint(socket, a.no_nodelay, a.nodelay)?, via(Some(&a.url), socket)),
         None => (resolve(&authority, Some(if https { 443 } else { 80 }))?.into(), a.url.clone()),
     };
+    if a.http3 && !https {
+        bail!("--http3: QUIC is always encrypted: give an https:// URL");
+    }
     let tls = match (https, a.tls_args.given()) {
+        (true, _) if a.http3 => Some(a.tls_args.config(host_of(&authority), &[b"h3"])?),
         (true, _) => {
             // With --http2, http/1.1 is offered too (as curl does), so that a server without
             // HTTP/2 says so by choosing it, rather than by failing the handshake.
@@ -575,6 +579,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         keepalive: !a.no_keepalive,
         pipeline: a.pipeline,
         http2: a.http2,
+        http3: a.http3,
         scheme: if https { "https" } else { "http" }.to_owned(),
     };
     let options = options_json(
@@ -582,7 +587,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         &target,
         &a.common,
         serde_json::json!({
-            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "nodelay": !a.no_nodelay, "method": a.method,
+            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "http3": a.http3, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
             "tls": https.then(|| a.tls_args.options()),

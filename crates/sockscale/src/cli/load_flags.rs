@@ -296,6 +296,10 @@ pub struct HttpArgs {
     /// that chooses http/1.1 is an error)
     #[arg(long)]
     pub http2: bool,
+    /// Speak HTTP/3 over QUIC v1 (UDP, ALPN h3) to an https:// URL's host and port; --pipeline
+    /// is concurrent streams a connection
+    #[arg(long, conflicts_with_all = ["http2", "unix_socket", "no_keepalive"])]
+    pub http3: bool,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
     pub nodelay: bool,

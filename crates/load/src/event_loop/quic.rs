@@ -1,0 +1,68 @@
+//! The datagram path of `load http --http3`: a connection's QUIC datagrams, polled from the
+//! connection until it has none, leave in `sendmmsg` batches (equal ones as one GSO message)
+//! through the same batches as `load udp`'s; what they carry is the connection's.
+
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use sockscale_sys::udp::MAX_SEGMENTS;
+
+use super::datagrams::Datagrams;
+use super::{count, Conn, ThreadResult};
+use crate::connection::{Close, Now, Profile};
+
+/// Send what the connection's QUIC endpoint has to send now. A datagram the full socket buffer
+/// refused is dropped, as one lost on the path: QUIC's loss recovery sends its frames again.
+/// Err: the connection is over (what it said is in the close).
+pub(super) fn send(
+    conn: &mut Conn,
+    datagrams: &mut Datagrams,
+    buf: &mut Vec<u8>,
+    profile: &Profile,
+    now: Now,
+    result: &mut ThreadResult,
+) -> Result<(), Close> {
+    loop {
+        let on = &mut |event| count(result, now.ns, event);
+        if !conn.writable {
+            // The socket is full: nothing is polled (quinn-proto keeps it) until EPOLLOUT says
+            // there is room; what happened is still told.
+            return conn.core.after_datagrams(profile, now, on);
+        }
+        buf.clear();
+        let Some((size, segment)) = conn.core.poll_datagrams(profile, now, MAX_SEGMENTS, buf, on)? else { break };
+        let segment = segment.unwrap_or(size).max(1);
+        for datagram in buf[..size].chunks(segment) {
+            if datagrams.is_full() {
+                flush(conn, datagrams);
+                if !conn.writable {
+                    break;
+                }
+            }
+            datagrams.add(datagram, now.ns);
+        }
+    }
+    if !datagrams.is_empty() {
+        flush(conn, datagrams);
+    }
+    Ok(())
+}
+
+/// Send the batch; a full socket buffer makes the connection wait for EPOLLOUT.
+fn flush(conn: &mut Conn, datagrams: &mut Datagrams) {
+    let sent = datagrams.send(conn.socket.as_raw_fd(), |_| {});
+    if sent.blocked > 0 {
+        conn.writable = false;
+    }
+}
+
+/// A QUIC connection goes: close it (H3_NO_ERROR) if it is still open, send the datagram that
+/// says so, and count its transport figures.
+pub(super) fn retire(result: &mut ThreadResult, conn: &mut Conn, profile: &Profile, now: Instant, now_ns: u64) {
+    let on = &mut |event| count(result, now_ns, event);
+    if let Some(last) = conn.core.quic_close(profile, now, on) {
+        if !last.is_empty() {
+            let _ = sockscale_sys::send(conn.socket.as_raw_fd(), &last);
+        }
+    }
+}
