@@ -684,8 +684,14 @@ impl H3Client {
             goaway: false,
             failure: None,
         };
-        // A client endpoint admits nothing: the limits are never consulted.
-        let admission = Admission { max_connections: 0, max_handshakes: 0, retry: RetryMode::Off };
+        // A client endpoint admits nothing (the limits are never consulted); its handshake
+        // ends at the connect timeout.
+        let admission = Admission {
+            max_connections: 0,
+            max_handshakes: 0,
+            retry: RetryMode::Off,
+            handshake_timeout: profile.handshake_timeout,
+        };
         let mut endpoint = QuicEndpoint::new(profile.setup.clone(), admission, apps);
         let handle = endpoint.connect(now, profile.remote, &profile.server_name).map_err(|e| H3Failure {
             kind: "local".into(),

@@ -162,8 +162,14 @@ fn server(certs: &Certs, alpn: &[u8], script: Script) -> QuicEndpoint<TestServer
     let tls =
         ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
             .expect("server tls");
-    let setup = QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), QuicTuning::default()).expect("setup");
-    let admission = Admission { max_connections: 10, max_handshakes: 10, retry: RetryMode::Off };
+    let setup = QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), QuicTuning::default(), Default::default())
+        .expect("setup");
+    let admission = Admission {
+        max_connections: 10,
+        max_handshakes: 10,
+        retry: RetryMode::Off,
+        handshake_timeout: std::time::Duration::from_secs(10),
+    };
     QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0 })
 }
 

@@ -23,10 +23,9 @@ pub const MAX_MTU: u16 = 1452;
 /// What every `--http3` socket's endpoint is made from.
 #[derive(Debug)]
 pub struct Http3Service {
+    /// One setup for every socket: its keys (stateless reset, Retry and NEW_TOKEN) and counts
+    /// are the server's, whichever socket a datagram reaches.
     setup: Arc<QuicSetup>,
-    /// The same setup without path MTU discovery, for a socket that would not take
-    /// IP_PMTUDISC_PROBE (its counts are the same totals).
-    setup_no_mtud: Arc<QuicSetup>,
     http: Arc<HttpConfig>,
     admission: Admission,
 }
@@ -45,9 +44,7 @@ impl Http3Service {
             ..QuicTuning::default()
         };
         let rustls = tls.rustls_config(vec![b"h3".to_vec()]);
-        let totals: Arc<QuicTotals> = Arc::default();
-        let setup = QuicSetup::server(rustls.clone(), tuning.clone(), totals.clone())?;
-        let without = QuicSetup::server(rustls, QuicTuning { allow_mtud: false, ..tuning }, totals)?;
+        let setup = QuicSetup::server(rustls, tuning, Arc::default())?;
         let admission = Admission {
             max_connections: limits.max_conns,
             max_handshakes: limits.max_handshakes.unwrap_or(DEFAULT_MAX_HANDSHAKES),
@@ -58,7 +55,7 @@ impl Http3Service {
                 limits.handshake_timeout
             },
         };
-        Ok(Some(Http3Service { setup: Arc::new(setup), setup_no_mtud: Arc::new(without), http, admission }))
+        Ok(Some(Http3Service { setup: Arc::new(setup), http, admission }))
     }
 
     /// What every endpoint counts, for the server's stats.
@@ -69,8 +66,7 @@ impl Http3Service {
     /// A new endpoint for one socket; `mtud`: the socket never fragments, so path MTU discovery
     /// may probe.
     pub fn endpoint(&self, mtud: bool) -> QuicEndpoint<H3Apps> {
-        let setup = if mtud { &self.setup } else { &self.setup_no_mtud };
-        let apps = H3Apps::new(self.http.clone(), setup.totals.clone(), Instant::now(), SystemTime::now());
-        QuicEndpoint::new(setup.clone(), self.admission, apps)
+        let apps = H3Apps::new(self.http.clone(), self.setup.totals.clone(), Instant::now(), SystemTime::now());
+        QuicEndpoint::on_socket(self.setup.clone(), self.admission, apps, mtud)
     }
 }
