@@ -148,6 +148,32 @@ fn big_bodies_key_update_and_loss(model: &str) {
     }
 }
 
+/// 0-RTT is refused unless `--quic-0rtt`: aioquic resumes with early data, which the server
+/// rejects (the request goes again in 1-RTT) and, with the flag, accepts and counts.
+fn zero_rtt_only_with_the_flag(model: &str) {
+    if skip(model) {
+        return;
+    }
+    let cert = H3Cert::new(&format!("0rtt-{model}"));
+    for (flag, accepted) in [(None, false), (Some("--quic-0rtt"), true)] {
+        let server = serve(model, &cert, flag.as_slice());
+        let mut opts = ClientOpts::new(Trust::Ca(cert.ca.clone()));
+        opts.resume = true;
+        opts.zero_rtt = true;
+        let Some(o) =
+            ran("aioquic 0-RTT", aioquic_examples(), || run_aioquic_client(server.addr.port(), &["/"], &opts))
+        else {
+            return;
+        };
+        assert_eq!((o.ok, o.failed), (1, 0), "{model} {flag:?}: {}", o.tail());
+        assert_eq!(o.resumed, Some(true), "{model} {flag:?}: not resumed\n{}", o.tail());
+        assert_eq!(o.zero_rtt, Some(accepted), "{model} {flag:?}: 0-RTT accepted?\n{}", o.tail());
+        let done = server.stop_within(Duration::from_secs(15));
+        assert_eq!(done.counter("quic_0rtt"), i64::from(accepted), "{model} {flag:?}");
+        assert!(done.counter("quic_resumed") >= 1, "{model} {flag:?}");
+    }
+}
+
 macro_rules! h3_interop {
     ($($model:ident),* $(,)?) => {
     $(
@@ -155,6 +181,7 @@ macro_rules! h3_interop {
             const MODEL: &str = stringify!($model);
             #[test] fn three_clients() { super::three_clients(MODEL) }
             #[test] fn big_bodies_key_update_and_loss() { super::big_bodies_key_update_and_loss(MODEL) }
+            #[test] fn zero_rtt_only_with_the_flag() { super::zero_rtt_only_with_the_flag(MODEL) }
         }
     )*};
 }

@@ -120,8 +120,9 @@ fn the_short_help_says_0rtt_is_replayable() {
     assert!(help.contains("--http3") && help.contains("--quic-retry <auto|on|off>"), "{help}");
 }
 
-/// `--udp-gso`, `--udp-gro` and the QUIC options are taken with `--http3`, and the UDP socket
-/// at the TCP port's number answers.
+/// `--udp-gso`, `--udp-gro` and the QUIC options are taken with `--http3`, and act: with
+/// `--quic-retry on` every new connection is sent a Retry first, and with GSO off no datagram
+/// goes out in a GSO message; HTTP/3 is served (`load http --http3`, the server's counts).
 #[test]
 fn http3_takes_the_offload_and_quic_flags() {
     let cert = tls::TestCert::new("h3-flags");
@@ -130,13 +131,19 @@ fn http3_takes_the_offload_and_quic_flags() {
     args.extend(["--quic-retry", "on", "--quic-0rtt"]);
     args.extend(tls.iter().map(String::as_str));
     let server = ServerProc::start("epoll", &args);
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
-    socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    socket.send_to(b"h3?", server.addr).expect("send");
-    let mut buf = [0u8; 16];
-    let (n, from) = socket.recv_from(&mut buf).expect("an answer from the HTTP/3 port");
-    assert_eq!((from, &buf[..n]), (server.addr, &b"h3?"[..]));
+    let url = format!("https://127.0.0.1:{}/", server.addr.port());
+    let out = Command::new(BIN)
+        .args(["load", "http", "--http3", "-c", "1", "-n", "20", "--sni", "localhost", "--cacert"])
+        .arg(&cert.ca_file)
+        .arg(&url)
+        .output()
+        .expect("run sockscale load");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let done = server.stop();
     assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(done.counter("h3_requests"), 20, "{:?}", done.stdout);
     assert_eq!(done.counter("udp_gso_sends"), 0, "--udp-gso off: {:?}", done.stdout);
+    // The load generator's probe and its connection: each sent a Retry, each then admitted.
+    let (retries, handshakes) = (done.counter("quic_retries"), done.counter("quic_handshakes"));
+    assert!(retries >= 2 && retries == handshakes, "--quic-retry on: {retries} retries, {handshakes} handshakes");
 }

@@ -135,8 +135,21 @@ impl QuicSetup {
         totals: Arc<QuicTotals>,
     ) -> Result<Self, QuicConfigError> {
         tls.max_early_data_size = if tuning.zero_rtt { u32::MAX } else { 0 };
+        if tuning.zero_rtt {
+            // rustls accepts early data only on a stateful resumption (a session kept here,
+            // taken once, so one ticket cannot start two 0-RTT connections): stateless tickets
+            // off, the session cache on.
+            tls.ticketer = Arc::new(NoTickets);
+            if !tls.session_storage.can_cache() {
+                tls.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+            }
+            tls.send_tls13_tickets = tls.send_tls13_tickets.max(2);
+        }
         if tls.ticketer.enabled() {
             tls.ticketer = Arc::new(CountingTicketer { inner: tls.ticketer.clone(), totals: totals.clone() });
+        } else if tls.session_storage.can_cache() {
+            tls.session_storage =
+                Arc::new(CountingStore { inner: tls.session_storage.clone(), totals: totals.clone() });
         }
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
         let mut server = ServerConfig::with_crypto(Arc::new(crypto));
@@ -200,6 +213,62 @@ impl rustls::server::ProducesTickets for CountingTicketer {
             self.totals.ticket_accepted();
         }
         plain
+    }
+}
+
+/// Stateless tickets off (what 0-RTT needs of rustls).
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// The server's session cache (stateful resumption), counting the sessions found again: a
+/// resumed handshake, as [`CountingTicketer`] counts them for tickets.
+#[derive(Debug)]
+struct CountingStore {
+    inner: Arc<dyn rustls::server::StoresServerSessions>,
+    totals: Arc<QuicTotals>,
+}
+
+impl rustls::server::StoresServerSessions for CountingStore {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner.put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let found = self.inner.get(key);
+        if found.is_some() {
+            self.totals.ticket_accepted();
+        }
+        found
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let found = self.inner.take(key);
+        if found.is_some() {
+            self.totals.ticket_accepted();
+        }
+        found
+    }
+
+    fn can_cache(&self) -> bool {
+        self.inner.can_cache()
     }
 }
 

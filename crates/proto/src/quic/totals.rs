@@ -217,7 +217,10 @@ impl QuicTotals {
 
     pub(crate) fn handshake_done(&self, took: Duration, conn: &Connection) {
         self.handshakes.fetch_add(1, Relaxed);
-        if conn.accepted_0rtt() {
+        // A server has 0-RTT keys only when it accepted the client's early data; a client
+        // learns at the end of the handshake whether its 0-RTT was accepted.
+        let zero_rtt = if conn.side().is_server() { conn.has_0rtt() } else { conn.accepted_0rtt() };
+        if zero_rtt {
             self.handshakes_0rtt.fetch_add(1, Relaxed);
         }
         self.handshake_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
