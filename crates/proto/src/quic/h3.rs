@@ -13,9 +13,9 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 use quinn_proto::{Connection, Dir, Event, ReadError, StreamEvent, StreamId, VarInt};
 use sockscale_h3::{
-    encode_field_section, put_data_frame_header, put_goaway, put_headers_frame, stream_type, ControlStream,
-    DecoderStreamReader, EncoderStreamReader, ErrorCode, H3Error, RequestEvent, RequestStream, Settings, Side,
-    UniStreamKind, UniStreamType,
+    encode_field_section, put_data_frame_header, put_goaway, put_headers_frame, stream_type, ControlEvent,
+    ControlStream, DecoderStreamReader, EncoderStreamReader, ErrorCode, H3Error, RequestEvent, RequestStream, Settings,
+    Side, UniStreamKind, UniStreamType,
 };
 
 use super::endpoint::Apps;
@@ -148,6 +148,8 @@ pub struct H3Conn {
     last_request: Option<StreamId>,
     /// The GOAWAY's id, once sent: requests from it on are refused.
     goaway: Option<u64>,
+    /// The client sent a GOAWAY: it is going away.
+    peer_goaway: bool,
     closed: bool,
 }
 
@@ -162,6 +164,7 @@ impl Apps for H3Apps {
             seen: [false; 3],
             last_request: None,
             goaway: None,
+            peer_goaway: false,
             closed: false,
         };
         h3.open_control(conn, &self.control_opening);
@@ -171,6 +174,12 @@ impl Apps for H3Apps {
     fn event(&mut self, h3: &mut H3Conn, conn: &mut Connection, event: Event, now: Instant) {
         if h3.closed {
             return;
+        }
+        // Our control stream and its SETTINGS go out as soon as the client's transport
+        // parameters allow a uni stream: at the accept if they are known then, else at the
+        // first event after (clients such as the `h3` crate wait for them before any request).
+        if h3.control.is_none() {
+            h3.open_control(conn, &self.control_opening);
         }
         let result = match event {
             Event::Stream(StreamEvent::Opened { dir: Dir::Bi }) => {
@@ -197,12 +206,6 @@ impl Apps for H3Apps {
             }
             Event::Stream(StreamEvent::Writable { id }) => {
                 h3.write(self, conn, id);
-                Ok(())
-            }
-            Event::Stream(StreamEvent::Available { dir: Dir::Uni }) => {
-                if h3.control.is_none() {
-                    h3.open_control(conn, &self.control_opening);
-                }
                 Ok(())
             }
             Event::Stream(StreamEvent::Finished { id }) => {
@@ -269,7 +272,7 @@ impl H3Conn {
     }
 
     fn close_if_drained(&mut self, conn: &mut Connection, now: Instant) {
-        if self.goaway.is_some() && self.requests.is_empty() && !self.closed {
+        if (self.goaway.is_some() || self.peer_goaway) && self.requests.is_empty() && !self.closed {
             conn.close(now, ErrorCode::H3_NO_ERROR.into_varint(), Bytes::new());
             self.closed = true;
         }
@@ -514,7 +517,15 @@ impl H3Conn {
                     break;
                 }
             }
-            result = feed_uni(&mut self.unis[at].1, input, fin);
+            result = match feed_uni(&mut self.unis[at].1, input, fin) {
+                Ok(goaway) => {
+                    // The client is going away (RFC 9114 §5.2): once its requests are
+                    // answered, the server closes (clients such as the `h3` crate wait for it).
+                    self.peer_goaway |= goaway;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
             if result.is_err() || fin {
                 break;
             }
@@ -555,23 +566,26 @@ fn feed_request(
     }
 }
 
-fn feed_uni(state: &mut Uni, input: &[u8], fin: bool) -> Result<(), H3Error> {
+/// Feed a peer's uni stream; returns whether its control stream carried a GOAWAY.
+fn feed_uni(state: &mut Uni, input: &[u8], fin: bool) -> Result<bool, H3Error> {
     match state {
         Uni::Control(control) => {
             let mut at = 0;
+            let mut goaway = false;
             loop {
                 // Our encoder uses no dynamic table and our fields are short: nothing in the
-                // peer's SETTINGS, GOAWAY or MAX_PUSH_ID changes what we send.
+                // peer's SETTINGS or MAX_PUSH_ID changes what we send.
                 let (used, event) = control.feed(&input[at..], fin)?;
                 at += used;
+                goaway |= matches!(event, Some(ControlEvent::GoAway(_)));
                 if event.is_none() && at >= input.len() {
-                    return Ok(());
+                    return Ok(goaway);
                 }
             }
         }
-        Uni::Encoder(reader) => reader.feed(input, fin),
-        Uni::Decoder(reader) => reader.feed(input, fin),
-        Uni::Typeless(_) | Uni::Ignored => Ok(()),
+        Uni::Encoder(reader) => reader.feed(input, fin).map(|()| false),
+        Uni::Decoder(reader) => reader.feed(input, fin).map(|()| false),
+        Uni::Typeless(_) | Uni::Ignored => Ok(false),
     }
 }
 

@@ -180,6 +180,29 @@ fn a_get_is_answered_with_the_configured_page() {
 }
 
 #[test]
+fn the_server_opens_its_control_stream_with_settings_at_once() {
+    let mut c = serve(HttpConfig::default());
+    let conn = c.conn;
+    // Without any request: the client only waits.
+    let mut got = Vec::new();
+    let seen = c.pair.drive_until(Duration::from_secs(2), |p| {
+        while let Some(id) = p.conns[conn].1.streams().accept(Dir::Uni) {
+            let (bytes, _) = p.read_client(conn, id);
+            got = bytes;
+        }
+        !got.is_empty()
+    });
+    assert!(seen, "no control stream from the server");
+    let (ty, used) = varint::decode(&got).expect("a stream type");
+    assert_eq!(ty, stream_type::CONTROL);
+    let mut control = sockscale_h3::ControlStream::new(sockscale_h3::Side::Client, 4096);
+    let (_, event) = control.feed(&got[used..], false).expect("valid frames");
+    let Some(sockscale_h3::ControlEvent::Settings(settings)) = event else { panic!("not SETTINGS first: {event:?}") };
+    assert_eq!((settings.qpack_max_table_capacity, settings.qpack_blocked_streams), (0, 0));
+    assert_eq!(settings.max_field_section_size, Some(8192));
+}
+
+#[test]
 fn a_head_gets_the_head_only_and_a_post_body_is_read() {
     let mut c = serve(HttpConfig::default());
     let id = c.open(&request(b"HEAD", "/", &[]), true);
@@ -350,4 +373,18 @@ fn unknown_frames_on_the_control_stream_cost_no_memory_and_are_skipped() {
     let answer = c.exchange(&get("/"));
     assert_eq!(answer.status, Some(200));
     assert!(c.pair.lost(c.conn).is_none());
+}
+
+#[test]
+fn a_client_goaway_closes_the_connection_once_its_requests_are_answered() {
+    let mut c = serve(HttpConfig::default());
+    let id = c.open(&get("/"), false);
+    let mut frames = Client::settings();
+    sockscale_h3::put_goaway(0, &mut frames);
+    c.control(&frames);
+    c.pair.drive_until(Duration::from_millis(50), |_| false);
+    assert!(c.pair.lost(c.conn).is_none(), "closed before its request was answered");
+    c.pair.conns[c.conn].1.send_stream(id).finish().expect("finish");
+    assert_eq!(c.answer(id, false).status, Some(200));
+    assert_eq!(c.closed_with(), Some(ErrorCode::H3_NO_ERROR.code()));
 }
