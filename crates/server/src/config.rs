@@ -256,7 +256,7 @@ pub use sockscale_proto::quic::RetryMode as QuicRetry;
 
 /// `--http3` and its options: HTTP/3 over QUIC on UDP at the TCP listener's port number. The
 /// policies QUIC shares with TCP are not repeated here: [`Config::http3_limits`] gathers them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Http3Config {
     /// `--quic-retry`.
     pub retry: QuicRetry,
@@ -265,6 +265,19 @@ pub struct Http3Config {
     /// `--max-streams`: request streams open at once per connection (as HTTP/2's
     /// SETTINGS_MAX_CONCURRENT_STREAMS).
     pub max_streams: u32,
+    /// `--quic-max-mtu`: the largest packet path MTU discovery probes for.
+    pub max_mtu: u16,
+}
+
+/// Without path MTU discovery a QUIC packet is 1,200 bytes; with it, probed up to
+/// `--quic-max-mtu`, by default this: quinn's own ceiling, Ethernet's 1,500 less the IP and UDP
+/// headers, with room for IPv6.
+pub const DEFAULT_QUIC_MAX_MTU: u16 = 1452;
+
+impl Default for Http3Config {
+    fn default() -> Self {
+        Http3Config { retry: QuicRetry::default(), zero_rtt: false, max_streams: 128, max_mtu: DEFAULT_QUIC_MAX_MTU }
+    }
 }
 
 /// The limits of an HTTP/3 endpoint, all from the flags TCP uses for the same policies.
@@ -284,6 +297,7 @@ pub struct Http3Limits {
     pub drain_timeout: Duration,
     pub retry: QuicRetry,
     pub zero_rtt: bool,
+    pub max_mtu: u16,
 }
 
 /// `--tls-cert`, `--tls-key` and the TLS options: the certificate chain and key files, read
@@ -477,6 +491,7 @@ impl Config {
             drain_timeout: self.drain_timeout,
             retry: http3.retry,
             zero_rtt: http3.zero_rtt,
+            max_mtu: http3.max_mtu,
         })
     }
 

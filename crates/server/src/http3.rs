@@ -16,10 +16,6 @@ use crate::config::Config;
 /// `--quic-retry auto` to mean something, and quinn-proto's buffered Initials are bounded too.
 pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
 
-/// Without path MTU discovery a QUIC packet is 1,200 bytes; with it, probed up to this
-/// (quinn's own ceiling: Ethernet's 1,500 less the IP and UDP headers, with room for IPv6).
-pub const MAX_MTU: u16 = 1452;
-
 /// What every `--http3` socket's endpoint is made from.
 #[derive(Debug)]
 pub struct Http3Service {
@@ -40,7 +36,7 @@ impl Http3Service {
             segmentation_offload: cfg.udp_offload.gso,
             zero_rtt: limits.zero_rtt,
             allow_mtud: true,
-            max_mtu: MAX_MTU,
+            max_mtu: limits.max_mtu,
             ..QuicTuning::default()
         };
         let rustls = tls.rustls_config(vec![b"h3".to_vec()]);

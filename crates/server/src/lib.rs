@@ -40,7 +40,8 @@ pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
 pub use config::{
     check_unix_path, resolve_host, BodySource, Config, ConfigError, Http3Config, Http3Limits, ListenAddr,
-    ListenAddrError, ListenerMode, QuicRetry, Service, TlsFiles, UdpOffload, DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
+    ListenAddrError, ListenerMode, QuicRetry, Service, TlsFiles, UdpOffload, DEFAULT_QUIC_MAX_MTU, DEFAULT_UNIX_MODE,
+    UNIX_PATH_MAX,
 };
 // The I/O-free connection and the policy types its calls take and return (below), so that a
 // connection can be driven from outside the crate: the whole-stack pair test

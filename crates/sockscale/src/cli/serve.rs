@@ -13,7 +13,7 @@ use sockscale_proto::ws::WsConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
     ActiveConfig, BodySource, Config, Http3Config, ListenAddr, ListenerMode, Model, QuicRetry, Resources, SendfileMode,
-    Server, Service, StormConfig, TlsFiles, UdpOffload, DEFAULT_UNIX_MODE,
+    Server, Service, StormConfig, TlsFiles, UdpOffload, DEFAULT_QUIC_MAX_MTU, DEFAULT_UNIX_MODE,
 };
 use sockscale_tls::ServerOptions;
 
@@ -156,6 +156,14 @@ pub struct ServeArgs {
     /// answers it again. Turn on only where every request is safe to repeat. With --http3
     #[arg(long, help_heading = PROTOCOL)]
     pub quic_0rtt: bool,
+    /// HTTP/3: the largest QUIC packet path MTU discovery may probe for [default: 1452]
+    ///
+    /// 1452 is what fits an Ethernet path (IPv6 included); on loopback (MTU 65,536) or a jumbo
+    /// frame LAN a larger ceiling lets discovery find room for fewer, larger packets: fewer
+    /// packets to encrypt and acknowledge per response. Lost probes cost a little where the
+    /// path is smaller. 1200 to 65,527. With --http3
+    #[arg(long, value_name = "BYTES", help_heading = PROTOCOL)]
+    pub quic_max_mtu: Option<u16>,
     /// UDP GSO: equal datagrams to one peer go in one message [default: on]
     ///
     /// Off: one datagram per message. UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp_gso_sends and udp_gso_datagrams
@@ -652,7 +660,11 @@ impl ServeArgs {
     /// the configuration's to check (`Config::validate`), and `--procs` is refused here.
     fn http3(&self) -> Result<Option<Http3Config>> {
         if !self.http3 {
-            for (flag, given) in [("--quic-retry", self.quic_retry.is_some()), ("--quic-0rtt", self.quic_0rtt)] {
+            for (flag, given) in [
+                ("--quic-retry", self.quic_retry.is_some()),
+                ("--quic-0rtt", self.quic_0rtt),
+                ("--quic-max-mtu", self.quic_max_mtu.is_some()),
+            ] {
                 if given {
                     anyhow::bail!("{flag} applies to HTTP/3: add --http3 (with --proto http and --tls-cert/--tls-key)");
                 }
@@ -670,7 +682,11 @@ impl ServeArgs {
             QuicRetryArg::On => QuicRetry::On,
             QuicRetryArg::Off => QuicRetry::Off,
         };
-        Ok(Some(Http3Config { retry, zero_rtt: self.quic_0rtt, max_streams: self.max_streams }))
+        let max_mtu = self.quic_max_mtu.unwrap_or(DEFAULT_QUIC_MAX_MTU);
+        if !(1200..=65_527).contains(&max_mtu) {
+            anyhow::bail!("--quic-max-mtu {max_mtu}: QUIC packets are 1200 to 65527 bytes");
+        }
+        Ok(Some(Http3Config { retry, zero_rtt: self.quic_0rtt, max_streams: self.max_streams, max_mtu }))
     }
 
     /// `--udp-gso`, `--udp-gro` (on unless turned off); refused for a protocol without datagrams.
@@ -773,12 +789,16 @@ mod tests {
         let with = |more: &[&str]| serve(&[&tls[..], more].concat());
         assert_eq!(with(&[]).unwrap().http3, None);
         let h3 = with(&["--http3"]).unwrap().http3.expect("http3");
-        assert_eq!(h3, Http3Config { retry: QuicRetry::Auto, zero_rtt: false, max_streams: 128 });
+        assert_eq!(h3, Http3Config { retry: QuicRetry::Auto, zero_rtt: false, max_streams: 128, max_mtu: 1452 });
         let h3 = with(&["--http3", "--quic-retry", "off", "--quic-0rtt", "--max-streams", "7"]).unwrap().http3;
-        assert_eq!(h3, Some(Http3Config { retry: QuicRetry::Off, zero_rtt: true, max_streams: 7 }));
+        assert_eq!(h3, Some(Http3Config { retry: QuicRetry::Off, zero_rtt: true, max_streams: 7, max_mtu: 1452 }));
         assert_eq!(with(&["--http3", "--quic-retry", "on"]).unwrap().http3.map(|h| h.retry), Some(QuicRetry::On));
         let offload = with(&["--http3", "--udp-gso", "off"]).unwrap().udp_offload;
         assert_eq!((offload.gso, offload.gro), (false, true));
+        let h3 = with(&["--http3", "--quic-max-mtu", "8952"]).unwrap().http3;
+        assert_eq!(h3.map(|h| h.max_mtu), Some(8952));
+        let err = format!("{:#}", with(&["--http3", "--quic-max-mtu", "1100"]).unwrap_err());
+        assert!(err.starts_with("--quic-max-mtu 1100: QUIC packets are 1200 to 65527 bytes"), "{err}");
         let err = format!("{:#}", with(&["--quic-0rtt"]).unwrap_err());
         assert!(err.starts_with("--quic-0rtt applies to HTTP/3: add --http3"), "{err}");
     }
