@@ -28,11 +28,14 @@ struct Script {
     reset_every: Option<u32>,
     /// Send a DATA frame before the HEADERS: HTTP/3's H3_FRAME_UNEXPECTED.
     data_first: bool,
+    /// After answering this many requests, send GOAWAY on the control stream.
+    goaway_after: Option<u32>,
 }
 
 struct TestServer {
     script: Script,
     requests: u32,
+    control: Option<StreamId>,
 }
 
 #[derive(Default)]
@@ -98,6 +101,14 @@ impl TestServer {
         let written = send.write(&out).expect("write");
         assert_eq!(written, out.len(), "the response fits the stream's window");
         let _ = send.finish();
+        if self.script.goaway_after == Some(self.requests) {
+            if let Some(control) = self.control {
+                let mut goaway = Vec::new();
+                // The next client bidi stream: none past those answered is taken.
+                sockscale_h3::put_goaway(id.index() * 4 + 4, &mut goaway);
+                let _ = conn.send_stream(control).write(&goaway);
+            }
+        }
     }
 }
 
@@ -110,6 +121,7 @@ impl Apps for TestServer {
             sockscale_h3::encode_uni_stream_type(sockscale_h3::stream_type::CONTROL, &mut control);
             Settings::default().encode_frame(&mut control);
             let _ = conn.send_stream(id).write(&control);
+            self.control = Some(id);
         }
         ServerConn::default()
     }
@@ -164,7 +176,7 @@ fn server(certs: &Certs, alpn: &[u8], script: Script) -> QuicEndpoint<TestServer
             .expect("server tls");
     let setup = QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), QuicTuning::default()).expect("setup");
     let admission = Admission { max_connections: 10, max_handshakes: 10, retry: RetryMode::Off };
-    QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0 })
+    QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0, control: None })
 }
 
 fn profile(trust: &Trust, body: &[u8]) -> H3Profile {
@@ -395,4 +407,20 @@ fn tls_words_come_out_of_rustls_debug_form() {
     let debug = r#"invalid peer certificate: Other(OtherError(CertificateWords("signed by \"X\" \\ not trusted: give --cacert")))"#;
     assert_eq!(tls_words(debug), r#"signed by "X" \ not trusted: give --cacert"#);
     assert_eq!(tls_words("plain words"), "plain words");
+}
+
+#[test]
+fn a_goaway_stops_new_requests_and_those_in_flight_are_answered() {
+    let certs = certs();
+    let script = Script { status: 200, goaway_after: Some(2), ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server(&certs, b"h3", script));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.going_away()), "{:?}", net.events);
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2));
+    assert_eq!(net.events.iter().filter(|e| matches!(e, H3Event::GoAway)).count(), 1);
+    assert!(!net.client.may_begin(16), "no request after a GOAWAY");
+    assert!(net.client.failure().is_none());
 }

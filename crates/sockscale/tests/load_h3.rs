@@ -329,3 +329,54 @@ fn http3_needs_an_https_url() {
     assert!(matches!(run.code, Some(c) if c != 0), "{}", run.stderr);
     assert!(run.stderr.contains("https://"), "{}", run.stderr);
 }
+
+#[test]
+fn a_server_that_goes_away_mid_run_ends_it_within_the_connect_timeout() {
+    let examples = need_aioquic!();
+    let cert = Cert::new("away");
+    let mut server = aioquic_server(&examples, &cert);
+    let url = format!("https://127.0.0.1:{}/10", server.port);
+    let ca = cert.path("ca.pem");
+    let json = cert.path("report.json");
+    let run = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let args = [
+                "--cacert",
+                &ca,
+                "-c",
+                "2",
+                "-n",
+                "100000000",
+                "--connect-timeout",
+                "2",
+                "--timeout",
+                "2",
+                "--json",
+                &json,
+                &url,
+            ];
+            load(&args, Duration::from_secs(30))
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = server.child.kill();
+        let killed = Instant::now();
+        let run = run.join().unwrap();
+        (run, killed.elapsed())
+    });
+    let (run, after_kill) = run;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("ended early"), "{}", run.stderr);
+    // A connection with a datagram in flight learns from the ICMP port unreachable at once; one
+    // whose request the server acknowledged before it went sends nothing more and waits for
+    // its reply timeout (QUIC has no FIN or reset from a dead process). The run gives up once
+    // none has connected for the connect timeout.
+    let report = std::fs::read_to_string(&json).unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
+    assert!(
+        after_kill < Duration::from_secs(6),
+        "ended {after_kill:?} after the server went: {}\nerrors {}\nquic failures {}",
+        run.stderr,
+        report["errors"],
+        report["quic"]["failures"]
+    );
+}
