@@ -129,6 +129,9 @@ pub struct HttpRequest {
     pub http2: bool,
     /// Speak HTTP/3 over QUIC (UDP, ALPN h3): `--http3`, an https:// URL.
     pub http3: bool,
+    /// HTTP/3 (`--0rtt`): a resumed connection sends its first requests as 0-RTT data, which
+    /// an attacker could replay.
+    pub zero_rtt: bool,
     /// `https` or `http`: HTTP/2's `:scheme`.
     pub scheme: String,
 }
@@ -477,11 +480,6 @@ impl LoadConfig {
             Mode::Http(h) if h.http3 && h.http2 => {
                 return Err(LoadConfigError::Http3 { why: "give one of --http2 and --http3" })
             }
-            Mode::Http(h) if h.http3 && !h.keepalive => {
-                return Err(LoadConfigError::Http3 {
-                    why: "a QUIC connection carries many streams: leave out --no-keepalive",
-                })
-            }
             Mode::Http(h) if h.http3 && self.tls.is_none() => {
                 return Err(LoadConfigError::Http3 { why: "QUIC is always encrypted: give an https:// URL" })
             }
@@ -562,6 +560,7 @@ mod tests {
             pipeline: 1,
             http2: false,
             http3: false,
+            zero_rtt: false,
             scheme: "http".into(),
         };
         assert_eq!(
@@ -584,6 +583,7 @@ mod tests {
             pipeline: 1,
             http2: false,
             http3: false,
+            zero_rtt: false,
             scheme: "http".into(),
         }
     }

@@ -171,15 +171,31 @@ fn certs() -> Certs {
 }
 
 fn server(certs: &Certs, alpn: &[u8], script: Script) -> QuicEndpoint<TestServer> {
-    let tls =
-        ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
-            .expect("server tls");
-    let setup = QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), QuicTuning::default()).expect("setup");
+    server_with(certs, alpn, script, false)
+}
+
+/// A server; `zero_rtt`: it accepts 0-RTT data. Each has its own ticket keys.
+fn server_with(certs: &Certs, alpn: &[u8], script: Script, zero_rtt: bool) -> QuicEndpoint<TestServer> {
+    // rustls takes 0-RTT only with stateful resumption (RFC 8446 §8.1): no stateless tickets,
+    // the session cache's ids as tickets instead.
+    let options = ServerOptions { tickets: !zero_rtt, ..ServerOptions::default() };
+    let tls = ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &options)
+        .expect("server tls");
+    let mut config = tls.rustls_config(vec![alpn.to_vec()]);
+    if zero_rtt {
+        config.send_tls13_tickets = 2;
+    }
+    let tuning = QuicTuning { zero_rtt, ..QuicTuning::default() };
+    let setup = QuicSetup::server(config, tuning).expect("setup");
     let admission = Admission { max_connections: 10, max_handshakes: 10, retry: RetryMode::Off };
     QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0, control: None })
 }
 
 fn profile(trust: &Trust, body: &[u8]) -> H3Profile {
+    profile_with(trust, body, false)
+}
+
+fn profile_with(trust: &Trust, body: &[u8], zero_rtt: bool) -> H3Profile {
     let tls = ClientTls::new(trust, vec![b"h3".to_vec()], true).expect("client tls");
     let head = RequestHead {
         method: if body.is_empty() { "GET" } else { "POST" },
@@ -189,7 +205,7 @@ fn profile(trust: &Trust, body: &[u8]) -> H3Profile {
         fields: vec![("user-agent".into(), "sockscale")],
     };
     let remote: SocketAddr = SERVER.parse().expect("addr");
-    H3Profile::new(&tls, "127.0.0.1", remote, &head, &Bytes::copy_from_slice(body), Duration::from_secs(5))
+    H3Profile::new(&tls, "127.0.0.1", remote, &head, &Bytes::copy_from_slice(body), Duration::from_secs(5), zero_rtt)
         .expect("profile")
 }
 
@@ -301,7 +317,7 @@ fn requests_are_sent_on_their_streams_answered_and_timed() {
         .events
         .iter()
         .filter_map(|e| match e {
-            H3Event::RequestSent { bytes } => Some(*bytes),
+            H3Event::RequestSent { bytes, early: false } => Some(*bytes),
             _ => None,
         })
         .collect();
@@ -423,4 +439,80 @@ fn a_goaway_stops_new_requests_and_those_in_flight_are_answered() {
     assert_eq!(net.events.iter().filter(|e| matches!(e, H3Event::GoAway)).count(), 1);
     assert!(!net.client.may_begin(16), "no request after a GOAWAY");
     assert!(net.client.failure().is_none());
+}
+
+/// The events of the handshake and of the requests sent: (0-RTT sent, accepted), and whether
+/// each request went early.
+fn zero_rtt_outcome(events: &[H3Event]) -> (Option<(bool, bool)>, Vec<bool>) {
+    let handshake = events.iter().find_map(|e| match e {
+        H3Event::Handshake { zero_rtt_sent, zero_rtt_accepted, .. } => Some((*zero_rtt_sent, *zero_rtt_accepted)),
+        _ => None,
+    });
+    let sent = events
+        .iter()
+        .filter_map(|e| match e {
+            H3Event::RequestSent { early, .. } => Some(*early),
+            _ => None,
+        })
+        .collect();
+    (handshake, sent)
+}
+
+/// A first connection to `net`'s server, for its session ticket; then a second one.
+fn resume(net: &mut Net, profile: &H3Profile) {
+    assert!(!net.client.may_begin(2), "no 0-RTT without a session");
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    // The ticket comes after the handshake.
+    net.run_until(Duration::from_millis(100), |_| false);
+    let _ = net.client.close(net.now, &mut |_| {});
+    while net.step() {}
+    net.client = H3Client::new(profile, net.now).expect("client");
+    net.events.clear();
+}
+
+#[test]
+fn zero_rtt_sends_a_resumed_connections_first_requests_before_the_handshake() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile_with(&Trust::CaFile(certs.files.ca.clone()), b"", true);
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script, true));
+    resume(&mut net, &profile);
+    assert!(net.client.may_begin(2), "a resumed session's 0-RTT keys are there at once");
+    assert!(!net.client.established());
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(!net.client.may_begin(2), "--pipeline 2 is reached");
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2), "{:?}", net.events);
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((true, true)), vec![true, true]));
+}
+
+#[test]
+fn zero_rtt_refused_by_the_server_sends_the_requests_again() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile_with(&Trust::CaFile(certs.files.ca.clone()), b"", true);
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script.clone(), true));
+    resume(&mut net, &profile);
+    // Another server (other ticket keys): the ticket is not taken, nor its 0-RTT data.
+    net.server = server_with(&certs, b"h3", script, true);
+    assert!(net.client.may_begin(2));
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2), "{:?}", net.events);
+    let mut stamps: Vec<Stamp> = net.responses().into_iter().map(|(s, _)| s).collect();
+    stamps.sort_by_key(|s| s.due_ns);
+    assert_eq!(stamps, vec![Stamp::at(1), Stamp::at(2)], "each request answered once, timed from its first send");
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((true, false)), vec![true, true, false, false]));
+}
+
+#[test]
+fn without_0rtt_a_resumed_connection_waits_for_its_handshake() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script, true));
+    resume(&mut net, &profile);
+    assert!(!net.client.may_begin(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((false, false)), vec![]));
 }

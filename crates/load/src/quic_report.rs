@@ -22,8 +22,12 @@ pub struct Quic {
     /// Handshakes completed. Whether one resumed a session is not known here: quinn-proto does
     /// not say, so no full/resumed split is reported.
     pub handshakes: u64,
-    /// Handshakes whose 0-RTT data the server accepted.
+    /// Handshakes that sent requests as 0-RTT data (`--0rtt`, a resumed session allowing it).
+    pub zero_rtt_sent: u64,
+    /// … of which the server accepted the 0-RTT data (the others' requests went again in 1-RTT).
     pub zero_rtt_accepted: u64,
+    /// Requests sent as 0-RTT data.
+    pub early_requests: u64,
     /// Connections that failed (during the handshake or after), by reason (`timeout`,
     /// `alpn_refused`, `certificate`, `tls_alert`, `refused`, `closed`, `reset`, an HTTP/3
     /// error code).
@@ -79,7 +83,9 @@ impl Quic {
             }
         }
         self.handshakes += o.handshakes;
+        self.zero_rtt_sent += o.zero_rtt_sent;
         self.zero_rtt_accepted += o.zero_rtt_accepted;
+        self.early_requests += o.early_requests;
         self.handshakes_failed += o.handshakes_failed;
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&o.first_failure);
@@ -106,8 +112,8 @@ impl Quic {
             if failures.is_empty() { String::new() } else { format!("; connections failed: {}", failures.join(", ")) };
         let _ = writeln!(
             s,
-            "  handshakes   {} completed ({} with 0-RTT accepted), {} failed{failed}",
-            self.handshakes, self.zero_rtt_accepted, self.handshakes_failed
+            "  handshakes   {} completed ({} sent 0-RTT, {} accepted; {} requests as 0-RTT), {} failed{failed}",
+            self.handshakes, self.zero_rtt_sent, self.zero_rtt_accepted, self.early_requests, self.handshakes_failed
         );
         if let Some(first) = &self.first_failure {
             let _ = writeln!(s, "  first failed {first}");
@@ -192,14 +198,16 @@ impl ThreadQuic {
     pub fn count(&mut self, event: &H3Event, sent: &mut u64, received: &mut u64, resets: &mut u64) {
         let c = &mut self.counts;
         match event {
-            H3Event::Handshake { took, alpn, zero_rtt_accepted } => {
+            H3Event::Handshake { took, alpn, zero_rtt_sent, zero_rtt_accepted } => {
                 c.handshakes += 1;
+                c.zero_rtt_sent += u64::from(*zero_rtt_sent);
                 c.zero_rtt_accepted += u64::from(*zero_rtt_accepted);
                 *c.alpn.entry(alpn.clone().unwrap_or_else(|| "none".into())).or_default() += 1;
                 self.handshake_latency.saturating_record(ns(*took));
             }
-            H3Event::RequestSent { bytes: n } => {
+            H3Event::RequestSent { bytes: n, early } => {
                 c.streams += 1;
+                c.early_requests += u64::from(*early);
                 *sent += *n as u64;
             }
             H3Event::Received { bytes: n } => *received += *n as u64,

@@ -380,3 +380,28 @@ fn a_server_that_goes_away_mid_run_ends_it_within_the_connect_timeout() {
         report["quic"]["failures"]
     );
 }
+
+#[test]
+fn with_0rtt_resumed_connections_send_their_request_early() {
+    let examples = need_aioquic!();
+    let cert = Cert::new("0rtt");
+    let server = aioquic_server(&examples, &cert);
+    let url = format!("https://127.0.0.1:{}/10", server.port);
+    let ca = cert.path("ca.pem");
+    // One request a connection: every connection after the first can resume a session.
+    let base = ["--cacert", &ca, "-c", "1", "-n", "20", "--no-keepalive", "--json", "-"];
+    let run = load(&[&base[..], &["--0rtt", &url]].concat(), Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["requests"]["completed"], 20, "{}", run.stderr);
+    let quic = &r["quic"];
+    assert_eq!(quic["handshakes"], 20, "a connection a request");
+    let sent = quic["zero_rtt_sent"].as_u64().unwrap();
+    assert!(sent >= 5, "resumed connections sent 0-RTT: {}", run.stderr);
+    assert_eq!(quic["early_requests"], sent, "one request each");
+    assert!(quic["zero_rtt_accepted"].as_u64().unwrap() > 0, "{}", run.stderr);
+    // Without --0rtt nothing goes early.
+    let run = load(&[&base[..], &[url.as_str()]].concat(), Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.json()["quic"]["zero_rtt_sent"], 0);
+}
