@@ -809,9 +809,11 @@ impl H3Client {
         }
     }
 
-    /// When to call [`H3Client::handle_timeout`].
+    /// When to call [`H3Client::handle_timeout`]. Work queued by datagrams or new requests is
+    /// not a timer: the caller polls the datagrams after each (unless its socket is full: then
+    /// it waits for room).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.endpoint.poll_timeout()
+        self.endpoint.next_timer()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {

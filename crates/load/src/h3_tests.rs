@@ -516,3 +516,77 @@ fn without_0rtt_a_resumed_connection_waits_for_its_handshake() {
     assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
     assert_eq!(zero_rtt_outcome(&net.events), (Some((false, false)), vec![]));
 }
+
+/// A load `Connection` speaking HTTP/3, its QUIC connection begun, and no server.
+fn load_connection(connect_timeout: Duration) -> (crate::connection::Profile, crate::connection::Connection, Now) {
+    use crate::connection::{Connection, Kind, Profile};
+    let certs = certs();
+    let origin = Instant::now();
+    let profile = Profile {
+        kind: Kind::H3,
+        pattern: crate::pattern::Pattern::default(),
+        requests: Vec::new(),
+        request_len: 0,
+        head_requests: false,
+        h2_request: None,
+        accept_status: crate::config::AcceptedStatuses::default(),
+        connect_timeout,
+        reply_timeout: Duration::from_secs(10),
+        tls: None,
+        origin,
+        ws: None,
+        h3: Some(profile(&Trust::CaFile(certs.files.ca.clone()), b"")),
+    };
+    let start = Now::after(origin, 0);
+    let mut conn = Connection::new(&profile, 0, start);
+    let connected = conn.on_connected(&profile, start);
+    assert!(connected.failed.is_none(), "{:?}", connected.failed);
+    (profile, conn, start)
+}
+
+use crate::events::Now;
+
+#[test]
+fn a_handshake_not_done_within_the_connect_timeout_ends_the_load_connection() {
+    let (profile, mut conn, start) = load_connection(Duration::from_secs(2));
+    assert!(conn.is_quic() && conn.is_connected() && conn.greeting());
+    assert!(!conn.may_begin(1), "nothing begins before the handshake");
+    // Its Initial is ready to go.
+    let mut out = Vec::new();
+    let first = conn.poll_datagrams(&profile, start, 10, &mut out, &mut |_| {}).expect("no close");
+    assert!(first.is_some_and(|(size, _)| size >= 1200), "a padded Initial: {first:?}");
+    // Retransmissions come and go; the connect timeout ends it.
+    let deadline = profile.origin + Duration::from_secs(2);
+    let mut now = start;
+    let close = loop {
+        let at = conn.poll_timeout(&profile).expect("a deadline");
+        assert!(at <= deadline, "woken by {at:?}, after the connect timeout");
+        let ns = at.saturating_duration_since(profile.origin).as_nanos() as u64;
+        now = Now::after(profile.origin, ns.max(now.ns));
+        match conn.on_timeout(&profile, now, &mut |_| {}) {
+            Err(close) => break close,
+            Ok(()) => while let Ok(Some(_)) = conn.poll_datagrams(&profile, now, 10, &mut Vec::new(), &mut |_| {}) {},
+        }
+    };
+    assert_eq!(now.at, deadline);
+    match close.reason {
+        crate::connection::Reason::Quic(failure) => {
+            assert_eq!(failure.kind, "timeout");
+            assert!(failure.handshaking);
+            assert!(failure.words.contains("no QUIC handshake within 2.0 s"), "{}", failure.words);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_icmp_port_unreachable_ends_the_load_connection() {
+    let (_profile, mut conn, _) = load_connection(Duration::from_secs(2));
+    match conn.quic_refused().reason {
+        crate::connection::Reason::Quic(failure) => {
+            assert_eq!(failure.kind, "unreachable");
+            assert!(failure.handshaking && failure.words.contains("ICMP port unreachable"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
