@@ -33,6 +33,7 @@ impl EventLoop<'_> {
             // A QUIC handshake completed: the target takes connections.
             conn.quic_handshaking = false;
             shared.quic_handshaking.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.quic_handshakes -= 1;
             shared.last_connect_ns.fetch_max(now_ns, std::sync::atomic::Ordering::Relaxed);
         }
         match over {

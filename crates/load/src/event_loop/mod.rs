@@ -367,6 +367,9 @@ pub struct EventLoop<'a> {
     depth: usize,
     /// Connections of this thread that are connected now.
     open: u64,
+    /// Of `open`, QUIC connections whose handshake has not completed: their connect, as far
+    /// as the connects in flight at once and the start of the measured phase go.
+    quic_handshakes: usize,
     /// Requests claimed from `-n` for connections not yet made or not yet sending: the run is
     /// not over while any is pending.
     prepaid_pending: u64,
@@ -424,6 +427,7 @@ impl<'a> EventLoop<'a> {
             carried_schedules: std::collections::HashMap::new(),
             depth: cfg.per_conn_depth(),
             open: 0,
+            quic_handshakes: 0,
             prepaid_pending: 0,
             measuring: shared.began.get().is_some(),
             told_ready: false,
@@ -499,13 +503,14 @@ impl<'a> EventLoop<'a> {
     /// Count the connections of ours never attempted, by what held them back.
     fn note_unopened(&mut self, stopped: bool) {
         let left = self.mine.saturating_sub(self.opened);
+        let connecting = self.connecting();
         let never = &mut self.result.never_attempted;
         if left == 0 {
             return;
         }
         if stopped {
             never.run_ended += left;
-        } else if self.pending_connects >= MAX_PENDING_CONNECTS {
+        } else if connecting >= MAX_PENDING_CONNECTS {
             never.pending_connects += left;
         } else if self.open_interval_ns.is_some() {
             never.connect_rate += left;
@@ -602,7 +607,7 @@ impl<'a> EventLoop<'a> {
         let kinds = conn.core.in_flight_kinds(profile);
         let Some(mut conn) = self.conns.try_remove(slot) else { return };
         ws::retire(&mut self.result, &conn.core);
-        quic::retire(&mut self.result, &mut conn, self.shared, self.now, self.now_ns);
+        self.retire_quic(&mut conn);
         ws::close_unanswered(&mut self.result, &conn.core);
         self.result.unclosed.push(conn.socket);
         let errors = &mut self.result.errors;
@@ -670,10 +675,15 @@ impl<'a> EventLoop<'a> {
         self.shared.stop.load(Relaxed) || self.shared.end().is_some_and(|end| self.now >= end)
     }
 
+    /// Connects in flight: TCP connects, and QUIC handshakes.
+    fn connecting(&self) -> usize {
+        self.pending_connects + self.quic_handshakes
+    }
+
     /// With `connect_first`: once every connection of this thread has connected or failed its
     /// first attempt, say so (once).
     fn tell_ready(&mut self) {
-        if !self.measuring && !self.told_ready && self.opened >= self.mine && self.pending_connects == 0 {
+        if !self.measuring && !self.told_ready && self.opened >= self.mine && self.connecting() == 0 {
             self.told_ready = true;
             // Release: whoever sees this thread ready sees its connections counted open.
             self.shared.ready.fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -763,13 +773,13 @@ impl<'a> EventLoop<'a> {
             return;
         }
         while let Some(&Reverse((due, index, prepaid))) = self.reconnects.peek() {
-            if due > self.now_ns || self.pending_connects >= MAX_PENDING_CONNECTS {
+            if due > self.now_ns || self.connecting() >= MAX_PENDING_CONNECTS {
                 break;
             }
             self.reconnects.pop();
             self.connect(index, prepaid);
         }
-        while self.opened < self.mine && self.pending_connects < MAX_PENDING_CONNECTS {
+        while self.opened < self.mine && self.connecting() < MAX_PENDING_CONNECTS {
             if let Some(interval) = self.open_interval_ns {
                 if self.next_open_ns > self.now_ns {
                     break;
@@ -1019,6 +1029,7 @@ impl<'a> EventLoop<'a> {
             // QUIC's socket connect only sets its peer: its handshake, when it completes, is
             // its connect (`drive`).
             self.shared.quic_handshaking.fetch_add(1, Relaxed);
+            self.quic_handshakes += 1;
         } else {
             self.shared.last_connect_ns.fetch_max(now.ns, Relaxed);
         }
@@ -1105,7 +1116,7 @@ impl<'a> EventLoop<'a> {
         let (index, _) = ((token & 0xffff_ffff) as usize, ());
         let Some(mut conn) = self.conns.try_remove(index) else { return };
         ws::retire(&mut self.result, &conn.core);
-        quic::retire(&mut self.result, &mut conn, self.shared, self.now, self.now_ns);
+        self.retire_quic(&mut conn);
         if conn.core.is_connected() {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
@@ -1144,7 +1155,7 @@ impl<'a> EventLoop<'a> {
         for token in tokens {
             let Some(mut conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
             ws::retire(&mut self.result, &conn.core);
-            quic::retire(&mut self.result, &mut conn, self.shared, self.now, self.now_ns);
+            self.retire_quic(&mut conn);
             if conn.core.is_connected() {
                 self.open -= 1;
                 self.shared.open.fetch_sub(1, Relaxed);

@@ -3,12 +3,11 @@
 //! through the same batches as `load udp`'s; what they carry is the connection's.
 
 use std::os::fd::AsRawFd;
-use std::time::Instant;
 
 use sockscale_sys::udp::MAX_SEGMENTS;
 
 use super::datagrams::Datagrams;
-use super::{count, Conn, Shared, ThreadResult};
+use super::{count, Conn, EventLoop, ThreadResult};
 use crate::connection::{Close, Now, Profile};
 
 /// Send what the connection's QUIC endpoint has to send now. A datagram the full socket buffer
@@ -62,17 +61,21 @@ fn flush(conn: &mut Conn, datagrams: &mut Datagrams) -> Result<(), Close> {
     Ok(())
 }
 
-/// A QUIC connection goes: close it (H3_NO_ERROR) if it is still open, send the datagram that
-/// says so, and count its transport figures.
-pub(super) fn retire(result: &mut ThreadResult, conn: &mut Conn, shared: &Shared, now: Instant, now_ns: u64) {
-    if std::mem::take(&mut conn.quic_handshaking) {
-        // It goes in its handshake, or before `drive` saw it complete.
-        shared.quic_handshaking.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    let on = &mut |event| count(result, now_ns, event);
-    if let Some(last) = conn.core.quic_close(&shared.profile, now, on) {
-        if !last.is_empty() {
-            let _ = sockscale_sys::send(conn.socket.as_raw_fd(), &last);
+impl EventLoop<'_> {
+    /// A QUIC connection goes: close it (H3_NO_ERROR) if it is still open, send the datagram
+    /// that says so, and count its transport figures.
+    pub(super) fn retire_quic(&mut self, conn: &mut Conn) {
+        if std::mem::take(&mut conn.quic_handshaking) {
+            // It goes in its handshake, or before `drive` saw it complete.
+            self.shared.quic_handshaking.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.quic_handshakes -= 1;
+        }
+        let (result, now_ns) = (&mut self.result, self.now_ns);
+        let on = &mut |event| count(result, now_ns, event);
+        if let Some(last) = conn.core.quic_close(&self.shared.profile, self.now, on) {
+            if !last.is_empty() {
+                let _ = sockscale_sys::send(conn.socket.as_raw_fd(), &last);
+            }
         }
     }
 }
