@@ -264,6 +264,9 @@ impl HttpRequest {
                 "te" if self.http2 && !value.eq_ignore_ascii_case("trailers") => {
                     return Err(header(name, value, "HTTP/2 allows TE only as 'trailers' (RFC 9113 §8.2.2)".into()));
                 }
+                "te" if self.http3 && !value.eq_ignore_ascii_case("trailers") => {
+                    return Err(header(name, value, "HTTP/3 allows TE only as 'trailers' (RFC 9114 §4.2)".into()));
+                }
                 _ => {}
             }
         }
@@ -618,6 +621,22 @@ mod tests {
             r.http2 = true;
             assert!(r.validate().is_err(), "{bad} is refused over HTTP/2");
         }
+    }
+
+    #[test]
+    fn an_http3_request_refuses_connection_specific_headers() {
+        for bad in ["Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade"] {
+            let mut r = get(&[(bad, "x")]);
+            r.http3 = true;
+            let err = r.validate().unwrap_err().to_string();
+            assert!(err.contains("HTTP/3"), "{bad}: {err}");
+        }
+        let mut te = get(&[("TE", "gzip")]);
+        te.http3 = true;
+        assert!(te.validate().is_err());
+        let mut ok = get(&[("TE", "trailers"), ("X-A", "1")]);
+        ok.http3 = true;
+        assert_eq!(ok.validate(), Ok(()));
     }
 
     /// Parse the rendered request with httparse and return its header names, lowercased.

@@ -650,7 +650,8 @@ fn feed_uni(state: &mut Uni, mut input: &[u8], fin: bool, goaway: &mut bool) -> 
                 let (n, kind) = t.feed(input);
                 input = &input[n..];
                 match kind {
-                    None if fin => return Ok(()),
+                    // The rest of the type comes later (or never: a stream ended in its type
+                    // is dropped).
                     None => return Ok(()),
                     Some(UniStreamKind::Control) => {
                         *state = Uni::Control(Box::new(ControlStream::new(Side::Client, MAX_CONTROL_FRAME)))

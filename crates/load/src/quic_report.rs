@@ -263,3 +263,61 @@ impl ThreadQuic {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Stamp;
+
+    fn thread(handshake_ms: u64, rtt_ms: u64) -> ThreadQuic {
+        let mut t = ThreadQuic::default();
+        let (mut sent, mut received, mut resets) = (0, 0, 0);
+        let events = [
+            H3Event::Handshake {
+                took: Duration::from_millis(handshake_ms),
+                alpn: Some("h3".into()),
+                zero_rtt_sent: true,
+                zero_rtt_accepted: false,
+            },
+            H3Event::RequestSent { bytes: 40, early: true },
+            H3Event::Received { bytes: 100 },
+            H3Event::Response { stamp: Stamp::at(1), status: 200 },
+            H3Event::StreamReset { code: "H3_REQUEST_REJECTED".into() },
+            H3Event::Ended(Box::new(QuicFigures {
+                rtt: Some(Duration::from_millis(rtt_ms)),
+                packets_sent: 10,
+                packets_lost: 1,
+                bytes_lost: 1200,
+                ..QuicFigures::default()
+            })),
+        ];
+        for e in &events {
+            t.count(e, &mut sent, &mut received, &mut resets);
+        }
+        assert_eq!((sent, received, resets), (40, 100, 1));
+        t.failed("timeout", || "no QUIC handshake within 1.0 s".into(), true);
+        t
+    }
+
+    #[test]
+    fn quic_blocks_count_merge_and_say_what_was_measured() {
+        let mut a = thread(2, 1).report();
+        let b = thread(4, 3).report();
+        a.add(&b).expect("merge");
+        assert_eq!((a.handshakes, a.zero_rtt_sent, a.zero_rtt_accepted, a.early_requests), (2, 2, 0, 2));
+        assert_eq!(a.alpn.get("h3"), Some(&2));
+        assert_eq!(a.resets.get("H3_REQUEST_REJECTED"), Some(&2));
+        assert_eq!((a.packets_sent, a.packets_lost, a.bytes_lost), (20, 2, 2400));
+        assert_eq!((a.failures.get("timeout"), a.handshakes_failed), (Some(&2), 2));
+        assert_eq!((a.handshake_latency.count, a.rtt.count), (2, 2));
+        assert!(a.rtt.max_us >= 2900.0, "{:?}", a.rtt);
+        let mut s = String::new();
+        a.summary(&mut s);
+        assert!(s.contains("quic         version 1, ALPN h3 (2 connections)"), "{s}");
+        assert!(s.contains("2 completed (2 sent 0-RTT, 0 accepted; 2 requests as 0-RTT), 2 failed"), "{s}");
+        assert!(s.contains("first failed no QUIC handshake within 1.0 s"), "{s}");
+        assert!(!s.contains("resumed"), "resumption is not measured: {s}");
+        let json = serde_json::to_string(&a).expect("json");
+        assert_eq!(serde_json::from_str::<Quic>(&json).expect("back"), a);
+    }
+}
