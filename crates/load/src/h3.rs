@@ -109,7 +109,15 @@ impl H3Profile {
             ..QuicTuning::default()
         };
         let rustls = tls.rustls_config(vec![b"h3".to_vec()], zero_rtt);
-        let setup = QuicSetup::client(rustls, tuning).map_err(|e| H3SetupError(e.to_string()))?;
+        let mut setup = QuicSetup::client(rustls, tuning.clone()).map_err(|e| H3SetupError(e.to_string()))?;
+        // A connection between requests (a low -R rate, --per-conn done) must not reach the
+        // idle timeout, which would close it as failed: a PING a third of the way there keeps
+        // it open (and finds a server that went away, by the ICMP its PING meets).
+        let mut transport = sockscale_proto::quic::transport(&tuning).map_err(|e| H3SetupError(e.to_string()))?;
+        transport.keep_alive_interval(Some(tuning.idle_timeout / 3));
+        if let Some(client) = setup.client.as_mut() {
+            client.transport_config(Arc::new(transport));
+        }
         Ok(H3Profile {
             setup: Arc::new(setup),
             remote,

@@ -590,3 +590,17 @@ fn an_icmp_port_unreachable_ends_the_load_connection() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_idle_connection_is_kept_open_by_pings() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server(&certs, b"h3", script));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    // Twice the 30 s idle timeout with no request.
+    assert!(!net.run_until(Duration::from_secs(60), |n| n.client.failure().is_some()), "{:?}", net.client.failure());
+    assert_eq!(net.server.open_connections(), 1);
+    net.client.begin(Stamp::at(1));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 1));
+}

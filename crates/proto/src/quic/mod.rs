@@ -19,7 +19,7 @@ mod totals;
 #[cfg(test)]
 mod tests;
 
-pub use config::{QuicConfigError, QuicSetup, QuicTuning, RetryMode};
+pub use config::{transport, QuicConfigError, QuicSetup, QuicTuning, RetryMode};
 pub use endpoint::{Admission, Apps, QuicEndpoint};
 pub use quinn_proto;
 pub use totals::{HandshakeFailure, LostReason, QuicCounts, QuicTotals};
