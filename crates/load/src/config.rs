@@ -129,6 +129,9 @@ pub struct HttpRequest {
     pub http2: bool,
     /// Speak HTTP/3 over QUIC (UDP, ALPN h3): `--http3`, an https:// URL.
     pub http3: bool,
+    /// HTTP/3 (`--0rtt`): a resumed connection sends its first requests as 0-RTT data, which
+    /// an attacker could replay.
+    pub zero_rtt: bool,
     /// `https` or `http`: HTTP/2's `:scheme`.
     pub scheme: String,
 }
@@ -260,6 +263,9 @@ impl HttpRequest {
                 }
                 "te" if self.http2 && !value.eq_ignore_ascii_case("trailers") => {
                     return Err(header(name, value, "HTTP/2 allows TE only as 'trailers' (RFC 9113 §8.2.2)".into()));
+                }
+                "te" if self.http3 && !value.eq_ignore_ascii_case("trailers") => {
+                    return Err(header(name, value, "HTTP/3 allows TE only as 'trailers' (RFC 9114 §4.2)".into()));
                 }
                 _ => {}
             }
@@ -477,11 +483,6 @@ impl LoadConfig {
             Mode::Http(h) if h.http3 && h.http2 => {
                 return Err(LoadConfigError::Http3 { why: "give one of --http2 and --http3" })
             }
-            Mode::Http(h) if h.http3 && !h.keepalive => {
-                return Err(LoadConfigError::Http3 {
-                    why: "a QUIC connection carries many streams: leave out --no-keepalive",
-                })
-            }
             Mode::Http(h) if h.http3 && self.tls.is_none() => {
                 return Err(LoadConfigError::Http3 { why: "QUIC is always encrypted: give an https:// URL" })
             }
@@ -562,6 +563,7 @@ mod tests {
             pipeline: 1,
             http2: false,
             http3: false,
+            zero_rtt: false,
             scheme: "http".into(),
         };
         assert_eq!(
@@ -584,6 +586,7 @@ mod tests {
             pipeline: 1,
             http2: false,
             http3: false,
+            zero_rtt: false,
             scheme: "http".into(),
         }
     }
@@ -618,6 +621,22 @@ mod tests {
             r.http2 = true;
             assert!(r.validate().is_err(), "{bad} is refused over HTTP/2");
         }
+    }
+
+    #[test]
+    fn an_http3_request_refuses_connection_specific_headers() {
+        for bad in ["Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade"] {
+            let mut r = get(&[(bad, "x")]);
+            r.http3 = true;
+            let err = r.validate().unwrap_err().to_string();
+            assert!(err.contains("HTTP/3"), "{bad}: {err}");
+        }
+        let mut te = get(&[("TE", "gzip")]);
+        te.http3 = true;
+        assert!(te.validate().is_err());
+        let mut ok = get(&[("TE", "trailers"), ("X-A", "1")]);
+        ok.http3 = true;
+        assert_eq!(ok.validate(), Ok(()));
     }
 
     /// Parse the rendered request with httparse and return its header names, lowercased.

@@ -172,8 +172,11 @@ pub fn h3_profile(cfg: &LoadConfig, h: &crate::config::HttpRequest) -> Result<H3
         fields.push(("content-length".into(), &length));
     }
     let head = RequestHead { method: &h.method, scheme: "https", authority, path: &h.path, fields };
-    H3Profile::new(&tls.client, &tls.server_name, remote, &head, &h.body, cfg.connect_timeout)
-        .map_err(|e| e.to_string())
+    let mut profile =
+        H3Profile::new(&tls.client, &tls.server_name, remote, &head, &h.body, cfg.connect_timeout, h.zero_rtt)
+            .map_err(|e| e.to_string())?;
+    profile.keepalive = h.keepalive;
+    Ok(profile)
 }
 
 /// The protocol session.
@@ -508,6 +511,8 @@ impl Connection {
                 if let Some(c) = c {
                     c.begin(stamp);
                 }
+                // `--no-keepalive`: this connection's one request; it closes once answered.
+                self.closing |= profile.h3.as_ref().is_some_and(|h3| !h3.keepalive);
             }
         }
         None

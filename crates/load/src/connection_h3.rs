@@ -62,12 +62,31 @@ impl Connection {
     fn h3_settle(&mut self) -> Result<(), Close> {
         let Some(c) = self.h3() else { return Ok(()) };
         if let Some(failure) = c.failure() {
+            let idle = c.outstanding() == 0;
+            // A server that said GOAWAY and closed with no error once every request was
+            // answered ended the connection as it should (as a FIN after `Connection: close`).
+            if failure.kind == "H3_NO_ERROR" && c.going_away() && idle {
+                return Err(self.close_in_order(Reason::Done));
+            }
             return Err(Close::bare(Reason::Quic(failure)));
         }
         if c.going_away() {
             self.closing = true;
         }
+        if self.closing && self.protocol.outstanding() == 0 {
+            // Every request the server took is answered: close (H3_NO_ERROR, sent as the
+            // connection is retired) and connect again.
+            return Err(self.close_in_order(Reason::Done));
+        }
         Ok(())
+    }
+
+    /// HTTP/3: an ICMP port unreachable came back for a datagram: nothing listens on the
+    /// server's port (its process ended), as a TCP connection's reset says. How it ends.
+    pub fn quic_refused(&mut self) -> Close {
+        let handshaking = !self.h3().is_some_and(|c| c.established());
+        let words = "nothing listens on the server's UDP port (ICMP port unreachable)".to_owned();
+        Close::bare(Reason::Quic(H3Failure { kind: "unreachable".into(), words, handshaking }))
     }
 
     /// HTTP/3: when the QUIC handshake must have completed (`--connect-timeout`), in ns of the

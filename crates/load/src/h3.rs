@@ -58,6 +58,11 @@ pub struct H3Profile {
     head: bool,
     /// How long a handshake may take (`--connect-timeout`).
     pub handshake_timeout: Duration,
+    /// `--0rtt`: a resumed connection sends its first requests as 0-RTT data.
+    zero_rtt: bool,
+    /// Connections carry many requests; false (`--no-keepalive`): one each, every request
+    /// paying a handshake (resumed, and with `--0rtt` sent as 0-RTT data).
+    pub keepalive: bool,
 }
 
 impl std::fmt::Debug for H3Profile {
@@ -85,7 +90,8 @@ pub struct RequestHead<'a> {
 pub struct H3SetupError(String);
 
 impl H3Profile {
-    /// `tls`: the client's rustls configuration (trust, resumption), its ALPN set to `h3` here.
+    /// `tls`: the client's rustls configuration (trust, resumption), its ALPN set to `h3` here;
+    /// `zero_rtt`: send a resumed connection's first requests as 0-RTT data (`--0rtt`).
     pub fn new(
         tls: &sockscale_tls::ClientTls,
         server_name: &str,
@@ -93,6 +99,7 @@ impl H3Profile {
         head: &RequestHead<'_>,
         body: &Bytes,
         handshake_timeout: Duration,
+        zero_rtt: bool,
     ) -> Result<Self, H3SetupError> {
         let tuning = QuicTuning {
             // The server opens no request stream (RFC 9114 §6.1): push is never allowed.
@@ -101,8 +108,16 @@ impl H3Profile {
             connection_window: 16 << 20,
             ..QuicTuning::default()
         };
-        let rustls = tls.rustls_config(vec![b"h3".to_vec()], false);
-        let setup = QuicSetup::client(rustls, tuning).map_err(|e| H3SetupError(e.to_string()))?;
+        let rustls = tls.rustls_config(vec![b"h3".to_vec()], zero_rtt);
+        let mut setup = QuicSetup::client(rustls, tuning.clone()).map_err(|e| H3SetupError(e.to_string()))?;
+        // A connection between requests (a low -R rate, --per-conn done) must not reach the
+        // idle timeout, which would close it as failed: a PING a third of the way there keeps
+        // it open (and finds a server that went away, by the ICMP its PING meets).
+        let mut transport = sockscale_proto::quic::transport(&tuning).map_err(|e| H3SetupError(e.to_string()))?;
+        transport.keep_alive_interval(Some(tuning.idle_timeout / 3));
+        if let Some(client) = setup.client.as_mut() {
+            client.transport_config(Arc::new(transport));
+        }
         Ok(H3Profile {
             setup: Arc::new(setup),
             remote,
@@ -111,6 +126,8 @@ impl H3Profile {
             control: Bytes::from(control_stream()),
             head: head.method.eq_ignore_ascii_case("HEAD"),
             handshake_timeout,
+            zero_rtt,
+            keepalive: true,
         })
     }
 
@@ -153,10 +170,11 @@ fn control_stream() -> Vec<u8> {
 /// What an HTTP/3 connection met, for the event loop to count.
 #[derive(Debug, Clone, PartialEq)]
 pub enum H3Event {
-    /// The QUIC handshake completed `took` after the first Initial.
-    Handshake { took: Duration, alpn: Option<String>, zero_rtt_accepted: bool },
-    /// A request's stream was opened and its bytes handed to QUIC.
-    RequestSent { bytes: usize },
+    /// The QUIC handshake completed `took` after the first Initial; `zero_rtt_sent`: requests
+    /// went as 0-RTT data (`--0rtt`), which the server accepted or not.
+    Handshake { took: Duration, alpn: Option<String>, zero_rtt_sent: bool, zero_rtt_accepted: bool },
+    /// A request's stream was opened and its bytes handed to QUIC (`early`: as 0-RTT data).
+    RequestSent { bytes: usize, early: bool },
     /// A response ended (its stream's FIN after the body).
     Response { stamp: Stamp, status: u16 },
     /// Response octets read from a request stream (frames: head, body, trailers).
@@ -315,6 +333,8 @@ pub struct H3Conn {
     uni: HashMap<StreamId, Uni>,
     /// Requests begun while the server's stream limit was reached: opened when it allows.
     waiting: VecDeque<Stamp>,
+    /// Requests went as 0-RTT data.
+    early: bool,
     /// The transport's figures were told (once, when the connection ended).
     told_end: bool,
 }
@@ -326,6 +346,7 @@ pub struct H3Apps {
     control: Bytes,
     head: bool,
     handshake_timeout: Duration,
+    zero_rtt: bool,
     events: Vec<H3Event>,
     /// The endpoint carries one connection: its state that outlives it is kept here.
     established: bool,
@@ -343,6 +364,7 @@ impl Apps for H3Apps {
             requests: HashMap::new(),
             uni: HashMap::new(),
             waiting: VecDeque::new(),
+            early: false,
             told_end: false,
         }
     }
@@ -351,6 +373,15 @@ impl Apps for H3Apps {
         match event {
             quinn_proto::Event::Connected => {
                 self.established = true;
+                if app.early && !conn.accepted_0rtt() {
+                    // The server refused the 0-RTT data: quinn-proto dropped those streams (their
+                    // ids will be used again). Their requests go again, first, in 1-RTT.
+                    let mut again: Vec<Stamp> = app.requests.drain().map(|(_, r)| r.stamp).collect();
+                    again.sort_by_key(|s| (s.sent_ns, s.due_ns));
+                    for stamp in again.into_iter().rev() {
+                        app.waiting.push_front(stamp);
+                    }
+                }
                 let alpn = conn
                     .crypto_session()
                     .handshake_data()
@@ -360,7 +391,8 @@ impl Apps for H3Apps {
                 self.events.push(H3Event::Handshake {
                     took: now.saturating_duration_since(app.started),
                     alpn,
-                    zero_rtt_accepted: conn.accepted_0rtt(),
+                    zero_rtt_sent: app.early,
+                    zero_rtt_accepted: app.early && conn.accepted_0rtt(),
                 });
                 if let Some(id) = conn.streams().open(Dir::Uni) {
                     let mut control = [self.control.clone()];
@@ -440,7 +472,9 @@ impl H3Apps {
             };
             write_request(conn, id, &mut r);
             app.requests.insert(id, r);
-            self.events.push(H3Event::RequestSent { bytes: self.request.len() });
+            let early = !self.established;
+            app.early |= early;
+            self.events.push(H3Event::RequestSent { bytes: self.request.len(), early });
         }
     }
 
@@ -624,7 +658,8 @@ fn feed_uni(state: &mut Uni, mut input: &[u8], fin: bool, goaway: &mut bool) -> 
                 let (n, kind) = t.feed(input);
                 input = &input[n..];
                 match kind {
-                    None if fin => return Ok(()),
+                    // The rest of the type comes later (or never: a stream ended in its type
+                    // is dropped).
                     None => return Ok(()),
                     Some(UniStreamKind::Control) => {
                         *state = Uni::Control(Box::new(ControlStream::new(Side::Client, MAX_CONTROL_FRAME)))
@@ -679,6 +714,7 @@ impl H3Client {
             control: profile.control.clone(),
             head: profile.head,
             handshake_timeout: profile.handshake_timeout,
+            zero_rtt: profile.zero_rtt,
             events: Vec::new(),
             established: false,
             goaway: false,
@@ -730,8 +766,10 @@ impl H3Client {
         if self.ended {
             return false;
         }
-        let Some((_, app, apps)) = self.endpoint.connection(self.handle) else { return false };
-        apps.established
+        let Some((conn, app, apps)) = self.endpoint.connection(self.handle) else { return false };
+        // `--0rtt`: a resumed session's 0-RTT keys are there before the handshake completes.
+        let early = apps.zero_rtt && !apps.established && conn.has_0rtt() && conn.is_handshaking();
+        (apps.established || early)
             && !apps.goaway
             && apps.failure.is_none()
             && app.waiting.is_empty()
@@ -786,9 +824,11 @@ impl H3Client {
         }
     }
 
-    /// When to call [`H3Client::handle_timeout`].
+    /// When to call [`H3Client::handle_timeout`]. Work queued by datagrams or new requests is
+    /// not a timer: the caller polls the datagrams after each (unless its socket is full: then
+    /// it waits for room).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.endpoint.poll_timeout()
+        self.endpoint.next_timer()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {

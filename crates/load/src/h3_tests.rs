@@ -28,11 +28,14 @@ struct Script {
     reset_every: Option<u32>,
     /// Send a DATA frame before the HEADERS: HTTP/3's H3_FRAME_UNEXPECTED.
     data_first: bool,
+    /// After answering this many requests, send GOAWAY on the control stream.
+    goaway_after: Option<u32>,
 }
 
 struct TestServer {
     script: Script,
     requests: u32,
+    control: Option<StreamId>,
 }
 
 #[derive(Default)]
@@ -98,6 +101,14 @@ impl TestServer {
         let written = send.write(&out).expect("write");
         assert_eq!(written, out.len(), "the response fits the stream's window");
         let _ = send.finish();
+        if self.script.goaway_after == Some(self.requests) {
+            if let Some(control) = self.control {
+                let mut goaway = Vec::new();
+                // The next client bidi stream: none past those answered is taken.
+                sockscale_h3::put_goaway(id.index() * 4 + 4, &mut goaway);
+                let _ = conn.send_stream(control).write(&goaway);
+            }
+        }
     }
 }
 
@@ -110,6 +121,7 @@ impl Apps for TestServer {
             sockscale_h3::encode_uni_stream_type(sockscale_h3::stream_type::CONTROL, &mut control);
             Settings::default().encode_frame(&mut control);
             let _ = conn.send_stream(id).write(&control);
+            self.control = Some(id);
         }
         ServerConn::default()
     }
@@ -159,21 +171,36 @@ fn certs() -> Certs {
 }
 
 fn server(certs: &Certs, alpn: &[u8], script: Script) -> QuicEndpoint<TestServer> {
-    let tls =
-        ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
-            .expect("server tls");
-    let setup = QuicSetup::server(tls.rustls_config(vec![alpn.to_vec()]), QuicTuning::default(), Default::default())
-        .expect("setup");
+    server_with(certs, alpn, script, false)
+}
+
+/// A server; `zero_rtt`: it accepts 0-RTT data. Each has its own ticket keys.
+fn server_with(certs: &Certs, alpn: &[u8], script: Script, zero_rtt: bool) -> QuicEndpoint<TestServer> {
+    // rustls takes 0-RTT only with stateful resumption (RFC 8446 §8.1): no stateless tickets,
+    // the session cache's ids as tickets instead.
+    let options = ServerOptions { tickets: !zero_rtt, ..ServerOptions::default() };
+    let tls = ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &options)
+        .expect("server tls");
+    let mut config = tls.rustls_config(vec![alpn.to_vec()]);
+    if zero_rtt {
+        config.send_tls13_tickets = 2;
+    }
+    let tuning = QuicTuning { zero_rtt, ..QuicTuning::default() };
+    let setup = QuicSetup::server(config, tuning, Default::default()).expect("setup");
     let admission = Admission {
         max_connections: 10,
         max_handshakes: 10,
         retry: RetryMode::Off,
         handshake_timeout: std::time::Duration::from_secs(10),
     };
-    QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0 })
+    QuicEndpoint::new(Arc::new(setup), admission, TestServer { script, requests: 0, control: None })
 }
 
 fn profile(trust: &Trust, body: &[u8]) -> H3Profile {
+    profile_with(trust, body, false)
+}
+
+fn profile_with(trust: &Trust, body: &[u8], zero_rtt: bool) -> H3Profile {
     let tls = ClientTls::new(trust, vec![b"h3".to_vec()], true).expect("client tls");
     let head = RequestHead {
         method: if body.is_empty() { "GET" } else { "POST" },
@@ -183,7 +210,7 @@ fn profile(trust: &Trust, body: &[u8]) -> H3Profile {
         fields: vec![("user-agent".into(), "sockscale")],
     };
     let remote: SocketAddr = SERVER.parse().expect("addr");
-    H3Profile::new(&tls, "127.0.0.1", remote, &head, &Bytes::copy_from_slice(body), Duration::from_secs(5))
+    H3Profile::new(&tls, "127.0.0.1", remote, &head, &Bytes::copy_from_slice(body), Duration::from_secs(5), zero_rtt)
         .expect("profile")
 }
 
@@ -295,7 +322,7 @@ fn requests_are_sent_on_their_streams_answered_and_timed() {
         .events
         .iter()
         .filter_map(|e| match e {
-            H3Event::RequestSent { bytes } => Some(*bytes),
+            H3Event::RequestSent { bytes, early: false } => Some(*bytes),
             _ => None,
         })
         .collect();
@@ -401,4 +428,184 @@ fn tls_words_come_out_of_rustls_debug_form() {
     let debug = r#"invalid peer certificate: Other(OtherError(CertificateWords("signed by \"X\" \\ not trusted: give --cacert")))"#;
     assert_eq!(tls_words(debug), r#"signed by "X" \ not trusted: give --cacert"#);
     assert_eq!(tls_words("plain words"), "plain words");
+}
+
+#[test]
+fn a_goaway_stops_new_requests_and_those_in_flight_are_answered() {
+    let certs = certs();
+    let script = Script { status: 200, goaway_after: Some(2), ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server(&certs, b"h3", script));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.going_away()), "{:?}", net.events);
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2));
+    assert_eq!(net.events.iter().filter(|e| matches!(e, H3Event::GoAway)).count(), 1);
+    assert!(!net.client.may_begin(16), "no request after a GOAWAY");
+    assert!(net.client.failure().is_none());
+}
+
+/// The events of the handshake and of the requests sent: (0-RTT sent, accepted), and whether
+/// each request went early.
+fn zero_rtt_outcome(events: &[H3Event]) -> (Option<(bool, bool)>, Vec<bool>) {
+    let handshake = events.iter().find_map(|e| match e {
+        H3Event::Handshake { zero_rtt_sent, zero_rtt_accepted, .. } => Some((*zero_rtt_sent, *zero_rtt_accepted)),
+        _ => None,
+    });
+    let sent = events
+        .iter()
+        .filter_map(|e| match e {
+            H3Event::RequestSent { early, .. } => Some(*early),
+            _ => None,
+        })
+        .collect();
+    (handshake, sent)
+}
+
+/// A first connection to `net`'s server, for its session ticket; then a second one.
+fn resume(net: &mut Net, profile: &H3Profile) {
+    assert!(!net.client.may_begin(2), "no 0-RTT without a session");
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    // The ticket comes after the handshake.
+    net.run_until(Duration::from_millis(100), |_| false);
+    let _ = net.client.close(net.now, &mut |_| {});
+    while net.step() {}
+    net.client = H3Client::new(profile, net.now).expect("client");
+    net.events.clear();
+}
+
+#[test]
+fn zero_rtt_sends_a_resumed_connections_first_requests_before_the_handshake() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile_with(&Trust::CaFile(certs.files.ca.clone()), b"", true);
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script, true));
+    resume(&mut net, &profile);
+    assert!(net.client.may_begin(2), "a resumed session's 0-RTT keys are there at once");
+    assert!(!net.client.established());
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(!net.client.may_begin(2), "--pipeline 2 is reached");
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2), "{:?}", net.events);
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((true, true)), vec![true, true]));
+}
+
+#[test]
+fn zero_rtt_refused_by_the_server_sends_the_requests_again() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile_with(&Trust::CaFile(certs.files.ca.clone()), b"", true);
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script.clone(), true));
+    resume(&mut net, &profile);
+    // Another server (other ticket keys): the ticket is not taken, nor its 0-RTT data.
+    net.server = server_with(&certs, b"h3", script, true);
+    assert!(net.client.may_begin(2));
+    net.client.begin(Stamp::at(1));
+    net.client.begin(Stamp::at(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 2), "{:?}", net.events);
+    let mut stamps: Vec<Stamp> = net.responses().into_iter().map(|(s, _)| s).collect();
+    stamps.sort_by_key(|s| s.due_ns);
+    assert_eq!(stamps, vec![Stamp::at(1), Stamp::at(2)], "each request answered once, timed from its first send");
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((true, false)), vec![true, true, false, false]));
+}
+
+#[test]
+fn without_0rtt_a_resumed_connection_waits_for_its_handshake() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server_with(&certs, b"h3", script, true));
+    resume(&mut net, &profile);
+    assert!(!net.client.may_begin(2));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    assert_eq!(zero_rtt_outcome(&net.events), (Some((false, false)), vec![]));
+}
+
+/// A load `Connection` speaking HTTP/3, its QUIC connection begun, and no server.
+fn load_connection(connect_timeout: Duration) -> (crate::connection::Profile, crate::connection::Connection, Now) {
+    use crate::connection::{Connection, Kind, Profile};
+    let certs = certs();
+    let origin = Instant::now();
+    let profile = Profile {
+        kind: Kind::H3,
+        pattern: crate::pattern::Pattern::default(),
+        requests: Vec::new(),
+        request_len: 0,
+        head_requests: false,
+        h2_request: None,
+        accept_status: crate::config::AcceptedStatuses::default(),
+        connect_timeout,
+        reply_timeout: Duration::from_secs(10),
+        tls: None,
+        origin,
+        ws: None,
+        h3: Some(profile(&Trust::CaFile(certs.files.ca.clone()), b"")),
+    };
+    let start = Now::after(origin, 0);
+    let mut conn = Connection::new(&profile, 0, start);
+    let connected = conn.on_connected(&profile, start);
+    assert!(connected.failed.is_none(), "{:?}", connected.failed);
+    (profile, conn, start)
+}
+
+use crate::events::Now;
+
+#[test]
+fn a_handshake_not_done_within_the_connect_timeout_ends_the_load_connection() {
+    let (profile, mut conn, start) = load_connection(Duration::from_secs(2));
+    assert!(conn.is_quic() && conn.is_connected() && conn.greeting());
+    assert!(!conn.may_begin(1), "nothing begins before the handshake");
+    // Its Initial is ready to go.
+    let mut out = Vec::new();
+    let first = conn.poll_datagrams(&profile, start, 10, &mut out, &mut |_| {}).expect("no close");
+    assert!(first.is_some_and(|(size, _)| size >= 1200), "a padded Initial: {first:?}");
+    // Retransmissions come and go; the connect timeout ends it.
+    let deadline = profile.origin + Duration::from_secs(2);
+    let mut now = start;
+    let close = loop {
+        let at = conn.poll_timeout(&profile).expect("a deadline");
+        assert!(at <= deadline, "woken by {at:?}, after the connect timeout");
+        let ns = at.saturating_duration_since(profile.origin).as_nanos() as u64;
+        now = Now::after(profile.origin, ns.max(now.ns));
+        match conn.on_timeout(&profile, now, &mut |_| {}) {
+            Err(close) => break close,
+            Ok(()) => while let Ok(Some(_)) = conn.poll_datagrams(&profile, now, 10, &mut Vec::new(), &mut |_| {}) {},
+        }
+    };
+    assert_eq!(now.at, deadline);
+    match close.reason {
+        crate::connection::Reason::Quic(failure) => {
+            assert_eq!(failure.kind, "timeout");
+            assert!(failure.handshaking);
+            assert!(failure.words.contains("no QUIC handshake within 2.0 s"), "{}", failure.words);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_icmp_port_unreachable_ends_the_load_connection() {
+    let (_profile, mut conn, _) = load_connection(Duration::from_secs(2));
+    match conn.quic_refused().reason {
+        crate::connection::Reason::Quic(failure) => {
+            assert_eq!(failure.kind, "unreachable");
+            assert!(failure.handshaking && failure.words.contains("ICMP port unreachable"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_idle_connection_is_kept_open_by_pings() {
+    let certs = certs();
+    let script = Script { status: 200, ..Script::default() };
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), b"");
+    let mut net = Net::new(&profile, server(&certs, b"h3", script));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    // Twice the 30 s idle timeout with no request.
+    assert!(!net.run_until(Duration::from_secs(60), |n| n.client.failure().is_some()), "{:?}", net.client.failure());
+    assert_eq!(net.server.open_connections(), 1);
+    net.client.begin(Stamp::at(1));
+    assert!(net.run_until(Duration::from_secs(5), |n| n.responses().len() == 1));
 }

@@ -22,8 +22,12 @@ pub struct Quic {
     /// Handshakes completed. Whether one resumed a session is not known here: quinn-proto does
     /// not say, so no full/resumed split is reported.
     pub handshakes: u64,
-    /// Handshakes whose 0-RTT data the server accepted.
+    /// Handshakes that sent requests as 0-RTT data (`--0rtt`, a resumed session allowing it).
+    pub zero_rtt_sent: u64,
+    /// … of which the server accepted the 0-RTT data (the others' requests went again in 1-RTT).
     pub zero_rtt_accepted: u64,
+    /// Requests sent as 0-RTT data.
+    pub early_requests: u64,
     /// Connections that failed (during the handshake or after), by reason (`timeout`,
     /// `alpn_refused`, `certificate`, `tls_alert`, `refused`, `closed`, `reset`, an HTTP/3
     /// error code).
@@ -79,7 +83,9 @@ impl Quic {
             }
         }
         self.handshakes += o.handshakes;
+        self.zero_rtt_sent += o.zero_rtt_sent;
         self.zero_rtt_accepted += o.zero_rtt_accepted;
+        self.early_requests += o.early_requests;
         self.handshakes_failed += o.handshakes_failed;
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&o.first_failure);
@@ -106,8 +112,8 @@ impl Quic {
             if failures.is_empty() { String::new() } else { format!("; connections failed: {}", failures.join(", ")) };
         let _ = writeln!(
             s,
-            "  handshakes   {} completed ({} with 0-RTT accepted), {} failed{failed}",
-            self.handshakes, self.zero_rtt_accepted, self.handshakes_failed
+            "  handshakes   {} completed ({} sent 0-RTT, {} accepted; {} requests as 0-RTT), {} failed{failed}",
+            self.handshakes, self.zero_rtt_sent, self.zero_rtt_accepted, self.early_requests, self.handshakes_failed
         );
         if let Some(first) = &self.first_failure {
             let _ = writeln!(s, "  first failed {first}");
@@ -192,14 +198,16 @@ impl ThreadQuic {
     pub fn count(&mut self, event: &H3Event, sent: &mut u64, received: &mut u64, resets: &mut u64) {
         let c = &mut self.counts;
         match event {
-            H3Event::Handshake { took, alpn, zero_rtt_accepted } => {
+            H3Event::Handshake { took, alpn, zero_rtt_sent, zero_rtt_accepted } => {
                 c.handshakes += 1;
+                c.zero_rtt_sent += u64::from(*zero_rtt_sent);
                 c.zero_rtt_accepted += u64::from(*zero_rtt_accepted);
                 *c.alpn.entry(alpn.clone().unwrap_or_else(|| "none".into())).or_default() += 1;
                 self.handshake_latency.saturating_record(ns(*took));
             }
-            H3Event::RequestSent { bytes: n } => {
+            H3Event::RequestSent { bytes: n, early } => {
                 c.streams += 1;
+                c.early_requests += u64::from(*early);
                 *sent += *n as u64;
             }
             H3Event::Received { bytes: n } => *received += *n as u64,
@@ -253,5 +261,63 @@ impl ThreadQuic {
             rtt: Latency::from_histogram(&self.rtt),
             ..self.counts.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Stamp;
+
+    fn thread(handshake_ms: u64, rtt_ms: u64) -> ThreadQuic {
+        let mut t = ThreadQuic::default();
+        let (mut sent, mut received, mut resets) = (0, 0, 0);
+        let events = [
+            H3Event::Handshake {
+                took: Duration::from_millis(handshake_ms),
+                alpn: Some("h3".into()),
+                zero_rtt_sent: true,
+                zero_rtt_accepted: false,
+            },
+            H3Event::RequestSent { bytes: 40, early: true },
+            H3Event::Received { bytes: 100 },
+            H3Event::Response { stamp: Stamp::at(1), status: 200 },
+            H3Event::StreamReset { code: "H3_REQUEST_REJECTED".into() },
+            H3Event::Ended(Box::new(QuicFigures {
+                rtt: Some(Duration::from_millis(rtt_ms)),
+                packets_sent: 10,
+                packets_lost: 1,
+                bytes_lost: 1200,
+                ..QuicFigures::default()
+            })),
+        ];
+        for e in &events {
+            t.count(e, &mut sent, &mut received, &mut resets);
+        }
+        assert_eq!((sent, received, resets), (40, 100, 1));
+        t.failed("timeout", || "no QUIC handshake within 1.0 s".into(), true);
+        t
+    }
+
+    #[test]
+    fn quic_blocks_count_merge_and_say_what_was_measured() {
+        let mut a = thread(2, 1).report();
+        let b = thread(4, 3).report();
+        a.add(&b).expect("merge");
+        assert_eq!((a.handshakes, a.zero_rtt_sent, a.zero_rtt_accepted, a.early_requests), (2, 2, 0, 2));
+        assert_eq!(a.alpn.get("h3"), Some(&2));
+        assert_eq!(a.resets.get("H3_REQUEST_REJECTED"), Some(&2));
+        assert_eq!((a.packets_sent, a.packets_lost, a.bytes_lost), (20, 2, 2400));
+        assert_eq!((a.failures.get("timeout"), a.handshakes_failed), (Some(&2), 2));
+        assert_eq!((a.handshake_latency.count, a.rtt.count), (2, 2));
+        assert!(a.rtt.max_us >= 2900.0, "{:?}", a.rtt);
+        let mut s = String::new();
+        a.summary(&mut s);
+        assert!(s.contains("quic         version 1, ALPN h3 (2 connections)"), "{s}");
+        assert!(s.contains("2 completed (2 sent 0-RTT, 0 accepted; 2 requests as 0-RTT), 2 failed"), "{s}");
+        assert!(s.contains("first failed no QUIC handshake within 1.0 s"), "{s}");
+        assert!(!s.contains("resumed"), "resumption is not measured: {s}");
+        let json = serde_json::to_string(&a).expect("json");
+        assert_eq!(serde_json::from_str::<Quic>(&json).expect("back"), a);
     }
 }

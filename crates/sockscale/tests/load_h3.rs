@@ -329,3 +329,79 @@ fn http3_needs_an_https_url() {
     assert!(matches!(run.code, Some(c) if c != 0), "{}", run.stderr);
     assert!(run.stderr.contains("https://"), "{}", run.stderr);
 }
+
+#[test]
+fn a_server_that_goes_away_mid_run_ends_it_within_the_connect_timeout() {
+    let examples = need_aioquic!();
+    let cert = Cert::new("away");
+    let mut server = aioquic_server(&examples, &cert);
+    let url = format!("https://127.0.0.1:{}/10", server.port);
+    let ca = cert.path("ca.pem");
+    let json = cert.path("report.json");
+    let run = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let args = [
+                "--cacert",
+                &ca,
+                "-c",
+                "2",
+                "-n",
+                "100000000",
+                "--connect-timeout",
+                "2",
+                "--timeout",
+                "2",
+                "--json",
+                &json,
+                &url,
+            ];
+            load(&args, Duration::from_secs(30))
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = server.child.kill();
+        let killed = Instant::now();
+        let run = run.join().unwrap();
+        (run, killed.elapsed())
+    });
+    let (run, after_kill) = run;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("ended early"), "{}", run.stderr);
+    // A connection with a datagram in flight learns from the ICMP port unreachable at once; one
+    // whose request the server acknowledged before it went sends nothing more and waits for
+    // its reply timeout (QUIC has no FIN or reset from a dead process). The run gives up once
+    // none has connected for the connect timeout.
+    let report = std::fs::read_to_string(&json).unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
+    assert!(
+        after_kill < Duration::from_secs(6),
+        "ended {after_kill:?} after the server went: {}\nerrors {}\nquic failures {}",
+        run.stderr,
+        report["errors"],
+        report["quic"]["failures"]
+    );
+}
+
+#[test]
+fn with_0rtt_resumed_connections_send_their_request_early() {
+    let examples = need_aioquic!();
+    let cert = Cert::new("0rtt");
+    let server = aioquic_server(&examples, &cert);
+    let url = format!("https://127.0.0.1:{}/10", server.port);
+    let ca = cert.path("ca.pem");
+    // One request a connection: every connection after the first can resume a session.
+    let base = ["--cacert", &ca, "-c", "1", "-n", "20", "--no-keepalive", "--json", "-"];
+    let run = load(&[&base[..], &["--0rtt", &url]].concat(), Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["requests"]["completed"], 20, "{}", run.stderr);
+    let quic = &r["quic"];
+    assert_eq!(quic["handshakes"], 20, "a connection a request");
+    let sent = quic["zero_rtt_sent"].as_u64().unwrap();
+    assert!(sent >= 5, "resumed connections sent 0-RTT: {}", run.stderr);
+    assert_eq!(quic["early_requests"], sent, "one request each");
+    assert!(quic["zero_rtt_accepted"].as_u64().unwrap() > 0, "{}", run.stderr);
+    // Without --0rtt nothing goes early.
+    let run = load(&[&base[..], &[url.as_str()]].concat(), Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.json()["quic"]["zero_rtt_sent"], 0);
+}

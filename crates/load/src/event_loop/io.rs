@@ -28,6 +28,14 @@ impl EventLoop<'_> {
             Some(over) => Err(over),
             None => self.pump(token),
         };
+        let (shared, now_ns) = (self.shared, self.now_ns);
+        if let Some(conn) = self.conn_mut(token).filter(|c| c.quic_handshaking && !c.core.greeting()) {
+            // A QUIC handshake completed: the target takes connections.
+            conn.quic_handshaking = false;
+            shared.quic_handshaking.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.quic_handshakes -= 1;
+            shared.last_connect_ns.fetch_max(now_ns, std::sync::atomic::Ordering::Relaxed);
+        }
         match over {
             Err(Over::Failed) => return self.end(token, End::Failed),
             Err(Over::Close(close)) => return self.close(token, close),
@@ -248,9 +256,9 @@ fn receive_datagrams(
             }
             Read::Empty => conn.readable = false,
             Read::Interrupted => {}
-            // ICMP port unreachable for an earlier datagram; the socket lives on. (QUIC: its
-            // handshake's deadline says what became of it, once.)
-            Read::Refused if conn.core.is_quic() => {}
+            // ICMP port unreachable for an earlier datagram; the socket lives on (QUIC: the
+            // connection ends, as a reset ends a TCP connection).
+            Read::Refused if conn.core.is_quic() => return Some(Over::Close(conn.core.quic_refused())),
             Read::Refused => result.errors.connect_refused += 1,
             Read::Failed(e) => {
                 match e.raw_os_error() {

@@ -77,6 +77,8 @@ pub struct Shared {
     /// Set once when the run gives up on a target that takes no connection: the reason.
     pub gave_up: std::sync::OnceLock<String>,
     pub open: AtomicU64,
+    /// Of `open`, QUIC connections whose handshake has not completed.
+    pub quic_handshaking: AtomicU64,
     pub peak_open: AtomicU64,
     pub live: Box<[Live]>,
     /// `--hdr-log`: the interval log the threads hand each second's histograms to.
@@ -135,6 +137,7 @@ impl Shared {
             last_connect_ns: AtomicU64::new(0),
             gave_up: std::sync::OnceLock::new(),
             open: AtomicU64::new(0),
+            quic_handshaking: AtomicU64::new(0),
             peak_open: AtomicU64::new(0),
             live: (0..threads).map(|_| Live::default()).collect(),
             intervals: None,
@@ -308,6 +311,9 @@ struct Conn {
     /// Exchanges begun (for `--per-conn`), carried over a reconnect.
     exchanges: u64,
     timer_at: Option<Instant>,
+    /// QUIC: counted in `Shared::quic_handshaking` (its socket connected, its handshake not
+    /// done yet).
+    quic_handshaking: bool,
 }
 
 /// Why a connection ended.
@@ -361,6 +367,9 @@ pub struct EventLoop<'a> {
     depth: usize,
     /// Connections of this thread that are connected now.
     open: u64,
+    /// Of `open`, QUIC connections whose handshake has not completed: their connect, as far
+    /// as the connects in flight at once and the start of the measured phase go.
+    quic_handshakes: usize,
     /// Requests claimed from `-n` for connections not yet made or not yet sending: the run is
     /// not over while any is pending.
     prepaid_pending: u64,
@@ -418,6 +427,7 @@ impl<'a> EventLoop<'a> {
             carried_schedules: std::collections::HashMap::new(),
             depth: cfg.per_conn_depth(),
             open: 0,
+            quic_handshakes: 0,
             prepaid_pending: 0,
             measuring: shared.began.get().is_some(),
             told_ready: false,
@@ -493,13 +503,14 @@ impl<'a> EventLoop<'a> {
     /// Count the connections of ours never attempted, by what held them back.
     fn note_unopened(&mut self, stopped: bool) {
         let left = self.mine.saturating_sub(self.opened);
+        let connecting = self.connecting();
         let never = &mut self.result.never_attempted;
         if left == 0 {
             return;
         }
         if stopped {
             never.run_ended += left;
-        } else if self.pending_connects >= MAX_PENDING_CONNECTS {
+        } else if connecting >= MAX_PENDING_CONNECTS {
             never.pending_connects += left;
         } else if self.open_interval_ns.is_some() {
             never.connect_rate += left;
@@ -596,7 +607,7 @@ impl<'a> EventLoop<'a> {
         let kinds = conn.core.in_flight_kinds(profile);
         let Some(mut conn) = self.conns.try_remove(slot) else { return };
         ws::retire(&mut self.result, &conn.core);
-        quic::retire(&mut self.result, &mut conn, profile, self.now, self.now_ns);
+        self.retire_quic(&mut conn);
         ws::close_unanswered(&mut self.result, &conn.core);
         self.result.unclosed.push(conn.socket);
         let errors = &mut self.result.errors;
@@ -664,10 +675,15 @@ impl<'a> EventLoop<'a> {
         self.shared.stop.load(Relaxed) || self.shared.end().is_some_and(|end| self.now >= end)
     }
 
+    /// Connects in flight: TCP connects, and QUIC handshakes.
+    fn connecting(&self) -> usize {
+        self.pending_connects + self.quic_handshakes
+    }
+
     /// With `connect_first`: once every connection of this thread has connected or failed its
     /// first attempt, say so (once).
     fn tell_ready(&mut self) {
-        if !self.measuring && !self.told_ready && self.opened >= self.mine && self.pending_connects == 0 {
+        if !self.measuring && !self.told_ready && self.opened >= self.mine && self.connecting() == 0 {
             self.told_ready = true;
             // Release: whoever sees this thread ready sees its connections counted open.
             self.shared.ready.fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -757,13 +773,13 @@ impl<'a> EventLoop<'a> {
             return;
         }
         while let Some(&Reverse((due, index, prepaid))) = self.reconnects.peek() {
-            if due > self.now_ns || self.pending_connects >= MAX_PENDING_CONNECTS {
+            if due > self.now_ns || self.connecting() >= MAX_PENDING_CONNECTS {
                 break;
             }
             self.reconnects.pop();
             self.connect(index, prepaid);
         }
-        while self.opened < self.mine && self.pending_connects < MAX_PENDING_CONNECTS {
+        while self.opened < self.mine && self.connecting() < MAX_PENDING_CONNECTS {
             if let Some(interval) = self.open_interval_ns {
                 if self.next_open_ns > self.now_ns {
                     break;
@@ -850,6 +866,7 @@ impl<'a> EventLoop<'a> {
             prepaid: u32::from(prepaid),
             exchanges: self.carried_exchanges.remove(&index).unwrap_or(0),
             timer_at: None,
+            quic_handshaking: false,
         });
         self.pending_connects += 1;
         if connected {
@@ -901,7 +918,8 @@ impl<'a> EventLoop<'a> {
     /// while new ones fail (a server at its limit) goes on.
     fn give_up_if_dead(&mut self, reason: impl FnOnce() -> String) {
         let shared = self.shared;
-        if shared.open.load(Relaxed) > 0 {
+        // A QUIC connection in its handshake is not connected yet, though its socket is.
+        if shared.open.load(Relaxed).saturating_sub(shared.quic_handshaking.load(Relaxed)) > 0 {
             return;
         }
         let since = Duration::from_nanos(self.now_ns.saturating_sub(shared.last_connect_ns.load(Relaxed)));
@@ -998,7 +1016,8 @@ impl<'a> EventLoop<'a> {
         } else {
             conn.next_send_ns = first;
         }
-        let tcp = !conn.core.is_datagram();
+        let (tcp, quic) = (!conn.core.is_datagram(), conn.core.is_quic());
+        conn.quic_handshaking = quic;
         self.pending_connects -= 1;
         self.open += 1;
         self.result.connected += 1;
@@ -1006,7 +1025,14 @@ impl<'a> EventLoop<'a> {
         if tcp {
             self.result.connect_latency.saturating_record((connected.took.as_nanos() as u64).max(1));
         }
-        self.shared.last_connect_ns.fetch_max(now.ns, Relaxed);
+        if quic {
+            // QUIC's socket connect only sets its peer: its handshake, when it completes, is
+            // its connect (`drive`).
+            self.shared.quic_handshaking.fetch_add(1, Relaxed);
+            self.quic_handshakes += 1;
+        } else {
+            self.shared.last_connect_ns.fetch_max(now.ns, Relaxed);
+        }
         let open = self.shared.open.fetch_add(1, Relaxed) + 1;
         self.shared.peak_open.fetch_max(open, Relaxed);
         if let Some(close) = connected.failed {
@@ -1026,8 +1052,13 @@ impl<'a> EventLoop<'a> {
             sockscale_sys::end_socket(conn.socket.as_raw_fd(), &close.last, close.ending);
         }
         self.end(token, end);
-        if let Reason::ConnectTimeout { waited } = close.reason {
-            self.give_up_if_dead(|| format!("connection timed out after {:.1} s", waited.as_secs_f64()));
+        match close.reason {
+            Reason::ConnectTimeout { waited } => {
+                self.give_up_if_dead(|| format!("connection timed out after {:.1} s", waited.as_secs_f64()));
+            }
+            // QUIC: its handshake is its connect.
+            Reason::Quic(failure) if failure.handshaking => self.give_up_if_dead(|| failure.words),
+            _ => {}
         }
     }
 
@@ -1085,7 +1116,7 @@ impl<'a> EventLoop<'a> {
         let (index, _) = ((token & 0xffff_ffff) as usize, ());
         let Some(mut conn) = self.conns.try_remove(index) else { return };
         ws::retire(&mut self.result, &conn.core);
-        quic::retire(&mut self.result, &mut conn, &self.shared.profile, self.now, self.now_ns);
+        self.retire_quic(&mut conn);
         if conn.core.is_connected() {
             self.open -= 1;
             self.shared.open.fetch_sub(1, Relaxed);
@@ -1124,7 +1155,7 @@ impl<'a> EventLoop<'a> {
         for token in tokens {
             let Some(mut conn) = self.conns.try_remove((token & 0xffff_ffff) as usize) else { continue };
             ws::retire(&mut self.result, &conn.core);
-            quic::retire(&mut self.result, &mut conn, &self.shared.profile, self.now, self.now_ns);
+            self.retire_quic(&mut conn);
             if conn.core.is_connected() {
                 self.open -= 1;
                 self.shared.open.fetch_sub(1, Relaxed);

@@ -3,12 +3,11 @@
 //! through the same batches as `load udp`'s; what they carry is the connection's.
 
 use std::os::fd::AsRawFd;
-use std::time::Instant;
 
 use sockscale_sys::udp::MAX_SEGMENTS;
 
 use super::datagrams::Datagrams;
-use super::{count, Conn, ThreadResult};
+use super::{count, Conn, EventLoop, ThreadResult};
 use crate::connection::{Close, Now, Profile};
 
 /// Send what the connection's QUIC endpoint has to send now. A datagram the full socket buffer
@@ -34,7 +33,7 @@ pub(super) fn send(
         let segment = segment.unwrap_or(size).max(1);
         for datagram in buf[..size].chunks(segment) {
             if datagrams.is_full() {
-                flush(conn, datagrams);
+                flush(conn, datagrams)?;
                 if !conn.writable {
                     break;
                 }
@@ -43,26 +42,40 @@ pub(super) fn send(
         }
     }
     if !datagrams.is_empty() {
-        flush(conn, datagrams);
+        flush(conn, datagrams)?;
     }
     Ok(())
 }
 
-/// Send the batch; a full socket buffer makes the connection wait for EPOLLOUT.
-fn flush(conn: &mut Conn, datagrams: &mut Datagrams) {
+/// Send the batch; a full socket buffer makes the connection wait for EPOLLOUT. A datagram the
+/// kernel refused carries the socket's pending error to the sender: an ICMP port unreachable
+/// for an earlier one (which a read would otherwise have reported), so the connection ends.
+fn flush(conn: &mut Conn, datagrams: &mut Datagrams) -> Result<(), Close> {
     let sent = datagrams.send(conn.socket.as_raw_fd(), |_| {});
     if sent.blocked > 0 {
         conn.writable = false;
     }
+    if sent.dropped > sent.blocked {
+        return Err(conn.core.quic_refused());
+    }
+    Ok(())
 }
 
-/// A QUIC connection goes: close it (H3_NO_ERROR) if it is still open, send the datagram that
-/// says so, and count its transport figures.
-pub(super) fn retire(result: &mut ThreadResult, conn: &mut Conn, profile: &Profile, now: Instant, now_ns: u64) {
-    let on = &mut |event| count(result, now_ns, event);
-    if let Some(last) = conn.core.quic_close(profile, now, on) {
-        if !last.is_empty() {
-            let _ = sockscale_sys::send(conn.socket.as_raw_fd(), &last);
+impl EventLoop<'_> {
+    /// A QUIC connection goes: close it (H3_NO_ERROR) if it is still open, send the datagram
+    /// that says so, and count its transport figures.
+    pub(super) fn retire_quic(&mut self, conn: &mut Conn) {
+        if std::mem::take(&mut conn.quic_handshaking) {
+            // It goes in its handshake, or before `drive` saw it complete.
+            self.shared.quic_handshaking.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.quic_handshakes -= 1;
+        }
+        let (result, now_ns) = (&mut self.result, self.now_ns);
+        let on = &mut |event| count(result, now_ns, event);
+        if let Some(last) = conn.core.quic_close(&self.shared.profile, self.now, on) {
+            if !last.is_empty() {
+                let _ = sockscale_sys::send(conn.socket.as_raw_fd(), &last);
+            }
         }
     }
 }

@@ -203,6 +203,13 @@ impl<F: Apps> QuicEndpoint<F> {
         &mut self.apps
     }
 
+    /// The earliest timer of its connections, leaving out work queued to drive now (which
+    /// [`Endpoint::poll_timeout`] asks for at once): a client whose socket is full waits for it
+    /// to drain, or for this, rather than spinning.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
     /// What the endpoint's connections share, to read.
     pub fn shared(&self) -> &F {
         &self.apps

@@ -298,8 +298,13 @@ pub struct HttpArgs {
     pub http2: bool,
     /// Speak HTTP/3 over QUIC v1 (UDP, ALPN h3) to an https:// URL's host and port; --pipeline
     /// is concurrent streams a connection
-    #[arg(long, conflicts_with_all = ["http2", "unix_socket", "no_keepalive"])]
+    #[arg(long, conflicts_with_all = ["http2", "unix_socket"])]
     pub http3: bool,
+    /// With --http3: a connection that resumes a session sends its first requests (up to
+    /// --pipeline) as 0-RTT data, before the handshake completes; the server may refuse them
+    /// (they then go again). 0-RTT requests can be replayed: use it on idempotent ones
+    #[arg(long = "0rtt", requires = "http3")]
+    pub zero_rtt: bool,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
     pub nodelay: bool,
