@@ -132,9 +132,16 @@ pub struct HttpRequest {
     /// HTTP/3 (`--0rtt`): a resumed connection sends its first requests as 0-RTT data, which
     /// an attacker could replay.
     pub zero_rtt: bool,
+    /// HTTP/3 (`--quic-max-mtu`): the ceiling of path MTU discovery, and the largest packet the
+    /// server is told it may send.
+    pub quic_max_mtu: u16,
     /// `https` or `http`: HTTP/2's `:scheme`.
     pub scheme: String,
 }
+
+/// `--quic-max-mtu`'s default: quinn's ceiling, Ethernet's 1,500 less the IP and UDP headers
+/// with room for IPv6.
+pub const DEFAULT_QUIC_MAX_MTU: u16 = 1452;
 
 /// Request headers sockscale writes itself; a user header of the same name (any case)
 /// replaces the default rather than being sent beside it.
@@ -454,6 +461,11 @@ const MAX_UDP_PAYLOAD_V4: usize = 65_507;
 const MAX_UDP_PAYLOAD_V6: usize = 65_527;
 
 impl LoadConfig {
+    /// Whether the run speaks QUIC (`load http --http3`): its UDP sockets never fragment.
+    pub fn quic(&self) -> bool {
+        matches!(&self.mode, Mode::Http(h) if h.http3)
+    }
+
     pub fn validate(&self) -> Result<(), LoadConfigError> {
         for (flag, v) in [("c", self.conns), ("t", self.threads), ("-depth", self.depth), ("-block", self.block)] {
             if v == 0 {
@@ -564,6 +576,7 @@ mod tests {
             http2: false,
             http3: false,
             zero_rtt: false,
+            quic_max_mtu: DEFAULT_QUIC_MAX_MTU,
             scheme: "http".into(),
         };
         assert_eq!(
@@ -587,6 +600,7 @@ mod tests {
             http2: false,
             http3: false,
             zero_rtt: false,
+            quic_max_mtu: DEFAULT_QUIC_MAX_MTU,
             scheme: "http".into(),
         }
     }

@@ -172,9 +172,15 @@ pub fn h3_profile(cfg: &LoadConfig, h: &crate::config::HttpRequest) -> Result<H3
         fields.push(("content-length".into(), &length));
     }
     let head = RequestHead { method: &h.method, scheme: "https", authority, path: &h.path, fields };
-    let mut profile =
-        H3Profile::new(&tls.client, &tls.server_name, remote, &head, &h.body, cfg.connect_timeout, h.zero_rtt)
-            .map_err(|e| e.to_string())?;
+    let mut profile = H3Profile::new(
+        &tls.client,
+        &tls.server_name,
+        remote,
+        &head,
+        &h.body,
+        crate::h3::H3Options { handshake_timeout: cfg.connect_timeout, zero_rtt: h.zero_rtt, max_mtu: h.quic_max_mtu },
+    )
+    .map_err(|e| e.to_string())?;
     profile.keepalive = h.keepalive;
     Ok(profile)
 }

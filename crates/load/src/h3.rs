@@ -89,6 +89,17 @@ pub struct RequestHead<'a> {
 #[error("QUIC: {0}")]
 pub struct H3SetupError(String);
 
+/// The run's QUIC choices.
+#[derive(Debug, Clone, Copy)]
+pub struct H3Options {
+    /// A handshake not done by then ends the connection (`--connect-timeout`).
+    pub handshake_timeout: Duration,
+    /// `--0rtt`: a resumed connection's first requests go as 0-RTT data.
+    pub zero_rtt: bool,
+    /// `--quic-max-mtu`.
+    pub max_mtu: u16,
+}
+
 impl H3Profile {
     /// `tls`: the client's rustls configuration (trust, resumption), its ALPN set to `h3` here;
     /// `zero_rtt`: send a resumed connection's first requests as 0-RTT data (`--0rtt`).
@@ -98,10 +109,14 @@ impl H3Profile {
         remote: SocketAddr,
         head: &RequestHead<'_>,
         body: &Bytes,
-        handshake_timeout: Duration,
-        zero_rtt: bool,
+        options: H3Options,
     ) -> Result<Self, H3SetupError> {
+        let H3Options { handshake_timeout, zero_rtt, max_mtu } = options;
         let tuning = QuicTuning {
+            // Path MTU discovery up to `--quic-max-mtu` (the socket never fragments), which is
+            // also the largest packet the server is told it may send.
+            allow_mtud: true,
+            max_mtu,
             // The server opens no request stream (RFC 9114 §6.1): push is never allowed.
             max_streams: 0,
             stream_window: 2 << 20,

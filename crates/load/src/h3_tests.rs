@@ -210,8 +210,15 @@ fn profile_with(trust: &Trust, body: &[u8], zero_rtt: bool) -> H3Profile {
         fields: vec![("user-agent".into(), "sockscale")],
     };
     let remote: SocketAddr = SERVER.parse().expect("addr");
-    H3Profile::new(&tls, "127.0.0.1", remote, &head, &Bytes::copy_from_slice(body), Duration::from_secs(5), zero_rtt)
-        .expect("profile")
+    H3Profile::new(
+        &tls,
+        "127.0.0.1",
+        remote,
+        &head,
+        &Bytes::copy_from_slice(body),
+        H3Options { handshake_timeout: Duration::from_secs(5), zero_rtt, max_mtu: crate::DEFAULT_QUIC_MAX_MTU },
+    )
+    .expect("profile")
 }
 
 /// The client and the server joined in memory.

@@ -29,7 +29,9 @@ pub mod ws_h2;
 mod ws_h2_probe;
 pub mod ws_report;
 
-pub use config::{AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, WsRun};
+pub use config::{
+    AcceptedStatuses, Endpoint, HttpRequest, LoadConfig, LoadTls, Mode, Progress, WsRun, DEFAULT_QUIC_MAX_MTU,
+};
 pub use report::Report;
 pub use run::{preflight, run, run_with, LoadError};
 pub use segment::Segment;

@@ -99,8 +99,15 @@ fn each_misuse_of_http3_gets_one_line_and_a_non_zero_exit() {
 #[test]
 fn a_busy_udp_port_is_refused() {
     let cert = tls::TestCert::new("h3-busy");
-    let squatter = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
-    let addr = squatter.local_addr().expect("its address");
+    // A UDP port whose TCP namesake is free (another test's server may hold a TCP port of
+    // the number the kernel gave this UDP socket).
+    let (_squatter, addr) = (0..50)
+        .find_map(|_| {
+            let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
+            let addr = udp.local_addr().ok()?;
+            std::net::TcpListener::bind(addr).ok().map(|_| (udp, addr))
+        })
+        .expect("a UDP port with its TCP namesake free");
     let listen = addr.to_string();
     let mut args = vec!["--listen", listen.as_str(), "--proto", "http", "--http3"];
     let tls = cert.args();
@@ -146,4 +153,45 @@ fn http3_takes_the_offload_and_quic_flags() {
     // The load generator's probe and its connection: each sent a Retry, each then admitted.
     let (retries, handshakes) = (done.counter("quic_retries"), done.counter("quic_handshakes"));
     assert!(retries >= 2 && retries == handshakes, "--quic-retry on: {retries} retries, {handshakes} handshakes");
+}
+
+/// `--quic-max-mtu` on both ends: path MTU discovery finds loopback's room and the server's
+/// datagrams grow past Ethernet's 1,500 bytes; by default they stay under it.
+#[test]
+fn quic_max_mtu_lets_path_mtu_discovery_grow_the_packets() {
+    let cert = tls::TestCert::new("h3-mtu");
+    let dir = tempfile_dir("h3-mtu-body");
+    let body = dir.join("body.bin");
+    std::fs::write(&body, pattern(3, 4 << 20)).expect("body");
+    let body_arg = body.to_string_lossy().into_owned();
+    let mut mean_datagram = Vec::new();
+    for mtu in [None, Some("8952")] {
+        let tls = cert.args();
+        let mut args = vec!["--proto", "http", "--http3", "--body", &body_arg, "--udp-gso", "off"];
+        args.extend(tls.iter().map(String::as_str));
+        if let Some(m) = mtu {
+            args.extend(["--quic-max-mtu", m]);
+        }
+        let server = ServerProc::start("epoll", &args);
+        let url = format!("https://127.0.0.1:{}/", server.addr.port());
+        let mut load = Command::new(BIN);
+        load.args(["load", "http", "--http3", "-c", "1", "-d", "1", "--sni", "localhost", "--cacert"])
+            .arg(&cert.ca_file);
+        if let Some(m) = mtu {
+            load.args(["--quic-max-mtu", m]);
+        }
+        let out = load.arg(&url).output().expect("run sockscale load");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let done = server.stop();
+        mean_datagram.push(done.counter("bytes_out") / done.counter("datagrams_out").max(1));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(mean_datagram[0] <= 1452, "default: {mean_datagram:?}");
+    assert!(mean_datagram[1] > 3000, "--quic-max-mtu 8952: {mean_datagram:?}");
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sockscale-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
 }

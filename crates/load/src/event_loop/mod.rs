@@ -888,6 +888,10 @@ impl<'a> EventLoop<'a> {
         let socket = Socket::new(Domain::for_address(addr), ty.nonblocking().cloexec(), Some(proto))?;
         if !udp {
             socket.set_tcp_nodelay(cfg.nodelay)?;
+        } else if cfg.quic() {
+            // QUIC's path MTU discovery probes larger packets itself: they must never be
+            // fragmented (a lost probe is its answer).
+            sockscale_sys::udp::disable_fragmentation(socket.as_raw_fd(), addr.is_ipv6())?;
         }
         if !cfg.sources.is_empty() {
             let source = cfg.sources[(index % cfg.sources.len() as u64) as usize];

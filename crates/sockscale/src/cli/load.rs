@@ -581,6 +581,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         http2: a.http2,
         http3: a.http3,
         zero_rtt: a.zero_rtt,
+        quic_max_mtu: a.quic_max_mtu.unwrap_or(sockscale_load::DEFAULT_QUIC_MAX_MTU),
         scheme: if https { "https" } else { "http" }.to_owned(),
     };
     let options = options_json(
@@ -588,7 +589,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         &target,
         &a.common,
         serde_json::json!({
-            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "http3": a.http3, "0rtt": a.zero_rtt, "nodelay": !a.no_nodelay, "method": a.method,
+            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "http3": a.http3, "0rtt": a.zero_rtt, "quic_max_mtu": a.quic_max_mtu, "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
             "tls": https.then(|| a.tls_args.options()),

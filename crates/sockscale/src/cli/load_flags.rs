@@ -305,6 +305,12 @@ pub struct HttpArgs {
     /// (they then go again). 0-RTT requests can be replayed: use it on idempotent ones
     #[arg(long = "0rtt", requires = "http3")]
     pub zero_rtt: bool,
+    /// With --http3: the largest QUIC packet path MTU discovery may probe for, and the most
+    /// the server may send in one [default: 1452]. On loopback or a jumbo-frame LAN a larger
+    /// ceiling lets both ends use fewer, larger packets (the server's own --quic-max-mtu
+    /// bounds what it sends). 1200 to 65527
+    #[arg(long, value_name = "BYTES", requires = "http3", value_parser = clap::value_parser!(u16).range(1200..=65527))]
+    pub quic_max_mtu: Option<u16>,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
     pub nodelay: bool,
