@@ -6,7 +6,9 @@ Server: HTTP/3 requests per server CPU-second, c=100 connections with 16 streams
   - sockscale (`serve --proto http --http3 -m epoll -t 1`) against Caddy (v2.11.9, HTTP/3 on by
     default, GOMAXPROCS=1, the same page from `respond`), the same client for both: goal >= 2x;
   - sockscale's HTTP/3 against its own HTTP/2 over TLS on the same model and the same shape
-    (`load http --http2 -c 100 --pipeline 16` to https://): goal >= 0.4x.
+    (`load http --http2 -c 100 --pipeline 16` to https://): goal >= 0.4x; and the same with
+    `--quic-max-mtu 8952` on both ends, as a second line (loopback's MTU is 65,536: TCP sends
+    64 KiB segments there, QUIC 1,452-byte packets unless path MTU discovery may probe further).
 Load: requests per client CPU-second, `sockscale load http --http3` against oha built with its
 HTTP/3 feature (`cargo install oha --features http3`; `oha --http-version 3 -c 100 -p 16`),
 both against the same `sockscale serve` (HTTP/3): goal >= 1.0x.
@@ -136,7 +138,10 @@ def main():
     servers = {"sockscale": sockscale_server(),
                "sockscale 1 MiB, GSO+GRO on": sockscale_server(["--body", str(body)]),
                "sockscale 1 MiB, GSO+GRO off": sockscale_server(["--body", str(body), "--udp-gso", "off",
-                                                                  "--udp-gro", "off"])}
+                                                                  "--udp-gro", "off"]),
+               # Loopback's MTU is 65,536: TCP's segments are 64 KiB there, QUIC's 1,452 bytes
+               # unless path MTU discovery may probe further (both ends' --quic-max-mtu).
+               "sockscale, --quic-max-mtu 8952": sockscale_server(["--quic-max-mtu", "8952"])}
     if args.caddy:
         servers["Caddy"] = lambda: start_caddy(args.caddy, out_dir, cert, key, page.decode())
     else:
@@ -144,12 +149,15 @@ def main():
     h3 = lambda url, a: sockscale_load(url, ca, a, ["--http3", *shape])  # noqa: E731
     h2 = lambda url, a: sockscale_load(url, ca, a, ["--http2", *shape])  # noqa: E731
     h3_big = lambda url, a: sockscale_load(url, ca, a, ["--http3", *big])  # noqa: E731
-    clients = {"load --http3": h3, "load --http2 (TLS)": h2, "load --http3, 1 MiB": h3_big}
+    h3_jumbo = lambda url, a: sockscale_load(url, ca, a, ["--http3", "--quic-max-mtu", "8952", *shape])  # noqa: E731
+    clients = {"load --http3": h3, "load --http2 (TLS)": h2, "load --http3, 1 MiB": h3_big,
+               "load --http3 --quic-max-mtu 8952": h3_jumbo}
     if args.oha:
         clients["oha --http-version 3"] = lambda url, a: oha_load(args.oha, url, a)
     else:
         print("no oha with HTTP/3 (--oha PATH or SOCKSCALE_OHA): the load goal is not measured", flush=True)
     pairs = [("sockscale", "load --http3"), ("sockscale", "load --http2 (TLS)"),
+             ("sockscale, --quic-max-mtu 8952", "load --http3 --quic-max-mtu 8952"),
              ("sockscale 1 MiB, GSO+GRO on", "load --http3, 1 MiB"), ("sockscale 1 MiB, GSO+GRO off", "load --http3, 1 MiB")]
     if args.caddy:
         pairs.insert(1, ("Caddy", "load --http3"))
@@ -221,6 +229,9 @@ def print_tables(rows, args):
     goals = [ratio_line("sockscale HTTP/3 / Caddy HTTP/3 (server CPU)", mine,
                         per_run(rows, "Caddy", "load --http3", key), 2),
              ratio_line("sockscale HTTP/3 / its HTTP/2 over TLS (server CPU)", mine,
+                        per_run(rows, "sockscale", "load --http2 (TLS)", key), 0.4),
+             ratio_line("the same with --quic-max-mtu 8952 on both ends (loopback's room)",
+                        per_run(rows, "sockscale, --quic-max-mtu 8952", "load --http3 --quic-max-mtu 8952", key),
                         per_run(rows, "sockscale", "load --http2 (TLS)", key), 0.4),
              ratio_line("load --http3 / oha HTTP/3 (client CPU)", per_run(rows, "sockscale", "load --http3", "req_per_client_cpu_s"),
                         per_run(rows, "sockscale", "oha --http-version 3", "req_per_client_cpu_s"), 1.0),
