@@ -388,3 +388,22 @@ fn a_client_goaway_closes_the_connection_once_its_requests_are_answered() {
     assert_eq!(c.answer(id, false).status, Some(200));
     assert_eq!(c.closed_with(), Some(ErrorCode::H3_NO_ERROR.code()));
 }
+
+#[test]
+fn a_peer_that_never_acknowledges_holds_a_bounded_flight_until_the_idle_timeout() {
+    let len = 100u64 << 20;
+    let http =
+        HttpConfig { body: ResponseBody::File { len }, file_chunks: Some(Arc::new(Pattern)), ..HttpConfig::default() };
+    let mut c = serve(http);
+    c.open(&get("/huge"), true);
+    c.pair.drive_until(Duration::from_millis(20), |_| false);
+    // From now on nothing of the client's reaches the server: no ACK, no credit.
+    c.pair.mute_client = true;
+    let (start, sent_before) = (c.pair.now, c.pair.server_datagrams);
+    assert!(c.pair.drive_until(Duration::from_secs(60), |p| p.server.open_connections() == 0), "never let go");
+    let (took, sent) = (c.pair.now - start, c.pair.server_datagrams - sent_before);
+    // The congestion window stops new data at once; probes back off; the idle timeout (30 s
+    // since the client was last heard) ends it.
+    assert!(took <= Duration::from_secs(31), "held {took:?}");
+    assert!(sent < 200, "{sent} datagrams to a peer that never acknowledged");
+}

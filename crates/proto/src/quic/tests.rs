@@ -64,6 +64,8 @@ pub(crate) struct Pair<E: Endpoint> {
     pub server_datagrams: usize,
     pub client_datagrams: usize,
     pub client_events: Vec<(usize, Event)>,
+    /// The client's datagrams are dropped on their way (a peer that never acknowledges).
+    pub mute_client: bool,
 }
 
 impl<E: Endpoint> Pair<E> {
@@ -78,6 +80,7 @@ impl<E: Endpoint> Pair<E> {
             server_datagrams: 0,
             client_datagrams: 0,
             client_events: Vec::new(),
+            mute_client: false,
         }
     }
 
@@ -117,7 +120,9 @@ impl<E: Endpoint> Pair<E> {
                 let seg = t.segment_size.unwrap_or(t.size);
                 for d in buf[..t.size].chunks(seg) {
                     self.client_datagrams += 1;
-                    self.to_server.push_back((from, d.to_vec()));
+                    if !self.mute_client {
+                        self.to_server.push_back((from, d.to_vec()));
+                    }
                 }
             }
         }
