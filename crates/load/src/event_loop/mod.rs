@@ -37,6 +37,9 @@ use crate::connection::{Close, Connection, Event as ConnEvent, Now, Profile, Rea
 use crate::rate::PacedBlock;
 use crate::report::{new_histogram, AtEnd, Errors, Statuses, Udp, Unopened, Ws, H2};
 
+/// The receive buffer a QUIC connection's UDP socket asks for.
+const QUIC_RECV_BUFFER: usize = 4 << 20;
+
 /// The slab index in a timer token that marks a `-r` block's deadline (the block number is
 /// in the high half); no connection slot gets this far.
 const PACER_SLOT: u64 = 0xffff_ffff;
@@ -892,6 +895,9 @@ impl<'a> EventLoop<'a> {
             // QUIC's path MTU discovery probes larger packets itself: they must never be
             // fragmented (a lost probe is its answer).
             sockscale_sys::udp::disable_fragmentation(socket.as_raw_fd(), addr.is_ipv6())?;
+            // A response's burst (16 streams of it) must not overflow the default 208 KiB
+            // queue; the kernel caps the size at net.core.rmem_max.
+            socket.set_recv_buffer_size(QUIC_RECV_BUFFER)?;
         }
         if !cfg.sources.is_empty() {
             let source = cfg.sources[(index % cfg.sources.len() as u64) as usize];

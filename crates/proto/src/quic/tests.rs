@@ -70,9 +70,14 @@ pub(crate) struct Pair<E: Endpoint> {
 
 impl<E: Endpoint> Pair<E> {
     pub fn new(server: E) -> Self {
+        Self::with_client(server, quinn_proto::Endpoint::new(Arc::default(), None, false, None))
+    }
+
+    /// With the client's endpoint made by the test.
+    pub fn with_client(server: E, client: quinn_proto::Endpoint) -> Self {
         Pair {
             server,
-            client: quinn_proto::Endpoint::new(Arc::default(), None, false, None),
+            client,
             conns: Vec::new(),
             now: Instant::now(),
             to_server: VecDeque::new(),
@@ -542,4 +547,34 @@ fn under_an_initial_flood_retry_auto_keeps_no_state_for_unvalidated_addresses() 
     let c = pair.connect(client);
     assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
     bystander_is_served(&mut pair, c);
+}
+
+#[test]
+fn path_mtu_discovery_grows_the_packets_up_to_the_ceiling() {
+    let certs = certs();
+    let tuning = QuicTuning { allow_mtud: true, max_mtu: 8952, ..QuicTuning::default() };
+    let setup = setup(&certs, b"echo", tuning.clone());
+    // The client takes datagrams as large as the server's ceiling, and probes its own way too.
+    let client = quinn_proto::Endpoint::new(setup.endpoint.clone(), None, true, None);
+    let mut pair = Pair::with_client(QuicEndpoint::new(setup, admission(), EchoApps), client);
+    let c = pair.connect(client_config(&certs, b"echo", &tuning));
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)));
+    // Traffic for path MTU discovery to probe along (within one stream window: the test's
+    // echo does not wait for credit).
+    let id = pair.conns[c].1.streams().open(Dir::Bi).expect("a stream");
+    let payload = vec![7u8; 800_000];
+    let mut at = 0;
+    let mut got = 0;
+    let done = pair.drive_until(Duration::from_secs(30), |p| {
+        if at < payload.len() {
+            at += p.conns[c].1.send_stream(id).write(&payload[at..]).unwrap_or(0);
+        }
+        got += p.read_client(c, id).0.len();
+        got >= payload.len()
+    });
+    assert!(done, "echoed {got} of {}", payload.len());
+    let server_mtu = pair.server.connection_mut(0).map(|(conn, _, _)| conn.current_mtu());
+    assert!(server_mtu.is_some_and(|m| m > 8000), "the server's path MTU grew to {server_mtu:?}, not near 8952");
+    let client_mtu = pair.conns[c].1.current_mtu();
+    assert!(client_mtu > 8000, "the client's path MTU grew to {client_mtu}, not near 8952");
 }
