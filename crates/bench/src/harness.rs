@@ -107,6 +107,8 @@ struct Latest {
     connections: BTreeMap<usize, u64>,
     limits: BTreeMap<usize, BTreeMap<String, u64>>,
     final_limits: Option<BTreeMap<String, u64>>,
+    /// Every counter of the `final` line, by name.
+    final_counters: Option<BTreeMap<String, u64>>,
 }
 
 impl ServerCounters {
@@ -123,6 +125,15 @@ impl ServerCounters {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(counters) = rest.strip_prefix("final ") {
             latest.final_limits = Some(limits_of(counters));
+            latest.final_counters = Some(
+                counters
+                    .split_whitespace()
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_owned(), v.parse().ok()?))
+                    })
+                    .collect(),
+            );
             return;
         }
         let Some(counters) = rest.strip_prefix("stats ") else { return };
@@ -144,6 +155,13 @@ impl ServerCounters {
     /// The peak, and the number of stats lines it was taken from.
     pub fn read(&self) -> (u64, u64) {
         (self.peak.load(Ordering::Relaxed), self.reports.load(Ordering::Relaxed))
+    }
+
+    /// The counter `name` of the server's `final` line; `None` before it printed one, or when
+    /// the line has no such counter.
+    pub fn final_counter(&self, name: &str) -> Option<u64> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        latest.final_counters.as_ref()?.get(name).copied()
     }
 
     /// The limits that kept connections out, with their counts (those above 0): the `final`
@@ -819,7 +837,9 @@ mod tests {
         assert_eq!(g.read().0, 350);
         assert_eq!(g.limits(), Some(BTreeMap::from([("threads".to_owned(), 5)])));
         g.observe("[worker 1] cannot start: something");
-        g.observe("final accepted=9 limit_threads=7 limit_memory=1 limit_ceiling=0");
+        assert_eq!(g.final_counter("accepted"), None, "no final line yet");
+        g.observe("final accepted=9 limit_threads=7 limit_memory=1 limit_ceiling=0 h3_requests=40");
         assert_eq!(g.limits(), Some(BTreeMap::from([("memory".to_owned(), 1), ("threads".to_owned(), 7)])));
+        assert_eq!((g.final_counter("h3_requests"), g.final_counter("quic_handshakes")), (Some(40), None));
     }
 }

@@ -680,6 +680,10 @@ pub struct HttpPoint {
     /// block counted them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicConnections>,
+    /// HTTP/3 only: what the server itself counted, from its `final` line; absent for Caddy,
+    /// and when the server printed no final line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_quic: Option<ServerQuic>,
     /// Every repetition of this point, one entry each with its headline figures (the fields
     /// above are the median repetition's: see [`Repeated`]). Empty in results written before
     /// repetitions.
@@ -736,6 +740,16 @@ impl QuicConnections {
             datagrams_received: q.datagrams.received,
         }
     }
+}
+
+/// A sockscale server's own HTTP/3 counts over one point (its `final` line): requests
+/// answered (every request of the point's repetition, and any still in flight as it ended),
+/// QUIC handshakes completed, and packets its loss detection declared lost.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServerQuic {
+    pub h3_requests: u64,
+    pub quic_handshakes: u64,
+    pub quic_packets_lost: u64,
 }
 
 /// The TLS handshakes of one HTTPS point, as the load generator counted them.

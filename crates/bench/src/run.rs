@@ -22,7 +22,7 @@ use crate::harness::{Children, Harness, Measured, Scheme};
 use crate::profile::Profile;
 use crate::results::{
     median_index, spreads_of, Figures, HttpPoint, HttpWorkload, Interference, Interval, ModelResult, Repeat, Reruns,
-    Results, Row, RowKind, Spreads, UdpPoint, WsIdle, WsPoint, SCHEMA,
+    Results, Row, RowKind, ServerQuic, Spreads, UdpPoint, WsIdle, WsPoint, SCHEMA,
 };
 use crate::tables::thousands;
 use crate::{caddy, nginx};
@@ -467,8 +467,18 @@ fn measure(h: &Harness<'_>, who: Who, step: Step) -> Result<Measurement, String>
             }
             let server = h.start_server(m.name(), "http", &extra)?;
             let point = h.http_point(server.port, Some(server.pid()), scheme, workload, concurrency);
-            h.stop_server(server);
-            point.map(|m| Measurement::Point(Box::new(m)))
+            let counters = h.stop_server(server);
+            point.map(|mut m| {
+                if workload.http3() {
+                    let count = |name| counters.final_counter(name);
+                    m.value.server_quic = count("h3_requests").map(|h3_requests| ServerQuic {
+                        h3_requests,
+                        quic_handshakes: count("quic_handshakes").unwrap_or(0),
+                        quic_packets_lost: count("quic_packets_lost").unwrap_or(0),
+                    });
+                }
+                Measurement::Point(Box::new(m))
+            })
         }
         (Who::Nginx, Step::Point { workload, concurrency }) => {
             let scheme = scheme_of(h, workload)?;

@@ -607,7 +607,7 @@ impl Results {
         }
         if sweep == "HTTP/3" && points().any(|p| p.quic.is_some()) {
             s.push_str(
-                "\n### QUIC: handshakes completed / failed, handshake p50 / p99 ms, RTT p50 ms, packets lost of sent\n\nThe load generator's count of the point's QUIC connections: each handshake from its first Initial to its completion, each connection's smoothed RTT as it ended, and the packets its loss detection declared lost (their frames sent again).\n\n",
+                "\n### QUIC: handshakes completed / failed, handshake p50 / p99 ms, RTT p50 ms, packets lost of sent\n\nThe load generator's count of the point's QUIC connections: each handshake from its first Initial to its completion, each connection's smoothed RTT as it ended, and the packets its loss detection declared lost (their frames sent again); in brackets, what a sockscale server counted itself over the point (its final line: requests answered, handshakes, packets it declared lost).\n\n",
             );
             s.push_str(&table(&|p| match &p.quic {
                 Some(q) => {
@@ -616,8 +616,16 @@ impl Results {
                         |l| format!("{} / {}", decimal(l.p50_ms), decimal(l.p99_ms)),
                     );
                     let rtt = q.rtt.map_or_else(|| NOT_MEASURED.to_owned(), |l| decimal(l.p50_ms));
+                    let server = p.server_quic.map_or_else(String::new, |c| {
+                        format!(
+                            " (server: {} requests, {} handshakes, {} packets lost)",
+                            thousands(c.h3_requests),
+                            thousands(c.quic_handshakes),
+                            thousands(c.quic_packets_lost)
+                        )
+                    });
                     format!(
-                        "{} / {}; {handshake}; RTT {rtt}; {} lost of {}",
+                        "{} / {}; {handshake}; RTT {rtt}; {} lost of {}{server}",
                         thousands(q.handshakes),
                         thousands(q.handshakes_failed),
                         thousands(q.packets_lost),
@@ -1755,7 +1763,11 @@ mod tests {
             ..repeated_point(HttpWorkload::H3, &[rate], &[], &[])
         };
         let mut r = epoll_with("", "");
-        r.models[0].http = vec![repeated_point(HttpWorkload::H2Tls, &[83_000.0], &[], &[]), h3(48_000.0)];
+        let server_quic = crate::results::ServerQuic { h3_requests: 14_400, quic_handshakes: 10, quic_packets_lost: 2 };
+        r.models[0].http = vec![
+            repeated_point(HttpWorkload::H2Tls, &[83_000.0], &[], &[]),
+            HttpPoint { server_quic: Some(server_quic), ..h3(48_000.0) },
+        ];
         assert_eq!(r.models[0].http[1].workload(), HttpWorkload::H3);
         let cannot = sockscale_server::Model::ALL.into_iter().find(|m| !m.serves_http3());
         if let Some(m) = cannot {
@@ -1767,9 +1779,13 @@ mod tests {
         let t = r.sweep_markdown("HTTP/3");
         assert!(t.contains("| epoll | h3 (QUIC), 16 streams | 48,000 |"), "{t}");
         assert!(t.contains("| caddy | h3 (QUIC), 16 streams | 6,000 |"), "{t}");
+        assert!(
+            t.contains("| caddy | h3 (QUIC), 16 streams | 10 / 0; 1.20 / 1.60; RTT 3.40; 3 lost of 1,280 |"),
+            "{t}"
+        );
         assert!(!t.contains("83,000") && !t.contains("TLS handshakes"), "{t}");
         assert!(
-            t.contains("| epoll | h3 (QUIC), 16 streams | 10 / 0; 1.20 / 1.60; RTT 3.40; 3 lost of 1,280 |"),
+            t.contains("| epoll | h3 (QUIC), 16 streams | 10 / 0; 1.20 / 1.60; RTT 3.40; 3 lost of 1,280 (server: 14,400 requests, 10 handshakes, 2 packets lost) |"),
             "{t}"
         );
         if let Some(m) = cannot {

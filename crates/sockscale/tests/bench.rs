@@ -338,6 +338,16 @@ fn assert_h3_points(name: &str, http: &[serde_json::Value], expected: usize) {
         assert!(q["handshakes"].as_u64().is_some_and(|n| n >= 10), "{name}: {p}");
         assert_eq!(q["handshakes_failed"], 0, "{name}: {p}");
         assert!(q["packets_sent"].as_u64().is_some_and(|n| n > 0), "{name}: {p}");
+        // A sockscale server's own counts: every request the load timed answered, every
+        // connection's handshake; Caddy prints none.
+        let server = &p["server_quic"];
+        if name == "caddy" {
+            assert!(server.is_null(), "{p}");
+        } else {
+            let count = |k: &str| server[k].as_u64().unwrap_or_else(|| panic!("{name}: no server_quic.{k}: {p}"));
+            assert!(count("h3_requests") >= p["latency"]["count"].as_u64().unwrap_or(u64::MAX), "{name}: {p}");
+            assert!(count("quic_handshakes") >= 10, "{name}: {p}");
+        }
     }
 }
 
