@@ -19,8 +19,8 @@ use sockscale_load::Report;
 use crate::interference::InterferenceWindow;
 use crate::profile::Profile;
 use crate::results::{
-    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, Interference, KernelMemory, Row, RowKind, SampleCounts,
-    TlsHandshakes, UdpPoint, WsIdle, WsPoint,
+    ConnectAttempts, HttpLatency, HttpPoint, HttpWorkload, Interference, KernelMemory, QuicConnections, Row, RowKind,
+    SampleCounts, TlsHandshakes, UdpPoint, WsIdle, WsPoint,
 };
 use crate::sampler::{socket_slabs, sockstat_tcp, Sampler};
 
@@ -107,6 +107,8 @@ struct Latest {
     connections: BTreeMap<usize, u64>,
     limits: BTreeMap<usize, BTreeMap<String, u64>>,
     final_limits: Option<BTreeMap<String, u64>>,
+    /// Every counter of the `final` line, by name.
+    final_counters: Option<BTreeMap<String, u64>>,
 }
 
 impl ServerCounters {
@@ -123,6 +125,15 @@ impl ServerCounters {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(counters) = rest.strip_prefix("final ") {
             latest.final_limits = Some(limits_of(counters));
+            latest.final_counters = Some(
+                counters
+                    .split_whitespace()
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_owned(), v.parse().ok()?))
+                    })
+                    .collect(),
+            );
             return;
         }
         let Some(counters) = rest.strip_prefix("stats ") else { return };
@@ -144,6 +155,13 @@ impl ServerCounters {
     /// The peak, and the number of stats lines it was taken from.
     pub fn read(&self) -> (u64, u64) {
         (self.peak.load(Ordering::Relaxed), self.reports.load(Ordering::Relaxed))
+    }
+
+    /// The counter `name` of the server's `final` line; `None` before it printed one, or when
+    /// the line has no such counter.
+    pub fn final_counter(&self, name: &str) -> Option<u64> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        latest.final_counters.as_ref()?.get(name).copied()
     }
 
     /// The limits that kept connections out, with their counts (those above 0): the `final`
@@ -519,7 +537,7 @@ impl Harness<'_> {
 
     /// One point of the seed-003 sweep against a server already listening on `port`: `c`
     /// connections of `workload` (plain HTTP with or without keep-alive, HTTPS keep-alive or a
-    /// full handshake per request, HTTP/2 with the profile's streams). `server` is the server's
+    /// full handshake per request, HTTP/2 or HTTP/3 with the profile's streams). `server` is the server's
     /// pid, whose CPU the point reads.
     pub fn http_point(
         &self,
@@ -547,17 +565,27 @@ impl Harness<'_> {
         if !workload.keepalive() {
             args.push("--no-keepalive".into());
         }
-        let streams = workload.http2().then_some(p.h2_streams);
-        if let Some(streams) = streams {
-            args.extend(["--http2".into(), "--pipeline".into(), streams.to_string()]);
+        let streams = if workload.http3() { Some(p.h3_streams) } else { workload.http2().then_some(p.h2_streams) };
+        match streams {
+            Some(streams) if workload.http3() => {
+                args.extend(["--http3".into(), "--pipeline".into(), streams.to_string()])
+            }
+            Some(streams) => args.extend(["--http2".into(), "--pipeline".into(), streams.to_string()]),
+            None => {}
         }
         if let Scheme::Https { ca } = scheme {
             args.extend(["--cacert".into(), ca.display().to_string()]);
             // Every new connection a full handshake: the row measures what the issue asks,
             // and keep-alive rows pay one full handshake per connection, not a resumed one.
-            args.extend(["--tls-resume".into(), "off".into()]);
+            // (HTTP/3's connections resume nothing unless asked to.)
+            if !workload.http3() {
+                args.extend(["--tls-resume".into(), "off".into()]);
+            }
         }
-        args.extend(self.spread(c));
+        // QUIC connections are UDP sockets: no TCP port or accept queue to spread over.
+        if !workload.http3() {
+            args.extend(self.spread(c));
+        }
         let before = server.and_then(|pid| crate::sampler::cpu_ticks(pid).map(|t| (Instant::now(), t)));
         let (report, interference) = self.watched(server, || self.load(&args));
         let report = report?;
@@ -577,11 +605,13 @@ impl Harness<'_> {
             errors: report.errors.total(),
             client_bound: report.rates.cpu_percent >= 90.0 * self.client_cpus.len().max(1) as f64,
             tls: workload.tls(),
-            tls_resume: (workload.tls() && !workload.http2()).then_some(false),
+            tls_resume: (workload.tls() && !workload.multiplexed()).then_some(false),
             server_cpu_pct,
             handshakes: report.tls.as_ref().map(TlsHandshakes::from_report),
             http2: workload.http2(),
             streams,
+            http3: workload.http3(),
+            quic: report.quic.as_ref().map(QuicConnections::from_report),
             ..HttpPoint::default()
         };
         Ok(Measured { value: point, interference })
@@ -807,7 +837,9 @@ mod tests {
         assert_eq!(g.read().0, 350);
         assert_eq!(g.limits(), Some(BTreeMap::from([("threads".to_owned(), 5)])));
         g.observe("[worker 1] cannot start: something");
-        g.observe("final accepted=9 limit_threads=7 limit_memory=1 limit_ceiling=0");
+        assert_eq!(g.final_counter("accepted"), None, "no final line yet");
+        g.observe("final accepted=9 limit_threads=7 limit_memory=1 limit_ceiling=0 h3_requests=40");
         assert_eq!(g.limits(), Some(BTreeMap::from([("memory".to_owned(), 1), ("threads".to_owned(), 7)])));
+        assert_eq!((g.final_counter("h3_requests"), g.final_counter("quic_handshakes")), (Some(40), None));
     }
 }

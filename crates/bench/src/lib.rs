@@ -5,6 +5,7 @@
 //! `sockscale load` processes, watches it through /proc, and writes raw JSON first; the
 //! markdown table, the CSVs, the charts and the HTML page are all drawn from that JSON.
 
+pub mod caddy;
 pub mod harness;
 pub mod interference;
 pub mod machine;

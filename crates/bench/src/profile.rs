@@ -35,6 +35,11 @@ pub struct Profile {
     /// streams on each connection (h2load's `-m`).
     pub h2_concurrency: Vec<u64>,
     pub h2_streams: u64,
+    /// The HTTP/3 sweep (`load http --http3`, QUIC over UDP) at these concurrencies,
+    /// `h3_streams` concurrent request streams on each connection, as the HTTP/2 sweep drives
+    /// its streams; on every model that serves HTTP/3, and Caddy when it is found.
+    pub h3_concurrency: Vec<u64>,
+    pub h3_streams: u64,
     /// The WebSocket echo sweep (`serve --proto ws`, `load ws --pipeline 1`, `msg_len`-byte
     /// binary messages) at these concurrencies, each measured for `http_time`.
     pub ws_concurrency: Vec<u64>,
@@ -69,6 +74,8 @@ impl Profile {
                 https_concurrency: vec![10],
                 h2_concurrency: vec![10],
                 h2_streams: 16,
+                h3_concurrency: vec![10],
+                h3_streams: 16,
                 ws_concurrency: vec![10],
                 ws_idle_conns: 100,
                 ws_ping: Duration::from_millis(200),
@@ -92,6 +99,8 @@ impl Profile {
                 https_concurrency: vec![100],
                 h2_concurrency: vec![100],
                 h2_streams: 16,
+                h3_concurrency: vec![100],
+                h3_streams: 16,
                 ws_concurrency: vec![100],
                 ws_idle_conns: 2_000,
                 ws_ping: Duration::from_millis(250),
@@ -118,6 +127,10 @@ impl Profile {
                 https_concurrency: vec![100],
                 h2_concurrency: vec![100],
                 h2_streams: 16,
+                // The verdict's concurrency, as for HTTP/2 (the goal is judged at c=100
+                // with 16 streams).
+                h3_concurrency: vec![100],
+                h3_streams: 16,
                 // The verdict's concurrency, as for HTTPS and HTTP/2: 10 and 1,000 too would add
                 // about 30 s to the three rounds.
                 // The verdict's concurrency, as for HTTPS and HTTP/2: 10 and 1,000 as well would
@@ -148,6 +161,8 @@ impl Profile {
                 https_concurrency: vec![10, 100, 1_000, 10_000],
                 h2_concurrency: vec![10, 100, 1_000],
                 h2_streams: 16,
+                h3_concurrency: vec![10, 100, 1_000],
+                h3_streams: 16,
                 ws_concurrency: vec![10, 100, 1_000, 10_000],
                 ws_idle_conns: 50_000,
                 ws_ping: Duration::from_secs(1),
@@ -174,6 +189,11 @@ impl Profile {
     /// Points of the HTTP/2 sweep: each concurrency as h2c and as h2 over TLS.
     pub fn h2_points(&self) -> usize {
         self.h2_concurrency.len() * 2
+    }
+
+    /// Points of the HTTP/3 sweep: one at each concurrency.
+    pub fn h3_points(&self) -> usize {
+        self.h3_concurrency.len()
     }
 
     pub const NAMES: [&'static str; 4] = ["tiny", "quick", "default", "full"];

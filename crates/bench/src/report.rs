@@ -175,21 +175,22 @@ const COLOURS: [(u8, u8, u8); 10] = [
 const MARKERS: [Marker; 5] = [Marker::Circle, Marker::Square, Marker::Triangle, Marker::Diamond, Marker::Cross];
 
 /// The style of the `i`th model: colours first, and markers and dashes so that even two
-/// models of similar colour differ in shape.
+/// models of similar colour differ in shape. Past the tenth (Caddy is the eleventh) the colours
+/// and markers come round together, so the dash flips again to tell them apart.
 pub fn style(i: usize) -> Style {
     Style {
         colour: COLOURS[i % COLOURS.len()],
         marker: MARKERS[i % MARKERS.len()],
-        dashed: (i / MARKERS.len()) % 2 == 1,
+        dashed: (i / MARKERS.len() + i / COLOURS.len()) % 2 == 1,
     }
 }
 
-/// The style of a model by name: its place among all nine models (nginx tenth), so a model
+/// The style of a model by name: its place among all nine models (nginx tenth, Caddy eleventh), so a model
 /// looks the same in every report, whichever models a run measured. Names not known here
 /// (results from another version) take the places after those.
 fn styled_models(results: &Results) -> Vec<(String, Style)> {
     let mut known: Vec<String> = sockscale_server::Model::ALL.iter().map(|m| m.name().to_owned()).collect();
-    known.push("nginx".into());
+    known.extend(["nginx".into(), "caddy".into()]);
     for m in results.all_results() {
         if !known.contains(&m.model) {
             known.push(m.model.clone());
@@ -360,6 +361,7 @@ pub fn figures(results: &Results) -> Vec<Figure> {
             HttpWorkload::TlsResumed => "HTTPS, a new connection for every request: a resumed handshake each",
             HttpWorkload::H2c => "h2c: HTTP/2 without TLS, streams on each connection",
             HttpWorkload::H2Tls => "h2: HTTP/2 over TLS, streams on each connection",
+            HttpWorkload::H3 => "h3: HTTP/3 over QUIC, streams on each connection",
         }
         .to_owned(),
         value_axis: "responses per second".to_owned(),
@@ -409,6 +411,12 @@ pub fn figures(results: &Results) -> Vec<Figure> {
         title: "HTTP/2 4 KiB responses per second by concurrency".to_owned(),
         caption: "The same page over HTTP/2, as h2load drives it: concurrent streams on each connection (the point's `streams`), h2c with prior knowledge and h2 over TLS (ALPN); nginx (one worker) when it was installed. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy.".to_owned(),
         panels: [HttpWorkload::H2c, HttpWorkload::H2Tls].into_iter().map(http_panel).collect(),
+    });
+    figures.push(Figure {
+        file: "http3",
+        title: "HTTP/3 4 KiB responses per second by concurrency".to_owned(),
+        caption: "The same page over HTTP/3 (QUIC v1 on UDP, ALPN h3, the run's certificate verified by the load generator): concurrent request streams on each connection (the point's `streams`), as the HTTP/2 figure has them; every model that serves HTTP/3 (uring64 cannot: see the HTTP/3 tables), and Caddy (one process, pinned like the servers) when it was found. Each point is the median of its repetitions, its error bar their lowest–highest; a ring marks a client-bound point, † one measured while the machine was busy; handshakes and packets lost are in the HTTP/3 tables.".to_owned(),
+        panels: vec![http_panel(HttpWorkload::H3)],
     });
     figures.extend(websocket_figures(results, &style_of));
     figures.push(latency_figure(results, &style_of));
@@ -1357,8 +1365,9 @@ fn point_label(workload: HttpWorkload, streams: Option<u64>) -> String {
         HttpWorkload::TlsResumed => "HTTPS, resumed handshake per request",
         HttpWorkload::H2c => "HTTP/2 h2c",
         HttpWorkload::H2Tls => "HTTP/2 h2 (TLS)",
+        HttpWorkload::H3 => "HTTP/3 h3 (QUIC)",
     };
-    match streams.filter(|_| workload.http2()) {
+    match streams.filter(|_| workload.multiplexed()) {
         Some(n) => format!("{what}, {n} streams"),
         None => what.to_owned(),
     }
@@ -1483,7 +1492,7 @@ pub fn summary_html(results: &Results) -> String {
                 bottleneck(&bound),
             ]);
         }
-        html.push_str("<h3>HTTP, HTTPS and HTTP/2 sweep points</h3>\n<p>Every model holds the same connections at a sweep point (its concurrency), so the points compare responses: per server CPU-second, and per second.</p>\n");
+        html.push_str("<h3>HTTP, HTTPS, HTTP/2 and HTTP/3 sweep points</h3>\n<p>Every model holds the same connections at a sweep point (its concurrency), so the points compare responses: per server CPU-second, and per second.</p>\n");
         html.push_str(&html_table(
             &[
                 "Sweep point",

@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 /// every row and point; schema 1 results still load, each figure standing as one repetition.
 /// Schema 3 added each model's WebSocket points (`ws`: echo messages by concurrency) and its
 /// idle WebSockets (`ws_idle`); results of schemas 1 and 2 load without them.
-pub const SCHEMA: u32 = 3;
+/// Schema 4 added the HTTP/3 sweep: points with `http3` and their `quic` block, and Caddy as
+/// its peer server (`caddy`); results of schemas 1 to 3 load without them.
+pub const SCHEMA: u32 = 4;
 
 /// The schemas [`Results::load`] reads.
-pub const READABLE_SCHEMAS: [u32; 3] = [1, 2, 3];
+pub const READABLE_SCHEMAS: [u32; 4] = [1, 2, 3, 4];
 
 /// The names of the figures each repetition keeps and each spread is taken of.
 pub mod figure {
@@ -670,6 +672,18 @@ pub struct HttpPoint {
     pub http2: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<u64>,
+    /// HTTP/3 over QUIC (`load http --http3`), with `streams` concurrent request streams on
+    /// each connection. False for every other point, and in results from before schema 4.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http3: bool,
+    /// HTTP/3 only: the QUIC connections the load generator made, as its report's `quic`
+    /// block counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicConnections>,
+    /// HTTP/3 only: what the server itself counted, from its `final` line; absent for Caddy,
+    /// and when the server printed no final line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_quic: Option<ServerQuic>,
     /// Every repetition of this point, one entry each with its headline figures (the fields
     /// above are the median repetition's: see [`Repeated`]). Empty in results written before
     /// repetitions.
@@ -682,6 +696,60 @@ pub struct HttpPoint {
     /// measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interference: Option<Interference>,
+}
+
+/// The QUIC connections of one HTTP/3 point, as the load generator counted them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct QuicConnections {
+    /// The QUIC version the connections used (1: RFC 9000).
+    pub version: u32,
+    /// The ALPN the handshakes agreed on, with the connections that agreed on it.
+    pub alpn: std::collections::BTreeMap<String, u64>,
+    /// Handshakes completed (quinn-proto does not say which resumed a session).
+    pub handshakes: u64,
+    /// Handshakes that failed, and connections that failed by reason, those above 0.
+    pub handshakes_failed: u64,
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// From the first Initial to the handshake's completion; `None` when none completed.
+    pub handshake_latency: Option<HttpLatency>,
+    /// Each connection's smoothed RTT as it ended; `None` when none was sampled.
+    pub rtt: Option<HttpLatency>,
+    /// Packets the load sent, and those its loss detection declared lost (their frames were
+    /// sent again).
+    pub packets_sent: u64,
+    pub packets_lost: u64,
+    /// UDP datagrams each way.
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+}
+
+impl QuicConnections {
+    pub fn from_report(q: &sockscale_load::quic_report::Quic) -> QuicConnections {
+        QuicConnections {
+            version: q.version,
+            alpn: q.alpn.clone(),
+            handshakes: q.handshakes,
+            handshakes_failed: q.handshakes_failed,
+            failures: q.failures.iter().filter(|&(_, &n)| n > 0).map(|(k, &n)| (k.clone(), n)).collect(),
+            handshake_latency: HttpLatency::from_report(&q.handshake_latency),
+            rtt: HttpLatency::from_report(&q.rtt),
+            packets_sent: q.packets_sent,
+            packets_lost: q.packets_lost,
+            datagrams_sent: q.datagrams.sent,
+            datagrams_received: q.datagrams.received,
+        }
+    }
+}
+
+/// A sockscale server's own HTTP/3 counts over one point (its `final` line): requests
+/// answered (every request of the point's repetition, and any still in flight as it ended),
+/// QUIC handshakes completed, and packets its loss detection declared lost.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServerQuic {
+    pub h3_requests: u64,
+    pub quic_handshakes: u64,
+    pub quic_packets_lost: u64,
 }
 
 /// The TLS handshakes of one HTTPS point, as the load generator counted them.
@@ -751,11 +819,13 @@ pub enum HttpWorkload {
     H2c,
     /// HTTP/2 over TLS (ALPN h2), many streams on each connection.
     H2Tls,
+    /// HTTP/3 over QUIC (ALPN h3, UDP), many streams on each connection.
+    H3,
 }
 
 impl HttpWorkload {
     /// Every workload, in the order the tables list them.
-    pub const ALL: [HttpWorkload; 7] = [
+    pub const ALL: [HttpWorkload; 8] = [
         HttpWorkload::KeepAlive,
         HttpWorkload::NewConnection,
         HttpWorkload::TlsKeepAlive,
@@ -763,6 +833,7 @@ impl HttpWorkload {
         HttpWorkload::TlsResumed,
         HttpWorkload::H2c,
         HttpWorkload::H2Tls,
+        HttpWorkload::H3,
     ];
 
     pub fn tls(self) -> bool {
@@ -770,16 +841,34 @@ impl HttpWorkload {
     }
 
     pub fn keepalive(self) -> bool {
-        matches!(self, HttpWorkload::KeepAlive | HttpWorkload::TlsKeepAlive | HttpWorkload::H2c | HttpWorkload::H2Tls)
+        matches!(
+            self,
+            HttpWorkload::KeepAlive
+                | HttpWorkload::TlsKeepAlive
+                | HttpWorkload::H2c
+                | HttpWorkload::H2Tls
+                | HttpWorkload::H3
+        )
     }
 
     pub fn http2(self) -> bool {
         matches!(self, HttpWorkload::H2c | HttpWorkload::H2Tls)
     }
 
-    /// Which sweep it belongs to: "HTTP", "HTTPS" or "HTTP/2".
+    pub fn http3(self) -> bool {
+        self == HttpWorkload::H3
+    }
+
+    /// Many concurrent streams on each connection (HTTP/2 and HTTP/3).
+    pub fn multiplexed(self) -> bool {
+        self.http2() || self.http3()
+    }
+
+    /// Which sweep it belongs to: "HTTP", "HTTPS", "HTTP/2" or "HTTP/3".
     pub fn sweep(self) -> &'static str {
-        if self.http2() {
+        if self.http3() {
+            "HTTP/3"
+        } else if self.http2() {
             "HTTP/2"
         } else if self.tls() {
             "HTTPS"
@@ -797,12 +886,16 @@ impl HttpWorkload {
             HttpWorkload::TlsResumed => "new connection per request, resumed handshake",
             HttpWorkload::H2c => "h2c (prior knowledge), streams on each connection",
             HttpWorkload::H2Tls => "h2 over TLS, streams on each connection",
+            HttpWorkload::H3 => "h3 over QUIC, streams on each connection",
         }
     }
 }
 
 impl HttpPoint {
     pub fn workload(&self) -> HttpWorkload {
+        if self.http3 {
+            return HttpWorkload::H3;
+        }
         if self.http2 {
             return if self.tls { HttpWorkload::H2Tls } else { HttpWorkload::H2c };
         }
@@ -1060,6 +1153,10 @@ pub struct Results {
     pub models: Vec<ModelResult>,
     /// nginx in the HTTP sweep, when it was installed; otherwise why not.
     pub nginx: Option<ModelResult>,
+    /// Caddy in the HTTP/3 sweep, when it was found; otherwise why not. Absent in results from
+    /// before schema 4.
+    #[serde(default)]
+    pub caddy: Option<ModelResult>,
     /// Rounds the run was asked for: every row and point measured this many times, the models
     /// in turn in each round. 1 in results from before repetitions.
     #[serde(default = "one")]
@@ -1124,9 +1221,21 @@ impl Results {
         Ok(results)
     }
 
-    /// Every model's results, then nginx's if measured.
+    /// Every model's results, then nginx's and Caddy's if measured.
     pub fn all_results(&self) -> impl Iterator<Item = &ModelResult> {
-        self.models.iter().chain(self.nginx.iter().filter(|n| n.error.is_none()))
+        self.models.iter().chain(self.peers().filter(|n| n.error.is_none()))
+    }
+
+    /// The peer servers' results, measured or skipped with why: nginx, then Caddy.
+    pub fn peers(&self) -> impl Iterator<Item = &ModelResult> {
+        self.nginx.iter().chain(&self.caddy)
+    }
+
+    /// Why `model` takes no part in the HTTP/3 sweep, when it cannot serve HTTP/3 (its
+    /// capability row says why); `None` for a model that can, and for names not known here.
+    pub fn cannot_serve_http3(model: &str) -> Option<&'static str> {
+        let m: sockscale_server::Model = model.parse().ok()?;
+        m.limitation(sockscale_server::Policy::Http3)
     }
 }
 

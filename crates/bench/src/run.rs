@@ -1,6 +1,7 @@
 //! `sockscale bench`: every model through the seed's rows, the HTTP, HTTPS and HTTP/2 sweeps
-//! (with nginx when installed), the WebSocket echo sweep and idle WebSockets, and UDP, each
-//! measured in rounds, written out as it goes.
+//! (with nginx when installed), the HTTP/3 sweep (every model that serves it, with Caddy when
+//! found), the WebSocket echo sweep and idle WebSockets, and UDP, each measured in rounds,
+//! written out as it goes.
 //!
 //! The run is a list of steps (a row, a sweep point, UDP). Each step is measured `rounds` times,
 //! every round going through every model in turn (ABC ABC ABC, not AAA BBB CCC), so that drift
@@ -18,13 +19,13 @@ use std::time::{Duration, Instant};
 use sockscale_server::Model;
 
 use crate::harness::{Children, Harness, Measured, Scheme};
-use crate::nginx;
 use crate::profile::Profile;
 use crate::results::{
     median_index, spreads_of, Figures, HttpPoint, HttpWorkload, Interference, Interval, ModelResult, Repeat, Reruns,
-    Results, Row, RowKind, Spreads, UdpPoint, WsIdle, WsPoint, SCHEMA,
+    Results, Row, RowKind, ServerQuic, Spreads, UdpPoint, WsIdle, WsPoint, SCHEMA,
 };
 use crate::tables::thousands;
+use crate::{caddy, nginx};
 
 pub struct BenchConfig {
     /// The sockscale binary to run as server and load.
@@ -55,7 +56,7 @@ impl BenchConfig {
     }
 }
 
-/// One thing measured for every model (and nginx, for sweep points) in each round.
+/// One thing measured for every model (and nginx or Caddy, for sweep points) in each round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Row(RowKind),
@@ -87,6 +88,7 @@ impl Step {
                     HttpWorkload::TlsResumed => "HTTPS resumed handshake per request",
                     HttpWorkload::H2c => "HTTP/2 h2c",
                     HttpWorkload::H2Tls => "HTTP/2 over TLS",
+                    HttpWorkload::H3 => "HTTP/3 over QUIC",
                 };
                 format!("{what}, {} connections", thousands(concurrency))
             }
@@ -110,8 +112,8 @@ impl Step {
     }
 }
 
-/// The run's steps in order: the three rows, the HTTP, HTTPS and HTTP/2 sweeps, the WebSocket
-/// echo sweep and idle WebSockets, UDP.
+/// The run's steps in order: the three rows, the HTTP, HTTPS, HTTP/2 and HTTP/3 sweeps, the
+/// WebSocket echo sweep and idle WebSockets, UDP.
 pub fn steps(p: &Profile) -> Vec<Step> {
     let mut steps: Vec<Step> =
         [RowKind::Flood, RowKind::RateLimited, RowKind::Maximum].into_iter().map(Step::Row).collect();
@@ -125,6 +127,7 @@ pub fn steps(p: &Profile) -> Vec<Step> {
     for &c in &p.h2_concurrency {
         steps.extend([point(HttpWorkload::H2c, c), point(HttpWorkload::H2Tls, c)]);
     }
+    steps.extend(p.h3_concurrency.iter().map(|&c| point(HttpWorkload::H3, c)));
     steps.extend(p.ws_concurrency.iter().map(|&concurrency| Step::WsEcho { concurrency }));
     if p.ws_idle_conns > 0 {
         steps.push(Step::WsIdle);
@@ -133,11 +136,13 @@ pub fn steps(p: &Profile) -> Vec<Step> {
     steps
 }
 
-/// A server the run measures: a model, or nginx for the sweeps.
+/// A server the run measures: a model, nginx for the HTTP, HTTPS and HTTP/2 sweeps, or Caddy
+/// for the HTTP/3 sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Who {
     Model(Model),
     Nginx,
+    Caddy,
 }
 
 impl Who {
@@ -145,16 +150,20 @@ impl Who {
         match self {
             Who::Model(m) => m.name(),
             Who::Nginx => "nginx",
+            Who::Caddy => "caddy",
         }
     }
 
-    /// Whether it takes part in `step`; false for nginx outside the sweeps, and for a model
-    /// without UDP.
+    /// Whether it takes part in `step`; false for nginx outside the TCP sweeps (the Debian
+    /// nginx this bench runs has no HTTP/3), for Caddy outside the HTTP/3 sweep, and for a
+    /// model without UDP or HTTP/3.
     fn measures(self, step: Step) -> bool {
         match (self, step) {
-            (Who::Nginx, Step::Point { .. }) => true,
-            (Who::Nginx, _) => false,
+            (Who::Nginx, Step::Point { workload, .. }) => !workload.http3(),
+            (Who::Caddy, Step::Point { workload, .. }) => workload.http3(),
+            (Who::Nginx | Who::Caddy, _) => false,
             (Who::Model(m), Step::Udp) => m.serves_udp(),
+            (Who::Model(m), Step::Point { workload: HttpWorkload::H3, .. }) => m.serves_http3(),
             (Who::Model(_), _) => true,
         }
     }
@@ -451,11 +460,25 @@ fn measure(h: &Harness<'_>, who: Who, step: Step) -> Result<Measurement, String>
                 ],
                 _ => Vec::new(),
             };
-            let extra: Vec<&str> = tls.iter().map(String::as_str).collect();
+            let mut extra: Vec<&str> = tls.iter().map(String::as_str).collect();
+            if workload.http3() {
+                // HTTP/3 over QUIC on UDP at the TCP port's number.
+                extra.push("--http3");
+            }
             let server = h.start_server(m.name(), "http", &extra)?;
             let point = h.http_point(server.port, Some(server.pid()), scheme, workload, concurrency);
-            h.stop_server(server);
-            point.map(|m| Measurement::Point(Box::new(m)))
+            let counters = h.stop_server(server);
+            point.map(|mut m| {
+                if workload.http3() {
+                    let count = |name| counters.final_counter(name);
+                    m.value.server_quic = count("h3_requests").map(|h3_requests| ServerQuic {
+                        h3_requests,
+                        quic_handshakes: count("quic_handshakes").unwrap_or(0),
+                        quic_packets_lost: count("quic_packets_lost").unwrap_or(0),
+                    });
+                }
+                Measurement::Point(Box::new(m))
+            })
         }
         (Who::Nginx, Step::Point { workload, concurrency }) => {
             let scheme = scheme_of(h, workload)?;
@@ -464,7 +487,15 @@ fn measure(h: &Harness<'_>, who: Who, step: Step) -> Result<Measurement, String>
             nginx::stop(h, server);
             point.map(|m| Measurement::Point(Box::new(m)))
         }
+        (Who::Caddy, Step::Point { workload, concurrency }) => {
+            let scheme = scheme_of(h, workload)?;
+            let server = caddy::start(h)?;
+            let point = h.http_point(server.port, Some(server.pid()), scheme, workload, concurrency);
+            caddy::stop(h, server);
+            point.map(|m| Measurement::Point(Box::new(m)))
+        }
         (Who::Nginx, _) => Err("nginx serves the HTTP sweeps only".into()),
+        (Who::Caddy, _) => Err("caddy serves the HTTP/3 sweep only".into()),
     }
 }
 
@@ -533,13 +564,24 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         }
         results.models.push(result);
     }
-    let mut nginx_result = ModelResult { model: "nginx".into(), ..ModelResult::default() };
+    let mut peers = Peers {
+        nginx: ModelResult { model: "nginx".into(), ..ModelResult::default() },
+        caddy: ModelResult { model: "caddy".into(), ..ModelResult::default() },
+    };
     if nginx::installed() {
         who.push(Who::Nginx);
     } else {
-        nginx_result.error = Some(nginx::NOT_INSTALLED.into());
+        peers.nginx.error = Some(nginx::NOT_INSTALLED.into());
     }
     let steps = steps(&cfg.profile);
+    let h3_swept = steps.iter().any(|s| matches!(s, Step::Point { workload: HttpWorkload::H3, .. }));
+    if !h3_swept {
+        // No HTTP/3 sweep in this run: Caddy has nothing to serve, and no row.
+    } else if caddy::find().is_some() {
+        who.push(Who::Caddy);
+    } else {
+        peers.caddy.error = Some(caddy::NOT_FOUND.into());
+    }
     let planned: usize =
         steps.iter().map(|&s| who.iter().filter(|w| w.measures(s)).count()).sum::<usize>() * rounds as usize;
     let budget = rerun_budget(planned);
@@ -553,8 +595,21 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
     for model in results.models.iter().filter(|m| m.error.is_some()) {
         progress.say(&format!("{}: skipped, {}", model.model, model.error.as_deref().unwrap_or("")));
     }
-    if let Some(e) = &nginx_result.error {
+    if let Some(e) = &peers.nginx.error {
         progress.say(&format!("nginx: {e}"));
+    }
+    if let Some(e) = &peers.caddy.error {
+        progress.say(&format!("caddy: {e}"));
+    }
+    if h3_swept {
+        for m in who.iter().filter_map(|w| match w {
+            Who::Model(m) => Some(*m),
+            _ => None,
+        }) {
+            if let Some(why) = m.limitation(sockscale_server::Policy::Http3) {
+                progress.say(&format!("{}: no HTTP/3 sweep, it cannot: {why}", m.name()));
+            }
+        }
     }
     // Every step's repetitions, kept to the end of the run: the re-runs come last.
     let mut measured: Vec<StepTaken> = Vec::new();
@@ -581,7 +636,7 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
                     Err(e) if !harness.interrupted() => {
                         progress.end(Outcome::Failed(&e));
                         failed.push(*w);
-                        add_error(result_of(&mut results, &mut nginx_result, *w), format!("{}: {e}", step.name()));
+                        add_error(result_of(&mut results, &mut peers, *w), format!("{}: {e}", step.name()));
                     }
                     Err(_) => progress.end(Outcome::Interrupted),
                 }
@@ -591,12 +646,12 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         if harness.interrupted() {
             let what = format!("interrupted during the {}", step.name());
             for w in &who {
-                interrupted_first(&mut result_of(&mut results, &mut nginx_result, *w).error, what.clone());
+                interrupted_first(&mut result_of(&mut results, &mut peers, *w).error, what.clone());
             }
             break;
         }
-        let (so_far, nginx_so_far) = assemble(&results, &nginx_result, &measured);
-        save(&cfg.out_dir, &as_written(&so_far, &nginx_so_far))?;
+        let (so_far, peers_so_far) = assemble(&results, &peers, &measured);
+        save(&cfg.out_dir, &as_written(&so_far, &peers_so_far))?;
     }
     // Disturbed repetitions, measured again while the run's re-runs last, at the end of the run:
     // a passing disturbance (another job's build, a cron job) has had the rest of the run to pass,
@@ -641,22 +696,22 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
         && results
             .models
             .iter()
-            .chain([&nginx_result])
+            .chain([&peers.nginx, &peers.caddy])
             .all(|m| m.error.as_deref().is_none_or(|e| !e.starts_with("interrupted")))
     {
         for w in &who {
             interrupted_first(
-                &mut result_of(&mut results, &mut nginx_result, *w).error,
+                &mut result_of(&mut results, &mut peers, *w).error,
                 "interrupted during the re-runs".into(),
             );
         }
     }
-    let (mut results, nginx_result) = assemble(&results, &nginx_result, &measured);
+    let (mut results, peers) = assemble(&results, &peers, &measured);
     results.reruns = Some(reruns);
     results.interrupted = harness.interrupted();
     results.in_progress = false;
     results.finished = utc_now();
-    let results = as_written(&results, &nginx_result);
+    let results = as_written(&results, &peers);
     save(&cfg.out_dir, &results)?;
     progress.finish(results.interrupted);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -666,7 +721,7 @@ pub fn run(cfg: &BenchConfig, interrupted: &AtomicBool, children: Children) -> s
 /// The results as written: a server that has measured nothing yet (or never will, the run
 /// having been interrupted) is left out, so the tables name it "not measured"; one that was
 /// skipped or failed stays, with why.
-fn as_written(results: &Results, nginx: &ModelResult) -> Results {
+fn as_written(results: &Results, peers: &Peers) -> Results {
     let measured = |m: &ModelResult| {
         !m.rows.is_empty()
             || !m.http.is_empty()
@@ -677,8 +732,16 @@ fn as_written(results: &Results, nginx: &ModelResult) -> Results {
     };
     let mut out = results.clone();
     out.models.retain(measured);
-    out.nginx = measured(nginx).then(|| nginx.clone());
+    out.nginx = measured(&peers.nginx).then(|| peers.nginx.clone());
+    out.caddy = measured(&peers.caddy).then(|| peers.caddy.clone());
     out
+}
+
+/// The peer servers' results: nginx in the TCP sweeps, Caddy in the HTTP/3 sweep.
+#[derive(Clone)]
+struct Peers {
+    nginx: ModelResult,
+    caddy: ModelResult,
 }
 
 /// One step's repetitions of every server, and the servers that failed it.
@@ -690,24 +753,25 @@ struct StepTaken {
 
 /// The results so far: each server's errors (in `results` and `nginx`) with the median
 /// repetition of every step measured, in step order.
-fn assemble(results: &Results, nginx: &ModelResult, measured: &[StepTaken]) -> (Results, ModelResult) {
-    let (mut results, mut nginx) = (results.clone(), nginx.clone());
+fn assemble(results: &Results, peers: &Peers, measured: &[StepTaken]) -> (Results, Peers) {
+    let (mut results, mut peers) = (results.clone(), peers.clone());
     for st in measured {
         for (w, t) in &st.taken {
-            t.finish(result_of(&mut results, &mut nginx, *w));
+            t.finish(result_of(&mut results, &mut peers, *w));
         }
     }
-    (results, nginx)
+    (results, peers)
 }
 
 /// The results a server's measurements go into.
-fn result_of<'a>(results: &'a mut Results, nginx: &'a mut ModelResult, who: Who) -> &'a mut ModelResult {
+fn result_of<'a>(results: &'a mut Results, peers: &'a mut Peers, who: Who) -> &'a mut ModelResult {
     match who {
-        Who::Nginx => nginx,
+        Who::Nginx => &mut peers.nginx,
+        Who::Caddy => &mut peers.caddy,
         Who::Model(m) => match results.models.iter().position(|r| r.model == m.name()) {
             Some(i) => &mut results.models[i],
             // Every measured model was given a result when the run began.
-            None => nginx,
+            None => &mut peers.nginx,
         },
     }
 }
@@ -954,10 +1018,30 @@ fn civil(secs: u64) -> (i64, u64, u64, u64, u64, u64) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The HTTP/3 sweep: a point at each of the profile's concurrencies, measured on every
+    /// model that serves HTTP/3 and by Caddy, not by nginx; the others keep theirs.
+    #[test]
+    fn the_http3_sweep_is_every_model_that_serves_it_and_caddy() {
+        let p = Profile::named("default").expect("default");
+        let h3: Vec<Step> =
+            steps(&p).into_iter().filter(|s| matches!(s, Step::Point { workload, .. } if workload.http3())).collect();
+        assert_eq!(h3.len(), p.h3_points());
+        assert_eq!(h3[0], Step::Point { workload: HttpWorkload::H3, concurrency: 100 });
+        assert_eq!(h3[0].label(&p), "HTTP/3 over QUIC, 100 connections");
+        for m in Model::ALL {
+            assert_eq!(Who::Model(m).measures(h3[0]), m.serves_http3(), "{m}");
+        }
+        assert!(Who::Caddy.measures(h3[0]) && !Who::Nginx.measures(h3[0]));
+        let h2 = Step::Point { workload: HttpWorkload::H2Tls, concurrency: 100 };
+        assert!(Who::Nginx.measures(h2) && !Who::Caddy.measures(h2) && !Who::Caddy.measures(Step::Udp));
+    }
+
     #[test]
     fn civil_dates() {
-        assert_eq!(super::civil(0), (1970, 1, 1, 0, 0, 0));
-        assert_eq!(super::civil(1_700_000_000), (2023, 11, 14, 22, 13, 20));
-        assert_eq!(super::civil(951_782_400), (2000, 2, 29, 0, 0, 0));
+        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(civil(1_700_000_000), (2023, 11, 14, 22, 13, 20));
+        assert_eq!(civil(951_782_400), (2000, 2, 29, 0, 0, 0));
     }
 }

@@ -63,7 +63,7 @@ pub fn run_line(results: &Results) -> String {
 }
 
 /// The tables without the verdict or the partial note: the run, Table 6-3, the seed's table
-/// beside it, the HTTP, HTTPS and HTTP/2 sweeps and UDP. A section with nothing measured says
+/// beside it, the HTTP, HTTPS, HTTP/2 and HTTP/3 sweeps, WebSocket and UDP. A section with nothing measured says
 /// so instead of printing a table header with no columns to fill.
 pub fn tables_body_markdown(results: &Results) -> String {
     let mut s = String::new();
@@ -110,7 +110,7 @@ pub fn tables_body_markdown(results: &Results) -> String {
 }
 
 /// The sweeps of the HTTP tables, as [`HttpWorkload::sweep`] names them, in order.
-pub const SWEEPS: [&str; 3] = ["HTTP", "HTTPS", "HTTP/2"];
+pub const SWEEPS: [&str; 4] = ["HTTP", "HTTPS", "HTTP/2", "HTTP/3"];
 
 /// The heading of the seed's own table.
 pub const SEED_HEADING: &str = "The seed's Table 6-3, as printed";
@@ -476,8 +476,12 @@ impl Results {
                     let how = match workload {
                         HttpWorkload::KeepAlive => "yes".to_owned(),
                         HttpWorkload::NewConnection => "no".to_owned(),
-                        HttpWorkload::H2c | HttpWorkload::H2Tls => {
-                            let name = if workload.tls() { "h2 (TLS)" } else { "h2c" };
+                        HttpWorkload::H2c | HttpWorkload::H2Tls | HttpWorkload::H3 => {
+                            let name = match workload {
+                                HttpWorkload::H3 => "h3 (QUIC)",
+                                HttpWorkload::H2Tls => "h2 (TLS)",
+                                _ => "h2c",
+                            };
                             first.streams.map_or_else(|| name.to_owned(), |n| format!("{name}, {n} streams"))
                         }
                         _ => workload.connection().to_owned(),
@@ -485,9 +489,22 @@ impl Results {
                     let _ = writeln!(s, "| {} | {how} | {} |", m.model, cells.join(" | "));
                 }
             }
+            // A model that cannot serve HTTP/3 keeps its row, saying why, as uring64's UDP row
+            // says it was not measured.
+            if sweep == "HTTP/3" {
+                for m in self.models.iter().filter(|m| !m.http.iter().any(|p| in_sweep(&p))) {
+                    if let Some(why) = Results::cannot_serve_http3(&m.model) {
+                        let blank = vec!["—"; concurrencies.len()].join(" | ");
+                        let _ = writeln!(s, "| {} | cannot: {why} | {blank} |", m.model);
+                    }
+                }
+            }
             s
         };
         let mut s = String::new();
+        if sweep == "HTTP/3" {
+            s.push_str("The same page over HTTP/3 (`serve --http3`: QUIC v1 on UDP at the TCP port's number, ALPN h3), each of the c connections carrying its streams concurrently as in the HTTP/2 sweep; the load generator verifies the server's certificate against the run's own CA. Caddy (quic-go, one process pinned like the servers) serves it beside the models when it is found.\n\n");
+        }
         if sweep == "HTTP/2" {
             s.push_str("The same page over HTTP/2, as h2load drives it: h2c (prior knowledge, no TLS) and h2 over TLS (ALPN), each of the c connections carrying its streams concurrently; the TLS connections are set up as the HTTPS ones are.\n\n");
         }
@@ -561,7 +578,7 @@ impl Results {
                 None => NOT_MEASURED.into(),
             }));
         }
-        if tls {
+        if tls && sweep != "HTTP/3" {
             s.push_str(
                 "\n### TLS handshakes: full / resumed / failed, and handshake p50 / p99 ms\n\nThe load generator's count of the point's handshakes, and each from its ClientHello to the handshake's end (apart from the requests' latency above, which counts from the request).\n\n",
             );
@@ -588,10 +605,46 @@ impl Results {
                 None => NOT_MEASURED.into(),
             }));
         }
-        // Said once, under the plain sweep: it names the sweep that failed.
-        if let Some(nginx) = self.nginx.as_ref().filter(|_| sweep == "HTTP") {
-            if let Some(error) = &nginx.error {
-                let _ = writeln!(s, "\nnginx: {error}");
+        if sweep == "HTTP/3" && points().any(|p| p.quic.is_some()) {
+            s.push_str(
+                "\n### QUIC: handshakes completed / failed, handshake p50 / p99 ms, RTT p50 ms, packets lost of sent\n\nThe load generator's count of the point's QUIC connections: each handshake from its first Initial to its completion, each connection's smoothed RTT as it ended, and the packets its loss detection declared lost (their frames sent again); in brackets, what a sockscale server counted itself over the point (its final line: requests answered, handshakes, packets it declared lost).\n\n",
+            );
+            s.push_str(&table(&|p| match &p.quic {
+                Some(q) => {
+                    let handshake = q.handshake_latency.map_or_else(
+                        || NOT_MEASURED.to_owned(),
+                        |l| format!("{} / {}", decimal(l.p50_ms), decimal(l.p99_ms)),
+                    );
+                    let rtt = q.rtt.map_or_else(|| NOT_MEASURED.to_owned(), |l| decimal(l.p50_ms));
+                    let server = p.server_quic.map_or_else(String::new, |c| {
+                        format!(
+                            " (server: {} requests, {} handshakes, {} packets lost)",
+                            thousands(c.h3_requests),
+                            thousands(c.quic_handshakes),
+                            thousands(c.quic_packets_lost)
+                        )
+                    });
+                    format!(
+                        "{} / {}; {handshake}; RTT {rtt}; {} lost of {}{server}",
+                        thousands(q.handshakes),
+                        thousands(q.handshakes_failed),
+                        thousands(q.packets_lost),
+                        thousands(q.packets_sent)
+                    )
+                }
+                None => NOT_MEASURED.into(),
+            }));
+        }
+        // Said once, under the plain sweep (nginx) or the HTTP/3 sweep (Caddy): it names the
+        // sweep that failed.
+        let peer = match sweep {
+            "HTTP" => self.nginx.as_ref(),
+            "HTTP/3" => self.caddy.as_ref(),
+            _ => None,
+        };
+        if let Some(peer) = peer {
+            if let Some(error) = &peer.error {
+                let _ = writeln!(s, "\n{}: {error}", peer.model);
             }
         }
         s
@@ -850,7 +903,7 @@ impl Results {
 
     pub fn http_csv(&self) -> String {
         let mut s = format!(
-            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound,tls,tls_resume,server_cpu_pct,http2,streams,{REPEAT_COLUMNS},requests_per_s_min,requests_per_s_max,responses_per_cpu_second,responses_per_cpu_second_min,responses_per_cpu_second_max\n",
+            "model,concurrency,keepalive,requests_per_s,latency_mean_ms,latency_p50_ms,latency_p99_ms,ms_per_request_1_over_throughput,errors,client_bound,tls,tls_resume,server_cpu_pct,http2,streams,{REPEAT_COLUMNS},requests_per_s_min,requests_per_s_max,responses_per_cpu_second,responses_per_cpu_second_min,responses_per_cpu_second_max,http3,quic_handshakes,quic_handshakes_failed,quic_handshake_p50_ms,quic_rtt_p50_ms,quic_packets_sent,quic_packets_lost\n",
         );
         // Empty cells, not 0, where nothing was measured.
         let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
@@ -861,7 +914,7 @@ impl Results {
                 let per_cpu = measured_spread(p, figure::RESPONSES_PER_CPU_SECOND, p.per_cpu_second());
                 let _ = writeln!(
                     s,
-                    "{},{},{},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{:.0},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     m.model,
                     p.concurrency,
                     p.keepalive,
@@ -881,11 +934,29 @@ impl Results {
                     range_cells(rate, 0),
                     per_cpu.map_or_else(String::new, |s| format!("{:.0}", s.median)),
                     range_cells(per_cpu, 0),
+                    p.http3,
+                    quic_cells(p),
                 );
             }
         }
         s
     }
+}
+
+/// The QUIC cells of an HTTP/3 point (handshakes, failed, handshake p50, RTT p50, packets
+/// sent and lost); empty for the other points.
+fn quic_cells(p: &HttpPoint) -> String {
+    let Some(q) = &p.quic else { return ",,,,,".to_owned() };
+    let ms = |l: Option<crate::results::HttpLatency>| l.map_or_else(String::new, |l| format!("{:.3}", l.p50_ms));
+    format!(
+        "{},{},{},{},{},{}",
+        q.handshakes,
+        q.handshakes_failed,
+        ms(q.handshake_latency),
+        ms(q.rtt),
+        q.packets_sent,
+        q.packets_lost
+    )
 }
 
 /// The CSV columns on a row's or point's repetitions.
@@ -1411,11 +1482,13 @@ mod tests {
         );
         // One repetition (results from before repetitions), its range that one value.
         assert!(
-            csv.contains("epoll,10,false,2000,0.200,4.500,0.900,0.500,0,false,true,false,98.0,false,,1,0,,,2000,2000,2041,2041,2041\n"),
+            csv.contains("epoll,10,false,2000,0.200,4.500,0.900,0.500,0,false,true,false,98.0,false,,1,0,,,2000,2000,2041,2041,2041,false,,,,,,\n"),
             "{csv}"
         );
         assert!(
-            csv.contains("epoll,10,true,50000,0.200,0.150,0.900,0.020,0,false,false,,,false,,1,0,,,50000,50000,,,\n"),
+            csv.contains(
+                "epoll,10,true,50000,0.200,0.150,0.900,0.020,0,false,false,,,false,,1,0,,,50000,50000,,,,false,,,,,,\n"
+            ),
             "{csv}"
         );
     }
@@ -1667,6 +1740,78 @@ mod tests {
         assert!(h2_section.contains("| epoll | h2c, 16 streams | 91,000 |"), "{h2_section}");
         let csv = r.http_csv();
         assert!(csv.lines().filter(|l| l.contains(",true,16,")).count() == 2, "the h2 points say so: {csv}");
+    }
+
+    /// HTTP/3 points have tables of their own, with their QUIC figures; Caddy beside the
+    /// models; a model that cannot serve HTTP/3 keeps a row saying why, and Caddy's skip is said
+    /// under the sweep.
+    #[test]
+    fn http3_points_have_tables_of_their_own_and_a_model_that_cannot_says_why() {
+        use crate::results::{HttpLatency, QuicConnections};
+        let h3 = |rate: f64| HttpPoint {
+            http3: true,
+            streams: Some(16),
+            quic: Some(QuicConnections {
+                version: 1,
+                handshakes: 10,
+                handshake_latency: Some(HttpLatency { p50_ms: 1.2, p99_ms: 1.6, ..HttpLatency::default() }),
+                rtt: Some(HttpLatency { p50_ms: 3.4, ..HttpLatency::default() }),
+                packets_sent: 1_280,
+                packets_lost: 3,
+                ..QuicConnections::default()
+            }),
+            ..repeated_point(HttpWorkload::H3, &[rate], &[], &[])
+        };
+        let mut r = epoll_with("", "");
+        let server_quic = crate::results::ServerQuic { h3_requests: 14_400, quic_handshakes: 10, quic_packets_lost: 2 };
+        r.models[0].http = vec![
+            repeated_point(HttpWorkload::H2Tls, &[83_000.0], &[], &[]),
+            HttpPoint { server_quic: Some(server_quic), ..h3(48_000.0) },
+        ];
+        assert_eq!(r.models[0].http[1].workload(), HttpWorkload::H3);
+        let cannot = sockscale_server::Model::ALL.into_iter().find(|m| !m.serves_http3());
+        if let Some(m) = cannot {
+            r.models.push(ModelResult { model: m.name().into(), ..ModelResult::default() });
+        }
+        r.caddy = Some(ModelResult { model: "caddy".into(), http: vec![h3(6_000.0)], ..ModelResult::default() });
+        let h2 = r.http2_markdown();
+        assert!(!h2.contains("48,000") && !h2.contains("h3"), "{h2}");
+        let t = r.sweep_markdown("HTTP/3");
+        assert!(t.contains("| epoll | h3 (QUIC), 16 streams | 48,000 |"), "{t}");
+        assert!(t.contains("| caddy | h3 (QUIC), 16 streams | 6,000 |"), "{t}");
+        assert!(
+            t.contains("| caddy | h3 (QUIC), 16 streams | 10 / 0; 1.20 / 1.60; RTT 3.40; 3 lost of 1,280 |"),
+            "{t}"
+        );
+        assert!(!t.contains("83,000") && !t.contains("TLS handshakes"), "{t}");
+        assert!(
+            t.contains("| epoll | h3 (QUIC), 16 streams | 10 / 0; 1.20 / 1.60; RTT 3.40; 3 lost of 1,280 (server: 14,400 requests, 10 handshakes, 2 packets lost) |"),
+            "{t}"
+        );
+        if let Some(m) = cannot {
+            let why = m.limitation(sockscale_server::Policy::Http3).unwrap_or_default();
+            let row = format!("| {} | cannot: {why} | — |", m.name());
+            assert_eq!(t.matches(&row).count(), 5, "a row in each of the five tables: {t}");
+        }
+        let all = crate::verdict::table_md(&r);
+        assert!(all.contains("## HTTP/3 4 KiB responses by concurrency"), "{all}");
+        let csv = r.http_csv();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let epoll: Vec<&str> =
+            csv.lines().find(|l| l.starts_with("epoll,") && l.contains(",48000,")).unwrap().split(',').collect();
+        assert_eq!(header.len(), epoll.len(), "{csv}");
+        let at = |name: &str| epoll[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!((at("http3"), at("quic_handshakes"), at("quic_packets_lost")), ("true", "10", "3"), "{csv}");
+        assert!(csv.lines().any(|l| l.starts_with("caddy,")), "{csv}");
+        // Caddy not found: said once, under the HTTP/3 sweep.
+        r.caddy = Some(ModelResult {
+            model: "caddy".into(),
+            error: Some(crate::caddy::NOT_FOUND.into()),
+            ..ModelResult::default()
+        });
+        let t = r.sweep_markdown("HTTP/3");
+        assert!(t.contains(&format!("\ncaddy: {}\n", crate::caddy::NOT_FOUND)), "{t}");
+        assert!(!t.contains("| caddy |"), "{t}");
     }
 
     /// A row's cells with repetitions: held, memory and throughput with their ranges, the

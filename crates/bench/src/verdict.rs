@@ -50,6 +50,9 @@ pub enum Workload {
     Http2Streams,
     /// HTTP/2 over TLS (h2): listed only when measured.
     Http2TlsStreams,
+    /// HTTP/3 over QUIC, many streams per connection: listed only when measured (results from
+    /// before schema 4 have none). Caddy is its reference, as nginx is the others'.
+    Http3Streams,
     /// WebSocket echo at the verdict concurrency: messages per server CPU-second. Listed only
     /// when measured (results from before schema 3 have none).
     WebSocketMessages,
@@ -69,6 +72,7 @@ impl Workload {
             Workload::TlsHandshakes => "TLS handshakes",
             Workload::Http2Streams => "HTTP/2 streams",
             Workload::Http2TlsStreams => "HTTP/2 streams over TLS",
+            Workload::Http3Streams => "HTTP/3 streams",
             Workload::WebSocketMessages => "WebSocket messages",
             Workload::IdleWebSockets => "Many idle WebSockets",
         }
@@ -82,6 +86,7 @@ impl Workload {
             Workload::TlsHandshakes => Some(HttpWorkload::TlsFullHandshake),
             Workload::Http2Streams => Some(HttpWorkload::H2c),
             Workload::Http2TlsStreams => Some(HttpWorkload::H2Tls),
+            Workload::Http3Streams => Some(HttpWorkload::H3),
             _ => None,
         }
     }
@@ -333,6 +338,11 @@ pub fn verdict(results: &Results) -> Verdict {
     if h2tls.is_ok() {
         workloads.push(judge(results, Workload::Http2TlsStreams, h2tls));
     }
+    // HTTP/3 likewise: results from before schema 4 have none.
+    let h3 = http(results, HttpWorkload::H3);
+    if h3.is_ok() {
+        workloads.push(judge(results, Workload::Http3Streams, h3));
+    }
     // WebSocket is listed only when the run measured it: results from before it have none.
     let ws = ws_messages(results);
     if ws.is_ok() {
@@ -489,7 +499,8 @@ fn measure(
         return None;
     }
     let ranking = rank(entries, unit);
-    let reference = results.nginx.as_ref().and_then(&figure_of);
+    // nginx beside the TCP workloads, Caddy beside HTTP/3: each has points of its own only.
+    let reference = results.peers().find_map(&figure_of);
     Some(finish(setting, ranking, reference, unmeasured))
 }
 
@@ -708,12 +719,28 @@ fn http(results: &Results, w: HttpWorkload) -> Result<Measured, String> {
     let streams = streams.map_or_else(String::new, |s| format!(", {} streams each", thousands(s)));
     let setting = format!("the {label} points at {} connections{streams} ({chosen})", thousands(c));
     let measured = measure(results, Unit::ResponsesPerCpuSecond, setting, figure_of);
-    measured.map(|m| Measured { concurrency: Some(c), ..m }).ok_or_else(|| {
+    measured.map(|m| cannot_http3(Measured { concurrency: Some(c), ..m }, w)).ok_or_else(|| {
         missing_reason(
             results,
             &format!("no {label} point at {} connections has the server's CPU measured", thousands(c)),
         )
     })
+}
+
+/// HTTP/3: a model that cannot serve it was not left unmeasured but has no part in it; it is
+/// named with why instead (its capability row's reason).
+fn cannot_http3(mut m: Measured, w: HttpWorkload) -> Measured {
+    if !w.http3() {
+        return m;
+    }
+    m.unmeasured.retain(|model| match Results::cannot_serve_http3(model) {
+        Some(why) => {
+            m.notes.push(format!("{model} cannot serve HTTP/3: {why}"));
+            false
+        }
+        None => true,
+    });
+    m
 }
 
 /// The WebSocket echo points at the verdict concurrency: messages per server CPU-second.
@@ -806,6 +833,7 @@ fn workload_label(w: HttpWorkload) -> &'static str {
         HttpWorkload::TlsResumed => "HTTPS resumed handshake per request",
         HttpWorkload::H2c => "h2c",
         HttpWorkload::H2Tls => "h2 over TLS",
+        HttpWorkload::H3 => "HTTP/3",
     }
 }
 
@@ -987,6 +1015,12 @@ fn seed_advice(workload: Workload, measured: &Result<Measured, String>) -> SeedA
             seeds: "",
             says: "the seeds say nothing about HTTP/2".into(),
             short: "nothing (no HTTP/2)".into(),
+            pick: None,
+        },
+        Workload::Http3Streams => SeedAdvice {
+            seeds: "",
+            says: "the seeds say nothing about HTTP/3 or QUIC".into(),
+            short: "nothing (no HTTP/3)".into(),
             pick: None,
         },
         Workload::WebSocketMessages | Workload::IdleWebSockets => SeedAdvice {
@@ -2144,6 +2178,36 @@ mod tests {
         assert!(flat.contains("select held 1,017 of 8,000"), "{text}");
     }
 
+    /// HTTP/3 is judged when measured: Caddy beside as the reference (never the model to use),
+    /// and a model that cannot serve HTTP/3 named with why, not as unmeasured.
+    #[test]
+    fn http3_is_judged_with_caddy_beside_and_a_model_that_cannot_named() {
+        let h3 = |values: &[f64]| HttpPoint { http3: true, streams: Some(16), ..point(HttpWorkload::H3, 100, values) };
+        let mut models = vec![
+            model("epoll", Vec::new(), vec![h3(&[100e3, 110e3, 120e3])]),
+            model("tokio", Vec::new(), vec![h3(&[50e3, 51e3, 52e3])]),
+        ];
+        let cannot = sockscale_server::Model::ALL.into_iter().find(|m| !m.serves_http3());
+        if let Some(m) = cannot {
+            models.push(model(m.name(), Vec::new(), Vec::new()));
+        }
+        let mut r = results(models);
+        assert!(verdict(&r).workloads.iter().any(|w| w.workload == Workload::Http3Streams), "no caddy: still judged");
+        r.caddy = Some(model("caddy", Vec::new(), vec![h3(&[9e3, 9.5e3, 10e3])]));
+        let v = verdict(&r);
+        let m = measured(&v, Workload::Http3Streams);
+        assert_eq!(m.ranking.leader_names(), ["epoll"]);
+        assert_eq!(m.reference.as_ref().map(|e| e.model.as_str()), Some("caddy"));
+        assert!(m.unmeasured.is_empty(), "{:?}", m.unmeasured);
+        let p = paragraph(&text(&r), "HTTP/3 streams");
+        assert!(p.contains("Measured on the HTTP/3 points at 100 connections, 16 streams each"), "{p}");
+        assert!(p.contains("caddy (a reference, not a model to use): 9,500 responses per server CPU-second"), "{p}");
+        if let Some(c) = cannot {
+            let why = c.limitation(sockscale_server::Policy::Http3).unwrap_or_default();
+            assert!(m.notes.contains(&format!("{} cannot serve HTTP/3: {why}", c.name())), "{:?}", m.notes);
+        }
+    }
+
     /// The README's default run (three rounds): every line within 100 columns, the glance too.
     #[test]
     fn the_readme_run_renders_within_100_columns() {
@@ -2189,6 +2253,7 @@ mod tests {
             Err("no HTTPS full handshake per request point in this run (the run was interrupted)".into())
         );
         assert!(!v.workloads.iter().any(|w| w.workload == Workload::Http2TlsStreams), "h2 over TLS only when measured");
+        assert!(!v.workloads.iter().any(|w| w.workload == Workload::Http3Streams), "HTTP/3 only when measured");
         let p = paragraph(&text(&r), "TLS handshakes");
         assert!(p.contains("the seeds measured no TLS and say nothing about handshakes"), "{p}");
         let p = paragraph(&text(&r), "HTTP/2 streams");

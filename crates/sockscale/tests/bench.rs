@@ -29,7 +29,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
 
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     let r: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    assert_eq!(r["schema"], 3);
+    assert_eq!(r["schema"], 4);
     assert_eq!(r["profile"], "tiny");
     assert_eq!(r["rounds"], 3);
     assert_eq!(r["interrupted"], false);
@@ -85,10 +85,11 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
             }
         }
         let http = m["http"].as_array().expect("http");
+        let h3 = usize::from(serves_http3(name));
         assert_eq!(
             http.len(),
-            8,
-            "{name}: HTTP at 2 concurrencies x keep-alive on/off, HTTPS at 1 x 2, HTTP/2 at 1 x h2c/h2: {http:?}"
+            8 + h3,
+            "{name}: HTTP at 2 concurrencies x keep-alive on/off, HTTPS at 1 x 2, HTTP/2 at 1 x h2c/h2, HTTP/3 at 1 where the model serves it: {http:?}"
         );
         for p in http {
             assert!(p["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: {p}");
@@ -96,6 +97,7 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         }
         assert_https_points(name, http);
         assert_h2_points(name, http);
+        assert_h3_points(name, http, h3);
         assert_ws(name, m);
         assert!(m["udp"]["received_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{name}: UDP");
         assert!(m["udp"]["sent"].as_u64().is_some_and(|n| n > 0), "{name}: UDP datagrams sent kept");
@@ -108,6 +110,18 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         assert_eq!(http.len(), 8, "{}", r["nginx"]);
         assert_https_points("nginx", http);
         assert_h2_points("nginx", http);
+        assert_h3_points("nginx", http, 0);
+    }
+    // Caddy, the HTTP/3 sweep's peer: measured when found, else skipped with why.
+    if caddy_found() {
+        assert!(r["caddy"]["error"].is_null(), "caddy was found but not measured: {}", r["caddy"]);
+        let http = r["caddy"]["http"].as_array().expect("caddy's points");
+        assert_h3_points("caddy", http, 1);
+        assert_eq!(http.len(), 1, "caddy serves the HTTP/3 sweep only: {http:?}");
+    } else {
+        let why = r["caddy"]["error"].as_str().unwrap_or_default();
+        assert!(why.starts_with("skipped: caddy was not found"), "{}", r["caddy"]);
+        println!("skipped: caddy is not on PATH and SOCKSCALE_CADDY is not set; its HTTP/3 point is not checked");
     }
     for file in [
         "rows.csv",
@@ -132,6 +146,8 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         "websocket.svg",
         "websocket_idle.png",
         "websocket_idle.svg",
+        "http3.png",
+        "http3.svg",
     ] {
         let meta = std::fs::metadata(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(meta.len() > 0, "{file} is empty");
@@ -181,6 +197,17 @@ fn tiny_bench_writes_plausible_results_and_a_report() {
         "the page's HTTPS rows"
     );
     assert!(html.contains("HTTPS 4 KiB responses per second by concurrency"), "the page has the HTTPS chart");
+    assert!(html.contains("<h2>HTTP/3 4 KiB responses by concurrency</h2>"), "the page has the HTTP/3 tables");
+    assert!(html.contains("HTTP/3 4 KiB responses per second by concurrency"), "the page has the HTTP/3 chart");
+    assert!(html.contains("HTTP/3 streams"), "the verdict lists HTTP/3");
+    // The HTTP/3 rows, with their QUIC handshakes, in a section of their own.
+    let h3 = table.split_once("## HTTP/3 4 KiB responses by concurrency").expect("an HTTP/3 section").1;
+    let h3 = h3.split("## WebSocket").next().unwrap_or_default();
+    for model in MODELS.split(',').filter(|m| serves_http3(m)) {
+        let row = format!("| {model} | h3 (QUIC), 16 streams | ");
+        assert!(h3.lines().filter(|l| l.starts_with(&row)).count() >= 5, "no {row} in every table of {h3}");
+    }
+    assert!(h3.contains("### QUIC: handshakes completed / failed"), "{h3}");
     assert!(html.contains("<svg") && html.contains("<table>"), "the page inlines charts and tables");
     assert!(
         !html.contains("http://") && !html.contains("https://") || html.matches("xmlns").count() > 0,
@@ -281,6 +308,49 @@ fn assert_ws(name: &str, m: &serde_json::Value) {
     assert_repeated(name, idle, &["ws_idle_held", "server_bytes_per_idle_ws"]);
 }
 
+/// Whether `model` serves HTTP/3 (its capability row).
+fn serves_http3(model: &str) -> bool {
+    model.parse::<sockscale_server::Model>().is_ok_and(|m| m.serves_http3())
+}
+
+/// Whether the bench finds Caddy: `SOCKSCALE_CADDY`, else `caddy` on PATH.
+fn caddy_found() -> bool {
+    if let Some(path) = std::env::var_os("SOCKSCALE_CADDY").filter(|p| !p.is_empty()) {
+        return std::path::Path::new(&path).is_file();
+    }
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("caddy").is_file()))
+}
+
+/// The HTTP/3 points: `expected` of them (the tiny profile's one concurrency, or none), 16
+/// streams a connection over QUIC with ALPN h3, every request answered, no handshake failed.
+fn assert_h3_points(name: &str, http: &[serde_json::Value], expected: usize) {
+    let h3: Vec<&serde_json::Value> = http.iter().filter(|p| p["http3"] == true).collect();
+    assert_eq!(h3.len(), expected, "{name}: {http:?}");
+    for p in h3 {
+        assert_eq!((&p["concurrency"], &p["streams"]), (&10.into(), &16.into()), "{name}: {p}");
+        assert_eq!((&p["tls"], &p["http2"]), (&true.into(), &serde_json::Value::Null), "{name}: {p}");
+        assert_eq!(p["errors"], 0, "{name}: {p}");
+        assert!(p["latency"]["count"].as_u64().is_some_and(|n| n > 0), "{name}: no request completed: {p}");
+        assert_repeated(name, p, &["requests_per_s", "responses_per_cpu_second"]);
+        let q = &p["quic"];
+        assert_eq!(q["version"], 1, "{name}: {p}");
+        assert!(q["alpn"]["h3"].as_u64().is_some_and(|n| n >= 10), "{name}: every connection agreed on h3: {p}");
+        assert!(q["handshakes"].as_u64().is_some_and(|n| n >= 10), "{name}: {p}");
+        assert_eq!(q["handshakes_failed"], 0, "{name}: {p}");
+        assert!(q["packets_sent"].as_u64().is_some_and(|n| n > 0), "{name}: {p}");
+        // A sockscale server's own counts: every request the load timed answered, every
+        // connection's handshake; Caddy prints none.
+        let server = &p["server_quic"];
+        if name == "caddy" {
+            assert!(server.is_null(), "{p}");
+        } else {
+            let count = |k: &str| server[k].as_u64().unwrap_or_else(|| panic!("{name}: no server_quic.{k}: {p}"));
+            assert!(count("h3_requests") >= p["latency"]["count"].as_u64().unwrap_or(u64::MAX), "{name}: {p}");
+            assert!(count("quic_handshakes") >= 10, "{name}: {p}");
+        }
+    }
+}
+
 /// The HTTP/2 points: h2c and h2 over TLS, 16 streams a connection, every request answered.
 fn assert_h2_points(name: &str, http: &[serde_json::Value]) {
     let h2: Vec<&serde_json::Value> = http.iter().filter(|p| p["http2"] == true).collect();
@@ -296,7 +366,8 @@ fn assert_h2_points(name: &str, http: &[serde_json::Value]) {
 /// The HTTPS points of one model's sweep: keep-alive and a full handshake per request at the
 /// tiny profile's one concurrency, every request answered, none failed.
 fn assert_https_points(name: &str, http: &[serde_json::Value]) {
-    let https: Vec<&serde_json::Value> = http.iter().filter(|p| p["tls"] == true && p["http2"] != true).collect();
+    let https: Vec<&serde_json::Value> =
+        http.iter().filter(|p| p["tls"] == true && p["http2"] != true && p["http3"] != true).collect();
     let keepalive: Vec<bool> = https.iter().map(|p| p["keepalive"] == true).collect();
     assert_eq!(keepalive, [true, false], "{name}: HTTPS keep-alive, then a new connection per request: {http:?}");
     for p in https {
@@ -636,8 +707,11 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
     // 1, idle WebSockets, UDP; nginx takes its turn at each of the 8 HTTP sweep points when it is
     // installed (it serves no WebSocket). Re-runs of disturbed
     // measurements add steps at the end of theirs.
+    // HTTP/3 at 1, where the model serves it, and Caddy's turn at it when found.
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().any(|p| std::path::Path::new(p).exists());
-    let planned = 2 * (14 + if nginx { 8 } else { 0 });
+    let caddy = caddy_found();
+    let h3 = usize::from(serves_http3("epoll"));
+    let planned = 2 * (14 + h3 + if nginx { 8 } else { 0 } + if caddy { 1 } else { 0 });
     let reruns = err.lines().filter(|l| l.contains("] re-run ")).count();
     let total = planned + reruns;
     let per_round = planned / 2;
@@ -665,6 +739,14 @@ fn bench_prints_a_line_per_step_when_not_a_terminal() {
         expected.push("round 2/2 · HTTP/2 over TLS, 10 connections · nginx … done in ".to_owned());
     } else {
         assert!(err.lines().any(|l| l.starts_with("nginx: skipped: nginx is not installed")), "{err}");
+    }
+    if h3 == 1 {
+        expected.push("round 2/2 · HTTP/3 over QUIC, 10 connections · epoll … done in ".to_owned());
+    }
+    if caddy {
+        expected.push("round 1/2 · HTTP/3 over QUIC, 10 connections · caddy … done in ".to_owned());
+    } else {
+        assert!(err.lines().any(|l| l.starts_with("caddy: skipped: caddy was not found")), "{err}");
     }
     for line in expected {
         assert!(err.lines().any(|l| l.contains(&line) && l.ends_with(" s")), "no line {line:?} in\n{err}");
@@ -767,7 +849,15 @@ fn interrupted_bench_leaves_nothing_or_a_complete_partial_report() {
             0 => {}
             1 => std::thread::sleep(std::time::Duration::from_millis(100)),
             _ => {
-                let line = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a first step line");
+                // Notes may come before the steps (a peer server skipped, and why): wait past
+                // them. Each message is all of stderr so far, its last line the newest.
+                let line = loop {
+                    let seen = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a first step line");
+                    let last = seen.trim_end().lines().last().unwrap_or_default().to_owned();
+                    if !last.contains(": skipped") && !last.contains(": no HTTP/3 sweep") {
+                        break last;
+                    }
+                };
                 assert!(line.contains("[ 1/"), "{line}");
             }
         }
