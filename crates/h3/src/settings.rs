@@ -1,8 +1,10 @@
 //! SETTINGS (RFC 9114 §7.2.4, RFC 9204 §5, RFC 9220 §3, RFC 9297 §2.1.1).
 
 use crate::error::{ErrorCode, H3Error};
-use crate::frame;
 use crate::varint;
+
+/// The SETTINGS frame's type (RFC 9114 §7.2.4); `frame::SETTINGS` is this.
+pub const FRAME_TYPE: u64 = 0x04;
 
 pub const QPACK_MAX_TABLE_CAPACITY: u64 = 0x01;
 pub const MAX_FIELD_SECTION_SIZE: u64 = 0x06;
@@ -43,7 +45,7 @@ impl Settings {
     /// Append a whole SETTINGS frame (type, length, payload).
     pub fn encode_frame(&self, out: &mut Vec<u8>) {
         let len: usize = self.pairs().map(|(id, v)| varint::len(id) + varint::len(v)).sum();
-        varint::encode(frame::SETTINGS, out);
+        varint::encode(FRAME_TYPE, out);
         varint::encode(len as u64, out);
         for (id, v) in self.pairs() {
             varint::encode(id, out);

@@ -131,21 +131,26 @@ impl ControlStream {
 
     /// Feed the stream's octets: (consumed, the next event); None when all was consumed.
     pub fn feed(&mut self, input: &[u8], fin: bool) -> Result<(usize, Option<ControlEvent>), H3Error> {
-        let (at, frame) = self.frames.decode(input).map_err(H3Error::on_critical_stream)?;
         // Owned, so that the decoder may be asked about the first frame.
-        let frame = frame.map(|f| match f {
-            Frame::Settings(s) => Control::Settings(s),
-            Frame::GoAway(id) => Control::GoAway(id),
-            Frame::MaxPushId(id) => Control::MaxPushId(id),
-            Frame::CancelPush(_) => Control::CancelPush,
-            Frame::Data(_) | Frame::Headers(_) | Frame::PushPromise { .. } => Control::Message,
+        let decoded = self.frames.decode(input).map(|(at, frame)| {
+            let frame = frame.map(|f| match f {
+                Frame::Settings(s) => Control::Settings(s),
+                Frame::GoAway(id) => Control::GoAway(id),
+                Frame::MaxPushId(id) => Control::MaxPushId(id),
+                Frame::CancelPush(_) => Control::CancelPush,
+                Frame::Data(_) | Frame::Headers(_) | Frame::PushPromise { .. } => Control::Message,
+            });
+            (at, frame)
         });
+        // Checked before the decoder's own error: one call may have read past the first frame
+        // into a later, broken one, and the verdict must not depend on how the input was cut.
         if self.frames.first_type().is_some_and(|t| t != SETTINGS) {
             return Err(H3Error::Connection(
                 ErrorCode::H3_MISSING_SETTINGS,
                 "the control stream's first frame is not SETTINGS",
             ));
         }
+        let (at, frame) = decoded.map_err(H3Error::on_critical_stream)?;
         let Some(frame) = frame else {
             if fin {
                 return Err(H3Error::Connection(ErrorCode::H3_CLOSED_CRITICAL_STREAM, "the control stream ended"));

@@ -11,6 +11,7 @@ pub mod config;
 pub mod connection;
 pub mod event_loop;
 pub mod events;
+pub mod figures;
 pub mod h3;
 pub mod hlog;
 pub mod http;

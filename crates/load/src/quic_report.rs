@@ -8,8 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::figures::{human_us, new_histogram, thousands, ByteCounts, Latency};
 use crate::h3::{H3Event, QuicFigures};
-use crate::report::{human_us, new_histogram, thousands, ByteCounts, Latency};
 
 /// HTTP/3 over QUIC: absent for every other run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
