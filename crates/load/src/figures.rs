@@ -63,6 +63,20 @@ impl Latency {
         self.count == 0
     }
 
+    /// A report line's figures: "p50 … p90 … p99 … max … (mean …, N samples", the caller
+    /// closing the parenthesis.
+    pub fn quantiles(&self) -> String {
+        format!(
+            "p50 {} p90 {} p99 {} max {} (mean {}, {} samples",
+            human_us(self.p50_us),
+            human_us(self.p90_us),
+            human_us(self.p99_us),
+            human_us(self.max_us),
+            human_us(self.mean_us),
+            self.count
+        )
+    }
+
     pub fn histogram(&self) -> Result<Histogram<u64>, String> {
         if self.hdr.is_empty() {
             return Ok(new_histogram());

@@ -120,16 +120,7 @@ impl Quic {
         }
         let l = &self.handshake_latency;
         if !l.is_empty() {
-            let _ = writeln!(
-                s,
-                "  handshake    p50 {} p90 {} p99 {} max {} (mean {}, {} samples; not in the latency above)",
-                human_us(l.p50_us),
-                human_us(l.p90_us),
-                human_us(l.p99_us),
-                human_us(l.max_us),
-                human_us(l.mean_us),
-                l.count
-            );
+            let _ = writeln!(s, "  handshake    {}; not in the latency above)", l.quantiles());
         }
         let r = &self.rtt;
         if !r.is_empty() {
