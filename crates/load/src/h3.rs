@@ -465,7 +465,15 @@ fn write_request(conn: &mut Connection, id: StreamId, r: &mut InFlight) {
     }
     let mut send = conn.send_stream(id);
     let mut chunks = [std::mem::take(&mut r.unsent)];
-    let _ = send.write_chunks(&mut chunks);
+    // Write until all is taken or quinn-proto says Blocked: only a write refused as Blocked
+    // marks the stream to be woken (`Writable`) when the server gives credit; one that took
+    // part of the chunk does not (a 10 MiB upload stalled so).
+    while !chunks[0].is_empty() {
+        match send.write_chunks(&mut chunks) {
+            Ok(w) if w.bytes > 0 => {}
+            _ => break,
+        }
+    }
     let [left] = chunks;
     r.unsent = left;
     if r.unsent.is_empty() {

@@ -185,7 +185,15 @@ fn server_with(certs: &Certs, alpn: &[u8], script: Script, zero_rtt: bool) -> Qu
     if zero_rtt {
         config.send_tls13_tickets = 2;
     }
-    let tuning = QuicTuning { zero_rtt, ..QuicTuning::default() };
+    server_tuned(config, QuicTuning { zero_rtt, ..QuicTuning::default() }, script)
+}
+
+/// A server from its TLS configuration and transport settings.
+fn server_tuned(
+    config: sockscale_proto::quic::quinn_proto::rustls::ServerConfig,
+    tuning: QuicTuning,
+    script: Script,
+) -> QuicEndpoint<TestServer> {
     let setup = QuicSetup::server(config, tuning, Default::default()).expect("setup");
     let admission = Admission {
         max_connections: 10,
@@ -369,6 +377,28 @@ fn a_request_body_goes_whole_and_the_status_is_what_the_server_said() {
     net.client.begin(Stamp::at(1));
     assert!(net.run_until(Duration::from_secs(10), |n| !n.responses().is_empty()), "{:?}", net.events);
     assert_eq!(net.responses(), vec![(Stamp::at(1), 503)]);
+}
+
+#[test]
+fn a_request_body_larger_than_the_servers_connection_window_goes_whole() {
+    let certs = certs();
+    let tls =
+        ServerTls::from_pem_files(&certs.files.cert, &certs.files.key, SystemTime::now(), &ServerOptions::default())
+            .expect("server tls");
+    // The server grants 100 KB a connection at a time, less than a stream's window: the body
+    // is written, blocked by the connection's window and woken by its credit many times. (A
+    // write that stopped at a partial chunk without going on to `Blocked` was never woken: a
+    // 10 MiB upload to quic-go stalled so; this fails then.)
+    let tuning = QuicTuning { connection_window: 100_000, ..QuicTuning::default() };
+    let script = Script { status: 200, body: b"ok".to_vec(), ..Script::default() };
+    let server = server_tuned(tls.rustls_config(vec![b"h3".to_vec()]), tuning, script);
+    let body = vec![7u8; 1_000_000];
+    let profile = profile(&Trust::CaFile(certs.files.ca.clone()), &body);
+    let mut net = Net::new(&profile, server);
+    assert!(net.run_until(Duration::from_secs(5), |n| n.client.established()));
+    net.client.begin(Stamp::at(1));
+    assert!(net.run_until(Duration::from_secs(10), |n| !n.responses().is_empty()), "{:?}", net.events);
+    assert_eq!(net.responses(), vec![(Stamp::at(1), 200)]);
 }
 
 #[test]
