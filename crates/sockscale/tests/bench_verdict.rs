@@ -33,13 +33,26 @@ fn hog(core: usize) -> Child {
     cmd.spawn().expect("start the hog")
 }
 
-/// Per workload the quiet run told apart (ranges that do not overlap), the models it says to use.
+/// A lead this wide is not undone by ordinary run-to-run noise in a tiny profile. In one CI run
+/// (2026-11-27) the quiet run's leads of 1.21x (HTTP/2 streams) and 1.01x (HTTP/3 streams) were
+/// ties in the busy run, measured long after the hog had ended, while every lead of 1.3x or
+/// more (1.34x to 5.87x) held.
+const CLEAR_LEAD: f64 = 1.3;
+
+/// Per workload the quiet run told apart by a clear lead (ranges that do not overlap, the
+/// leaders at least [`CLEAR_LEAD`] ahead of the next), the models it says to use. Narrower
+/// leads can turn into ties between any two runs, hog or not: they cannot show what the hog did.
 fn separated(v: &verdict::Verdict) -> Vec<(String, Vec<String>)> {
     v.workloads
         .iter()
         .filter_map(|w| {
             let m = w.measured.as_ref().ok()?;
-            let told_apart = matches!(m.ranking.lead, Lead::Ahead { .. } | Lead::Tie { clear_of: Some(_) });
+            let clear = |by: &Option<f64>| by.is_some_and(|b| b >= CLEAR_LEAD);
+            let told_apart = match &m.ranking.lead {
+                Lead::Ahead { by, .. } => clear(by),
+                Lead::Tie { clear_of: Some((_, by)) } => clear(by),
+                _ => false,
+            };
             told_apart.then(|| {
                 (w.workload.title().to_owned(), m.ranking.leader_names().into_iter().map(str::to_owned).collect())
             })
