@@ -288,9 +288,7 @@ impl H3Conn {
         if let Some(goaway) = self.goaway {
             if u64::from(VarInt::from(id)) >= goaway {
                 // After our GOAWAY: refused, and the client may retry it elsewhere (§5.2).
-                let code = ErrorCode::H3_REQUEST_REJECTED.into_varint();
-                let _ = conn.recv_stream(id).stop(code);
-                let _ = conn.send_stream(id).reset(code);
+                abort_stream(conn, id, ErrorCode::H3_REQUEST_REJECTED);
                 return Ok(());
             }
         }
@@ -368,9 +366,7 @@ impl H3Conn {
         }
         if let Some(e) = stream_error {
             apps.totals.stream_error();
-            let code = e.code().into_varint();
-            let _ = conn.recv_stream(id).stop(code);
-            let _ = conn.send_stream(id).reset(code);
+            abort_stream(conn, id, e.code());
             self.requests.remove(at);
             return Ok(());
         }
@@ -587,6 +583,13 @@ fn feed_uni(state: &mut Uni, input: &[u8], fin: bool) -> Result<bool, H3Error> {
         Uni::Decoder(reader) => reader.feed(input, fin).map(|()| false),
         Uni::Typeless(_) | Uni::Ignored => Ok(false),
     }
+}
+
+/// End a request stream both ways with `code`: STOP_SENDING and RESET_STREAM.
+fn abort_stream(conn: &mut Connection, id: StreamId, code: ErrorCode) {
+    let code = code.into_varint();
+    let _ = conn.recv_stream(id).stop(code);
+    let _ = conn.send_stream(id).reset(code);
 }
 
 /// Read and drop what a stream has.
