@@ -587,6 +587,17 @@ pub fn http3_beside_tcp_with_alt_svc(model: &str) {
     let fields = h2_response_fields(tls::over(server.connect(), &h2_config));
     let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
     assert_eq!((field(":status"), field("alt-svc")), (Some("200"), Some(alt_svc.as_str())), "{fields:?}");
+    // Garbage at the HTTP/3 port (not QUIC, short and long, a QUIC-looking first byte on some):
+    // dropped or answered no larger than it came, and the port goes on serving.
+    let junk = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    for i in 0..500u32 {
+        let len = (i as usize * 37) % 1400 + 1;
+        let mut datagram = pattern(u64::from(i), len);
+        if i % 2 == 0 {
+            datagram[0] |= 0xc0; // a long header's first bits
+        }
+        let _ = junk.send_to(&datagram, server.addr);
+    }
     http3_answers(server.addr, &cert.ca_file).unwrap_or_else(|e| panic!("{model}: {e}"));
     drop(c);
     let done = server.stop_within(Duration::from_secs(8));
@@ -596,6 +607,8 @@ pub fn http3_beside_tcp_with_alt_svc(model: &str) {
     // has finished its handshake).
     assert!((2..=3).contains(&done.counter("quic_handshakes")), "{:?}", done.stdout);
     assert_eq!(done.counter("h3_connection_errors"), 0, "{:?}", done.stdout);
+    let garbage = done.counter("quic_datagrams_ignored") + done.counter("quic_endpoint_responses");
+    assert!(garbage > 0, "{model}: 500 garbage datagrams, none counted: {:?}", done.stdout);
 }
 
 pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
