@@ -191,6 +191,18 @@ fn row(cells: &[String]) -> String {
     s
 }
 
+/// Remove every `hdr` field (a [`crate::figures::Latency`]'s base64 histogram) from `value`.
+fn strip_encoded_histograms(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(o) => {
+            o.remove("hdr");
+            o.values_mut().for_each(strip_encoded_histograms);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_encoded_histograms),
+        _ => {}
+    }
+}
+
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut s = String::from(r#"<table class="sortable"><thead><tr>"#);
     for h in header {
@@ -482,11 +494,11 @@ pub fn render(report: &Report) -> String {
         ("TLS", report.tls.as_ref().and_then(|t| serde_json::to_value(t).ok())),
         ("HTTP/2", report.h2.as_ref().and_then(|h| serde_json::to_value(h).ok())),
         ("WebSocket", report.ws.as_ref().and_then(|w| serde_json::to_value(w).ok())),
+        ("QUIC", report.quic.as_ref().and_then(|q| serde_json::to_value(q).ok())),
     ] {
         if let Some(mut block) = block {
-            if let Some(o) = block.as_object_mut() {
-                o.remove("handshake_latency");
-            }
+            // A latency's encoded histogram is for `merge`, not for reading: its percentiles stay.
+            strip_encoded_histograms(&mut block);
             let text = serde_json::to_string_pretty(&block).unwrap_or_default();
             let _ = write!(html, "<h2>{name}</h2><pre>{}</pre>", escape(&text));
         }
@@ -532,6 +544,27 @@ mod tests {
         assert!(page.contains("&lt;x&gt;") && !page.contains("<x>"));
         assert!(page.contains("nothing measured"));
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
+    }
+
+    #[test]
+    fn an_http3_run_shows_its_quic_block_with_latency_percentiles_but_no_encoded_histogram() {
+        let mut h = crate::report::new_histogram();
+        h.record(1_500_000).unwrap();
+        let handshake = crate::figures::Latency::from_histogram(&h);
+        assert!(!handshake.hdr.is_empty());
+        let quic = crate::quic_report::Quic {
+            version: 1,
+            handshakes: 7,
+            packets_lost: 3,
+            handshake_latency: handshake.clone(),
+            ..Default::default()
+        };
+        let report = Report { mode: "http".into(), quic: Some(quic), ..Report::default() };
+        let page = render(&report);
+        assert!(page.contains("<h2>QUIC</h2>"), "no QUIC section");
+        assert!(page.contains("&quot;handshakes&quot;: 7") && page.contains("&quot;packets_lost&quot;: 3"));
+        assert!(page.contains("&quot;p50_us&quot;: 1500"), "the handshake latency's percentiles are shown");
+        assert!(!page.contains(&handshake.hdr), "the base64 histogram is not");
     }
 
     #[test]
