@@ -549,6 +549,17 @@ impl LoadConfig {
         Ok(())
     }
 
+    /// Datagrams that may arrive together on one socket, which decides whether GRO can
+    /// coalesce anything: `load udp`'s `--depth`; under HTTP/3 many (a 4 KiB response is three
+    /// packets, and a connection has `--pipeline` of them in flight).
+    pub fn datagrams_in_flight(&self) -> usize {
+        if self.quic() {
+            usize::MAX
+        } else {
+            self.depth
+        }
+    }
+
     /// Exchanges in flight allowed per connection.
     pub fn per_conn_depth(&self) -> usize {
         match &self.mode {

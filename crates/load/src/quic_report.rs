@@ -103,7 +103,7 @@ impl Quic {
     }
 
     /// The summary's lines for QUIC.
-    pub fn summary(&self, s: &mut String) {
+    pub fn summary(&self, s: &mut String, udp: &crate::report::Udp) {
         let alpn: Vec<String> = self.alpn.iter().map(|(p, n)| format!("ALPN {p} ({n} connections)")).collect();
         let alpn = if alpn.is_empty() { "no handshake completed".to_owned() } else { alpn.join("; ") };
         let _ = writeln!(s, "  quic         version {}, {alpn}", self.version);
@@ -141,7 +141,7 @@ impl Quic {
             thousands(self.bytes_lost),
             thousands(self.congestion_events)
         );
-        let _ = writeln!(
+        let _ = write!(
             s,
             "  datagrams    {} sent ({} bytes), {} received ({} bytes)",
             thousands(self.datagrams.sent),
@@ -149,6 +149,17 @@ impl Quic {
             thousands(self.datagrams.received),
             thousands(self.wire.received)
         );
+        // What the kernel's offloads took (`--udp-gso`, `--udp-gro`), when they took any.
+        let offloads: Vec<String> =
+            [(udp.gso_datagrams, "sent in GSO messages"), (udp.gro_datagrams, "received coalesced by GRO")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{} {what}", thousands(*n)))
+                .collect();
+        if !offloads.is_empty() {
+            let _ = write!(s, "; {}", offloads.join(", "));
+        }
+        s.push('\n');
         let resets: Vec<String> = self.resets.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let mut streams = format!("  http/3       {} request streams", thousands(self.streams));
         if !resets.is_empty() {
@@ -303,8 +314,14 @@ mod tests {
         assert_eq!((a.handshake_latency.count, a.rtt.count), (2, 2));
         assert!(a.rtt.max_us >= 2900.0, "{:?}", a.rtt);
         let mut s = String::new();
-        a.summary(&mut s);
+        a.summary(&mut s, &crate::report::Udp::default());
         assert!(s.contains("quic         version 1, ALPN h3 (2 connections)"), "{s}");
+        assert!(!s.contains("GRO") && !s.contains("GSO"), "no offload took anything: {s}");
+        let mut offloaded = String::new();
+        let udp = crate::report::Udp { gro_datagrams: 90, ..Default::default() };
+        a.summary(&mut offloaded, &udp);
+        assert!(offloaded.contains("; 90 received coalesced by GRO\n"), "{offloaded}");
+        assert!(!offloaded.contains("GSO"), "{offloaded}");
         assert!(s.contains("2 completed (2 sent 0-RTT, 0 accepted; 2 requests as 0-RTT), 2 failed"), "{s}");
         assert!(s.contains("first failed no QUIC handshake within 1.0 s"), "{s}");
         assert!(!s.contains("resumed"), "resumption is not measured: {s}");

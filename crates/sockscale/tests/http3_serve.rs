@@ -188,3 +188,44 @@ fn quic_max_mtu_is_taken_by_both_ends() {
     }
     assert!(mean_datagram[0] <= 1452, "default: {mean_datagram:?}");
 }
+
+/// `load http --http3` asks the kernel for GRO by default, so the server's GSO messages come to
+/// it whole (on loopback the kernel then need not cut them, which spares the server's CPU as a
+/// quinn, quic-go or ngtcp2 client does); `--udp-gro off` reads one datagram at a time. The
+/// report says how many came coalesced, and says nothing of GRO when none did.
+#[test]
+fn load_http3_takes_gro_by_default_and_udp_gro_off() {
+    let cert = tls::TestCert::new("h3-load-gro");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3"];
+    args.extend(tls.iter().map(String::as_str));
+    let server = ServerProc::start("epoll", &args);
+    let url = format!("https://127.0.0.1:{}/", server.addr.port());
+    let mut coalesced = Vec::new();
+    for gro in [None, Some("off")] {
+        let json = std::env::temp_dir().join(format!("sockscale-h3-gro-{}-{gro:?}.json", std::process::id()));
+        let mut load = Command::new(BIN);
+        load.args(["load", "http", "--http3", "-c", "2", "--pipeline", "16", "-n", "400", "--sni", "localhost"])
+            .arg("--cacert")
+            .arg(&cert.ca_file)
+            .arg("--json")
+            .arg(&json);
+        if let Some(g) = gro {
+            load.args(["--udp-gro", g]);
+        }
+        let out = load.arg(&url).output().expect("run sockscale load");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{gro:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("the --json report")).expect("json");
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["options"]["udp_gro"], serde_json::json!(gro.is_none()), "{gro:?}");
+        let n = report["udp"]["gro_datagrams"].as_u64().expect("udp.gro_datagrams");
+        assert_eq!(text.contains("received coalesced by GRO"), n > 0, "{gro:?}: {text}");
+        coalesced.push(n);
+    }
+    assert!(coalesced[0] > 0, "GRO on: the server's GSO messages (4 KiB answers, 16 at once) came coalesced");
+    assert_eq!(coalesced[1], 0, "--udp-gro off");
+    let done = server.stop();
+    assert_eq!(done.counter("h3_requests"), 800);
+}

@@ -414,7 +414,7 @@ impl<'a> EventLoop<'a> {
             rbuf: vec![0; 64 << 10],
             plain: Vec::new(),
             dgram: Vec::new(),
-            datagrams: datagrams::Datagrams::new(cfg.udp_offload, cfg.depth),
+            datagrams: datagrams::Datagrams::new(cfg.udp_offload, cfg.datagrams_in_flight()),
             now: Instant::now(),
             now_ns: 0,
             opened: 0,

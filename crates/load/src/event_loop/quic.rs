@@ -33,7 +33,7 @@ pub(super) fn send(
         let segment = segment.unwrap_or(size).max(1);
         for datagram in buf[..size].chunks(segment) {
             if datagrams.is_full() {
-                flush(conn, datagrams)?;
+                flush(conn, datagrams, result)?;
                 if !conn.writable {
                     break;
                 }
@@ -42,7 +42,7 @@ pub(super) fn send(
         }
     }
     if !datagrams.is_empty() {
-        flush(conn, datagrams)?;
+        flush(conn, datagrams, result)?;
     }
     Ok(())
 }
@@ -50,8 +50,10 @@ pub(super) fn send(
 /// Send the batch; a full socket buffer makes the connection wait for EPOLLOUT. A datagram the
 /// kernel refused carries the socket's pending error to the sender: an ICMP port unreachable
 /// for an earlier one (which a read would otherwise have reported), so the connection ends.
-fn flush(conn: &mut Conn, datagrams: &mut Datagrams) -> Result<(), Close> {
+fn flush(conn: &mut Conn, datagrams: &mut Datagrams, result: &mut ThreadResult) -> Result<(), Close> {
     let sent = datagrams.send(conn.socket.as_raw_fd(), |_| {});
+    result.udp.send_calls += sent.calls as u64;
+    result.udp.gso_datagrams += sent.gso_datagrams as u64;
     if sent.blocked > 0 {
         conn.writable = false;
     }

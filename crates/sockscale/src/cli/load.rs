@@ -525,10 +525,18 @@ fn echo_config(a: &EchoArgs) -> Result<LoadConfig> {
     Ok(cfg)
 }
 
+/// `--udp-gso`, `--udp-gro`: each on unless turned off.
+fn udp_offload(
+    gso: Option<crate::cli::serve::OnOff>,
+    gro: Option<crate::cli::serve::OnOff>,
+) -> sockscale_sys::udp::Offload {
+    use crate::cli::serve::OnOff::Off;
+    sockscale_sys::udp::Offload { gso: gso != Some(Off), gro: gro != Some(Off) }
+}
+
 fn udp_config(a: &UdpArgs) -> Result<LoadConfig> {
     let addr = resolve(&a.addr, None)?;
-    use crate::cli::serve::OnOff::Off;
-    let udp_offload = sockscale_sys::udp::Offload { gso: a.udp_gso != Some(Off), gro: a.udp_gro != Some(Off) };
+    let udp_offload = udp_offload(a.udp_gso, a.udp_gro);
     let extra = serde_json::json!({ "length": a.length, "depth": a.depth, "udp_gso": udp_offload.gso, "udp_gro": udp_offload.gro });
     let options = options_json("udp", &a.addr, &a.common, extra);
     let mut cfg = base_config(&a.common, Mode::Udp { msg_len: a.length }, addr.into(), a.addr.clone(), options)?;
@@ -570,6 +578,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         Some(p) => Bytes::from(std::fs::read(p).with_context(|| format!("cannot read --body {}", p.display()))?),
         None => Bytes::new(),
     };
+    let offload = udp_offload(a.udp_gso, a.udp_gro);
     let request = HttpRequest {
         method: a.method.clone(),
         host: authority.clone(),
@@ -589,7 +598,8 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
         &target,
         &a.common,
         serde_json::json!({
-            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "http3": a.http3, "0rtt": a.zero_rtt, "quic_max_mtu": a.quic_max_mtu, "nodelay": !a.no_nodelay, "method": a.method,
+            "keepalive": !a.no_keepalive, "pipeline": a.pipeline, "http2": a.http2, "http3": a.http3, "0rtt": a.zero_rtt, "quic_max_mtu": a.quic_max_mtu,
+            "udp_gso": a.http3.then_some(offload.gso), "udp_gro": a.http3.then_some(offload.gro), "nodelay": !a.no_nodelay, "method": a.method,
             "headers": a.headers, "body": a.body.as_ref().map(|p| p.display().to_string()),
             "accept_status": a.accept_status.to_string(),
             "tls": https.then(|| a.tls_args.options()),
@@ -600,6 +610,7 @@ fn http_config(a: &HttpArgs) -> Result<LoadConfig> {
     cfg.nodelay = !a.no_nodelay;
     cfg.accept_status = a.accept_status.clone();
     cfg.tls = tls;
+    cfg.udp_offload = offload;
     Ok(cfg)
 }
 

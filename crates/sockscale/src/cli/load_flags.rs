@@ -311,6 +311,18 @@ pub struct HttpArgs {
     /// bounds what it sends). 1200 to 65527
     #[arg(long, value_name = "BYTES", requires = "http3", value_parser = clap::value_parser!(u16).range(1200..=65527))]
     pub quic_max_mtu: Option<u16>,
+    /// With --http3: a connection's datagrams go in one message the kernel cuts [default: on]
+    ///
+    /// Off: one datagram per message. UDP_SEGMENT, where the kernel has it (Linux 4.18); counted as udp.gso_datagrams
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, requires = "http3")]
+    pub udp_gso: Option<OnOff>,
+    /// With --http3: the kernel hands over a connection's datagrams coalesced [default: on]
+    ///
+    /// Off: one datagram per read. UDP_GRO, where the kernel has it (Linux 5.0); counted as udp.gro_datagrams. On
+    /// loopback it also spares the server's CPU the cutting of its GSO messages, as a quinn, quic-go or ngtcp2 client
+    /// with GRO does
+    #[arg(long, value_name = "on|off", value_enum, hide_possible_values = true, requires = "http3")]
+    pub udp_gro: Option<OnOff>,
     /// Disable Nagle's algorithm [default]
     #[arg(long, overrides_with = "no_nodelay")]
     pub nodelay: bool,
