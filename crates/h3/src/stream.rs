@@ -272,7 +272,7 @@ enum Step<'a> {
 }
 
 fn decode_fields(block: &[u8], max: usize) -> Result<HeaderList, H3Error> {
-    let mut list = HeaderList::with_limit(max);
+    let mut list = HeaderList::for_block(max, block.len());
     decode_field_section(block, &mut list).map_err(|e| e.to_h3())?;
     Ok(list)
 }
