@@ -185,9 +185,10 @@ fn control_stream() -> Vec<u8> {
 /// What an HTTP/3 connection met, for the event loop to count.
 #[derive(Debug, Clone, PartialEq)]
 pub enum H3Event {
-    /// The QUIC handshake completed `took` after the first Initial; `zero_rtt_sent`: requests
-    /// went as 0-RTT data (`--0rtt`), which the server accepted or not.
-    Handshake { took: Duration, alpn: Option<String>, zero_rtt_sent: bool, zero_rtt_accepted: bool },
+    /// The QUIC handshake completed `took` after the first Initial; `resumed`: the server
+    /// accepted a session ticket (its ServerHello said so); `zero_rtt_sent`: requests went as
+    /// 0-RTT data (`--0rtt`), which the server accepted or not.
+    Handshake { took: Duration, alpn: Option<String>, resumed: bool, zero_rtt_sent: bool, zero_rtt_accepted: bool },
     /// A request's stream was opened and its bytes handed to QUIC (`early`: as 0-RTT data).
     RequestSent { bytes: usize, early: bool },
     /// A response ended (its stream's FIN after the body).
@@ -397,15 +398,12 @@ impl Apps for H3Apps {
                         app.waiting.push_front(stamp);
                     }
                 }
-                let alpn = conn
-                    .crypto_session()
-                    .handshake_data()
-                    .and_then(|d| d.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok())
-                    .and_then(|d| d.protocol)
-                    .map(|p| String::from_utf8_lossy(&p).into_owned());
+                let handshake = sockscale_proto::quic::Handshake::of(conn).unwrap_or_default();
+                let alpn = handshake.protocol.map(|p| String::from_utf8_lossy(&p).into_owned());
                 self.events.push(H3Event::Handshake {
                     took: now.saturating_duration_since(app.started),
                     alpn,
+                    resumed: handshake.resumed,
                     zero_rtt_sent: app.early,
                     zero_rtt_accepted: app.early && conn.accepted_0rtt(),
                 });

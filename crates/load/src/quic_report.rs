@@ -19,9 +19,11 @@ pub struct Quic {
     pub version: u32,
     /// The ALPN the handshakes agreed on, with how many connections agreed on it.
     pub alpn: BTreeMap<String, u64>,
-    /// Handshakes completed. Whether one resumed a session is not known here: quinn-proto does
-    /// not say, so no full/resumed split is reported.
+    /// Handshakes completed …
     pub handshakes: u64,
+    /// … of which resumed a session (the server's ServerHello accepted a ticket); the others
+    /// were full handshakes.
+    pub resumed: u64,
     /// Handshakes that sent requests as 0-RTT data (`--0rtt`, a resumed session allowing it).
     pub zero_rtt_sent: u64,
     /// … of which the server accepted the 0-RTT data (the others' requests went again in 1-RTT).
@@ -85,6 +87,7 @@ impl Quic {
         self.handshakes += o.handshakes;
         self.zero_rtt_sent += o.zero_rtt_sent;
         self.zero_rtt_accepted += o.zero_rtt_accepted;
+        self.resumed += o.resumed;
         self.early_requests += o.early_requests;
         self.handshakes_failed += o.handshakes_failed;
         if self.first_failure.is_none() {
@@ -112,8 +115,14 @@ impl Quic {
             if failures.is_empty() { String::new() } else { format!("; connections failed: {}", failures.join(", ")) };
         let _ = writeln!(
             s,
-            "  handshakes   {} completed ({} sent 0-RTT, {} accepted; {} requests as 0-RTT), {} failed{failed}",
-            self.handshakes, self.zero_rtt_sent, self.zero_rtt_accepted, self.early_requests, self.handshakes_failed
+            "  handshakes   {} completed ({} full, {} resumed; {} sent 0-RTT, {} accepted; {} requests as 0-RTT), {} failed{failed}",
+            self.handshakes,
+            self.handshakes - self.resumed.min(self.handshakes),
+            self.resumed,
+            self.zero_rtt_sent,
+            self.zero_rtt_accepted,
+            self.early_requests,
+            self.handshakes_failed
         );
         if let Some(first) = &self.first_failure {
             let _ = writeln!(s, "  first failed {first}");
@@ -200,8 +209,9 @@ impl ThreadQuic {
     pub fn count(&mut self, event: &H3Event, sent: &mut u64, received: &mut u64, resets: &mut u64) {
         let c = &mut self.counts;
         match event {
-            H3Event::Handshake { took, alpn, zero_rtt_sent, zero_rtt_accepted } => {
+            H3Event::Handshake { took, alpn, resumed, zero_rtt_sent, zero_rtt_accepted } => {
                 c.handshakes += 1;
+                c.resumed += u64::from(*resumed);
                 c.zero_rtt_sent += u64::from(*zero_rtt_sent);
                 c.zero_rtt_accepted += u64::from(*zero_rtt_accepted);
                 *c.alpn.entry(alpn.clone().unwrap_or_else(|| "none".into())).or_default() += 1;
@@ -278,6 +288,7 @@ mod tests {
             H3Event::Handshake {
                 took: Duration::from_millis(handshake_ms),
                 alpn: Some("h3".into()),
+                resumed: true,
                 zero_rtt_sent: true,
                 zero_rtt_accepted: false,
             },
@@ -306,7 +317,7 @@ mod tests {
         let mut a = thread(2, 1).report();
         let b = thread(4, 3).report();
         a.add(&b).expect("merge");
-        assert_eq!((a.handshakes, a.zero_rtt_sent, a.zero_rtt_accepted, a.early_requests), (2, 2, 0, 2));
+        assert_eq!((a.handshakes, a.resumed, a.zero_rtt_sent, a.zero_rtt_accepted, a.early_requests), (2, 2, 2, 0, 2));
         assert_eq!(a.alpn.get("h3"), Some(&2));
         assert_eq!(a.resets.get("H3_REQUEST_REJECTED"), Some(&2));
         assert_eq!((a.packets_sent, a.packets_lost, a.bytes_lost), (20, 2, 2400));
@@ -322,9 +333,11 @@ mod tests {
         a.summary(&mut offloaded, &udp);
         assert!(offloaded.contains("; 90 received coalesced by GRO\n"), "{offloaded}");
         assert!(!offloaded.contains("GSO"), "{offloaded}");
-        assert!(s.contains("2 completed (2 sent 0-RTT, 0 accepted; 2 requests as 0-RTT), 2 failed"), "{s}");
+        assert!(
+            s.contains("2 completed (0 full, 2 resumed; 2 sent 0-RTT, 0 accepted; 2 requests as 0-RTT), 2 failed"),
+            "{s}"
+        );
         assert!(s.contains("first failed no QUIC handshake within 1.0 s"), "{s}");
-        assert!(!s.contains("resumed"), "resumption is not measured: {s}");
         let json = serde_json::to_string(&a).expect("json");
         assert_eq!(serde_json::from_str::<Quic>(&json).expect("back"), a);
     }

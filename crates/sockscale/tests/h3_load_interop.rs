@@ -67,6 +67,8 @@ fn against(server: &PeerServer, cert: &H3Cert) {
     if let (Some(before), Some(after)) = (before, server.handshakes()) {
         let resumed = after[before..].iter().filter(|h| h.resumed).count();
         assert!(resumed >= 5, "{name}: {resumed} of the new connections resumed: {:?}", &after[before..]);
+        // The load generator reads the same from each ServerHello.
+        assert_eq!(r["quic"]["resumed"].as_u64(), Some(resumed as u64), "{name}: {}", r["quic"]);
     }
 }
 

@@ -229,3 +229,40 @@ fn load_http3_takes_gro_by_default_and_udp_gro_off() {
     let done = server.stop();
     assert_eq!(done.counter("h3_requests"), 800);
 }
+
+/// Handshakes are told apart, full and resumed, by both ends, and they agree: a connection a
+/// request (`--no-keepalive`) resumes the session of the one before. The load generator's probe
+/// (one full handshake before the run, resuming nothing) is the server's one extra.
+#[test]
+fn both_ends_count_the_same_resumed_handshakes() {
+    let cert = tls::TestCert::new("h3-resumed");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3"];
+    args.extend(tls.iter().map(String::as_str));
+    let server = ServerProc::start("epoll", &args);
+    let url = format!("https://127.0.0.1:{}/", server.addr.port());
+    let json = std::env::temp_dir().join(format!("sockscale-h3-resumed-{}.json", std::process::id()));
+    let out = Command::new(BIN)
+        .args(["load", "http", "--http3", "-c", "1", "--no-keepalive", "-n", "12", "--sni", "localhost"])
+        .arg("--cacert")
+        .arg(&cert.ca_file)
+        .arg("--json")
+        .arg(&json)
+        .arg(&url)
+        .output()
+        .expect("run sockscale load");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the --json report")).expect("json");
+    let _ = std::fs::remove_file(&json);
+    let quic = &report["quic"];
+    let (handshakes, resumed) = (quic["handshakes"].as_i64().unwrap_or(0), quic["resumed"].as_i64().unwrap_or(0));
+    assert_eq!(handshakes, 12, "a handshake a request: {quic}");
+    // The first connection may resume the probe's ticket or not; every later one resumes.
+    assert!(resumed >= 11, "{quic}");
+    assert!(text.contains(&format!("12 completed ({} full, {resumed} resumed;", 12 - resumed)), "{text}");
+    let done = server.stop();
+    assert_eq!(done.counter("quic_handshakes"), handshakes + 1, "the probe's too");
+    assert_eq!(done.counter("quic_resumed"), resumed, "{:?}", done.stdout);
+}

@@ -12,6 +12,7 @@ use quinn_proto::{
     ClientConfig, EndpointConfig, IdleTimeout, MtuDiscoveryConfig, ServerConfig, TransportConfig, VarInt,
 };
 
+use super::resumption;
 use super::totals::QuicTotals;
 
 /// When a new connection is sent a stateless Retry first (`--quic-retry`): the client proves
@@ -145,14 +146,8 @@ impl QuicSetup {
             }
             tls.send_tls13_tickets = tls.send_tls13_tickets.max(2);
         }
-        if tls.ticketer.enabled() {
-            tls.ticketer = Arc::new(CountingTicketer { inner: tls.ticketer.clone(), totals: totals.clone() });
-        } else if tls.session_storage.can_cache() {
-            tls.session_storage =
-                Arc::new(CountingStore { inner: tls.session_storage.clone(), totals: totals.clone() });
-        }
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
-        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        let mut server = ServerConfig::with_crypto(resumption::server_config(crypto));
         server.transport_config(Arc::new(transport(&tuning)?));
         server.max_incoming(4096);
         server.incoming_buffer_size(64 << 10);
@@ -168,7 +163,7 @@ impl QuicSetup {
     /// early data if 0-RTT is wanted).
     pub fn client(tls: rustls::ClientConfig, tuning: QuicTuning) -> Result<Self, QuicConfigError> {
         let crypto = QuicClientConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
-        let mut client = ClientConfig::new(Arc::new(crypto));
+        let mut client = ClientConfig::new(resumption::client_config(crypto));
         client.transport_config(Arc::new(transport(&tuning)?));
         let mut endpoint = EndpointConfig::default();
         endpoint
@@ -181,38 +176,6 @@ impl QuicSetup {
             tuning,
             totals: Arc::default(),
         })
-    }
-}
-
-/// The server's session tickets, counting those that come back and decrypt: a resumed
-/// handshake. quinn-proto does not say whether rustls resumed, and rustls decrypts a ticket only
-/// to resume with it; a ticket that decrypts but is then refused (its age or SNI do not fit,
-/// rare) is counted too, so the count is an upper bound.
-#[derive(Debug)]
-struct CountingTicketer {
-    inner: Arc<dyn rustls::server::ProducesTickets>,
-    totals: Arc<QuicTotals>,
-}
-
-impl rustls::server::ProducesTickets for CountingTicketer {
-    fn enabled(&self) -> bool {
-        self.inner.enabled()
-    }
-
-    fn lifetime(&self) -> u32 {
-        self.inner.lifetime()
-    }
-
-    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        self.inner.encrypt(plain)
-    }
-
-    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        let plain = self.inner.decrypt(cipher);
-        if plain.is_some() {
-            self.totals.ticket_accepted();
-        }
-        plain
     }
 }
 
@@ -235,40 +198,6 @@ impl rustls::server::ProducesTickets for NoTickets {
 
     fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
         None
-    }
-}
-
-/// The server's session cache (stateful resumption), counting the sessions found again: a
-/// resumed handshake, as [`CountingTicketer`] counts them for tickets.
-#[derive(Debug)]
-struct CountingStore {
-    inner: Arc<dyn rustls::server::StoresServerSessions>,
-    totals: Arc<QuicTotals>,
-}
-
-impl rustls::server::StoresServerSessions for CountingStore {
-    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
-        self.inner.put(key, value)
-    }
-
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let found = self.inner.get(key);
-        if found.is_some() {
-            self.totals.ticket_accepted();
-        }
-        found
-    }
-
-    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let found = self.inner.take(key);
-        if found.is_some() {
-            self.totals.ticket_accepted();
-        }
-        found
-    }
-
-    fn can_cache(&self) -> bool {
-        self.inner.can_cache()
     }
 }
 

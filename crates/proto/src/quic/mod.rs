@@ -14,6 +14,7 @@
 mod config;
 mod endpoint;
 pub mod h3;
+pub mod resumption;
 mod totals;
 
 #[cfg(test)]
@@ -24,4 +25,5 @@ mod tests;
 pub use config::{transport, QuicConfigError, QuicSetup, QuicTuning, RetryMode};
 pub use endpoint::{Admission, Apps, QuicEndpoint};
 pub use quinn_proto;
+pub use resumption::Handshake;
 pub use totals::{HandshakeFailure, LostReason, QuicCounts, QuicTotals};

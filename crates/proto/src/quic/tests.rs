@@ -41,7 +41,7 @@ pub(crate) fn setup(certs: &Certs, alpn: &[u8], tuning: QuicTuning) -> Arc<QuicS
 pub(crate) fn client_config(certs: &Certs, alpn: &[u8], tuning: &QuicTuning) -> ClientConfig {
     let tls = ClientTls::new(&Trust::CaFile(certs.files.ca.clone()), vec![alpn.to_vec()], true).expect("client tls");
     let crypto = QuicClientConfig::try_from(tls.rustls_config(vec![alpn.to_vec()], true)).expect("quic client");
-    let mut c = ClientConfig::new(Arc::new(crypto));
+    let mut c = ClientConfig::new(super::resumption::client_config(crypto));
     c.transport_config(Arc::new(transport(tuning).expect("transport")));
     c
 }
@@ -442,6 +442,11 @@ fn a_second_connection_resumes_with_the_first_ones_ticket() {
     assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(second)));
     let counts = setup.totals.snapshot();
     assert_eq!((counts.handshakes, counts.resumed), (2, 1), "{counts:?}");
+    // The client reads the same from the ServerHello it received.
+    let seen: Vec<Option<super::Handshake>> =
+        [first, second].iter().map(|&i| super::Handshake::of(&pair.conns[i].1)).collect();
+    assert_eq!(seen.iter().map(|h| h.as_ref().map(|h| h.resumed)).collect::<Vec<_>>(), [Some(false), Some(true)]);
+    assert_eq!(seen[1].as_ref().and_then(|h| h.protocol.clone()), Some(b"echo".to_vec()), "{seen:?}");
 }
 
 #[test]

@@ -152,8 +152,8 @@ pub struct QuicCounts {
     pub handshakes: u64,
     /// … of which the client's 0-RTT data was accepted (`--quic-0rtt`).
     pub handshakes_0rtt: u64,
-    /// Session tickets that came back and decrypted: resumed handshakes (an upper bound: see
-    /// the ticketer in `config.rs`).
+    /// Handshakes that resumed a session (the server accepted a PSK: its ServerHello says so,
+    /// read by [`super::resumption`]).
     pub resumed: u64,
     /// Summed handshake time (first datagram accepted to handshake complete), in µs.
     pub handshake_micros: u64,
@@ -223,11 +223,10 @@ impl QuicTotals {
         if zero_rtt {
             self.handshakes_0rtt.fetch_add(1, Relaxed);
         }
+        if super::resumption::Handshake::of(conn).is_some_and(|h| h.resumed) {
+            self.resumed.fetch_add(1, Relaxed);
+        }
         self.handshake_micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
-    }
-
-    pub(crate) fn ticket_accepted(&self) {
-        self.resumed.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn handshake_failed(&self, why: HandshakeFailure) {
