@@ -175,6 +175,45 @@ fn zero_rtt_only_with_the_flag(model: &str) {
     }
 }
 
+/// Chromium, a fourth QUIC stack (Chrome's own), loads a page over HTTP/3: QUIC forced for the
+/// origin (`--origin-to-force-quic-on`), the certificate trusted by its key's hash. The page
+/// comes back whole, and the server saw it asked over HTTP/3 and nothing over TCP.
+#[test]
+fn chromium_loads_a_page_over_http3() {
+    let browser = match support::browser::chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let cert = H3Cert::new("chromium");
+    let page = std::env::temp_dir().join(format!("sockscale-h3-chromium-{}.html", std::process::id()));
+    let marker = "served over HTTP/3 by sockscale";
+    std::fs::write(&page, format!("<!doctype html><html><body><p id=\"m\">{marker}</p></body></html>")).expect("page");
+    let body = page.to_string_lossy().into_owned();
+    let server = serve("epoll", &cert, &["--body", &body]);
+    let origin = format!("127.0.0.1:{}", server.addr.port());
+    let profile = std::env::temp_dir().join(format!("sockscale-h3-chromium-profile-{}", std::process::id()));
+    let out = std::process::Command::new(&browser)
+        .args(["--headless=new", "--disable-gpu", "--no-sandbox", "--no-first-run", "--enable-quic"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--origin-to-force-quic-on={origin}"))
+        .arg(format!("--ignore-certificate-errors-spki-list={}", cert.spki_sha256_base64()))
+        .args(["--virtual-time-budget=5000", "--dump-dom"])
+        .arg(format!("https://{origin}/"))
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    let _ = std::fs::remove_file(&page);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains(marker), "chromium did not get the page: {dom}\n{}", String::from_utf8_lossy(&out.stderr));
+    let done = server.stop_within(Duration::from_secs(15));
+    assert!(done.counter("h3_requests") >= 1, "{:?}", done.stdout);
+    assert!(done.counter("quic_handshakes") >= 1, "{:?}", done.stdout);
+    assert_eq!(done.counter("accepted"), 0, "no TCP connection: {:?}", done.stdout);
+}
+
 macro_rules! h3_interop {
     ($($model:ident),* $(,)?) => {
     $(

@@ -183,6 +183,18 @@ impl H3Cert {
     }
 }
 
+impl H3Cert {
+    /// The base64 SHA-256 of the leaf's public key (its SubjectPublicKeyInfo), as Chromium's
+    /// `--ignore-certificate-errors-spki-list` takes it: a certificate trusted by its key.
+    pub fn spki_sha256_base64(&self) -> String {
+        use base64::Engine as _;
+        let pem = std::fs::read_to_string(&self.key).expect("read key");
+        let key = KeyPair::from_pem(&pem).expect("parse key");
+        let digest = ring::digest::digest(&ring::digest::SHA256, &rcgen::PublicKeyData::subject_public_key_info(&key));
+        base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+    }
+}
+
 impl Drop for H3Cert {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
