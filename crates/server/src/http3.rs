@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sockscale_proto::http::HttpConfig;
 use sockscale_proto::quic::h3::H3Apps;
-use sockscale_proto::quic::{Admission, QuicConfigError, QuicEndpoint, QuicSetup, QuicTotals, QuicTuning};
+use sockscale_proto::quic::{Admission, QuicConfigError, QuicEndpoint, QuicKeys, QuicSetup, QuicTotals, QuicTuning};
 use sockscale_tls::ServerTls;
 
 use crate::config::Config;
@@ -40,7 +40,12 @@ impl Http3Service {
             ..QuicTuning::default()
         };
         let rustls = tls.rustls_config(vec![b"h3".to_vec()]);
-        let setup = QuicSetup::server(rustls, tuning, Arc::default())?;
+        // A `--procs` worker's keys are the server's (its parent's); a lone process makes its own.
+        let keys = match &cfg.quic_keys {
+            Some(keys) => keys.clone(),
+            None => QuicKeys::generate()?,
+        };
+        let setup = QuicSetup::server_with_keys(rustls, tuning, Arc::default(), &keys)?;
         let admission = Admission {
             max_connections: limits.max_conns,
             max_handshakes: limits.max_handshakes.unwrap_or(DEFAULT_MAX_HANDSHAKES),

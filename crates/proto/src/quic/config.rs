@@ -108,6 +108,65 @@ pub enum QuicConfigError {
     Transport(String),
 }
 
+/// The server's QUIC secrets: the stateless-reset key (a reset must be recognised by the
+/// client whichever endpoint sends it) and the key of Retry and NEW_TOKEN tokens (a token one
+/// endpoint issued must be accepted by the endpoint the client's next packet reaches). One
+/// setup's endpoints share them; a `serve --procs` server gives every process the same ones.
+#[derive(Clone, PartialEq, Eq)]
+pub struct QuicKeys {
+    reset: [u8; QuicKeys::KEY_LEN],
+    token: [u8; QuicKeys::KEY_LEN],
+}
+
+impl std::fmt::Debug for QuicKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuicKeys(..)")
+    }
+}
+
+impl QuicKeys {
+    const KEY_LEN: usize = 64;
+    /// The length of [`QuicKeys::to_bytes`].
+    pub const LEN: usize = 2 * Self::KEY_LEN;
+
+    /// New random keys, from the system's random source.
+    pub fn generate() -> Result<Self, QuicConfigError> {
+        let mut bytes = [0u8; Self::LEN];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+            .map_err(|_| QuicConfigError::Transport("the system's random source failed".into()))?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// The keys as bytes, to hand to another process of the same server.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..Self::KEY_LEN].copy_from_slice(&self.reset);
+        out[Self::KEY_LEN..].copy_from_slice(&self.token);
+        out
+    }
+
+    /// The keys [`QuicKeys::to_bytes`] gave; anything but [`QuicKeys::LEN`] bytes is refused.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, QuicConfigError> {
+        if bytes.len() != Self::LEN {
+            return Err(QuicConfigError::Transport(format!("QUIC keys are {} bytes, not {}", Self::LEN, bytes.len())));
+        }
+        let (reset, token) = bytes.split_at(Self::KEY_LEN);
+        let mut keys = QuicKeys { reset: [0; Self::KEY_LEN], token: [0; Self::KEY_LEN] };
+        keys.reset.copy_from_slice(reset);
+        keys.token.copy_from_slice(token);
+        Ok(keys)
+    }
+
+    fn reset_key(&self) -> Arc<dyn quinn_proto::crypto::HmacKey> {
+        Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.reset))
+    }
+
+    /// As quinn-proto's `ServerConfig::with_crypto` makes its random one.
+    fn token_key(&self) -> Arc<dyn quinn_proto::crypto::HandshakeTokenKey> {
+        Arc::new(ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&self.token))
+    }
+}
+
 /// What every endpoint of one server shares.
 pub struct QuicSetup {
     pub endpoint: Arc<EndpointConfig>,
@@ -129,10 +188,21 @@ impl QuicSetup {
     /// A server's setup from its TLS configuration (certificate, key, ALPN `h3`, session
     /// tickets), whose early-data size is set here: QUIC allows only 0 or `u32::MAX`.
     /// The endpoints made from it count in `totals` (shared with another setup's, if given).
+    /// Its keys are new random ones.
     pub fn server(
+        tls: rustls::ServerConfig,
+        tuning: QuicTuning,
+        totals: Arc<QuicTotals>,
+    ) -> Result<Self, QuicConfigError> {
+        Self::server_with_keys(tls, tuning, totals, &QuicKeys::generate()?)
+    }
+
+    /// As [`QuicSetup::server`], with the given keys (those of the server's other processes).
+    pub fn server_with_keys(
         mut tls: rustls::ServerConfig,
         tuning: QuicTuning,
         totals: Arc<QuicTotals>,
+        keys: &QuicKeys,
     ) -> Result<Self, QuicConfigError> {
         tls.max_early_data_size = if tuning.zero_rtt { u32::MAX } else { 0 };
         if tuning.zero_rtt {
@@ -152,12 +222,12 @@ impl QuicSetup {
                 Arc::new(CountingStore { inner: tls.session_storage.clone(), totals: totals.clone() });
         }
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicConfigError::Crypto(e.to_string()))?;
-        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        let mut server = ServerConfig::new(Arc::new(crypto), keys.token_key());
         server.transport_config(Arc::new(transport(&tuning)?));
         server.max_incoming(4096);
         server.incoming_buffer_size(64 << 10);
         server.incoming_buffer_size_total(tuning.incoming_buffer);
-        let mut endpoint = EndpointConfig::default();
+        let mut endpoint = EndpointConfig::new(keys.reset_key());
         endpoint
             .max_udp_payload_size(tuning.max_mtu.max(1200) - 28)
             .map_err(|e| QuicConfigError::Transport(e.to_string()))?;
