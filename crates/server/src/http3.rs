@@ -65,9 +65,10 @@ impl Http3Service {
     }
 
     /// A new endpoint for one socket; `mtud`: the socket never fragments, so path MTU discovery
-    /// may probe.
-    pub fn endpoint(&self, mtud: bool) -> QuicEndpoint<H3Apps> {
+    /// may probe; `steering`: the socket's index in its port's group, which steers QUIC packets
+    /// by connection ID ([`crate::listener::Listen::steering_index`]).
+    pub fn endpoint(&self, mtud: bool, steering: Option<u8>) -> QuicEndpoint<H3Apps> {
         let apps = H3Apps::new(self.http.clone(), self.setup.totals.clone(), Instant::now(), SystemTime::now());
-        QuicEndpoint::on_socket(self.setup.clone(), self.admission, apps, mtud)
+        QuicEndpoint::on_socket(self.setup.clone(), self.admission, apps, mtud, steering)
     }
 }

@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -130,6 +130,12 @@ pub struct Listen {
     defer_accept: Option<u32>,
     /// With `--http3`: the UDP socket at the TCP port's number, and how to bind more.
     http3: Option<Box<Listen>>,
+    /// `--http3`'s UDP side, when the port's SO_REUSEPORT group steers QUIC packets by
+    /// connection ID (`sockscale_sys::reuseport`): the group's sockets in the order they
+    /// joined it, which is the index the kernel's program picks them by.
+    steering: Option<Mutex<Vec<RawFd>>>,
+    /// The kernel refused the steering program: the port is served by its hash alone.
+    steering_refused: bool,
 }
 
 impl Listen {
@@ -151,6 +157,8 @@ impl Listen {
                 .defer_accept
                 .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
             http3: None,
+            steering: None,
+            steering_refused: false,
         };
         let addr = match &cfg.listen {
             ListenAddr::Inet(addr) => *addr,
@@ -184,7 +192,9 @@ impl Listen {
         listen.addr = ListenAddr::Inet(bound);
         listen.first = Some(Arc::new(socket));
         if cfg.http3.is_some() {
-            listen.http3 = Some(Box::new(Listen::bind_http3(bound, cfg.shared_port, cfg.udp_fd)?));
+            let mut http3 = Listen::bind_http3(bound, cfg.shared_port, cfg.udp_fd)?;
+            http3.steer(cfg);
+            listen.http3 = Some(Box::new(http3));
         }
         Ok(listen)
     }
@@ -215,6 +225,8 @@ impl Listen {
             rcvbuf: None,
             defer_accept: None,
             http3: None,
+            steering: None,
+            steering_refused: false,
         };
         if !shared_port {
             udp.probe(addr).map_err(fail)?;
@@ -225,6 +237,41 @@ impl Listen {
         };
         udp.first = Some(Arc::new(first.map_err(fail)?));
         Ok(udp)
+    }
+
+    /// Steer the QUIC packets of this (UDP) port's group by connection ID, if it can be done
+    /// right: only a lone server process knows the order its sockets joined the group in (the
+    /// sockets of `serve --procs` workers join concurrently), and an index must fit the IDs'
+    /// first byte. A kernel that refuses the program is said in one line and counted
+    /// ([`Listen::steering_refused`]); the port is then served by the kernel's hash alone.
+    fn steer(&mut self, cfg: &Config) {
+        if cfg.shared_port || cfg.threads > usize::from(u8::MAX) {
+            return;
+        }
+        let first = self.shared().as_raw_fd();
+        match sockscale_sys::reuseport::attach_quic_steering(first) {
+            Ok(()) => self.steering = Some(Mutex::new(vec![first])),
+            Err(e) => {
+                self.steering_refused = true;
+                tracing::warn!(
+                    "HTTP/3: the kernel refused the BPF program that steers QUIC packets by connection ID ({e}); \
+                     a client whose address changes may reach another socket and lose its connection"
+                );
+            }
+        }
+    }
+
+    /// Whether the kernel refused to steer this port's QUIC packets by connection ID.
+    pub fn steering_refused(&self) -> bool {
+        self.steering_refused
+    }
+
+    /// The index of `socket` in this port's SO_REUSEPORT group, for the connection IDs its
+    /// endpoint issues, if the group steers by connection ID.
+    pub fn steering_index(&self, socket: &Socket) -> Option<u8> {
+        let members = self.steering.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+        let index = members.iter().position(|&fd| fd == socket.as_raw_fd())?;
+        u8::try_from(index).ok()
     }
 
     /// With `--http3`, the UDP side: [`Listen::shared`] is its first socket, bound at start,
@@ -266,7 +313,14 @@ impl Listen {
             ListenAddr::Inet(_) if !self.reuseport => {
                 Err(io::Error::other("this listener was bound without SO_REUSEPORT"))
             }
-            ListenAddr::Inet(addr) => self.open(*addr),
+            ListenAddr::Inet(addr) => {
+                let socket = self.open(*addr)?;
+                if let Some(members) = &self.steering {
+                    // Bound now, so it joined the group last: its index is the next.
+                    members.lock().unwrap_or_else(|e| e.into_inner()).push(socket.as_raw_fd());
+                }
+                Ok(socket)
+            }
         }
     }
 

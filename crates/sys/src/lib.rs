@@ -51,6 +51,7 @@ macro_rules! syscall {
 pub use libc as __libc;
 
 mod epoll;
+pub mod reuseport;
 mod selector;
 mod timers;
 pub mod udp;
