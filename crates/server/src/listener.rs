@@ -132,8 +132,11 @@ pub struct Listen {
     http3: Option<Box<Listen>>,
     /// `--http3`'s UDP side, when the port's SO_REUSEPORT group steers QUIC packets by
     /// connection ID (`sockscale_sys::reuseport`): the group's sockets in the order they
-    /// joined it, which is the index the kernel's program picks them by.
-    steering: Option<Mutex<Vec<RawFd>>>,
+    /// joined it, which is the index the kernel's program picks them by — each as the
+    /// descriptor its model serves and a duplicate held here, so that no socket leaves the
+    /// group before the server ends (a socket that leaves moves the group's last one into its
+    /// place: a worker done draining would send another's connections astray).
+    steering: Option<Mutex<Vec<(RawFd, Socket)>>>,
     /// The kernel refused the steering program: the port is served by its hash alone.
     steering_refused: bool,
 }
@@ -248,9 +251,10 @@ impl Listen {
         if cfg.shared_port || cfg.threads > usize::from(u8::MAX) {
             return;
         }
-        let first = self.shared().as_raw_fd();
-        match sockscale_sys::reuseport::attach_quic_steering(first) {
-            Ok(()) => self.steering = Some(Mutex::new(vec![first])),
+        let first = self.shared();
+        match sockscale_sys::reuseport::attach_quic_steering(first.as_raw_fd()) {
+            // The first socket is held by this listener already.
+            Ok(()) => self.steering = Some(Mutex::new(Vec::new())),
             Err(e) => {
                 self.steering_refused = true;
                 tracing::warn!(
@@ -270,7 +274,12 @@ impl Listen {
     /// endpoint issues, if the group steers by connection ID.
     pub fn steering_index(&self, socket: &Socket) -> Option<u8> {
         let members = self.steering.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
-        let index = members.iter().position(|&fd| fd == socket.as_raw_fd())?;
+        let fd = socket.as_raw_fd();
+        let index = if fd == self.shared().as_raw_fd() {
+            0
+        } else {
+            1 + members.iter().position(|(member, _)| *member == fd)?
+        };
         u8::try_from(index).ok()
     }
 
@@ -317,7 +326,8 @@ impl Listen {
                 let socket = self.open(*addr)?;
                 if let Some(members) = &self.steering {
                     // Bound now, so it joined the group last: its index is the next.
-                    members.lock().unwrap_or_else(|e| e.into_inner()).push(socket.as_raw_fd());
+                    let held = socket.try_clone()?;
+                    members.lock().unwrap_or_else(|e| e.into_inner()).push((socket.as_raw_fd(), held));
                 }
                 Ok(socket)
             }
@@ -584,6 +594,34 @@ mod tests {
         assert_eq!(err.to_string(), format!("cannot listen on {}: address already in use", first.local_addr()));
         // Our own extra listeners still bind.
         first.bind_another().unwrap();
+    }
+
+    /// `--http3`'s sockets are steered by connection ID and know their index in the group (the
+    /// order they were bound in); a `--procs` worker's are not steered (its siblings' sockets
+    /// join the group concurrently), nor is `--proto udp`.
+    #[test]
+    fn http3_sockets_know_their_index_in_a_steered_group() {
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            http3: Some(crate::config::Http3Config::default()),
+            ..Config::default()
+        };
+        let listen = Listen::bind(&cfg).unwrap();
+        let udp = listen.http3().unwrap();
+        assert!(!udp.steering_refused());
+        let (second, third) = (udp.bind_another().unwrap(), udp.bind_another().unwrap());
+        assert_eq!(udp.steering_index(&udp.shared()), Some(0));
+        assert_eq!(udp.steering_index(&third), Some(2));
+        assert_eq!(udp.steering_index(&second), Some(1));
+        let stranger = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        assert_eq!(udp.steering_index(&stranger), None);
+
+        let worker = Config { shared_port: true, ..cfg.clone() };
+        let listen = Listen::bind(&worker).unwrap();
+        let udp = listen.http3().unwrap();
+        assert_eq!(udp.steering_index(&udp.shared()), None);
+        let echo = Listen::bind(&Config { service: crate::config::Service::UdpEcho, http3: None, ..cfg }).unwrap();
+        assert_eq!(echo.steering_index(&echo.shared()), None);
     }
 
     /// `--http3`: UDP at the TCP listener's real port, more sockets for the workers, and a

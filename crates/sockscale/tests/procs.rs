@@ -110,6 +110,25 @@ fn serve_procs_reports_a_busy_port() {
     );
 }
 
+/// `serve --http3 --procs 2` on a port whose UDP side someone else holds: refused in one line
+/// before any worker starts, as by a single server.
+#[test]
+fn serve_procs_http3_reports_a_busy_udp_port() {
+    let squatter = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let cert = tls::TestCert::new("procs-h3-busy");
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--proto", "http", "--http3", "--procs", "2"])
+        .args(cert.args())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!("error: cannot serve HTTP/3 on UDP 127.0.0.1:{port}: address already in use")
+    );
+}
+
 #[test]
 fn load_procs_merge_into_one_report() {
     let server = ServerProc::start("epoll", &["--proto", "http"]);
