@@ -104,7 +104,8 @@ pub struct ServeArgs {
     pub unix_mode: Option<u32>,
     /// Server processes sharing the port, as nginx's workers
     ///
-    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. With --metrics,
+    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. UDP (--proto udp,
+    /// --http3): worker K also serves the K-th socket the parent bound, inherited; --http3's workers share the QUIC keys (reset, tokens). With --metrics,
     /// worker K serves it on the given port + K (port 0: each worker picks a free port)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = LISTENING)]
     pub procs: u16,
