@@ -365,6 +365,13 @@ pub struct Config {
     /// A listening Unix socket inherited from a `serve --procs` parent, which bound it: served
     /// instead of binding `listen` (whose path it is).
     pub listener_fd: Option<std::os::fd::RawFd>,
+    /// A UDP socket inherited from a `serve --procs` parent, which bound it (SO_REUSEPORT) at
+    /// `listen`'s port: this worker's first UDP socket (`--proto udp`'s, or `--http3`'s), so
+    /// every socket of the port's group is one a worker serves.
+    pub udp_fd: Option<std::os::fd::RawFd>,
+    /// `--http3` in a `serve --procs` worker: the QUIC keys every process of the server
+    /// shares (stateless reset, Retry and NEW_TOKEN tokens); `None`: new random ones.
+    pub quic_keys: Option<sockscale_proto::quic::QuicKeys>,
     /// `--body FILE` and how to send it: the HTTP service's response body, read or opened
     /// when the server starts (`Resources::load`).
     pub body: Option<BodySource>,
@@ -414,6 +421,8 @@ impl Default for Config {
             queue_depth: 128,
             shared_port: false,
             listener_fd: None,
+            udp_fd: None,
+            quic_keys: None,
             body: None,
             tls: None,
             abort_storm: None,

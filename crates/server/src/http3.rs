@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sockscale_proto::http::HttpConfig;
 use sockscale_proto::quic::h3::H3Apps;
-use sockscale_proto::quic::{Admission, QuicConfigError, QuicEndpoint, QuicSetup, QuicTotals, QuicTuning};
+use sockscale_proto::quic::{Admission, QuicConfigError, QuicEndpoint, QuicKeys, QuicSetup, QuicTotals, QuicTuning};
 use sockscale_tls::ServerTls;
 
 use crate::config::Config;
@@ -40,7 +40,12 @@ impl Http3Service {
             ..QuicTuning::default()
         };
         let rustls = tls.rustls_config(vec![b"h3".to_vec()]);
-        let setup = QuicSetup::server(rustls, tuning, Arc::default())?;
+        // A `--procs` worker's keys are the server's (its parent's); a lone process makes its own.
+        let keys = match &cfg.quic_keys {
+            Some(keys) => keys.clone(),
+            None => QuicKeys::generate()?,
+        };
+        let setup = QuicSetup::server_with_keys(rustls, tuning, Arc::default(), &keys)?;
         let admission = Admission {
             max_connections: limits.max_conns,
             max_handshakes: limits.max_handshakes.unwrap_or(DEFAULT_MAX_HANDSHAKES),
@@ -60,9 +65,10 @@ impl Http3Service {
     }
 
     /// A new endpoint for one socket; `mtud`: the socket never fragments, so path MTU discovery
-    /// may probe.
-    pub fn endpoint(&self, mtud: bool) -> QuicEndpoint<H3Apps> {
+    /// may probe; `steering`: the socket's index in its port's group, which steers QUIC packets
+    /// by connection ID ([`crate::listener::Listen::steering_index`]).
+    pub fn endpoint(&self, mtud: bool, steering: Option<u8>) -> QuicEndpoint<H3Apps> {
         let apps = H3Apps::new(self.http.clone(), self.setup.totals.clone(), Instant::now(), SystemTime::now());
-        QuicEndpoint::on_socket(self.setup.clone(), self.admission, apps, mtud)
+        QuicEndpoint::on_socket(self.setup.clone(), self.admission, apps, mtud, steering)
     }
 }

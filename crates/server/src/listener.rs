@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -130,6 +130,15 @@ pub struct Listen {
     defer_accept: Option<u32>,
     /// With `--http3`: the UDP socket at the TCP port's number, and how to bind more.
     http3: Option<Box<Listen>>,
+    /// `--http3`'s UDP side, when the port's SO_REUSEPORT group steers QUIC packets by
+    /// connection ID (`sockscale_sys::reuseport`): the group's sockets in the order they
+    /// joined it, which is the index the kernel's program picks them by — each as the
+    /// descriptor its model serves and a duplicate held here, so that no socket leaves the
+    /// group before the server ends (a socket that leaves moves the group's last one into its
+    /// place: a worker done draining would send another's connections astray).
+    steering: Option<Mutex<Vec<(RawFd, Socket)>>>,
+    /// The kernel refused the steering program: the port is served by its hash alone.
+    steering_refused: bool,
 }
 
 impl Listen {
@@ -151,6 +160,8 @@ impl Listen {
                 .defer_accept
                 .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
             http3: None,
+            steering: None,
+            steering_refused: false,
         };
         let addr = match &cfg.listen {
             ListenAddr::Inet(addr) => *addr,
@@ -170,7 +181,12 @@ impl Listen {
         if reuseport && addr.port() != 0 && !cfg.shared_port {
             listen.probe(addr).map_err(|e| BindError::new(addr, e))?;
         }
-        let socket = listen.open(addr).map_err(|e| BindError::new(addr, e))?;
+        let socket = match cfg.udp_fd {
+            // A `--procs` worker's UDP socket, which its parent bound.
+            Some(fd) if udp => listen.adopt(fd, addr),
+            _ => listen.open(addr),
+        };
+        let socket = socket.map_err(|e| BindError::new(addr, e))?;
         let bound = socket
             .local_addr()
             .ok()
@@ -179,7 +195,9 @@ impl Listen {
         listen.addr = ListenAddr::Inet(bound);
         listen.first = Some(Arc::new(socket));
         if cfg.http3.is_some() {
-            listen.http3 = Some(Box::new(Listen::bind_http3(bound, cfg.shared_port)?));
+            let mut http3 = Listen::bind_http3(bound, cfg.shared_port, cfg.udp_fd)?;
+            http3.steer(cfg);
+            listen.http3 = Some(Box::new(http3));
         }
         Ok(listen)
     }
@@ -188,8 +206,9 @@ impl Listen {
     /// (so `--listen :0` serves both at one number). Always SO_REUSEPORT: each worker that
     /// serves it binds its own ([`Listen::bind_another`]), and the kernel's hash of the
     /// 4-tuple keeps one QUIC connection's datagrams on one socket, read by one thread. The
-    /// port is probed first, as for TCP, so a busy one is refused rather than shared.
-    fn bind_http3(addr: SocketAddr, shared_port: bool) -> Result<Listen, BindError> {
+    /// port is probed first, as for TCP, so a busy one is refused rather than shared. A
+    /// `--procs` worker serves the socket its parent bound (`inherited`) as its first.
+    fn bind_http3(addr: SocketAddr, shared_port: bool, inherited: Option<RawFd>) -> Result<Listen, BindError> {
         let fail = |error: io::Error| {
             if error.kind() == io::ErrorKind::AddrInUse {
                 BindError::Http3InUse { addr }
@@ -209,12 +228,59 @@ impl Listen {
             rcvbuf: None,
             defer_accept: None,
             http3: None,
+            steering: None,
+            steering_refused: false,
         };
         if !shared_port {
             udp.probe(addr).map_err(fail)?;
         }
-        udp.first = Some(Arc::new(udp.open(addr).map_err(fail)?));
+        let first = match inherited {
+            Some(fd) => udp.adopt(fd, addr),
+            None => udp.open(addr),
+        };
+        udp.first = Some(Arc::new(first.map_err(fail)?));
         Ok(udp)
+    }
+
+    /// Steer the QUIC packets of this (UDP) port's group by connection ID, if it can be done
+    /// right: only a lone server process knows the order its sockets joined the group in (the
+    /// sockets of `serve --procs` workers join concurrently), and an index must fit the IDs'
+    /// first byte. A kernel that refuses the program is said in one line and counted
+    /// ([`Listen::steering_refused`]); the port is then served by the kernel's hash alone.
+    fn steer(&mut self, cfg: &Config) {
+        if cfg.shared_port || cfg.threads > usize::from(u8::MAX) {
+            return;
+        }
+        let first = self.shared();
+        match sockscale_sys::reuseport::attach_quic_steering(first.as_raw_fd()) {
+            // The first socket is held by this listener already.
+            Ok(()) => self.steering = Some(Mutex::new(Vec::new())),
+            Err(e) => {
+                self.steering_refused = true;
+                tracing::warn!(
+                    "HTTP/3: the kernel refused the BPF program that steers QUIC packets by connection ID ({e}); \
+                     a client whose address changes may reach another socket and lose its connection"
+                );
+            }
+        }
+    }
+
+    /// Whether the kernel refused to steer this port's QUIC packets by connection ID.
+    pub fn steering_refused(&self) -> bool {
+        self.steering_refused
+    }
+
+    /// The index of `socket` in this port's SO_REUSEPORT group, for the connection IDs its
+    /// endpoint issues, if the group steers by connection ID.
+    pub fn steering_index(&self, socket: &Socket) -> Option<u8> {
+        let members = self.steering.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = socket.as_raw_fd();
+        let index = if fd == self.shared().as_raw_fd() {
+            0
+        } else {
+            1 + members.iter().position(|(member, _)| *member == fd)?
+        };
+        u8::try_from(index).ok()
     }
 
     /// With `--http3`, the UDP side: [`Listen::shared`] is its first socket, bound at start,
@@ -256,7 +322,15 @@ impl Listen {
             ListenAddr::Inet(_) if !self.reuseport => {
                 Err(io::Error::other("this listener was bound without SO_REUSEPORT"))
             }
-            ListenAddr::Inet(addr) => self.open(*addr),
+            ListenAddr::Inet(addr) => {
+                let socket = self.open(*addr)?;
+                if let Some(members) = &self.steering {
+                    // Bound now, so it joined the group last: its index is the next.
+                    let held = socket.try_clone()?;
+                    members.lock().unwrap_or_else(|e| e.into_inner()).push((socket.as_raw_fd(), held));
+                }
+                Ok(socket)
+            }
         }
     }
 
@@ -286,6 +360,19 @@ impl Listen {
                 sockscale_sys::set_defer_accept(std::os::fd::AsRawFd::as_raw_fd(&socket), seconds)?;
             }
             socket.listen(i32::try_from(self.backlog).unwrap_or(i32::MAX))?;
+        }
+        Ok(socket)
+    }
+
+    /// The UDP socket inherited as `fd`, bound at `addr` by a `--procs` parent, with the
+    /// options [`Listen::open`] gives a socket it binds.
+    fn adopt(&self, fd: RawFd, addr: SocketAddr) -> io::Result<Socket> {
+        let socket = adopt_udp(fd, addr)?;
+        if let Some(size) = self.sndbuf {
+            socket.set_send_buffer_size(size)?;
+        }
+        if let Some(size) = self.rcvbuf {
+            socket.set_recv_buffer_size(size)?;
         }
         Ok(socket)
     }
@@ -369,24 +456,35 @@ fn adopt_unix(fd: RawFd) -> io::Result<Socket> {
     Ok(socket)
 }
 
-/// The port of a `serve --procs` server, held by the parent: a bound, non-listening
-/// SO_REUSEPORT socket. Creating it fails if the port is taken (checked without SO_REUSEPORT,
-/// as for a single server); with port 0 it picks the port every worker then binds. Holding it
-/// keeps the port ours while a dead worker is replaced.
+/// The port of a `serve --procs` server, held by the parent. Creating it fails if the port is
+/// taken (checked without SO_REUSEPORT, as for a single server); with port 0 it picks the port
+/// every worker then binds. Holding it keeps the port ours while a dead worker is replaced.
+///
+/// TCP: a bound, non-listening SO_REUSEPORT socket, which takes no connections. UDP (`--proto
+/// udp`, and `--http3`'s side): a bound UDP socket has no such idle state — in the port's
+/// SO_REUSEPORT group it takes its share of the flows — so the parent binds one per worker, in
+/// order, and worker K serves the K-th as its first socket, inherited (`Config::udp_fd`): every
+/// socket of the group is served, and the K-th keeps its place in the group and the datagrams
+/// queued on it while worker K is replaced.
 ///
 /// On a Unix socket (`Reservation::unix`) the parent binds and listens, and every worker
 /// inherits the one listener (`Config::listener_fd`): SO_REUSEPORT does not exist for AF_UNIX.
 /// The parent then keeps the socket file, and removes it when it is done.
 pub struct Reservation {
-    socket: Socket,
+    /// The TCP socket or the Unix listener; none for `--proto udp`.
+    socket: Option<Socket>,
     addr: ListenAddr,
     file: Option<SocketFile>,
+    /// One bound UDP socket per worker, in the order they joined the port's group.
+    udp: Vec<Socket>,
 }
 
 impl Reservation {
-    pub fn new(addr: SocketAddr, udp: bool) -> Result<Reservation, BindError> {
-        let (ty, protocol) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
-        let open = |reuseport: bool| -> io::Result<Socket> {
+    /// The port at `addr` for `workers` processes: UDP if `udp`, else TCP, and with `http3`
+    /// UDP beside TCP at the same number.
+    pub fn new(addr: SocketAddr, udp: bool, http3: bool, workers: usize) -> Result<Reservation, BindError> {
+        let open = |udp: bool, addr: SocketAddr, reuseport: bool| -> io::Result<Socket> {
+            let (ty, protocol) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
             let socket = Socket::new(Domain::for_address(addr), ty.cloexec(), Some(protocol))?;
             if !udp {
                 socket.set_reuse_address(true)?;
@@ -395,12 +493,41 @@ impl Reservation {
             socket.bind(&SockAddr::from(addr))?;
             Ok(socket)
         };
-        if addr.port() != 0 {
-            open(false).map_err(|e| BindError::new(addr, e))?;
+        let bound = |socket: &Socket| socket.local_addr().ok().and_then(|a| a.as_socket());
+        // The UDP sockets at `addr`, the first of which picks the port if it is 0.
+        let open_udp = |addr: SocketAddr| -> io::Result<Vec<Socket>> {
+            if addr.port() != 0 {
+                open(true, addr, false)?;
+            }
+            let mut sockets: Vec<Socket> = Vec::with_capacity(workers.max(1));
+            for _ in 0..workers.max(1) {
+                let at = sockets.first().and_then(bound).unwrap_or(addr);
+                sockets.push(open(true, at, true)?);
+            }
+            Ok(sockets)
+        };
+        if udp {
+            let sockets = open_udp(addr).map_err(|e| BindError::new(addr, e))?;
+            let addr = sockets.first().and_then(bound).unwrap_or(addr);
+            return Ok(Reservation { socket: None, addr: ListenAddr::Inet(addr), file: None, udp: sockets });
         }
-        let socket = open(true).map_err(|e| BindError::new(addr, e))?;
-        let bound = socket.local_addr().ok().and_then(|a| a.as_socket()).unwrap_or(addr);
-        Ok(Reservation { socket, addr: ListenAddr::Inet(bound), file: None })
+        if addr.port() != 0 {
+            open(false, addr, false).map_err(|e| BindError::new(addr, e))?;
+        }
+        let socket = open(false, addr, true).map_err(|e| BindError::new(addr, e))?;
+        let addr = bound(&socket).unwrap_or(addr);
+        let udp = if http3 {
+            open_udp(addr).map_err(|error| {
+                if error.kind() == io::ErrorKind::AddrInUse {
+                    BindError::Http3InUse { addr }
+                } else {
+                    BindError::Http3Other { addr, error }
+                }
+            })?
+        } else {
+            Vec::new()
+        };
+        Ok(Reservation { socket: Some(socket), addr: ListenAddr::Inet(addr), file: None, udp })
     }
 
     /// Bind and listen on the Unix socket `path` (its file made with `mode`), leaving the
@@ -408,7 +535,12 @@ impl Reservation {
     pub fn unix(path: &Path, mode: u32, backlog: u32) -> Result<Reservation, BindError> {
         let (socket, file) = open_unix(path, mode, backlog)?;
         socket.set_cloexec(false).map_err(|e| BindError::new(ListenAddr::Unix(path.to_owned()), e))?;
-        Ok(Reservation { socket, addr: ListenAddr::Unix(path.to_owned()), file: Some(file) })
+        Ok(Reservation {
+            socket: Some(socket),
+            addr: ListenAddr::Unix(path.to_owned()),
+            file: Some(file),
+            udp: Vec::new(),
+        })
     }
 
     pub fn local_addr(&self) -> &ListenAddr {
@@ -417,8 +549,35 @@ impl Reservation {
 
     /// The listener every worker inherits, for a Unix socket (`--listen-fd`).
     pub fn inherited_fd(&self) -> Option<RawFd> {
-        self.file.as_ref().map(|_| self.socket.as_raw_fd())
+        self.file.as_ref().and(self.socket.as_ref()).map(AsRawFd::as_raw_fd)
     }
+
+    /// The UDP socket worker `k` serves as its first (`--udp-fd`), if the port has UDP. The
+    /// descriptor is close-on-exec: the parent leaves it open for worker `k` alone.
+    pub fn udp_fd(&self, k: usize) -> Option<RawFd> {
+        self.udp.get(k).map(AsRawFd::as_raw_fd)
+    }
+}
+
+/// The UDP socket a `serve --procs` parent bound at `addr` for this worker, inherited as `fd`
+/// (`Config::udp_fd`): checked to be one before it is used.
+fn adopt_udp(fd: RawFd, addr: SocketAddr) -> io::Result<Socket> {
+    let not_ours = || io::Error::other(format!("descriptor {fd} is not an inherited UDP socket bound to {addr}"));
+    // Checked before it is owned: only a socket is taken over.
+    let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).map_err(|_| not_ours())?;
+    if !meta.file_type().is_socket() {
+        return Err(not_ours());
+    }
+    // SAFETY: a `--procs` parent leaves this descriptor open across exec for this worker to
+    // serve (the hidden `--udp-fd`); nothing else in the process owns it, and from here the
+    // Socket alone closes it.
+    let socket = unsafe { <Socket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if socket.r#type()? != Type::DGRAM || socket.local_addr()?.as_socket() != Some(addr) {
+        return Err(not_ours());
+    }
+    socket.set_cloexec(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 #[cfg(test)]
@@ -435,6 +594,34 @@ mod tests {
         assert_eq!(err.to_string(), format!("cannot listen on {}: address already in use", first.local_addr()));
         // Our own extra listeners still bind.
         first.bind_another().unwrap();
+    }
+
+    /// `--http3`'s sockets are steered by connection ID and know their index in the group (the
+    /// order they were bound in); a `--procs` worker's are not steered (its siblings' sockets
+    /// join the group concurrently), nor is `--proto udp`.
+    #[test]
+    fn http3_sockets_know_their_index_in_a_steered_group() {
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            http3: Some(crate::config::Http3Config::default()),
+            ..Config::default()
+        };
+        let listen = Listen::bind(&cfg).unwrap();
+        let udp = listen.http3().unwrap();
+        assert!(!udp.steering_refused());
+        let (second, third) = (udp.bind_another().unwrap(), udp.bind_another().unwrap());
+        assert_eq!(udp.steering_index(&udp.shared()), Some(0));
+        assert_eq!(udp.steering_index(&third), Some(2));
+        assert_eq!(udp.steering_index(&second), Some(1));
+        let stranger = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        assert_eq!(udp.steering_index(&stranger), None);
+
+        let worker = Config { shared_port: true, ..cfg.clone() };
+        let listen = Listen::bind(&worker).unwrap();
+        let udp = listen.http3().unwrap();
+        assert_eq!(udp.steering_index(&udp.shared()), None);
+        let echo = Listen::bind(&Config { service: crate::config::Service::UdpEcho, http3: None, ..cfg }).unwrap();
+        assert_eq!(echo.steering_index(&echo.shared()), None);
     }
 
     /// `--http3`: UDP at the TCP listener's real port, more sockets for the workers, and a

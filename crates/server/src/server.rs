@@ -47,6 +47,11 @@ impl Server {
             tracing::info!("{}", crate::model::TLS_FILE_BODY.replace('`', ""));
         }
         let listen = Listen::bind(&cfg)?;
+        if let (Some(udp), Some(http3)) = (listen.http3(), &resources.http3) {
+            if udp.steering_refused() {
+                http3.totals().steering_refused();
+            }
+        }
         let addr = listen.local_addr().clone();
         // `--http3`: HTTP/1.1 and HTTP/2 advertise it at the port bound (the real one with
         // `--listen :0`), in the response every thread prepares.

@@ -679,6 +679,12 @@ impl Snapshot {
             &one(q.datagrams_ignored),
         );
         metric(
+            "quic_steering_refused_total",
+            "counter",
+            "UDP ports whose kernel refused to steer QUIC packets by connection ID (served by the 4-tuple hash).",
+            &one(q.steering_refused),
+        );
+        metric(
             "quic_endpoint_responses_total",
             "counter",
             "Datagrams the QUIC endpoint answered itself (version negotiation, stateless reset).",
@@ -811,6 +817,7 @@ impl Snapshot {
             ("quic_refused_draining".into(), n(q.refused_draining)),
             ("quic_deferred".into(), n(q.deferred)),
             ("quic_datagrams_ignored".into(), n(q.datagrams_ignored)),
+            ("quic_steering_refused".into(), n(q.steering_refused)),
             ("quic_endpoint_responses".into(), n(q.endpoint_responses)),
             ("quic_packets_sent".into(), n(q.packets_sent)),
             ("quic_packets_lost".into(), n(q.packets_lost)),

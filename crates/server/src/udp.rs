@@ -130,7 +130,8 @@ impl ServiceEndpoint {
         }
         let ipv6 = socket.local_addr().ok().and_then(|a| a.as_socket()).is_some_and(|a| a.is_ipv6());
         let mtud = batch::disable_fragmentation(socket.as_raw_fd(), ipv6).is_ok();
-        ServiceEndpoint::Http3(Box::new(service.endpoint(mtud)))
+        let steering = ctx.listen.http3().and_then(|udp| udp.steering_index(socket));
+        ServiceEndpoint::Http3(Box::new(service.endpoint(mtud, steering)))
     }
 
     pub fn for_service(service: &Service) -> Self {

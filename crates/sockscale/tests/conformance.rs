@@ -611,6 +611,58 @@ pub fn http3_beside_tcp_with_alt_svc(model: &str) {
     assert!(garbage > 0, "{model}: 500 garbage datagrams, none counted: {:?}", done.stdout);
 }
 
+/// `--http3`: a client whose address changes mid-connection keeps its connection. With one
+/// SO_REUSEPORT socket per worker, the kernel's 4-tuple hash sends the client's new address to
+/// another worker's socket (3 times in 4 with four), whose endpoint does not hold the
+/// connection; the server steers by connection ID instead (its IDs carry the socket's index,
+/// a BPF program on the group reads it). ngtcp2's client moves to a new local port after the
+/// handshake and only then sends its request: twice as a migration (it validates the new path),
+/// twice as a NAT rebinding (it does not; the server does). Each request must be answered.
+pub fn http3_a_migrating_client_keeps_its_connection(model: &str) {
+    if skip(model, Policy::Http3) {
+        return;
+    }
+    let client = match support::h3::gtlsclient() {
+        Ok(client) => client,
+        Err(reason) => {
+            eprintln!("skipped {model}: {reason}");
+            return;
+        }
+    };
+    let cert = tls::TestCert::new(&format!("h3-migrate-{model}"));
+    let tls_args = cert.args();
+    // Four sockets on the models with one per worker.
+    let mut args = vec!["--proto", "http", "--http3", "--threads", "4"];
+    args.extend(tls_args.iter().map(String::as_str));
+    let server = ServerProc::start(model, &args);
+    let port = server.addr.port().to_string();
+    let url = format!("https://127.0.0.1:{port}/");
+    for (run, rebinding) in [false, false, true, true].into_iter().enumerate() {
+        let mut cmd = std::process::Command::new(&client);
+        cmd.args(["--change-local-addr=200ms", "--delay-stream=600ms", "--exit-on-all-streams-close"]);
+        cmd.args(["--timeout=3s", "--handshake-timeout=5s", "--no-quic-dump"]);
+        if rebinding {
+            cmd.arg("--nat-rebinding");
+        }
+        let out = cmd.args(["127.0.0.1", &port, &url]).output().expect("run gtlsclient");
+        // gtlsclient logs both its move and the response on stderr, in order.
+        let text = String::from_utf8_lossy(&out.stderr);
+        let moved = text.find("Local address is now");
+        let answered = text.find(":status: 200");
+        assert!(moved.is_some(), "{model} run {run}: the client did not move: {text}");
+        assert!(
+            answered.is_some(),
+            "{model} run {run} (NAT rebinding: {rebinding}): no answer after the client's port changed: {}",
+            text.lines().rev().take(15).collect::<Vec<_>>().join("\n")
+        );
+        assert!(moved < answered, "{model} run {run}: answered before the client moved: {text}");
+    }
+    let done = server.stop_within(Duration::from_secs(8));
+    assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
+    assert_eq!(done.counter("h3_requests"), 4, "{model}: {:?}", done.stdout);
+    assert_eq!(done.counter("quic_steering_refused"), 0, "{model}: {:?}", done.stdout);
+}
+
 pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
     if skip(model, Policy::AcceptBackoff) {
         return;
@@ -2394,6 +2446,7 @@ macro_rules! conformance {
             #[test] fn a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin() { if !super::unavailable(MODEL) { super::a_drain_ends_an_idle_and_a_half_sent_connection_with_a_fin(MODEL) } }
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
             #[test] fn http3_beside_tcp_with_alt_svc() { if !super::unavailable(MODEL) { super::http3_beside_tcp_with_alt_svc(MODEL) } }
+            #[test] fn http3_a_migrating_client_keeps_its_connection() { if !super::unavailable(MODEL) { super::http3_a_migrating_client_keeps_its_connection(MODEL) } }
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }
             #[test] fn h2_many_streams_on_one_connection() { if !super::unavailable(MODEL) { super::h2_many_streams_on_one_connection(MODEL) } }

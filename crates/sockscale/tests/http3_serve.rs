@@ -69,7 +69,6 @@ fn each_misuse_of_http3_gets_one_line_and_a_non_zero_exit() {
         ),
         (with_tls(&["--proto", "http", "--quic-retry", "on"]), "error: --quic-retry applies to HTTP/3: add --http3"),
         (with_tls(&["--proto", "http", "--quic-0rtt"]), "error: --quic-0rtt applies to HTTP/3: add --http3"),
-        (with_tls(&["--proto", "http", "--http3", "--procs", "2"]), "error: --http3 with --procs is not supported yet"),
         (
             with_tls(&["--proto", "http", "--udp-gso", "off"]),
             "error: --udp-gso applies to --proto udp and --http3, and --proto http has no datagrams",

@@ -19,11 +19,13 @@ fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
-/// `sockscale serve ARGS` on a free port, one thread a worker, once it says where it listens:
-/// the process, the rest of its output, and the address.
+/// `sockscale serve ARGS` on a free port, one thread a worker unless ARGS say otherwise, once
+/// it says where it listens: the process, the rest of its output, and the address.
 fn serve_procs(args: &[&str]) -> (Child, std::io::Lines<BufReader<ChildStdout>>, std::net::SocketAddr) {
+    let threads: &[&str] = if args.contains(&"--threads") { &[] } else { &["--threads", "1"] };
     let mut parent = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(threads)
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -105,6 +107,25 @@ fn serve_procs_reports_a_busy_port() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         format!("error: cannot listen on {addr}: address already in use")
+    );
+}
+
+/// `serve --http3 --procs 2` on a port whose UDP side someone else holds: refused in one line
+/// before any worker starts, as by a single server.
+#[test]
+fn serve_procs_http3_reports_a_busy_udp_port() {
+    let squatter = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let cert = tls::TestCert::new("procs-h3-busy");
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--proto", "http", "--http3", "--procs", "2"])
+        .args(cert.args())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!("error: cannot serve HTTP/3 on UDP 127.0.0.1:{port}: address already in use")
     );
 }
 
@@ -215,4 +236,125 @@ fn serve_procs_share_one_unix_socket() {
     assert!(accepted >= 21, "{}", finals[0]);
     assert!(!path.exists(), "the parent left the socket file");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Datagrams from `flows` sockets of their own (each a 4-tuple of its own, so the kernel's
+/// SO_REUSEPORT hash spreads them over the whole group) to `addr`: the flows that got their
+/// echo back, each asked up to three times (loopback may drop a datagram under load; a flow
+/// that lands on a socket nobody serves is never answered).
+fn udp_flows_answered(addr: std::net::SocketAddr, flows: usize) -> Vec<usize> {
+    let sockets: Vec<std::net::UdpSocket> = (0..flows)
+        .map(|_| {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            s
+        })
+        .collect();
+    let mut answered = Vec::new();
+    for (i, s) in sockets.iter().enumerate() {
+        let msg = format!("flow {i}");
+        let mut buf = [0u8; 64];
+        for _ in 0..3 {
+            s.send_to(msg.as_bytes(), addr).unwrap();
+            match s.recv_from(&mut buf) {
+                Ok((n, _)) if &buf[..n] == msg.as_bytes() => {
+                    answered.push(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    answered
+}
+
+/// `serve --proto udp --procs 2`: every socket in the port's SO_REUSEPORT group is served, so
+/// every flow is answered — the parent's reservation of the port used to be a bound UDP
+/// socket of the group too, which took its share of the flows and answered none (37 of 60
+/// flows answered). Worker 0, killed, is replaced and serves its place in the group again.
+#[test]
+fn serve_procs_udp_answers_every_flow() {
+    const FLOWS: usize = 64;
+    let (mut parent, lines, addr) = serve_procs(&["--proto", "udp", "--procs", "2", "--threads", "2"]);
+    let workers = children(parent.id());
+    assert_eq!(workers.len(), 2, "two workers");
+    let answered = udp_flows_answered(addr, FLOWS);
+    assert_eq!(answered.len(), FLOWS, "flows answered: {answered:?}");
+
+    sockscale_sys::signal_process(workers[0], libc::SIGKILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = children(parent.id());
+        if now.len() == 2 && !now.contains(&workers[0]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker not restarted: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The new worker is serving once every flow is answered again (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answered = udp_flows_answered(addr, FLOWS);
+        if answered.len() == FLOWS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after a restart, flows answered: {} of {FLOWS}", answered.len());
+    }
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.last().is_some_and(|l| l.starts_with("final ")), "{rest:?}");
+}
+
+/// `serve --http3 --procs 2`: `load http --http3` over many connections (spread over both
+/// processes' UDP sockets by the kernel's hash) has every request answered, with `--quic-retry
+/// on` (each process's Retry and its tokens from the keys the parent gave every worker), and
+/// the parent's `final` line sums both workers' counts.
+#[test]
+fn serve_procs_http3_answers_every_request() {
+    let cert = tls::TestCert::new("procs-h3");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3", "--quic-retry", "on", "--procs", "2"];
+    args.extend(tls.iter().map(String::as_str));
+    let (mut parent, lines, addr) = serve_procs(&args);
+    assert_eq!(children(parent.id()).len(), 2, "two workers");
+    // Neither the keys nor anything like them on a worker's command line.
+    for pid in children(parent.id()) {
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(cmdline.contains("--quic-keys-fd"), "{cmdline:?}");
+    }
+    let out = Command::new(BIN)
+        .args(["load", "http", "--http3", "-c", "24", "-n", "480", "--sni", "localhost", "--cacert"])
+        .arg(&cert.ca_file)
+        .arg(format!("https://127.0.0.1:{}/", addr.port()))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    let counter = |name: &str| -> i64 {
+        finals[0]
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {}", finals[0]))
+    };
+    assert_eq!(counter("h3_requests"), 480, "{}", finals[0]);
+    // The load's 24 connections and its probe. Each new address is sent a Retry first, unless
+    // its client came back with a NEW_TOKEN token from an earlier connection (quinn's client
+    // keeps some), which the other process takes too: the same token key.
+    let (handshakes, retries) = (counter("quic_handshakes"), counter("quic_retries"));
+    assert_eq!(handshakes, 25, "{}", finals[0]);
+    assert!(retries >= 1 && retries <= handshakes, "{}", finals[0]);
 }

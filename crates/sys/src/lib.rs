@@ -51,6 +51,7 @@ macro_rules! syscall {
 pub use libc as __libc;
 
 mod epoll;
+pub mod reuseport;
 mod selector;
 mod timers;
 pub mod udp;
@@ -285,6 +286,22 @@ pub fn terminate_with_parent(parent: u32) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
+}
+
+/// In a child between fork and exec: leave `fd` open across exec (clear its close-on-exec
+/// flag), for the program about to run to inherit. Async-signal-safe.
+pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_SETFD takes an integer flag and no pointers; a bad descriptor is an error return.
+    syscall!(fcntl(fd, libc::F_SETFD, 0)).map(drop)
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [libc::c_int; 2] = [-1; 2];
+    // SAFETY: pipe2 writes two descriptors into the two-element array it is given.
+    syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
+    // SAFETY: pipe2 succeeded: both are open descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Send `signal` to process `pid` (a child this process started).

@@ -107,16 +107,19 @@ const MAX_RESPONSES: usize = 1024;
 impl<F: Apps> QuicEndpoint<F> {
     pub fn new(setup: Arc<QuicSetup>, admission: Admission, apps: F) -> Self {
         let mtud = setup.tuning.allow_mtud;
-        Self::on_socket(setup, admission, apps, mtud)
+        Self::on_socket(setup, admission, apps, mtud, None)
     }
 
     /// As [`QuicEndpoint::new`], on a socket that may (`mtud`) or may not take path MTU
     /// discovery's probes (it must never fragment). Endpoints of one setup share its keys (the
     /// stateless-reset key, the Retry and NEW_TOKEN key), so any of a server's sockets can
     /// answer for another's connection.
-    pub fn on_socket(setup: Arc<QuicSetup>, admission: Admission, apps: F, mtud: bool) -> Self {
+    /// `steering`: the socket's index in its port's SO_REUSEPORT group, which steers by
+    /// connection ID (`QuicSetup::endpoint_for_socket`).
+    pub fn on_socket(setup: Arc<QuicSetup>, admission: Admission, apps: F, mtud: bool, steering: Option<u8>) -> Self {
         let allow_mtud = mtud && setup.tuning.allow_mtud;
-        let endpoint = quinn_proto::Endpoint::new(setup.endpoint.clone(), setup.server.clone(), allow_mtud, None);
+        let config = setup.endpoint_for_socket(steering);
+        let endpoint = quinn_proto::Endpoint::new(config, setup.server.clone(), allow_mtud, None);
         let totals = setup.totals.clone();
         QuicEndpoint {
             endpoint,

@@ -22,7 +22,7 @@ mod h3_tests;
 #[cfg(test)]
 mod tests;
 
-pub use config::{transport, QuicConfigError, QuicSetup, QuicTuning, RetryMode};
+pub use config::{transport, QuicConfigError, QuicKeys, QuicSetup, QuicTuning, RetryMode, ServerCids};
 pub use endpoint::{Admission, Apps, QuicEndpoint};
 pub use quinn_proto;
 pub use resumption::Handshake;

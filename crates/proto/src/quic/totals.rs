@@ -134,6 +134,7 @@ pub struct QuicTotals {
     refused_draining: AtomicU64,
     endpoint_responses: AtomicU64,
     datagrams_ignored: AtomicU64,
+    steering_refused: AtomicU64,
     connections_ended: AtomicU64,
     packets_sent: AtomicU64,
     packets_lost: AtomicU64,
@@ -174,6 +175,9 @@ pub struct QuicCounts {
     pub endpoint_responses: u64,
     /// Datagrams that belonged to no connection and started none (garbage, late packets).
     pub datagrams_ignored: u64,
+    /// Ports whose kernel refused the program that steers QUIC packets by connection ID to the
+    /// socket holding the connection (served by the kernel's 4-tuple hash instead).
+    pub steering_refused: u64,
     /// Connections ended (their packet counts below are added then).
     pub connections_ended: u64,
     pub packets_sent: u64,
@@ -273,6 +277,11 @@ impl QuicTotals {
         self.datagrams_ignored.fetch_add(1, Relaxed);
     }
 
+    /// The kernel refused to steer a port's QUIC packets by connection ID.
+    pub fn steering_refused(&self) {
+        self.steering_refused.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn request(&self) {
         self.requests.fetch_add(1, Relaxed);
     }
@@ -304,6 +313,7 @@ impl QuicTotals {
             refused_draining: load(&self.refused_draining),
             endpoint_responses: load(&self.endpoint_responses),
             datagrams_ignored: load(&self.datagrams_ignored),
+            steering_refused: load(&self.steering_refused),
             connections_ended: load(&self.connections_ended),
             packets_sent: load(&self.packets_sent),
             packets_lost: load(&self.packets_lost),

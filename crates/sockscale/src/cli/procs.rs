@@ -10,6 +10,7 @@
 use crate::output::{note, say};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use sockscale_load::{Progress, Report};
+use sockscale_proto::quic::QuicKeys;
 use sockscale_server::TerminationSignals;
 use sockscale_sys as sys;
 
@@ -50,15 +52,22 @@ pub(super) fn child_args(argv: &[String], drop_flags: &[&str]) -> Vec<String> {
 /// (SIGKILL, the OOM killer): an orphaned server worker would hold the port, an orphaned load
 /// process go on sending. Called from the main thread only, which lives as long as the process:
 /// the kernel ties the signal to the thread that started the child.
-fn spawn(args: &[String], extra: &[String], stdin: Stdio) -> Result<Child> {
+/// `inherit`: close-on-exec descriptors of this process that this child alone inherits.
+fn spawn(args: &[String], extra: &[String], stdin: Stdio, inherit: &[RawFd]) -> Result<Child> {
     let exe = std::env::current_exe().context("cannot find this program to start child processes")?;
     let parent = std::process::id();
     let mut cmd = Command::new(exe);
     cmd.args(args).args(extra).stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+    let inherit = inherit.to_vec();
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
-    // (prctl, getppid), allocating nothing.
+    // (prctl, getppid, fcntl), allocating nothing (the descriptors were copied before the fork).
     unsafe {
-        cmd.pre_exec(move || sys::terminate_with_parent(parent));
+        cmd.pre_exec(move || {
+            for &fd in &inherit {
+                sys::keep_across_exec(fd)?;
+            }
+            sys::terminate_with_parent(parent)
+        });
     }
     cmd.spawn().context("cannot start a child process")
 }
@@ -108,7 +117,7 @@ pub fn run_load_children(
         if hdr_log.is_some() {
             extra.extend(["--hdr-log".to_owned(), dir.join(format!("slot-{k}.hlog")).display().to_string()]);
         }
-        let mut child = spawn(&args, &extra, Stdio::piped())?;
+        let mut child = spawn(&args, &extra, Stdio::piped(), &[])?;
         pids.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
         if let Some(input) = child.stdin.take() {
             gate.words.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(input));
@@ -269,8 +278,15 @@ enum WorkerLine {
 }
 
 /// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT, or, on a
-/// Unix socket, the listener `reservation` holds, which every worker inherits.
-pub fn run_serve_children(n: usize, argv: &[String], reservation: sockscale_server::Reservation) -> Result<()> {
+/// Unix socket, the listener `reservation` holds, which every worker inherits. Worker K serves
+/// the reservation's K-th UDP socket, if the port has UDP; with `--http3`, every worker is
+/// given `quic_keys` through a pipe.
+pub fn run_serve_children(
+    n: usize,
+    argv: &[String],
+    reservation: sockscale_server::Reservation,
+    quic_keys: Option<QuicKeys>,
+) -> Result<()> {
     let args = child_args(argv, &["--procs", "--listen", "-l"]);
     let addr = reservation.local_addr().clone();
     let mut listen = vec!["--listen".to_owned(), addr.to_string()];
@@ -283,8 +299,27 @@ pub fn run_serve_children(n: usize, argv: &[String], reservation: sockscale_serv
     forward_signals(pids.clone(), stopping.clone(), |_| {})?;
     let (tx, rx) = mpsc::channel();
     let start_worker = |k: usize| -> Result<u32> {
-        let extra = [&listen[..], &["--proc-slot".to_owned(), format!("{k}/{n}")]].concat();
-        let mut child = spawn(&args, &extra, Stdio::null())?;
+        let mut extra = [&listen[..], &["--proc-slot".to_owned(), format!("{k}/{n}")]].concat();
+        let mut inherit = Vec::new();
+        if let Some(fd) = reservation.udp_fd(k) {
+            extra.extend(["--udp-fd".to_owned(), fd.to_string()]);
+            inherit.push(fd);
+        }
+        // The keys go through a pipe the worker inherits, not its arguments (which `ps` shows
+        // to every user) nor its environment (which it would keep, and pass on). They are
+        // written before the worker starts: far less than a pipe holds, so this cannot block.
+        let keys_pipe = match &quic_keys {
+            Some(keys) => {
+                let (read, write) = sys::pipe().context("cannot make a pipe for a worker's QUIC keys")?;
+                std::fs::File::from(write).write_all(&keys.to_bytes()).context("cannot pass the QUIC keys")?;
+                extra.extend(["--quic-keys-fd".to_owned(), read.as_raw_fd().to_string()]);
+                inherit.push(read.as_raw_fd());
+                Some(read)
+            }
+            None => None,
+        };
+        let mut child = spawn(&args, &extra, Stdio::null(), &inherit)?;
+        drop(keys_pipe);
         let pid = child.id();
         let out = child.stdout.take().context("worker stdout")?;
         let tx = tx.clone();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sockscale_proto::http::HttpConfig;
+use sockscale_proto::quic::QuicKeys;
 use sockscale_proto::ws::WsConfig;
 use sockscale_server::TerminationSignals;
 use sockscale_server::{
@@ -103,7 +104,8 @@ pub struct ServeArgs {
     pub unix_mode: Option<u32>,
     /// Server processes sharing the port, as nginx's workers
     ///
-    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. With --metrics,
+    /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. UDP (--proto udp,
+    /// --http3): worker K also serves the K-th socket the parent bound, inherited; --http3's workers share the QUIC keys (reset, tokens). With --metrics,
     /// worker K serves it on the given port + K (port 0: each worker picks a free port)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = LISTENING)]
     pub procs: u16,
@@ -403,6 +405,14 @@ pub struct ServeArgs {
     /// as this descriptor
     #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
     pub listen_fd: Option<i32>,
+    /// Internal: a --procs worker's first UDP socket (--proto udp, --http3), which its parent
+    /// bound at the port, inherited as this descriptor
+    #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
+    pub udp_fd: Option<i32>,
+    /// Internal: a --procs worker with --http3 reads the server's QUIC keys from this inherited
+    /// pipe (not an argument: `ps` shows arguments to everyone)
+    #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
+    pub quic_keys_fd: Option<i32>,
 }
 
 /// `--proto`: echo, http or udp; a number is taken for the port it most likely is.
@@ -565,6 +575,8 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
             listener_fd: self.listen_fd,
+            udp_fd: self.udp_fd,
+            quic_keys: self.quic_keys_fd.map(read_quic_keys).transpose()?,
             body,
             udp_offload: self.udp_offload()?,
             http3: self.http3()?,
@@ -657,7 +669,7 @@ impl ServeArgs {
 
     /// `--http3`, `--quic-retry`, `--quic-0rtt`; the QUIC options without `--http3` refused.
     /// What `--http3` itself needs (`--proto http`, TLS, a port, a model that serves UDP) is
-    /// the configuration's to check (`Config::validate`), and `--procs` is refused here.
+    /// the configuration's to check (`Config::validate`).
     fn http3(&self) -> Result<Option<Http3Config>> {
         if !self.http3 {
             for (flag, given) in [
@@ -670,12 +682,6 @@ impl ServeArgs {
                 }
             }
             return Ok(None);
-        }
-        if self.procs > 1 || self.proc_slot.is_some() {
-            anyhow::bail!(
-                "--http3 with --procs is not supported yet: each process would need its own share of the UDP port; \
-                 serve HTTP/3 from one process (--threads N for more cores)"
-            );
         }
         let retry = match self.quic_retry.unwrap_or(QuicRetryArg::Auto) {
             QuicRetryArg::Auto => QuicRetry::Auto,
@@ -711,6 +717,25 @@ impl ServeArgs {
     }
 }
 
+/// The QUIC keys a `--procs` parent wrote into the pipe inherited as `fd` (and closed).
+fn read_quic_keys(fd: i32) -> Result<QuicKeys> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let not_ours = || anyhow::anyhow!("descriptor {fd} is not an inherited pipe of QUIC keys");
+    // Checked before it is owned: only a pipe is taken over.
+    let meta = std::fs::metadata(format!("/proc/self/fd/{fd}")).map_err(|_| not_ours())?;
+    if !std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()) {
+        return Err(not_ours());
+    }
+    // SAFETY: a `--procs` parent leaves this pipe's read end open across exec for this worker
+    // (the hidden `--quic-keys-fd`); nothing else in the process owns it, and from here the
+    // File alone closes it.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut bytes = Vec::with_capacity(QuicKeys::LEN);
+    pipe.by_ref().take(QuicKeys::LEN as u64 + 1).read_to_end(&mut bytes).with_context(not_ours)?;
+    QuicKeys::from_bytes(&bytes).with_context(not_ours)
+}
+
 pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
     let mut cfg = args.to_config()?;
     if args.procs > 1 && args.proc_slot.is_none() {
@@ -721,12 +746,21 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
             // The last worker's port, checked before any worker starts.
             ServeArgs::worker_metrics(metrics, args.procs - 1)?;
         }
+        let workers = usize::from(args.procs);
         let reservation = match &cfg.listen {
-            ListenAddr::Inet(addr) => sockscale_server::Reservation::new(*addr, cfg.service.is_udp())?,
+            ListenAddr::Inet(addr) => {
+                sockscale_server::Reservation::new(*addr, cfg.service.is_udp(), cfg.http3.is_some(), workers)?
+            }
             // No SO_REUSEPORT for AF_UNIX: the parent listens, and every worker inherits it.
             ListenAddr::Unix(path) => sockscale_server::Reservation::unix(path, cfg.unix_mode, cfg.backlog)?,
         };
-        return crate::cli::procs::run_serve_children(args.procs.into(), argv, reservation);
+        // Every process's endpoints must take each other's Retry tokens and send the same
+        // stateless resets: one set of keys for the whole server.
+        let quic_keys = match cfg.http3 {
+            Some(_) => Some(QuicKeys::generate()?),
+            None => None,
+        };
+        return crate::cli::procs::run_serve_children(workers, argv, reservation, quic_keys);
     }
     if let (Some(k), Some(metrics)) = (args.slot()?, cfg.metrics) {
         cfg.metrics = Some(ServeArgs::worker_metrics(metrics, k)?);
