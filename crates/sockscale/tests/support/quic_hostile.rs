@@ -310,7 +310,10 @@ struct Flooder {
     socket: UdpSocket,
     handle: ConnectionHandle,
     conn: Connection,
+    /// Its first datagram (the Initial with the ClientHello), sent again as a trickle.
+    first: Vec<u8>,
     sent_at: Instant,
+    trickled_at: Instant,
     retried: bool,
     answered: bool,
     /// Its acknowledgement of the server's Initial went out.
@@ -333,9 +336,10 @@ pub struct FloodOutcome {
 /// `n` clients' first Initials, each from its own UDP socket (source port). What the server
 /// sends them is read: a Retry is counted and not answered (the token never comes back); a
 /// handshake is fed to its connection, whose acknowledgement of the server's Initial is sent
-/// and nothing after it (its Handshake packets, with its Finished, are cut off): a handshake
-/// stalled after one round trip, which gives the server an RTT sample (without one its closing
-/// period is three 1 s probe timeouts) and the server's close of it is seen.
+/// and nothing after it (its Handshake packets, with its Finished, are cut off), but for its
+/// first Initial again every 50 ms: a handshake kept alive by a trickle, which only the
+/// server's handshake deadline ends. The acknowledgement gives the server an RTT sample
+/// (without one its closing period is three 1 s probe timeouts); the server's close is seen.
 pub struct InitialFlood {
     server: SocketAddr,
     endpoint: quinn_proto::Endpoint,
@@ -359,7 +363,7 @@ impl InitialFlood {
         }
         let mut flooders = Vec::with_capacity(n);
         for (handle, conn, first) in initials {
-            let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+            let socket = flooder_socket();
             socket.set_nonblocking(true).expect("nonblocking");
             // Before the send: the server may take it before this thread runs again.
             let sent_at = Instant::now();
@@ -368,7 +372,9 @@ impl InitialFlood {
                 socket,
                 handle,
                 conn,
+                first,
                 sent_at,
+                trickled_at: sent_at,
                 retried: false,
                 answered: false,
                 acked: false,
@@ -426,6 +432,15 @@ impl InitialFlood {
                     f.acked = true;
                 }
             }
+            // The admitted ones keep their handshakes alive with a trickle: their first
+            // Initial again every 50 ms (which also lets the server send them 3 times as much,
+            // its close among it: quinn-proto counts only a datagram's first packet).
+            for f in self.flooders.iter_mut().filter(|f| f.acked && f.lost.is_none()) {
+                if f.trickled_at.elapsed() >= TRICKLE {
+                    let _ = f.socket.send_to(&f.first, self.server);
+                    f.trickled_at = Instant::now();
+                }
+            }
             let outcome = self.outcome();
             if done(&outcome) || start.elapsed() >= limit {
                 return outcome;
@@ -448,6 +463,9 @@ impl InitialFlood {
     }
 }
 
+/// How often an admitted flooder sends its first Initial again.
+const TRICKLE: Duration = Duration::from_millis(50);
+
 /// The length of the Initial packet at the start of `datagram` (RFC 9000 §17.2.2), if it starts
 /// with one: the long header's fixed fields, the connection IDs, the token and the length.
 fn initial_packet_len(datagram: &[u8]) -> Option<usize> {
@@ -464,4 +482,11 @@ fn initial_packet_len(datagram: &[u8]) -> Option<usize> {
     let (len, used) = varint::decode(datagram.get(at..)?)?;
     at += used + usize::try_from(len).ok()?;
     (at <= datagram.len()).then_some(at)
+}
+
+/// A flooder's UDP socket, on 127.0.0.2 where the system has it (the whole of 127.0.0.0/8 is
+/// loopback on Linux): hundreds of them bound on 127.0.0.1 would take ports that servers started
+/// meanwhile by other tests want for their UDP socket at their TCP port's number.
+fn flooder_socket() -> UdpSocket {
+    UdpSocket::bind("127.0.0.2:0").or_else(|_| UdpSocket::bind("127.0.0.1:0")).expect("a UDP socket")
 }
