@@ -843,7 +843,7 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
 /// - an Initial flood from 100 source ports: the budget's 8 admitted (over both sockets), every
 ///   other Initial dropped and counted as deferred (a real client sends it again); the admitted
 ///   handshakes go no further than one round trip and a trickle of repeated Initials, and each
-///   is closed at the handshake deadline (before the idle timeout, which a trickle defers) and
+///   is closed at the handshake deadline (0.3 s, before the 0.5 s idle timeout) and
 ///   counted as a handshake timeout.
 pub fn http3_a_silent_peer_and_a_flood_without_retry_are_bounded(model: &str) {
     use support::quic_hostile::{request_head, InitialFlood, QuicPeer};

@@ -42,8 +42,6 @@ pub struct QuicPeer {
     pub mute: bool,
     /// The connection's application events, in order.
     pub events: Vec<Event>,
-    /// Datagrams received.
-    pub received: u64,
     buf: Vec<u8>,
 }
 
@@ -73,7 +71,6 @@ impl QuicPeer {
             conn,
             mute: false,
             events: Vec::new(),
-            received: 0,
             buf: vec![0u8; 65536],
         };
         let up = peer.pump(Duration::from_secs(5), |p| p.connected() || p.lost().is_some());
@@ -159,7 +156,6 @@ impl QuicPeer {
     }
 
     fn datagram(&mut self, n: usize) {
-        self.received += 1;
         let mut response = Vec::new();
         let data = BytesMut::from(&self.buf[..n]);
         match self.endpoint.handle(Instant::now(), self.server, None, None, data, &mut response) {
