@@ -63,16 +63,8 @@ impl QuicPeer {
         socket.connect(server).expect("connect the UDP socket");
         let mut endpoint = quinn_proto::Endpoint::new(endpoint_config, None, false, None);
         let (handle, conn) = endpoint.connect(Instant::now(), config, server, SERVER_NAME).expect("a connection");
-        let mut peer = QuicPeer {
-            socket,
-            server,
-            endpoint,
-            handle,
-            conn,
-            mute: false,
-            events: Vec::new(),
-            buf: vec![0u8; 65536],
-        };
+        let mut peer =
+            QuicPeer { socket, server, endpoint, handle, conn, mute: false, events: Vec::new(), buf: vec![0u8; 65536] };
         let up = peer.pump(Duration::from_secs(5), |p| p.connected() || p.lost().is_some());
         assert!(up && peer.connected(), "no HTTP/3 handshake with {server}: {:?}", peer.lost());
         peer.settle();
