@@ -696,8 +696,8 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
         assert!(*after >= deadline && *after < deadline * 4, "{model}: closed {after:?} after its Initial: {why}");
     }
 
-    // Each counted as a handshake timeout once its closing period ended (three probe timeouts:
-    // short, the flooders having acknowledged the server's Initial).
+    // Each counted as a handshake timeout (at its deadline: its place in the budget given back
+    // then, not after its closing period).
     let timeouts = "quic_handshakes_failed_total{reason=\"timeout\"}";
     let counted = eventually(Duration::from_secs(3), || {
         metric_value(&scrape(metrics), timeouts) == Some(answered.admitted as u64)
