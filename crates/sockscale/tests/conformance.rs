@@ -630,8 +630,8 @@ fn metric_value(text: &str, series: &str) -> Option<u64> {
 ///   budget is admitted, every other Initial answered with a stateless Retry (no state kept:
 ///   the connection gauge says so), which never comes back; the admitted handshakes go no
 ///   further than one round trip and a trickle of repeated Initials, and each is closed at the
-///   handshake deadline (`--header-timeout 0.3`) and counted as a handshake timeout; a new
-///   client, validated by its Retry, gets in meanwhile;
+///   handshake deadline (`--header-timeout 1`) and counted as a handshake timeout; a new
+///   client, validated by its Retry, gets in meanwhile; the cases below run meanwhile too;
 /// - an endless request body: 413 and STOP_SENDING(H3_NO_ERROR) past `--max-body-bytes`, the
 ///   client held to its stream's credit, the connection going on;
 /// - rapid reset: ten times the stream limit opened and reset at once, counted, nothing held;
@@ -650,7 +650,7 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
     }
     let cert = tls::TestCert::new(&format!("h3-hostile-{model}"));
     let mut args = vec!["--proto", "http", "--http3", "--quic-retry", "auto", "--max-handshakes", "16"];
-    args.extend(["--header-timeout", "0.3", "--max-body-bytes", "64KiB", "--metrics", "127.0.0.1:0"]);
+    args.extend(["--header-timeout", "1", "--max-body-bytes", "64KiB", "--metrics", "127.0.0.1:0"]);
     let tls_args = cert.args();
     args.extend(tls_args.iter().map(String::as_str));
     let server = ServerProc::start(model, &args);
@@ -674,28 +674,139 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
     head(&mut bystander, "before the attacks");
     let baseline = server.rss_kib();
 
-    // The Initial flood.
+    // The Initial flood; its admitted handshakes' closes are watched from a thread of their
+    // own (their times are when they came) while the other hostile peers go on.
     let flood_at = Instant::now();
     let mut flood = InitialFlood::send(server.addr, ca, 300);
     let answered = flood.watch(Duration::from_secs(3), |o| o.retried + o.admitted == o.sent);
     let held = metric_value(&scrape(metrics), "quic_connections");
-    // A new client now meets a Retry (half the budget is in use), answers it and gets in.
+    // A new client now meets a Retry (half the budget is in use until the deadline, 1 s after
+    // the flood), answers it and gets in.
     let mut late = QuicPeer::connect(server.addr, ca);
+    let late_at = flood_at.elapsed();
     head(&mut late, "from a client that came during the flood");
     head(&mut bystander, "during the flood");
-    let flooded = flood.watch(Duration::from_secs(2), |o| o.closed_after.len() >= o.admitted);
-    eprintln!("{model}: Initial flood: {answered:?}; then {flooded:?}; connections held {held:?}");
+    eprintln!("{model}: Initial flood: {answered:?}; connections held {held:?}; a new client in after {late_at:?}");
     assert_eq!(answered.retried + answered.admitted, 300, "{model}: every Initial answered: {answered:?}");
     // Retry from half the budget in use on (a second socket's thread may take one more).
     assert!((1..=9).contains(&answered.admitted), "{model}: {answered:?}");
     assert_eq!(held, Some(answered.admitted as u64 + 7), "{model}: the flood's state is the admitted handshakes");
+    let (flooded, resets) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| flood.watch(Duration::from_secs(4), |o| o.closed_after.len() >= o.admitted));
+        // An endless request body.
+        let mut post = request_head("POST", "/upload");
+        put_data_frame_header(1 << 40, &mut post);
+        let upload = body_peer.open(&post, false);
+        let (taken, stopped) = body_peer.write_all(upload, &vec![0x55; 8 << 20], Duration::from_secs(3));
+        let answer = body_peer.answer(upload, false, Duration::from_secs(5));
+        assert_eq!((answer.status, answer.ended), (Some(413), true), "{model}: {answer:?}");
+        assert!(
+            matches!(stopped, Some(WriteError::Stopped(code)) if code.into_inner() == 0x100),
+            "{model}: STOP_SENDING(H3_NO_ERROR) past --max-body-bytes, not {stopped:?} after {taken} bytes"
+        );
+        // The client is held to its stream's credit (1 MiB) beyond the 64 KiB the server read.
+        assert!(taken < (64 << 10) + (1 << 20) + 64, "{model}: {taken} bytes of the endless body taken");
+        head(&mut body_peer, "on the connection of the endless body");
+
+        // Rapid reset: streams opened, half a request written and reset, as fast as credit comes.
+        let half = &request_head("GET", "/")[..3];
+        let mut resets = 0u64;
+        let all_reset = reset_peer.pump(Duration::from_secs(5), |p| {
+            while let Some(id) = p.conn.streams().open(quinn_proto::Dir::Bi) {
+                let mut send = p.conn.send_stream(id);
+                let _ = send.write(half);
+                let _ = send.reset(quinn_proto::VarInt::from_u32(0x10c));
+                resets += 1;
+            }
+            // Acknowledged at once (a PING carries the ACK), not after the ACK delay: the server
+            // frees the streams, and gives their credit back, once its own resets are acknowledged.
+            p.conn.ping();
+            resets >= 1280 || p.lost().is_some()
+        });
+        assert!(all_reset && reset_peer.lost().is_none(), "{model}: {resets} streams reset, {:?}", reset_peer.lost());
+        head(&mut reset_peer, "after its rapid resets");
+        head(&mut bystander, "after the rapid reset");
+
+        // Control-stream floods: frames of reserved types, MAX_PUSH_ID, and a reserved frame
+        // announcing 1 GiB of which 6 MiB come; all skipped as they come (the server's RSS sampled
+        // meanwhile).
+        let mut frames = Vec::new();
+        Settings::default().encode_frame(&mut frames);
+        for i in 0..200_000u64 {
+            varint::encode(0x21 + 0x1f * (i % 1000), &mut frames);
+            varint::encode(0, &mut frames);
+            varint::encode(0x0d, &mut frames); // MAX_PUSH_ID
+            varint::encode(varint::len(i) as u64, &mut frames);
+            varint::encode(i, &mut frames);
+        }
+        varint::encode(0x21, &mut frames);
+        varint::encode(1 << 30, &mut frames);
+        frames.resize(frames.len() + (6 << 20), 0);
+        let control = control_peer.control(&[]);
+        let sampling = std::sync::atomic::AtomicBool::new(true);
+        let (pid, mut peak) = (server.pid(), baseline);
+        let (taken, failed) = std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                let mut peak = 0;
+                while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(proc_status_kib(pid, "VmRSS:"));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                peak
+            });
+            let written = control_peer.write_all(control, &frames, Duration::from_secs(5));
+            sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+            peak = peak.max(sampler.join().expect("the RSS sampler"));
+            written
+        });
+        assert_eq!((taken, failed.is_none()), (frames.len(), true), "{model}: the control flood was cut: {failed:?}");
+        head(&mut control_peer, "after its control-stream flood");
+        assert!(control_peer.lost().is_none(), "{model}: {:?}", control_peer.lost());
+        peak = peak.max(server.rss_kib());
+        // Two SETTINGS, and one over the 4 KiB a control frame may take: connection errors.
+        let mut twice = Vec::new();
+        Settings::default().encode_frame(&mut twice);
+        Settings::default().encode_frame(&mut twice);
+        let mut large = Vec::new();
+        varint::encode(0x04, &mut large);
+        varint::encode(5000, &mut large);
+        large.resize(large.len() + 5000, 0);
+        for (peer, frames, code) in [(&mut settings_twice, twice, 0x105), (&mut settings_large, large, 0x107)] {
+            peer.control(&frames);
+            peer.pump(Duration::from_secs(5), |p| p.lost().is_some());
+            let closed =
+                matches!(peer.lost(), Some(ConnectionError::ApplicationClosed(c)) if c.error_code.into_inner() == code);
+            assert!(closed, "{model}: closed with {code:#x}, not {:?}", peer.lost());
+        }
+        head(&mut bystander, "after the control-stream floods");
+        let growth = peak.saturating_sub(baseline);
+        eprintln!("{model}: {} MiB of control frames skipped; RSS {baseline} KiB, peak {peak} KiB", frames.len() >> 20);
+        // quinn-proto's receive window on the stream (1 MiB) and allocator slack: not the 7 MiB.
+        assert!(growth < 3 << 10, "{model}: RSS grew {growth} KiB over control floods of {} MiB", frames.len() >> 20);
+
+        // Connection-ID churn: a client that retires each connection ID the server issues as soon
+        // as it has another (quinn-proto's active migration, on the same path), 500 times; the
+        // server issues a new one for each (never more than the client's limit at once), and the
+        // connection goes on.
+        let churned = cid_peer.pump(Duration::from_secs(5), |p| {
+            p.conn.local_address_changed();
+            p.conn.stats().frame_tx.retire_connection_id >= 500 || p.lost().is_some()
+        });
+        let stats = cid_peer.conn.stats();
+        let (retired, issued) = (stats.frame_tx.retire_connection_id, stats.frame_rx.new_connection_id);
+        eprintln!("{model}: {retired} connection IDs retired, {issued} issued");
+        assert!(churned && cid_peer.lost().is_none(), "{model}: CID churn: {retired} retired, {:?}", cid_peer.lost());
+        assert!(issued >= 500, "{model}: a new connection ID for each retired: {retired} retired, {issued} issued");
+        head(&mut cid_peer, "after retiring 500 connection IDs");
+        (watcher.join().expect("the flood's watcher"), resets)
+    });
+    eprintln!("{model}: the flood's admitted handshakes closed: {:?}", flooded.closed_after);
     assert_eq!(flooded.closed_after.len(), answered.admitted, "{model}: each admitted handshake closed: {flooded:?}");
     for (after, why) in &flooded.closed_after {
-        // The deadline is 0.3 s after the server took the Initial (sent just before).
-        let deadline = Duration::from_millis(300);
-        assert!(*after >= deadline && *after < deadline * 4, "{model}: closed {after:?} after its Initial: {why}");
+        // The deadline is 1 s after the server took the Initial (sent just before).
+        let deadline = Duration::from_secs(1);
+        assert!(*after >= deadline && *after < deadline * 2, "{model}: closed {after:?} after its Initial: {why}");
     }
-
     // Each counted as a handshake timeout (at its deadline: its place in the budget given back
     // then, not after its closing period).
     let timeouts = "quic_handshakes_failed_total{reason=\"timeout\"}";
@@ -703,113 +814,6 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
         metric_value(&scrape(metrics), timeouts) == Some(answered.admitted as u64)
     });
     assert!(counted, "{model}: {timeouts} is not {}:\n{}", answered.admitted, scrape(metrics));
-    eprintln!("{model}: the flood's handshakes counted as timed out {:?} after it", flood_at.elapsed());
-
-    // An endless request body.
-    let mut post = request_head("POST", "/upload");
-    put_data_frame_header(1 << 40, &mut post);
-    let upload = body_peer.open(&post, false);
-    let (taken, stopped) = body_peer.write_all(upload, &vec![0x55; 8 << 20], Duration::from_secs(3));
-    let answer = body_peer.answer(upload, false, Duration::from_secs(5));
-    assert_eq!((answer.status, answer.ended), (Some(413), true), "{model}: {answer:?}");
-    assert!(
-        matches!(stopped, Some(WriteError::Stopped(code)) if code.into_inner() == 0x100),
-        "{model}: STOP_SENDING(H3_NO_ERROR) past --max-body-bytes, not {stopped:?} after {taken} bytes"
-    );
-    // The client is held to its stream's credit (1 MiB) beyond the 64 KiB the server read.
-    assert!(taken < (64 << 10) + (1 << 20) + 64, "{model}: {taken} bytes of the endless body taken");
-    head(&mut body_peer, "on the connection of the endless body");
-
-    // Rapid reset: streams opened, half a request written and reset, as fast as credit comes.
-    let half = &request_head("GET", "/")[..3];
-    let mut resets = 0u64;
-    let flooded = reset_peer.pump(Duration::from_secs(5), |p| {
-        while let Some(id) = p.conn.streams().open(quinn_proto::Dir::Bi) {
-            let mut send = p.conn.send_stream(id);
-            let _ = send.write(half);
-            let _ = send.reset(quinn_proto::VarInt::from_u32(0x10c));
-            resets += 1;
-        }
-        // Acknowledged at once (a PING carries the ACK), not after the ACK delay: the server
-        // frees the streams, and gives their credit back, once its own resets are acknowledged.
-        p.conn.ping();
-        resets >= 1280 || p.lost().is_some()
-    });
-    assert!(flooded && reset_peer.lost().is_none(), "{model}: {resets} streams reset, {:?}", reset_peer.lost());
-    head(&mut reset_peer, "after its rapid resets");
-    head(&mut bystander, "after the rapid reset");
-
-    // Control-stream floods: frames of reserved types, MAX_PUSH_ID, and a reserved frame
-    // announcing 1 GiB of which 6 MiB come; all skipped as they come (the server's RSS sampled
-    // meanwhile).
-    let mut frames = Vec::new();
-    Settings::default().encode_frame(&mut frames);
-    for i in 0..200_000u64 {
-        varint::encode(0x21 + 0x1f * (i % 1000), &mut frames);
-        varint::encode(0, &mut frames);
-        varint::encode(0x0d, &mut frames); // MAX_PUSH_ID
-        varint::encode(varint::len(i) as u64, &mut frames);
-        varint::encode(i, &mut frames);
-    }
-    varint::encode(0x21, &mut frames);
-    varint::encode(1 << 30, &mut frames);
-    frames.resize(frames.len() + (6 << 20), 0);
-    let control = control_peer.control(&[]);
-    let sampling = std::sync::atomic::AtomicBool::new(true);
-    let (pid, mut peak) = (server.pid(), baseline);
-    let (taken, failed) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let mut peak = 0;
-            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
-                peak = peak.max(proc_status_kib(pid, "VmRSS:"));
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            peak
-        });
-        let written = control_peer.write_all(control, &frames, Duration::from_secs(5));
-        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
-        peak = peak.max(sampler.join().expect("the RSS sampler"));
-        written
-    });
-    assert_eq!((taken, failed.is_none()), (frames.len(), true), "{model}: the control flood was cut: {failed:?}");
-    head(&mut control_peer, "after its control-stream flood");
-    assert!(control_peer.lost().is_none(), "{model}: {:?}", control_peer.lost());
-    peak = peak.max(server.rss_kib());
-    // Two SETTINGS, and one over the 4 KiB a control frame may take: connection errors.
-    let mut twice = Vec::new();
-    Settings::default().encode_frame(&mut twice);
-    Settings::default().encode_frame(&mut twice);
-    let mut large = Vec::new();
-    varint::encode(0x04, &mut large);
-    varint::encode(5000, &mut large);
-    large.resize(large.len() + 5000, 0);
-    for (peer, frames, code) in [(&mut settings_twice, twice, 0x105), (&mut settings_large, large, 0x107)] {
-        peer.control(&frames);
-        peer.pump(Duration::from_secs(5), |p| p.lost().is_some());
-        let closed =
-            matches!(peer.lost(), Some(ConnectionError::ApplicationClosed(c)) if c.error_code.into_inner() == code);
-        assert!(closed, "{model}: closed with {code:#x}, not {:?}", peer.lost());
-    }
-    head(&mut bystander, "after the control-stream floods");
-    let growth = peak.saturating_sub(baseline);
-    eprintln!("{model}: {} MiB of control frames skipped; RSS {baseline} KiB, peak {peak} KiB", frames.len() >> 20);
-    // quinn-proto's receive window on the stream (1 MiB) and allocator slack: not the 7 MiB.
-    assert!(growth < 3 << 10, "{model}: RSS grew {growth} KiB over control floods of {} MiB", frames.len() >> 20);
-
-    // Connection-ID churn: a client that retires each connection ID the server issues as soon
-    // as it has another (quinn-proto's active migration, on the same path), 500 times; the
-    // server issues a new one for each (never more than the client's limit at once), and the
-    // connection goes on.
-    let churned = cid_peer.pump(Duration::from_secs(5), |p| {
-        p.conn.local_address_changed();
-        p.conn.stats().frame_tx.retire_connection_id >= 500 || p.lost().is_some()
-    });
-    let stats = cid_peer.conn.stats();
-    let (retired, issued) = (stats.frame_tx.retire_connection_id, stats.frame_rx.new_connection_id);
-    eprintln!("{model}: {retired} connection IDs retired, {issued} issued");
-    assert!(churned && cid_peer.lost().is_none(), "{model}: CID churn: {retired} retired, {:?}", cid_peer.lost());
-    assert!(issued >= 500, "{model}: a new connection ID for each retired: {retired} retired, {issued} issued");
-    head(&mut cid_peer, "after retiring 500 connection IDs");
 
     // One connection: a second one could still be in its handshake when the tenth answer
     // comes, and be held after load has gone until the deadline and its closing period.
