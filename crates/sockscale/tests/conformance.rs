@@ -926,6 +926,9 @@ pub fn http3_a_silent_peer_and_a_flood_without_retry_are_bounded(model: &str) {
     let answer = after.request("HEAD", "/");
     assert_eq!((answer.status, answer.ended), (Some(200), true), "{model}: a new client after: {answer:?}");
     after.close();
+    // Nothing is held once the peers are gone (each after its closing or draining period).
+    let released = eventually(Duration::from_secs(3), || metric_value(&scrape(metrics), "quic_connections") == Some(0));
+    assert!(released, "{model}: connections still held:\n{}", scrape(metrics));
     let done = server.stop();
     assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
     let count = |name: &str| done.counter(name);
