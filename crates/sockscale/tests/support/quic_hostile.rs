@@ -1,8 +1,9 @@
 //! Hostile QUIC/HTTP/3 peers for the conformance suite: quinn-proto's client state machine
 //! (the one `sockscale-proto` drives) over a std `UdpSocket`, with what a hostile peer needs on
 //! top: it may stop sending anything at all (no ACK, no credit: `mute`), open and reset streams
-//! as fast as credit comes back, write raw HTTP/3 frames on its control stream; and a flood of
-//! clients' first Initials, each from its own source port, none of which goes on.
+//! as fast as credit comes back, write raw HTTP/3 frames on its control stream, retire every
+//! connection ID it is given; and a flood of clients' first Initials, each from its own source
+//! port, none of which completes its handshake ([`InitialFlood`]).
 //!
 //! Every wait is bounded in time; a peer that cannot connect is a panic naming why.
 
