@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
+use sockscale_proto::quic::quinn_proto::{self, ConnectionError, WriteError};
 use sockscale_server::Policy;
 use support::*;
 
@@ -508,9 +509,15 @@ pub fn udp_echo(model: &str) {
 /// Whether the HTTP/3 socket at `addr` answers HTTP/3: `sockscale load http --http3`, ten
 /// requests on up to two connections (the load generator's QUIC client, trusting `ca`), each 200.
 fn http3_answers(addr: std::net::SocketAddr, ca: &std::path::Path) -> Result<(), String> {
+    http3_answers_on(addr, ca, 2)
+}
+
+/// As [`http3_answers`], on up to `connections` connections.
+fn http3_answers_on(addr: std::net::SocketAddr, ca: &std::path::Path, connections: u32) -> Result<(), String> {
     let url = format!("https://127.0.0.1:{}/", addr.port());
     let out = std::process::Command::new(BIN)
-        .args(["load", "http", "--http3", "-c", "2", "-n", "10", "--connect-timeout", "5", "--json", "-"])
+        .args(["load", "http", "--http3", "-c", &connections.to_string(), "-n", "10", "--connect-timeout", "5"])
+        .args(["--json", "-"])
         // The test certificate names localhost.
         .args(["--sni", "localhost"])
         .arg("--cacert")
@@ -661,6 +668,328 @@ pub fn http3_a_migrating_client_keeps_its_connection(model: &str) {
     assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
     assert_eq!(done.counter("h3_requests"), 4, "{model}: {:?}", done.stdout);
     assert_eq!(done.counter("quic_steering_refused"), 0, "{model}: {:?}", done.stdout);
+}
+
+/// The value of `series` (as printed, without the `sockscale_` prefix) in a `/metrics` text.
+fn metric_value(text: &str, series: &str) -> Option<u64> {
+    let prefix = format!("sockscale_{series} ");
+    text.lines().find_map(|l| l.strip_prefix(prefix.as_str())?.trim().parse().ok())
+}
+
+/// Hostile HTTP/3 peers against one `--http3` server, each bounded and counted, the server's
+/// timers and admission being the engine's (`--threads 2`: two UDP sockets, one budget):
+/// - an Initial flood from 300 source ports (`--quic-retry auto`, 16 handshakes): half the
+///   budget is admitted, every other Initial answered with a stateless Retry (no state kept:
+///   the connection gauge says so), which never comes back; the admitted handshakes go no
+///   further than one round trip and a trickle of repeated Initials, and each is closed at the
+///   handshake deadline (`--header-timeout 1`) and counted as a handshake timeout; a new
+///   client, validated by its Retry, gets in meanwhile; the cases below run meanwhile too;
+/// - an endless request body: 413 and STOP_SENDING(H3_NO_ERROR) past `--max-body-bytes`, the
+///   client held to its stream's credit, the connection going on;
+/// - rapid reset: ten times the stream limit opened and reset at once, counted, nothing held;
+/// - control-stream floods: reserved frames, MAX_PUSH_ID and a reserved frame announcing 1 GiB
+///   are skipped without memory; a second SETTINGS (H3_FRAME_UNEXPECTED) and a SETTINGS over
+///   the limit (H3_EXCESSIVE_LOAD) close their connections, counted;
+/// - connection-ID churn: 500 connection IDs retired, each replaced by the server, the
+///   connection going on.
+///
+/// A bystander connection opened before is served during all of it, and `load --http3` after.
+pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
+    use sockscale_h3::{put_data_frame_header, varint, Settings};
+    use support::quic_hostile::{request_head, InitialFlood, QuicPeer};
+    if skip(model, Policy::Http3) {
+        return; // http3_beside_tcp_with_alt_svc checks the refusal.
+    }
+    let cert = tls::TestCert::new(&format!("h3-hostile-{model}"));
+    let mut args = vec!["--proto", "http", "--http3", "--quic-retry", "auto", "--max-handshakes", "16"];
+    args.extend(["--header-timeout", "1", "--max-body-bytes", "64KiB", "--metrics", "127.0.0.1:0"]);
+    let tls_args = cert.args();
+    args.extend(tls_args.iter().map(String::as_str));
+    let server = ServerProc::start(model, &args);
+    let metrics = server.metrics_addr();
+    let ca = cert.ca_file.as_path();
+    let started = Instant::now();
+    // Connected before the flood: the bystander and the peers of the later cases.
+    let mut bystander = QuicPeer::connect(server.addr, ca);
+    let mut body_peer = QuicPeer::connect(server.addr, ca);
+    let mut reset_peer = QuicPeer::connect(server.addr, ca);
+    let mut cid_peer = QuicPeer::connect(server.addr, ca);
+    let mut control_peer = QuicPeer::connect(server.addr, ca);
+    let mut settings_twice = QuicPeer::connect(server.addr, ca);
+    let mut settings_large = QuicPeer::connect(server.addr, ca);
+    let mut served = 0;
+    let mut head = |peer: &mut QuicPeer, when: &str| {
+        let answer = peer.request("HEAD", "/");
+        assert_eq!((answer.status, answer.ended), (Some(200), true), "{model}: HEAD {when}: {answer:?}");
+        served += 1;
+    };
+    head(&mut bystander, "before the attacks");
+    let baseline = server.rss_kib();
+
+    // The Initial flood; its admitted handshakes' closes are watched from a thread of their
+    // own (their times are when they came) while the other hostile peers go on.
+    let flood_at = Instant::now();
+    let mut flood = InitialFlood::send(server.addr, ca, 300);
+    let answered = flood.watch(Duration::from_secs(3), |o| o.retried + o.admitted == o.sent);
+    let held = metric_value(&scrape(metrics), "quic_connections");
+    // A new client now meets a Retry (half the budget is in use until the deadline, 1 s after
+    // the flood), answers it and gets in.
+    let mut late = QuicPeer::connect(server.addr, ca);
+    let late_at = flood_at.elapsed();
+    head(&mut late, "from a client that came during the flood");
+    head(&mut bystander, "during the flood");
+    eprintln!("{model}: Initial flood: {answered:?}; connections held {held:?}; a new client in after {late_at:?}");
+    assert_eq!(answered.retried + answered.admitted, 300, "{model}: every Initial answered: {answered:?}");
+    // Retry from half the budget in use on (a second socket's thread may take one more).
+    assert!((1..=9).contains(&answered.admitted), "{model}: {answered:?}");
+    assert_eq!(held, Some(answered.admitted as u64 + 7), "{model}: the flood's state is the admitted handshakes");
+    let (flooded, resets) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| flood.watch(Duration::from_secs(4), |o| o.closed_after.len() >= o.admitted));
+        // An endless request body.
+        let mut post = request_head("POST", "/upload");
+        put_data_frame_header(1 << 40, &mut post);
+        let upload = body_peer.open(&post, false);
+        let (taken, stopped) = body_peer.write_all(upload, &vec![0x55; 8 << 20], Duration::from_secs(3));
+        let answer = body_peer.answer(upload, false, Duration::from_secs(5));
+        assert_eq!((answer.status, answer.ended), (Some(413), true), "{model}: {answer:?}");
+        assert!(
+            matches!(stopped, Some(WriteError::Stopped(code)) if code.into_inner() == 0x100),
+            "{model}: STOP_SENDING(H3_NO_ERROR) past --max-body-bytes, not {stopped:?} after {taken} bytes"
+        );
+        // The client is held to its stream's credit (1 MiB) beyond the 64 KiB the server read.
+        assert!(taken < (64 << 10) + (1 << 20) + 64, "{model}: {taken} bytes of the endless body taken");
+        head(&mut body_peer, "on the connection of the endless body");
+
+        // Rapid reset: streams opened, half a request written and reset, as fast as credit comes.
+        let half = &request_head("GET", "/")[..3];
+        let mut resets = 0u64;
+        let all_reset = reset_peer.pump(Duration::from_secs(5), |p| {
+            while let Some(id) = p.conn.streams().open(quinn_proto::Dir::Bi) {
+                let mut send = p.conn.send_stream(id);
+                let _ = send.write(half);
+                let _ = send.reset(quinn_proto::VarInt::from_u32(0x10c));
+                resets += 1;
+            }
+            // Acknowledged at once (a PING carries the ACK), not after the ACK delay: the server
+            // frees the streams, and gives their credit back, once its own resets are acknowledged.
+            p.conn.ping();
+            resets >= 1280 || p.lost().is_some()
+        });
+        assert!(all_reset && reset_peer.lost().is_none(), "{model}: {resets} streams reset, {:?}", reset_peer.lost());
+        head(&mut reset_peer, "after its rapid resets");
+        head(&mut bystander, "after the rapid reset");
+
+        // Control-stream floods: frames of reserved types, MAX_PUSH_ID, and a reserved frame
+        // announcing 1 GiB of which 6 MiB come; all skipped as they come (the server's RSS sampled
+        // meanwhile).
+        let mut frames = Vec::new();
+        Settings::default().encode_frame(&mut frames);
+        for i in 0..200_000u64 {
+            varint::encode(0x21 + 0x1f * (i % 1000), &mut frames);
+            varint::encode(0, &mut frames);
+            varint::encode(0x0d, &mut frames); // MAX_PUSH_ID
+            varint::encode(varint::len(i) as u64, &mut frames);
+            varint::encode(i, &mut frames);
+        }
+        varint::encode(0x21, &mut frames);
+        varint::encode(1 << 30, &mut frames);
+        frames.resize(frames.len() + (6 << 20), 0);
+        let control = control_peer.control(&[]);
+        let sampling = std::sync::atomic::AtomicBool::new(true);
+        let (pid, mut peak) = (server.pid(), baseline);
+        let (taken, failed) = std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                let mut peak = 0;
+                while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(proc_status_kib(pid, "VmRSS:"));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                peak
+            });
+            let written = control_peer.write_all(control, &frames, Duration::from_secs(5));
+            sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+            peak = peak.max(sampler.join().expect("the RSS sampler"));
+            written
+        });
+        assert_eq!((taken, failed.is_none()), (frames.len(), true), "{model}: the control flood was cut: {failed:?}");
+        head(&mut control_peer, "after its control-stream flood");
+        assert!(control_peer.lost().is_none(), "{model}: {:?}", control_peer.lost());
+        peak = peak.max(server.rss_kib());
+        // Two SETTINGS, and one over the 4 KiB a control frame may take: connection errors.
+        let mut twice = Vec::new();
+        Settings::default().encode_frame(&mut twice);
+        Settings::default().encode_frame(&mut twice);
+        let mut large = Vec::new();
+        varint::encode(0x04, &mut large);
+        varint::encode(5000, &mut large);
+        large.resize(large.len() + 5000, 0);
+        for (peer, frames, code) in [(&mut settings_twice, twice, 0x105), (&mut settings_large, large, 0x107)] {
+            peer.control(&frames);
+            peer.pump(Duration::from_secs(5), |p| p.lost().is_some());
+            let closed =
+                matches!(peer.lost(), Some(ConnectionError::ApplicationClosed(c)) if c.error_code.into_inner() == code);
+            assert!(closed, "{model}: closed with {code:#x}, not {:?}", peer.lost());
+        }
+        head(&mut bystander, "after the control-stream floods");
+        let growth = peak.saturating_sub(baseline);
+        eprintln!("{model}: {} MiB of control frames skipped; RSS {baseline} KiB, peak {peak} KiB", frames.len() >> 20);
+        // quinn-proto's receive window on the stream (1 MiB) and allocator slack: not the 7 MiB.
+        assert!(growth < 3 << 10, "{model}: RSS grew {growth} KiB over control floods of {} MiB", frames.len() >> 20);
+
+        // Connection-ID churn: a client that retires each connection ID the server issues as soon
+        // as it has another (quinn-proto's active migration, on the same path), 500 times; the
+        // server issues a new one for each (never more than the client's limit at once), and the
+        // connection goes on.
+        let churned = cid_peer.pump(Duration::from_secs(5), |p| {
+            p.conn.local_address_changed();
+            p.conn.stats().frame_tx.retire_connection_id >= 500 || p.lost().is_some()
+        });
+        let stats = cid_peer.conn.stats();
+        let (retired, issued) = (stats.frame_tx.retire_connection_id, stats.frame_rx.new_connection_id);
+        eprintln!("{model}: {retired} connection IDs retired, {issued} issued");
+        assert!(churned && cid_peer.lost().is_none(), "{model}: CID churn: {retired} retired, {:?}", cid_peer.lost());
+        assert!(issued >= 500, "{model}: a new connection ID for each retired: {retired} retired, {issued} issued");
+        head(&mut cid_peer, "after retiring 500 connection IDs");
+        (watcher.join().expect("the flood's watcher"), resets)
+    });
+    eprintln!("{model}: the flood's admitted handshakes closed: {:?}", flooded.closed_after);
+    assert_eq!(flooded.closed_after.len(), answered.admitted, "{model}: each admitted handshake closed: {flooded:?}");
+    for (after, why) in &flooded.closed_after {
+        // The deadline is 1 s after the server took the Initial (sent just before).
+        let deadline = Duration::from_secs(1);
+        assert!(*after >= deadline && *after < deadline * 2, "{model}: closed {after:?} after its Initial: {why}");
+    }
+    // Each counted as a handshake timeout (at its deadline: its place in the budget given back
+    // then, not after its closing period).
+    let timeouts = "quic_handshakes_failed_total{reason=\"timeout\"}";
+    let counted = eventually(Duration::from_secs(3), || {
+        metric_value(&scrape(metrics), timeouts) == Some(answered.admitted as u64)
+    });
+    assert!(counted, "{model}: {timeouts} is not {}:\n{}", answered.admitted, scrape(metrics));
+
+    // One connection: a second one could still be in its handshake when the tenth answer
+    // comes, and be held after load has gone until the deadline and its closing period.
+    http3_answers_on(server.addr, ca, 1).unwrap_or_else(|e| panic!("{model}: {e}"));
+    eprintln!("{model}: hostile HTTP/3 peers done in {:?}", started.elapsed());
+    for peer in [bystander, body_peer, reset_peer, cid_peer, control_peer, late] {
+        peer.close();
+    }
+    // Nothing is held once the peers are gone (each after its closing or draining period).
+    let released = eventually(Duration::from_secs(3), || metric_value(&scrape(metrics), "quic_connections") == Some(0));
+    assert!(released, "{model}: connections still held:\n{}", scrape(metrics));
+    let done = server.stop_within(Duration::from_secs(8));
+    eprintln!("{model}: stopped in {:?}", done.took);
+    assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
+    let count = |name: &str| done.counter(name);
+    assert_eq!(count("quic_failed_timeout"), answered.admitted as i64, "{:?}", done.stdout);
+    // The flood's and the late client's, which answered it.
+    assert_eq!(count("quic_retries"), answered.retried as i64 + 1, "{:?}", done.stdout);
+    assert_eq!(count("quic_deferred") + count("quic_refused_busy"), 0, "{:?}", done.stdout);
+    assert_eq!(count("h3_connection_errors"), 2, "{:?}", done.stdout);
+    assert_eq!(count("h3_requests"), served + 10, "{:?}", done.stdout);
+    let reset = count("h3_streams_reset");
+    assert!(reset >= resets as i64 - 128 && reset <= resets as i64, "{model}: {reset} of {resets} resets counted");
+}
+
+/// Two hostile peers against a server without Retry (`--quic-retry off`, 8 handshakes at once,
+/// `--header-timeout 0.3`, `--idle-timeout 0.5`, a 16 MiB `--body`), with a bystander served
+/// during both and a new client after:
+/// - a peer that asks for the body, reads 1 MiB of it, then sends nothing more (no ACK, no
+///   credit): the server's congestion window stops new data, its probes back off, and the
+///   connection is let go at the idle timeout (QUIC has no send timeout of its own: the idle
+///   timeout is its bound), counted as such; meanwhile the server holds no more than its send
+///   window (2 MiB) of the body;
+/// - an Initial flood from 100 source ports: the budget's 8 admitted (over both sockets), every
+///   other Initial dropped and counted as deferred (a real client sends it again); the admitted
+///   handshakes go no further than one round trip and a trickle of repeated Initials, and each
+///   is closed at the handshake deadline (0.3 s, before the 0.5 s idle timeout) and
+///   counted as a handshake timeout.
+pub fn http3_a_silent_peer_and_a_flood_without_retry_are_bounded(model: &str) {
+    use support::quic_hostile::{request_head, InitialFlood, QuicPeer};
+    if skip(model, Policy::Http3) {
+        return;
+    }
+    let cert = tls::TestCert::new(&format!("h3-silent-{model}"));
+    let body = std::env::temp_dir().join(format!("sockscale-h3-silent-{model}-{}", std::process::id()));
+    std::fs::write(&body, pattern(35, 16 << 20)).expect("write the body file");
+    let body_arg = body.display().to_string();
+    let mut args = vec!["--proto", "http", "--http3", "--idle-timeout", "0.5", "--body", &body_arg];
+    args.extend(["--quic-retry", "off", "--max-handshakes", "8", "--header-timeout", "0.3"]);
+    args.extend(["--metrics", "127.0.0.1:0"]);
+    let tls_args = cert.args();
+    args.extend(tls_args.iter().map(String::as_str));
+    let server = ServerProc::start(model, &args);
+    let metrics = server.metrics_addr();
+    let ca = cert.ca_file.as_path();
+    let mut silent = QuicPeer::connect(server.addr, ca);
+    let baseline = server.rss_kib();
+    let id = silent.open(&request_head("GET", "/big"), true);
+    let mut got = Vec::new();
+    let read = silent.pump(Duration::from_secs(5), |p| {
+        p.read(id, &mut got);
+        got.len() >= 1 << 20
+    });
+    assert!(read, "{model}: {} bytes of the body in 5 s", got.len());
+    silent.mute = true;
+    let muted = Instant::now();
+
+    // Connected now, not before: any connection idle for 0.5 s is let go.
+    let mut bystander = QuicPeer::connect(server.addr, ca);
+    let mut flood = InitialFlood::send(server.addr, ca, 100);
+    let answer = bystander.request("HEAD", "/");
+    assert_eq!((answer.status, answer.ended), (Some(200), true), "{model}: the bystander: {answer:?}");
+    bystander.close();
+    let flooded = flood.watch(Duration::from_secs(2), |o| o.admitted >= 8 && o.closed_after.len() >= o.admitted);
+    eprintln!("{model}: Initial flood without Retry: {flooded:?}");
+    // The budget, over both sockets (a second socket's thread may take one more).
+    assert!((8..=9).contains(&flooded.admitted) && flooded.retried == 0, "{model}: {flooded:?}");
+    assert_eq!(flooded.closed_after.len(), flooded.admitted, "{model}: each admitted handshake closed: {flooded:?}");
+    for (after, why) in &flooded.closed_after {
+        let deadline = Duration::from_millis(300);
+        assert!(*after >= deadline && *after < deadline * 4, "{model}: closed {after:?} after its Initial: {why}");
+    }
+
+    // The silent peer: let go at the idle timeout; the server's memory sampled meanwhile.
+    let timeouts = "quic_connections_closed_total{reason=\"timeout\"}";
+    let mut peak = server.rss_kib();
+    let mut gone = None;
+    while muted.elapsed() < Duration::from_secs(5) {
+        // What the server still sends is read, never acknowledged.
+        silent.pump(Duration::from_millis(20), |_| false);
+        peak = peak.max(server.rss_kib());
+        if metric_value(&scrape(metrics), timeouts) == Some(1) {
+            gone = Some(muted.elapsed());
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&body);
+    let growth = peak.saturating_sub(baseline);
+    eprintln!("{model}: a peer that never acknowledged: let go after {gone:?}; RSS {baseline} KiB, peak {peak} KiB");
+    let gone = gone.unwrap_or_else(|| panic!("{model}: still held 5 s after its peer fell silent"));
+    assert!(gone >= Duration::from_millis(450) && gone < Duration::from_secs(2), "{model}: let go after {gone:?}");
+    // The send window (2 MiB) and one 64 KiB chunk, with allocator slack: not the 16 MiB body.
+    assert!(growth < 6 << 10, "{model}: RSS grew {growth} KiB for a peer that never acknowledged");
+
+    let failed = "quic_handshakes_failed_total{reason=\"timeout\"}";
+    let counted =
+        eventually(Duration::from_secs(3), || metric_value(&scrape(metrics), failed) == Some(flooded.admitted as u64));
+    assert!(counted, "{model}: {failed} is not {}:\n{}", flooded.admitted, scrape(metrics));
+    let mut after = QuicPeer::connect(server.addr, ca);
+    let answer = after.request("HEAD", "/");
+    assert_eq!((answer.status, answer.ended), (Some(200), true), "{model}: a new client after: {answer:?}");
+    after.close();
+    // Nothing is held once the peers are gone (each after its closing or draining period).
+    let released = eventually(Duration::from_secs(3), || metric_value(&scrape(metrics), "quic_connections") == Some(0));
+    assert!(released, "{model}: connections still held:\n{}", scrape(metrics));
+    let done = server.stop();
+    assert!(done.status.success(), "{model}: {:?} {}", done.status, done.stderr);
+    let count = |name: &str| done.counter(name);
+    assert_eq!(count("quic_closed_timeout"), 1, "the silent peer: {:?}", done.stdout);
+    assert_eq!(count("quic_closed_peer_closed"), 2, "the bystander and the new client: {:?}", done.stdout);
+    assert_eq!(count("quic_failed_timeout"), flooded.admitted as i64, "{:?}", done.stdout);
+    assert_eq!(count("quic_deferred"), 100 - flooded.admitted as i64, "{:?}", done.stdout);
+    assert_eq!(count("quic_retries"), 0, "{:?}", done.stdout);
+    assert_eq!(count("h3_requests"), 3, "{:?}", done.stdout);
 }
 
 pub fn accept_backs_off_when_out_of_descriptors(model: &str) {
@@ -2447,6 +2776,8 @@ macro_rules! conformance {
             #[test] fn udp_echo() { if !super::unavailable(MODEL) { super::udp_echo(MODEL) } }
             #[test] fn http3_beside_tcp_with_alt_svc() { if !super::unavailable(MODEL) { super::http3_beside_tcp_with_alt_svc(MODEL) } }
             #[test] fn http3_a_migrating_client_keeps_its_connection() { if !super::unavailable(MODEL) { super::http3_a_migrating_client_keeps_its_connection(MODEL) } }
+            #[test] fn http3_hostile_peers_are_bounded_and_counted() { if !super::unavailable(MODEL) { super::http3_hostile_peers_are_bounded_and_counted(MODEL) } }
+            #[test] fn http3_a_silent_peer_and_a_flood_without_retry_are_bounded() { if !super::unavailable(MODEL) { super::http3_a_silent_peer_and_a_flood_without_retry_are_bounded(MODEL) } }
             #[test] fn unix_socket_serve_and_load() { if !super::unavailable(MODEL) { super::unix_socket_serve_and_load(MODEL) } }
             #[test] fn h2_curl_h2c_tls_and_http11_on_one_port() { if !super::unavailable(MODEL) { super::h2_curl_h2c_tls_and_http11_on_one_port(MODEL) } }
             #[test] fn h2_many_streams_on_one_connection() { if !super::unavailable(MODEL) { super::h2_many_streams_on_one_connection(MODEL) } }

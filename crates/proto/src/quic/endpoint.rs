@@ -324,7 +324,7 @@ impl<F: Apps> QuicEndpoint<F> {
                                 HandshakeFailure::from_connection_error(reason)
                             };
                             self.totals.handshake_failed(why);
-                        } else {
+                        } else if !c.timed_out {
                             self.totals.connection_lost(reason);
                         }
                     }
@@ -463,9 +463,16 @@ impl<F: Apps> Endpoint for QuicEndpoint<F> {
             match c.wants {
                 Some(wants) if wants <= now => {
                     if c.handshaking && !c.timed_out && now >= c.accepted_at + self.admission.handshake_timeout {
-                        // Counted as a handshake failure (timeout) when its loss comes back.
                         c.timed_out = true;
                         c.conn.close(now, 0u32.into(), bytes::Bytes::from_static(b"handshake timeout"));
+                        // Counted now, and its place in the handshake budget given back now: its
+                        // closing period (three probe timeouts, 3 s for a peer that never
+                        // acknowledged anything) is no handshake in progress. `lost`: accounted
+                        // for, not to be counted again as it goes.
+                        c.handshaking = false;
+                        c.lost = true;
+                        self.totals.handshake_ended();
+                        self.totals.handshake_failed(HandshakeFailure::TimedOut);
                     }
                     c.conn.handle_timeout(now);
                     self.queue(ch);

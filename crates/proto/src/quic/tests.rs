@@ -583,3 +583,47 @@ fn path_mtu_discovery_grows_the_packets_up_to_the_ceiling() {
     let client_mtu = pair.conns[c].1.current_mtu();
     assert!(client_mtu > 8000, "the client's path MTU grew to {client_mtu}, not near 8952");
 }
+
+#[test]
+fn a_handshake_ended_at_its_deadline_frees_its_place_in_the_budget_at_once() {
+    // One handshake at a time; the flooder's Initial reaches the server and nothing else of
+    // it does (no acknowledgement: no RTT sample, so its closing period is three 1 s probe
+    // timeouts).
+    let (mut pair, client, _certs, setup) = echo_pair(Admission {
+        max_connections: 100,
+        max_handshakes: 1,
+        retry: RetryMode::Off,
+        handshake_timeout: HANDSHAKE,
+    });
+    let mut flooder = quinn_proto::Endpoint::new(Arc::default(), None, false, None);
+    let server: SocketAddr = SERVER.parse().expect("addr");
+    let (_, mut conn) = flooder.connect(pair.now, client.clone(), server, "127.0.0.1").expect("connect");
+    let mut first = Vec::new();
+    let t = conn.poll_transmit(pair.now, 1, &mut first).expect("an Initial");
+    pair.server.handle(pair.now, SocketAddr::from(([127, 0, 0, 2], 10_000)), &first[..t.size]);
+    let mut buf = Vec::new();
+    let start = pair.now;
+    // Past the deadline (the server's answers go nowhere).
+    while pair.now < start + HANDSHAKE + Duration::from_millis(10) {
+        while pair.server.poll_transmit(pair.now, 10, &mut buf).is_some() {}
+        buf.clear();
+        let Some(at) = pair.server.poll_timeout() else { break };
+        pair.now = pair.now.max(at).min(start + HANDSHAKE + Duration::from_millis(10));
+        pair.server.handle_timeout(pair.now);
+    }
+    // Closed by the deadline: counted, and no longer a handshake in progress, though its
+    // closing period has not ended.
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.failed[HandshakeFailure::TimedOut as usize], 1, "{counts:?}");
+    assert_eq!(setup.totals.handshaking(), 0);
+    // A real client is admitted now, not once the closing period is over.
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_millis(100), |p| p.connected(c)), "the budget is still taken");
+    assert_eq!(setup.totals.snapshot().deferred, 0);
+    // The closed handshake is gone after its closing period, counted once, not as a close.
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.server.open_connections() == 1));
+    let counts = setup.totals.snapshot();
+    assert_eq!(counts.failed[HandshakeFailure::TimedOut as usize], 1, "{counts:?}");
+    assert_eq!(counts.lost, [0; LostReason::ALL.len()], "{counts:?}");
+    assert_eq!(counts.handshakes, 1, "{counts:?}");
+}

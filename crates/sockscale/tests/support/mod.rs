@@ -15,6 +15,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sockscale");
 pub mod browser;
 pub mod h2;
 pub mod h3;
+pub mod quic_hostile;
 pub mod tls;
 pub mod ws;
 
