@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use quinn_proto::{ConnectError, Connection, ConnectionHandle, DatagramEvent, Event, Incoming};
 
 use super::config::{QuicSetup, RetryMode};
-use super::totals::{HandshakeFailure, QuicTotals};
+use super::totals::{Full, HandshakeFailure, QuicTotals};
 use crate::udp::{Endpoint, Transmit, MAX_TRANSMIT};
 
 /// The application on QUIC connections (HTTP/3), one state per connection (`App`), with what
@@ -144,6 +144,7 @@ impl<F: Apps> QuicEndpoint<F> {
     pub fn connect(&mut self, now: Instant, remote: SocketAddr, server_name: &str) -> Result<usize, ConnectError> {
         let Some(config) = self.client.clone() else { return Err(ConnectError::NoDefaultClientConfig) };
         let (ch, mut conn) = self.endpoint.connect(now, config, remote, server_name)?;
+        self.totals.opened();
         let app = self.apps.start(&mut conn, now);
         self.insert(ch.0, conn, app, now);
         Ok(ch.0)
@@ -164,8 +165,8 @@ impl<F: Apps> QuicEndpoint<F> {
             armed: None,
             accepted_at: now,
         });
+        // Counted in the totals already: a client's by `connect`, a server's by `try_open`.
         self.open += 1;
-        self.totals.opened();
         self.queue(ch);
     }
 
@@ -270,16 +271,27 @@ impl<F: Apps> QuicEndpoint<F> {
                 Err(e) => return self.accept(e.into_incoming(), now),
             }
         }
-        if self.totals.handshaking() >= self.admission.max_handshakes {
-            // As a full SYN queue drops a SYN: the client sends its Initial again after its
-            // probe timeout, and is admitted once handshakes have finished.
-            self.totals.handshake_deferred();
-            return self.endpoint.ignore(incoming);
-        }
         self.accept(incoming, now)
     }
 
+    /// Accept `incoming` if a place is free under both limits (taken at once, over every
+    /// socket), else defer or refuse it.
     fn accept(&mut self, incoming: Incoming, now: Instant) {
+        match self.totals.try_open(self.admission.max_connections, self.admission.max_handshakes) {
+            Ok(()) => {}
+            Err(Full::Handshakes) => {
+                // As a full SYN queue drops a SYN: the client sends its Initial again after its
+                // probe timeout, and is admitted once handshakes have finished.
+                self.totals.handshake_deferred();
+                return self.endpoint.ignore(incoming);
+            }
+            Err(Full::Connections) => {
+                self.totals.refused_busy();
+                self.scratch.clear();
+                let t = self.endpoint.refuse(incoming, &mut self.scratch);
+                return self.respond(t.destination, t.size);
+            }
+        }
         self.scratch.clear();
         match self.endpoint.accept(incoming, now, &mut self.scratch, None) {
             Ok((ch, mut conn)) => {
@@ -287,6 +299,7 @@ impl<F: Apps> QuicEndpoint<F> {
                 self.insert(ch.0, conn, app, now);
             }
             Err(e) => {
+                self.totals.unopened();
                 self.totals.handshake_failed(HandshakeFailure::from_connection_error(&e.cause));
                 if let Some(t) = e.response {
                     self.respond(t.destination, t.size);

@@ -195,10 +195,44 @@ pub struct QuicCounts {
     pub connection_errors: u64,
 }
 
+/// Which limit kept a new connection out ([`QuicTotals::try_open`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    Connections,
+    Handshakes,
+}
+
+/// Add one to `gauge` unless it is at `max` already; false if it was.
+fn take_place(gauge: &AtomicU64, max: usize) -> bool {
+    gauge.fetch_update(Relaxed, Relaxed, |n| (n < max as u64).then_some(n + 1)).is_ok()
+}
+
 impl QuicTotals {
+    /// A new connection, not admitted by a limit (a client's own).
     pub(crate) fn opened(&self) {
         self.open.fetch_add(1, Relaxed);
         self.handshaking.fetch_add(1, Relaxed);
+    }
+
+    /// Take a place for a connection being admitted, under both limits at once: every socket's
+    /// endpoint admits concurrently, so a check then an increment would let two take the last
+    /// place. On success the connection counts as open and handshaking; give the place back
+    /// with [`QuicTotals::unopened`] if it is not made after all.
+    pub(crate) fn try_open(&self, max_open: usize, max_handshaking: usize) -> Result<(), Full> {
+        if !take_place(&self.handshaking, max_handshaking) {
+            return Err(Full::Handshakes);
+        }
+        if !take_place(&self.open, max_open) {
+            self.handshaking.fetch_sub(1, Relaxed);
+            return Err(Full::Connections);
+        }
+        Ok(())
+    }
+
+    /// A place taken by [`QuicTotals::try_open`] whose connection was not made.
+    pub(crate) fn unopened(&self) {
+        self.open.fetch_sub(1, Relaxed);
+        self.handshaking.fetch_sub(1, Relaxed);
     }
 
     pub(crate) fn handshake_ended(&self) {
@@ -324,5 +358,34 @@ impl QuicTotals {
             stream_errors: load(&self.stream_errors),
             connection_errors: load(&self.connection_errors),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sockets admit on their own threads: the last places are taken once each, never twice.
+    #[test]
+    fn places_are_taken_at_once_under_both_limits_by_concurrent_admissions() {
+        let totals = std::sync::Arc::new(QuicTotals::default());
+        let admitted: usize = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..16)
+                .map(|_| {
+                    let totals = totals.clone();
+                    scope.spawn(move || (0..100).filter(|_| totals.try_open(1000, 8).is_ok()).count())
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("thread")).sum()
+        });
+        assert_eq!(admitted, 8);
+        assert_eq!((totals.open(), totals.handshaking()), (8, 8));
+        assert_eq!(totals.try_open(1000, 8), Err(Full::Handshakes));
+        // A handshake ends: its place is free, and the connection limit is the one that holds.
+        totals.handshake_ended();
+        assert_eq!(totals.try_open(8, 8), Err(Full::Connections));
+        assert_eq!(totals.handshaking(), 7, "the handshake place taken is given back");
+        totals.unopened();
+        assert_eq!((totals.open(), totals.handshaking()), (7, 6));
     }
 }
