@@ -713,6 +713,12 @@ impl Snapshot {
                 ("{kind=\"connection\"}".to_string(), q.connection_errors.to_string()),
             ],
         );
+        metric(
+            "h3_bodies_too_large_total",
+            "counter",
+            "HTTP/3 request bodies past --max-body-bytes: answered 413, the rest refused with STOP_SENDING.",
+            &one(q.bodies_too_large),
+        );
         metric("connections", "gauge", "Connections open now.", &one(self.connections));
         metric(
             "buffers_in_use",
@@ -826,6 +832,7 @@ impl Snapshot {
             ("h3_streams_reset".into(), n(q.streams_reset)),
             ("h3_stream_errors".into(), n(q.stream_errors)),
             ("h3_connection_errors".into(), n(q.connection_errors)),
+            ("h3_bodies_too_large".into(), n(q.bodies_too_large)),
         ]);
         fields
     }

@@ -887,6 +887,7 @@ pub fn http3_hostile_peers_are_bounded_and_counted(model: &str) {
     assert_eq!(count("quic_retries"), answered.retried as i64 + 1, "{:?}", done.stdout);
     assert_eq!(count("quic_deferred") + count("quic_refused_busy"), 0, "{:?}", done.stdout);
     assert_eq!(count("h3_connection_errors"), 2, "{:?}", done.stdout);
+    assert_eq!(count("h3_bodies_too_large"), 1, "the endless body: {:?}", done.stdout);
     assert_eq!(count("h3_requests"), served + 10, "{:?}", done.stdout);
     let reset = count("h3_streams_reset");
     assert!(reset >= resets as i64 - 128 && reset <= resets as i64, "{model}: {reset} of {resets} resets counted");

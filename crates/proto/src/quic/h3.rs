@@ -373,6 +373,7 @@ impl H3Conn {
         if too_large {
             // Answered before the rest of the body: the client is asked to stop sending
             // (H3_NO_ERROR, RFC 9114 §4.1.1).
+            apps.totals.body_too_large();
             let _ = conn.recv_stream(id).stop(ErrorCode::H3_NO_ERROR.into_varint());
             let date = http_date(apps.rendered(now).second);
             let mut out = Vec::new();

@@ -313,6 +313,7 @@ fn a_request_body_over_the_limit_gets_413_and_a_stop_sending() {
         matches!(p.conns[conn].1.send_stream(id).stopped(), Ok(Some(code)) if code == VarInt::from_u64(0x100).expect("code"))
     });
     assert!(stopped, "no STOP_SENDING(H3_NO_ERROR)");
+    assert_eq!(c.setup.totals.snapshot().bodies_too_large, 1);
 }
 
 #[test]

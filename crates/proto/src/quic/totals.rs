@@ -144,6 +144,7 @@ pub struct QuicTotals {
     streams_reset: AtomicU64,
     stream_errors: AtomicU64,
     connection_errors: AtomicU64,
+    bodies_too_large: AtomicU64,
 }
 
 /// A snapshot of [`QuicTotals`].
@@ -193,6 +194,8 @@ pub struct QuicCounts {
     pub stream_errors: u64,
     /// HTTP/3 connection errors we closed with (H3_FRAME_UNEXPECTED, QPACK errors, …).
     pub connection_errors: u64,
+    /// Request bodies past `--max-body-bytes`: answered 413, the rest refused (STOP_SENDING).
+    pub bodies_too_large: u64,
 }
 
 /// Which limit kept a new connection out ([`QuicTotals::try_open`]).
@@ -328,6 +331,10 @@ impl QuicTotals {
         self.stream_errors.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn body_too_large(&self) {
+        self.bodies_too_large.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn connection_error(&self) {
         self.connection_errors.fetch_add(1, Relaxed);
     }
@@ -356,6 +363,7 @@ impl QuicTotals {
             requests: load(&self.requests),
             streams_reset: load(&self.streams_reset),
             stream_errors: load(&self.stream_errors),
+            bodies_too_large: load(&self.bodies_too_large),
             connection_errors: load(&self.connection_errors),
         }
     }
