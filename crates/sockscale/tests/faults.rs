@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sockscale_server::{Model, Policy};
-use support::{pattern, read_some, reset, skip, unanswered, unavailable, ServerProc, BIN};
+use support::{eventually, pattern, read_some, reset, skip, unanswered, unavailable, ServerProc, BIN};
 
 /// The impairment asked of netem, on both ends of the link.
 const NETEM: &[&str] = &["netem", "delay", "50ms", "10ms", "loss", "2%", "reorder", "25%", "50%"];
@@ -638,6 +638,21 @@ fn faults(model: &str) {
     );
 }
 
+/// The server's TCP connections, from its namespace's /proc/PID/net/tcp: how many are
+/// established (accepted or waiting in the listener's queue), and how many of those have bytes
+/// queued to send (in flight or not yet sent) or to read.
+fn connections_in(server: &ServerProc) -> (usize, usize) {
+    let table = std::fs::read_to_string(format!("/proc/{}/net/tcp", server.pid())).unwrap_or_default();
+    let established: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|row| row.split_whitespace().collect::<Vec<_>>())
+        .filter(|fields| fields.get(3) == Some(&"01"))
+        .collect();
+    let busy = established.iter().filter(|fields| fields.get(4).is_none_or(|q| *q != "00000000:00000000")).count();
+    (established.len(), busy)
+}
+
 /// Admission control under an abort storm caused by loss: 20 clients are mid-transfer when
 /// the link drops every packet, so the server's retransmissions time out (ETIMEDOUT, with
 /// `net.ipv4.tcp_retries2` lowered in its namespace) and the connections abort together. The
@@ -671,13 +686,17 @@ fn abort_storm_under_loss(model: &str) {
         let mut b = [0u8; 1];
         s.read_exact(&mut b).expect("kept echo");
     }
-    std::thread::scope(|scope| {
+    // The server's sockets with the 5 kept clients: the listener and theirs.
+    let kept_sockets = server.open_sockets();
+    let blackout = std::thread::scope(|scope| {
+        let mut ends = Vec::new();
         let doomed: Vec<_> = (0..20u64)
             .map(|i| {
                 let mut stream = connect(server.addr);
                 stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
                 stream.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
                 let mut reader = stream.try_clone().expect("clone");
+                ends.push(stream.try_clone().expect("clone"));
                 // Writes until the link fails it, not a fixed amount: a transfer that has ended
                 // before the blackout leaves the server nothing to retransmit, so it never times
                 // out (in one CI run 13 of 20 1-MiB transfers had finished within 400 ms).
@@ -696,13 +715,42 @@ fn abort_storm_under_loss(model: &str) {
         // Mid-transfer: the server has echoes in flight when the cable is pulled.
         std::thread::sleep(Duration::from_millis(400));
         link.blackout(true);
-        std::thread::sleep(Duration::from_secs(12));
+        let began = Instant::now();
+        // The cable stays out until the blackout can abort nothing more, 12 s at most: every
+        // connection left established in the server's namespace has nothing to retransmit and
+        // nothing unread (a doomed one idle when the cable was pulled outlives any blackout), and
+        // the server has closed all the others (aborted by the kernel about 3 to 5 s in). Held
+        // for a second, so that an echo the server was about to write is not missed.
+        let settled = |since: &mut Option<Instant>| {
+            let (established, busy) = connections_in(&server);
+            let closed = server.open_sockets() + kept.len() <= kept_sockets + established;
+            let quiet = busy == 0 && closed;
+            *since = if quiet { since.or(Some(Instant::now())) } else { None };
+            since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1))
+        };
+        let mut quiet_since = None;
+        if !eventually(Duration::from_secs(12), || settled(&mut quiet_since)) {
+            let (established, busy) = connections_in(&server);
+            eprintln!(
+                "[{model}] after 12 s of blackout: {established} connections established in the server's namespace \
+                 ({busy} with bytes queued), the server holds {} sockets ({kept_sockets} with only the kept clients)",
+                server.open_sockets()
+            );
+        }
+        let lasted = began.elapsed();
         link.blackout(false);
+        // The doomed clients end now, rather than when their own retransmissions (backed off
+        // through the blackout) meet the server's reset or their 15 s timeouts expire.
+        for end in &ends {
+            let _ = end.shutdown(std::net::Shutdown::Both);
+        }
         for (writer, reader) in doomed {
             let _ = writer.join();
             let _ = reader.join();
         }
+        lasted
     });
+    eprintln!("[{model}] the blackout lasted {blackout:.1?}");
     // The storm holds accepting: a new client's handshake completes into the backlog, but
     // nothing serves it while 5 are established.
     let mut late = connect(server.addr);

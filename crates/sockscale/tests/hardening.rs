@@ -719,6 +719,9 @@ pub fn ws_a_ping_flood_is_closed_with_1008(model: &str) {
     let pongs = flood.session.stats().pongs_received;
     assert_eq!(pongs, u64::from(sockscale_ws::session::PING_BUDGET), "pongs before the close");
     bystander.echo(Kind::Text, b"after the flood");
+    // Closed rather than left open: the drain would wait its whole timeout (5 s) for a client
+    // that never answers its 1001.
+    bystander.close(1000);
     let done = server.stop();
     assert_eq!(done.counter("ws_closes_out_1008"), 1, "{:?}", done.stdout);
     assert_eq!(done.counter("ws_pongs_out"), i64::from(sockscale_ws::session::PING_BUDGET));
@@ -754,6 +757,9 @@ pub fn ws_a_client_that_never_reads_is_closed_by_the_send_timeout(model: &str) {
     bystander.echo(Kind::Text, b"after the slow reader");
     let closed_after = started.elapsed();
     assert!(closed_after < Duration::from_secs(10), "closed after {closed_after:?}");
+    // Closed rather than left open: the drain would wait its whole timeout (5 s) for a client
+    // that never answers its 1001.
+    bystander.close(1000);
     let done = server.stop();
     assert_eq!(done.counter("closed_send_timeout") + done.counter("closed_flood"), 1, "{:?}", done.stdout);
 }
