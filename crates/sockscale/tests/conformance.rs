@@ -2690,6 +2690,8 @@ pub fn ws_an_unmasked_frame_is_1002_and_a_bystander_is_served(model: &str) {
     bad.send_raw(&frame(0x81, b"unmasked", None));
     assert_eq!(bad.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1002) }));
     bystander.echo(Kind::Text, b"after");
+    // Closed first: left open, the stop's drain would wait its 5 s for an answer to its 1001.
+    bystander.close(1000);
     let done = server.stop();
     assert_eq!(done.counter("ws_closes_out_1002"), 1);
 }
@@ -2736,6 +2738,8 @@ pub fn ws_an_unanswered_ping_closes_the_connection(model: &str) {
     // The silent one read nothing meanwhile: a ping, then the close 1001.
     assert_eq!(silent.ending(), Ended::Closed(sockscale_ws::Closing::Handshake { code: Some(1001) }));
     assert_eq!(silent.session.stats().pings_received, 1);
+    // Closed first: left open, the stop's drain would wait its 5 s for an answer to its 1001.
+    live.close(1000);
     let done = server.stop();
     assert_eq!(done.counter("ws_ping_timeouts"), 1);
     assert_eq!(done.counter("closed_idle"), 1);
