@@ -23,7 +23,7 @@ use crate::units::parse_size;
                         is written (results.json marked interrupted, the tables and the page).")]
 pub struct BenchArgs {
     /// default (three rounds of every model, nginx and Caddy, WebSocket and HTTP/3 included:
-    /// about 8 minutes on 2 cores, measured 8 min 16 s), quick
+    /// about 8 minutes on 2 cores, measured 8 min 7 s), quick
     /// (one round, a first look without spread), full (the seed's scale) or tiny (for tests)
     #[arg(long, default_value = "default", value_parser = ["tiny", "quick", "default", "full"])]
     pub profile: String,
