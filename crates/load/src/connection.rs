@@ -584,7 +584,7 @@ impl Connection {
         on: &mut impl FnMut(Event),
     ) -> Result<bool, Close> {
         if self.is_udp() {
-            self.receive_datagram(profile, now, data, on);
+            self.receive_datagram(profile, now, 0, data, on);
             return Ok(false);
         }
         let mut peer_closed = false;
@@ -635,11 +635,20 @@ impl Connection {
 
     /// UDP: one datagram received (a datagram socket has no TLS and no end of stream; a
     /// datagram that is no answer is counted and the socket lives on).
-    pub fn receive_datagram(&mut self, profile: &Profile, now: Now, datagram: &[u8], on: &mut impl FnMut(Event)) {
+    /// A datagram arrived, with the ECN bits of its IP header (0: none, or not reported), which
+    /// QUIC reports back in its ACKs.
+    pub fn receive_datagram(
+        &mut self,
+        profile: &Profile,
+        now: Now,
+        ecn: u8,
+        datagram: &[u8],
+        on: &mut impl FnMut(Event),
+    ) {
         if let Protocol::H3(c) = &mut self.protocol {
             // Acted on once the read is over: `after_datagrams`.
             if let Some(c) = c {
-                c.handle(now.at, datagram);
+                c.handle_ecn(now.at, ecn, datagram);
             }
             return;
         }

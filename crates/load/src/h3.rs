@@ -815,6 +815,11 @@ impl H3Client {
         self.endpoint.handle(now, self.remote, datagram);
     }
 
+    /// A datagram arrived whose IP header carried the ECN bits `ecn`.
+    pub fn handle_ecn(&mut self, now: Instant, ecn: u8, datagram: &[u8]) {
+        self.endpoint.handle_ecn(now, self.remote, ecn, datagram);
+    }
+
     /// After the datagrams of one read: act on them (the handshake, responses), before the
     /// next requests begin; what happened goes to `on`.
     pub fn after_datagrams(&mut self, now: Instant, on: &mut impl FnMut(H3Event)) {

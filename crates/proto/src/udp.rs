@@ -25,6 +25,8 @@ pub struct Transmit {
     pub size: usize,
     /// Set when the bytes are several datagrams: each of this size, the last maybe shorter.
     pub segment_size: Option<usize>,
+    /// The ECN bits to set in their IP headers (RFC 3168: 0b10 ECT(0), 0b01 ECT(1); 0: none).
+    pub ecn: u8,
 }
 
 impl Transmit {
@@ -41,6 +43,19 @@ impl Transmit {
 pub trait Endpoint {
     /// One datagram arrived from `peer` at `now`.
     fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]);
+
+    /// As [`Endpoint::handle`], with the ECN bits of the datagram's IP header (0: not
+    /// ECN-capable, or not reported). Only an endpoint that [`Endpoint::uses_ecn`] is given them.
+    fn handle_ecn(&mut self, now: Instant, peer: SocketAddr, ecn: u8, datagram: &[u8]) {
+        let _ = ecn;
+        self.handle(now, peer, datagram);
+    }
+
+    /// Whether the endpoint reads ECN (QUIC: RFC 9000 §13.4): the socket then asks the kernel for
+    /// each datagram's ECN bits.
+    fn uses_ecn(&self) -> bool {
+        false
+    }
 
     /// The next datagrams to send: their bytes appended to `buf`, at most `max_segments`
     /// datagrams of one size to one peer (1: one datagram, as without GSO), at most
@@ -141,7 +156,7 @@ impl Endpoint for EchoEndpoint {
             self.bytes.clear();
             self.head = 0;
         }
-        Some(Transmit { destination, size: total, segment_size: (count > 1).then_some(size) })
+        Some(Transmit { destination, size: total, segment_size: (count > 1).then_some(size), ecn: 0 })
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -160,6 +160,24 @@ impl Endpoint for ServiceEndpoint {
         }
     }
 
+    fn handle_ecn(&mut self, now: Instant, peer: SocketAddr, ecn: u8, datagram: &[u8]) {
+        match self {
+            ServiceEndpoint::Echo(e) => e.handle_ecn(now, peer, ecn, datagram),
+            ServiceEndpoint::Http3(e) => e.handle_ecn(now, peer, ecn, datagram),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.handle_ecn(now, peer, ecn, datagram),
+        }
+    }
+
+    fn uses_ecn(&self) -> bool {
+        match self {
+            ServiceEndpoint::Echo(e) => e.uses_ecn(),
+            ServiceEndpoint::Http3(e) => e.uses_ecn(),
+            #[cfg(test)]
+            ServiceEndpoint::Test(e) => e.uses_ecn(),
+        }
+    }
+
     fn poll_transmit(&mut self, now: Instant, max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
         match self {
             ServiceEndpoint::Echo(e) => e.poll_transmit(now, max_segments, buf),
@@ -225,6 +243,8 @@ pub struct DatagramSocket<E> {
     offload: Offload,
     /// The kernel's drop count as last seen, when SO_RXQ_OVFL is on.
     overflow_seen: Option<u32>,
+    /// The endpoint reads ECN and the kernel reports it (IP_RECVTOS).
+    ecn: bool,
     errors: LogLimiter,
 }
 
@@ -238,6 +258,14 @@ impl<E: Endpoint> DatagramSocket<E> {
         if let Err(e) = &overflow_counted {
             tracing::warn!(error = %e, "SO_RXQ_OVFL unavailable: kernel drops of UDP datagrams will not be counted");
         }
+        let ipv6 = socket.local_addr().ok().and_then(|a| a.as_socket()).is_some_and(|a| a.is_ipv6());
+        let ecn = endpoint.uses_ecn() && {
+            let reported = batch::enable_ecn_reports(fd, ipv6);
+            if let Err(e) = &reported {
+                tracing::warn!(error = %e, "ECN reports unavailable: received ECN marks will not be read");
+            }
+            reported.is_ok()
+        };
         let gso = wanted.gso.then(|| batch::probe_gso(fd));
         let gro = wanted.gro.then(|| batch::enable_gro(fd));
         OFFLOAD_SAID.call_once(|| {
@@ -256,6 +284,7 @@ impl<E: Endpoint> DatagramSocket<E> {
             offload: Offload { gso: matches!(gso, Some(Ok(()))), gro: matches!(gro, Some(Ok(()))) },
             // The count starts at zero for a new socket; None until the option is known on.
             overflow_seen: overflow_counted.ok().map(|_| 0),
+            ecn,
             errors: LogLimiter::udp_errors(),
         }
     }
@@ -312,7 +341,7 @@ impl<E: Endpoint> DatagramSocket<E> {
     /// Returns true if the budget ran out with datagrams possibly left.
     fn serve_batches(&mut self, budget: usize, counters: &Counters) -> io::Result<bool> {
         let mut received_bytes = 0;
-        let control = self.overflow_seen.is_some() || self.offload.gro;
+        let control = self.overflow_seen.is_some() || self.offload.gro || self.ecn;
         loop {
             let buffers = match self.received.recv(self.socket.as_raw_fd(), control) {
                 Ok(n) => n,
@@ -340,7 +369,7 @@ impl<E: Endpoint> DatagramSocket<E> {
                     counters.gro_coalesced(count);
                 }
                 for datagram in received.datagrams() {
-                    self.endpoint.handle(now, received.peer, datagram);
+                    self.endpoint.handle_ecn(now, received.peer, received.ecn, datagram);
                 }
             }
             received_bytes += bytes;
@@ -365,7 +394,7 @@ impl<E: Endpoint> DatagramSocket<E> {
                 let Some(transmit) = self.endpoint.poll_transmit(now, max_segments, self.to_send.buffer()) else {
                     break;
                 };
-                self.to_send.push(transmit.destination, transmit.size, transmit.segment_size);
+                self.to_send.push_marked(transmit.destination, transmit.size, transmit.segment_size, transmit.ecn);
             }
             let dropped_by_endpoint = self.endpoint.take_dropped();
             if dropped_by_endpoint > 0 {
@@ -454,7 +483,7 @@ pub(crate) mod tests {
         fn poll_transmit(&mut self, _now: Instant, _max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
             let (destination, reply) = self.due.pop_front()?;
             buf.extend_from_slice(&reply);
-            Some(Transmit { destination, size: reply.len(), segment_size: None })
+            Some(Transmit { destination, size: reply.len(), segment_size: None, ecn: 0 })
         }
 
         fn poll_timeout(&self) -> Option<Instant> {
@@ -468,6 +497,76 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    /// Answers each datagram with the ECN bits it was given, its reply marked ECT(0).
+    #[derive(Default)]
+    struct EcnMirror {
+        due: VecDeque<(SocketAddr, u8)>,
+    }
+
+    impl Endpoint for EcnMirror {
+        fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]) {
+            self.handle_ecn(now, peer, 0, datagram);
+        }
+
+        fn handle_ecn(&mut self, _now: Instant, peer: SocketAddr, ecn: u8, _datagram: &[u8]) {
+            self.due.push_back((peer, ecn));
+        }
+
+        fn uses_ecn(&self) -> bool {
+            true
+        }
+
+        fn poll_transmit(&mut self, _now: Instant, _max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+            let (destination, seen) = self.due.pop_front()?;
+            buf.push(seen);
+            Some(Transmit { destination, size: 1, segment_size: None, ecn: 0b10 })
+        }
+
+        fn poll_timeout(&self) -> Option<Instant> {
+            None
+        }
+
+        fn handle_timeout(&mut self, _now: Instant) {}
+    }
+
+    /// An endpoint that reads ECN is given each datagram's marks (CE, ECT(0), none), and the
+    /// marks of its transmits reach the peer: the socket layer asks the kernel for both.
+    #[test]
+    fn an_ecn_endpoint_reads_each_datagrams_marks_and_its_own_reach_the_peer() {
+        use std::os::fd::AsRawFd;
+        let stats = crate::stats::Stats::new(1);
+        let counters = stats.shard(0);
+        let socket = Socket::from(UdpSocket::bind("127.0.0.1:0").expect("server socket"));
+        socket.set_nonblocking(true).expect("nonblocking");
+        let to = socket.local_addr().ok().and_then(|a| a.as_socket()).expect("address");
+        let mut served =
+            DatagramSocket::with_endpoint(Arc::new(socket), Offload { gso: false, gro: false }, EcnMirror::default());
+        let client = UdpSocket::bind("127.0.0.1:0").expect("client socket");
+        batch::enable_ecn_reports(client.as_raw_fd(), false).expect("IP_RECVTOS");
+        let mut out = SendBatch::new();
+        for mark in [0b11, 0b10, 0] {
+            out.buffer().push(1);
+            out.push_marked(to, 1, None, mark);
+        }
+        assert_eq!(out.send(client.as_raw_fd()).datagrams, 3);
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut replies = Vec::new();
+        let mut received = RecvBatch::new();
+        client.set_nonblocking(true).expect("nonblocking");
+        while replies.len() < 3 && Instant::now() < until {
+            let _ = served.serve(1 << 20, counters);
+            if let Ok(n) = received.recv(client.as_raw_fd(), true) {
+                for i in 0..n {
+                    let r = received.get(i).expect("reply");
+                    replies.push((r.data[0], r.ecn));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert_eq!(replies, [(0b11, 0b10), (0b10, 0b10), (0, 0b10)], "(the mark the endpoint saw, the reply's)");
     }
 
     #[test]
@@ -627,7 +726,7 @@ mod drain_tests {
         fn poll_transmit(&mut self, _now: Instant, _max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
             let (destination, reply) = self.replies.pop_front()?;
             buf.extend_from_slice(&reply);
-            Some(Transmit { destination, size: reply.len(), segment_size: None })
+            Some(Transmit { destination, size: reply.len(), segment_size: None, ecn: 0 })
         }
 
         fn poll_timeout(&self) -> Option<Instant> {

@@ -10,8 +10,16 @@
 //!   datagram.
 //!
 //! Both are asked for per socket ([`enable_gro`], [`probe_gso`]); a kernel without them refuses
-//! the option and the caller moves one datagram per message. What the datagrams mean is not
-//! known here: that is the I/O-free endpoint's business. Shared by every model that serves UDP.
+//! the option and the caller moves one datagram per message.
+//!
+//! - **ECN** (RFC 3168, as QUIC uses it: RFC 9000 §13.4): the two ECN bits of a received
+//!   datagram's IP header come in an `IP_TOS`/`IPV6_TCLASS` control message once
+//!   [`enable_ecn_reports`] asked for them ([`Received::ecn`]), and a message sent with an ECN
+//!   codepoint carries it in the same control message, so it is set per datagram, not per
+//!   socket.
+//!
+//! What the datagrams mean is not known here: that is the I/O-free endpoint's business. Shared
+//! by every model that serves UDP.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -33,12 +41,15 @@ pub const BATCH: usize = 32;
 /// GSO message is bounded by it too, as it is one IP packet until the kernel cuts it.
 pub const MAX_MESSAGE: usize = 65_507;
 
-/// Room for the control messages a received datagram may carry: SO_RXQ_OVFL (a u32) and
-/// UDP_GRO (an int), each CMSG_SPACE(4) = 24 bytes on 64-bit Linux (a 16-byte header and the
-/// value padded to 8), with room to spare.
-const RECV_CONTROL: usize = 64;
-/// Room for one UDP_SEGMENT control message (a u16): CMSG_SPACE(2) = 24 bytes on 64-bit Linux.
-const SEND_CONTROL: usize = 24;
+/// Room for the control messages a received datagram may carry: SO_RXQ_OVFL (a u32), UDP_GRO
+/// (an int) and IP_TOS (a byte) or IPV6_TCLASS (an int), each CMSG_SPACE(4) = 24 bytes on 64-bit
+/// Linux (a 16-byte header and the value padded to 8), with room to spare.
+const RECV_CONTROL: usize = 96;
+/// Room for a UDP_SEGMENT control message (a u16) and an IP_TOS or IPV6_TCLASS one (an int):
+/// CMSG_SPACE(2) + CMSG_SPACE(4) = 48 bytes on 64-bit Linux.
+const SEND_CONTROL: usize = 48;
+/// The ECN field's mask in a TOS or traffic-class byte.
+const ECN_MASK: u8 = 0b11;
 
 /// Which segmentation offloads to use on a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +101,19 @@ pub fn disable_fragmentation(fd: RawFd, ipv6: bool) -> io::Result<()> {
     }
 }
 
+/// Ask the kernel to attach the ECN bits of each datagram received on `fd` (IP_RECVTOS, and
+/// IPV6_RECVTCLASS for an IPv6 socket, which may also receive IPv4 as mapped addresses).
+pub fn enable_ecn_reports(fd: RawFd, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        // IPv4-mapped traffic on a dual-stack socket: best effort (a v6-only socket refuses).
+        let _ = set_int_option(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        Ok(())
+    } else {
+        set_int_option(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
 /// Ask the kernel to attach its running count of dropped datagrams (SO_RXQ_OVFL) to what it
 /// delivers, so that drops of a full receive queue can be counted.
 pub fn enable_overflow_count(fd: RawFd) -> io::Result<()> {
@@ -103,6 +127,9 @@ pub struct Received<'a> {
     pub peer: SocketAddr,
     pub data: &'a [u8],
     pub segment_size: Option<usize>,
+    /// The ECN bits of its IP header (0: not ECN-capable, or not reported: see
+    /// [`enable_ecn_reports`]); GRO coalesces only datagrams with the same.
+    pub ecn: u8,
 }
 
 impl<'a> Received<'a> {
@@ -139,6 +166,8 @@ pub struct Control {
     pub segment_size: Option<usize>,
     /// SO_RXQ_OVFL: the socket's running count of dropped datagrams.
     pub overflow: Option<u32>,
+    /// IP_TOS / IPV6_TCLASS: the datagram's ECN bits (0 when not reported).
+    pub ecn: u8,
 }
 
 /// Read the control messages of `hdr`, whose control pointer and length describe a buffer of
@@ -164,6 +193,11 @@ pub fn parse_control(hdr: &libc::msghdr) -> Control {
                     let size = data.cast::<libc::c_int>().read_unaligned();
                     control.segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
                 }
+                // IPv4's received TOS is one byte; IPv6's traffic class an int.
+                (libc::IPPROTO_IP, libc::IP_TOS) => control.ecn = data.read() & ECN_MASK,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    control.ecn = (data.cast::<libc::c_int>().read_unaligned() as u8) & ECN_MASK;
+                }
                 _ => {}
             }
             cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
@@ -179,6 +213,7 @@ pub struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
     segment_sizes: Vec<Option<usize>>,
+    ecn: Vec<u8>,
     control: Vec<[u64; RECV_CONTROL / 8]>,
     count: usize,
     overflow: Option<u32>,
@@ -202,6 +237,7 @@ impl RecvBatch {
             addrs: vec![unsafe { std::mem::zeroed() }; batch],
             lens: vec![0; batch],
             segment_sizes: vec![None; batch],
+            ecn: vec![0; batch],
             control: vec![[0; RECV_CONTROL / 8]; batch],
             count: 0,
             overflow: None,
@@ -238,9 +274,11 @@ impl RecvBatch {
         for (i, msg) in msgs[..n].iter().enumerate() {
             self.lens[i] = msg.msg_len as usize;
             self.segment_sizes[i] = None;
+            self.ecn[i] = 0;
             if msg.msg_hdr.msg_controllen > 0 {
                 let parsed = parse_control(&msg.msg_hdr);
                 self.segment_sizes[i] = parsed.segment_size;
+                self.ecn[i] = parsed.ecn;
                 self.overflow = parsed.overflow.or(self.overflow);
             }
         }
@@ -256,7 +294,12 @@ impl RecvBatch {
         }
         let peer = from_storage(&self.addrs[i])?;
         let start = i * Self::SLOT;
-        Some(Received { peer, data: &self.slots[start..start + self.lens[i]], segment_size: self.segment_sizes[i] })
+        Some(Received {
+            peer,
+            data: &self.slots[start..start + self.lens[i]],
+            segment_size: self.segment_sizes[i],
+            ecn: self.ecn[i],
+        })
     }
 
     /// The drop count (SO_RXQ_OVFL) the newest buffer of the last receive carried, if any did:
@@ -275,6 +318,10 @@ struct Message {
     start: usize,
     len: usize,
     segment_size: Option<u16>,
+    /// ECN bits to set (0: none, the socket's default).
+    ecn: u8,
+    /// Whether the destination (or the connected peer) is IPv6: which control message sets them.
+    ipv6: bool,
 }
 
 impl Message {
@@ -346,6 +393,12 @@ impl SendBatch {
     /// `segment_size`, several datagrams of that size (the last may be shorter). A full batch
     /// takes no more (check [`SendBatch::is_full`]): the message is dropped.
     pub fn push(&mut self, destination: SocketAddr, len: usize, segment_size: Option<usize>) {
+        self.push_marked(destination, len, segment_size, 0);
+    }
+
+    /// As [`SendBatch::push`], its datagrams' IP headers carrying the ECN bits `ecn` (0: none).
+    pub fn push_marked(&mut self, destination: SocketAddr, len: usize, segment_size: Option<usize>, ecn: u8) {
+        let ipv6 = destination.is_ipv6();
         let (storage, storage_len) = to_storage(destination);
         let start = self.buffer.len().saturating_sub(len);
         let segment_size = segment_size.filter(|&s| s > 0 && s < len).and_then(|s| u16::try_from(s).ok());
@@ -353,7 +406,15 @@ impl SendBatch {
             debug_assert!(false, "a message pushed on a full batch");
             return;
         }
-        self.messages.push(Message { destination: storage, destination_len: storage_len, start, len, segment_size });
+        self.messages.push(Message {
+            destination: storage,
+            destination_len: storage_len,
+            start,
+            len,
+            segment_size,
+            ecn: ecn & ECN_MASK,
+            ipv6,
+        });
     }
 
     /// The last `len` bytes of the buffer are one message to the socket's connected peer (no
@@ -367,7 +428,15 @@ impl SendBatch {
             debug_assert!(false, "a message pushed on a full batch");
             return;
         }
-        self.messages.push(Message { destination: unnamed, destination_len: 0, start, len, segment_size });
+        self.messages.push(Message {
+            destination: unnamed,
+            destination_len: 0,
+            start,
+            len,
+            segment_size,
+            ecn: 0,
+            ipv6: false,
+        });
     }
 
     /// Send every message pushed with `sendmmsg` (as many calls as the kernel needs), then
@@ -394,18 +463,38 @@ impl SendBatch {
                 hdr.msg_name = (&mut m.destination as *mut libc::sockaddr_storage).cast();
                 hdr.msg_namelen = m.destination_len;
             }
-            if let Some(size) = m.segment_size {
+            if m.segment_size.is_some() || m.ecn != 0 {
                 hdr.msg_control = control[i].as_mut_ptr().cast();
                 hdr.msg_controllen = SEND_CONTROL;
-                // SAFETY: the control buffer is SEND_CONTROL bytes, room for one cmsghdr and
-                // its u16 (CMSG_SPACE(2)); CMSG_FIRSTHDR of a header with that length is non-null.
+                let mut used = 0;
+                // SAFETY: the control buffer is SEND_CONTROL bytes, room for a cmsghdr with a
+                // u16 (CMSG_SPACE(2)) and one with an int (CMSG_SPACE(4)); CMSG_FIRSTHDR of a
+                // header with that length is non-null, and CMSG_NXTHDR after the first message
+                // stays within it (the length set so far leaves room for the second).
                 unsafe {
-                    let cmsg = libc::CMSG_FIRSTHDR(hdr);
-                    (*cmsg).cmsg_level = libc::SOL_UDP;
-                    (*cmsg).cmsg_type = UDP_SEGMENT;
-                    (*cmsg).cmsg_len = libc::CMSG_LEN(2) as _;
-                    libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(size);
+                    let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+                    if let Some(size) = m.segment_size {
+                        (*cmsg).cmsg_level = libc::SOL_UDP;
+                        (*cmsg).cmsg_type = UDP_SEGMENT;
+                        (*cmsg).cmsg_len = libc::CMSG_LEN(2) as _;
+                        libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(size);
+                        used += libc::CMSG_SPACE(2) as usize;
+                        cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+                    }
+                    if m.ecn != 0 && !cmsg.is_null() {
+                        let (level, kind) = if m.ipv6 {
+                            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                        } else {
+                            (libc::IPPROTO_IP, libc::IP_TOS)
+                        };
+                        (*cmsg).cmsg_level = level;
+                        (*cmsg).cmsg_type = kind;
+                        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+                        libc::CMSG_DATA(cmsg).cast::<libc::c_int>().write_unaligned(libc::c_int::from(m.ecn));
+                        used += libc::CMSG_SPACE(4) as usize;
+                    }
                 }
+                hdr.msg_controllen = used;
             }
         }
         let mut next = 0;
@@ -567,10 +656,10 @@ mod tests {
         let (_buffer, hdr) =
             control_buffer(&[(libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 7), (libc::SOL_UDP, UDP_GRO, 1200)]);
         let control = parse_control(&hdr);
-        assert_eq!(control, Control { segment_size: Some(1200), overflow: Some(7) });
+        assert_eq!(control, Control { segment_size: Some(1200), overflow: Some(7), ecn: 0 });
         let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
         let received =
-            Received { peer: "127.0.0.1:9".parse().unwrap(), data: &data, segment_size: control.segment_size };
+            Received { peer: "127.0.0.1:9".parse().unwrap(), data: &data, segment_size: control.segment_size, ecn: 0 };
         let pieces: Vec<&[u8]> = received.datagrams().collect();
         assert_eq!(pieces.iter().map(|p| p.len()).collect::<Vec<_>>(), [1200, 1200, 600]);
         assert_eq!(pieces.concat(), data);
@@ -580,7 +669,7 @@ mod tests {
     #[test]
     fn without_a_gro_message_a_buffer_is_one_datagram_even_when_empty() {
         let (_buffer, hdr) = control_buffer(&[(libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)]);
-        assert_eq!(parse_control(&hdr), Control { segment_size: None, overflow: Some(1) });
+        assert_eq!(parse_control(&hdr), Control { segment_size: None, overflow: Some(1), ecn: 0 });
         assert_eq!(split_segments(b"abc", None).collect::<Vec<_>>(), [b"abc"]);
         assert_eq!(split_segments(b"", Some(1200)).collect::<Vec<_>>(), [b""]);
         assert_eq!(split_segments(b"abcd", Some(2)).collect::<Vec<_>>(), [b"ab", b"cd"]);
@@ -633,5 +722,49 @@ mod tests {
             assert_eq!(from, sender.local_addr().unwrap());
             assert_eq!((n, buf[0]), (len, byte));
         }
+    }
+
+    /// A message marked ECT(0) arrives with it, datagram by datagram when cut by GSO, and an
+    /// unmarked one with none; a socket that did not ask for the reports reads none.
+    #[test]
+    fn ecn_bits_set_on_a_message_are_read_on_each_datagram_it_carries() {
+        use std::os::fd::AsRawFd;
+        const ECT0: u8 = 0b10;
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_nonblocking(true).unwrap();
+        enable_ecn_reports(receiver.as_raw_fd(), false).unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = receiver.local_addr().unwrap();
+        let gso = probe_gso(sender.as_raw_fd()).is_ok();
+        let mut batch = SendBatch::new();
+        batch.buffer().extend_from_slice(&[1; 2500]);
+        batch.push_marked(to, 2500, gso.then_some(1200), ECT0);
+        batch.buffer().extend_from_slice(&[2; 100]);
+        batch.push(to, 100, None);
+        let sent = batch.send(sender.as_raw_fd());
+        assert_eq!(sent.dropped, 0);
+        let mut seen = Vec::new();
+        let mut received = RecvBatch::new();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.len() < if gso { 4 } else { 2 } && std::time::Instant::now() < until {
+            match received.recv(receiver.as_raw_fd(), true) {
+                Ok(n) => {
+                    for i in 0..n {
+                        let r = received.get(i).unwrap();
+                        seen.extend(r.datagrams().map(|d| (d.len(), d[0], r.ecn)));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let expected: &[(usize, u8, u8)] = if gso {
+            &[(1200, 1, ECT0), (1200, 1, ECT0), (100, 1, ECT0), (100, 2, 0)]
+        } else {
+            &[(2500, 1, ECT0), (100, 2, 0)]
+        };
+        assert_eq!(seen, expected);
     }
 }

@@ -239,7 +239,7 @@ fn receive_datagrams(
     while conn.readable {
         match datagrams.read(fd, buf) {
             Read::One(n) => {
-                conn.core.receive_datagram(profile, now, &buf[..n], &mut |event| count(result, now.ns, event))
+                conn.core.receive_datagram(profile, now, 0, &buf[..n], &mut |event| count(result, now.ns, event))
             }
             Read::Buffers { count: buffers, more } => {
                 for i in 0..buffers {
@@ -249,7 +249,9 @@ fn receive_datagrams(
                         result.udp.gro_datagrams += coalesced as u64;
                     }
                     for datagram in received.datagrams() {
-                        conn.core.receive_datagram(profile, now, datagram, &mut |event| count(result, now.ns, event));
+                        conn.core.receive_datagram(profile, now, received.ecn, datagram, &mut |event| {
+                            count(result, now.ns, event)
+                        });
                     }
                 }
                 conn.readable &= more;

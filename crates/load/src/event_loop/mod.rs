@@ -898,6 +898,8 @@ impl<'a> EventLoop<'a> {
             // A response's burst (16 streams of it) must not overflow the default 208 KiB
             // queue; the kernel caps the size at net.core.rmem_max.
             socket.set_recv_buffer_size(QUIC_RECV_BUFFER)?;
+            // The server's ECN marks, reported back in the ACKs (read with GRO's recvmmsg).
+            sockscale_sys::udp::enable_ecn_reports(socket.as_raw_fd(), addr.is_ipv6())?;
         }
         if !cfg.sources.is_empty() {
             let source = cfg.sources[(index % cfg.sources.len() as u64) as usize];

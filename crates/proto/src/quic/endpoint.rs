@@ -397,10 +397,21 @@ impl<F: Apps> QuicEndpoint<F> {
 
 impl<F: Apps> Endpoint for QuicEndpoint<F> {
     fn handle(&mut self, now: Instant, peer: SocketAddr, datagram: &[u8]) {
+        self.handle_ecn(now, peer, 0, datagram);
+    }
+
+    fn uses_ecn(&self) -> bool {
+        true
+    }
+
+    fn handle_ecn(&mut self, now: Instant, peer: SocketAddr, ecn: u8, datagram: &[u8]) {
         self.scratch.clear();
         // quinn-proto decrypts in place: it owns the datagram's bytes.
         let data = BytesMut::from(datagram);
-        match self.endpoint.handle(now, peer, None, None, data, &mut self.scratch) {
+        // Its ACKs report the ECN counts it saw, and a CE mark is a congestion signal to the
+        // sender (RFC 9002 §7.1) without a loss.
+        let ecn = quinn_proto::EcnCodepoint::from_bits(ecn);
+        match self.endpoint.handle(now, peer, None, ecn, data, &mut self.scratch) {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 if let Some(Some(c)) = self.conns.get_mut(ch.0) {
                     c.conn.handle_event(event);
@@ -419,7 +430,7 @@ impl<F: Apps> Endpoint for QuicEndpoint<F> {
     fn poll_transmit(&mut self, now: Instant, max_segments: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some((destination, bytes)) = self.responses.pop_front() {
             buf.extend_from_slice(&bytes);
-            return Some(Transmit { destination, size: bytes.len(), segment_size: None });
+            return Some(Transmit { destination, size: bytes.len(), segment_size: None, ecn: 0 });
         }
         while let Some(&ch) = self.ready.front() {
             if !self.drive(ch, now) {
@@ -441,7 +452,9 @@ impl<F: Apps> Endpoint for QuicEndpoint<F> {
                     self.ready.pop_front();
                     self.ready.push_back(ch);
                     let segment_size = t.segment_size.filter(|&s| s > 0 && t.size > s);
-                    return Some(Transmit { destination: t.destination, size: t.size, segment_size });
+                    // ECN as quinn-proto asks (ECT(0) while the path's validation holds, RFC 9000 §13.4.2).
+                    let ecn = t.ecn.map_or(0, |e| e as u8);
+                    return Some(Transmit { destination: t.destination, size: t.size, segment_size, ecn });
                 }
                 None => {
                     self.ready.pop_front();

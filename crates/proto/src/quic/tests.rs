@@ -59,13 +59,20 @@ pub(crate) struct Pair<E: Endpoint> {
     pub client: quinn_proto::Endpoint,
     pub conns: Vec<(ConnectionHandle, Connection)>,
     pub now: Instant,
-    to_server: VecDeque<(SocketAddr, Vec<u8>)>,
-    to_client: VecDeque<Vec<u8>>,
+    /// Datagrams in flight with the ECN bits each was sent with.
+    to_server: VecDeque<(SocketAddr, Vec<u8>, u8)>,
+    to_client: VecDeque<(Vec<u8>, u8)>,
     pub server_datagrams: usize,
     pub client_datagrams: usize,
     pub client_events: Vec<(usize, Event)>,
     /// The client's datagrams are dropped on their way (a peer that never acknowledges).
     pub mute_client: bool,
+    /// The path marks this many more of the client's ECN-capable datagrams Congestion
+    /// Experienced (a bounded number: a CE mark is acknowledged at once, so marking every
+    /// datagram both ways would have the two sides acknowledge each other's ACKs forever).
+    pub ce_marks_to_server: usize,
+    /// The ECN bits of every datagram the server sent.
+    pub server_marks: Vec<u8>,
 }
 
 impl<E: Endpoint> Pair<E> {
@@ -86,6 +93,8 @@ impl<E: Endpoint> Pair<E> {
             client_datagrams: 0,
             client_events: Vec::new(),
             mute_client: false,
+            ce_marks_to_server: 0,
+            server_marks: Vec::new(),
         }
     }
 
@@ -123,37 +132,45 @@ impl<E: Endpoint> Pair<E> {
                 let Some(t) = conn.poll_transmit(self.now, 10, &mut buf) else { break };
                 moved = true;
                 let seg = t.segment_size.unwrap_or(t.size);
+                let sent_ecn = t.ecn.map_or(0, |e| e as u8);
                 for d in buf[..t.size].chunks(seg) {
                     self.client_datagrams += 1;
+                    let ecn = if sent_ecn != 0 && self.ce_marks_to_server > 0 {
+                        self.ce_marks_to_server -= 1;
+                        0b11
+                    } else {
+                        sent_ecn
+                    };
                     if !self.mute_client {
-                        self.to_server.push_back((from, d.to_vec()));
+                        self.to_server.push_back((from, d.to_vec(), ecn));
                     }
                 }
             }
         }
         // Across to the server.
-        while let Some((peer, d)) = self.to_server.pop_front() {
+        while let Some((peer, d, ecn)) = self.to_server.pop_front() {
             moved = true;
-            self.server.handle(self.now, peer, &d);
+            self.server.handle_ecn(self.now, peer, ecn, &d);
         }
         let mut buf = Vec::new();
-        while let Some(Transmit { size, segment_size, .. }) = self.server.poll_transmit(self.now, 10, &mut buf) {
+        while let Some(Transmit { size, segment_size, ecn, .. }) = self.server.poll_transmit(self.now, 10, &mut buf) {
             moved = true;
             let start = buf.len() - size;
             for d in buf[start..].chunks(segment_size.unwrap_or(size)) {
                 self.server_datagrams += 1;
-                self.to_client.push_back(d.to_vec());
+                self.server_marks.push(ecn);
+                self.to_client.push_back((d.to_vec(), ecn));
             }
         }
         // Back to the client.
-        while let Some(d) = self.to_client.pop_front() {
+        while let Some((d, ecn)) = self.to_client.pop_front() {
             moved = true;
             let mut resp = Vec::new();
             match self.client.handle(
                 self.now,
                 SERVER.parse().expect("addr"),
                 None,
-                None,
+                quinn_proto::EcnCodepoint::from_bits(ecn),
                 BytesMut::from(&d[..]),
                 &mut resp,
             ) {
@@ -163,7 +180,7 @@ impl<E: Endpoint> Pair<E> {
                     }
                 }
                 Some(DatagramEvent::Response(t)) => {
-                    self.to_server.push_back((from, resp[..t.size].to_vec()));
+                    self.to_server.push_back((from, resp[..t.size].to_vec(), 0));
                 }
                 _ => {}
             }
@@ -311,6 +328,40 @@ fn a_handshake_completes_and_a_stream_is_echoed() {
     let counts = setup.totals.snapshot();
     assert_eq!(counts.handshakes, 1);
     assert_eq!(pair.server.open_connections(), 1);
+}
+
+/// ECN both ways through the endpoint: the server's datagrams leave marked ECT(0) as
+/// quinn-proto asks, and the client's marks reach quinn-proto, whose ACKs report them: once the
+/// path marks some of the client's datagrams Congestion Experienced, the client slows down (a
+/// congestion event) with no packet lost, which it could not do had the server dropped the
+/// marks it was given.
+#[test]
+fn ecn_marks_go_out_and_come_in_and_a_ce_mark_is_a_congestion_signal_without_loss() {
+    let (mut pair, client, _certs, _setup) = echo_pair(admission());
+    let c = pair.connect(client);
+    assert!(pair.drive_until(Duration::from_secs(5), |p| p.connected(c)), "no handshake");
+    assert!(pair.server_marks.contains(&0b10), "the server marks ECT(0): {:?}", pair.server_marks);
+    pair.ce_marks_to_server = 20;
+    let id = pair.conns[c].1.streams().open(Dir::Bi).expect("a stream");
+    let payload = vec![7u8; 200_000];
+    let mut sent = 0;
+    let mut got = 0;
+    let done = pair.drive_until(Duration::from_secs(10), |p| {
+        if sent < payload.len() {
+            let mut send = p.conns[c].1.send_stream(id);
+            sent += send.write(&payload[sent..]).unwrap_or(0);
+            if sent == payload.len() {
+                send.finish().expect("finish");
+            }
+        }
+        let (bytes, fin) = p.read_client(c, id);
+        got += bytes.len();
+        fin
+    });
+    assert!(done && got == payload.len(), "echoed {got} of {}", payload.len());
+    let stats = pair.conns[c].1.stats();
+    assert!(stats.path.congestion_events > 0, "CE marks reported by the server: {:?}", stats.path);
+    assert_eq!(stats.path.lost_packets, 0, "{:?}", stats.path);
 }
 
 #[test]
