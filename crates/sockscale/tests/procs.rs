@@ -358,3 +358,50 @@ fn serve_procs_http3_answers_every_request() {
     assert_eq!(handshakes, 25, "{}", finals[0]);
     assert!(retries >= 1 && retries <= handshakes, "{}", finals[0]);
 }
+
+/// `serve --http3 --procs 2 --threads 3` (epoll: a UDP socket per thread, six in the port's
+/// group): a client whose address changes mid-connection keeps its connection, whichever
+/// process's socket the kernel's hash picks for its new address (5 times in 6). The parent binds
+/// all six in order and steers the group by connection ID; each worker's IDs carry its
+/// sockets' indices. Without that, the other process answers with a stateless reset. ngtcp2's
+/// client moves after the handshake, then sends its request: three times as a migration, three
+/// times as a NAT rebinding.
+#[test]
+fn serve_procs_http3_keeps_a_migrating_client() {
+    let client = match support::h3::gtlsclient() {
+        Ok(client) => client,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let cert = tls::TestCert::new("procs-h3-migrate");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3", "--model", "epoll", "--threads", "3", "--procs", "2"];
+    args.extend(tls.iter().map(String::as_str));
+    let (mut parent, lines, addr) = serve_procs(&args);
+    let runs = [false, false, false, true, true, true];
+    for (run, rebinding) in runs.into_iter().enumerate() {
+        if let Err(why) = support::h3::request_after_moving(&client, addr.port(), rebinding) {
+            let _ = parent.kill();
+            panic!("run {run} (NAT rebinding: {rebinding}): {why}");
+        }
+    }
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    let counter = |name: &str| -> i64 {
+        finals[0]
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {}", finals[0]))
+    };
+    assert_eq!(counter("h3_requests"), runs.len() as i64, "{}", finals[0]);
+    assert_eq!(counter("quic_steering_refused"), 0, "{}", finals[0]);
+}
