@@ -227,6 +227,16 @@ impl From<SocketAddr> for ListenAddr {
     }
 }
 
+/// How a `serve --procs` parent steers the QUIC packets of the port's SO_REUSEPORT group
+/// (`sockscale_sys::reuseport`), as it tells a worker (`Config::udp_steering`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSteering {
+    /// By connection ID: this worker's inherited sockets are the group's from this index on.
+    From(u8),
+    /// The kernel refused the steering program (the parent said so): the hash alone.
+    Refused,
+}
+
 /// How the threads of a multi-threaded model share the listening port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListenerMode {
@@ -365,10 +375,13 @@ pub struct Config {
     /// A listening Unix socket inherited from a `serve --procs` parent, which bound it: served
     /// instead of binding `listen` (whose path it is).
     pub listener_fd: Option<std::os::fd::RawFd>,
-    /// A UDP socket inherited from a `serve --procs` parent, which bound it (SO_REUSEPORT) at
-    /// `listen`'s port: this worker's first UDP socket (`--proto udp`'s, or `--http3`'s), so
-    /// every socket of the port's group is one a worker serves.
-    pub udp_fd: Option<std::os::fd::RawFd>,
+    /// The UDP sockets inherited from a `serve --procs` parent, which bound them (SO_REUSEPORT)
+    /// at `listen`'s port, in the order they joined the port's group: this worker's UDP sockets
+    /// (`--proto udp`'s, or `--http3`'s), as many as its model serves, so every socket of the
+    /// group is one a worker serves and the group's order is the parent's.
+    pub udp_fds: Vec<std::os::fd::RawFd>,
+    /// `--http3` in a `serve --procs` worker: how the parent steers the port's group.
+    pub udp_steering: Option<GroupSteering>,
     /// `--http3` in a `serve --procs` worker: the QUIC keys every process of the server
     /// shares (stateless reset, Retry and NEW_TOKEN tokens); `None`: new random ones.
     pub quic_keys: Option<sockscale_proto::quic::QuicKeys>,
@@ -421,7 +434,8 @@ impl Default for Config {
             queue_depth: 128,
             shared_port: false,
             listener_fd: None,
-            udp_fd: None,
+            udp_fds: Vec::new(),
+            udp_steering: None,
             quic_keys: None,
             body: None,
             tls: None,

@@ -39,9 +39,9 @@ mod udp;
 pub use body::{BodyError, BodyFile, SendfileMode, AUTO_MIN_FILE_BYTES};
 pub use completion::unavailable as io_uring_unavailable;
 pub use config::{
-    check_unix_path, resolve_host, BodySource, Config, ConfigError, Http3Config, Http3Limits, ListenAddr,
-    ListenAddrError, ListenerMode, QuicRetry, Service, TlsFiles, UdpOffload, DEFAULT_QUIC_MAX_MTU, DEFAULT_UNIX_MODE,
-    UNIX_PATH_MAX,
+    check_unix_path, resolve_host, BodySource, Config, ConfigError, GroupSteering, Http3Config, Http3Limits,
+    ListenAddr, ListenAddrError, ListenerMode, QuicRetry, Service, TlsFiles, UdpOffload, DEFAULT_QUIC_MAX_MTU,
+    DEFAULT_UNIX_MODE, UNIX_PATH_MAX,
 };
 // The I/O-free connection and the policy types its calls take and return (below), so that a
 // connection can be driven from outside the crate: the whole-stack pair test
@@ -50,7 +50,7 @@ pub use connection::{Close, Connection, Outbox, ThreadTools, TlsScratch};
 pub use error::ServerError;
 pub use listener::{BindError, Reservation, SocketFile};
 pub use metrics::MetricsError;
-pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, TLS_FILE_BODY};
+pub use model::{Capabilities, Ceiling, Family, Limitation, Model, Policy, ThreadShape, UdpSockets, TLS_FILE_BODY};
 pub use policy::CloseReason;
 pub use policy::{Action, Delivery, Fed, Lifecycle, Limits, Pending, Wait, Written};
 pub use policy::{ActiveConfig, StormConfig};

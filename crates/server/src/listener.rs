@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::{check_unix_path, Config, ListenAddr, ListenerMode};
+use crate::config::{check_unix_path, Config, GroupSteering, ListenAddr, ListenerMode};
 
 // The OS error is part of the message, so it is not also returned as `source()`: an error
 // printed with its chain (anyhow's `{:#}`) would show it twice.
@@ -137,8 +137,17 @@ pub struct Listen {
     /// group before the server ends (a socket that leaves moves the group's last one into its
     /// place: a worker done draining would send another's connections astray).
     steering: Option<Mutex<Vec<(RawFd, Socket)>>>,
+    /// The group index of the first socket: 0, or a `--procs` worker's first inherited
+    /// socket's ([`GroupSteering::From`]).
+    steering_base: u8,
     /// The kernel refused the steering program: the port is served by its hash alone.
     steering_refused: bool,
+    /// A `--procs` worker's UDP sockets after its first, inherited from the parent in the
+    /// group's order: [`Listen::bind_another`] hands them out, in that order, before binding any.
+    inherited: Mutex<std::collections::VecDeque<Socket>>,
+    /// Whether the sockets were inherited (a `--procs` worker): the group's order is the
+    /// parent's, and a socket bound here would join it at an index the worker does not know.
+    inherits: bool,
 }
 
 impl Listen {
@@ -161,7 +170,10 @@ impl Listen {
                 .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX).max(1)),
             http3: None,
             steering: None,
+            steering_base: 0,
             steering_refused: false,
+            inherited: Mutex::default(),
+            inherits: false,
         };
         let addr = match &cfg.listen {
             ListenAddr::Inet(addr) => *addr,
@@ -181,9 +193,9 @@ impl Listen {
         if reuseport && addr.port() != 0 && !cfg.shared_port {
             listen.probe(addr).map_err(|e| BindError::new(addr, e))?;
         }
-        let socket = match cfg.udp_fd {
-            // A `--procs` worker's UDP socket, which its parent bound.
-            Some(fd) if udp => listen.adopt(fd, addr),
+        let socket = match cfg.udp_fds.as_slice() {
+            // A `--procs` worker's UDP sockets, which its parent bound.
+            [first, rest @ ..] if udp => listen.adopt_all(*first, rest, addr),
             _ => listen.open(addr),
         };
         let socket = socket.map_err(|e| BindError::new(addr, e))?;
@@ -195,7 +207,7 @@ impl Listen {
         listen.addr = ListenAddr::Inet(bound);
         listen.first = Some(Arc::new(socket));
         if cfg.http3.is_some() {
-            let mut http3 = Listen::bind_http3(bound, cfg.shared_port, cfg.udp_fd)?;
+            let mut http3 = Listen::bind_http3(bound, cfg.shared_port, &cfg.udp_fds)?;
             http3.steer(cfg);
             listen.http3 = Some(Box::new(http3));
         }
@@ -207,8 +219,8 @@ impl Listen {
     /// serves it binds its own ([`Listen::bind_another`]), and the kernel's hash of the
     /// 4-tuple keeps one QUIC connection's datagrams on one socket, read by one thread. The
     /// port is probed first, as for TCP, so a busy one is refused rather than shared. A
-    /// `--procs` worker serves the socket its parent bound (`inherited`) as its first.
-    fn bind_http3(addr: SocketAddr, shared_port: bool, inherited: Option<RawFd>) -> Result<Listen, BindError> {
+    /// `--procs` worker serves the sockets its parent bound (`inherited`) instead.
+    fn bind_http3(addr: SocketAddr, shared_port: bool, inherited: &[RawFd]) -> Result<Listen, BindError> {
         let fail = |error: io::Error| {
             if error.kind() == io::ErrorKind::AddrInUse {
                 BindError::Http3InUse { addr }
@@ -229,39 +241,50 @@ impl Listen {
             defer_accept: None,
             http3: None,
             steering: None,
+            steering_base: 0,
             steering_refused: false,
+            inherited: Mutex::default(),
+            inherits: false,
         };
         if !shared_port {
             udp.probe(addr).map_err(fail)?;
         }
         let first = match inherited {
-            Some(fd) => udp.adopt(fd, addr),
-            None => udp.open(addr),
+            [first, rest @ ..] => udp.adopt_all(*first, rest, addr),
+            [] => udp.open(addr),
         };
         udp.first = Some(Arc::new(first.map_err(fail)?));
         Ok(udp)
     }
 
     /// Steer the QUIC packets of this (UDP) port's group by connection ID, if it can be done
-    /// right: only a lone server process knows the order its sockets joined the group in (the
-    /// sockets of `serve --procs` workers join concurrently), and an index must fit the IDs'
-    /// first byte. A kernel that refuses the program is said in one line and counted
-    /// ([`Listen::steering_refused`]); the port is then served by the kernel's hash alone.
+    /// right: the order the sockets joined the group in must be known — a lone server binds
+    /// them all itself; a `serve --procs` parent binds every worker's, attaches the program
+    /// and tells each worker where its sockets stand (`Config::udp_steering`) — and an index
+    /// must fit the IDs' first byte. A kernel that refuses the program is said in one line and
+    /// counted ([`Listen::steering_refused`]); the port is then served by the kernel's hash
+    /// alone.
     fn steer(&mut self, cfg: &Config) {
-        if cfg.shared_port || cfg.threads > usize::from(u8::MAX) {
+        if cfg.shared_port {
+            match cfg.udp_steering {
+                Some(GroupSteering::From(base)) if self.inherits => {
+                    self.steering_base = base;
+                    self.steering = Some(Mutex::new(Vec::new()));
+                }
+                // The parent said why, once.
+                Some(GroupSteering::Refused) => self.steering_refused = true,
+                _ => {}
+            }
             return;
         }
-        let first = self.shared();
-        match sockscale_sys::reuseport::attach_quic_steering(first.as_raw_fd()) {
+        if cfg.threads > usize::from(u8::MAX) {
+            return;
+        }
+        if attach_steering(&self.shared()) {
             // The first socket is held by this listener already.
-            Ok(()) => self.steering = Some(Mutex::new(Vec::new())),
-            Err(e) => {
-                self.steering_refused = true;
-                tracing::warn!(
-                    "HTTP/3: the kernel refused the BPF program that steers QUIC packets by connection ID ({e}); \
-                     a client whose address changes may reach another socket and lose its connection"
-                );
-            }
+            self.steering = Some(Mutex::new(Vec::new()));
+        } else {
+            self.steering_refused = true;
         }
     }
 
@@ -280,7 +303,7 @@ impl Listen {
         } else {
             1 + members.iter().position(|(member, _)| *member == fd)?
         };
-        u8::try_from(index).ok()
+        u8::try_from(usize::from(self.steering_base) + index).ok()
     }
 
     /// With `--http3`, the UDP side: [`Listen::shared`] is its first socket, bound at start,
@@ -323,7 +346,16 @@ impl Listen {
                 Err(io::Error::other("this listener was bound without SO_REUSEPORT"))
             }
             ListenAddr::Inet(addr) => {
-                let socket = self.open(*addr)?;
+                let inherited = self.inherited.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                let socket = match inherited {
+                    Some(socket) => socket,
+                    None if self.inherits && self.steering.is_some() => {
+                        return Err(io::Error::other(
+                            "this --procs worker's model serves more UDP sockets than its parent bound for it",
+                        ))
+                    }
+                    None => self.open(*addr)?,
+                };
                 if let Some(members) = &self.steering {
                     // Bound now, so it joined the group last: its index is the next.
                     let held = socket.try_clone()?;
@@ -364,6 +396,17 @@ impl Listen {
         Ok(socket)
     }
 
+    /// A `--procs` worker's UDP sockets, inherited as `first` and `rest` (the group's order),
+    /// bound at `addr` by its parent: the first returned, the rest kept for
+    /// [`Listen::bind_another`]. All are checked now, so a bad one fails the start.
+    fn adopt_all(&mut self, first: RawFd, rest: &[RawFd], addr: SocketAddr) -> io::Result<Socket> {
+        let first = self.adopt(first, addr)?;
+        let rest = rest.iter().map(|&fd| self.adopt(fd, addr)).collect::<io::Result<_>>()?;
+        self.inherited = Mutex::new(rest);
+        self.inherits = true;
+        Ok(first)
+    }
+
     /// The UDP socket inherited as `fd`, bound at `addr` by a `--procs` parent, with the
     /// options [`Listen::open`] gives a socket it binds.
     fn adopt(&self, fd: RawFd, addr: SocketAddr) -> io::Result<Socket> {
@@ -384,6 +427,21 @@ impl Listen {
             probe.set_reuse_address(true)?;
         }
         probe.bind(&SockAddr::from(addr))
+    }
+}
+
+/// Attach the program that steers QUIC packets by connection ID to the SO_REUSEPORT group of
+/// `socket`. A kernel that refuses it is said in one line, and false returned.
+fn attach_steering(socket: &Socket) -> bool {
+    match sockscale_sys::reuseport::attach_quic_steering(socket.as_raw_fd()) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                "HTTP/3: the kernel refused the BPF program that steers QUIC packets by connection ID ({e}); \
+                 a client whose address changes may reach another socket and lose its connection"
+            );
+            false
+        }
     }
 }
 
@@ -462,10 +520,15 @@ fn adopt_unix(fd: RawFd) -> io::Result<Socket> {
 ///
 /// TCP: a bound, non-listening SO_REUSEPORT socket, which takes no connections. UDP (`--proto
 /// udp`, and `--http3`'s side): a bound UDP socket has no such idle state — in the port's
-/// SO_REUSEPORT group it takes its share of the flows — so the parent binds one per worker, in
-/// order, and worker K serves the K-th as its first socket, inherited (`Config::udp_fd`): every
-/// socket of the group is served, and the K-th keeps its place in the group and the datagrams
-/// queued on it while worker K is replaced.
+/// SO_REUSEPORT group it takes its share of the flows — so the parent binds every socket the
+/// workers serve, in order: `per_worker` for each (what its model serves,
+/// `Model::udp_sockets`), and worker K serves sockets [K × per_worker, K × per_worker +
+/// per_worker), inherited (`Config::udp_fds`) and binds none: every socket of the group is
+/// served, the group's order is known, and worker K's sockets keep their places in the group
+/// and the datagrams queued on them while worker K is replaced. With `--http3` the parent
+/// attaches the program that steers QUIC packets by connection ID to the group, once, and
+/// tells each worker its sockets' first index (`Config::udp_steering`), if every index fits
+/// the IDs' first byte.
 ///
 /// On a Unix socket (`Reservation::unix`) the parent binds and listens, and every worker
 /// inherits the one listener (`Config::listener_fd`): SO_REUSEPORT does not exist for AF_UNIX.
@@ -475,14 +538,25 @@ pub struct Reservation {
     socket: Option<Socket>,
     addr: ListenAddr,
     file: Option<SocketFile>,
-    /// One bound UDP socket per worker, in the order they joined the port's group.
+    /// The bound UDP sockets, `per_worker` for each worker, in the order they joined the
+    /// port's group.
     udp: Vec<Socket>,
+    per_worker: usize,
+    /// How `--http3`'s group is steered, if at all.
+    steering: Option<GroupSteering>,
 }
 
 impl Reservation {
     /// The port at `addr` for `workers` processes: UDP if `udp`, else TCP, and with `http3`
-    /// UDP beside TCP at the same number.
-    pub fn new(addr: SocketAddr, udp: bool, http3: bool, workers: usize) -> Result<Reservation, BindError> {
+    /// UDP beside TCP at the same number; `per_worker` UDP sockets for each worker.
+    pub fn new(
+        addr: SocketAddr,
+        udp: bool,
+        http3: bool,
+        workers: usize,
+        per_worker: usize,
+    ) -> Result<Reservation, BindError> {
+        let per_worker = per_worker.max(1);
         let open = |udp: bool, addr: SocketAddr, reuseport: bool| -> io::Result<Socket> {
             let (ty, protocol) = if udp { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
             let socket = Socket::new(Domain::for_address(addr), ty.cloexec(), Some(protocol))?;
@@ -499,8 +573,9 @@ impl Reservation {
             if addr.port() != 0 {
                 open(true, addr, false)?;
             }
-            let mut sockets: Vec<Socket> = Vec::with_capacity(workers.max(1));
-            for _ in 0..workers.max(1) {
+            let total = workers.max(1) * per_worker;
+            let mut sockets: Vec<Socket> = Vec::with_capacity(total);
+            for _ in 0..total {
                 let at = sockets.first().and_then(bound).unwrap_or(addr);
                 sockets.push(open(true, at, true)?);
             }
@@ -509,7 +584,14 @@ impl Reservation {
         if udp {
             let sockets = open_udp(addr).map_err(|e| BindError::new(addr, e))?;
             let addr = sockets.first().and_then(bound).unwrap_or(addr);
-            return Ok(Reservation { socket: None, addr: ListenAddr::Inet(addr), file: None, udp: sockets });
+            return Ok(Reservation {
+                socket: None,
+                addr: ListenAddr::Inet(addr),
+                file: None,
+                udp: sockets,
+                per_worker,
+                steering: None,
+            });
         }
         if addr.port() != 0 {
             open(false, addr, false).map_err(|e| BindError::new(addr, e))?;
@@ -527,7 +609,14 @@ impl Reservation {
         } else {
             Vec::new()
         };
-        Ok(Reservation { socket: Some(socket), addr: ListenAddr::Inet(addr), file: None, udp })
+        // Every index must fit the connection IDs' first byte, as in one process.
+        let steering = match udp.first() {
+            Some(first) if udp.len() <= usize::from(u8::MAX) => {
+                Some(if attach_steering(first) { GroupSteering::From(0) } else { GroupSteering::Refused })
+            }
+            _ => None,
+        };
+        Ok(Reservation { socket: Some(socket), addr: ListenAddr::Inet(addr), file: None, udp, per_worker, steering })
     }
 
     /// Bind and listen on the Unix socket `path` (its file made with `mode`), leaving the
@@ -540,6 +629,8 @@ impl Reservation {
             addr: ListenAddr::Unix(path.to_owned()),
             file: Some(file),
             udp: Vec::new(),
+            per_worker: 1,
+            steering: None,
         })
     }
 
@@ -552,15 +643,25 @@ impl Reservation {
         self.file.as_ref().and(self.socket.as_ref()).map(AsRawFd::as_raw_fd)
     }
 
-    /// The UDP socket worker `k` serves as its first (`--udp-fd`), if the port has UDP. The
-    /// descriptor is close-on-exec: the parent leaves it open for worker `k` alone.
-    pub fn udp_fd(&self, k: usize) -> Option<RawFd> {
-        self.udp.get(k).map(AsRawFd::as_raw_fd)
+    /// The UDP sockets worker `k` serves (`--udp-fd`), in the group's order; none if the port
+    /// has no UDP. The descriptors are close-on-exec: the parent leaves them open for worker
+    /// `k` alone.
+    pub fn udp_fds(&self, k: usize) -> Vec<RawFd> {
+        self.udp.iter().skip(k * self.per_worker).take(self.per_worker).map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// How `--http3`'s group steers worker `k`'s sockets (`--udp-steering`): from which index,
+    /// or refused by the kernel; None when it is not steered.
+    pub fn steering(&self, k: usize) -> Option<GroupSteering> {
+        match self.steering? {
+            GroupSteering::From(_) => u8::try_from(k * self.per_worker).ok().map(GroupSteering::From),
+            GroupSteering::Refused => Some(GroupSteering::Refused),
+        }
     }
 }
 
 /// The UDP socket a `serve --procs` parent bound at `addr` for this worker, inherited as `fd`
-/// (`Config::udp_fd`): checked to be one before it is used.
+/// (`Config::udp_fds`): checked to be one before it is used.
 fn adopt_udp(fd: RawFd, addr: SocketAddr) -> io::Result<Socket> {
     let not_ours = || io::Error::other(format!("descriptor {fd} is not an inherited UDP socket bound to {addr}"));
     // Checked before it is owned: only a socket is taken over.
@@ -597,8 +698,8 @@ mod tests {
     }
 
     /// `--http3`'s sockets are steered by connection ID and know their index in the group (the
-    /// order they were bound in); a `--procs` worker's are not steered (its siblings' sockets
-    /// join the group concurrently), nor is `--proto udp`.
+    /// order they were bound in); a `--procs` worker's are not, unless its parent says where
+    /// they stand in a steered group (`Config::udp_steering`), nor is `--proto udp`.
     #[test]
     fn http3_sockets_know_their_index_in_a_steered_group() {
         let cfg = Config {
@@ -622,6 +723,43 @@ mod tests {
         assert_eq!(udp.steering_index(&udp.shared()), None);
         let echo = Listen::bind(&Config { service: crate::config::Service::UdpEcho, http3: None, ..cfg }).unwrap();
         assert_eq!(echo.steering_index(&echo.shared()), None);
+    }
+
+    /// `serve --procs`: the parent binds every worker's UDP sockets in order and steers the
+    /// group; worker 1 of 2 with three sockets each serves its inherited three, at indices
+    /// 3-5, binds none, and is refused a fourth (it would join the group at an unknown index).
+    #[test]
+    fn a_procs_worker_serves_its_inherited_sockets_at_their_indices() {
+        use std::os::fd::IntoRawFd;
+        let reservation = Reservation::new("127.0.0.1:0".parse().unwrap(), false, true, 2, 3).unwrap();
+        assert_eq!(reservation.udp.len(), 6);
+        assert_eq!(reservation.steering(0), Some(GroupSteering::From(0)));
+        assert_eq!(reservation.steering(1), Some(GroupSteering::From(3)));
+        assert_eq!(reservation.udp_fds(1), reservation.udp[3..].iter().map(AsRawFd::as_raw_fd).collect::<Vec<_>>());
+        // What the worker inherits: its own descriptors of the parent's sockets.
+        let fds: Vec<RawFd> = reservation.udp[3..].iter().map(|s| s.try_clone().unwrap().into_raw_fd()).collect();
+        let cfg = Config {
+            listen: reservation.local_addr().clone(),
+            http3: Some(crate::config::Http3Config::default()),
+            shared_port: true,
+            udp_fds: fds.clone(),
+            udp_steering: reservation.steering(1),
+            ..Config::default()
+        };
+        let listen = Listen::bind(&cfg).unwrap();
+        let udp = listen.http3().unwrap();
+        assert!(!udp.steering_refused());
+        assert_eq!(udp.shared().as_raw_fd(), fds[0]);
+        let (second, third) = (udp.bind_another().unwrap(), udp.bind_another().unwrap());
+        assert_eq!((second.as_raw_fd(), third.as_raw_fd()), (fds[1], fds[2]));
+        assert_eq!(udp.steering_index(&udp.shared()), Some(3));
+        assert_eq!(udp.steering_index(&second), Some(4));
+        assert_eq!(udp.steering_index(&third), Some(5));
+        assert!(udp.bind_another().is_err());
+
+        // Past 255 sockets the group is not steered, as in one process.
+        let big = Reservation::new("127.0.0.1:0".parse().unwrap(), false, true, 2, 128).unwrap();
+        assert_eq!(big.steering(0), None);
     }
 
     /// `--http3`: UDP at the TCP listener's real port, more sockets for the workers, and a

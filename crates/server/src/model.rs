@@ -108,6 +108,19 @@ pub enum ThreadShape {
     PerConnection,
 }
 
+/// How many UDP sockets a model serves (`--proto udp`'s, or `--http3`'s beside its listener):
+/// what a `serve --procs` parent binds for each worker, so that the port's SO_REUSEPORT group
+/// holds every worker's sockets in a known order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UdpSockets {
+    /// The model serves no UDP.
+    None,
+    /// One socket, read by one thread.
+    One,
+    /// One socket per `--threads` thread.
+    PerThread,
+}
+
 /// A policy a model cannot honour, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limitation {
@@ -125,6 +138,8 @@ pub struct Capabilities {
     pub seed: Option<&'static str>,
     pub family: Family,
     pub threads: ThreadShape,
+    /// How many UDP sockets it serves ([`Model::udp_sockets`]).
+    pub udp_sockets: UdpSockets,
     /// Which threads exist, in one line.
     pub thread_detail: &'static str,
     /// Who waits for readiness or completion, and in what, in one line.
@@ -162,6 +177,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("the blocking server"),
         family: Family::Threads,
         threads: ThreadShape::PerConnection,
+        udp_sockets: UdpSockets::PerThread,
         thread_detail: "an acceptor, then a receive thread and a send thread per connection (`--stack-size`, default 64 KiB)",
         waits: "each thread waits in poll(2) on its socket, then makes blocking-style calls",
         cannot: &[
@@ -183,6 +199,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("seed 003's multithreaded server"),
         family: Family::Threads,
         threads: ThreadShape::Fixed,
+        udp_sockets: UdpSockets::PerThread,
         thread_detail: "an accept thread, a poller, `--threads` workers",
         waits: "a bounded ready queue; workers serve one round (read, answer, blocking send) per turn; a poller (epoll) watches idle connections and their timeouts",
         cannot: &[
@@ -204,6 +221,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("the non-blocking select server"),
         family: Family::Readiness,
         threads: ThreadShape::One,
+        udp_sockets: UdpSockets::One,
         thread_detail: "one, the model's own, whatever `--threads` says",
         waits: "select(2) over the whole descriptor range, level-triggered",
         cannot: &[],
@@ -216,6 +234,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("WSAEventSelect, 64 events per thread"),
         family: Family::Readiness,
         threads: ThreadShape::GrowsWithConnections,
+        udp_sockets: UdpSockets::One,
         thread_detail: "an acceptor plus one thread per group of 64 connections",
         waits: "poll(2) per group, level-triggered; the acceptor hands connections over through an eventfd inbox",
         cannot: &[
@@ -233,6 +252,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("WSAAsyncSelect"),
         family: Family::Readiness,
         threads: ThreadShape::One,
+        udp_sockets: UdpSockets::One,
         thread_detail: "one, `sockscale-signal`, whatever `--threads` says",
         waits: "queued real-time signals (F_SETSIG, O_ASYNC) read through a signalfd; on queue overflow (SIGIO) a full poll(2) scan",
         cannot: &[Limitation {
@@ -251,6 +271,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: None,
         family: Family::Readiness,
         threads: ThreadShape::Fixed,
+        udp_sockets: UdpSockets::PerThread,
         thread_detail: "`--threads` workers (default: CPUs)",
         waits: "edge-triggered epoll, one instance and one SO_REUSEPORT listener per thread (`--listener exclusive`: one listener with EPOLLEXCLUSIVE)",
         cannot: &[],
@@ -263,6 +284,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("I/O completion ports"),
         family: Family::Completion,
         threads: ThreadShape::Fixed,
+        udp_sockets: UdpSockets::PerThread,
         thread_detail: "`--threads` workers, a ring each",
         waits: "io_uring: multishot accept, multishot receive from a provided-buffer ring (no buffer per idle connection), one gathering send in flight per connection, completions reaped in batches; `--threads 1` is the completion-routine (APC) counterpart",
         cannot: &[],
@@ -278,6 +300,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("overlapped I/O with events, 64 per thread"),
         family: Family::Completion,
         threads: ThreadShape::GrowsWithConnections,
+        udp_sockets: UdpSockets::None,
         thread_detail: "an acceptor plus one ring and thread per group of 64 connections",
         waits: "io_uring per group, fed by the acceptor through an eventfd inbox",
         cannot: &[
@@ -306,6 +329,7 @@ pub const CAPABILITIES: &[Capabilities] = &[
         seed: Some("boost::asio (seed 003)"),
         family: Family::Runtime,
         threads: ThreadShape::Fixed,
+        udp_sockets: UdpSockets::PerThread,
         thread_detail: "`--threads` tokio workers",
         waits: "tokio's epoll reactor; one task per connection, readiness then a non-blocking read into a pool buffer",
         cannot: &[],
@@ -361,6 +385,17 @@ impl Model {
     /// does: the stage runs in the lifecycle they all drive).
     pub fn serves_http2(self) -> bool {
         self.limitation(Policy::Http2).is_none()
+    }
+
+    /// How many UDP sockets the model serves with `threads` threads (`--proto udp`'s, or
+    /// `--http3`'s): each model binds this many, and a `serve --procs` parent binds this many
+    /// per worker.
+    pub fn udp_sockets(self, threads: usize) -> usize {
+        match self.capabilities().udp_sockets {
+            UdpSockets::None => 0,
+            UdpSockets::One => 1,
+            UdpSockets::PerThread => threads.max(1),
+        }
     }
 
     /// Whether the model can serve UDP: whether it honours [`Policy::Udp`].
@@ -509,6 +544,8 @@ mod tests {
         let fixed: Vec<_> = Model::ALL.into_iter().filter(|m| m.fixed_threads()).collect();
         assert_eq!(fixed, [Model::Threadpool, Model::Epoll, Model::Uring, Model::Tokio]);
         let no_udp: Vec<_> = Model::ALL.into_iter().filter(|m| !m.serves_udp()).collect();
+        let no_sockets: Vec<_> = Model::ALL.into_iter().filter(|m| m.udp_sockets(4) == 0).collect();
+        assert_eq!(no_sockets, no_udp);
         assert_eq!(no_udp, [Model::Uring64]);
         assert!(Model::Uring64.limitation(Policy::Udp).is_some());
         // HTTP/3 is served on every model that serves UDP, and only there.

@@ -358,3 +358,80 @@ fn serve_procs_http3_answers_every_request() {
     assert_eq!(handshakes, 25, "{}", finals[0]);
     assert!(retries >= 1 && retries <= handshakes, "{}", finals[0]);
 }
+
+/// `serve --http3 --procs 2 --threads 3` (epoll: a UDP socket per thread, six in the port's
+/// group): a client whose address changes mid-connection keeps its connection, whichever
+/// process's socket the kernel's hash picks for its new address (5 times in 6). The parent binds
+/// all six in order and steers the group by connection ID; each worker's IDs carry its
+/// sockets' indices. Without that, the other process answers with a stateless reset. ngtcp2's
+/// client moves after the handshake, then sends its request, as a migration or as a NAT
+/// rebinding; three times, then again three times after worker 1 was killed and restarted
+/// (given the same sockets, at the same indices: the group keeps its order).
+#[test]
+fn serve_procs_http3_keeps_a_migrating_client() {
+    let client = match support::h3::gtlsclient() {
+        Ok(client) => client,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let cert = tls::TestCert::new("procs-h3-migrate");
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3", "--model", "epoll", "--threads", "3", "--procs", "2"];
+    args.extend(tls.iter().map(String::as_str));
+    let (mut parent, lines, addr) = serve_procs(&args);
+    let parent_pid = parent.id();
+    let moved_and_answered = |runs: [bool; 3], when: &str| {
+        for (run, rebinding) in runs.into_iter().enumerate() {
+            if let Err(why) = support::h3::request_after_moving(&client, addr.port(), rebinding) {
+                // Its workers follow it (the supervisor-killed case above).
+                let _ = sockscale_sys::signal_process(parent_pid, libc::SIGKILL);
+                panic!("{when}, run {run} (NAT rebinding: {rebinding}): {why}");
+            }
+        }
+    };
+    moved_and_answered([false, true, false], "at first");
+    // The UDP part of a worker's command line: its inherited sockets and their first index.
+    let udp_args = |pid: u32| -> Option<String> {
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&str> = cmdline.split('\0').collect();
+        args.contains(&"1/2").then(|| {
+            let at = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]);
+            format!("{:?} {:?}", at("--udp-fd"), at("--udp-steering"))
+        })
+    };
+    let workers = children(parent.id());
+    let (victim, before) = workers.iter().find_map(|&pid| Some((pid, udp_args(pid)?))).expect("worker 1");
+    assert!(before.contains("Some(\"3\")"), "worker 1's sockets start at index 3: {before}");
+    sockscale_sys::signal_process(victim, libc::SIGKILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let now = children(parent.id());
+        if let Some(after) = now.iter().filter(|&&pid| pid != victim).find_map(|&pid| udp_args(pid)) {
+            break after;
+        }
+        assert!(Instant::now() < deadline, "worker 1 not restarted: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(after, before, "the restarted worker 1 serves the same sockets at the same indices");
+    moved_and_answered([true, false, true], "after worker 1's restart");
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    let counter = |name: &str| -> i64 {
+        finals[0]
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {}", finals[0]))
+    };
+    // The killed worker's counts died with it: at least the three requests after the restart.
+    assert!((3..=6).contains(&counter("h3_requests")), "{}", finals[0]);
+    assert_eq!(counter("quic_steering_refused"), 0, "{}", finals[0]);
+}

@@ -279,8 +279,9 @@ enum WorkerLine {
 
 /// Run `sockscale serve` as `n` worker processes sharing the port with SO_REUSEPORT, or, on a
 /// Unix socket, the listener `reservation` holds, which every worker inherits. Worker K serves
-/// the reservation's K-th UDP socket, if the port has UDP; with `--http3`, every worker is
-/// given `quic_keys` through a pipe.
+/// the reservation's K-th range of UDP sockets, if the port has UDP, and is told where they
+/// stand in the port's steered group; with `--http3`, every worker is given `quic_keys`
+/// through a pipe.
 pub fn run_serve_children(
     n: usize,
     argv: &[String],
@@ -301,9 +302,20 @@ pub fn run_serve_children(
     let start_worker = |k: usize| -> Result<u32> {
         let mut extra = [&listen[..], &["--proc-slot".to_owned(), format!("{k}/{n}")]].concat();
         let mut inherit = Vec::new();
-        if let Some(fd) = reservation.udp_fd(k) {
-            extra.extend(["--udp-fd".to_owned(), fd.to_string()]);
-            inherit.push(fd);
+        let udp = reservation.udp_fds(k);
+        if !udp.is_empty() {
+            let list: Vec<String> = udp.iter().map(ToString::to_string).collect();
+            extra.extend(["--udp-fd".to_owned(), list.join(",")]);
+            inherit.extend(&udp);
+        }
+        match reservation.steering(k) {
+            Some(sockscale_server::GroupSteering::From(index)) => {
+                extra.extend(["--udp-steering".to_owned(), index.to_string()]);
+            }
+            Some(sockscale_server::GroupSteering::Refused) => {
+                extra.extend(["--udp-steering".to_owned(), "refused".to_owned()]);
+            }
+            None => {}
         }
         // The keys go through a pipe the worker inherits, not its arguments (which `ps` shows
         // to every user) nor its environment (which it would keep, and pass on). They are

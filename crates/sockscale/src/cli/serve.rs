@@ -105,7 +105,7 @@ pub struct ServeArgs {
     /// Server processes sharing the port, as nginx's workers
     ///
     /// They share it with SO_REUSEPORT (on unix:PATH, one listener inherited), to go past the per-process open-files limit; a worker that dies is restarted. UDP (--proto udp,
-    /// --http3): worker K also serves the K-th socket the parent bound, inherited; --http3's workers share the QUIC keys (reset, tokens). With --metrics,
+    /// --http3): the parent binds every worker's sockets in order and worker K serves its own, inherited (--http3: steered by connection ID); --http3's workers share the QUIC keys (reset, tokens). With --metrics,
     /// worker K serves it on the given port + K (port 0: each worker picks a free port)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), help_heading = LISTENING)]
     pub procs: u16,
@@ -405,10 +405,14 @@ pub struct ServeArgs {
     /// as this descriptor
     #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
     pub listen_fd: Option<i32>,
-    /// Internal: a --procs worker's first UDP socket (--proto udp, --http3), which its parent
-    /// bound at the port, inherited as this descriptor
-    #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
-    pub udp_fd: Option<i32>,
+    /// Internal: a --procs worker's UDP sockets (--proto udp, --http3), which its parent bound
+    /// at the port in this order, inherited as these descriptors
+    #[arg(long, hide = true, value_name = "FD,...", value_delimiter = ',', requires = "proc_slot")]
+    pub udp_fd: Vec<i32>,
+    /// Internal: how a --procs worker's --http3 sockets are steered by connection ID: the group
+    /// index of the first (the parent attached the program), or `refused` (the kernel refused it)
+    #[arg(long, hide = true, value_name = "INDEX|refused", value_parser = parse_udp_steering, requires = "udp_fd")]
+    pub udp_steering: Option<sockscale_server::GroupSteering>,
     /// Internal: a --procs worker with --http3 reads the server's QUIC keys from this inherited
     /// pipe (not an argument: `ps` shows arguments to everyone)
     #[arg(long, hide = true, value_name = "FD", requires = "proc_slot")]
@@ -575,7 +579,8 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             shared_port: self.proc_slot.is_some(),
             listener_fd: self.listen_fd,
-            udp_fd: self.udp_fd,
+            udp_fds: self.udp_fd.clone(),
+            udp_steering: self.udp_steering,
             quic_keys: self.quic_keys_fd.map(read_quic_keys).transpose()?,
             body,
             udp_offload: self.udp_offload()?,
@@ -717,6 +722,17 @@ impl ServeArgs {
     }
 }
 
+/// `--udp-steering`: a group index, or `refused`.
+fn parse_udp_steering(s: &str) -> Result<sockscale_server::GroupSteering, String> {
+    match s {
+        "refused" => Ok(sockscale_server::GroupSteering::Refused),
+        index => index
+            .parse()
+            .map(sockscale_server::GroupSteering::From)
+            .map_err(|_| format!("expected a group index (0-255) or `refused`, not {index:?}")),
+    }
+}
+
 /// The QUIC keys a `--procs` parent wrote into the pipe inherited as `fd` (and closed).
 fn read_quic_keys(fd: i32) -> Result<QuicKeys> {
     use std::io::Read;
@@ -749,7 +765,16 @@ pub fn run(args: &ServeArgs, argv: &[String]) -> Result<()> {
         let workers = usize::from(args.procs);
         let reservation = match &cfg.listen {
             ListenAddr::Inet(addr) => {
-                sockscale_server::Reservation::new(*addr, cfg.service.is_udp(), cfg.http3.is_some(), workers)?
+                // As many UDP sockets for each worker as its model serves: the parent binds
+                // them all, so the port's group has a known order.
+                let per_worker = cfg.model.udp_sockets(cfg.threads);
+                sockscale_server::Reservation::new(
+                    *addr,
+                    cfg.service.is_udp(),
+                    cfg.http3.is_some(),
+                    workers,
+                    per_worker,
+                )?
             }
             // No SO_REUSEPORT for AF_UNIX: the parent listens, and every worker inherits it.
             ListenAddr::Unix(path) => sockscale_server::Reservation::unix(path, cfg.unix_mode, cfg.backlog)?,

@@ -850,3 +850,30 @@ pub fn udp_port_of(pid: u32) -> Option<u16> {
         })
     })
 }
+
+/// One request by ngtcp2's `client` (from [`gtlsclient`]) to `https://127.0.0.1:PORT/` that
+/// moves to a new local port after the handshake and only then sends its request: as a
+/// migration (it validates the new path), or with `rebinding` as a NAT rebinding (it does not;
+/// the server does). Ok if the request was answered after the move; else why, with the end of
+/// the client's log. Bounded by the client's own timeouts (3 s idle, 5 s handshake).
+pub fn request_after_moving(client: &Path, port: u16, rebinding: bool) -> Result<(), String> {
+    let mut cmd = Command::new(client);
+    cmd.args(["--change-local-addr=200ms", "--delay-stream=600ms", "--exit-on-all-streams-close"]);
+    cmd.args(["--timeout=3s", "--handshake-timeout=5s", "--no-quic-dump"]);
+    if rebinding {
+        cmd.arg("--nat-rebinding");
+    }
+    let port = port.to_string();
+    let url = format!("https://127.0.0.1:{port}/");
+    let out = cmd.args(["127.0.0.1", &port, &url]).output().map_err(|e| format!("cannot run gtlsclient: {e}"))?;
+    // gtlsclient logs both its move and the response on stderr, in order.
+    let text = String::from_utf8_lossy(&out.stderr);
+    let moved = text.find("Local address is now").ok_or_else(|| format!("the client did not move: {text}"))?;
+    let tail = || text.lines().rev().take(15).collect::<Vec<_>>().join("\n");
+    let answered =
+        text.find(":status: 200").ok_or_else(|| format!("no answer after the client's port changed: {}", tail()))?;
+    if answered < moved {
+        return Err(format!("answered before the client moved: {text}"));
+    }
+    Ok(())
+}
