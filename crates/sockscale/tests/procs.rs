@@ -310,6 +310,30 @@ fn serve_procs_udp_answers_every_flow() {
     assert!(rest.last().is_some_and(|l| l.starts_with("final ")), "{rest:?}");
 }
 
+/// Every model that serves UDP serves every socket its parent bound for it under `--procs`: the
+/// parent binds as many as the model's capability row says (`Model::udp_sockets`), and a model
+/// whose engine served fewer would leave flows hashed to the others unanswered.
+#[test]
+fn serve_procs_udp_answers_every_flow_on_every_udp_model() {
+    const FLOWS: usize = 48;
+    for model in sockscale_server::Model::ALL.into_iter().filter(|m| m.serves_udp()) {
+        let name = model.name();
+        if unavailable(name) {
+            continue;
+        }
+        let (mut parent, _lines, addr) =
+            serve_procs(&["--proto", "udp", "--procs", "2", "--threads", "3", "--model", name]);
+        let answered = udp_flows_answered(addr, FLOWS);
+        assert_eq!(answered.len(), FLOWS, "{name}: flows answered: {answered:?}");
+        sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while parent.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "{name}: parent did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// `serve --http3 --procs 2`: `load http --http3` over many connections (spread over both
 /// processes' UDP sockets by the kernel's hash) has every request answered, with `--quic-retry
 /// on` (each process's Retry and its tokens from the keys the parent gave every worker), and
