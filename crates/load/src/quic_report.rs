@@ -105,8 +105,10 @@ impl Quic {
         self.wire.received += o.wire.received;
     }
 
-    /// The summary's lines for QUIC.
-    pub fn summary(&self, s: &mut String, udp: &crate::report::Udp) {
+    /// The summary's lines for QUIC. `offloaded`: the datagrams sent in GSO messages and received coalesced by GRO (the report's
+    /// `udp` block), said at the end of the datagrams line when there were any.
+    pub fn summary(&self, s: &mut String, offloaded: (u64, u64)) {
+        let (gso_datagrams, gro_datagrams) = offloaded;
         let alpn: Vec<String> = self.alpn.iter().map(|(p, n)| format!("ALPN {p} ({n} connections)")).collect();
         let alpn = if alpn.is_empty() { "no handshake completed".to_owned() } else { alpn.join("; ") };
         let _ = writeln!(s, "  quic         version {}, {alpn}", self.version);
@@ -160,7 +162,7 @@ impl Quic {
         );
         // What the kernel's offloads took (`--udp-gso`, `--udp-gro`), when they took any.
         let offloads: Vec<String> =
-            [(udp.gso_datagrams, "sent in GSO messages"), (udp.gro_datagrams, "received coalesced by GRO")]
+            [(gso_datagrams, "sent in GSO messages"), (gro_datagrams, "received coalesced by GRO")]
                 .iter()
                 .filter(|(n, _)| *n > 0)
                 .map(|(n, what)| format!("{} {what}", thousands(*n)))
@@ -325,12 +327,11 @@ mod tests {
         assert_eq!((a.handshake_latency.count, a.rtt.count), (2, 2));
         assert!(a.rtt.max_us >= 2900.0, "{:?}", a.rtt);
         let mut s = String::new();
-        a.summary(&mut s, &crate::report::Udp::default());
+        a.summary(&mut s, (0, 0));
         assert!(s.contains("quic         version 1, ALPN h3 (2 connections)"), "{s}");
         assert!(!s.contains("GRO") && !s.contains("GSO"), "no offload took anything: {s}");
         let mut offloaded = String::new();
-        let udp = crate::report::Udp { gro_datagrams: 90, ..Default::default() };
-        a.summary(&mut offloaded, &udp);
+        a.summary(&mut offloaded, (0, 90));
         assert!(offloaded.contains("; 90 received coalesced by GRO\n"), "{offloaded}");
         assert!(!offloaded.contains("GSO"), "{offloaded}");
         assert!(

@@ -1531,7 +1531,7 @@ impl Report {
             tls.summary(&mut s);
         }
         if let Some(quic) = &self.quic {
-            quic.summary(&mut s, &self.udp);
+            quic.summary(&mut s, (self.udp.gso_datagrams, self.udp.gro_datagrams));
         }
         if let Some(h2) = &self.h2 {
             // WebSocket over HTTP/2: --pipeline is messages a WebSocket, not streams.
