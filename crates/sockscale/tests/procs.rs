@@ -219,12 +219,7 @@ fn serve_procs_share_one_unix_socket() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while parent.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "parent did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stop_parent(&mut parent);
     let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
     assert_eq!(finals.len(), 1, "{finals:?}");
     let accepted: i64 = finals[0]
@@ -268,6 +263,31 @@ fn udp_flows_answered(addr: std::net::SocketAddr, flows: usize) -> Vec<usize> {
     answered
 }
 
+/// SIGTERM the `--procs` parent and wait for it to exit (bounded).
+fn stop_parent(parent: &mut Child) {
+    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while parent.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "parent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The parent's one `final` line (the workers' counters summed), once it has exited.
+fn final_line(lines: std::io::Lines<BufReader<ChildStdout>>) -> String {
+    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    finals.into_iter().next().unwrap_or_default()
+}
+
+/// Counter `name` of a `final` line.
+fn counter_in(line: &str, name: &str) -> i64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
 /// `serve --proto udp --procs 2`: every socket in the port's SO_REUSEPORT group is served, so
 /// every flow is answered — the parent's reservation of the port used to be a bound UDP
 /// socket of the group too, which took its share of the flows and answered none (37 of 60
@@ -300,12 +320,7 @@ fn serve_procs_udp_answers_every_flow() {
         }
         assert!(Instant::now() < deadline, "after a restart, flows answered: {} of {FLOWS}", answered.len());
     }
-    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while parent.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "parent did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stop_parent(&mut parent);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.last().is_some_and(|l| l.starts_with("final ")), "{rest:?}");
 }
@@ -325,12 +340,7 @@ fn serve_procs_udp_answers_every_flow_on_every_udp_model() {
             serve_procs(&["--proto", "udp", "--procs", "2", "--threads", "3", "--model", name]);
         let answered = udp_flows_answered(addr, FLOWS);
         assert_eq!(answered.len(), FLOWS, "{name}: flows answered: {answered:?}");
-        sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while parent.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "{name}: parent did not exit");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        stop_parent(&mut parent);
     }
 }
 
@@ -359,21 +369,9 @@ fn serve_procs_http3_answers_every_request() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while parent.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "parent did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
-    assert_eq!(finals.len(), 1, "{finals:?}");
-    let counter = |name: &str| -> i64 {
-        finals[0]
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {}", finals[0]))
-    };
+    stop_parent(&mut parent);
+    let finals = [final_line(lines)];
+    let counter = |name: &str| counter_in(&finals[0], name);
     assert_eq!(counter("h3_requests"), 480, "{}", finals[0]);
     // The load's 24 connections and its probe. Each new address is sent a Retry first, unless
     // its client came back with a NEW_TOKEN token from an earlier connection (quinn's client
@@ -440,21 +438,9 @@ fn serve_procs_http3_keeps_a_migrating_client() {
     };
     assert_eq!(after, before, "the restarted worker 1 serves the same sockets at the same indices");
     moved_and_answered([true, false, true], "after worker 1's restart");
-    sockscale_sys::signal_process(parent.id(), libc::SIGTERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while parent.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "parent did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let finals: Vec<String> = lines.map_while(Result::ok).filter(|l| l.starts_with("final ")).collect();
-    assert_eq!(finals.len(), 1, "{finals:?}");
-    let counter = |name: &str| -> i64 {
-        finals[0]
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {}", finals[0]))
-    };
+    stop_parent(&mut parent);
+    let finals = [final_line(lines)];
+    let counter = |name: &str| counter_in(&finals[0], name);
     // The killed worker's counts died with it: at least the three requests after the restart.
     assert!((3..=6).contains(&counter("h3_requests")), "{}", finals[0]);
     assert_eq!(counter("quic_steering_refused"), 0, "{}", finals[0]);
