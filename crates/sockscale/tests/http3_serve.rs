@@ -188,36 +188,50 @@ fn quic_max_mtu_is_taken_by_both_ends() {
     assert!(mean_datagram[0] <= 1452, "default: {mean_datagram:?}");
 }
 
+/// `serve --http3` on epoll with a certificate of its own: the server, its URL, the certificate.
+fn http3_server(name: &str) -> (ServerProc, String, tls::TestCert) {
+    let cert = tls::TestCert::new(name);
+    let tls = cert.args();
+    let mut args = vec!["--proto", "http", "--http3"];
+    args.extend(tls.iter().map(String::as_str));
+    let server = ServerProc::start("epoll", &args);
+    let url = format!("https://127.0.0.1:{}/", server.addr.port());
+    (server, url, cert)
+}
+
+/// `load http --http3 ARGS URL`, which must succeed: its `--json` report and its summary.
+fn load_http3(cert: &tls::TestCert, url: &str, args: &[&str]) -> (serde_json::Value, String) {
+    let json =
+        std::env::temp_dir().join(format!("sockscale-h3-load-{}-{}.json", std::process::id(), fastrand::u64(..)));
+    let out = Command::new(BIN)
+        .args(["load", "http", "--http3", "--sni", "localhost", "--cacert"])
+        .arg(&cert.ca_file)
+        .arg("--json")
+        .arg(&json)
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("run sockscale load");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).expect("the --json report")).expect("json");
+    let _ = std::fs::remove_file(&json);
+    (report, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `load http --http3` asks the kernel for GRO by default, so the server's GSO messages come to
 /// it whole (on loopback the kernel then need not cut them, which spares the server's CPU as a
 /// quinn, quic-go or ngtcp2 client does); `--udp-gro off` reads one datagram at a time. The
 /// report says how many came coalesced, and says nothing of GRO when none did.
 #[test]
 fn load_http3_takes_gro_by_default_and_udp_gro_off() {
-    let cert = tls::TestCert::new("h3-load-gro");
-    let tls = cert.args();
-    let mut args = vec!["--proto", "http", "--http3"];
-    args.extend(tls.iter().map(String::as_str));
-    let server = ServerProc::start("epoll", &args);
-    let url = format!("https://127.0.0.1:{}/", server.addr.port());
+    let (server, url, cert) = http3_server("h3-load-gro");
     let mut coalesced = Vec::new();
     for gro in [None, Some("off")] {
-        let json = std::env::temp_dir().join(format!("sockscale-h3-gro-{}-{gro:?}.json", std::process::id()));
-        let mut load = Command::new(BIN);
-        load.args(["load", "http", "--http3", "-c", "2", "--pipeline", "16", "-n", "400", "--sni", "localhost"])
-            .arg("--cacert")
-            .arg(&cert.ca_file)
-            .arg("--json")
-            .arg(&json);
+        let mut args = vec!["-c", "2", "--pipeline", "16", "-n", "400"];
         if let Some(g) = gro {
-            load.args(["--udp-gro", g]);
+            args.extend(["--udp-gro", g]);
         }
-        let out = load.arg(&url).output().expect("run sockscale load");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "{gro:?}: {}", String::from_utf8_lossy(&out.stderr));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).expect("the --json report")).expect("json");
-        let _ = std::fs::remove_file(&json);
+        let (report, text) = load_http3(&cert, &url, &args);
         assert_eq!(report["options"]["udp_gro"], serde_json::json!(gro.is_none()), "{gro:?}");
         let n = report["udp"]["gro_datagrams"].as_u64().expect("udp.gro_datagrams");
         assert_eq!(text.contains("received coalesced by GRO"), n > 0, "{gro:?}: {text}");
@@ -234,27 +248,8 @@ fn load_http3_takes_gro_by_default_and_udp_gro_off() {
 /// (one full handshake before the run, resuming nothing) is the server's one extra.
 #[test]
 fn both_ends_count_the_same_resumed_handshakes() {
-    let cert = tls::TestCert::new("h3-resumed");
-    let tls = cert.args();
-    let mut args = vec!["--proto", "http", "--http3"];
-    args.extend(tls.iter().map(String::as_str));
-    let server = ServerProc::start("epoll", &args);
-    let url = format!("https://127.0.0.1:{}/", server.addr.port());
-    let json = std::env::temp_dir().join(format!("sockscale-h3-resumed-{}.json", std::process::id()));
-    let out = Command::new(BIN)
-        .args(["load", "http", "--http3", "-c", "1", "--no-keepalive", "-n", "12", "--sni", "localhost"])
-        .arg("--cacert")
-        .arg(&cert.ca_file)
-        .arg("--json")
-        .arg(&json)
-        .arg(&url)
-        .output()
-        .expect("run sockscale load");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the --json report")).expect("json");
-    let _ = std::fs::remove_file(&json);
+    let (server, url, cert) = http3_server("h3-resumed");
+    let (report, text) = load_http3(&cert, &url, &["-c", "1", "--no-keepalive", "-n", "12"]);
     let quic = &report["quic"];
     let (handshakes, resumed) = (quic["handshakes"].as_i64().unwrap_or(0), quic["resumed"].as_i64().unwrap_or(0));
     assert_eq!(handshakes, 12, "a handshake a request: {quic}");
