@@ -246,14 +246,13 @@ impl<F: Apps> QuicEndpoint<F> {
         self.scratch.clear();
         if self.draining {
             self.totals.refused_draining();
-            let t = self.endpoint.refuse(incoming, &mut self.scratch);
-            return self.respond(t.destination, t.size);
+            return self.refuse(incoming);
         }
-        // The limits are the server's, over all its sockets: the totals' gauges.
+        // The limits are the server's, over all its sockets: the totals' gauges. Full already:
+        // refused before any Retry is spent on it (the place itself is taken in `accept`).
         if self.totals.open() >= self.admission.max_connections {
             self.totals.refused_busy();
-            let t = self.endpoint.refuse(incoming, &mut self.scratch);
-            return self.respond(t.destination, t.size);
+            return self.refuse(incoming);
         }
         let retry = match self.admission.retry {
             RetryMode::Off => false,
@@ -274,6 +273,13 @@ impl<F: Apps> QuicEndpoint<F> {
         self.accept(incoming, now)
     }
 
+    /// Answer `incoming` with CONNECTION_CLOSE (CONNECTION_REFUSED), keeping nothing.
+    fn refuse(&mut self, incoming: Incoming) {
+        self.scratch.clear();
+        let t = self.endpoint.refuse(incoming, &mut self.scratch);
+        self.respond(t.destination, t.size);
+    }
+
     /// Accept `incoming` if a place is free under both limits (taken at once, over every
     /// socket), else defer or refuse it.
     fn accept(&mut self, incoming: Incoming, now: Instant) {
@@ -287,9 +293,7 @@ impl<F: Apps> QuicEndpoint<F> {
             }
             Err(Full::Connections) => {
                 self.totals.refused_busy();
-                self.scratch.clear();
-                let t = self.endpoint.refuse(incoming, &mut self.scratch);
-                return self.respond(t.destination, t.size);
+                return self.refuse(incoming);
             }
         }
         self.scratch.clear();
